@@ -1,0 +1,78 @@
+"""The transport contract.
+
+A transport moves byte buffers between the ranks of one job. It knows nothing of
+collectives: algorithms are written against this contract only.
+
+* ``isend(buf, dst, tag)`` starts sending the contiguous bytes of ``buf`` to global rank
+  ``dst``; ``irecv(buf, src, tag)`` posts a receive into the writable ``buf`` from ``src``
+  (or ``ANY_SOURCE``). Both return a :class:`Handle` at once.
+* Messages between one (source, destination, tag) are delivered in the order they were
+  sent, and matched to receives in the order those were posted.
+* A message larger than the posted receive buffer fails that receive with
+  :class:`~collcomm.errors.MismatchError`; a shorter one completes and the handle's
+  :class:`Status` says how many bytes arrived.
+* Sends complete without the receiver's help once their bytes are out of the caller's
+  buffer (eagerly copied or written to the kernel), so an ``isend``/``irecv`` pair
+  completes even if one side only waits later, and two ranks sending large messages to
+  each other at once never deadlock.
+* Every wait has a timeout (:class:`~collcomm.errors.CommTimeoutError`); when a peer dies
+  every pending and later operation with it fails with
+  :class:`~collcomm.errors.PeerLostError` naming it; ``abort(exc)`` fails everything
+  pending with ``exc`` and makes later calls raise it.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+ANY_SOURCE = -1
+
+#: Buffers the transport accepts: anything exposing contiguous bytes.
+Buffer = memoryview
+
+
+@dataclass(frozen=True)
+class Status:
+    """What a completed operation moved: the peer's global rank and the byte count."""
+
+    source: int
+    nbytes: int
+
+
+class Handle(ABC):
+    """A pending send or receive."""
+
+    @abstractmethod
+    def wait(self, timeout: float | None = None) -> Status:
+        """Block until done (or ``timeout`` seconds; ``None`` = the transport default).
+
+        Raises CommTimeoutError, PeerLostError, MismatchError or ClosedError.
+        """
+
+    @abstractmethod
+    def test(self) -> bool:
+        """True if done; raises the operation's error if it failed. Never blocks."""
+
+
+class Transport(ABC):
+    """Point-to-point byte transport between the ranks of one job (global ranks)."""
+
+    rank: int
+    size: int
+    timeout: float
+
+    @abstractmethod
+    def isend(self, buf: Buffer, dst: int, tag: int) -> Handle:
+        """Start sending ``buf`` (contiguous bytes) to ``dst`` with ``tag`` (0 <= tag < 2**64)."""
+
+    @abstractmethod
+    def irecv(self, buf: Buffer, src: int, tag: int) -> Handle:
+        """Post a receive into writable ``buf`` from ``src`` (or ANY_SOURCE) with ``tag``."""
+
+    @abstractmethod
+    def abort(self, exc: BaseException) -> None:
+        """Fail every pending operation with ``exc``; later calls raise it too."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release connections and shared memory. Idempotent."""
