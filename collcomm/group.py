@@ -1,0 +1,254 @@
+"""Process groups: a set of global ranks with a private tag space.
+
+A :class:`ProcessGroup` maps its local ranks ``0..size-1`` to global ranks and owns a
+context id (``ctx``) that no other live group shares. Every collective call takes the next
+sequence number of its group, so its messages carry ``tag = ctx | seq`` and never mix with
+another call's, another group's or user point-to-point traffic (which uses its own tag
+space under the same ``ctx``). Calls run in program order: synchronous ones inline in the
+caller's thread, ``async_op=True`` ones on the group's worker thread; a synchronous call
+first waits for the group's pending asynchronous ones.
+
+Tag layout (64 bits): ``ctx`` (28 bits) | kind (1 bit: 0 collective, 1 point-to-point) |
+sequence number or user tag (35 bits).
+"""
+from __future__ import annotations
+
+import hashlib
+import queue
+import struct
+import threading
+from typing import Any, Callable, Sequence, TypeVar
+
+import numpy as np
+
+from .errors import CollcommError, InvalidArgumentError, with_context
+from .transport.base import ANY_SOURCE, Handle, Status, Transport
+from .work import Work
+
+T = TypeVar("T")
+
+_SEQ_BITS = 35
+_KIND_P2P = 1 << _SEQ_BITS
+_CTX_SHIFT = _SEQ_BITS + 1
+MAX_USER_TAG = (1 << _SEQ_BITS) - 1
+
+
+def make_ctx(*parts: object) -> int:
+    """A 28-bit context id derived from ``parts`` (the same on every rank that agrees on them)."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return (struct.unpack("<Q", digest)[0] & ((1 << 28) - 1)) or 1
+
+
+class _NonGroupMember:
+    """What ``new_group`` returns on a rank that is not in the group (torch behaviour)."""
+
+    def __repr__(self) -> str:
+        return "NON_GROUP_MEMBER"
+
+
+NON_GROUP_MEMBER: Any = _NonGroupMember()
+
+
+def as_bytes(arr: np.ndarray) -> memoryview:
+    """The bytes of a C-contiguous array as a flat memoryview (no copy)."""
+    return memoryview(arr.reshape(-1).view(np.uint8))
+
+
+class _TimedHandle(Handle):
+    """A transport handle whose ``wait()`` defaults to the call's timeout."""
+
+    __slots__ = ("_h", "_timeout")
+
+    def __init__(self, h: Handle, timeout: float | None) -> None:
+        self._h, self._timeout = h, timeout
+
+    def wait(self, timeout: float | None = None) -> Status:
+        return self._h.wait(self._timeout if timeout is None else timeout)
+
+    def test(self) -> bool:
+        return self._h.test()
+
+
+class GroupComm:
+    """The :class:`~collcomm.algorithms.base.Comm` of one collective call on one group."""
+
+    __slots__ = ("rank", "size", "_ranks", "_transport", "_tag", "_timeout")
+
+    def __init__(self, group: "ProcessGroup", tag: int, timeout: float | None) -> None:
+        self.rank, self.size = group.rank, group.size
+        self._ranks, self._transport = group.ranks, group.transport
+        self._tag, self._timeout = tag, timeout
+
+    def isend(self, arr: np.ndarray, peer: int) -> Handle:
+        assert self._transport is not None, "a group of one never sends"
+        h = self._transport.isend(as_bytes(arr), self._ranks[peer], self._tag)
+        return _TimedHandle(h, self._timeout)
+
+    def irecv(self, arr: np.ndarray, peer: int) -> Handle:
+        assert self._transport is not None, "a group of one never receives"
+        h = self._transport.irecv(as_bytes(arr), self._ranks[peer], self._tag)
+        return _TimedHandle(h, self._timeout)
+
+
+class ProcessGroup:
+    """A group of ranks (see module docstring). Build them with ``new_group``/``split``."""
+
+    def __init__(self, transport: Transport | None, ranks: Sequence[int], global_rank: int,
+                 ctx: int, name: str, timeout: float) -> None:
+        self.transport = transport
+        self.ranks: list[int] = list(ranks)
+        self.size = len(self.ranks)
+        self.global_rank = global_rank
+        self.rank = self.ranks.index(global_rank)
+        self.ctx = ctx
+        self.name = name
+        self.timeout = timeout
+        self._seq = 0
+        self._splits = 0
+        self._lock = threading.Lock()
+        self._queue: "queue.Queue[tuple[Work, Callable[[], Any]] | None]" = queue.Queue()
+        self._worker: threading.Thread | None = None
+        self._pending: list[Work] = []
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"ProcessGroup({self.name!r}, ranks={self.ranks}, rank={self.rank})"
+
+    # -- rank mapping ------------------------------------------------------------------
+    def to_global(self, local: int) -> int:
+        return self.ranks[local]
+
+    def to_local(self, global_rank: int) -> int:
+        """The local rank of ``global_rank``, or -1 if it is not in this group."""
+        try:
+            return self.ranks.index(global_rank)
+        except ValueError:
+            return -1
+
+    def describe(self) -> str:
+        return f"group {self.name!r} (rank {self.rank} of {self.size}, global rank {self.global_rank})"
+
+    # -- collectives ---------------------------------------------------------------------
+    def _next_tag(self) -> int:
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
+        return (self.ctx << _CTX_SHIFT) | (seq & MAX_USER_TAG)
+
+    def run(self, collective: str, body: Callable[[GroupComm], T], async_op: bool = False,
+            timeout: float | None = None) -> T | Work:
+        """Run ``body(comm)`` as one collective call, in program order.
+
+        Errors from the transport are re-raised with the collective, group and rank named.
+        Returns ``body``'s result, or a :class:`Work` if ``async_op``.
+        """
+        if self._closed:
+            raise CollcommError(f"{collective}: {self.describe()} was destroyed")
+        comm = GroupComm(self, self._next_tag(), self.timeout if timeout is None else timeout)
+        context = f"{collective} on {self.describe()}"
+
+        def call() -> T:
+            try:
+                return body(comm)
+            except CollcommError as exc:
+                raise with_context(exc, context) from exc
+
+        if async_op:
+            work = Work(collective)
+            self._submit(work, call)
+            return work
+        self.drain()
+        return call()
+
+    def _submit(self, work: Work, fn: Callable[[], Any]) -> None:
+        with self._lock:
+            self._pending = [w for w in self._pending if not w.is_completed()]
+            self._pending.append(work)
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._work_loop, daemon=True,
+                                                name=f"collcomm-{self.name}")
+                self._worker.start()
+        self._queue.put((work, fn))
+
+    def _work_loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            work, fn = item
+            work._run(fn)
+
+    def drain(self) -> None:
+        """Wait until every asynchronous call submitted so far has finished (errors stay in their Work)."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for w in pending:
+            w._done.wait()
+
+    # -- user point-to-point -----------------------------------------------------------
+    def _p2p_tag(self, tag: int, op: str) -> int:
+        if not isinstance(tag, (int, np.integer)) or not 0 <= int(tag) <= MAX_USER_TAG:
+            raise InvalidArgumentError(
+                f"{op} on {self.describe()}: tag must be an int in [0, {MAX_USER_TAG}], got {tag!r}")
+        return (self.ctx << _CTX_SHIFT) | _KIND_P2P | int(tag)
+
+    def p2p_isend(self, arr: np.ndarray, dst: int, tag: int = 0) -> Handle:
+        """Send ``arr`` to local rank ``dst`` in the user tag space."""
+        if self.transport is None:
+            raise InvalidArgumentError(f"isend on {self.describe()}: no peer to send to")
+        h = self.transport.isend(as_bytes(arr), self.ranks[dst], self._p2p_tag(tag, "isend"))
+        return _TimedHandle(h, self.timeout)
+
+    def p2p_irecv(self, arr: np.ndarray, src: int | None, tag: int = 0) -> Handle:
+        """Receive into ``arr`` from local rank ``src`` (None: any rank of this group)."""
+        if self.transport is None:
+            raise InvalidArgumentError(f"irecv on {self.describe()}: no peer to receive from")
+        gsrc = ANY_SOURCE if src is None else self.ranks[src]
+        h = self.transport.irecv(as_bytes(arr), gsrc, self._p2p_tag(tag, "irecv"))
+        return _TimedHandle(h, self.timeout)
+
+    # -- sub-groups ----------------------------------------------------------------------
+    def subgroup(self, ranks: Sequence[int], ctx: int, name: str) -> "ProcessGroup | Any":
+        """A group of the given global ranks (NON_GROUP_MEMBER if this rank is not one)."""
+        if self.global_rank not in ranks:
+            return NON_GROUP_MEMBER
+        return ProcessGroup(self.transport if len(ranks) > 1 else None, ranks,
+                            self.global_rank, ctx, name, self.timeout)
+
+    def split(self, color: int | None, key: int = 0) -> "ProcessGroup | None":
+        """MPI_Comm_split: ranks with the same ``color`` form a group ordered by (key, rank).
+
+        Collective over this group. ``color=None`` (MPI_UNDEFINED) gives None.
+        """
+        with self._lock:
+            self._splits += 1
+            n_split = self._splits
+        mine = np.array([-1 if color is None else int(color), int(key)], dtype=np.int64)
+        if color is not None and int(color) < 0:
+            raise InvalidArgumentError(f"split on {self.describe()}: color must be >= 0 or None, got {color}")
+        table = np.empty((self.size, 2), dtype=np.int64)
+
+        def exchange(comm: GroupComm) -> None:
+            table[comm.rank] = mine
+            recvs = [comm.irecv(table[p], p) for p in range(comm.size) if p != comm.rank]
+            sends = [comm.isend(mine, p) for p in range(comm.size) if p != comm.rank]
+            for h in recvs + sends:
+                h.wait()
+
+        self.run("split", exchange)
+        if color is None:
+            return None
+        members = sorted((int(table[p, 1]), p) for p in range(self.size) if table[p, 0] == int(color))
+        ranks = [self.ranks[p] for _, p in members]
+        ctx = make_ctx("split", self.ctx, n_split, int(color))
+        return self.subgroup(ranks, ctx, f"{self.name}.split{n_split}.{color}")
+
+    def close(self) -> None:
+        """Stop the worker thread (after pending work). The transport is closed by its owner."""
+        if self._closed:
+            return
+        self.drain()
+        self._closed = True
+        if self._worker is not None:
+            self._queue.put(None)
+            self._worker.join(timeout=5)

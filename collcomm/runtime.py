@@ -1,0 +1,130 @@
+"""Joining a job: the process-wide world group and the groups made from it.
+
+``init_process_group`` reads the launcher's environment (collcomm run, torchrun, Open MPI,
+MPICH/Hydra, Slurm; explicit arguments win), meets the other ranks through a rendezvous
+store, builds the transport (shared memory to ranks on this host, TCP to the others) and
+creates the world group. A process started by no launcher is a world of size 1.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Sequence
+
+from .errors import InvalidArgumentError
+from .group import NON_GROUP_MEMBER, ProcessGroup, make_ctx
+
+DEFAULT_TIMEOUT = 300.0
+
+_lock = threading.RLock()
+_world: ProcessGroup | None = None
+_groups: list[ProcessGroup] = []
+_new_groups = 0
+_job: Any = None  # the rendezvous/transport bundle of the current job (see _join)
+
+
+def default_timeout() -> float:
+    return float(os.environ.get("COLLCOMM_TIMEOUT", DEFAULT_TIMEOUT))
+
+
+def _timeout_seconds(timeout: Any) -> float:
+    if timeout is None:
+        return default_timeout()
+    if hasattr(timeout, "total_seconds"):
+        return float(timeout.total_seconds())
+    return float(timeout)
+
+
+def init_process_group(backend: str | None = None, init_method: str | None = None,
+                       timeout: Any = None, world_size: int = -1, rank: int = -1,
+                       store: Any = None, group_name: str = "", pg_options: Any = None,
+                       device_id: Any = None) -> None:
+    """Join the job (torch.distributed signature; ``backend`` is accepted and ignored)."""
+    global _world
+    with _lock:
+        if _world is not None:
+            raise InvalidArgumentError("init_process_group: this process is already initialized "
+                                       "(call destroy_process_group first)")
+        from .rendezvous import join  # late import: the transport stack loads only when needed
+        job = join(init_method=init_method, world_size=world_size, rank=rank, store=store,
+                   timeout=_timeout_seconds(timeout))
+        _set_world(job, _timeout_seconds(timeout))
+
+
+def _set_world(job: Any, timeout: float) -> None:
+    global _world, _job, _new_groups
+    _job = job
+    _new_groups = 0
+    transport = job.transport if job.size > 1 else None
+    _world = ProcessGroup(transport, range(job.size), job.rank, make_ctx("world"), "WORLD", timeout)
+    _groups.append(_world)
+
+
+def is_initialized() -> bool:
+    return _world is not None
+
+
+def get_world(collective: str) -> ProcessGroup:
+    """The world group, or InvalidArgumentError naming ``collective`` before init."""
+    world = _world
+    if world is None:
+        raise InvalidArgumentError(
+            f"{collective}: the default process group is not initialized; "
+            "call collcomm.init_process_group() first")
+    return world
+
+
+def resolve_group(group: Any, collective: str) -> Any:
+    """``None`` → the world; a ProcessGroup or NON_GROUP_MEMBER passes through."""
+    world = get_world(collective)
+    if group is None:
+        return world
+    if group is NON_GROUP_MEMBER or isinstance(group, ProcessGroup):
+        if isinstance(group, ProcessGroup) and group._closed:
+            raise InvalidArgumentError(f"{collective}: {group.describe()} was destroyed")
+        return group
+    raise InvalidArgumentError(f"{collective}: group must be a ProcessGroup or None, got {group!r}")
+
+
+def new_group(ranks: Sequence[int] | None = None, timeout: Any = None, backend: str | None = None,
+              pg_options: Any = None, use_local_synchronization: bool = False,
+              group_desc: str | None = None) -> Any:
+    """A group of the given global ranks; every rank of the world must call it, in the same order.
+
+    Returns NON_GROUP_MEMBER on ranks outside the group (torch behaviour).
+    """
+    global _new_groups
+    world = get_world("new_group")
+    members = list(range(world.size)) if ranks is None else sorted(int(r) for r in ranks)
+    bad = [r for r in members if not 0 <= r < world.size]
+    if bad or len(set(members)) != len(members) or not members:
+        raise InvalidArgumentError(
+            f"new_group: ranks must be distinct, non-empty and in [0, {world.size}), got {ranks!r}")
+    with _lock:
+        _new_groups += 1
+        n = _new_groups
+    name = group_desc or f"group{n}"
+    group = world.subgroup(members, make_ctx("new_group", n, tuple(members)), name)
+    if timeout is not None and isinstance(group, ProcessGroup):
+        group.timeout = _timeout_seconds(timeout)
+    if isinstance(group, ProcessGroup):
+        _groups.append(group)
+    return group
+
+
+def destroy_process_group(group: Any = None) -> None:
+    """Destroy ``group``, or (None) every group and leave the job."""
+    global _world, _job
+    with _lock:
+        if group is not None and group is not _world:
+            if isinstance(group, ProcessGroup):
+                group.close()
+                if group in _groups:
+                    _groups.remove(group)
+            return
+        for g in reversed(_groups):
+            g.close()
+        _groups.clear()
+        job, _world, _job = _job, None, None
+        if job is not None:
+            job.close()

@@ -1,0 +1,152 @@
+"""Run a function on N real ranks (separate processes) with a hard timeout.
+
+``run_ranks(fn, n, *args)`` starts n Python processes with torchrun-style environment
+(RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT, COLLCOMM_TOKEN, COLLCOMM_JOB_ID), each
+calls ``collcomm.init_process_group()``, then ``fn(*args)`` and returns its result here.
+``fn`` must be a module-level function of an importable module (e.g. ``tests.test_x``).
+Every process runs in its own process group and is killed when the call ends, pass or fail;
+the job's shared-memory segments must be gone afterwards.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import pickle
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclass
+class Outcome:
+    rank: int
+    ok: bool
+    value: Any = None          # fn's result when ok
+    error_type: str = ""       # the exception's class name when not ok
+    error: str = ""            # str(exception)
+    traceback: str = ""
+    elapsed: float = 0.0       # seconds from the start of fn to its return/raise
+    exitcode: int | None = None
+    output: str = ""
+
+
+class RankFailure(AssertionError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def shm_files(job_id: str) -> list[str]:
+    return glob.glob(f"/dev/shm/collcomm-{job_id}-*")
+
+
+def _kill_group(p: subprocess.Popen) -> None:
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_ranks(fn: Callable[..., Any], n: int, *args: Any, env: dict[str, str] | None = None,
+              timeout: float = 60.0, transport: str | None = None, init: bool = True,
+              expect_failure: bool = False, kill: dict[int, float] | None = None) -> list[Any]:
+    """Run ``fn(*args)`` on ``n`` ranks; return the per-rank results (or Outcomes).
+
+    ``transport``: force COLLCOMM_TRANSPORT ("tcp" or "shm"). ``expect_failure``: return
+    the list of :class:`Outcome` instead of raising when a rank fails. ``kill``: {rank: t}
+    SIGKILLs that rank t seconds after the start.
+    """
+    job_id = secrets.token_hex(6)
+    tmp = tempfile.mkdtemp(prefix="collcomm-test-")
+    with open(os.path.join(tmp, "job.pkl"), "wb") as f:
+        pickle.dump((fn, args, init), f)
+    base = dict(os.environ)
+    base.update({
+        "WORLD_SIZE": str(n), "LOCAL_WORLD_SIZE": str(n), "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()), "COLLCOMM_TOKEN": secrets.token_hex(16),
+        "COLLCOMM_JOB_ID": job_id, "PYTHONPATH": ROOT + os.pathsep + base.get("PYTHONPATH", ""),
+    })
+    base.pop("COLLCOMM_STORE", None)
+    if transport:
+        base["COLLCOMM_TRANSPORT"] = transport
+    base.update(env or {})
+    procs: list[subprocess.Popen] = []
+    logs = []
+    start = time.monotonic()
+    try:
+        for r in range(n):
+            e = dict(base, RANK=str(r), LOCAL_RANK=str(r))
+            log = open(os.path.join(tmp, f"out-{r}.txt"), "wb")
+            logs.append(log)
+            procs.append(subprocess.Popen([sys.executable, "-m", "tests.rank_main", tmp], env=e,
+                                          stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                                          start_new_session=True))
+        pending_kills = dict(kill or {})
+        deadline = start + timeout
+        while any(p.poll() is None for p in procs):
+            now = time.monotonic()
+            for r, t in list(pending_kills.items()):
+                if now - start >= t:
+                    procs[r].send_signal(signal.SIGKILL)
+                    del pending_kills[r]
+            if now > deadline:
+                raise RankFailure(f"ranks did not finish within {timeout} s; output:\n"
+                                  + _outputs(tmp, n))
+            time.sleep(0.01)
+    finally:
+        for p in procs:
+            _kill_group(p)
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        for log in logs:
+            log.close()
+    outcomes = []
+    for r in range(n):
+        path = os.path.join(tmp, f"result-{r}.pkl")
+        out = _read(os.path.join(tmp, f"out-{r}.txt"))
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                o: Outcome = pickle.load(f)
+        else:
+            o = Outcome(r, False, error_type="NoResult", error="rank produced no result")
+        o.exitcode, o.output = procs[r].returncode, out
+        outcomes.append(o)
+    leaked = shm_files(job_id)
+    for path in leaked:
+        os.unlink(path)
+    if leaked:
+        raise RankFailure(f"shared-memory segments leaked: {leaked}")
+    if expect_failure:
+        return outcomes
+    bad = [o for o in outcomes if not o.ok]
+    if bad:
+        raise RankFailure("\n".join(f"rank {o.rank} failed: {o.error_type}: {o.error}\n{o.traceback}"
+                                    f"--- output ---\n{o.output[-3000:]}" for o in bad))
+    return [o.value for o in outcomes]
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _outputs(tmp: str, n: int) -> str:
+    return "\n".join(f"--- rank {r} ---\n{_read(os.path.join(tmp, f'out-{r}.txt'))[-2000:]}"
+                     for r in range(n))
