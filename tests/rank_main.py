@@ -11,7 +11,7 @@ from tests.harness import Outcome
 
 
 def main(tmp: str) -> int:
-    import collcomm
+    import collcomm.runtime as collcomm
 
     with open(os.path.join(tmp, "job.pkl"), "rb") as f:
         fn, args, init = pickle.load(f)

@@ -1,0 +1,348 @@
+"""The engine: one :class:`Transport` per process, routing each peer to its channel.
+
+A *channel* moves messages to and from one peer (shared memory on this host, TCP to other
+hosts). The engine owns what is common to all of them:
+
+* matching: incoming messages meet posted receives by (source, tag) in posting order; an
+  early message waits in the *unexpected* list; ``ANY_SOURCE`` receives match any peer;
+* waiting: spin on the progress loop briefly, then yield the CPU, then block on the
+  request's event with a growing sleep (50 µs up to 2 ms), so 4 ranks on 2 cores still run;
+* failure: a channel that loses its peer fails every pending operation with that peer,
+  later operations with it fail at once, and every wait checks the peer's liveness at
+  least every 100 ms, so nobody waits on a dead rank for more than about a second.
+
+Channels feed the engine through :meth:`Engine.arrived` (a whole message, shared memory)
+or :meth:`Engine.arriving` / :meth:`Engine.landed` (a message whose body is still being
+read from a socket, straight into the posted buffer when one is waiting).
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any, Protocol
+
+from ..errors import ClosedError, CommTimeoutError, MismatchError, PeerLostError
+from .base import ANY_SOURCE, Buffer, Handle, Status, Transport
+
+SPIN_ROUNDS = 200
+YIELD_ROUNDS = 50
+SLEEP_MIN, SLEEP_MAX = 50e-6, 2e-3
+LIVENESS_PERIOD = 0.1
+
+
+class Payload(Protocol):
+    """The body of an incoming message, wherever it sits."""
+
+    def copy_into(self, dst: memoryview) -> None: ...
+
+    def detach(self) -> "Payload":
+        """A payload that stays valid after the channel moves on (called before queueing)."""
+        ...
+
+    def release(self) -> None: ...
+
+
+class Channel(Protocol):
+    """One peer's link (see shm.ShmChannel, tcp.TcpChannel)."""
+
+    peer: int
+    kind: str
+
+    def send(self, req: "Request") -> None: ...
+
+    def poll(self) -> None: ...
+
+    def check_alive(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Request(Handle):
+    """A pending send or receive; completed by whichever thread finishes it."""
+
+    __slots__ = ("engine", "kind", "buf", "peer", "tag", "done", "exc", "status", "event")
+
+    def __init__(self, engine: "Engine", kind: str, buf: Buffer, peer: int, tag: int) -> None:
+        self.engine, self.kind, self.buf, self.peer, self.tag = engine, kind, buf, peer, tag
+        self.done = False
+        self.exc: BaseException | None = None
+        self.status: Status | None = None
+        self.event = threading.Event()
+
+    def complete(self, source: int, nbytes: int) -> None:
+        if self.done:
+            return
+        self.status = Status(source, nbytes)
+        self.done = True
+        self.event.set()
+
+    def fail(self, exc: BaseException) -> None:
+        if not self.done:
+            self.exc = exc
+            self.done = True
+            self.event.set()
+
+    def wait(self, timeout: float | None = None) -> Status:
+        if not self.done:
+            self.engine.wait(self, timeout)
+        if self.exc is not None:
+            raise self.exc
+        assert self.status is not None
+        return self.status
+
+    def test(self) -> bool:
+        if not self.done:
+            self.engine.progress()
+        if self.done and self.exc is not None:
+            raise self.exc
+        return self.done
+
+    def describe(self) -> str:
+        who = "any rank" if self.peer == ANY_SOURCE else f"rank {self.peer}"
+        what = f"{self.kind} of {len(self.buf)} bytes"
+        return f"{what} {'to' if self.kind == 'send' else 'from'} {who} (tag {self.tag:#x})"
+
+
+class Incoming:
+    """A message that arrived before its receive was posted (or is still arriving)."""
+
+    __slots__ = ("source", "tag", "nbytes", "payload", "ready", "waiter")
+
+    def __init__(self, source: int, tag: int, nbytes: int, payload: Payload | None) -> None:
+        self.source, self.tag, self.nbytes, self.payload = source, tag, nbytes, payload
+        self.ready = payload is not None
+        self.waiter: Request | None = None
+
+
+class _Bytes:
+    """A payload held in private memory (self-sends, unexpected TCP bodies)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytearray | bytes) -> None:
+        self.data = data
+
+    def copy_into(self, dst: memoryview) -> None:
+        dst[:] = self.data
+
+    def detach(self) -> "_Bytes":
+        return self
+
+    def release(self) -> None:
+        self.data = b""
+
+
+class Engine(Transport):
+    """The process's transport: matching, waiting and failure handling over channels."""
+
+    def __init__(self, rank: int, size: int, timeout: float) -> None:
+        self.rank, self.size, self.timeout = rank, size, timeout
+        self.channels: dict[int, Channel] = {}
+        self.lost: dict[int, BaseException] = {}
+        self._lock = threading.RLock()
+        self._posted: list[Request] = []
+        self._unexpected: list[Incoming] = []
+        self._polled: list[Channel] = []        # channels that need polling (shared memory)
+        self._aborted: BaseException | None = None
+        self._closed = False
+
+    # -- setup ---------------------------------------------------------------------------
+    def add_channel(self, channel: Channel, polled: bool) -> None:
+        self.channels[channel.peer] = channel
+        if polled:
+            self._polled.append(channel)
+
+    def kinds(self) -> dict[int, str]:
+        """Which channel kind serves each peer (for diagnostics and tests)."""
+        return {p: c.kind for p, c in sorted(self.channels.items())}
+
+    # -- the contract -----------------------------------------------------------------------
+    def isend(self, buf: Buffer, dst: int, tag: int) -> Handle:
+        self._check_open()
+        req = Request(self, "send", buf, dst, tag)
+        if dst == self.rank:
+            self.arrived(self.rank, tag, len(buf), _Bytes(bytes(buf)))
+            req.complete(dst, len(buf))
+            return req
+        self._check_peer(dst)
+        lost = self.lost.get(dst)
+        if lost is not None:
+            req.fail(lost)
+            return req
+        self.channels[dst].send(req)
+        return req
+
+    def irecv(self, buf: Buffer, src: int, tag: int) -> Handle:
+        self._check_open()
+        if src != ANY_SOURCE and src != self.rank:
+            self._check_peer(src)
+        req = Request(self, "recv", buf, src, tag)
+        with self._lock:
+            for i, inc in enumerate(self._unexpected):
+                if inc.tag == tag and (src == ANY_SOURCE or inc.source == src) and inc.waiter is None:
+                    del self._unexpected[i]
+                    if inc.ready:
+                        self._deliver(req, inc.source, inc.nbytes, inc.payload)
+                    else:
+                        inc.waiter = req
+                    return req
+            if src != ANY_SOURCE and src in self.lost:
+                req.fail(self.lost[src])
+                return req
+            self._posted.append(req)
+        return req
+
+    def abort(self, exc: BaseException) -> None:
+        with self._lock:
+            if self._aborted is None:
+                self._aborted = exc
+            posted, self._posted = self._posted, []
+        for req in posted:
+            req.fail(exc)
+        for ch in list(self.channels.values()):
+            ch.close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for ch in list(self.channels.values()):
+            ch.close()
+        self.abort(ClosedError(f"rank {self.rank}: transport closed"))
+
+    # -- channels report here -----------------------------------------------------------
+    def arrived(self, source: int, tag: int, nbytes: int, payload: Payload) -> None:
+        """A whole message from ``source`` is available in ``payload``."""
+        with self._lock:
+            req = self._match(source, tag)
+            if req is None:
+                self._unexpected.append(Incoming(source, tag, nbytes, payload.detach()))
+                return
+        self._deliver(req, source, nbytes, payload)
+
+    def arriving(self, source: int, tag: int, nbytes: int) -> tuple[memoryview, Any]:
+        """A message's header has arrived; return where to read its body and a token for
+        :meth:`landed`. The body goes straight into a posted buffer when one matches."""
+        with self._lock:
+            req = self._match(source, tag)
+            if req is not None and nbytes <= len(req.buf):
+                return req.buf[:nbytes], req
+            if req is not None:  # too large: read it aside, then fail the receive
+                return memoryview(bytearray(nbytes)), (req, "overflow")
+            inc = Incoming(source, tag, nbytes, None)
+            self._unexpected.append(inc)
+            body = bytearray(nbytes)
+            inc.payload = _Bytes(body)
+            return memoryview(body), inc
+
+    def landed(self, source: int, nbytes: int, token: Any) -> None:
+        """The body announced by :meth:`arriving` is complete."""
+        if isinstance(token, Request):
+            token.complete(source, nbytes)
+        elif isinstance(token, tuple):
+            token[0].fail(self._overflow(token[0], nbytes))
+        else:
+            with self._lock:
+                token.ready = True
+                waiter = token.waiter
+            if waiter is not None:
+                self._deliver(waiter, source, nbytes, token.payload)
+
+    def peer_lost(self, peer: int, exc: BaseException) -> None:
+        """``peer`` is gone: fail what is pending with it, refuse what comes later."""
+        with self._lock:
+            if peer in self.lost:
+                return
+            self.lost[peer] = exc
+            doomed = [r for r in self._posted if r.peer == peer]
+            self._posted = [r for r in self._posted if r.peer != peer]
+            self._unexpected = [i for i in self._unexpected if i.ready or i.source != peer]
+        for req in doomed:
+            req.fail(exc)
+
+    # -- internals -----------------------------------------------------------------------
+    def _match(self, source: int, tag: int) -> Request | None:
+        for i, req in enumerate(self._posted):
+            if req.tag == tag and (req.peer == source or req.peer == ANY_SOURCE):
+                del self._posted[i]
+                return req
+        return None
+
+    def _overflow(self, req: Request, nbytes: int) -> MismatchError:
+        return MismatchError(f"rank {self.rank}: message of {nbytes} bytes from rank {req.peer} is "
+                             f"larger than the posted receive buffer ({len(req.buf)} bytes, tag {req.tag:#x})")
+
+    def _deliver(self, req: Request, source: int, nbytes: int, payload: Any) -> None:
+        try:
+            if nbytes > len(req.buf):
+                req.fail(self._overflow(req, nbytes))
+                return
+            payload.copy_into(req.buf[:nbytes])
+        finally:
+            payload.release()
+        req.complete(source, nbytes)
+
+    def _check_open(self) -> None:
+        if self._aborted is not None:
+            raise self._aborted
+        if self._closed:
+            raise ClosedError(f"rank {self.rank}: transport closed")
+
+    def _check_peer(self, peer: int) -> None:
+        if not 0 <= peer < self.size or peer not in self.channels:
+            raise MismatchError(f"rank {self.rank}: no channel to rank {peer} (world size {self.size})")
+
+    def progress(self) -> None:
+        """Poll the channels that need it (shared memory); TCP progresses on its own thread."""
+        for ch in self._polled:
+            ch.poll()
+
+    def wait(self, req: Request, timeout: float | None) -> None:
+        """Spin, then yield, then sleep on the request's event until it is done."""
+        limit = self.timeout if timeout is None else timeout
+        start = time.monotonic()
+        next_check = start + LIVENESS_PERIOD
+        rounds = 0
+        sleep = SLEEP_MIN
+        progress, event = self.progress, req.event
+        while not req.done:
+            progress()
+            if req.done:
+                return
+            rounds += 1
+            if rounds < SPIN_ROUNDS:
+                continue
+            if rounds < SPIN_ROUNDS + YIELD_ROUNDS:
+                os.sched_yield()
+                time.sleep(0)
+            else:
+                event.wait(sleep)
+                sleep = min(sleep * 2, SLEEP_MAX)
+            now = time.monotonic()
+            if now >= next_check:
+                next_check = now + LIVENESS_PERIOD
+                self._check_liveness(req)
+                if now - start > limit and not req.done:
+                    self._time_out(req, limit)
+
+    def _check_liveness(self, req: Request) -> None:
+        peers = self.channels.keys() if req.peer == ANY_SOURCE else [req.peer]
+        for p in peers:
+            ch = self.channels.get(p)
+            if ch is not None and p not in self.lost:
+                ch.check_alive()
+        if req.peer in self.lost:
+            req.fail(self.lost[req.peer])
+        elif req.peer == ANY_SOURCE and self.lost and len(self.lost) == len(self.channels):
+            req.fail(next(iter(self.lost.values())))
+
+    def _time_out(self, req: Request, limit: float) -> None:
+        with self._lock:
+            if req in self._posted:
+                self._posted.remove(req)
+        peer = None if req.peer == ANY_SOURCE else req.peer
+        req.fail(CommTimeoutError(
+            f"rank {self.rank} timed out after {limit:g} s waiting for the {req.describe()}; "
+            f"rank {req.peer if peer is not None else '(any)'} did not "
+            f"{'receive' if req.kind == 'send' else 'send'} it (did it skip this call?)", peer=peer))

@@ -1,0 +1,319 @@
+"""Shared-memory channels between ranks on one host.
+
+Every rank owns an *inbox*: one POSIX shared-memory segment holding a ring per local
+sender. A ring is single-producer single-consumer: the sender appends records and
+advances ``head``; the receiver reads records and advances ``tail`` (both count bytes
+since the start, on separate cache lines). A record is a 32-byte header
+(length, kind, tag, nbytes, aux) followed by its body, padded to 64 bytes:
+
+* INLINE: the message itself (messages up to ``EAGER_LIMIT``);
+* SEGMENT: the name of a fresh segment holding a large message, written there by the
+  sender, whose body starts at the same offset within a page as the sender's buffer did
+  (copies between buffers with different page offsets run up to 4x slower);
+* PAD: skip to the end of the ring (a record never wraps).
+
+The sender copies eagerly and completes at once, so sends never wait for the receiver,
+except when the ring is full: then the sender drains its own inbox while it waits, so two
+ranks flooding each other cannot deadlock. Names are unlinked as soon as every user has
+mapped them (inboxes after the rendezvous, message segments when the receiver opens them),
+so a killed rank leaves nothing in /dev/shm; the few names still linked all start with
+``collcomm-<job id>-`` for the launcher to sweep. Peer death is noticed by checking the
+peer's pid (same host, same pid namespace).
+
+Ordering relies on x86-64's total store order (the body is written before ``head``).
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import threading
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import CommTimeoutError, PeerLostError
+
+if TYPE_CHECKING:
+    from .engine import Engine, Request
+
+SHM_DIR = "/dev/shm"
+HEADER = struct.Struct("<IIQQQ")  # record length, kind, tag, nbytes, aux
+INLINE, SEGMENT, PAD = 1, 2, 3
+ALIGN = 64
+CTL_BYTES = 128                   # head at 0, tail at 64: separate cache lines
+INBOX_HEADER = 4096
+PAGE = 4096
+
+
+def ring_bytes(local_size: int) -> int:
+    """Ring capacity per sender: 1 MiB, less when many ranks share the host."""
+    per = (16 << 20) // max(1, local_size)
+    return max(64 << 10, min(1 << 20, per)) // ALIGN * ALIGN
+
+
+def eager_limit(ring: int) -> int:
+    return min(64 << 10, ring // 4)
+
+
+def _round(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def create_segment(name: str, size: int) -> mmap.mmap:
+    fd = os.open(os.path.join(SHM_DIR, name), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        os.ftruncate(fd, size)
+        return mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
+
+
+def open_segment(name: str, unlink: bool = False) -> mmap.mmap:
+    path = os.path.join(SHM_DIR, name)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        if unlink:
+            os.unlink(path)
+        return mmap.mmap(fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+
+
+def unlink_quietly(name: str) -> None:
+    try:
+        os.unlink(os.path.join(SHM_DIR, name))
+    except FileNotFoundError:
+        pass
+
+
+def buffer_address(buf: memoryview) -> int:
+    return np.frombuffer(buf, dtype=np.uint8).ctypes.data if len(buf) else 0
+
+
+def pid_alive(pid: int) -> bool:
+    """False once ``pid`` has exited (a zombie counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    state = stat[stat.rfind(b")") + 2:][:1]
+    return state not in (b"Z", b"X")
+
+
+class Inbox:
+    """This rank's receiving segment: one ring per local sender."""
+
+    def __init__(self, name: str, n_slots: int, ring: int) -> None:
+        self.name, self.ring = name, ring
+        self.size = INBOX_HEADER + n_slots * (CTL_BYTES + ring)
+        self.mm = create_segment(name, self.size)
+        self.linked = True
+
+    def unlink(self) -> None:
+        if self.linked:
+            unlink_quietly(self.name)
+            self.linked = False
+
+    def close(self) -> None:
+        self.unlink()
+
+
+def slot_offset(slot: int, ring: int) -> int:
+    return INBOX_HEADER + slot * (CTL_BYTES + ring)
+
+
+class _Ring:
+    """One side of an SPSC ring living at ``base`` in ``mm``."""
+
+    def __init__(self, mm: mmap.mmap, base: int, ring: int) -> None:
+        self.mm, self.ring = mm, ring
+        self.view = memoryview(mm)
+        self.ctl = self.view[base:base + CTL_BYTES].cast("Q")   # ctl[0] head, ctl[8] tail
+        self.data = self.view[base + CTL_BYTES:base + CTL_BYTES + ring]
+
+
+class _RingBody:
+    """An inline body still in the ring (valid until the consumer moves on)."""
+
+    __slots__ = ("view",)
+
+    def __init__(self, view: memoryview) -> None:
+        self.view = view
+
+    def copy_into(self, dst: memoryview) -> None:
+        dst[:] = self.view
+
+    def detach(self) -> "_Detached":
+        return _Detached(bytes(self.view))
+
+    def release(self) -> None:
+        pass
+
+
+class _Detached:
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def copy_into(self, dst: memoryview) -> None:
+        dst[:] = self.data
+
+    def detach(self) -> "_Detached":
+        return self
+
+    def release(self) -> None:
+        self.data = b""
+
+
+class _SegmentBody:
+    """A large body in its own segment (already unlinked; unmapped on release)."""
+
+    __slots__ = ("mm", "offset", "nbytes")
+
+    def __init__(self, mm: mmap.mmap, offset: int, nbytes: int) -> None:
+        self.mm, self.offset, self.nbytes = mm, offset, nbytes
+
+    def copy_into(self, dst: memoryview) -> None:
+        with memoryview(self.mm) as view:
+            dst[:] = view[self.offset:self.offset + self.nbytes]
+
+    def detach(self) -> "_SegmentBody":
+        return self
+
+    def release(self) -> None:
+        if self.mm is not None:
+            self.mm.close()
+            self.mm = None  # type: ignore[assignment]
+
+
+class ShmChannel:
+    """Messages to and from one peer on this host."""
+
+    kind = "shm"
+
+    def __init__(self, engine: "Engine", peer: int, peer_pid: int, job: str,
+                 inbox: Inbox, peer_inbox: mmap.mmap, my_slot: int, peer_slot: int) -> None:
+        self.engine, self.peer, self.peer_pid, self.job = engine, peer, peer_pid, job
+        ring = inbox.ring
+        self.out = _Ring(peer_inbox, slot_offset(my_slot, ring), ring)   # I produce
+        self.inp = _Ring(inbox.mm, slot_offset(peer_slot, ring), ring)   # I consume
+        self.eager = eager_limit(ring)
+        self.head = int(self.out.ctl[0])
+        self.tail = int(self.inp.ctl[8])
+        self.send_lock = threading.Lock()
+        self.poll_lock = threading.Lock()
+        self.n_segments = 0
+        self.created: list[str] = []
+        self.closed = False
+
+    # -- sending ---------------------------------------------------------------------------
+    def send(self, req: "Request") -> None:
+        buf, nbytes = req.buf, len(req.buf)
+        with self.send_lock:
+            if nbytes <= self.eager:
+                self._append(INLINE, req.tag, nbytes, 0, buf, req)
+            else:
+                name, offset = self._stage(buf)
+                self._append(SEGMENT, req.tag, nbytes, offset, name.encode(), req)
+        req.complete(self.peer, nbytes)
+
+    def _stage(self, buf: memoryview) -> tuple[str, int]:
+        """Copy a large body into a fresh segment at the sender's page offset."""
+        self.n_segments += 1
+        name = f"collcomm-{self.job}-m{self.engine.rank}-{self.peer}-{self.n_segments}"
+        offset = PAGE + buffer_address(buf) % PAGE
+        mm = create_segment(name, offset + len(buf))
+        try:
+            with memoryview(mm) as view:
+                view[offset:offset + len(buf)] = buf
+        finally:
+            mm.close()
+        self.created.append(name)
+        if len(self.created) > 64:
+            self.created = [n for n in self.created if os.path.exists(os.path.join(SHM_DIR, n))]
+        return name, offset
+
+    def _append(self, kind: int, tag: int, nbytes: int, aux: int, body: memoryview | bytes,
+                req: "Request") -> None:
+        need = _round(HEADER.size + len(body))
+        ring = self.out.ring
+        off = self.head % ring
+        pad = ring - off if ring - off < need else 0
+        self._wait_space(need + pad, req)
+        data = self.out.data
+        if pad:
+            HEADER.pack_into(data, off, pad, PAD, 0, 0, 0)
+            off = 0
+        data[off + HEADER.size:off + HEADER.size + len(body)] = body
+        HEADER.pack_into(data, off, need, kind, tag, nbytes, aux)
+        self.head += need + pad
+        self.out.ctl[0] = self.head
+
+    def _wait_space(self, need: int, req: "Request") -> None:
+        ring = self.out.ring
+        if ring - (self.head - self.out.ctl[8]) >= need:
+            return
+        if need > ring:
+            raise AssertionError("record larger than the ring")
+        engine = self.engine
+        start = time.monotonic()
+        next_check = start + 0.1
+        sleep = 20e-6
+        while ring - (self.head - self.out.ctl[8]) < need:
+            engine.progress()
+            time.sleep(sleep)
+            sleep = min(sleep * 2, 1e-3)
+            now = time.monotonic()
+            if now >= next_check:
+                next_check = now + 0.1
+                self.check_alive()
+                if self.peer in engine.lost:
+                    raise engine.lost[self.peer]
+                if now - start > engine.timeout:
+                    raise CommTimeoutError(
+                        f"rank {engine.rank} timed out after {engine.timeout:g} s: its ring to "
+                        f"rank {self.peer} stayed full ({req.describe()})", peer=self.peer)
+
+    # -- receiving ---------------------------------------------------------------------------
+    def poll(self) -> None:
+        inp = self.inp
+        if inp.ctl[0] == self.tail or not self.poll_lock.acquire(blocking=False):
+            return
+        try:
+            head = inp.ctl[0]
+            ring, data = inp.ring, inp.data
+            while self.tail != head:
+                off = self.tail % ring
+                length, kind, tag, nbytes, aux = HEADER.unpack_from(data, off)
+                if kind == INLINE:
+                    body = data[off + HEADER.size:off + HEADER.size + nbytes]
+                    self.engine.arrived(self.peer, tag, nbytes, _RingBody(body))
+                elif kind == SEGMENT:
+                    name = bytes(data[off + HEADER.size:off + length]).rstrip(b"\0").decode()
+                    mm = open_segment(name, unlink=True)
+                    self.engine.arrived(self.peer, tag, nbytes, _SegmentBody(mm, aux, nbytes))
+                self.tail += length
+                inp.ctl[8] = self.tail
+        finally:
+            self.poll_lock.release()
+
+    # -- health ------------------------------------------------------------------------------
+    def check_alive(self) -> None:
+        if self.closed or pid_alive(self.peer_pid):
+            return
+        self.poll()  # what it sent before dying is still ours
+        self.engine.peer_lost(self.peer, PeerLostError(
+            f"rank {self.peer} (pid {self.peer_pid}, same host) died; rank {self.engine.rank} "
+            f"lost its shared-memory peer", peer=self.peer))
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for name in self.created:
+            unlink_quietly(name)
+        self.created.clear()

@@ -1,0 +1,396 @@
+"""TCP channels between ranks on different hosts (or everywhere, with COLLCOMM_TRANSPORT=tcp).
+
+Each pair of ranks shares one connection: the higher rank connects to the lower one's
+listener during the rendezvous, both prove they belong to the job (``auth.authenticate``)
+and the connector says which rank it is. After that every socket is non-blocking and one
+I/O thread per process (the *hub*) drives them all with a selector:
+
+* a frame is a 24-byte header (tag, nbytes, kind) and a body; DATA bodies are read
+  straight into the posted receive buffer when one is waiting (else aside, until posted);
+* sends are queued per channel; the caller writes what the socket takes at once and the
+  hub writes the rest when the socket is writable, so a send completes without any help
+  from the receiver's program and two ranks sending large messages to each other at once
+  never deadlock (each side's hub keeps reading);
+* every second of silence the hub sends a HEARTBEAT; a peer silent for
+  ``COLLCOMM_HEARTBEAT_TIMEOUT`` seconds (default 15) or whose connection ends (EOF, reset)
+  is lost: the engine fails everything pending with it. A peer that leaves cleanly sends
+  BYE first, so the message says it left rather than crashed.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import selectors
+import socket
+import struct
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..auth import authenticate, recv_exact
+from ..errors import CollcommError, CommTimeoutError, PeerLostError
+
+if TYPE_CHECKING:
+    from .engine import Engine, Request
+
+FRAME = struct.Struct("<QQI4x")   # tag, nbytes, kind
+DATA, HEARTBEAT, BYE = 0, 1, 2
+HELLO = struct.Struct("<II")      # rank, protocol version
+PROTOCOL = 1
+HEARTBEAT_INTERVAL = 1.0
+
+
+def heartbeat_timeout() -> float:
+    return float(os.environ.get("COLLCOMM_HEARTBEAT_TIMEOUT", "15"))
+
+
+def advertised_host(master_addr: str | None) -> str:
+    """The address other hosts reach us at: COLLCOMM_HOST, else the one that routes to the master."""
+    explicit = os.environ.get("COLLCOMM_HOST")
+    if explicit:
+        return explicit
+    target = master_addr or "127.0.0.1"
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((target, 9))
+            return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
+class TcpChannel:
+    """The connection to one peer."""
+
+    kind = "tcp"
+
+    def __init__(self, hub: "TcpHub", peer: int, sock: socket.socket) -> None:
+        self.hub, self.engine, self.peer, self.sock = hub, hub.engine, peer, sock
+        self.queue: collections.deque[list[Any]] = collections.deque()
+        self.lock = threading.Lock()
+        self.closed = False
+        self.bye = False
+        self.last_send = self.last_recv = time.monotonic()
+        # reading state: header first, then the body into ``target``
+        self.header = bytearray(FRAME.size)
+        self.hview = memoryview(self.header)
+        self.hpos = 0
+        self.target: memoryview | None = None
+        self.tpos = 0
+        self.token: Any = None
+        self.frame: tuple[int, int, int] = (0, 0, 0)
+
+    # -- sending (any thread) ------------------------------------------------------------
+    def send(self, req: "Request") -> None:
+        self._enqueue(FRAME.pack(req.tag, len(req.buf), DATA), req.buf, req)
+
+    def _enqueue(self, header: bytes, body: memoryview | bytes, req: "Request | None") -> None:
+        item = [memoryview(header), memoryview(body), req]
+        with self.lock:
+            if self.closed:
+                if req is not None:
+                    req.fail(self.engine.lost.get(self.peer) or PeerLostError(
+                        f"rank {self.engine.rank}: connection to rank {self.peer} is closed", peer=self.peer))
+                return
+            self.queue.append(item)
+            if len(self.queue) == 1:
+                self._flush_locked()
+            pending = bool(self.queue)
+        if pending:
+            self.hub.want_write(self)
+
+    def _flush_locked(self) -> None:
+        """Write queued frames until the socket would block (caller holds ``lock``)."""
+        while self.queue:
+            item = self.queue[0]
+            head, body, req = item
+            try:
+                if head:
+                    sent = self.sock.sendmsg([head, body[:1 << 30]] if body else [head])
+                else:
+                    sent = self.sock.send(body[:1 << 30])
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self.hub.fail(self, f"sending to rank {self.peer} failed: {exc}", exc)
+                return
+            self.last_send = time.monotonic()
+            if sent < len(head):
+                item[0] = head[sent:]
+                continue
+            sent -= len(head)
+            item[0] = head[:0]
+            item[1] = body = body[sent:]
+            if not body:
+                self.queue.popleft()
+                if req is not None:
+                    req.complete(self.peer, len(req.buf))
+
+    def flush(self) -> None:
+        with self.lock:
+            self._flush_locked()
+
+    # -- receiving (hub thread) ------------------------------------------------------------
+    def on_readable(self) -> None:
+        sock = self.sock
+        while True:
+            try:
+                if self.target is None:
+                    n = sock.recv_into(self.hview[self.hpos:])
+                else:
+                    n = sock.recv_into(self.target[self.tpos:], min(len(self.target) - self.tpos, 1 << 30))
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self.hub.fail(self, f"connection to rank {self.peer} broke: {exc}", exc)
+                return
+            if n == 0:
+                why = (f"rank {self.peer} left the job (closed its connection)" if self.bye
+                       else f"connection to rank {self.peer} was closed (the process died?)")
+                self.hub.fail(self, why, None)
+                return
+            self.last_recv = time.monotonic()
+            if self.target is None:
+                self.hpos += n
+                if self.hpos == FRAME.size:
+                    self.hpos = 0
+                    self._on_header()
+            else:
+                self.tpos += n
+                if self.tpos == len(self.target):
+                    self._on_body()
+
+    def _on_header(self) -> None:
+        tag, nbytes, kind = FRAME.unpack(self.header)
+        if kind == HEARTBEAT:
+            return
+        if kind == BYE:
+            self.bye = True
+            return
+        self.frame = (tag, nbytes, kind)
+        self.target, self.token = self.engine.arriving(self.peer, tag, nbytes)
+        self.tpos = 0
+        if nbytes == 0:
+            self._on_body()
+
+    def _on_body(self) -> None:
+        _, nbytes, _ = self.frame
+        token, self.target, self.token = self.token, None, None
+        self.engine.landed(self.peer, nbytes, token)
+
+    # -- health ---------------------------------------------------------------------------
+    def tick(self, now: float) -> None:
+        if now - self.last_recv > heartbeat_timeout():
+            self.hub.fail(self, f"rank {self.peer} missed its heartbeats for "
+                                f"{now - self.last_recv:.1f} s (host down or process hung?)", None)
+        elif now - self.last_send > HEARTBEAT_INTERVAL and not self.queue:
+            self._enqueue(FRAME.pack(0, 0, HEARTBEAT), b"", None)
+
+    def check_alive(self) -> None:
+        """The hub notices failures by itself; nothing to probe here."""
+
+    def close(self) -> None:
+        """Closing one channel closes the hub's connections together (after flushing)."""
+        self.hub.close()
+
+
+class TcpHub:
+    """The listener, the connections and the one I/O thread of this process."""
+
+    def __init__(self, engine: "Engine", token: bytes) -> None:
+        self.engine, self.token = engine, token
+        self.channels: dict[int, TcpChannel] = {}
+        self.listener: socket.socket | None = None
+        self.sel = selectors.DefaultSelector()
+        self.wake_r, self.wake_w = socket.socketpair()
+        self.wake_r.setblocking(False)
+        self.wake_w.setblocking(False)
+        self.writers: set[TcpChannel] = set()
+        self.wlock = threading.Lock()
+        self.thread: threading.Thread | None = None
+        self.running = False
+        self.closed = False
+
+    # -- setup ---------------------------------------------------------------------------
+    def listen(self, host: str = "0.0.0.0") -> int:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, int(os.environ.get("COLLCOMM_PORT", "0"))))
+        s.listen(128)
+        self.listener = s
+        return s.getsockname()[1]
+
+    def _tune(self, sock: socket.socket) -> None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def connect(self, peer: int, host: str, port: int, deadline: float) -> None:
+        """Connect to ``peer``'s listener (retrying until ``deadline``) and introduce ourselves."""
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                sock.settimeout(max(0.1, deadline - time.monotonic()))
+                sock.connect((host, port))
+                self._tune(sock)
+                authenticate(sock, self.token, initiator=True, timeout=deadline - time.monotonic())
+                sock.sendall(HELLO.pack(self.engine.rank, PROTOCOL))
+                self.channels[peer] = TcpChannel(self, peer, sock)
+                return
+            except CollcommError:
+                sock.close()
+                raise
+            except OSError as exc:
+                sock.close()
+                last = exc
+                time.sleep(0.05)
+        raise CommTimeoutError(f"rank {self.engine.rank} could not connect to rank {peer} at "
+                               f"{host}:{port}: {last}", peer=peer) from last
+
+    def accept(self, expected: set[int], deadline: float) -> None:
+        """Accept connections until every rank in ``expected`` has connected."""
+        assert self.listener is not None
+        waiting = set(expected)
+        while waiting:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise CommTimeoutError(f"rank {self.engine.rank}: ranks {sorted(waiting)} never "
+                                       f"connected to it", peer=min(waiting))
+            self.listener.settimeout(remaining)
+            try:
+                sock, _ = self.listener.accept()
+            except socket.timeout:
+                continue
+            try:
+                self._tune(sock)
+                authenticate(sock, self.token, initiator=False, timeout=min(10.0, remaining))
+                sock.settimeout(min(10.0, remaining))
+                rank, version = HELLO.unpack(recv_exact(sock, HELLO.size))
+            except (CollcommError, OSError):
+                sock.close()  # not one of ours: drop it and keep listening
+                continue
+            if rank not in waiting or version != PROTOCOL:
+                sock.close()
+                continue
+            waiting.discard(rank)
+            self.channels[rank] = TcpChannel(self, rank, sock)
+
+    def start(self) -> None:
+        """Hand every connection to the I/O thread."""
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
+        for ch in self.channels.values():
+            ch.sock.setblocking(False)
+            ch.last_send = ch.last_recv = time.monotonic()
+            self.sel.register(ch.sock, selectors.EVENT_READ, ch)
+        self.sel.register(self.wake_r, selectors.EVENT_READ, None)
+        self.running = True
+        self.thread = threading.Thread(target=self._loop, name="collcomm-tcp", daemon=True)
+        self.thread.start()
+
+    # -- the I/O thread --------------------------------------------------------------------
+    def want_write(self, ch: TcpChannel) -> None:
+        with self.wlock:
+            self.writers.add(ch)
+        try:
+            self.wake_w.send(b"\0")
+        except (BlockingIOError, OSError):
+            pass
+
+    def _loop(self) -> None:
+        next_tick = time.monotonic() + 0.25
+        while self.running:
+            try:
+                events = self.sel.select(timeout=0.25)
+            except OSError:
+                break
+            for key, mask in events:
+                ch = key.data
+                if ch is None:
+                    try:
+                        while self.wake_r.recv(4096):
+                            pass
+                    except (BlockingIOError, OSError):
+                        pass
+                    continue
+                if mask & selectors.EVENT_READ and not ch.closed:
+                    ch.on_readable()
+                if mask & selectors.EVENT_WRITE and not ch.closed:
+                    ch.flush()
+                    self._interest(ch)
+            with self.wlock:
+                writers, self.writers = self.writers, set()
+            for ch in writers:
+                if not ch.closed:
+                    ch.flush()
+                    self._interest(ch)
+            now = time.monotonic()
+            if now >= next_tick:
+                next_tick = now + 0.25
+                for ch in list(self.channels.values()):
+                    if not ch.closed:
+                        ch.tick(now)
+
+    def _interest(self, ch: TcpChannel) -> None:
+        mask = selectors.EVENT_READ | (selectors.EVENT_WRITE if ch.queue else 0)
+        try:
+            self.sel.modify(ch.sock, mask, ch)
+        except (KeyError, ValueError, OSError):
+            pass
+
+    def fail(self, ch: TcpChannel, why: str, exc: BaseException | None) -> None:
+        err = PeerLostError(f"rank {self.engine.rank}: {why}", peer=ch.peer)
+        if exc is not None:
+            err.__cause__ = exc
+        self._shut(ch)
+        with ch.lock:
+            queued, ch.queue = list(ch.queue), collections.deque()
+        for _, _, req in queued:
+            if req is not None:
+                req.fail(err)
+        self.engine.peer_lost(ch.peer, err)
+
+    def _shut(self, ch: TcpChannel) -> None:
+        with ch.lock:
+            if ch.closed:
+                return
+            ch.closed = True
+        try:
+            self.sel.unregister(ch.sock)
+        except (KeyError, ValueError, OSError):
+            pass
+        ch.sock.close()
+
+    # -- closing ---------------------------------------------------------------------------
+    def close(self, linger: float = 10.0) -> None:
+        """Flush what is queued (up to ``linger`` s), say BYE, stop the thread, close sockets."""
+        if self.closed:
+            return
+        self.closed = True
+        open_channels = [ch for ch in self.channels.values() if not ch.closed]
+        for ch in open_channels:
+            ch._enqueue(FRAME.pack(0, 0, BYE), b"", None)
+        deadline = time.monotonic() + linger
+        while any(ch.queue and not ch.closed for ch in open_channels) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        for ch in open_channels:
+            try:
+                ch.sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+        self.running = False
+        try:
+            self.wake_w.send(b"\0")
+        except OSError:
+            pass
+        if self.thread is not None and self.thread is not threading.current_thread():
+            self.thread.join(timeout=2)
+        self.thread = None
+        for ch in list(self.channels.values()):
+            self._shut(ch)
+        self.channels.clear()
+        self.sel.close()
+        self.wake_r.close()
+        self.wake_w.close()
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
