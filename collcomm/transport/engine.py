@@ -55,7 +55,7 @@ class Channel(Protocol):
 
     def check_alive(self) -> None: ...
 
-    def close(self) -> None: ...
+    def close(self, linger: float = 10.0) -> None: ...
 
 
 class Request(Handle):
@@ -201,7 +201,7 @@ class Engine(Transport):
         for req in posted:
             req.fail(exc)
         for ch in list(self.channels.values()):
-            ch.close()
+            ch.close(linger=0)
 
     def close(self) -> None:
         if self._closed:

@@ -310,9 +310,16 @@ class ShmChannel:
             f"rank {self.peer} (pid {self.peer_pid}, same host) died; rank {self.engine.rank} "
             f"lost its shared-memory peer", peer=self.peer))
 
-    def close(self) -> None:
+    def close(self, linger: float = 10.0) -> None:
+        """Wait (up to ``linger`` s, while the peer lives) until it has read what we sent,
+        so the segments it has yet to open still exist; then remove what is left."""
         if self.closed:
             return
+        deadline = time.monotonic() + linger
+        while (self.out.ctl[8] < self.head and time.monotonic() < deadline
+               and self.peer not in self.engine.lost and pid_alive(self.peer_pid)):
+            self.poll()
+            time.sleep(0.001)
         self.closed = True
         for name in self.created:
             unlink_quietly(name)

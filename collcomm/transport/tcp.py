@@ -188,9 +188,9 @@ class TcpChannel:
     def check_alive(self) -> None:
         """The hub notices failures by itself; nothing to probe here."""
 
-    def close(self) -> None:
+    def close(self, linger: float = 10.0) -> None:
         """Closing one channel closes the hub's connections together (after flushing)."""
-        self.hub.close()
+        self.hub.close(linger)
 
 
 class TcpHub:
