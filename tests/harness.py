@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: Job ids started by this test session (conftest checks none of them left anything).
+JOBS: list[str] = []
 
 
 @dataclass
@@ -69,6 +71,7 @@ def run_ranks(fn: Callable[..., Any], n: int, *args: Any, env: dict[str, str] | 
     SIGKILLs that rank t seconds after the start.
     """
     job_id = secrets.token_hex(6)
+    JOBS.append(job_id)
     tmp = tempfile.mkdtemp(prefix="collcomm-test-")
     with open(os.path.join(tmp, "job.pkl"), "wb") as f:
         pickle.dump((fn, args, init), f)
