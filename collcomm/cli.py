@@ -1,0 +1,85 @@
+"""The ``collcomm`` command line: ``collcomm <command> ...`` (also ``python -m collcomm``).
+
+Each command is one ``_add_<name>_command(subparsers)`` function that adds its parser and
+sets ``func`` (a callable taking the parsed arguments and returning the exit code); to add
+a command, write such a function and list it in ``_COMMANDS``.
+
+    collcomm run -n 4 train.py --lr 0.1          # 4 ranks on this machine
+    collcomm run -n 4 -m mypkg.train             # a module instead of a script
+    COLLCOMM_TOKEN=<secret> collcomm run -n 8 --nnodes 2 --node-rank 0 \\
+        --master-addr node0 --master-port 29500 train.py   # (and --node-rank 1 on node1)
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from .errors import CollcommError
+
+__all__ = ["main", "build_parser"]
+
+
+def _add_run_command(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "run", help="launch N ranks of a Python program",
+        description="Launch N ranks of a Python program on this node; rank output is "
+                    "prefixed with [rank]. Exits with the first failing rank's code.")
+    p.add_argument("-n", "--nproc-per-node", dest="nproc", type=int, required=True,
+                   metavar="N", help="ranks on this node")
+    p.add_argument("--nnodes", type=int, default=1, help="number of nodes (default 1)")
+    p.add_argument("--node-rank", type=int, default=0, help="this node's index (default 0)")
+    p.add_argument("--master-addr", default="127.0.0.1",
+                   help="address of node 0, where the store runs (default 127.0.0.1)")
+    p.add_argument("--master-port", type=int, default=0,
+                   help="store port on node 0 (default: a free port; required if nnodes>1)")
+    p.add_argument("--no-prefix", dest="prefix", action="store_false",
+                   help="pass rank output through without the [rank] prefix")
+    p.add_argument("--grace", type=float, default=3.0,
+                   help="seconds between SIGTERM and SIGKILL when stopping ranks (default 3)")
+    p.add_argument("-m", dest="module", action="store_true",
+                   help="the program is a module name (like python -m)")
+    p.add_argument("program", nargs=argparse.REMAINDER,
+                   help="script (or module with -m) and its arguments; '--' may precede it")
+    p.set_defaults(func=_run_command)
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    from .launcher import LaunchConfig, launch
+
+    program = list(args.program)
+    if program and program[0] == "--":
+        program = program[1:]
+    if not program:
+        print("collcomm run: missing the program to run", file=sys.stderr)
+        return 2
+    if args.nnodes > 1 and args.master_port == 0:
+        print("collcomm run: --master-port is required with --nnodes > 1", file=sys.stderr)
+        return 2
+    cfg = LaunchConfig(nproc=args.nproc, program=program[0], args=program[1:],
+                       module=args.module, nnodes=args.nnodes, node_rank=args.node_rank,
+                       master_addr=args.master_addr, master_port=args.master_port,
+                       prefix=args.prefix, grace=args.grace)
+    return launch(cfg)
+
+
+_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_run_command]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="collcomm", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="command")
+    for add in _COMMANDS:
+        add(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` (default ``sys.argv[1:]``), run the command, return its exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except CollcommError as exc:
+        print(f"collcomm {args.command}: error: {exc}", file=sys.stderr)
+        return 2
