@@ -24,7 +24,7 @@ from .errors import (
     AuthError, ClosedError, CollcommError, CommTimeoutError, InvalidArgumentError, MismatchError,
     PeerLostError,
 )
-from .group import NON_GROUP_MEMBER, ProcessGroup
+from .group import NON_GROUP_MEMBER, ProcessGroup, call_timeout
 from .objects import (
     all_gather_object, all_reduce_object, broadcast_object_list, gather_object, recv_object_list,
     reduce_object, scatter_object_list, send_object_list,
@@ -54,7 +54,7 @@ GroupMember = _GroupMember()
 
 __all__ = [
     # runtime and groups
-    "GroupMember", "NON_GROUP_MEMBER", "ProcessGroup", "destroy_process_group",
+    "GroupMember", "NON_GROUP_MEMBER", "ProcessGroup", "call_timeout", "destroy_process_group",
     "init_process_group", "is_available", "is_initialized", "new_group",
     "get_backend", "get_global_rank", "get_group_rank", "get_process_group_ranks", "get_rank",
     "get_world_size",

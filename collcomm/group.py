@@ -27,6 +27,34 @@ from .work import Work
 
 T = TypeVar("T")
 
+_local = threading.local()
+
+
+class call_timeout:
+    """``with collcomm.call_timeout(5.0): ...`` bounds every wait of the collectives and
+    point-to-point calls started in the block (this thread), overriding the group's and
+    the job's timeout."""
+
+    def __init__(self, seconds: float) -> None:
+        if not seconds > 0:
+            raise InvalidArgumentError(f"call_timeout: seconds must be > 0, got {seconds!r}")
+        self.seconds = float(seconds)
+
+    def __enter__(self) -> "call_timeout":
+        self._saved = getattr(_local, "timeout", None)
+        _local.timeout = self.seconds
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _local.timeout = self._saved
+
+
+def current_timeout(default: float) -> float:
+    """The innermost ``call_timeout`` of this thread, else ``default``."""
+    value = getattr(_local, "timeout", None)
+    return default if value is None else value
+
+
 _SEQ_BITS = 35
 _KIND_P2P = 1 << _SEQ_BITS
 _CTX_SHIFT = _SEQ_BITS + 1
@@ -144,7 +172,7 @@ class ProcessGroup:
         """
         if self._closed:
             raise CollcommError(f"{collective}: {self.describe()} was destroyed")
-        comm = GroupComm(self, self._next_tag(), self.timeout if timeout is None else timeout)
+        comm = GroupComm(self, self._next_tag(), current_timeout(self.timeout) if timeout is None else timeout)
         context = f"{collective} on {self.describe()}"
 
         def call() -> T:
@@ -197,7 +225,7 @@ class ProcessGroup:
         if self.transport is None:
             raise InvalidArgumentError(f"isend on {self.describe()}: no peer to send to")
         h = self.transport.isend(as_bytes(arr), self.ranks[dst], self._p2p_tag(tag, "isend"))
-        return _TimedHandle(h, self.timeout)
+        return _TimedHandle(h, current_timeout(self.timeout))
 
     def p2p_irecv(self, arr: np.ndarray, src: int | None, tag: int = 0) -> Handle:
         """Receive into ``arr`` from local rank ``src`` (None: any rank of this group)."""
@@ -205,7 +233,7 @@ class ProcessGroup:
             raise InvalidArgumentError(f"irecv on {self.describe()}: no peer to receive from")
         gsrc = ANY_SOURCE if src is None else self.ranks[src]
         h = self.transport.irecv(as_bytes(arr), gsrc, self._p2p_tag(tag, "irecv"))
-        return _TimedHandle(h, self.timeout)
+        return _TimedHandle(h, current_timeout(self.timeout))
 
     # -- sub-groups ----------------------------------------------------------------------
     def subgroup(self, ranks: Sequence[int], ctx: int, name: str) -> "ProcessGroup | Any":
