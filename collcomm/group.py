@@ -14,6 +14,7 @@ sequence number or user tag (35 bits).
 from __future__ import annotations
 
 import hashlib
+import os
 import queue
 import struct
 import threading
@@ -98,14 +99,28 @@ class _TimedHandle(Handle):
 
 
 class GroupComm:
-    """The :class:`~collcomm.algorithms.base.Comm` of one collective call on one group."""
+    """The :class:`~collcomm.algorithms.base.Comm` of one collective call on one group.
 
-    __slots__ = ("rank", "size", "_ranks", "_transport", "_tag", "_timeout")
+    ``can_share_memory`` says whether every rank of the group is on this host with shared
+    memory (the same answer on every rank); ``arena()`` then gives the group's arena
+    (created collectively by the first call that asks, inside that call).
+    """
+
+    __slots__ = ("rank", "size", "_ranks", "_transport", "_tag", "_timeout", "_group",
+                 "can_share_memory")
 
     def __init__(self, group: "ProcessGroup", tag: int, timeout: float | None) -> None:
         self.rank, self.size = group.rank, group.size
         self._ranks, self._transport = group.ranks, group.transport
         self._tag, self._timeout = tag, timeout
+        self._group = group
+        self.can_share_memory = group.can_share_memory
+
+    def arena(self) -> Any:
+        arena = self._group._get_arena(self)
+        if arena is not None:
+            arena.timeout = self._timeout if self._timeout is not None else self._group.timeout
+        return arena
 
     def isend(self, arr: np.ndarray, peer: int) -> Handle:
         assert self._transport is not None, "a group of one never sends"
@@ -131,6 +146,7 @@ class ProcessGroup:
         self.ctx = ctx
         self.name = name
         self.timeout = timeout
+        self._description = f"group {name!r} (rank {self.rank} of {self.size}, global rank {global_rank})"
         self._seq = 0
         self._splits = 0
         self._lock = threading.Lock()
@@ -138,6 +154,11 @@ class ProcessGroup:
         self._worker: threading.Thread | None = None
         self._pending: list[Work] = []
         self._closed = False
+        self._arena: Any = None
+        kinds = transport.kinds() if transport is not None and hasattr(transport, "kinds") else {}
+        self.can_share_memory = (
+            self.size > 1 and os.environ.get("COLLCOMM_ARENA", "1") != "0"
+            and all(kinds.get(r) == "shm" for r in self.ranks if r != global_rank))
 
     def __repr__(self) -> str:
         return f"ProcessGroup({self.name!r}, ranks={self.ranks}, rank={self.rank})"
@@ -154,7 +175,7 @@ class ProcessGroup:
             return -1
 
     def describe(self) -> str:
-        return f"group {self.name!r} (rank {self.rank} of {self.size}, global rank {self.global_rank})"
+        return self._description
 
     # -- collectives ---------------------------------------------------------------------
     def _next_tag(self) -> int:
@@ -173,13 +194,12 @@ class ProcessGroup:
         if self._closed:
             raise CollcommError(f"{collective}: {self.describe()} was destroyed")
         comm = GroupComm(self, self._next_tag(), current_timeout(self.timeout) if timeout is None else timeout)
-        context = f"{collective} on {self.describe()}"
 
         def call() -> T:
             try:
                 return body(comm)
             except CollcommError as exc:
-                raise with_context(exc, context) from exc
+                raise with_context(exc, f"{collective} on {self._description}") from exc
 
         if async_op:
             work = Work(collective)
@@ -208,10 +228,36 @@ class ProcessGroup:
 
     def drain(self) -> None:
         """Wait until every asynchronous call submitted so far has finished (errors stay in their Work)."""
+        if not self._pending:
+            return
         with self._lock:
             pending, self._pending = self._pending, []
         for w in pending:
             w._done.wait()
+
+    # -- the shared-memory arena ---------------------------------------------------------------
+    def _get_arena(self, comm: GroupComm) -> Any:
+        """The group's arena, built inside the current call by every rank together."""
+        if self._arena is None and self.can_share_memory:
+            from .transport import arena as arena_mod
+
+            engine: Any = self.transport
+            pids = [os.getpid() if r == self.global_rank else engine.channels[r].peer_pid
+                    for r in self.ranks]
+            name = f"collcomm-{engine.job}-arena-{self.ctx:x}"
+            token = np.zeros(1, dtype=np.uint8)
+
+            def announce() -> None:
+                for h in [comm.isend(token, p) for p in range(1, self.size)]:
+                    h.wait()
+
+            def wait_created() -> None:
+                comm.irecv(token, 0).wait()
+
+            self._arena = arena_mod.build(self.size, self.rank, name, pids, self.ranks,
+                                          comm._timeout or self.timeout, self.rank == 0,
+                                          announce, wait_created)
+        return self._arena
 
     # -- user point-to-point -----------------------------------------------------------
     def _p2p_tag(self, tag: int, op: str) -> int:
@@ -280,3 +326,6 @@ class ProcessGroup:
         if self._worker is not None:
             self._queue.put(None)
             self._worker.join(timeout=5)
+        if self._arena is not None:
+            self._arena.close()
+            self._arena = None

@@ -241,12 +241,25 @@ def _kind(dtype: Any) -> tuple[str, str]:
     return kind, dt.name
 
 
+_RESOLVED: dict[tuple[Any, Any], ReduceFn] = {}
+
+
 def resolve(op: Any, dtype: Any, collective: str = "all_reduce", rank: int | None = None) -> ReduceFn:
     """Check ``op`` against ``dtype`` and return the in-place combiner ``fn(acc, other)``.
 
     Raises InvalidArgumentError naming the collective, the rank, the op, the dtype and what
-    is allowed.
+    is allowed. Built-in ops on numpy dtypes are checked once and then served from a cache.
     """
+    key = (op, dtype) if isinstance(op, ReduceOp) and op.fn is None and isinstance(dtype, np.dtype) else None
+    if key is not None:
+        fn = _RESOLVED.get(key)
+        if fn is None:
+            fn = _RESOLVED[key] = _resolve(op, dtype, collective, rank)
+        return fn
+    return _resolve(op, dtype, collective, rank)
+
+
+def _resolve(op: Any, dtype: Any, collective: str, rank: int | None) -> ReduceFn:
     where = collective if rank is None else f"{collective} on rank {rank}"
     try:
         rop = ReduceOp.from_any(op)

@@ -189,7 +189,7 @@ def _connect(job: Job, kv: Any, token: bytes, jid: str, timeout: float) -> Engin
     mode = os.environ.get("COLLCOMM_TRANSPORT", "auto").lower()
     if mode not in ("auto", "shm", "tcp"):
         raise InvalidArgumentError(f"COLLCOMM_TRANSPORT must be auto, shm or tcp, got {mode!r}")
-    engine = Engine(rank, size, timeout)
+    engine = Engine(rank, size, timeout, jid)
     hub = TcpHub(engine, token)
     job.extras.append(hub)
     try:

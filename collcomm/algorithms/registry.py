@@ -8,7 +8,8 @@
    ``COLLCOMM_ALGO_ALL_REDUCE=ring``);
 3. the automatic rule below, from the message size ``nbytes`` and the group size ``n``.
 
-Automatic rule (``SMALL`` = 64 KiB; ``nbytes`` is the size of the call's largest buffer,
+Automatic rule: when every rank of the group shares memory with this one (one host, not
+forced to TCP), ``shm_direct`` for every collective; otherwise (``SMALL`` = 64 KiB; ``nbytes`` is the size of the call's largest buffer,
 which is the same on every rank, so every rank picks the same algorithm):
 
 ==============  ================================================================
@@ -33,7 +34,7 @@ from typing import Callable
 
 from ..errors import InvalidArgumentError
 from . import dissemination
-from . import bruck, linear, pairwise, recursive, ring, tree
+from . import bruck, linear, pairwise, recursive, ring, shm_direct, tree
 
 SMALL = 64 * 1024
 
@@ -67,6 +68,8 @@ ALGORITHMS: dict[str, dict[str, Callable[..., None]]] = {
     },
     "barrier": {"linear": linear.barrier, "dissemination": dissemination.barrier},
 }
+for _collective, _table_ in ALGORITHMS.items():
+    _table_["shm_direct"] = getattr(shm_direct, _collective)
 
 _ALIASES = {
     "binomial": "tree",
@@ -94,8 +97,10 @@ def _table(collective: str) -> dict[str, Callable[..., None]]:
     return table
 
 
-def auto(collective: str, nbytes: int, n: int) -> str:
+def auto(collective: str, nbytes: int, n: int, shm: bool = False) -> str:
     """The family the automatic rule picks (see the module docstring)."""
+    if shm and n > 1:
+        return "shm_direct"
     if collective == "all_reduce":
         return "recursive_doubling" if n == 1 or nbytes < SMALL else "ring"
     if collective == "all_gather":
@@ -110,7 +115,8 @@ def auto(collective: str, nbytes: int, n: int) -> str:
     return "tree"
 
 
-def select(collective: str, nbytes: int, n: int, algorithm: str = "auto") -> Callable[..., None]:
+def select(collective: str, nbytes: int, n: int, algorithm: str = "auto",
+           shm: bool = False) -> Callable[..., None]:
     """The function to run ``collective`` of ``nbytes`` over ``n`` ranks (see module doc)."""
     table = _table(collective)
     name = (algorithm or "auto").strip().lower()
@@ -120,7 +126,7 @@ def select(collective: str, nbytes: int, n: int, algorithm: str = "auto") -> Cal
         name = os.environ.get(env, "auto").strip().lower() or "auto"
         source = env
     if name == "auto":
-        return table[auto(collective, nbytes, n)]
+        return table[auto(collective, nbytes, n, shm)]
     if name not in table and name in _ALIASES:
         alias = _ALIASES[name]
         if collective == "reduce_scatter" and alias == "recursive_doubling":

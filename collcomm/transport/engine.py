@@ -136,8 +136,9 @@ class _Bytes:
 class Engine(Transport):
     """The process's transport: matching, waiting and failure handling over channels."""
 
-    def __init__(self, rank: int, size: int, timeout: float) -> None:
+    def __init__(self, rank: int, size: int, timeout: float, job: str = "local") -> None:
         self.rank, self.size, self.timeout = rank, size, timeout
+        self.job = job          # names this job's shared-memory segments
         self.channels: dict[int, Channel] = {}
         self.lost: dict[int, BaseException] = {}
         self._lock = threading.RLock()

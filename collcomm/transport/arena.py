@@ -1,0 +1,166 @@
+"""The arena: one shared-memory segment that all ranks of a one-host group work in.
+
+Layout (``n`` ranks, slot size ``C`` bytes, ``P`` = 2 phases):
+
+* a header with one 64-byte line per rank: its *arrival counter* and a few info words
+  (the page offset its data sits at, a size it announces, ...);
+* ``P × n`` slots of ``C + 4096`` bytes: slot (phase, rank) is written only by that rank.
+
+:meth:`Arena.sync` is a counter barrier: a rank bumps its counter and waits until every
+counter has reached it. Collectives alternate the phase they write in, so a rank may
+overwrite its slot of phase p only after the next sync, by which time everybody has
+finished reading the previous use of phase p. Waiting spins, then yields, then sleeps
+(50 µs doubling to 1 ms); it checks the other ranks' pids every 100 ms (PeerLostError)
+and names the ranks that never arrived when it times out. The segment is mapped with
+MAP_POPULATE (no page faults later) and unlinked as soon as every rank has mapped it.
+
+Shared memory per group: ``P × n × (C + 4096)`` bytes plus one page per 64 ranks; with
+the default ``C`` = 4 MiB (``COLLCOMM_SHM_SLOT``) that is 16 MiB for 2 ranks, 32 MiB for 4.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..errors import CommTimeoutError, PeerLostError
+from .shm import PAGE, pid_alive
+
+LINE = 64                 # bytes of header per rank: 8 u64 words
+WORDS = LINE // 8
+PHASES = 2
+SPIN, YIELD = 400, 100
+
+
+def slot_bytes() -> int:
+    return int(os.environ.get("COLLCOMM_SHM_SLOT", 4 << 20)) // PAGE * PAGE or PAGE
+
+
+def arena_size(n: int, slot: int) -> int:
+    header = (n * LINE + PAGE - 1) // PAGE * PAGE
+    return header + PHASES * n * (slot + PAGE)
+
+
+class Arena:
+    """This rank's view of a group's arena (see module docstring)."""
+
+    def __init__(self, mm: mmap.mmap, n: int, rank: int, slot: int, pids: Sequence[int],
+                 ranks: Sequence[int], timeout: float) -> None:
+        self.mm, self.n, self.rank, self.slot = mm, n, rank, slot
+        self.pids, self.global_ranks, self.timeout = list(pids), list(ranks), timeout
+        self.view = memoryview(mm)
+        self.words = self.view[: n * LINE].cast("Q")
+        self.header = (n * LINE + PAGE - 1) // PAGE * PAGE
+        self.bytes = np.frombuffer(mm, dtype=np.uint8)
+        self.count = int(self.words[rank * WORDS])
+        self.phase = 0
+        self.lost: PeerLostError | None = None
+
+    # -- info words (word 0 is the counter) -------------------------------------------------
+    def put(self, word: int, value: int) -> None:
+        self.words[self.rank * WORDS + word] = value
+
+    def get(self, rank: int, word: int) -> int:
+        return int(self.words[rank * WORDS + word])
+
+    # -- slots ------------------------------------------------------------------------------
+    def next_phase(self) -> int:
+        self.phase ^= 1
+        return self.phase
+
+    def slot_base(self, phase: int, rank: int) -> int:
+        return self.header + (phase * self.n + rank) * (self.slot + PAGE)
+
+    def slot_array(self, phase: int, rank: int, dtype: np.dtype, count: int, offset: int = 0) -> np.ndarray:
+        """``count`` elements of ``dtype`` in slot (phase, rank), starting ``offset`` bytes in."""
+        start = self.slot_base(phase, rank) + offset
+        return self.bytes[start:start + count * dtype.itemsize].view(dtype)
+
+    # -- synchronisation ----------------------------------------------------------------------
+    def sync(self) -> None:
+        """Counter barrier over the group's ranks."""
+        self.count += 1
+        target = self.count
+        words, stride, n = self.words, WORDS, self.n
+        words[self.rank * stride] = target
+        late = [r for r in range(n) if words[r * stride] < target]
+        if not late:
+            return
+        rounds = 0
+        sleep = 50e-6
+        start = time.monotonic()
+        next_check = start + 0.1
+        while True:
+            late = [r for r in late if words[r * stride] < target]
+            if not late:
+                return
+            rounds += 1
+            if rounds < SPIN:
+                continue
+            if rounds < SPIN + YIELD:
+                os.sched_yield()
+                continue
+            time.sleep(sleep)
+            sleep = min(sleep * 2, 1e-3)
+            now = time.monotonic()
+            if now >= next_check:
+                next_check = now + 0.1
+                self._check(late, target, now - start)
+
+    def _check(self, late: list[int], target: int, waited: float) -> None:
+        for r in late:
+            if not pid_alive(self.pids[r]):
+                g = self.global_ranks[r]
+                raise PeerLostError(f"rank {g} (pid {self.pids[r]}, same host) died; rank "
+                                    f"{self.global_ranks[self.rank]} was waiting for it in shared "
+                                    f"memory", peer=g)
+        if waited > self.timeout:
+            who = ", ".join(f"rank {self.global_ranks[r]} (at step {self.get(r, 0)})" for r in late)
+            raise CommTimeoutError(
+                f"rank {self.global_ranks[self.rank]} timed out after {self.timeout:g} s in shared "
+                f"memory at step {target}: still waiting for {who} (did it skip this call?)",
+                peer=self.global_ranks[late[0]])
+
+    def close(self) -> None:
+        try:
+            self.words.release()
+            self.view.release()
+            self.mm.close()
+        except (BufferError, ValueError):
+            pass  # arrays still point into it: the mapping goes when they do
+
+
+def build(n: int, rank: int, name: str, pids: Sequence[int], ranks: Sequence[int], timeout: float,
+          create: bool, announce: Callable[[], None], wait_created: Callable[[], None]) -> Arena:
+    """Create (rank 0) or open the arena segment ``name``; unlink once everyone mapped it."""
+    from .shm import SHM_DIR, unlink_quietly
+
+    slot = slot_bytes()
+    size = arena_size(n, slot)
+    path = os.path.join(SHM_DIR, name)
+    flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+    try:
+        if create:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+            try:
+                os.ftruncate(fd, size)
+                mm = mmap.mmap(fd, size, flags=flags)
+            finally:
+                os.close(fd)
+            announce()
+        else:
+            wait_created()
+            fd = os.open(path, os.O_RDWR)
+            try:
+                mm = mmap.mmap(fd, size, flags=flags)
+            finally:
+                os.close(fd)
+        arena = Arena(mm, n, rank, slot, pids, ranks, timeout)
+        arena.sync()              # everyone has it mapped
+    finally:
+        if create:                # also when a rank never came: nothing may stay behind
+            unlink_quietly(name)
+    return arena
