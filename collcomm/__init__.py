@@ -30,6 +30,7 @@ from .objects import (
     reduce_object, scatter_object_list, send_object_list,
 )
 from .ops import ReduceOp
+from .memory import empty, empty_like, full, is_shared, zeros
 from .runtime import destroy_process_group, init_process_group, is_initialized, new_group
 from .work import Work
 
@@ -62,6 +63,8 @@ __all__ = [
     "all_gather", "all_gather_into_tensor", "all_reduce", "all_to_all", "all_to_all_single",
     "barrier", "broadcast", "gather", "monitored_barrier", "reduce", "reduce_scatter",
     "reduce_scatter_tensor", "scatter",
+    # zero-copy buffers in shared memory
+    "empty", "empty_like", "full", "is_shared", "zeros",
     # point to point
     "P2POp", "P2PWork", "batch_isend_irecv", "irecv", "isend", "recv", "send",
     # objects

@@ -14,6 +14,7 @@ sequence number or user tag (35 bits).
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 import queue
 import struct
@@ -29,6 +30,7 @@ from .work import Work
 T = TypeVar("T")
 
 _local = threading.local()
+_POPULATE = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
 
 
 class call_timeout:
@@ -116,6 +118,21 @@ class GroupComm:
         self._group = group
         self.can_share_memory = group.can_share_memory
 
+    def shared(self, arr: np.ndarray) -> tuple[int, int] | None:
+        """(heap key, byte offset) if ``arr`` lies in a shared allocation that every rank of
+        this group has mapped; else None."""
+        heap = getattr(self._transport, "heap", None)
+        if heap is None or not len(heap):
+            return None
+        found = heap.lookup(arr)
+        if found is None or not found[0].members.issuperset(self._ranks):
+            return None
+        return found[0].key, found[1]
+
+    def peer_bytes(self, key: int, peer: int) -> np.ndarray:
+        """Local rank ``peer``'s segment of shared allocation ``key`` (uint8)."""
+        return self._transport.heap.peer(key, self._ranks[peer])  # type: ignore[union-attr]
+
     def arena(self) -> Any:
         arena = self._group._get_arena(self)
         if arena is not None:
@@ -155,6 +172,7 @@ class ProcessGroup:
         self._pending: list[Work] = []
         self._closed = False
         self._arena: Any = None
+        self._allocs = 0
         kinds = transport.kinds() if transport is not None and hasattr(transport, "kinds") else {}
         self.can_share_memory = (
             self.size > 1 and os.environ.get("COLLCOMM_ARENA", "1") != "0"
@@ -258,6 +276,47 @@ class ProcessGroup:
                                           comm._timeout or self.timeout, self.rank == 0,
                                           announce, wait_created)
         return self._arena
+
+    # -- the shared heap --------------------------------------------------------------------------
+    def allocate(self, nbytes: int, collective: str = "empty") -> np.ndarray:
+        """``nbytes`` (uint8) of shared memory, allocated by every rank of the group together
+        (see transport/heap.py). Groups that cannot share memory get private memory."""
+        if not self.can_share_memory:
+            return np.empty(nbytes, dtype=np.uint8)
+        from .transport import heap as heap_mod
+        from .transport.shm import PAGE, SHM_DIR, create_segment, unlink_quietly
+
+        engine: Any = self.transport
+        with self._lock:
+            self._allocs += 1
+            key = (self.ctx << 32) | self._allocs
+        size = max(PAGE, (nbytes + PAGE - 1) // PAGE * PAGE)
+
+        def name(g: int) -> str:
+            return f"collcomm-{engine.job}-heap-{g}-{key:x}"
+
+        def body(comm: GroupComm) -> np.ndarray:
+            arena = comm.arena()
+            own = create_segment(name(self.global_rank), size, populate=True)
+            alloc = heap_mod.Allocation(key, frozenset(self.ranks))
+            try:
+                arena.sync()                      # every segment exists
+                for g in self.ranks:
+                    if g != self.global_rank:
+                        with open(os.path.join(SHM_DIR, name(g)), "r+b") as f:
+                            alloc.peers[g] = np.frombuffer(
+                                mmap.mmap(f.fileno(), size, flags=_POPULATE), dtype=np.uint8)
+                arena.sync()                      # every rank mapped every segment
+            finally:
+                unlink_quietly(name(self.global_rank))
+            arr = np.frombuffer(own, dtype=np.uint8, count=nbytes)
+            alloc.start = np.frombuffer(own, dtype=np.uint8).ctypes.data
+            alloc.end = alloc.start + size
+            alloc.peers[self.global_rank] = np.frombuffer(own, dtype=np.uint8)
+            engine.heap.add(alloc, own)
+            return arr
+
+        return self.run(collective, body)  # type: ignore[return-value]
 
     # -- user point-to-point -----------------------------------------------------------
     def _p2p_tag(self, tag: int, op: str) -> int:

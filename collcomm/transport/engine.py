@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from ..errors import ClosedError, CommTimeoutError, MismatchError, PeerLostError
 from .base import ANY_SOURCE, Buffer, Handle, Status, Transport
+from .heap import Heap
 
 SPIN_ROUNDS = 200
 YIELD_ROUNDS = 50
@@ -139,6 +140,7 @@ class Engine(Transport):
     def __init__(self, rank: int, size: int, timeout: float, job: str = "local") -> None:
         self.rank, self.size, self.timeout = rank, size, timeout
         self.job = job          # names this job's shared-memory segments
+        self.heap = Heap()      # user buffers in shared memory (collcomm.empty)
         self.channels: dict[int, Channel] = {}
         self.lost: dict[int, BaseException] = {}
         self._lock = threading.RLock()

@@ -61,11 +61,12 @@ def _round(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
-def create_segment(name: str, size: int) -> mmap.mmap:
+def create_segment(name: str, size: int, populate: bool = False) -> mmap.mmap:
     fd = os.open(os.path.join(SHM_DIR, name), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     try:
         os.ftruncate(fd, size)
-        return mmap.mmap(fd, size)
+        flags = mmap.MAP_SHARED | (getattr(mmap, "MAP_POPULATE", 0) if populate else 0)
+        return mmap.mmap(fd, size, flags=flags)
     finally:
         os.close(fd)
 

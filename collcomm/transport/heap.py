@@ -1,0 +1,78 @@
+"""The shared heap: user buffers that live in shared memory (``collcomm.empty`` & co).
+
+An allocation is made by every rank of a one-host group together: each rank creates one
+segment of the requested size (mapped with MAP_POPULATE, so it is never page-faulted on
+the hot path), the ranks meet, each maps every other rank's segment, they meet again and
+each unlinks its own name — nothing is left in /dev/shm even if a rank is killed later.
+An allocation is known by a 64-bit key (the group's context id and the group's allocation
+count, identical on every rank).
+
+Collectives find out with :meth:`Heap.lookup` whether an array lies in one of this rank's
+own segments (key and byte offset), and read a peer's copy through :meth:`Heap.peer`.
+When the last array viewing a rank's own segment is garbage collected, the rank forgets
+the allocation (and its mappings of the peers' segments).
+"""
+from __future__ import annotations
+
+import bisect
+import mmap
+import threading
+import weakref
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Allocation:
+    key: int
+    members: frozenset[int]                       # global ranks that mapped it
+    start: int = 0                                # address range of this rank's own segment
+    end: int = 0
+    peers: dict[int, np.ndarray] = field(default_factory=dict)   # global rank -> uint8 view
+
+
+class Heap:
+    """This process's table of shared allocations."""
+
+    def __init__(self) -> None:
+        self._allocs: dict[int, Allocation] = {}
+        self._starts: list[int] = []
+        self._by_start: dict[int, Allocation] = {}
+        self._lock = threading.Lock()
+
+    def add(self, alloc: Allocation, own: mmap.mmap) -> None:
+        with self._lock:
+            self._allocs[alloc.key] = alloc
+            bisect.insort(self._starts, alloc.start)
+            self._by_start[alloc.start] = alloc
+        weakref.finalize(own, self._forget, alloc.key)
+
+    def _forget(self, key: int) -> None:
+        with self._lock:
+            alloc = self._allocs.pop(key, None)
+            if alloc is not None:
+                self._starts.remove(alloc.start)
+                del self._by_start[alloc.start]
+                alloc.peers.clear()
+
+    def lookup(self, arr: np.ndarray) -> tuple[Allocation, int] | None:
+        """(allocation, byte offset) if ``arr``'s bytes lie in one of our own segments."""
+        if not self._starts or arr.size == 0:
+            return None
+        addr = arr.ctypes.data
+        with self._lock:
+            i = bisect.bisect_right(self._starts, addr) - 1
+            if i < 0:
+                return None
+            alloc = self._by_start[self._starts[i]]
+        if addr + arr.nbytes <= alloc.end:
+            return alloc, addr - alloc.start
+        return None
+
+    def peer(self, key: int, rank: int) -> np.ndarray:
+        """Rank ``rank``'s segment of allocation ``key`` (uint8), as mapped here."""
+        return self._allocs[key].peers[rank]
+
+    def __len__(self) -> int:
+        return len(self._allocs)
