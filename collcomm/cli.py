@@ -63,7 +63,39 @@ def _run_command(args: argparse.Namespace) -> int:
     return launch(cfg)
 
 
-_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_run_command]
+def _add_bench_command(subparsers: argparse._SubParsersAction) -> None:
+    from .bench.options import HELP_EPILOG, add_arguments
+
+    p = subparsers.add_parser(
+        "bench", help="benchmark collectives (nccl-tests / OSU style; vs MPI and Gloo)",
+        description="Benchmark collcomm collectives over a size sweep, in nccl-tests columns "
+                    "(or OSU latency columns), optionally side by side with mpi4py/Open MPI "
+                    "and torch Gloo. Launches -n ranks itself, or runs in place inside a "
+                    "launched job (RANK and WORLD_SIZE set).",
+        epilog=HELP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(p)
+    p.set_defaults(func=_bench_command)
+
+
+def _bench_command(args: argparse.Namespace) -> int:
+    if args.calibrate:
+        from .bench.calibrate import calibrate, format_model
+
+        print(format_model(calibrate(args.save)))
+        return 0
+    from .bench.options import options_from_args
+    from .bench.runner import main as bench_main
+
+    try:
+        opts = options_from_args(args)
+    except ValueError as exc:
+        print(f"collcomm bench: error: {exc}", file=sys.stderr)
+        return 2
+    return bench_main(opts)
+
+
+_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_run_command,
+                                                                 _add_bench_command]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -109,7 +109,7 @@ class GroupComm:
     """
 
     __slots__ = ("rank", "size", "_ranks", "_transport", "_tag", "_timeout", "_group",
-                 "can_share_memory")
+                 "can_share_memory", "spans_hosts", "n_hosts", "link")
 
     def __init__(self, group: "ProcessGroup", tag: int, timeout: float | None) -> None:
         self.rank, self.size = group.rank, group.size
@@ -117,6 +117,15 @@ class GroupComm:
         self._tag, self._timeout = tag, timeout
         self._group = group
         self.can_share_memory = group.can_share_memory
+        self.spans_hosts, self.n_hosts, self.link = group.spans_hosts, group.n_hosts, group.link
+
+    def hierarchy(self) -> tuple["GroupComm", "GroupComm | None"]:
+        """(this host's ranks of the group, the hosts' leaders or None if this rank is not
+        one): comms for one step each of a hierarchical algorithm inside this call."""
+        local, leaders = self._group._hierarchy()
+        timeout = self._timeout
+        lc = GroupComm(local, local._next_tag(), timeout)
+        return lc, (GroupComm(leaders, leaders._next_tag(), timeout) if leaders is not None else None)
 
     def shared(self, arr: np.ndarray) -> tuple[int, int] | None:
         """(heap key, byte offset) if ``arr`` lies in a shared allocation that every rank of
@@ -173,10 +182,16 @@ class ProcessGroup:
         self._closed = False
         self._arena: Any = None
         self._allocs = 0
+        self._tiers: Any = None
+        hosts = getattr(transport, "hosts", None)
+        self.hosts = [hosts[r] for r in self.ranks] if hosts else ["local"] * self.size
+        self.n_hosts = len(set(self.hosts))
+        self.spans_hosts = self.n_hosts > 1
         kinds = transport.kinds() if transport is not None and hasattr(transport, "kinds") else {}
+        all_shm = all(kinds.get(r) == "shm" for r in self.ranks if r != global_rank)
+        self.link = "shm" if all_shm else "tcp"
         self.can_share_memory = (
-            self.size > 1 and os.environ.get("COLLCOMM_ARENA", "1") != "0"
-            and all(kinds.get(r) == "shm" for r in self.ranks if r != global_rank))
+            self.size > 1 and all_shm and os.environ.get("COLLCOMM_ARENA", "1") != "0")
 
     def __repr__(self) -> str:
         return f"ProcessGroup({self.name!r}, ranks={self.ranks}, rank={self.rank})"
@@ -276,6 +291,24 @@ class ProcessGroup:
                                           comm._timeout or self.timeout, self.rank == 0,
                                           announce, wait_created)
         return self._arena
+
+    # -- hosts -------------------------------------------------------------------------------------
+    def _hierarchy(self) -> tuple["ProcessGroup", "ProcessGroup | None"]:
+        """This host's members, and the group of each host's lowest rank (if we are one)."""
+        if self._tiers is None:
+            mine = self.hosts[self.rank]
+            local = [g for g, h in zip(self.ranks, self.hosts) if h == mine]
+            leaders = [self.ranks[self.hosts.index(h)] for h in dict.fromkeys(self.hosts)]
+            local_group = ProcessGroup(self.transport if len(local) > 1 else None, local,
+                                       self.global_rank, make_ctx("host", self.ctx, mine),
+                                       f"{self.name}.host", self.timeout)
+            leader_group = None
+            if self.global_rank in leaders:
+                leader_group = ProcessGroup(self.transport, leaders, self.global_rank,
+                                            make_ctx("leaders", self.ctx), f"{self.name}.leaders",
+                                            self.timeout)
+            self._tiers = (local_group, leader_group)
+        return self._tiers
 
     # -- the shared heap --------------------------------------------------------------------------
     def allocate(self, nbytes: int, collective: str = "empty") -> np.ndarray:
@@ -387,3 +420,7 @@ class ProcessGroup:
         if self._arena is not None:
             self._arena.close()
             self._arena = None
+        if self._tiers is not None:
+            for g in self._tiers:
+                if g is not None:
+                    g.close()

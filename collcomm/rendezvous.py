@@ -115,7 +115,14 @@ def _default_url(ident: Identity, env: Mapping[str, str]) -> str:
 
 
 def host_id() -> str:
-    """Ranks with equal host ids can share memory: same host, boot, pid namespace and /dev/shm."""
+    """Ranks with equal host ids can share memory: same host, boot, pid namespace and /dev/shm.
+
+    ``COLLCOMM_HOST_ID`` overrides it (ranks with different values talk TCP even on one
+    machine: how the tests build multi-host jobs on one host).
+    """
+    forced = os.environ.get("COLLCOMM_HOST_ID")
+    if forced:
+        return f"forced:{forced}"
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             boot = f.read().strip()
@@ -162,6 +169,7 @@ def join(init_method: str | None, world_size: int, rank: int, store: Any, timeou
     kv = PrefixStore(f"collcomm/init{_generation}", store)
     job = Job(ident.rank, ident.size, ident, store=store if own_store else None)
     try:
+        _share_cost_model(kv, ident.rank, timeout)
         job.transport = _connect(job, kv, token, job_id(env), timeout)
         kv.add("joined", 1)
         if ident.rank == 0 and own_store:
@@ -170,6 +178,15 @@ def join(init_method: str | None, world_size: int, rank: int, store: Any, timeou
         job.close()
         raise
     return job
+
+
+def _share_cost_model(kv: Any, rank: int, timeout: float) -> None:
+    """Every rank uses rank 0's cost model, so every rank picks the same algorithms."""
+    from .algorithms import cost
+
+    if rank == 0:
+        kv.set("cost_model", cost.active().to_json().encode())
+    cost.set_active(cost.CostModel.from_json(kv.get("cost_model", timeout=timeout).decode()))
 
 
 def _await_others(kv: Any, size: int, patience: float = 10.0) -> None:
@@ -199,6 +216,7 @@ def _connect(job: Job, kv: Any, token: bytes, jid: str, timeout: float) -> Engin
         kv.set(f"info/{rank}", json.dumps(me).encode())
         infos = [json.loads(kv.get(f"info/{r}", timeout=timeout)) for r in range(size)]
         local = [r for r in range(size) if infos[r]["host"] == me["host"]]
+        engine.hosts = [str(info["host"]) for info in infos]
         if mode == "tcp":
             shm_peers: list[int] = []
         else:

@@ -63,12 +63,14 @@ def _kill_group(p: subprocess.Popen) -> None:
 
 def run_ranks(fn: Callable[..., Any], n: int, *args: Any, env: dict[str, str] | None = None,
               timeout: float = 60.0, transport: str | None = None, init: bool = True,
-              expect_failure: bool = False, kill: dict[int, float] | None = None) -> list[Any]:
+              expect_failure: bool = False, kill: dict[int, float] | None = None,
+              rank_env: dict[int, dict[str, str]] | None = None) -> list[Any]:
     """Run ``fn(*args)`` on ``n`` ranks; return the per-rank results (or Outcomes).
 
     ``transport``: force COLLCOMM_TRANSPORT ("tcp" or "shm"). ``expect_failure``: return
     the list of :class:`Outcome` instead of raising when a rank fails. ``kill``: {rank: t}
-    SIGKILLs that rank t seconds after the start.
+    SIGKILLs that rank t seconds after the start. ``rank_env``: extra variables per rank
+    (e.g. ``COLLCOMM_HOST_ID`` to make ranks of one machine look like several hosts).
     """
     job_id = secrets.token_hex(6)
     JOBS.append(job_id)
@@ -90,7 +92,7 @@ def run_ranks(fn: Callable[..., Any], n: int, *args: Any, env: dict[str, str] | 
     start = time.monotonic()
     try:
         for r in range(n):
-            e = dict(base, RANK=str(r), LOCAL_RANK=str(r))
+            e = dict(base, RANK=str(r), LOCAL_RANK=str(r), **(rank_env or {}).get(r, {}))
             log = open(os.path.join(tmp, f"out-{r}.txt"), "wb")
             logs.append(log)
             procs.append(subprocess.Popen([sys.executable, "-m", "tests.rank_main", tmp], env=e,

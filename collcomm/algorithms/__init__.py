@@ -11,6 +11,8 @@ One module per family, each opening with a description of its steps and costs:
 * :mod:`.pairwise` — pairwise exchange all_to_all(v);
 * :mod:`.dissemination` — dissemination barrier;
 * :mod:`.shm_direct` — every collective through one shared-memory arena (one host);
+* :mod:`.hierarchical` — shared memory inside hosts, TCP between host leaders;
+* :mod:`.cost` — the α-β cost model behind ``algorithm="auto"``;
 * :mod:`.registry` — ``ALGORITHMS``, :func:`available`, :func:`select` (the auto rule).
 
 The entry points below take 1-D C-contiguous arrays, counts in elements, and
@@ -39,7 +41,7 @@ from typing import Sequence
 import numpy as np
 
 from .base import Comm, ReduceFn, sendrecv, wait_all
-from .registry import ALGORITHMS, SMALL, auto, available, select
+from .registry import ALGORITHMS, SMALL, auto, available, best, select, topology
 
 __all__ = [
     "ALGORITHMS",
@@ -63,50 +65,45 @@ __all__ = [
 ]
 
 
-def _shm(comm: Comm) -> bool:
-    """Whether the group can use the shared-memory-direct family (same on every rank)."""
-    return bool(getattr(comm, "can_share_memory", False))
-
-
 def broadcast(comm: Comm, buf: np.ndarray, root: int, *, algorithm: str = "auto") -> None:
-    select("broadcast", buf.nbytes, comm.size, algorithm, _shm(comm))(comm, buf, root)
+    select("broadcast", buf.nbytes, comm.size, algorithm, **topology(comm))(comm, buf, root)
 
 
 def reduce(comm: Comm, send: np.ndarray, recv: np.ndarray | None, fn: ReduceFn, root: int,
            *, algorithm: str = "auto") -> None:
-    select("reduce", send.nbytes, comm.size, algorithm, _shm(comm))(comm, send, recv, fn, root)
+    select("reduce", send.nbytes, comm.size, algorithm, **topology(comm))(comm, send, recv, fn, root)
 
 
 def all_reduce(comm: Comm, buf: np.ndarray, fn: ReduceFn, *, algorithm: str = "auto") -> None:
-    select("all_reduce", buf.nbytes, comm.size, algorithm, _shm(comm))(comm, buf, fn)
+    select("all_reduce", buf.nbytes, comm.size, algorithm, **topology(comm))(comm, buf, fn)
 
 
 def all_gather(comm: Comm, send: np.ndarray, recv: np.ndarray, *, algorithm: str = "auto") -> None:
-    select("all_gather", recv.nbytes, comm.size, algorithm, _shm(comm))(comm, send, recv)
+    select("all_gather", recv.nbytes, comm.size, algorithm, **topology(comm))(comm, send, recv)
 
 
 def reduce_scatter(comm: Comm, send: np.ndarray, recv: np.ndarray, fn: ReduceFn,
                    *, algorithm: str = "auto") -> None:
-    select("reduce_scatter", send.nbytes, comm.size, algorithm, _shm(comm))(comm, send, recv, fn)
+    select("reduce_scatter", send.nbytes, comm.size, algorithm, **topology(comm))(comm, send, recv, fn)
 
 
 def gather(comm: Comm, send: np.ndarray, recv: np.ndarray | None, root: int,
            *, algorithm: str = "auto") -> None:
     nbytes = send.nbytes * comm.size
-    select("gather", nbytes, comm.size, algorithm, _shm(comm))(comm, send, recv, root)
+    select("gather", nbytes, comm.size, algorithm, **topology(comm))(comm, send, recv, root)
 
 
 def scatter(comm: Comm, send: np.ndarray | None, recv: np.ndarray, root: int,
             *, algorithm: str = "auto") -> None:
     nbytes = recv.nbytes * comm.size
-    select("scatter", nbytes, comm.size, algorithm, _shm(comm))(comm, send, recv, root)
+    select("scatter", nbytes, comm.size, algorithm, **topology(comm))(comm, send, recv, root)
 
 
 def all_to_all(comm: Comm, send: np.ndarray, send_counts: Sequence[int], recv: np.ndarray,
                recv_counts: Sequence[int], *, algorithm: str = "auto") -> None:
-    select("all_to_all", send.nbytes, comm.size, algorithm, _shm(comm))(
+    select("all_to_all", send.nbytes, comm.size, algorithm, **topology(comm))(
         comm, send, send_counts, recv, recv_counts)
 
 
 def barrier(comm: Comm, *, algorithm: str = "auto") -> None:
-    select("barrier", 0, comm.size, algorithm, _shm(comm))(comm)
+    select("barrier", 0, comm.size, algorithm, **topology(comm))(comm)

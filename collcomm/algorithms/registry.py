@@ -8,21 +8,14 @@
    ``COLLCOMM_ALGO_ALL_REDUCE=ring``);
 3. the automatic rule below, from the message size ``nbytes`` and the group size ``n``.
 
-Automatic rule: when every rank of the group shares memory with this one (one host, not
-forced to TCP), ``shm_direct`` for every collective; otherwise (``SMALL`` = 64 KiB; ``nbytes`` is the size of the call's largest buffer,
-which is the same on every rank, so every rank picks the same algorithm):
+Automatic rule, from the group's topology (the same on every rank):
 
-==============  ================================================================
-all_reduce      n = 1 or nbytes < SMALL: recursive_doubling; else ring
-all_gather      total (n·k) bytes < SMALL: bruck; else ring
-reduce_scatter  total (n·k) bytes < SMALL: recursive_halving; else ring
-broadcast       tree (binomial)
-reduce          tree (binomial)
-gather          tree (binomial)
-scatter         tree (binomial)
-all_to_all      pairwise (counts may differ per rank, so no size rule)
-barrier         dissemination
-==============  ================================================================
+1. every rank shares memory with this one (one host, not forced to TCP): ``shm_direct``;
+2. the group spans several hosts and some host has more than one of its ranks:
+   ``hierarchical`` for all_reduce, broadcast, reduce and barrier;
+3. otherwise the point-to-point family with the lowest predicted time in the α-β cost
+   model of :mod:`.cost` (constants from ``collcomm bench --calibrate``), for the group's
+   link ("shm" channels or "tcp").
 
 Aliases: ``binomial`` = ``tree``, ``recursive`` = ``recursive_doubling`` (or
 ``recursive_halving`` for reduce_scatter), ``naive``/``basic`` = ``linear``.
@@ -30,11 +23,11 @@ Aliases: ``binomial`` = ``tree``, ``recursive`` = ``recursive_doubling`` (or
 from __future__ import annotations
 
 import os
-from typing import Callable
+from typing import Any, Callable
 
 from ..errors import InvalidArgumentError
 from . import dissemination
-from . import bruck, linear, pairwise, recursive, ring, shm_direct, tree
+from . import bruck, cost, hierarchical, linear, pairwise, recursive, ring, shm_direct, tree
 
 SMALL = 64 * 1024
 
@@ -70,6 +63,8 @@ ALGORITHMS: dict[str, dict[str, Callable[..., None]]] = {
 }
 for _collective, _table_ in ALGORITHMS.items():
     _table_["shm_direct"] = getattr(shm_direct, _collective)
+    if _collective in ("all_reduce", "broadcast", "reduce", "barrier"):
+        _table_["hierarchical"] = getattr(hierarchical, _collective)
 
 _ALIASES = {
     "binomial": "tree",
@@ -97,26 +92,49 @@ def _table(collective: str) -> dict[str, Callable[..., None]]:
     return table
 
 
-def auto(collective: str, nbytes: int, n: int, shm: bool = False) -> str:
+#: Point-to-point families ``auto`` may pick, in tie-break order (bruck all_to_all needs
+#: equal counts, which only the caller knows, so it is never picked automatically).
+_CANDIDATES = {
+    "all_reduce": ["recursive_doubling", "rabenseifner", "ring", "tree", "linear"],
+    "all_gather": ["bruck", "recursive_doubling", "ring", "linear"],
+    "reduce_scatter": ["recursive_halving", "ring", "linear"],
+    "broadcast": ["tree", "linear"],
+    "reduce": ["tree", "linear"],
+    "gather": ["tree", "linear"],
+    "scatter": ["tree", "linear"],
+    "all_to_all": ["pairwise", "linear"],
+    "barrier": ["dissemination", "linear"],
+}
+HIERARCHICAL = ("all_reduce", "broadcast", "reduce", "barrier")
+
+
+def auto(collective: str, nbytes: int, n: int, shm: bool = False, hosts: int = 1,
+         link: str = "tcp") -> str:
     """The family the automatic rule picks (see the module docstring)."""
-    if shm and n > 1:
-        return "shm_direct"
-    if collective == "all_reduce":
-        return "recursive_doubling" if n == 1 or nbytes < SMALL else "ring"
-    if collective == "all_gather":
-        return "bruck" if nbytes < SMALL else "ring"
-    if collective == "reduce_scatter":
-        return "recursive_halving" if nbytes < SMALL else "ring"
-    if collective == "all_to_all":
-        return "pairwise"
-    if collective == "barrier":
-        return "dissemination"
     _table(collective)
-    return "tree"
+    if n > 1 and shm:
+        return "shm_direct"
+    if 1 < hosts < n and collective in HIERARCHICAL:
+        return "hierarchical"
+    if n == 1:
+        return _CANDIDATES[collective][0]
+    return cost.cheapest(collective, n, nbytes, _CANDIDATES[collective], link)
 
 
-def select(collective: str, nbytes: int, n: int, algorithm: str = "auto",
-           shm: bool = False) -> Callable[..., None]:
+def topology(comm: Any) -> dict[str, Any]:
+    """What ``auto`` needs to know about a comm (the same on every rank of the group)."""
+    return {"shm": bool(getattr(comm, "can_share_memory", False)),
+            "hosts": int(getattr(comm, "n_hosts", 1)),
+            "link": getattr(comm, "link", "tcp")}
+
+
+def best(collective: str, nbytes: int, comm: Any) -> Callable[..., None]:
+    """The automatic choice for ``comm`` (no environment override: for inner steps)."""
+    return _table(collective)[auto(collective, nbytes, comm.size, **topology(comm))]
+
+
+def select(collective: str, nbytes: int, n: int, algorithm: str = "auto", shm: bool = False,
+           hosts: int = 1, link: str = "tcp") -> Callable[..., None]:
     """The function to run ``collective`` of ``nbytes`` over ``n`` ranks (see module doc)."""
     table = _table(collective)
     name = (algorithm or "auto").strip().lower()
@@ -126,7 +144,7 @@ def select(collective: str, nbytes: int, n: int, algorithm: str = "auto",
         name = os.environ.get(env, "auto").strip().lower() or "auto"
         source = env
     if name == "auto":
-        return table[auto(collective, nbytes, n, shm)]
+        return table[auto(collective, nbytes, n, shm, hosts, link)]
     if name not in table and name in _ALIASES:
         alias = _ALIASES[name]
         if collective == "reduce_scatter" and alias == "recursive_doubling":

@@ -141,6 +141,7 @@ class Engine(Transport):
         self.rank, self.size, self.timeout = rank, size, timeout
         self.job = job          # names this job's shared-memory segments
         self.heap = Heap()      # user buffers in shared memory (collcomm.empty)
+        self.hosts: list[str] = ["local"] * size   # host id of every rank (set at rendezvous)
         self.channels: dict[int, Channel] = {}
         self.lost: dict[int, BaseException] = {}
         self._lock = threading.RLock()

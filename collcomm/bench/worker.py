@@ -1,0 +1,369 @@
+"""What runs inside every rank: the library-neutral sweep and the collcomm backend.
+
+A *backend* wraps one library (collcomm here; mpi4py and torch Gloo in ``peers.py``) behind
+a few calls: ``barrier``, ``bcast_int`` (rank 0's value to all), ``allgather_floats`` and
+``make`` (buffers + one callable for an op). :func:`sweep` drives any backend the same
+way, so every library is measured by the same code:
+
+    warmup (>= 1 call) -> rank 0 picks the iteration count, broadcasts it ->
+    iters x (barrier; t0; op; t1) -> per-rank median and mean -> gathered to every rank
+    -> optional check (refill inputs with a rank-dependent pattern, one more call, count
+    wrong elements).
+
+``python -m collcomm.bench.worker OPTIONS.json OUT.json`` is the collcomm rank program;
+rank 0 writes the rows to OUT.json.
+"""
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .options import REDUCING, ROOTED, Options, count_for
+from .report import DTYPE_NAMES, make_row
+
+
+class Unsupported(Exception):
+    """The library cannot run this op / mode / dtype / redop; the row records why."""
+
+
+@dataclass
+class Case:
+    """One op at one size: ``call()`` runs it once; ``send`` is this rank's whole input
+    (filled before a check), ``recv`` the output to verify (None: nothing to check here)."""
+
+    call: Callable[[], Any]
+    send: np.ndarray | None
+    recv: np.ndarray | None
+
+
+# --------------------------------------------------------------------------- check patterns
+
+def pattern(rank: int, idx: np.ndarray, redop: str, dtype: str) -> np.ndarray:
+    """Rank ``rank``'s input at global element indices ``idx``: small integers, so sums are
+    exact; for prod only 1 and 2 (products are exact powers of two)."""
+    if redop == "prod":
+        vals = 1 + (idx + rank) % 2
+    else:
+        vals = (idx * 7 + rank * 3) % 11 + 1
+    return vals.astype(dtype)
+
+
+def _reduce(parts: list[np.ndarray], redop: str, n: int) -> np.ndarray:
+    acc = parts[0].copy()
+    for p in parts[1:]:
+        if redop in ("sum", "avg"):
+            np.add(acc, p, out=acc)
+        elif redop == "prod":
+            np.multiply(acc, p, out=acc)
+        elif redop == "max":
+            np.maximum(acc, p, out=acc)
+        else:
+            np.minimum(acc, p, out=acc)
+    if redop == "avg":
+        acc = (acc / n).astype(acc.dtype) if acc.dtype.kind == "f" else acc // n
+    return acc
+
+
+def expected(op: str, rank: int, n: int, count: int, per: int, redop: str, dtype: str,
+             root: int) -> np.ndarray | None:
+    """What ``Case.recv`` of ``rank`` must hold after one call (see module doc of options)."""
+    ar = np.arange(count if op in ("all_reduce", "reduce", "broadcast", "sendrecv") else per)
+    if op in ("all_reduce", "reduce"):
+        return _reduce([pattern(s, ar, redop, dtype) for s in range(n)], redop, n)
+    if op == "broadcast":
+        return pattern(root, ar, redop, dtype)
+    if op == "sendrecv":
+        return pattern((rank - 1) % n, ar, redop, dtype)
+    if op in ("all_gather", "gather"):
+        return np.concatenate([pattern(s, ar, redop, dtype) for s in range(n)])
+    mine = rank * per + ar
+    if op == "reduce_scatter":
+        return _reduce([pattern(s, mine, redop, dtype) for s in range(n)], redop, n)
+    if op == "scatter":
+        return pattern(root, mine, redop, dtype)
+    if op == "all_to_all":
+        return np.concatenate([pattern(s, mine, redop, dtype) for s in range(n)])
+    return None
+
+
+def count_wrong(got: np.ndarray, want: np.ndarray) -> int:
+    got = got.reshape(-1)
+    if got.shape != want.shape:
+        return max(got.size, want.size)
+    if want.dtype.kind == "f":
+        rtol = 1e-2 if want.dtype.itemsize == 2 else 1e-5
+        ok = np.isclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=0)
+        return int(ok.size - np.count_nonzero(ok))
+    return int(np.count_nonzero(got != want))
+
+
+def timing_fill(redop: str) -> int:
+    """Values that stay put under repeated in-place reductions (no overflow, no denormals)."""
+    return 1 if redop in ("prod", "max", "min") else 0
+
+
+# --------------------------------------------------------------------------- the sweep
+
+class Progress:
+    """Rank 0 writes ``done total label`` to a file the parent draws a bar from."""
+
+    def __init__(self, path: str | None, total: int) -> None:
+        self.path, self.total, self.done = path, total, 0
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        if not self.path:
+            return
+        try:
+            tmp = self.path + ".tmp"
+            with open(tmp, "w") as fh:
+                fh.write(f"{self.done} {self.total} {label}\n")
+            os.replace(tmp, self.path)
+        except OSError:
+            pass
+
+
+def _units(opts: Options) -> list[tuple[str, int]]:
+    units = []
+    for op in opts.ops:
+        for size in ([0] if op == "barrier" else opts.sizes):
+            units.append((op, size))
+    return units
+
+
+def pick_iters(estimate_s: float, opts: Options) -> int:
+    """Iterations for about ``opts.time_per_size`` seconds, within [min_iters, iters]."""
+    lo, hi = max(1, min(opts.min_iters, opts.iters)), opts.iters
+    if estimate_s <= 0:
+        return hi
+    return int(max(lo, min(hi, math.ceil(opts.time_per_size / estimate_s))))
+
+
+def run_case(backend: Any, case: Case, opts: Options) -> tuple[list[float], int]:
+    """Warm up, agree on the iteration count, time it; return this rank's times (s), iters."""
+    perf, barrier, call = time.perf_counter, backend.barrier, case.call
+    loop = []
+    for _ in range(max(1, opts.warmup)):
+        a = perf()
+        barrier()
+        call()
+        loop.append(perf() - a)
+    iters = pick_iters(statistics.median(loop), opts) if backend.rank == 0 else 0
+    iters = backend.bcast_int(iters)
+    times = [0.0] * iters
+    for i in range(iters):
+        barrier()
+        t0 = perf()
+        call()
+        times[i] = perf() - t0
+    return times, iters
+
+
+def _run_check(backend: Any, case: Case, op: str, count: int, per: int, opts: Options,
+               root: int) -> int:
+    n, rank = backend.size, backend.rank
+    if case.send is not None:
+        size = case.send.size
+        case.send.reshape(-1)[:] = pattern(rank, np.arange(size), opts.redop, opts.dtype)
+    backend.barrier()
+    case.call()
+    backend.barrier()
+    if case.recv is None:
+        return 0
+    want = expected(op, rank, n, count, per, opts.redop, opts.dtype, root)
+    return 0 if want is None else count_wrong(case.recv, want)
+
+
+def sweep(backend: Any, opts: Options, lib: str) -> list[dict[str, Any]]:
+    """Every (op, size, mode) of ``opts`` on ``backend``; the same rows on every rank."""
+    n = backend.size
+    root = opts.root % n
+    units = _units(opts)
+    progress = Progress(opts.progress_path if backend.rank == 0 else None,
+                        len(units) * len(opts.modes))
+    itemsize = np.dtype(opts.dtype).itemsize
+    rows: list[dict[str, Any]] = []
+    for op, size in units:
+        count, per = count_for(op, size, itemsize, n)
+        if op != "barrier" and per == 0:
+            for _ in opts.modes:
+                progress.step(f"{op} {size}")
+            continue
+        for mode in opts.modes:
+            base = dict(lib=lib, op=op, size=count * itemsize, count=count,
+                        dtype=opts.dtype, redop=opts.redop if op in REDUCING else "none",
+                        root=root if op in ROOTED else -1, mode=mode, nproc=n)
+            error = None
+            try:
+                case = backend.make(op, mode, count, per, opts.dtype, opts.redop, root)
+                if case.send is not None:
+                    case.send.reshape(-1)[:] = timing_fill(opts.redop)
+                times, iters = run_case(backend, case, opts)
+            except Unsupported as exc:
+                error = str(exc) or "unsupported"
+            except Exception as exc:  # a peer library refusing an op, e.g. Gloo + avg
+                if lib == "collcomm":  # a collcomm failure is a bug: fail loudly, whole job
+                    raise
+                error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:160]
+            if error is not None:
+                rows.append(make_row(**base, time_us=None, error=error))
+                progress.step(f"{op} {size} {mode}")
+                backend.barrier()
+                continue
+            wrong = -1
+            if opts.check:
+                try:
+                    wrong = _run_check(backend, case, op, count, per, opts, root)
+                except Exception as exc:
+                    print(f"collcomm bench: {lib} {op} check failed: {exc}", file=sys.stderr)
+                    wrong = count
+            med = statistics.median(times) if times else 0.0
+            mean = statistics.fmean(times) if times else 0.0
+            stats = backend.allgather_floats([med, mean, float(max(wrong, 0))])
+            meds, means, wrongs = stats[:, 0], stats[:, 1], stats[:, 2]
+            rows.append(make_row(
+                **base, time_us=float(meds.max()) * 1e6, iters=iters,
+                wrong=int(wrongs.sum()) if opts.check else -1,
+                lat_avg_us=float(means.mean()) * 1e6, lat_min_us=float(means.min()) * 1e6,
+                lat_max_us=float(means.max()) * 1e6))
+            del case
+            progress.step(f"{op} {size} {mode}")
+    return rows
+
+
+# --------------------------------------------------------------------------- collcomm backend
+
+class CollcommBackend:
+    """collcomm itself; ``alloc="shared"`` takes buffers from ``collcomm.empty``."""
+
+    name = "collcomm"
+
+    def __init__(self, alloc: str = "numpy") -> None:
+        import collcomm as dist
+
+        self.dist = dist
+        if not dist.is_initialized():
+            dist.init_process_group()
+        self.rank, self.size = dist.get_rank(), dist.get_world_size()
+        self.shared = alloc == "shared" and hasattr(dist, "empty")
+        if alloc == "shared" and not self.shared and self.rank == 0:
+            print("collcomm bench: collcomm.empty is not available yet; --alloc shared falls "
+                  "back to numpy buffers", file=sys.stderr)
+        self._i64 = np.zeros(1, dtype=np.int64)
+
+    def barrier(self) -> None:
+        self.dist.barrier()
+
+    def bcast_int(self, value: int) -> int:
+        self._i64[0] = value
+        self.dist.broadcast(self._i64, src=0)
+        return int(self._i64[0])
+
+    def allgather_floats(self, values: list[float]) -> np.ndarray:
+        mine = np.asarray(values, dtype=np.float64)
+        out = np.empty(mine.size * self.size, dtype=np.float64)
+        self.dist.all_gather_into_tensor(out, mine)
+        return out.reshape(self.size, mine.size)
+
+    def alloc(self, count: int, dtype: str) -> np.ndarray:
+        arr = self.dist.empty((count,), dtype) if self.shared else np.empty(count, dtype)
+        arr.fill(0)  # touch every page now, not inside the timed loop
+        return arr
+
+    def _op(self, redop: str) -> Any:
+        R = self.dist.ReduceOp
+        return {"sum": R.SUM, "prod": R.PRODUCT, "max": R.MAX, "min": R.MIN, "avg": R.AVG}[redop]
+
+    def make(self, op: str, mode: str, count: int, per: int, dtype: str, redop: str,
+             root: int) -> Case:
+        d, n, r, ip = self.dist, self.size, self.rank, mode == "ip"
+        A = self.alloc
+        if op == "all_reduce":
+            buf, rop = A(count, dtype), self._op(redop)
+            return Case(lambda: d.all_reduce(buf, op=rop), buf, buf)
+        if op == "broadcast":
+            buf = A(count, dtype)
+            return Case(lambda: d.broadcast(buf, src=root), buf, buf)
+        if op == "reduce":
+            buf, rop = A(count, dtype), self._op(redop)
+            return Case(lambda: d.reduce(buf, dst=root, op=rop), buf, buf if r == root else None)
+        if op == "all_gather":
+            out = A(n * per, dtype)
+            inp = out[r * per:(r + 1) * per] if ip else A(per, dtype)
+            return Case(lambda: d.all_gather_into_tensor(out, inp), inp, out)
+        if op == "reduce_scatter":
+            inp, rop = A(n * per, dtype), self._op(redop)
+            out = inp[r * per:(r + 1) * per] if ip else A(per, dtype)
+            return Case(lambda: d.reduce_scatter_tensor(out, inp, op=rop), inp, out)
+        if op in ("gather", "scatter"):
+            # collcomm.empty is collective: every rank allocates the same buffers
+            big, small = A(n * per, dtype), A(per, dtype)
+            views = [big[i * per:(i + 1) * per] for i in range(n)]
+            mine = views[r] if ip and r == root else small
+            if op == "gather":
+                if r == root:
+                    return Case(lambda: d.gather(mine, views, dst=root), mine, big)
+                return Case(lambda: d.gather(mine, None, dst=root), mine, None)
+            if r == root:
+                return Case(lambda: d.scatter(mine, views, src=root), big, mine)
+            return Case(lambda: d.scatter(mine, None, src=root), None, mine)
+        if op == "all_to_all":
+            out = A(n * per, dtype)
+            inp = out if ip else A(n * per, dtype)
+            return Case(lambda: d.all_to_all_single(out, inp), inp, out)
+        if op == "barrier":
+            return Case(d.barrier, None, None)
+        if op == "sendrecv":
+            if ip:
+                raise Unsupported("sendrecv has no in-place form")
+            sbuf, rbuf = A(count, dtype), A(count, dtype)
+            ops = [d.P2POp(d.isend, sbuf, (r + 1) % n), d.P2POp(d.irecv, rbuf, (r - 1) % n)]
+
+            def call() -> None:
+                for w in d.batch_isend_irecv(ops):
+                    w.wait()
+            return Case(call, sbuf, rbuf)
+        raise Unsupported(f"unknown op {op}")
+
+    def close(self) -> None:
+        self.dist.destroy_process_group()
+
+
+def run_in_job(opts: Options) -> list[dict[str, Any]]:
+    """Sweep with collcomm in the current (already launched) job; every rank gets the rows."""
+    env = {}
+    if opts.algo:
+        env.update({f"COLLCOMM_ALGO_{op.upper()}": opts.algo for op in opts.ops})
+    if opts.transport:
+        env["COLLCOMM_TRANSPORT"] = opts.transport
+    os.environ.update(env)  # read at init / per call by collcomm
+    backend = CollcommBackend(opts.alloc)
+    try:
+        return sweep(backend, opts, "collcomm")
+    finally:
+        backend.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    import json
+
+    argv = sys.argv[1:] if argv is None else argv
+    with open(argv[0]) as fh:
+        opts = Options.from_json(fh.read())
+    rows = run_in_job(opts)
+    if int(os.environ.get("RANK", "0")) == 0 and len(argv) > 1:
+        with open(argv[1], "w") as fh:
+            json.dump(rows, fh)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
