@@ -5,7 +5,8 @@ rank 1 ping-pong one numpy message per size over 8 B .. 4 MiB (x4 steps); the on
 time is half the median round trip. ``alpha`` (s) and ``beta`` (s/byte) fit
 ``t = alpha + beta * bytes`` by least squares weighted by 1/t (relative error, so the
 small sizes still pin alpha). ``gamma`` is s/byte of ``np.add(a, b, out=a)`` on a
-4 MiB float32 vector (bytes of one operand), measured in the parent process.
+32 MiB float32 vector (bytes of one operand; beyond the L3 cache, like the large messages
+where gamma matters), measured in the parent process.
 
 Saved JSON (``--save``; default ``$COLLCOMM_COST_MODEL`` or
 ``~/.cache/collcomm/cost_model.json``)::
@@ -46,7 +47,7 @@ def fit_alpha_beta(sizes: list[int], times: list[float]) -> tuple[float, float]:
     return max(0.0, float(alpha)), max(0.0, float(beta))
 
 
-def measure_gamma(nbytes: int = 4 * 1024 * 1024, reps: int = 30) -> float:
+def measure_gamma(nbytes: int = 32 * 1024 * 1024, reps: int = 10) -> float:
     a = np.ones(nbytes // 4, dtype=np.float32)
     b = np.ones_like(a)
     for _ in range(3):
@@ -66,6 +67,19 @@ def pingpong(out_path: str | None) -> None:
     dist.init_process_group()
     rank = dist.get_rank()
     res = {}
+    warm = np.zeros(64, dtype=np.uint8)
+    t_end = time.perf_counter() + 0.2  # settle both ranks (imports, first-touch, spin state)
+    go = np.ones(1, dtype=np.int8)
+    while go[0]:
+        if rank == 0:
+            dist.send(warm, dst=1)
+            dist.recv(warm, src=1)
+            go[0] = time.perf_counter() < t_end
+            dist.send(go, dst=1)
+        elif rank == 1:
+            dist.recv(warm, src=0)
+            dist.send(warm, dst=0)
+            dist.recv(go, src=0)
     for size in SIZES:
         buf = np.zeros(size, dtype=np.uint8)
         reps = None

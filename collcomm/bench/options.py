@@ -103,6 +103,23 @@ def parse_compare(text: str | None) -> list[str]:
     return list(dict.fromkeys(libs))
 
 
+def collcomm_env(opts: "Options") -> dict[str, str]:
+    """Environment for the collcomm ranks: ``--algo A`` sets ``COLLCOMM_ALGO_<OP>=A`` for
+    every benchmarked op (``--algo all_reduce=ring,broadcast=tree`` per op);
+    ``--transport`` sets ``COLLCOMM_TRANSPORT``."""
+    env = {}
+    if opts.algo:
+        if "=" in opts.algo:
+            for part in opts.algo.split(","):
+                op, _, name = part.partition("=")
+                env[f"COLLCOMM_ALGO_{op.strip().upper()}"] = name.strip()
+        else:
+            env.update({f"COLLCOMM_ALGO_{op.upper()}": opts.algo for op in opts.ops})
+    if opts.transport:
+        env["COLLCOMM_TRANSPORT"] = opts.transport
+    return env
+
+
 def count_for(op: str, nbytes: int, itemsize: int, n: int) -> tuple[int, int]:
     """(total elements reported as ``count``, elements per rank chunk) for a nominal size.
 
@@ -193,7 +210,7 @@ bandwidth (nccl-tests conventions, SPEC.md section 5)
 --calibrate
   Fits the alpha-beta cost model: for each transport (shm, tcp) a 2-rank ping-pong over
   8 B .. 4 MiB, one-way time = alpha + beta * bytes (least squares); gamma = seconds per
-  byte of np.add(a, b, out=a) on 4 MiB float32. --save PATH (default
+  byte of np.add(a, b, out=a) on 32 MiB float32 (one operand's bytes). --save PATH (default
   $COLLCOMM_COST_MODEL or ~/.cache/collcomm/cost_model.json) writes
   {"shm": {"alpha", "beta"}, "tcp": {...}, "gamma", "measured"}.
 """
@@ -213,14 +230,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-r", "--root", type=int, default=0, help="root of rooted ops (default 0)")
     p.add_argument("--iters", type=int, default=200,
                    help="most timed iterations per size (default 200)")
-    p.add_argument("--warmup", type=int, default=5, help="untimed calls per size (default 5)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed calls per size (default 5; at least 1 is run)")
     p.add_argument("--time", dest="time_per_size", type=float, default=0.2,
                    help="target seconds of timed iterations per size (default 0.2)")
     place = p.add_mutually_exclusive_group()
     place.add_argument("--inplace", action="store_true", help="in-place only")
     place.add_argument("--outplace", action="store_true", help="out-of-place only")
     p.add_argument("--algo", default=None, metavar="A",
-                   help="collcomm algorithm (sets COLLCOMM_ALGO_<OP>=A for the ranks)")
+                   help="collcomm algorithm: sets COLLCOMM_ALGO_<OP>=A for every op "
+                        "benchmarked; or per op: all_reduce=ring,broadcast=tree")
     p.add_argument("--transport", choices=["shm", "tcp", "auto"], default=None,
                    help="collcomm transport (sets COLLCOMM_TRANSPORT for the ranks)")
     p.add_argument("--alloc", choices=["numpy", "shared"], default="numpy",

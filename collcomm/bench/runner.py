@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from .options import Options
+from .options import Options, collcomm_env
 from .report import format_compare, format_latency, format_table, merge_rounds, write_json
 
 PEER_TIMEOUT_S = 1800.0
@@ -46,15 +46,6 @@ def _environ(extra: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-def collcomm_env(opts: Options) -> dict[str, str]:
-    env = {}
-    if opts.algo:
-        env.update({f"COLLCOMM_ALGO_{op.upper()}": opts.algo for op in opts.ops})
-    if opts.transport:
-        env["COLLCOMM_TRANSPORT"] = opts.transport
-    return env
 
 
 def mpiexec_path() -> str | None:

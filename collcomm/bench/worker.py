@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from .options import REDUCING, ROOTED, Options, count_for
-from .report import DTYPE_NAMES, make_row
+from .options import REDUCING, ROOTED, Options, collcomm_env, count_for, format_size
+from .report import make_row
 
 
 class Unsupported(Exception):
@@ -195,7 +195,7 @@ def sweep(backend: Any, opts: Options, lib: str) -> list[dict[str, Any]]:
         count, per = count_for(op, size, itemsize, n)
         if op != "barrier" and per == 0:
             for _ in opts.modes:
-                progress.step(f"{op} {size}")
+                progress.step(f"{op} {format_size(size)}")
             continue
         for mode in opts.modes:
             base = dict(lib=lib, op=op, size=count * itemsize, count=count,
@@ -203,6 +203,8 @@ def sweep(backend: Any, opts: Options, lib: str) -> list[dict[str, Any]]:
                         root=root if op in ROOTED else -1, mode=mode, nproc=n)
             error = None
             try:
+                if op == "sendrecv" and n < 2:
+                    raise Unsupported("sendrecv needs at least 2 ranks")
                 case = backend.make(op, mode, count, per, opts.dtype, opts.redop, root)
                 if case.send is not None:
                     case.send.reshape(-1)[:] = timing_fill(opts.redop)
@@ -215,7 +217,7 @@ def sweep(backend: Any, opts: Options, lib: str) -> list[dict[str, Any]]:
                 error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:160]
             if error is not None:
                 rows.append(make_row(**base, time_us=None, error=error))
-                progress.step(f"{op} {size} {mode}")
+                progress.step(f"{op} {format_size(size)} {mode}")
                 backend.barrier()
                 continue
             wrong = -1
@@ -223,6 +225,8 @@ def sweep(backend: Any, opts: Options, lib: str) -> list[dict[str, Any]]:
                 try:
                     wrong = _run_check(backend, case, op, count, per, opts, root)
                 except Exception as exc:
+                    if lib == "collcomm":
+                        raise
                     print(f"collcomm bench: {lib} {op} check failed: {exc}", file=sys.stderr)
                     wrong = count
             med = statistics.median(times) if times else 0.0
@@ -235,7 +239,7 @@ def sweep(backend: Any, opts: Options, lib: str) -> list[dict[str, Any]]:
                 lat_avg_us=float(means.mean()) * 1e6, lat_min_us=float(means.min()) * 1e6,
                 lat_max_us=float(means.max()) * 1e6))
             del case
-            progress.step(f"{op} {size} {mode}")
+            progress.step(f"{op} {format_size(size)} {mode}")
     return rows
 
 
@@ -339,11 +343,7 @@ class CollcommBackend:
 
 def run_in_job(opts: Options) -> list[dict[str, Any]]:
     """Sweep with collcomm in the current (already launched) job; every rank gets the rows."""
-    env = {}
-    if opts.algo:
-        env.update({f"COLLCOMM_ALGO_{op.upper()}": opts.algo for op in opts.ops})
-    if opts.transport:
-        env["COLLCOMM_TRANSPORT"] = opts.transport
+    env = collcomm_env(opts)
     os.environ.update(env)  # read at init / per call by collcomm
     backend = CollcommBackend(opts.alloc)
     try:

@@ -213,6 +213,7 @@ class Engine(Transport):
         self._closed = True
         for ch in list(self.channels.values()):
             ch.close()
+        self.heap.clear()
         self.abort(ClosedError(f"rank {self.rank}: transport closed"))
 
     # -- channels report here -----------------------------------------------------------

@@ -9,8 +9,11 @@ count, identical on every rank).
 
 Collectives find out with :meth:`Heap.lookup` whether an array lies in one of this rank's
 own segments (key and byte offset), and read a peer's copy through :meth:`Heap.peer`.
-When the last array viewing a rank's own segment is garbage collected, the rank forgets
-the allocation (and its mappings of the peers' segments).
+When the last array viewing a rank's own segment is garbage collected, the rank stops
+offering it (``lookup`` no longer finds it), but keeps its mappings of the peers' segments
+until the job ends: a peer may still hold, and publish, its own array of that allocation.
+So allocate zero-copy buffers once and reuse them; each allocation's memory is returned
+when every rank has dropped its array and left the job.
 """
 from __future__ import annotations
 
@@ -49,12 +52,20 @@ class Heap:
         weakref.finalize(own, self._forget, alloc.key)
 
     def _forget(self, key: int) -> None:
+        """Our own array of ``key`` is gone: stop offering it (peers' mappings stay)."""
         with self._lock:
-            alloc = self._allocs.pop(key, None)
-            if alloc is not None:
+            alloc = self._allocs.get(key)
+            if alloc is not None and alloc.start in self._by_start:
                 self._starts.remove(alloc.start)
                 del self._by_start[alloc.start]
-                alloc.peers.clear()
+                alloc.start = alloc.end = 0
+
+    def clear(self) -> None:
+        """Drop every mapping (the job is over)."""
+        with self._lock:
+            self._allocs.clear()
+            self._starts.clear()
+            self._by_start.clear()
 
     def lookup(self, arr: np.ndarray) -> tuple[Allocation, int] | None:
         """(allocation, byte offset) if ``arr``'s bytes lie in one of our own segments."""
@@ -75,4 +86,5 @@ class Heap:
         return self._allocs[key].peers[rank]
 
     def __len__(self) -> int:
-        return len(self._allocs)
+        """How many of our own allocations are alive (offered to collectives)."""
+        return len(self._starts)
