@@ -9,8 +9,8 @@ Layout (``n`` ranks, slot size ``C`` bytes, ``P`` = 2 phases):
 :meth:`Arena.sync` is a counter barrier: a rank bumps its counter and waits until every
 counter has reached it. Collectives alternate the phase they write in, so a rank may
 overwrite its slot of phase p only after the next sync, by which time everybody has
-finished reading the previous use of phase p. Waiting spins, then yields, then sleeps
-(50 µs doubling to 1 ms); it checks the other ranks' pids every 100 ms (PeerLostError)
+finished reading the previous use of phase p. Waiting spins (20x less when the group has
+more ranks than this process has CPUs), then yields, then sleeps (50 µs doubling to 1 ms); it checks the other ranks' pids every 100 ms (PeerLostError)
 and names the ranks that never arrived when it times out. The segment is mapped with
 MAP_POPULATE (no page faults later) and unlinked as soon as every rank has mapped it.
 
@@ -33,6 +33,13 @@ LINE = 64                 # bytes of header per rank: 8 u64 words
 WORDS = LINE // 8
 PHASES = 2
 SPIN, YIELD = 400, 100
+
+
+def cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def slot_bytes() -> int:
@@ -58,6 +65,8 @@ class Arena:
         self.count = int(self.words[rank * WORDS])
         self.phase = 0
         self.lost: PeerLostError | None = None
+        # more ranks than CPUs: a spinning rank steals the CPU the late rank needs
+        self.spin = SPIN if n <= cpus() else SPIN // 20
 
     # -- info words (word 0 is the counter) -------------------------------------------------
     def put(self, word: int, value: int) -> None:
@@ -98,9 +107,9 @@ class Arena:
             if not late:
                 return
             rounds += 1
-            if rounds < SPIN:
+            if rounds < self.spin:
                 continue
-            if rounds < SPIN + YIELD:
+            if rounds < self.spin + YIELD:
                 os.sched_yield()
                 continue
             time.sleep(sleep)

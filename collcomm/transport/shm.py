@@ -7,9 +7,13 @@ since the start, on separate cache lines). A record is a 32-byte header
 (length, kind, tag, nbytes, aux) followed by its body, padded to 64 bytes:
 
 * INLINE: the message itself (messages up to ``EAGER_LIMIT``);
-* SEGMENT: the name of a fresh segment holding a large message, written there by the
+* SEGMENT: the name of a staging segment holding a large message, written there by the
   sender, whose body starts at the same offset within a page as the sender's buffer did
-  (copies between buffers with different page offsets run up to 4x slower);
+  (copies between buffers with different page offsets run up to 4x slower). The sender
+  keeps up to ``POOL_SLOTS`` staging segments per peer (up to ``POOL_MAX`` bytes each,
+  prefaulted) and reuses one once the receiver has cleared its busy word; the receiver
+  keeps them mapped. A message that finds no free pooled segment gets a one-off segment
+  (kind SEGMENT_ONCE) that the receiver unmaps after use;
 * PAD: skip to the end of the ring (a record never wraps).
 
 The sender copies eagerly and completes at once, so sends never wait for the receiver,
@@ -40,7 +44,10 @@ if TYPE_CHECKING:
 
 SHM_DIR = "/dev/shm"
 HEADER = struct.Struct("<IIQQQ")  # record length, kind, tag, nbytes, aux
-INLINE, SEGMENT, PAD = 1, 2, 3
+INLINE, SEGMENT, PAD, SEGMENT_ONCE = 1, 2, 3, 4
+POOL_SLOTS = 4
+POOL_MAX = 64 << 20
+BUSY = struct.Struct("<Q")        # first word of a staging segment: 1 while the receiver owes a copy
 ALIGN = 64
 CTL_BYTES = 128                   # head at 0, tail at 64: separate cache lines
 INBOX_HEADER = 4096
@@ -71,13 +78,14 @@ def create_segment(name: str, size: int, populate: bool = False) -> mmap.mmap:
         os.close(fd)
 
 
-def open_segment(name: str, unlink: bool = False) -> mmap.mmap:
+def open_segment(name: str, unlink: bool = False, populate: bool = False) -> mmap.mmap:
     path = os.path.join(SHM_DIR, name)
     fd = os.open(path, os.O_RDWR)
     try:
         if unlink:
             os.unlink(path)
-        return mmap.mmap(fd, os.fstat(fd).st_size)
+        flags = mmap.MAP_SHARED | (getattr(mmap, "MAP_POPULATE", 0) if populate else 0)
+        return mmap.mmap(fd, os.fstat(fd).st_size, flags=flags)
     finally:
         os.close(fd)
 
@@ -171,12 +179,13 @@ class _Detached:
 
 
 class _SegmentBody:
-    """A large body in its own segment (already unlinked; unmapped on release)."""
+    """A large body in a staging segment: on release a pooled one is handed back to the
+    sender (busy word cleared), a one-off one is unmapped."""
 
-    __slots__ = ("mm", "offset", "nbytes")
+    __slots__ = ("mm", "offset", "nbytes", "pooled")
 
-    def __init__(self, mm: mmap.mmap, offset: int, nbytes: int) -> None:
-        self.mm, self.offset, self.nbytes = mm, offset, nbytes
+    def __init__(self, mm: mmap.mmap, offset: int, nbytes: int, pooled: bool) -> None:
+        self.mm, self.offset, self.nbytes, self.pooled = mm, offset, nbytes, pooled
 
     def copy_into(self, dst: memoryview) -> None:
         with memoryview(self.mm) as view:
@@ -186,9 +195,13 @@ class _SegmentBody:
         return self
 
     def release(self) -> None:
-        if self.mm is not None:
+        if self.mm is None:
+            return
+        if self.pooled:
+            BUSY.pack_into(self.mm, 0, 0)
+        else:
             self.mm.close()
-            self.mm = None  # type: ignore[assignment]
+        self.mm = None  # type: ignore[assignment]
 
 
 class ShmChannel:
@@ -209,6 +222,8 @@ class ShmChannel:
         self.poll_lock = threading.Lock()
         self.n_segments = 0
         self.created: list[str] = []
+        self.pool: list[tuple[mmap.mmap, int, str]] = []   # (mapping, capacity, name), sender side
+        self.mapped: dict[str, mmap.mmap] = {}              # pooled segments of the peer, receiver side
         self.closed = False
 
     # -- sending ---------------------------------------------------------------------------
@@ -218,25 +233,36 @@ class ShmChannel:
             if nbytes <= self.eager:
                 self._append(INLINE, req.tag, nbytes, 0, buf, req)
             else:
-                name, offset = self._stage(buf)
-                self._append(SEGMENT, req.tag, nbytes, offset, name.encode(), req)
+                kind, name, offset = self._stage(buf)
+                self._append(kind, req.tag, nbytes, offset, name.encode(), req)
         req.complete(self.peer, nbytes)
 
-    def _stage(self, buf: memoryview) -> tuple[str, int]:
-        """Copy a large body into a fresh segment at the sender's page offset."""
-        self.n_segments += 1
-        name = f"collcomm-{self.job}-m{self.engine.rank}-{self.peer}-{self.n_segments}"
+    def _stage(self, buf: memoryview) -> tuple[int, str, int]:
+        """Copy a large body into a staging segment at the sender's page offset."""
         offset = PAGE + buffer_address(buf) % PAGE
-        mm = create_segment(name, offset + len(buf))
-        try:
-            with memoryview(mm) as view:
-                view[offset:offset + len(buf)] = buf
-        finally:
+        need = offset + len(buf)
+        for mm, capacity, name in self.pool:
+            if capacity >= need and BUSY.unpack_from(mm, 0)[0] == 0:
+                kind = SEGMENT
+                break
+        else:
+            self.n_segments += 1
+            name = f"collcomm-{self.job}-m{self.engine.rank}-{self.peer}-{self.n_segments}"
+            capacity = max(1 << 20, 1 << (need - 1).bit_length())
+            pooled = capacity <= POOL_MAX and len(self.pool) < POOL_SLOTS
+            mm = create_segment(name, capacity if pooled else need, populate=pooled)
+            self.created.append(name)
+            kind = SEGMENT if pooled else SEGMENT_ONCE
+            if pooled:
+                self.pool.append((mm, capacity, name))
+        BUSY.pack_into(mm, 0, 1)
+        with memoryview(mm) as view:
+            view[offset:offset + len(buf)] = buf
+        if kind == SEGMENT_ONCE:
             mm.close()
-        self.created.append(name)
-        if len(self.created) > 64:
-            self.created = [n for n in self.created if os.path.exists(os.path.join(SHM_DIR, n))]
-        return name, offset
+            if len(self.created) > 64:
+                self.created = [n for n in self.created if os.path.exists(os.path.join(SHM_DIR, n))]
+        return kind, name, offset
 
     def _append(self, kind: int, tag: int, nbytes: int, aux: int, body: memoryview | bytes,
                 req: "Request") -> None:
@@ -293,10 +319,15 @@ class ShmChannel:
                 if kind == INLINE:
                     body = data[off + HEADER.size:off + HEADER.size + nbytes]
                     self.engine.arrived(self.peer, tag, nbytes, _RingBody(body))
-                elif kind == SEGMENT:
+                elif kind in (SEGMENT, SEGMENT_ONCE):
                     name = bytes(data[off + HEADER.size:off + length]).rstrip(b"\0").decode()
-                    mm = open_segment(name, unlink=True)
-                    self.engine.arrived(self.peer, tag, nbytes, _SegmentBody(mm, aux, nbytes))
+                    pooled = kind == SEGMENT
+                    mm = self.mapped.get(name) if pooled else None
+                    if mm is None:
+                        mm = open_segment(name, unlink=True, populate=pooled)
+                        if pooled:
+                            self.mapped[name] = mm
+                    self.engine.arrived(self.peer, tag, nbytes, _SegmentBody(mm, aux, nbytes, pooled))
                 self.tail += length
                 inp.ctl[8] = self.tail
         finally:
@@ -325,3 +356,10 @@ class ShmChannel:
         for name in self.created:
             unlink_quietly(name)
         self.created.clear()
+        for mm in [p[0] for p in self.pool] + list(self.mapped.values()):
+            try:
+                mm.close()
+            except BufferError:
+                pass  # a message still being read holds it; it goes with the process
+        self.pool.clear()
+        self.mapped.clear()
