@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 
-from .errors import CollcommError, InvalidArgumentError, with_context
+from .errors import CollcommError, InvalidArgumentError, MismatchError, with_context
 from .transport.base import ANY_SOURCE, Handle, Status, Transport
 from .work import Work
 
@@ -86,15 +86,28 @@ def as_bytes(arr: np.ndarray) -> memoryview:
 
 
 class _TimedHandle(Handle):
-    """A transport handle whose ``wait()`` defaults to the call's timeout."""
+    """A transport handle whose ``wait()`` defaults to the call's timeout.
 
-    __slots__ = ("_h", "_timeout")
+    For a collective's messages it also watches the other members of the group (a lost
+    member fails the wait) and insists that a receive gets exactly the bytes it posted for
+    (anything else means the ranks are not in the same collective).
+    """
 
-    def __init__(self, h: Handle, timeout: float | None) -> None:
-        self._h, self._timeout = h, timeout
+    __slots__ = ("_h", "_timeout", "_watch", "_expect", "_peer")
+
+    def __init__(self, h: Handle, timeout: float | None, watch: Sequence[int] = (),
+                 expect: int | None = None, peer: int = -1) -> None:
+        self._h, self._timeout, self._watch, self._expect, self._peer = h, timeout, watch, expect, peer
 
     def wait(self, timeout: float | None = None) -> Status:
-        return self._h.wait(self._timeout if timeout is None else timeout)
+        t = self._timeout if timeout is None else timeout
+        st = self._h.wait(t, self._watch) if self._watch else self._h.wait(t)  # type: ignore[call-arg]
+        if self._expect is not None and st.nbytes != self._expect:
+            raise MismatchError(
+                f"received {st.nbytes} bytes from rank {st.source} where {self._expect} were "
+                "expected: the ranks are not in the same collective call (or disagree on its "
+                "sizes)")
+        return st
 
     def test(self) -> bool:
         return self._h.test()
@@ -151,12 +164,12 @@ class GroupComm:
     def isend(self, arr: np.ndarray, peer: int) -> Handle:
         assert self._transport is not None, "a group of one never sends"
         h = self._transport.isend(as_bytes(arr), self._ranks[peer], self._tag)
-        return _TimedHandle(h, self._timeout)
+        return _TimedHandle(h, self._timeout, self._ranks)
 
     def irecv(self, arr: np.ndarray, peer: int) -> Handle:
         assert self._transport is not None, "a group of one never receives"
         h = self._transport.irecv(as_bytes(arr), self._ranks[peer], self._tag)
-        return _TimedHandle(h, self._timeout)
+        return _TimedHandle(h, self._timeout, self._ranks, arr.nbytes)
 
 
 class ProcessGroup:

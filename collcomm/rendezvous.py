@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from .auth import job_id, job_token
-from .errors import CommTimeoutError, InvalidArgumentError
+from .errors import ClosedError, CommTimeoutError, InvalidArgumentError
 from .store import PrefixStore, store_from_url
 from .transport.engine import Engine
 from .transport.shm import SHM_DIR, Inbox, ShmChannel, open_segment, ring_bytes
@@ -162,10 +162,29 @@ def join(init_method: str | None, world_size: int, rank: int, store: Any, timeou
         return Job(0, 1, ident)
     token = job_token(env)
     own_store = store is None
-    if store is None:
-        store = store_from_url(init_method or _default_url(ident, env), ident.rank, ident.size,
-                               timeout, token)
+    url = (init_method or _default_url(ident, env)) if own_store else ""
+    # a store hosted by rank 0 of an earlier incarnation of this job may still be up when we
+    # re-join: if it closes under us, meet again at the new one (same generation)
+    retry = own_store and ident.rank != 0 and _hosted_by_rank0(url, env)
     _generation += 1
+    deadline = time.monotonic() + timeout
+    while True:
+        if own_store:
+            store = store_from_url(url, ident.rank, ident.size, timeout, token)
+        try:
+            return _join_once(ident, store, own_store, token, env, timeout)
+        except ClosedError:
+            if not retry or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _hosted_by_rank0(url: str, env: Mapping[str, str]) -> bool:
+    return url.startswith("tcp://") or (url.startswith("env://") and not env.get("COLLCOMM_STORE"))
+
+
+def _join_once(ident: Identity, store: Any, own_store: bool, token: bytes,
+               env: Mapping[str, str], timeout: float) -> Job:
     kv = PrefixStore(f"collcomm/init{_generation}", store)
     job = Job(ident.rank, ident.size, ident, store=store if own_store else None)
     try:

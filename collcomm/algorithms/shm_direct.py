@@ -38,7 +38,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, MismatchError
 from ..transport.shm import PAGE
 from .base import Comm, ReduceFn
 
@@ -46,6 +46,45 @@ ONE_SHOT = 64 << 10
 OFFSET_WORD = 1      # header words 1, 2: the byte offset of this rank's data in its slot, per phase
 SIZE_WORD = 3        # header words 3, 4: a size a rank announces (all_to_all), per phase
 SHARED_WORD = 5      # header words 5, 6: heap key of a zero-copy source (0: staged), per phase
+SIGNATURE_WORD = 7   # header words 7, 8: which collective of how many elements, per phase
+_CODES = ("all_reduce", "reduce", "broadcast", "all_gather", "gather", "reduce_scatter",
+          "scatter", "all_to_all", "barrier")
+
+
+def _signature(collective: str, count: int) -> int:
+    return ((_CODES.index(collective) + 1) << 56) | (count & ((1 << 56) - 1))
+
+
+def _describe(sig: int) -> str:
+    code, count = sig >> 56, sig & ((1 << 56) - 1)
+    if not 1 <= code <= len(_CODES):
+        return "no collective (or an older call)"
+    return f"{_CODES[code - 1]} of {count} elements" if count else _CODES[code - 1]
+
+
+def _announce(arena: Any, phase: int, collective: str, count: int) -> None:
+    arena.put(SIGNATURE_WORD + phase, _signature(collective, count))
+
+
+def _verify(arena: Any, phase: int, collective: str, count: int) -> None:
+    """After the call's first sync: every rank must be in the same call (else MismatchError)."""
+    mine = _signature(collective, count)
+    odd = [r for r in range(arena.n) if arena.get(r, SIGNATURE_WORD + phase) != mine]
+    if odd:
+        ranks = arena.global_ranks
+        who = "; ".join(f"rank {ranks[r]} is in {_describe(arena.get(r, SIGNATURE_WORD + phase))}"
+                        for r in odd)
+        raise MismatchError(f"rank {ranks[arena.rank]} is in {_describe(mine)} but {who}: "
+                            "every rank must make the same collective calls in the same order")
+
+
+def _enter(arena: Any, phase: int, collective: str, count: int, first: bool) -> None:
+    """A call's sync; at its first one every rank checks that all are in the same call."""
+    if first:
+        _announce(arena, phase, collective, count)
+    arena.sync()
+    if first:
+        _verify(arena, phase, collective, count)
 
 
 def _arena(comm: Comm, collective: str) -> Any:
@@ -128,7 +167,7 @@ def all_reduce(comm: Comm, buf: np.ndarray, fn: ReduceFn) -> None:
         count = chunk.size
         phase = arena.next_phase()
         mine = _publish(arena, phase, chunk, shared, lo)
-        arena.sync()
+        _enter(arena, phase, "all_reduce", buf.size, lo == 0)
         in_place = _any_shared(arena, phase)
         slots = [mine if r == me else _source(comm, arena, phase, r, dt, count) for r in range(n)]
         if chunk.nbytes <= ONE_SHOT and not in_place:
@@ -165,7 +204,7 @@ def reduce(comm: Comm, send: np.ndarray, recv: np.ndarray | None, fn: ReduceFn, 
         count = chunk.size
         phase = arena.next_phase()
         mine = _stage(arena, phase, chunk)
-        arena.sync()
+        _enter(arena, phase, "reduce", send.size, lo == 0)
         s0, s1 = _split(count, n, me)
         acc = mine[s0:s1]
         for r in range(n):
@@ -193,7 +232,7 @@ def broadcast(comm: Comm, buf: np.ndarray, root: int) -> None:
         phase = arena.next_phase()
         if comm.rank == root:
             _publish(arena, phase, chunk, shared, lo)
-        arena.sync()
+        _enter(arena, phase, "broadcast", buf.size, lo == 0)
         in_place = in_place or bool(arena.get(root, SHARED_WORD + phase))
         if comm.rank != root:
             np.copyto(chunk, _source(comm, arena, phase, root, dt, chunk.size))
@@ -227,7 +266,7 @@ def _gather_to(comm: Comm, send: np.ndarray, recv: np.ndarray | None, root: int 
         count = chunk.size
         phase = arena.next_phase()
         _publish(arena, phase, chunk, shared, lo)
-        arena.sync()
+        _enter(arena, phase, "all_gather" if root is None else "gather", k, lo == 0)
         in_place = in_place or _any_shared(arena, phase)
         if root is None or me == root:
             assert recv is not None
@@ -255,7 +294,7 @@ def reduce_scatter(comm: Comm, send: np.ndarray, recv: np.ndarray, fn: ReduceFn)
         phase = arena.next_phase()
         staged = arena.slot_array(phase, me, dt, n * count).reshape(n, count)
         np.copyto(staged, blocks[:, lo:lo + count])
-        arena.sync()
+        _enter(arena, phase, "reduce_scatter", k, lo == 0)
         out = recv[lo:lo + count]
         np.copyto(out, arena.slot_array(phase, 0, dt, n * count).reshape(n, count)[me])
         for r in range(1, n):
@@ -280,7 +319,7 @@ def scatter(comm: Comm, send: np.ndarray | None, recv: np.ndarray, root: int) ->
             assert send is not None
             staged = arena.slot_array(phase, me, dt, n * count).reshape(n, count)
             np.copyto(staged, send.reshape(n, k)[:, lo:lo + count])
-        arena.sync()
+        _enter(arena, phase, "scatter", k, lo == 0)
         if me != root:
             np.copyto(recv[lo:lo + count], arena.slot_array(phase, root, dt, n * count).reshape(n, count)[me])
 
@@ -298,7 +337,7 @@ def all_to_all(comm: Comm, send: np.ndarray, send_counts: Sequence[int], recv: n
     dt = send.dtype
     agree = arena.next_phase()
     arena.put(SIZE_WORD + agree, max((c for j, c in enumerate(send_counts) if j != me), default=0))
-    arena.sync()
+    _enter(arena, agree, "all_to_all", 0, True)
     largest = max(arena.get(r, SIZE_WORD + agree) for r in range(n))
     piece = _chunk_elems(arena, dt.itemsize, n)
     for lo in range(0, largest, piece):
@@ -319,4 +358,5 @@ def all_to_all(comm: Comm, send: np.ndarray, send_counts: Sequence[int], recv: n
 
 def barrier(comm: Comm) -> None:
     if comm.size > 1:
-        _arena(comm, "barrier").sync()
+        arena = _arena(comm, "barrier")
+        _enter(arena, arena.next_phase(), "barrier", 0, True)

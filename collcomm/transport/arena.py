@@ -2,8 +2,8 @@
 
 Layout (``n`` ranks, slot size ``C`` bytes, ``P`` = 2 phases):
 
-* a header with one 64-byte line per rank: its *arrival counter* and a few info words
-  (the page offset its data sits at, a size it announces, ...);
+* a header with 128 bytes per rank: its *arrival counter* and a few info words (the page
+  offset its data sits at, a size it announces, the signature of the call it is in, ...);
 * ``P × n`` slots of ``C + 4096`` bytes: slot (phase, rank) is written only by that rank.
 
 :meth:`Arena.sync` is a counter barrier: a rank bumps its counter and waits until every
@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import CommTimeoutError, PeerLostError
 from .shm import PAGE, pid_alive
 
-LINE = 64                 # bytes of header per rank: 8 u64 words
+LINE = 128                # bytes of header per rank: 16 u64 words
 WORDS = LINE // 8
 PHASES = 2
 SPIN, YIELD = 400, 100
@@ -120,8 +120,8 @@ class Arena:
                 self._check(late, target, now - start)
 
     def _check(self, late: list[int], target: int, waited: float) -> None:
-        for r in late:
-            if not pid_alive(self.pids[r]):
+        for r in range(self.n):   # any member's death dooms the group, not just a late one's
+            if r != self.rank and not pid_alive(self.pids[r]):
                 g = self.global_ranks[r]
                 raise PeerLostError(f"rank {g} (pid {self.pids[r]}, same host) died; rank "
                                     f"{self.global_ranks[self.rank]} was waiting for it in shared "

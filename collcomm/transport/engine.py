@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Protocol
+from typing import Any, Protocol, Sequence
 
 from ..errors import ClosedError, CommTimeoutError, MismatchError, PeerLostError
 from .base import ANY_SOURCE, Buffer, Handle, Status, Transport
@@ -84,9 +84,10 @@ class Request(Handle):
             self.done = True
             self.event.set()
 
-    def wait(self, timeout: float | None = None) -> Status:
+    def wait(self, timeout: float | None = None, watch: Sequence[int] = ()) -> Status:
+        """Wait (see Engine.wait); ``watch``: ranks whose loss also dooms this operation."""
         if not self.done:
-            self.engine.wait(self, timeout)
+            self.engine.wait(self, timeout, watch)
         if self.exc is not None:
             raise self.exc
         assert self.status is not None
@@ -303,8 +304,12 @@ class Engine(Transport):
         for ch in self._polled:
             ch.poll()
 
-    def wait(self, req: Request, timeout: float | None) -> None:
-        """Spin, then yield, then sleep on the request's event until it is done."""
+    def wait(self, req: Request, timeout: float | None, watch: Sequence[int] = ()) -> None:
+        """Spin, then yield, then sleep on the request's event until it is done.
+
+        Every 100 ms the peer (and the ranks in ``watch``: the other members of a
+        collective's group) are checked; a lost one fails the request.
+        """
         limit = self.timeout if timeout is None else timeout
         start = time.monotonic()
         next_check = start + LIVENESS_PERIOD
@@ -327,12 +332,12 @@ class Engine(Transport):
             now = time.monotonic()
             if now >= next_check:
                 next_check = now + LIVENESS_PERIOD
-                self._check_liveness(req)
+                self._check_liveness(req, watch)
                 if now - start > limit and not req.done:
                     self._time_out(req, limit)
 
-    def _check_liveness(self, req: Request) -> None:
-        peers = self.channels.keys() if req.peer == ANY_SOURCE else [req.peer]
+    def _check_liveness(self, req: Request, watch: Sequence[int] = ()) -> None:
+        peers = list(self.channels.keys()) if req.peer == ANY_SOURCE else [req.peer, *watch]
         for p in peers:
             ch = self.channels.get(p)
             if ch is not None and p not in self.lost:
@@ -341,6 +346,15 @@ class Engine(Transport):
             req.fail(self.lost[req.peer])
         elif req.peer == ANY_SOURCE and self.lost and len(self.lost) == len(self.channels):
             req.fail(next(iter(self.lost.values())))
+        elif self.lost:
+            gone = [p for p in watch if p in self.lost]
+            if gone:
+                with self._lock:
+                    if req in self._posted:
+                        self._posted.remove(req)
+                req.fail(PeerLostError(
+                    f"rank {self.rank}: rank {gone[0]} of this group is lost ({self.lost[gone[0]]}), "
+                    f"so the {req.describe()} cannot complete", peer=gone[0]))
 
     def _time_out(self, req: Request, limit: float) -> None:
         with self._lock:
