@@ -65,8 +65,17 @@ def _where(g: Any) -> str:
     return f"global rank {world.global_rank} (not a member of the group)"
 
 
+_FAMILY_OF = {"all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter",
+              "all_to_all_single": "all_to_all"}
+
+
 def _launch(g: ProcessGroup, collective: str, body: Callable[[GroupComm], Any],
-            async_op: bool) -> Work | None:
+            async_op: bool, algorithm: str = "auto") -> Work | None:
+    if algorithm != "auto":  # an unknown name is refused before any traffic
+        try:
+            algorithms.select(_FAMILY_OF.get(collective, collective), 0, g.size, algorithm)
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f"{collective} on {g.describe()}: {exc}") from None
     work = g.run(collective, body, async_op)
     return work if async_op else None  # type: ignore[return-value]
 
@@ -184,12 +193,12 @@ def get_process_group_ranks(group: Any) -> list[int]:
 
 
 # ----------------------------------------------------------------------------- collectives
-def barrier(group: Any = None, async_op: bool = False, device_ids: Any = None) -> Work | None:
+def barrier(group: Any = None, async_op: bool = False, device_ids: Any = None, *, algorithm: str = "auto") -> Work | None:
     """Return only when every rank of ``group`` has entered the barrier."""
     g = _group(group, "barrier")
     if not _member(g):
         return None
-    return _launch(g, "barrier", lambda comm: algorithms.barrier(comm), async_op)
+    return _launch(g, "barrier", lambda comm: algorithms.barrier(comm, algorithm=algorithm), async_op, algorithm)
 
 
 def monitored_barrier(group: Any = None, timeout: Any = None, wait_all_ranks: bool = False) -> None:
@@ -203,7 +212,7 @@ def monitored_barrier(group: Any = None, timeout: Any = None, wait_all_ranks: bo
 
 
 def broadcast(tensor: Any, src: int | None = None, group: Any = None, async_op: bool = False,
-              group_src: int | None = None) -> Work | None:
+              group_src: int | None = None, *, algorithm: str = "auto") -> Work | None:
     """Copy ``tensor`` of rank ``src`` into ``tensor`` of every rank of the group (in place)."""
     name = "broadcast"
     g = _group(group, name)
@@ -211,11 +220,11 @@ def broadcast(tensor: Any, src: int | None = None, group: Any = None, async_op: 
     if not _member(g):
         return None
     root = _local_rank(g, name, "src", src, group_src)
-    return _launch(g, name, lambda comm: algorithms.broadcast(comm, buf.arr, root), async_op)
+    return _launch(g, name, lambda comm: algorithms.broadcast(comm, buf.arr, root, algorithm=algorithm), async_op, algorithm)
 
 
 def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Any = None,
-               async_op: bool = False) -> Work | None:
+               async_op: bool = False, *, algorithm: str = "auto") -> Work | None:
     """Every rank's ``tensor`` becomes the elementwise ``op`` over all ranks (in place)."""
     name = "all_reduce"
     g = _group(group, name)
@@ -225,15 +234,15 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Any = None,
     fn, avg = _resolve_op(op, buf, name, g)
 
     def body(comm: GroupComm) -> None:
-        algorithms.all_reduce(comm, buf.arr, fn)
+        algorithms.all_reduce(comm, buf.arr, fn, algorithm=algorithm)
         if avg:
             ops.finish_avg(buf.arr, comm.size, buf.dtype)
 
-    return _launch(g, name, body, async_op)
+    return _launch(g, name, body, async_op, algorithm)
 
 
 def reduce(tensor: Any, dst: int | None = None, op: Any = ReduceOp.SUM, group: Any = None,
-           async_op: bool = False, group_dst: int | None = None) -> Work | None:
+           async_op: bool = False, group_dst: int | None = None, *, algorithm: str = "auto") -> Work | None:
     """``tensor`` on ``dst`` becomes the elementwise ``op`` over all ranks; others keep theirs."""
     name = "reduce"
     g = _group(group, name)
@@ -247,17 +256,17 @@ def reduce(tensor: Any, dst: int | None = None, op: Any = ReduceOp.SUM, group: A
     def body(comm: GroupComm) -> None:
         if is_root:
             send = buf.arr.copy() if comm.size > 1 else buf.arr
-            algorithms.reduce(comm, send, buf.arr, fn, root)
+            algorithms.reduce(comm, send, buf.arr, fn, root, algorithm=algorithm)
             if avg:
                 ops.finish_avg(buf.arr, comm.size, buf.dtype)
         else:
-            algorithms.reduce(comm, buf.arr, None, fn, root)
+            algorithms.reduce(comm, buf.arr, None, fn, root, algorithm=algorithm)
 
-    return _launch(g, name, body, async_op)
+    return _launch(g, name, body, async_op, algorithm)
 
 
 def all_gather(tensor_list: list[Any], tensor: Any, group: Any = None,
-               async_op: bool = False) -> Work | None:
+               async_op: bool = False, *, algorithm: str = "auto") -> Work | None:
     """``tensor_list[i]`` of every rank receives rank i's ``tensor``."""
     name = "all_gather"
     g = _group(group, name)
@@ -269,14 +278,14 @@ def all_gather(tensor_list: list[Any], tensor: Any, group: Any = None,
 
     def body(comm: GroupComm) -> None:
         recv = np.empty(inp.numel * comm.size, dtype=inp.arr.dtype)
-        algorithms.all_gather(comm, inp.arr, recv)
+        algorithms.all_gather(comm, inp.arr, recv, algorithm=algorithm)
         _copy_out(outs, recv)
 
-    return _launch(g, name, body, async_op)
+    return _launch(g, name, body, async_op, algorithm)
 
 
 def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: Any = None,
-                           async_op: bool = False) -> Work | None:
+                           async_op: bool = False, *, algorithm: str = "auto") -> Work | None:
     """``output_tensor`` (world_size × input's elements) receives every rank's input, in rank order."""
     name = "all_gather_into_tensor"
     g = _group(group, name)
@@ -289,9 +298,9 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: Any = N
     send = _unaliased(inp.arr, out.arr, g.rank * inp.numel)
 
     def body(comm: GroupComm) -> None:
-        algorithms.all_gather(comm, send, out.arr)
+        algorithms.all_gather(comm, send, out.arr, algorithm=algorithm)
 
-    return _launch(g, name, body, async_op)
+    return _launch(g, name, body, async_op, algorithm)
 
 
 def _unaliased(send: np.ndarray, recv: np.ndarray, own_offset: int) -> np.ndarray:
@@ -305,7 +314,7 @@ def _unaliased(send: np.ndarray, recv: np.ndarray, own_offset: int) -> np.ndarra
 
 
 def reduce_scatter(output: Any, input_list: list[Any], op: Any = ReduceOp.SUM, group: Any = None,
-                   async_op: bool = False) -> Work | None:
+                   async_op: bool = False, *, algorithm: str = "auto") -> Work | None:
     """Reduce ``input_list[i]`` over all ranks into ``output`` of rank i."""
     name = "reduce_scatter"
     g = _group(group, name)
@@ -318,15 +327,15 @@ def reduce_scatter(output: Any, input_list: list[Any], op: Any = ReduceOp.SUM, g
 
     def body(comm: GroupComm) -> None:
         send = _concat(ins)
-        algorithms.reduce_scatter(comm, send, out.arr, fn)
+        algorithms.reduce_scatter(comm, send, out.arr, fn, algorithm=algorithm)
         if avg:
             ops.finish_avg(out.arr, comm.size, out.dtype)
 
-    return _launch(g, name, body, async_op)
+    return _launch(g, name, body, async_op, algorithm)
 
 
 def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM, group: Any = None,
-                          async_op: bool = False) -> Work | None:
+                          async_op: bool = False, *, algorithm: str = "auto") -> Work | None:
     """Reduce ``input`` (world_size × output's elements) over all ranks; chunk i → ``output`` of rank i."""
     name = "reduce_scatter_tensor"
     g = _group(group, name)
@@ -344,15 +353,15 @@ def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM, group
     send = inp.arr.copy() if np.shares_memory(inp.arr, out.arr) else inp.arr
 
     def body(comm: GroupComm) -> None:
-        algorithms.reduce_scatter(comm, send, out.arr, fn)
+        algorithms.reduce_scatter(comm, send, out.arr, fn, algorithm=algorithm)
         if avg:
             ops.finish_avg(out.arr, comm.size, out.dtype)
 
-    return _launch(g, name, body, async_op)
+    return _launch(g, name, body, async_op, algorithm)
 
 
 def all_to_all(output_tensor_list: list[Any], input_tensor_list: list[Any], group: Any = None,
-               async_op: bool = False) -> Work | None:
+               async_op: bool = False, *, algorithm: str = "auto") -> Work | None:
     """``output_tensor_list[j]`` of rank i receives ``input_tensor_list[i]`` of rank j."""
     name = "all_to_all"
     g = _group(group, name)
@@ -371,10 +380,10 @@ def all_to_all(output_tensor_list: list[Any], input_tensor_list: list[Any], grou
     def body(comm: GroupComm) -> None:
         send = _concat(ins).astype(outs[0].arr.dtype, copy=False)
         recv = np.empty(sum(recv_counts), dtype=outs[0].arr.dtype)
-        algorithms.all_to_all(comm, send, send_counts, recv, recv_counts)
+        algorithms.all_to_all(comm, send, send_counts, recv, recv_counts, algorithm=algorithm)
         _copy_out(outs, recv)
 
-    return _launch(g, name, body, async_op)
+    return _launch(g, name, body, async_op, algorithm)
 
 
 def _splits(sizes: Any, n0: int, n: int, name: str, where: str, what: str, tensor_what: str) -> list[int]:
@@ -397,7 +406,7 @@ def _splits(sizes: Any, n0: int, n: int, name: str, where: str, what: str, tenso
 
 def all_to_all_single(output: Any, input: Any, output_split_sizes: list[int] | None = None,
                       input_split_sizes: list[int] | None = None, group: Any = None,
-                      async_op: bool = False) -> Work | None:
+                      async_op: bool = False, *, algorithm: str = "auto") -> Work | None:
     """Split ``input`` along dim 0, send block j to rank j; ``output`` gets rank j's block in slot j."""
     name = "all_to_all_single"
     g = _group(group, name)
@@ -420,13 +429,13 @@ def all_to_all_single(output: Any, input: Any, output_split_sizes: list[int] | N
     send = inp.arr.copy() if np.shares_memory(inp.arr, out.arr) else inp.arr
 
     def body(comm: GroupComm) -> None:
-        algorithms.all_to_all(comm, send, send_counts, out.arr, recv_counts)
+        algorithms.all_to_all(comm, send, send_counts, out.arr, recv_counts, algorithm=algorithm)
 
-    return _launch(g, name, body, async_op)
+    return _launch(g, name, body, async_op, algorithm)
 
 
 def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int | None = None,
-           group: Any = None, async_op: bool = False, group_dst: int | None = None) -> Work | None:
+           group: Any = None, async_op: bool = False, group_dst: int | None = None, *, algorithm: str = "auto") -> Work | None:
     """``gather_list[i]`` on ``dst`` (default 0) receives rank i's ``tensor``; give no list elsewhere."""
     name = "gather"
     g = _group(group, name)
@@ -446,16 +455,16 @@ def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int | None = 
     def body(comm: GroupComm) -> None:
         if outs:
             recv = np.empty(inp.numel * comm.size, dtype=inp.arr.dtype)
-            algorithms.gather(comm, inp.arr, recv, root)
+            algorithms.gather(comm, inp.arr, recv, root, algorithm=algorithm)
             _copy_out(outs, recv)
         else:
-            algorithms.gather(comm, inp.arr, None, root)
+            algorithms.gather(comm, inp.arr, None, root, algorithm=algorithm)
 
-    return _launch(g, name, body, async_op)
+    return _launch(g, name, body, async_op, algorithm)
 
 
 def scatter(tensor: Any, scatter_list: list[Any] | None = None, src: int | None = None,
-            group: Any = None, async_op: bool = False, group_src: int | None = None) -> Work | None:
+            group: Any = None, async_op: bool = False, group_src: int | None = None, *, algorithm: str = "auto") -> Work | None:
     """``tensor`` of rank i receives ``scatter_list[i]`` of ``src`` (default 0); give no list elsewhere."""
     name = "scatter"
     g = _group(group, name)
@@ -474,9 +483,9 @@ def scatter(tensor: Any, scatter_list: list[Any] | None = None, src: int | None 
 
     def body(comm: GroupComm) -> None:
         send = _concat(ins).astype(out.arr.dtype, copy=False) if g.rank == root else None
-        algorithms.scatter(comm, send, out.arr, root)
+        algorithms.scatter(comm, send, out.arr, root, algorithm=algorithm)
 
-    return _launch(g, name, body, async_op)
+    return _launch(g, name, body, async_op, algorithm)
 
 
 # ----------------------------------------------------------------------------- point to point
