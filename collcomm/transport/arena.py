@@ -120,8 +120,8 @@ class Arena:
                 self._check(late, target, now - start)
 
     def _check(self, late: list[int], target: int, waited: float) -> None:
-        for r in range(self.n):   # any member's death dooms the group, not just a late one's
-            if r != self.rank and not pid_alive(self.pids[r]):
+        for r in late:   # a rank that already passed may have finished and left: fine
+            if not pid_alive(self.pids[r]) and self.words[r * WORDS] < target:
                 g = self.global_ranks[r]
                 raise PeerLostError(f"rank {g} (pid {self.pids[r]}, same host) died; rank "
                                     f"{self.global_ranks[self.rank]} was waiting for it in shared "

@@ -145,6 +145,7 @@ class Engine(Transport):
         self.hosts: list[str] = ["local"] * size   # host id of every rank (set at rendezvous)
         self.channels: dict[int, Channel] = {}
         self.lost: dict[int, BaseException] = {}
+        self.crashed: set[int] = set()     # lost without leaving cleanly
         self._lock = threading.RLock()
         self._posted: list[Request] = []
         self._unexpected: list[Incoming] = []
@@ -255,12 +256,18 @@ class Engine(Transport):
             if waiter is not None:
                 self._deliver(waiter, source, nbytes, token.payload)
 
-    def peer_lost(self, peer: int, exc: BaseException) -> None:
-        """``peer`` is gone: fail what is pending with it, refuse what comes later."""
+    def peer_lost(self, peer: int, exc: BaseException, crashed: bool = True) -> None:
+        """``peer`` is gone: fail what is pending with it, refuse what comes later.
+
+        ``crashed``: it died or broke off without leaving cleanly, which also dooms the
+        collectives of its groups that wait on other ranks (see ``wait``'s ``watch``).
+        """
         with self._lock:
             if peer in self.lost:
                 return
             self.lost[peer] = exc
+            if crashed:
+                self.crashed.add(peer)
             doomed = [r for r in self._posted if r.peer == peer]
             self._posted = [r for r in self._posted if r.peer != peer]
             self._unexpected = [i for i in self._unexpected if i.ready or i.source != peer]
@@ -308,7 +315,8 @@ class Engine(Transport):
         """Spin, then yield, then sleep on the request's event until it is done.
 
         Every 100 ms the peer (and the ranks in ``watch``: the other members of a
-        collective's group) are checked; a lost one fails the request.
+        collective's group) are checked; the peer lost, or a watched rank crashed (lost
+        without leaving cleanly: it cannot finish its part), fails the request.
         """
         limit = self.timeout if timeout is None else timeout
         start = time.monotonic()
@@ -346,8 +354,8 @@ class Engine(Transport):
             req.fail(self.lost[req.peer])
         elif req.peer == ANY_SOURCE and self.lost and len(self.lost) == len(self.channels):
             req.fail(next(iter(self.lost.values())))
-        elif self.lost:
-            gone = [p for p in watch if p in self.lost]
+        elif self.crashed:
+            gone = [p for p in watch if p in self.crashed]
             if gone:
                 with self._lock:
                     if req in self._posted:

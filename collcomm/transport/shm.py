@@ -50,6 +50,7 @@ POOL_MAX = 64 << 20
 BUSY = struct.Struct("<Q")        # first word of a staging segment: 1 while the receiver owes a copy
 ALIGN = 64
 CTL_BYTES = 128                   # head at 0, tail at 64: separate cache lines
+LEFT = 1                          # control word set by the producer when it leaves cleanly
 INBOX_HEADER = 4096
 PAGE = 4096
 
@@ -338,9 +339,11 @@ class ShmChannel:
         if self.closed or pid_alive(self.peer_pid):
             return
         self.poll()  # what it sent before dying is still ours
+        left = bool(self.inp.ctl[LEFT])
+        what = "left the job" if left else "died"
         self.engine.peer_lost(self.peer, PeerLostError(
-            f"rank {self.peer} (pid {self.peer_pid}, same host) died; rank {self.engine.rank} "
-            f"lost its shared-memory peer", peer=self.peer))
+            f"rank {self.peer} (pid {self.peer_pid}, same host) {what}; rank {self.engine.rank} "
+            f"lost its shared-memory peer", peer=self.peer), crashed=not left)
 
     def close(self, linger: float = 10.0) -> None:
         """Wait (up to ``linger`` s, while the peer lives) until it has read what we sent,
@@ -353,6 +356,7 @@ class ShmChannel:
             self.poll()
             time.sleep(0.001)
         self.closed = True
+        self.out.ctl[LEFT] = 1   # tell the peer we left cleanly (not a crash)
         for name in self.created:
             unlink_quietly(name)
         self.created.clear()

@@ -347,7 +347,7 @@ class TcpHub:
         for _, _, req in queued:
             if req is not None:
                 req.fail(err)
-        self.engine.peer_lost(ch.peer, err)
+        self.engine.peer_lost(ch.peer, err, crashed=not ch.bye)
 
     def _shut(self, ch: TcpChannel) -> None:
         with ch.lock:
