@@ -119,7 +119,7 @@ def _from_array(a: np.ndarray, collective: str, where: str, what: str, writable:
         flat = a.reshape(-1)
     else:
         flat = np.ascontiguousarray(a).reshape(-1)
-    if a.dtype.name == BFLOAT16:  # ml_dtypes.bfloat16
+    if a.dtype.kind not in "biufc" and a.dtype.name == BFLOAT16:  # ml_dtypes.bfloat16
         return Buf(flat.view(np.uint16), BFLOAT16, tuple(a.shape))
     return Buf(flat, a.dtype, tuple(a.shape))
 

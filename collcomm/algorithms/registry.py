@@ -106,6 +106,7 @@ _CANDIDATES = {
     "barrier": ["dissemination", "linear"],
 }
 HIERARCHICAL = ("all_reduce", "broadcast", "reduce", "barrier")
+_ENV = {c: f"COLLCOMM_ALGO_{c.upper()}" for c in ALGORITHMS}
 
 
 def auto(collective: str, nbytes: int, n: int, shm: bool = False, hosts: int = 1,
@@ -137,10 +138,14 @@ def select(collective: str, nbytes: int, n: int, algorithm: str = "auto", shm: b
            hosts: int = 1, link: str = "tcp") -> Callable[..., None]:
     """The function to run ``collective`` of ``nbytes`` over ``n`` ranks (see module doc)."""
     table = _table(collective)
+    if algorithm == "auto":   # the hot path: no override, one host
+        override = os.environ.get(_ENV[collective])
+        if override is None and shm and n > 1:
+            return table["shm_direct"]
     name = (algorithm or "auto").strip().lower()
     source = "algorithm argument"
     if name == "auto":
-        env = f"COLLCOMM_ALGO_{collective.upper()}"
+        env = _ENV[collective]
         name = os.environ.get(env, "auto").strip().lower() or "auto"
         source = env
     if name == "auto":

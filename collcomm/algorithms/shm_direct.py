@@ -98,7 +98,10 @@ def _arena(comm: Comm, collective: str) -> Any:
 
 
 def _offset(arr: np.ndarray) -> int:
-    return arr.ctypes.data % PAGE if arr.size else 0
+    """Where in its page ``arr`` starts (only worth matching for large copies)."""
+    if arr.nbytes < ONE_SHOT:
+        return 0
+    return arr.__array_interface__["data"][0] % PAGE
 
 
 def _chunk_elems(arena: Any, itemsize: int, parts: int = 1) -> int:
@@ -152,7 +155,11 @@ def _source(comm: Comm, arena: Any, phase: int, r: int, dtype: np.dtype, count: 
 
 
 def _any_shared(arena: Any, phase: int) -> bool:
-    return any(arena.get(r, SHARED_WORD + phase) for r in range(arena.n))
+    word = SHARED_WORD + phase
+    for r in range(arena.n):
+        if arena.get(r, word):
+            return True
+    return False
 
 
 def all_reduce(comm: Comm, buf: np.ndarray, fn: ReduceFn) -> None:

@@ -64,6 +64,7 @@ class Arena:
         self.bytes = np.frombuffer(mm, dtype=np.uint8)
         self.count = int(self.words[rank * WORDS])
         self.phase = 0
+        self._views: dict[tuple, np.ndarray] = {}
         self.lost: PeerLostError | None = None
         # more ranks than CPUs: a spinning rank steals the CPU the late rank needs
         self.spin = SPIN if n <= cpus() else SPIN // 20
@@ -84,9 +85,16 @@ class Arena:
         return self.header + (phase * self.n + rank) * (self.slot + PAGE)
 
     def slot_array(self, phase: int, rank: int, dtype: np.dtype, count: int, offset: int = 0) -> np.ndarray:
-        """``count`` elements of ``dtype`` in slot (phase, rank), starting ``offset`` bytes in."""
-        start = self.slot_base(phase, rank) + offset
-        return self.bytes[start:start + count * dtype.itemsize].view(dtype)
+        """``count`` elements of ``dtype`` in slot (phase, rank), starting ``offset`` bytes in
+        (views are cached: the same few shapes recur call after call)."""
+        key = (phase, rank, dtype, count, offset)
+        view = self._views.get(key)
+        if view is None:
+            if len(self._views) > 256:
+                self._views.clear()
+            start = self.slot_base(phase, rank) + offset
+            view = self._views[key] = self.bytes[start:start + count * dtype.itemsize].view(dtype)
+        return view
 
     # -- synchronisation ----------------------------------------------------------------------
     def sync(self) -> None:
@@ -134,6 +142,7 @@ class Arena:
                 peer=self.global_ranks[late[0]])
 
     def close(self) -> None:
+        self._views.clear()
         try:
             self.words.release()
             self.view.release()
