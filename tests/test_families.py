@@ -39,8 +39,10 @@ TCP_SIZES = [2, 3, 5]
 #: "ABABB": hosts with interleaved, non-contiguous ranks; "ABB": a host with one rank.
 MULTI_HOSTS = ["ABB", "ABABB"]
 #: (mode, hosts): mode "shm"/"tcp" forces COLLCOMM_TRANSPORT; "multi" mixes them.
-CONFIGS = ([("shm", "A" * n) for n in SHM_SIZES] + [("tcp", "A" * n) for n in TCP_SIZES]
-           + [("multi", h) for h in MULTI_HOSTS])
+#: "shm-staged": shared memory with cross-memory attach off (COLLCOMM_CMA=0), so large
+#: chunks go through the arena's staging slots instead of being read from the peers.
+CONFIGS = ([("shm", "A" * n) for n in SHM_SIZES] + [("shm-staged", "AAA")]
+           + [("tcp", "A" * n) for n in TCP_SIZES] + [("multi", h) for h in MULTI_HOSTS])
 
 SMALL_COUNTS = (0, 1, 7)
 LARGE = 300_001        # per-rank vector of broadcast/reduce/all_reduce: 2.4 MB float64, 1.2 MB int32
@@ -139,6 +141,7 @@ class Ctx:
 
 def supported(family: str, mode: str) -> bool:
     """Whether ``family`` can work in this kind of job (else it must refuse cleanly)."""
+    mode = "shm" if mode == "shm-staged" else mode
     if family == "shm_direct":
         return mode == "shm"
     if family == "hierarchical":
@@ -695,10 +698,14 @@ def job(mode: str, hosts: str) -> list[dict[str, Any]]:
         rank_env = None
         if mode == "multi":
             rank_env = {r: {"COLLCOMM_HOST_ID": h} for r, h in enumerate(hosts)}
+        env = {"COLLCOMM_TIMEOUT": CALL_TIMEOUT}
+        rank_mode = mode
+        if mode == "shm-staged":
+            rank_mode, env["COLLCOMM_CMA"] = "shm", "0"
         try:
-            _JOBS[key] = run_ranks(_rank_main, n, mode, transport=None if mode == "multi" else mode,
-                                   timeout=JOB_TIMEOUT, env={"COLLCOMM_TIMEOUT": CALL_TIMEOUT},
-                                   rank_env=rank_env)
+            _JOBS[key] = run_ranks(_rank_main, n, rank_mode,
+                                   transport=None if mode == "multi" else rank_mode,
+                                   timeout=JOB_TIMEOUT, env=env, rank_env=rank_env)
         except Exception as exc:  # noqa: BLE001 - every test of this configuration reports it
             _JOBS[key] = exc
     result = _JOBS[key]

@@ -47,6 +47,7 @@ OFFSET_WORD = 1      # header words 1, 2: the byte offset of this rank's data in
 SIZE_WORD = 3        # header words 3, 4: a size a rank announces (all_to_all), per phase
 SHARED_WORD = 5      # header words 5, 6: heap key of a zero-copy source (0: staged), per phase
 SIGNATURE_WORD = 7   # header words 7, 8: which collective of how many elements, per phase
+CMA = 1              # SHARED_WORD value: the data is at address OFFSET_WORD in the rank's memory
 _CODES = ("all_reduce", "reduce", "broadcast", "all_gather", "gather", "reduce_scatter",
           "scatter", "all_to_all", "barrier")
 
@@ -136,22 +137,48 @@ def _shared(comm: Comm, arr: np.ndarray) -> tuple[int, int] | None:
 def _publish(arena: Any, phase: int, src: np.ndarray, shared: tuple[int, int] | None,
              lo: int) -> np.ndarray:
     """Make ``src`` (elements from ``lo`` of a buffer) readable by the others: announce it
-    in place when it is in the shared heap, else stage a copy. Returns our readable copy."""
+    in place when it is in the shared heap, or by address (CMA) when it is large and every
+    rank can read every other's memory, else stage a copy. Returns our readable copy."""
     if shared is not None:
         arena.put(SHARED_WORD + phase, shared[0])
         arena.put(OFFSET_WORD + phase, shared[1] + lo * src.dtype.itemsize)
+        return src
+    if arena.cma and src.nbytes > ONE_SHOT:
+        arena.put(SHARED_WORD + phase, CMA)
+        arena.put(OFFSET_WORD + phase, src.__array_interface__["data"][0])
         return src
     arena.put(SHARED_WORD + phase, 0)
     return _stage(arena, phase, src)
 
 
 def _source(comm: Comm, arena: Any, phase: int, r: int, dtype: np.dtype, count: int) -> np.ndarray:
-    """Rank ``r``'s published data: its heap buffer in place, or its slot."""
+    """Rank ``r``'s published data as an array: its heap buffer in place, or its slot
+    (not for CMA sources: use :func:`_read`)."""
     key = arena.get(r, SHARED_WORD + phase)
     if not key:
         return _peer(arena, phase, r, dtype, count)
     off = arena.get(r, OFFSET_WORD + phase)
     return comm.peer_bytes(key, r)[off:off + count * dtype.itemsize].view(dtype)  # type: ignore[attr-defined]
+
+
+def _read(comm: Comm, arena: Any, phase: int, r: int, dtype: np.dtype, count: int,
+          start: int, out: np.ndarray) -> None:
+    """Copy elements ``start:start+out.size`` of rank ``r``'s published data into ``out``."""
+    if arena.get(r, SHARED_WORD + phase) == CMA:
+        arena.read_remote(r, arena.get(r, OFFSET_WORD + phase) + start * dtype.itemsize, out)
+    else:
+        np.copyto(out, _source(comm, arena, phase, r, dtype, count)[start:start + out.size])
+
+
+def _operand(comm: Comm, arena: Any, phase: int, r: int, dtype: np.dtype, count: int,
+             start: int, stop: int) -> np.ndarray:
+    """Elements ``start:stop`` of rank ``r``'s data as an array to reduce with (a CMA source
+    is first copied into our own slot of this phase, which nobody else reads then)."""
+    if arena.get(r, SHARED_WORD + phase) != CMA:
+        return _source(comm, arena, phase, r, dtype, count)[start:stop]
+    scratch = arena.slot_array(phase, arena.rank, dtype, stop - start)
+    _read(comm, arena, phase, r, dtype, count, start, scratch)
+    return scratch
 
 
 def _any_shared(arena: Any, phase: int) -> bool:
@@ -176,8 +203,8 @@ def all_reduce(comm: Comm, buf: np.ndarray, fn: ReduceFn) -> None:
         mine = _publish(arena, phase, chunk, shared, lo)
         _enter(arena, phase, "all_reduce", buf.size, lo == 0)
         in_place = _any_shared(arena, phase)
-        slots = [mine if r == me else _source(comm, arena, phase, r, dt, count) for r in range(n)]
         if chunk.nbytes <= ONE_SHOT and not in_place:
+            slots = [mine if r == me else _source(comm, arena, phase, r, dt, count) for r in range(n)]
             np.copyto(chunk, slots[0])
             for r in range(1, n):
                 fn(chunk, slots[r])
@@ -186,12 +213,14 @@ def all_reduce(comm: Comm, buf: np.ndarray, fn: ReduceFn) -> None:
         acc = mine[s0:s1]
         for r in range(n):
             if r != me:
-                fn(acc, slots[r][s0:s1])
+                fn(acc, _operand(comm, arena, phase, r, dt, count, s0, s1))
         arena.sync()
         for r in range(n):
-            if r != me or mine is not chunk:
-                r0, r1 = _split(count, n, r)
-                np.copyto(chunk[r0:r1], slots[r][r0:r1])
+            r0, r1 = _split(count, n, r)
+            if r != me:
+                _read(comm, arena, phase, r, dt, count, r0, chunk[r0:r1])
+            elif mine is not chunk:
+                np.copyto(chunk[r0:r1], mine[r0:r1])
         if in_place:
             arena.sync()  # nobody may change a buffer read in place until all have read it
 
@@ -242,7 +271,7 @@ def broadcast(comm: Comm, buf: np.ndarray, root: int) -> None:
         _enter(arena, phase, "broadcast", buf.size, lo == 0)
         in_place = in_place or bool(arena.get(root, SHARED_WORD + phase))
         if comm.rank != root:
-            np.copyto(chunk, _source(comm, arena, phase, root, dt, chunk.size))
+            _read(comm, arena, phase, root, dt, chunk.size, 0, chunk)
     if in_place:
         arena.sync()
 
@@ -279,7 +308,7 @@ def _gather_to(comm: Comm, send: np.ndarray, recv: np.ndarray | None, root: int 
             assert recv is not None
             for r in range(n):
                 if r != me:
-                    np.copyto(recv[r * k + lo:r * k + lo + count], _source(comm, arena, phase, r, dt, count))
+                    _read(comm, arena, phase, r, dt, count, 0, recv[r * k + lo:r * k + lo + count])
     if in_place:
         arena.sync()
 
@@ -294,6 +323,9 @@ def reduce_scatter(comm: Comm, send: np.ndarray, recv: np.ndarray, fn: ReduceFn)
         return
     arena = _arena(comm, "reduce_scatter")
     dt = send.dtype
+    if arena.cma and send.nbytes > ONE_SHOT:
+        _reduce_scatter_cma(comm, arena, send, recv, fn)
+        return
     step = _chunk_elems(arena, dt.itemsize, n)
     blocks = send.reshape(n, k)
     for lo in range(0, k, step):
@@ -306,6 +338,34 @@ def reduce_scatter(comm: Comm, send: np.ndarray, recv: np.ndarray, fn: ReduceFn)
         np.copyto(out, arena.slot_array(phase, 0, dt, n * count).reshape(n, count)[me])
         for r in range(1, n):
             fn(out, arena.slot_array(phase, r, dt, n * count).reshape(n, count)[me])
+
+
+def _reduce_scatter_cma(comm: Comm, arena: Any, send: np.ndarray, recv: np.ndarray, fn: ReduceFn) -> None:
+    """Every rank reads block ``rank`` of each other's send buffer straight from its memory
+    (through our slot as scratch) and reduces in rank order; one sync in, one out."""
+    n, me, k, dt = comm.size, comm.rank, recv.size, send.dtype
+    phase = arena.next_phase()
+    arena.put(SHARED_WORD + phase, CMA)
+    arena.put(OFFSET_WORD + phase, send.__array_interface__["data"][0])
+    _enter(arena, phase, "reduce_scatter", k, True)
+    step = _chunk_elems(arena, dt.itemsize)
+    base = me * k
+    for lo in range(0, k, step):
+        out = recv[lo:lo + step]
+        hi = lo + out.size
+        for r in range(n):
+            if r == me:
+                block = send[base + lo:base + hi]
+            elif r == 0:
+                _read(comm, arena, phase, 0, dt, n * k, base + lo, out)
+                continue
+            else:
+                block = _operand(comm, arena, phase, r, dt, n * k, base + lo, base + hi)
+            if r == 0:
+                np.copyto(out, block)
+            else:
+                fn(out, block)
+    arena.sync()  # nobody may change a send buffer the others read until all have read it
 
 
 def scatter(comm: Comm, send: np.ndarray | None, recv: np.ndarray, root: int) -> None:
@@ -346,6 +406,21 @@ def all_to_all(comm: Comm, send: np.ndarray, send_counts: Sequence[int], recv: n
     arena.put(SIZE_WORD + agree, max((c for j, c in enumerate(send_counts) if j != me), default=0))
     _enter(arena, agree, "all_to_all", 0, True)
     largest = max(arena.get(r, SIZE_WORD + agree) for r in range(n))
+    if arena.cma and largest * dt.itemsize > ONE_SHOT // n:
+        # one copy: read our block straight from each sender's buffer, at the displacement
+        # it left in its slot
+        phase = arena.next_phase()
+        np.copyto(arena.slot_array(phase, me, np.dtype(np.int64), n), sdispl[:n])
+        arena.put(SHARED_WORD + phase, CMA)
+        arena.put(OFFSET_WORD + phase, send.__array_interface__["data"][0] if send.size else 0)
+        arena.sync()
+        for r in range(n):
+            c = recv_counts[r]
+            if r != me and c:
+                start = int(arena.slot_array(phase, r, np.dtype(np.int64), n)[me])
+                _read(comm, arena, phase, r, dt, 0, start, recv[rdispl[r]:rdispl[r] + c])
+        arena.sync()
+        return
     piece = _chunk_elems(arena, dt.itemsize, n)
     for lo in range(0, largest, piece):
         phase = arena.next_phase()
