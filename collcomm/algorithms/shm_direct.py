@@ -43,6 +43,9 @@ from ..transport.shm import PAGE
 from .base import Comm, ReduceFn
 
 ONE_SHOT = 64 << 10
+#: all_reduce reads its peers by CMA only for chunks this large: below, the two extra
+#: syscalls and the closing sync cost more than the staging copy they save (measured).
+CMA_ALL_REDUCE = 2 << 20
 OFFSET_WORD = 1      # header words 1, 2: the byte offset of this rank's data in its slot, per phase
 SIZE_WORD = 3        # header words 3, 4: a size a rank announces (all_to_all), per phase
 SHARED_WORD = 5      # header words 5, 6: heap key of a zero-copy source (0: staged), per phase
@@ -135,7 +138,7 @@ def _shared(comm: Comm, arr: np.ndarray) -> tuple[int, int] | None:
 
 
 def _publish(arena: Any, phase: int, src: np.ndarray, shared: tuple[int, int] | None,
-             lo: int) -> np.ndarray:
+             lo: int, cma_min: int = ONE_SHOT) -> np.ndarray:
     """Make ``src`` (elements from ``lo`` of a buffer) readable by the others: announce it
     in place when it is in the shared heap, or by address (CMA) when it is large and every
     rank can read every other's memory, else stage a copy. Returns our readable copy."""
@@ -143,7 +146,7 @@ def _publish(arena: Any, phase: int, src: np.ndarray, shared: tuple[int, int] | 
         arena.put(SHARED_WORD + phase, shared[0])
         arena.put(OFFSET_WORD + phase, shared[1] + lo * src.dtype.itemsize)
         return src
-    if arena.cma and src.nbytes > ONE_SHOT:
+    if arena.cma and src.nbytes > cma_min:
         arena.put(SHARED_WORD + phase, CMA)
         arena.put(OFFSET_WORD + phase, src.__array_interface__["data"][0])
         return src
@@ -200,7 +203,7 @@ def all_reduce(comm: Comm, buf: np.ndarray, fn: ReduceFn) -> None:
         chunk = buf[lo:lo + step]
         count = chunk.size
         phase = arena.next_phase()
-        mine = _publish(arena, phase, chunk, shared, lo)
+        mine = _publish(arena, phase, chunk, shared, lo, CMA_ALL_REDUCE)
         _enter(arena, phase, "all_reduce", buf.size, lo == 0)
         in_place = _any_shared(arena, phase)
         if chunk.nbytes <= ONE_SHOT and not in_place:
@@ -261,7 +264,8 @@ def broadcast(comm: Comm, buf: np.ndarray, root: int) -> None:
     arena = _arena(comm, "broadcast")
     dt = buf.dtype
     shared = _shared(comm, buf) if comm.rank == root else None
-    step = _chunk_elems(arena, dt.itemsize)
+    # read by address (CMA): no slot to fit, so one chunk
+    step = buf.size if arena.cma and buf.nbytes > ONE_SHOT else _chunk_elems(arena, dt.itemsize)
     in_place = False
     for lo in range(0, buf.size, step):
         chunk = buf[lo:lo + step]
@@ -295,7 +299,7 @@ def _gather_to(comm: Comm, send: np.ndarray, recv: np.ndarray | None, root: int 
     arena = _arena(comm, "all_gather" if root is None else "gather")
     dt = send.dtype
     shared = _shared(comm, send)
-    step = _chunk_elems(arena, dt.itemsize)
+    step = k if arena.cma and send.nbytes > ONE_SHOT else _chunk_elems(arena, dt.itemsize)
     in_place = False
     for lo in range(0, k, step):
         chunk = send[lo:lo + step]
