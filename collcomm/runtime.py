@@ -7,6 +7,7 @@ creates the world group. A process started by no launcher is a world of size 1.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 from typing import Any, Sequence
@@ -49,6 +50,19 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
         job = join(init_method=init_method, world_size=world_size, rank=rank, store=store,
                    timeout=_timeout_seconds(timeout))
         _set_world(job, _timeout_seconds(timeout))
+
+
+def _leave_at_exit() -> None:
+    """A program that never called destroy_process_group still leaves cleanly (its peers
+    then see a departure, not a crash)."""
+    if _world is not None:
+        try:
+            destroy_process_group()
+        except Exception:  # noqa: BLE001 - exiting anyway
+            pass
+
+
+atexit.register(_leave_at_exit)
 
 
 def _set_world(job: Any, timeout: float) -> None:

@@ -107,6 +107,10 @@ def run_ranks(fn: Callable[..., Any], n: int, *args: Any, env: dict[str, str] | 
                     procs[r].send_signal(signal.SIGKILL)
                     del pending_kills[r]
             if now > deadline:
+                for p in procs:          # every rank's stacks, into its output
+                    if p.poll() is None:
+                        p.send_signal(signal.SIGUSR1)
+                time.sleep(0.5)
                 raise RankFailure(f"ranks did not finish within {timeout} s; output:\n"
                                   + _outputs(tmp, n))
             time.sleep(0.01)
@@ -153,5 +157,5 @@ def _read(path: str) -> str:
 
 
 def _outputs(tmp: str, n: int) -> str:
-    return "\n".join(f"--- rank {r} ---\n{_read(os.path.join(tmp, f'out-{r}.txt'))[-2000:]}"
+    return "\n".join(f"--- rank {r} ---\n{_read(os.path.join(tmp, f'out-{r}.txt'))[-6000:]}"
                      for r in range(n))

@@ -1,8 +1,10 @@
 """Entry point of one rank started by tests.harness.run_ranks (``python -m tests.rank_main DIR``)."""
 from __future__ import annotations
 
+import faulthandler
 import os
 import pickle
+import signal
 import sys
 import time
 import traceback
@@ -12,6 +14,8 @@ from tests.harness import Outcome
 
 def main(tmp: str) -> int:
     import collcomm.runtime as collcomm
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the harness asks on a hang
 
     with open(os.path.join(tmp, "job.pkl"), "rb") as f:
         fn, args, init = pickle.load(f)

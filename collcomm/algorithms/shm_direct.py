@@ -41,6 +41,7 @@ import numpy as np
 from ..errors import InvalidArgumentError, MismatchError
 from ..transport.shm import PAGE
 from .base import Comm, ReduceFn
+from .linear import displacements
 
 ONE_SHOT = 64 << 10
 #: all_reduce reads its peers by CMA only for chunks this large: below, the two extra
@@ -398,8 +399,7 @@ def scatter(comm: Comm, send: np.ndarray | None, recv: np.ndarray, root: int) ->
 def all_to_all(comm: Comm, send: np.ndarray, send_counts: Sequence[int], recv: np.ndarray,
                recv_counts: Sequence[int]) -> None:
     n, me = comm.size, comm.rank
-    sdispl = np.concatenate(([0], np.cumsum(send_counts, dtype=np.int64)))
-    rdispl = np.concatenate(([0], np.cumsum(recv_counts, dtype=np.int64)))
+    sdispl, rdispl = displacements(send_counts), displacements(recv_counts)
     if send_counts[me]:
         np.copyto(recv[rdispl[me]:rdispl[me] + recv_counts[me]], send[sdispl[me]:sdispl[me] + send_counts[me]])
     if n == 1:
@@ -414,7 +414,7 @@ def all_to_all(comm: Comm, send: np.ndarray, send_counts: Sequence[int], recv: n
         # one copy: read our block straight from each sender's buffer, at the displacement
         # it left in its slot
         phase = arena.next_phase()
-        np.copyto(arena.slot_array(phase, me, np.dtype(np.int64), n), sdispl[:n])
+        np.copyto(arena.slot_array(phase, me, np.dtype(np.int64), n), np.asarray(sdispl[:n], dtype=np.int64))
         arena.put(SHARED_WORD + phase, CMA)
         arena.put(OFFSET_WORD + phase, send.__array_interface__["data"][0] if send.size else 0)
         arena.sync()

@@ -25,6 +25,7 @@ the default ``C`` = 4 MiB (``COLLCOMM_SHM_SLOT``) that is 16 MiB for 2 ranks, 32
 from __future__ import annotations
 
 import ctypes
+import errno
 import mmap
 import os
 import time
@@ -39,6 +40,7 @@ LINE = 128                # bytes of header per rank: 16 u64 words
 WORDS = LINE // 8
 PHASES = 2
 SPIN, YIELD = 400, 100
+LEFT_WORD = 13            # header word 13: set when the rank leaves cleanly
 PROBE_WORD = 14           # header words 14, 15: cross-memory-attach probe
 PROBE_MAGIC = 0x636F6C6C636F6D6D
 
@@ -144,6 +146,11 @@ class Arena:
             got = _READV(self.pids[r], ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
             if got <= 0:
                 err = ctypes.get_errno()
+                if err == errno.ESRCH or not pid_alive(self.pids[r]):
+                    g = self.global_ranks[r]
+                    raise PeerLostError(f"rank {g} (pid {self.pids[r]}, same host) died; rank "
+                                        f"{self.global_ranks[self.rank]} was reading its memory",
+                                        peer=g)
                 raise CollcommError(f"rank {self.global_ranks[self.rank]} could not read rank "
                                     f"{self.global_ranks[r]}'s memory ({os.strerror(err)}); set "
                                     "COLLCOMM_CMA=0 to stage through shared memory instead")
@@ -205,12 +212,20 @@ class Arena:
                 self._check(late, target, now - start)
 
     def _check(self, late: list[int], target: int, waited: float) -> None:
-        for r in late:   # a rank that already passed may have finished and left: fine
-            if not pid_alive(self.pids[r]) and self.words[r * WORDS] < target:
-                g = self.global_ranks[r]
-                raise PeerLostError(f"rank {g} (pid {self.pids[r]}, same host) died; rank "
-                                    f"{self.global_ranks[self.rank]} was waiting for it in shared "
-                                    f"memory", peer=g)
+        """A member that died without leaving cleanly dooms the group (even if it passed this
+        sync: it cannot finish its part, and the ranks that waited on it gave up); one that
+        left cleanly is only missed if it never reached this sync."""
+        me = self.global_ranks[self.rank]
+        for r in range(self.n):
+            if r == self.rank or pid_alive(self.pids[r]):
+                continue
+            g = self.global_ranks[r]
+            if not self.get(r, LEFT_WORD):
+                raise PeerLostError(f"rank {g} (pid {self.pids[r]}, same host) died; rank {me} "
+                                    "was waiting in shared memory", peer=g)
+            if self.words[r * WORDS] < target:
+                raise PeerLostError(f"rank {g} left the job (destroy_process_group) before this "
+                                    f"call; rank {me} was waiting for it in shared memory", peer=g)
         if waited > self.timeout:
             who = ", ".join(f"rank {self.global_ranks[r]} (at step {self.get(r, 0)})" for r in late)
             raise CommTimeoutError(
@@ -219,6 +234,7 @@ class Arena:
                 peer=self.global_ranks[late[0]])
 
     def close(self) -> None:
+        self.put(LEFT_WORD, 1)    # we leave cleanly: not a crash
         self._views.clear()
         try:
             self.words.release()
