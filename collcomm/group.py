@@ -140,6 +140,11 @@ class GroupComm:
         lc = GroupComm(local, local._next_tag(), timeout)
         return lc, (GroupComm(leaders, leaders._next_tag(), timeout) if leaders is not None else None)
 
+    def scratch(self, nbytes: int, slot: int = 0) -> np.ndarray:
+        """At least ``nbytes`` of temporary space, reused by the group's later calls (one
+        buffer per slot; a group runs one call at a time, so nothing else uses it)."""
+        return self._group._scratch(nbytes, slot)
+
     def shared(self, arr: np.ndarray) -> tuple[int, int] | None:
         """(heap key, byte offset) if ``arr`` lies in a shared allocation that every rank of
         this group has mapped; else None."""
@@ -195,6 +200,7 @@ class ProcessGroup:
         self._closed = False
         self._arena: Any = None
         self._allocs = 0
+        self._scratch_bufs: list[np.ndarray] = []   # reused temporaries (see GroupComm.scratch)
         self._tiers: Any = None
         hosts = getattr(transport, "hosts", None)
         self.hosts = [hosts[r] for r in self.ranks] if hosts else ["local"] * self.size
@@ -304,6 +310,14 @@ class ProcessGroup:
                                           comm._timeout or self.timeout, self.rank == 0,
                                           announce, wait_created)
         return self._arena
+
+    def _scratch(self, nbytes: int, slot: int) -> np.ndarray:
+        bufs = self._scratch_bufs
+        while len(bufs) <= slot:
+            bufs.append(np.empty(0, dtype=np.uint8))
+        if bufs[slot].size < nbytes:
+            bufs[slot] = np.empty(max(nbytes, 2 * bufs[slot].size), dtype=np.uint8)
+        return bufs[slot]
 
     # -- hosts -------------------------------------------------------------------------------------
     def _hierarchy(self) -> tuple["ProcessGroup", "ProcessGroup | None"]:

@@ -32,6 +32,17 @@ class Comm(Protocol):
     def irecv(self, arr: np.ndarray, peer: int) -> Handle: ...
 
 
+def scratch(comm: Comm, count: int, dtype: np.dtype, slot: int = 0) -> np.ndarray:
+    """``count`` elements of temporary space. A comm that offers ``scratch(nbytes, slot)``
+    (a process group's) reuses one buffer per slot across calls, so big temporaries are
+    page-faulted once, not every call; distinct slots never overlap."""
+    dt = np.dtype(dtype)
+    get = getattr(comm, "scratch", None)
+    if get is None:
+        return np.empty(count, dtype=dt)
+    return get(count * dt.itemsize, slot)[:count * dt.itemsize].view(dt)
+
+
 def wait_all(handles: Sequence[Handle]) -> list[Status]:
     """Wait for every handle in order (each under the transport's timeout)."""
     return [h.wait() for h in handles]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import Comm, ReduceFn, sendrecv
+from .base import scratch as temporary
 from .ring import chunk_bounds
 
 
@@ -70,7 +71,7 @@ def _halving(comm: Comm, acc: np.ndarray, bounds: list[int], fold: _Fold, fn: Re
             (keep_lo, keep_hi), (give_lo, give_hi) = (mid, hi), (lo, mid)
         keep = acc[bounds[keep_lo]:bounds[keep_hi]]
         if scratch is None:
-            scratch = np.empty(keep.size, dtype=acc.dtype)
+            scratch = temporary(comm, keep.size, acc.dtype)
         inbox = scratch[:keep.size]
         sendrecv(comm, acc[bounds[give_lo]:bounds[give_hi]], fold.rank_of(me ^ mask),
                  inbox, fold.rank_of(me ^ mask))
@@ -96,7 +97,7 @@ def all_reduce(comm: Comm, buf: np.ndarray, fn: ReduceFn) -> None:
     fold = _Fold(comm.rank, comm.size)
     if comm.size == 1:
         return
-    scratch = np.empty_like(buf)
+    scratch = temporary(comm, buf.size, buf.dtype)
     if fold.newrank < 0:  # even rank below 2·rem: hand over, wait for the result
         comm.isend(buf, fold.partner).wait()
         comm.irecv(buf, fold.partner).wait()
@@ -124,7 +125,7 @@ def all_reduce_rabenseifner(comm: Comm, buf: np.ndarray, fn: ReduceFn) -> None:
         comm.irecv(buf, fold.partner).wait()
         return
     if fold.partner >= 0:
-        scratch = np.empty_like(buf)
+        scratch = temporary(comm, buf.size, buf.dtype)
         comm.irecv(scratch, fold.partner).wait()
         fn(buf, scratch)
         del scratch
@@ -168,9 +169,10 @@ def reduce_scatter(comm: Comm, send: np.ndarray, recv: np.ndarray, fn: ReduceFn)
         comm.isend(send, fold.partner).wait()
         comm.irecv(recv, fold.partner).wait()
         return
-    acc = send.copy()
+    acc = temporary(comm, send.size, send.dtype, 1)   # slot 1: slot 0 is the inbox
+    np.copyto(acc, send)
     if fold.partner >= 0:
-        scratch = np.empty_like(send)
+        scratch = temporary(comm, send.size, send.dtype)
         comm.irecv(scratch, fold.partner).wait()
         fn(acc, scratch)
         del scratch

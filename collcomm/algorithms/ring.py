@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Comm, ReduceFn, sendrecv
+from .base import Comm, ReduceFn, scratch, sendrecv
 
 
 def chunk_bounds(count: int, parts: int) -> list[int]:
@@ -52,7 +52,7 @@ def reduce_scatter(comm: Comm, send: np.ndarray, recv: np.ndarray, fn: ReduceFn)
         return
     right, left = (rank + 1) % n, (rank - 1) % n
     outbox = send[((rank - 1) % n) * k:((rank - 1) % n + 1) * k]  # step 0: own data
-    partials = [np.empty(k, dtype=send.dtype) for _ in range(min(2, n - 2))]
+    partials = [scratch(comm, k, send.dtype, i) for i in range(min(2, n - 2))]
     for step in range(n - 1):
         in_chunk = (rank - step - 2) % n
         inbox = recv if step == n - 2 else partials[step % 2]
@@ -71,10 +71,10 @@ def all_reduce(comm: Comm, buf: np.ndarray, fn: ReduceFn) -> None:
     def chunk(i: int) -> np.ndarray:
         return buf[bounds[i]:bounds[i + 1]]
 
-    scratch = np.empty(bounds[1] - bounds[0], dtype=buf.dtype)
+    space = scratch(comm, bounds[1] - bounds[0], buf.dtype)
     for step in range(n - 1):  # reduce-scatter phase
         out_chunk, in_chunk = (rank - step) % n, (rank - step - 1) % n
-        inbox = scratch[:bounds[in_chunk + 1] - bounds[in_chunk]]
+        inbox = space[:bounds[in_chunk + 1] - bounds[in_chunk]]
         sendrecv(comm, chunk(out_chunk), right, inbox, left)
         fn(chunk(in_chunk), inbox)
     for step in range(n - 1):  # all_gather phase: rank r owns chunk r+1
