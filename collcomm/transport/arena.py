@@ -10,7 +10,9 @@ Layout (``n`` ranks, slot size ``C`` bytes, ``P`` = 2 phases):
 counter has reached it. Collectives alternate the phase they write in, so a rank may
 overwrite its slot of phase p only after the next sync, by which time everybody has
 finished reading the previous use of phase p. Waiting spins (20x less when the group has
-more ranks than this process has CPUs), then yields, then sleeps (50 µs doubling to 1 ms); it checks the other ranks' pids every 100 ms (PeerLostError)
+more ranks than this process has CPUs), then yields, then blocks on a futex on the late
+rank's counter (woken by its arrival; 1 ms at most per wait, so a lost wake-up costs no
+more than polling; without futex, sleeps of 50 µs doubling to 1 ms); it checks the other ranks' pids every 100 ms (PeerLostError)
 and names the ranks that never arrived when it times out. The segment is mapped with
 MAP_POPULATE (no page faults later) and unlinked as soon as every rank has mapped it.
 
@@ -40,6 +42,7 @@ LINE = 128                # bytes of header per rank: 16 u64 words
 WORDS = LINE // 8
 PHASES = 2
 SPIN, YIELD = 400, 100
+SLEEPERS_WORD = 12        # header word 12: somebody sleeps on this rank's counter (futex)
 LEFT_WORD = 13            # header word 13: set when the rank leaves cleanly
 PROBE_WORD = 14           # header words 14, 15: cross-memory-attach probe
 PROBE_MAGIC = 0x636F6C6C636F6D6D
@@ -69,6 +72,31 @@ def _libc_readv() -> Any:
 _READV = _libc_readv()
 
 
+class _TimeSpec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+def _futex_syscall() -> Any:
+    """libc's syscall() for futex(2) on shared memory, or None (then waiters just sleep)."""
+    import platform
+
+    number = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
+    if number is None or os.environ.get("COLLCOMM_FUTEX", "1") == "0":
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).syscall
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_long
+    return lambda addr, op, val, ts: fn(ctypes.c_long(number), ctypes.c_void_p(addr), ctypes.c_int(op),
+                                        ctypes.c_int(val), ts, ctypes.c_void_p(0), ctypes.c_int(0))
+
+
+_FUTEX = _futex_syscall()
+FUTEX_WAIT, FUTEX_WAKE = 0, 1           # not the _PRIVATE ones: the word is shared between processes
+_FUTEX_TIMEOUT = _TimeSpec(0, 1_000_000)  # 1 ms: a wake-up lost to store reordering costs no more
+
+
 def cpus() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -96,6 +124,7 @@ class Arena:
         self.words = self.view[: n * LINE].cast("Q")
         self.header = (n * LINE + PAGE - 1) // PAGE * PAGE
         self.bytes = np.frombuffer(mm, dtype=np.uint8)
+        self.address = self.bytes.__array_interface__["data"][0]
         self.count = int(self.words[rank * WORDS])
         self.phase = 0
         self._views: dict[tuple, np.ndarray] = {}
@@ -186,7 +215,11 @@ class Arena:
         self.count += 1
         target = self.count
         words, stride, n = self.words, WORDS, self.n
-        words[self.rank * stride] = target
+        me = self.rank * stride
+        words[me] = target
+        if words[me + SLEEPERS_WORD] and _FUTEX is not None:   # somebody sleeps on us: wake
+            words[me + SLEEPERS_WORD] = 0
+            _FUTEX(self.address + me * 8, FUTEX_WAKE, 0x7FFFFFFF, None)
         late = [r for r in range(n) if words[r * stride] < target]
         if not late:
             return
@@ -204,12 +237,24 @@ class Arena:
             if rounds < self.spin + YIELD:
                 os.sched_yield()
                 continue
-            time.sleep(sleep)
-            sleep = min(sleep * 2, 1e-3)
+            if _FUTEX is not None:
+                self._sleep_on(late[0], target)
+            else:
+                time.sleep(sleep)
+                sleep = min(sleep * 2, 1e-3)
             now = time.monotonic()
             if now >= next_check:
                 next_check = now + 0.1
                 self._check(late, target, now - start)
+
+    def _sleep_on(self, r: int, target: int) -> None:
+        """Block (≤ 1 ms) until rank ``r`` bumps its counter: announce ourselves, re-check,
+        then futex-wait on the counter's low 32 bits."""
+        words, at = self.words, r * WORDS
+        words[at + SLEEPERS_WORD] = 1
+        seen = words[at]
+        if seen < target:
+            _FUTEX(self.address + at * 8, FUTEX_WAIT, seen & 0xFFFFFFFF, ctypes.byref(_FUTEX_TIMEOUT))
 
     def _check(self, late: list[int], target: int, waited: float) -> None:
         """A member that died without leaving cleanly dooms the group (even if it passed this
