@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import runtime as _runtime
+from .core import runtime as _runtime
 from .api import (
     P2POp, P2PWork, all_gather, all_gather_into_tensor, all_reduce, all_to_all, all_to_all_single,
     barrier, batch_isend_irecv, broadcast, gather, get_backend, get_global_rank, get_group_rank,
@@ -24,15 +24,15 @@ from .errors import (
     AuthError, ClosedError, CollcommError, CommTimeoutError, InvalidArgumentError, MismatchError,
     PeerLostError,
 )
-from .group import NON_GROUP_MEMBER, ProcessGroup, call_timeout
+from .core.group import NON_GROUP_MEMBER, ProcessGroup, call_timeout
 from .objects import (
     all_gather_object, all_reduce_object, broadcast_object_list, gather_object, recv_object_list,
     reduce_object, scatter_object_list, send_object_list,
 )
 from .ops import ReduceOp
 from .memory import empty, empty_like, full, is_shared, zeros
-from .runtime import destroy_process_group, init_process_group, is_initialized, new_group
-from .work import Work
+from .core.runtime import destroy_process_group, init_process_group, is_initialized, new_group
+from .core.work import Work
 
 __version__ = "0.1.0"
 

@@ -1,4 +1,4 @@
 """``python -m collcomm ...`` is the ``collcomm`` command."""
-from .cli import main
+from .tools.cli import main
 
 raise SystemExit(main())

@@ -30,13 +30,14 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import algorithms, ops, runtime
+from . import algorithms, ops
+from .core import runtime
 from .buffers import Buf, as_input, as_output, as_outputs, check_like
 from .errors import CollcommError, InvalidArgumentError, MismatchError, with_context
-from .group import GroupComm, ProcessGroup
+from .core.group import GroupComm, ProcessGroup
 from .ops import ReduceOp
 from .transport.base import Handle, Status
-from .work import Work
+from .core.work import Work
 
 __all__ = [
     "P2POp", "all_gather", "all_gather_into_tensor", "all_reduce", "all_to_all",

@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from . import api, runtime
+from . import api
+from .core import runtime
 from .buffers import is_tensor
 from .errors import InvalidArgumentError
 from .ops import ReduceOp

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from . import runtime
+from .core import runtime
 from .errors import InvalidArgumentError
-from .group import ProcessGroup
+from .core.group import ProcessGroup
 
 __all__ = ["empty", "zeros", "full", "empty_like", "is_shared"]
 

@@ -29,7 +29,7 @@ import numpy as np
 from . import algorithms
 from .api import _group, _local_rank, _member, _no_list_here, _p2p_group, _p2p_peer, _where
 from .errors import InvalidArgumentError, MismatchError
-from .group import GroupComm, ProcessGroup
+from .core.group import GroupComm, ProcessGroup
 from .ops import ReduceOp
 
 __all__ = [

@@ -13,7 +13,7 @@ from tests.harness import Outcome
 
 
 def main(tmp: str) -> int:
-    import collcomm.runtime as collcomm
+    import collcomm.core.runtime as collcomm
 
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # the harness asks on a hang
 

@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from collcomm.bench import options as O
-from collcomm.bench import report as R
-from collcomm.bench.calibrate import fit_alpha_beta
-from collcomm.bench.worker import count_wrong, expected, pattern, pick_iters
+from collcomm.tools.bench import options as O
+from collcomm.tools.bench import report as R
+from collcomm.tools.bench.calibrate import fit_alpha_beta
+from collcomm.tools.bench.worker import count_wrong, expected, pattern, pick_iters
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROW_RE = re.compile(r"^\s+\d+\s+\d+\s+\S+\s+\S+\s+-?\d+(\s+\S+){8}$")
@@ -84,7 +84,7 @@ def test_parse_ops_dtype_compare_count():
 
 @pytest.mark.timeout(10)
 def test_cli_options():
-    from collcomm.cli import build_parser
+    from collcomm.tools.cli import build_parser
 
     args = build_parser().parse_args(["bench", "-n", "3", "--op", "all", "-b", "1K", "-e", "4K",
                                       "--compare", "mpi", "--inplace"])

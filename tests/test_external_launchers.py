@@ -30,8 +30,8 @@ PROG = """
 import json, os, sys
 import numpy as np
 import collcomm as dist
-from collcomm.auth import job_id
-import collcomm.runtime as rt
+from collcomm.rendezvous.auth import job_id
+import collcomm.core.runtime as rt
 
 kwargs = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
 dist.init_process_group(**kwargs)

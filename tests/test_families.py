@@ -663,7 +663,7 @@ SEQUENCES: dict[str, Callable[[Ctx], None]] = {
 
 def _rank_main(mode: str) -> dict[str, Any]:
     """Run every case on this rank; return its failures, timings and barrier times."""
-    import collcomm.runtime as rt
+    import collcomm.core.runtime as rt
 
     ctx = Ctx(rt.get_world("test_families"), mode)
     timings: dict[str, float] = {}

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import collcomm as dist
-import collcomm.runtime as rt
+import collcomm.core.runtime as rt
 from collcomm.algorithms import registry
 from tests.harness import run_ranks
 

@@ -57,8 +57,8 @@ def pids_in(text: str) -> list[int]:
 def test_env_contract_and_store(tmp_path):
     prog = write_prog(tmp_path, """
         import json, os
-        from collcomm.store import store_from_url
-        from collcomm.auth import job_token
+        from collcomm.rendezvous import store_from_url
+        from collcomm.rendezvous.auth import job_token
         names = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                  "MASTER_ADDR", "MASTER_PORT", "COLLCOMM_STORE", "COLLCOMM_TOKEN", "COLLCOMM_JOB_ID"]
         env = {n: os.environ.get(n) for n in names}

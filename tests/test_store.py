@@ -11,7 +11,7 @@ import time
 import pytest
 
 from collcomm.errors import AuthError, ClosedError, CollcommError, CommTimeoutError
-from collcomm.store import (FileStore, PrefixStore, Store, TCPStore, TCPStoreServer,
+from collcomm.rendezvous import (FileStore, PrefixStore, Store, TCPStore, TCPStoreServer,
                             store_from_url)
 
 TOKEN = b"test-token"
@@ -132,7 +132,7 @@ def test_connect_timeout_when_no_server():
 def test_many_concurrent_adders_threads_and_processes(server):
     n_threads, n_procs, per = 8, 2, 50
     script = (
-        "import sys; from collcomm.store import TCPStore\n"
+        "import sys; from collcomm.rendezvous import TCPStore\n"
         f"s = TCPStore('127.0.0.1', int(sys.argv[1]), timeout=20, token={TOKEN!r})\n"
         f"for _ in range({per}): s.add('total', 1)\n"
         "s.close()\n")
@@ -222,7 +222,7 @@ def test_file_store_semantics(tmp_path):
 
 _FILE_WORKER = """
 import sys
-from collcomm.store import FileStore
+from collcomm.rendezvous import FileStore
 path, rank = sys.argv[1], int(sys.argv[2])
 s = FileStore(path, world_size=3, timeout=20)
 for _ in range(50):
@@ -338,7 +338,7 @@ def test_store_from_url_env(server, monkeypatch):
 # --------------------------------------------------------------------------- auth
 
 def _handshake(token_a: bytes, token_b: bytes) -> tuple[BaseException | None, BaseException | None]:
-    from collcomm.auth import authenticate
+    from collcomm.rendezvous.auth import authenticate
     a, b = socket.socketpair()
     a.settimeout(7.0)
     errors: list[BaseException | None] = [None, None]
@@ -370,7 +370,7 @@ def test_authenticate_mutual():
 
 @pytest.mark.timeout(30)
 def test_authenticate_timeout_and_garbage():
-    from collcomm.auth import authenticate
+    from collcomm.rendezvous.auth import authenticate
     a, b = socket.socketpair()
     try:
         t0 = time.monotonic()
@@ -386,7 +386,7 @@ def test_authenticate_timeout_and_garbage():
 
 
 def test_job_token_and_job_id():
-    from collcomm.auth import job_id, job_token
+    from collcomm.rendezvous.auth import job_id, job_token
     assert job_token({"COLLCOMM_TOKEN": "abcd"}) == b"\xab\xcd"
     assert job_token({"COLLCOMM_TOKEN": "not hex!"}) == b"not hex!"
     slurm1 = {"SLURM_JOB_ID": "12", "SLURM_STEP_ID": "0"}

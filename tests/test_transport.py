@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-import collcomm.runtime as rt
+import collcomm.core.runtime as rt
 from collcomm.errors import CommTimeoutError, MismatchError, PeerLostError
 from collcomm.transport.base import ANY_SOURCE
 from tests.harness import run_ranks

@@ -27,7 +27,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..auth import authenticate, recv_exact
+from ..rendezvous.auth import authenticate, recv_exact
 from ..errors import CollcommError, CommTimeoutError, PeerLostError
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
-"""The peer libraries, measured by the same :func:`collcomm.bench.worker.sweep`.
+"""The peer libraries, measured by the same :func:`collcomm.tools.bench.worker.sweep`.
 
-    mpiexec --allow-run-as-root --oversubscribe -n N python -m collcomm.bench.peers mpi OPTS.json OUT.json
-    (N processes with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) python -m collcomm.bench.peers gloo OPTS.json OUT.json
+    mpiexec --allow-run-as-root --oversubscribe -n N python -m collcomm.tools.bench.peers mpi OPTS.json OUT.json
+    (N processes with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) python -m collcomm.tools.bench.peers gloo OPTS.json OUT.json
 
 ``mpi``: mpi4py on Open MPI, numpy buffers, the buffer-protocol (upper-case) calls,
 ``MPI.IN_PLACE`` for in-place. ``gloo``: torch.distributed with backend "gloo" on CPU

@@ -23,8 +23,8 @@ from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 
-from .errors import CollcommError, InvalidArgumentError, MismatchError, with_context
-from .transport.base import ANY_SOURCE, Handle, Status, Transport
+from ..errors import CollcommError, InvalidArgumentError, MismatchError, with_context
+from ..transport.base import ANY_SOURCE, Handle, Status, Transport
 from .work import Work
 
 T = TypeVar("T")
@@ -291,7 +291,7 @@ class ProcessGroup:
     def _get_arena(self, comm: GroupComm) -> Any:
         """The group's arena, built inside the current call by every rank together."""
         if self._arena is None and self.can_share_memory:
-            from .transport import arena as arena_mod
+            from ..transport import arena as arena_mod
 
             engine: Any = self.transport
             pids = [os.getpid() if r == self.global_rank else engine.channels[r].peer_pid
@@ -343,8 +343,8 @@ class ProcessGroup:
         (see transport/heap.py). Groups that cannot share memory get private memory."""
         if not self.can_share_memory:
             return np.empty(nbytes, dtype=np.uint8)
-        from .transport import heap as heap_mod
-        from .transport.shm import PAGE, SHM_DIR, create_segment, unlink_quietly
+        from ..transport import heap as heap_mod
+        from ..transport.shm import PAGE, SHM_DIR, create_segment, unlink_quietly
 
         engine: Any = self.transport
         with self._lock:

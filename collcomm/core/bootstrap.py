@@ -15,12 +15,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from .auth import job_id, job_token
-from .errors import ClosedError, CommTimeoutError, InvalidArgumentError
-from .store import PrefixStore, store_from_url
-from .transport.engine import Engine
-from .transport.shm import SHM_DIR, Inbox, ShmChannel, open_segment, ring_bytes
-from .transport.tcp import TcpHub, advertised_host
+from ..rendezvous.auth import job_id, job_token
+from ..errors import ClosedError, CommTimeoutError, InvalidArgumentError
+from ..rendezvous import PrefixStore, store_from_url
+from ..transport.engine import Engine
+from ..transport.shm import SHM_DIR, Inbox, ShmChannel, open_segment, ring_bytes
+from ..transport.tcp import TcpHub, advertised_host
 
 
 @dataclass
@@ -201,7 +201,7 @@ def _join_once(ident: Identity, store: Any, own_store: bool, token: bytes,
 
 def _share_cost_model(kv: Any, rank: int, timeout: float) -> None:
     """Every rank uses rank 0's cost model, so every rank picks the same algorithms."""
-    from .algorithms import cost
+    from ..algorithms import cost
 
     if rank == 0:
         kv.set("cost_model", cost.active().to_json().encode())

@@ -15,7 +15,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from .errors import CollcommError
+from ..errors import CollcommError
 
 __all__ = ["main", "build_parser"]
 

@@ -10,7 +10,7 @@ way, so every library is measured by the same code:
     -> optional check (refill inputs with a rank-dependent pattern, one more call, count
     wrong elements).
 
-``python -m collcomm.bench.worker OPTIONS.json OUT.json`` is the collcomm rank program;
+``python -m collcomm.tools.bench.worker OPTIONS.json OUT.json`` is the collcomm rank program;
 rank 0 writes the rows to OUT.json.
 """
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-from .errors import CollcommError, CommTimeoutError
+from ..errors import CollcommError, CommTimeoutError
 
 
 class Work:

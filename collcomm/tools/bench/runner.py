@@ -107,7 +107,7 @@ def _wait_procs(procs: list[subprocess.Popen[bytes]], timeout: float) -> None:
 def run_collcomm(opts: Options, opts_path: str, out_path: str) -> list[dict[str, Any]]:
     from ..launcher import LaunchConfig, launch
 
-    cfg = LaunchConfig(nproc=opts.nproc, program="collcomm.bench.worker",
+    cfg = LaunchConfig(nproc=opts.nproc, program="collcomm.tools.bench.worker",
                        args=[opts_path, out_path], module=True, prefix=False)
     with _environ(collcomm_env(opts)):
         code = launch(cfg)
@@ -120,7 +120,7 @@ def run_mpi(opts: Options, opts_path: str, out_path: str) -> list[dict[str, Any]
     mpiexec = mpiexec_path()
     assert mpiexec is not None
     cmd = [mpiexec, "--allow-run-as-root", "--oversubscribe", "-n", str(opts.nproc),
-           sys.executable, "-m", "collcomm.bench.peers", "mpi", opts_path, out_path]
+           sys.executable, "-m", "collcomm.tools.bench.peers", "mpi", opts_path, out_path]
     env = dict(os.environ)
     env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -152,7 +152,7 @@ def run_gloo(opts: Options, opts_path: str, out_path: str) -> list[dict[str, Any
             fh = open(os.path.join(tmp, f"err{rank}"), "w+b")
             files.append(fh)
             procs.append(subprocess.Popen(
-                [sys.executable, "-m", "collcomm.bench.peers", "gloo", opts_path, out_path],
+                [sys.executable, "-m", "collcomm.tools.bench.peers", "gloo", opts_path, out_path],
                 stdout=subprocess.DEVNULL, stderr=fh, stdin=subprocess.DEVNULL, env=env,
                 start_new_session=True))
         try:

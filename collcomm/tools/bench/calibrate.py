@@ -125,7 +125,7 @@ def calibrate(save: str | None = None, err: Any = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="collcomm-calibrate-") as tmp:
         for transport in ("shm", "tcp"):
             out = os.path.join(tmp, f"{transport}.json")
-            cfg = LaunchConfig(nproc=2, program="collcomm.bench.calibrate",
+            cfg = LaunchConfig(nproc=2, program="collcomm.tools.bench.calibrate",
                                args=["pingpong", out], module=True, prefix=False)
             with _environ({"COLLCOMM_TRANSPORT": transport}):
                 code = launch(cfg)

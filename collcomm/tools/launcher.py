@@ -2,7 +2,7 @@
 
 What one call of :func:`launch` does, in order:
 
-1. On node 0 it hosts a :class:`~collcomm.store.TCPStoreServer` (``--master-port``, or a
+1. On node 0 it hosts a :class:`~collcomm.rendezvous.TCPStoreServer` (``--master-port``, or a
    free port picked race-free by binding port 0). Every rank reaches it through
    ``COLLCOMM_STORE``; ``COLLCOMM_TOKEN`` (random per job, or the user's on several nodes)
    proves membership on every connection.
@@ -38,9 +38,9 @@ import time
 from dataclasses import dataclass, field
 from typing import BinaryIO, TextIO
 
-from .auth import job_token
-from .errors import InvalidArgumentError
-from .store import TCPStoreServer
+from ..rendezvous.auth import job_token
+from ..errors import InvalidArgumentError
+from ..rendezvous import TCPStoreServer
 
 __all__ = ["LaunchConfig", "launch", "rank_env", "shm_segments"]
 

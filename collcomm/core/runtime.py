@@ -12,7 +12,7 @@ import os
 import threading
 from typing import Any, Sequence
 
-from .errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 from .group import NON_GROUP_MEMBER, ProcessGroup, make_ctx
 
 DEFAULT_TIMEOUT = 300.0
@@ -46,7 +46,7 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
         if _world is not None:
             raise InvalidArgumentError("init_process_group: this process is already initialized "
                                        "(call destroy_process_group first)")
-        from .rendezvous import join  # late import: the transport stack loads only when needed
+        from .bootstrap import join  # late import: the transport stack loads only when needed
         job = join(init_method=init_method, world_size=world_size, rank=rank, store=store,
                    timeout=_timeout_seconds(timeout))
         _set_world(job, _timeout_seconds(timeout))

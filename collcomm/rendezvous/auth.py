@@ -26,7 +26,7 @@ import socket
 import time
 from collections.abc import Mapping
 
-from .errors import AuthError
+from ..errors import AuthError
 
 __all__ = ["authenticate", "job_token", "job_id", "send_all", "recv_exact",
            "ConnectionClosed", "NONCE_BYTES"]
