@@ -5,11 +5,12 @@ follows one template::
 
     def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
         g = _group(group, "all_reduce")            # InvalidArgumentError before init
-        buf = as_output(tensor, ...)               # checks that need no group: before anything
+        buf = as_output(tensor, ...)               # torch's argument forms -> numpy arrays
         if not _member(g): return None             # torch: ranks outside the group skip
-        fn = ops.resolve(op, buf.dtype, ...)       # checks that need the group
-        return _launch(g, "all_reduce", body, async_op)   # Work if async_op else None
+        return core.all_reduce(g, buf.arr, op, dtype=buf.dtype, async_op=async_op)
 
+and everything else (op/dtype checks, the group's call plan, the call signature, async
+work) happens in :mod:`collcomm.core.collectives`, the layer every front end shares,
 so a bad argument raises :class:`~collcomm.errors.InvalidArgumentError` on the rank that
 passed it before any message is sent. Ranks (``src``, ``dst``, ``peer``) are global ranks;
 ``group_src``/``group_dst``/``group_peer`` give a rank of ``group`` instead (torch 2.6+).
@@ -30,11 +31,12 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import algorithms, ops
+
+from .core import collectives as core
 from .core import runtime
 from .buffers import Buf, as_input, as_output, as_outputs, check_like
 from .errors import CollcommError, InvalidArgumentError, MismatchError, with_context
-from .core.group import GroupComm, ProcessGroup
+from .core.group import ProcessGroup
 from .ops import ReduceOp
 from .transport.base import Handle, Status
 from .core.work import Work
@@ -66,21 +68,6 @@ def _where(g: Any) -> str:
     return f"global rank {world.global_rank} (not a member of the group)"
 
 
-_FAMILY_OF = {"all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter",
-              "all_to_all_single": "all_to_all"}
-
-
-def _launch(g: ProcessGroup, collective: str, body: Callable[[GroupComm], Any],
-            async_op: bool, algorithm: str = "auto") -> Work | None:
-    if algorithm != "auto":  # an unknown name is refused before any traffic
-        try:
-            algorithms.select(_FAMILY_OF.get(collective, collective), 0, g.size, algorithm)
-        except InvalidArgumentError as exc:
-            raise InvalidArgumentError(f"{collective} on {g.describe()}: {exc}") from None
-    work = g.run(collective, body, async_op)
-    return work if async_op else None  # type: ignore[return-value]
-
-
 def _local_rank(g: ProcessGroup, collective: str, what: str, global_rank: Any,
                 group_rank: Any, default: int | None = None) -> int:
     """torch's _canonicalize_group_rank: a global ``src``/``dst`` or ``group_src``/``group_dst``."""
@@ -110,11 +97,6 @@ def _local_rank(g: ProcessGroup, collective: str, what: str, global_rank: Any,
     return local
 
 
-def _resolve_op(op: Any, buf: Buf, collective: str, g: ProcessGroup) -> tuple[Any, bool]:
-    fn = ops.resolve(op, buf.dtype, f"{collective} on {g.describe()}", None)
-    return fn, ops.is_avg(op)
-
-
 def _no_list_here(xs: Any, collective: str, g: ProcessGroup, what: str, root_what: str,
                   root: int) -> None:
     if xs is None or (isinstance(xs, (list, tuple)) and len(xs) == 0):
@@ -131,10 +113,10 @@ def _copy_out(outs: Sequence[Buf], flat: np.ndarray) -> None:
         pos += b.numel
 
 
-def _concat(bufs: Sequence[Buf]) -> np.ndarray:
+def _concat(bufs: Sequence[Buf], dtype: np.dtype) -> np.ndarray:
     if not bufs:
-        return np.empty(0)
-    return np.concatenate([b.arr for b in bufs])
+        return np.empty(0, dtype=dtype)
+    return np.concatenate([b.arr for b in bufs]).astype(dtype, copy=False)
 
 
 # ----------------------------------------------------------------------------- queries
@@ -199,7 +181,7 @@ def barrier(group: Any = None, async_op: bool = False, device_ids: Any = None, *
     g = _group(group, "barrier")
     if not _member(g):
         return None
-    return _launch(g, "barrier", lambda comm: algorithms.barrier(comm, algorithm=algorithm), async_op, algorithm)
+    return core.barrier(g, async_op=async_op, algorithm=algorithm)
 
 
 def monitored_barrier(group: Any = None, timeout: Any = None, wait_all_ranks: bool = False) -> None:
@@ -208,7 +190,7 @@ def monitored_barrier(group: Any = None, timeout: Any = None, wait_all_ranks: bo
     if not _member(g):
         return None
     secs = None if timeout is None else runtime._timeout_seconds(timeout)
-    g.run("monitored_barrier", lambda comm: algorithms.barrier(comm), False, secs)
+    core.barrier(g, name="monitored_barrier", timeout=secs)
     return None
 
 
@@ -221,7 +203,7 @@ def broadcast(tensor: Any, src: int | None = None, group: Any = None, async_op: 
     if not _member(g):
         return None
     root = _local_rank(g, name, "src", src, group_src)
-    return _launch(g, name, lambda comm: algorithms.broadcast(comm, buf.arr, root, algorithm=algorithm), async_op, algorithm)
+    return core.broadcast(g, buf.arr, root, dtype=buf.dtype, async_op=async_op, algorithm=algorithm)
 
 
 def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Any = None,
@@ -232,14 +214,7 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Any = None,
     buf = as_output(tensor, name, _where(g), "tensor")
     if not _member(g):
         return None
-    fn, avg = _resolve_op(op, buf, name, g)
-
-    def body(comm: GroupComm) -> None:
-        algorithms.all_reduce(comm, buf.arr, fn, algorithm=algorithm)
-        if avg:
-            ops.finish_avg(buf.arr, comm.size, buf.dtype)
-
-    return _launch(g, name, body, async_op, algorithm)
+    return core.all_reduce(g, buf.arr, op, dtype=buf.dtype, async_op=async_op, algorithm=algorithm)
 
 
 def reduce(tensor: Any, dst: int | None = None, op: Any = ReduceOp.SUM, group: Any = None,
@@ -251,19 +226,9 @@ def reduce(tensor: Any, dst: int | None = None, op: Any = ReduceOp.SUM, group: A
     if not _member(g):
         return None
     root = _local_rank(g, name, "dst", dst, group_dst)
-    fn, avg = _resolve_op(op, buf, name, g)
-    is_root = g.rank == root
-
-    def body(comm: GroupComm) -> None:
-        if is_root:
-            send = buf.arr.copy() if comm.size > 1 else buf.arr
-            algorithms.reduce(comm, send, buf.arr, fn, root, algorithm=algorithm)
-            if avg:
-                ops.finish_avg(buf.arr, comm.size, buf.dtype)
-        else:
-            algorithms.reduce(comm, buf.arr, None, fn, root, algorithm=algorithm)
-
-    return _launch(g, name, body, async_op, algorithm)
+    recv = buf.arr if g.rank == root else None
+    return core.reduce(g, buf.arr, recv, op, root, dtype=buf.dtype, async_op=async_op,
+                       algorithm=algorithm)
 
 
 def all_gather(tensor_list: list[Any], tensor: Any, group: Any = None,
@@ -276,13 +241,9 @@ def all_gather(tensor_list: list[Any], tensor: Any, group: Any = None,
     if not _member(g):
         return None
     outs = as_outputs(tensor_list, g.size, name, where, "tensor_list", inp, "tensor")
-
-    def body(comm: GroupComm) -> None:
-        recv = np.empty(inp.numel * comm.size, dtype=inp.arr.dtype)
-        algorithms.all_gather(comm, inp.arr, recv, algorithm=algorithm)
-        _copy_out(outs, recv)
-
-    return _launch(g, name, body, async_op, algorithm)
+    recv = np.empty(inp.numel * g.size, dtype=inp.arr.dtype)
+    return core.all_gather(g, inp.arr, recv, dtype=inp.dtype, async_op=async_op, algorithm=algorithm,
+                           after=lambda: _copy_out(outs, recv))
 
 
 def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: Any = None,
@@ -296,22 +257,8 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: Any = N
     if not _member(g):
         return None
     check_like(out, inp, name, where, "output_tensor", "input_tensor", inp.numel * g.size)
-    send = _unaliased(inp.arr, out.arr, g.rank * inp.numel)
-
-    def body(comm: GroupComm) -> None:
-        algorithms.all_gather(comm, send, out.arr, algorithm=algorithm)
-
-    return _launch(g, name, body, async_op, algorithm)
-
-
-def _unaliased(send: np.ndarray, recv: np.ndarray, own_offset: int) -> np.ndarray:
-    """``send``, copied if it overlaps ``recv`` anywhere but exactly at ``recv[own_offset:]``."""
-    if send.size == 0 or not np.shares_memory(send, recv):
-        return send
-    own = recv[own_offset:own_offset + send.size]
-    if own.size == send.size and own.__array_interface__["data"][0] == send.__array_interface__["data"][0]:
-        return own
-    return send.copy()
+    return core.all_gather(g, inp.arr, out.arr, dtype=inp.dtype, async_op=async_op,
+                           algorithm=algorithm, name=name)
 
 
 def reduce_scatter(output: Any, input_list: list[Any], op: Any = ReduceOp.SUM, group: Any = None,
@@ -324,15 +271,8 @@ def reduce_scatter(output: Any, input_list: list[Any], op: Any = ReduceOp.SUM, g
     if not _member(g):
         return None
     ins = as_outputs(input_list, g.size, name, where, "input_list", out, "output", writable=False)
-    fn, avg = _resolve_op(op, out, name, g)
-
-    def body(comm: GroupComm) -> None:
-        send = _concat(ins)
-        algorithms.reduce_scatter(comm, send, out.arr, fn, algorithm=algorithm)
-        if avg:
-            ops.finish_avg(out.arr, comm.size, out.dtype)
-
-    return _launch(g, name, body, async_op, algorithm)
+    return core.reduce_scatter(g, _concat(ins, out.arr.dtype), out.arr, op, dtype=out.dtype,
+                               async_op=async_op, algorithm=algorithm)
 
 
 def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM, group: Any = None,
@@ -350,15 +290,8 @@ def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM, group
             f"{name} on {where}: input has {inp.numel} elements, which is not divisible by the "
             f"group size {g.size}")
     check_like(out, inp, name, where, "output", "input", inp.numel // g.size)
-    fn, avg = _resolve_op(op, out, name, g)
-    send = inp.arr.copy() if np.shares_memory(inp.arr, out.arr) else inp.arr
-
-    def body(comm: GroupComm) -> None:
-        algorithms.reduce_scatter(comm, send, out.arr, fn, algorithm=algorithm)
-        if avg:
-            ops.finish_avg(out.arr, comm.size, out.dtype)
-
-    return _launch(g, name, body, async_op, algorithm)
+    return core.reduce_scatter(g, inp.arr, out.arr, op, dtype=out.dtype, async_op=async_op,
+                               algorithm=algorithm, name=name)
 
 
 def all_to_all(output_tensor_list: list[Any], input_tensor_list: list[Any], group: Any = None,
@@ -377,14 +310,10 @@ def all_to_all(output_tensor_list: list[Any], input_tensor_list: list[Any], grou
                    "output_tensor_list[0]", b.numel)
     send_counts = [b.numel for b in ins]
     recv_counts = [b.numel for b in outs]
-
-    def body(comm: GroupComm) -> None:
-        send = _concat(ins).astype(outs[0].arr.dtype, copy=False)
-        recv = np.empty(sum(recv_counts), dtype=outs[0].arr.dtype)
-        algorithms.all_to_all(comm, send, send_counts, recv, recv_counts, algorithm=algorithm)
-        _copy_out(outs, recv)
-
-    return _launch(g, name, body, async_op, algorithm)
+    send = _concat(ins, outs[0].arr.dtype)
+    recv = np.empty(sum(recv_counts), dtype=outs[0].arr.dtype)
+    return core.all_to_all(g, send, send_counts, recv, recv_counts, dtype=outs[0].dtype,
+                           async_op=async_op, algorithm=algorithm, after=lambda: _copy_out(outs, recv))
 
 
 def _splits(sizes: Any, n0: int, n: int, name: str, where: str, what: str, tensor_what: str) -> list[int]:
@@ -427,12 +356,8 @@ def all_to_all_single(output: Any, input: Any, output_split_sizes: list[int] | N
     out_split = _splits(output_split_sizes, out_rows, g.size, name, where, "output_split_sizes", "output")
     send_counts = [s * in_per for s in in_split]
     recv_counts = [s * out_per for s in out_split]
-    send = inp.arr.copy() if np.shares_memory(inp.arr, out.arr) else inp.arr
-
-    def body(comm: GroupComm) -> None:
-        algorithms.all_to_all(comm, send, send_counts, out.arr, recv_counts, algorithm=algorithm)
-
-    return _launch(g, name, body, async_op, algorithm)
+    return core.all_to_all(g, inp.arr, send_counts, out.arr, recv_counts, dtype=out.dtype,
+                           async_op=async_op, algorithm=algorithm, name=name)
 
 
 def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int | None = None,
@@ -453,15 +378,12 @@ def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int | None = 
         _no_list_here(gather_list, name, g, "gather_list", "destination", root)
         outs = []
 
-    def body(comm: GroupComm) -> None:
-        if outs:
-            recv = np.empty(inp.numel * comm.size, dtype=inp.arr.dtype)
-            algorithms.gather(comm, inp.arr, recv, root, algorithm=algorithm)
-            _copy_out(outs, recv)
-        else:
-            algorithms.gather(comm, inp.arr, None, root, algorithm=algorithm)
-
-    return _launch(g, name, body, async_op, algorithm)
+    if not outs:
+        return core.gather(g, inp.arr, None, root, dtype=inp.dtype, async_op=async_op,
+                           algorithm=algorithm)
+    recv = np.empty(inp.numel * g.size, dtype=inp.arr.dtype)
+    return core.gather(g, inp.arr, recv, root, dtype=inp.dtype, async_op=async_op,
+                       algorithm=algorithm, after=lambda: _copy_out(outs, recv))
 
 
 def scatter(tensor: Any, scatter_list: list[Any] | None = None, src: int | None = None,
@@ -482,11 +404,9 @@ def scatter(tensor: Any, scatter_list: list[Any] | None = None, src: int | None 
         _no_list_here(scatter_list, name, g, "scatter_list", "source", root)
         ins = []
 
-    def body(comm: GroupComm) -> None:
-        send = _concat(ins).astype(out.arr.dtype, copy=False) if g.rank == root else None
-        algorithms.scatter(comm, send, out.arr, root, algorithm=algorithm)
-
-    return _launch(g, name, body, async_op, algorithm)
+    send = _concat(ins, out.arr.dtype) if g.rank == root else None
+    return core.scatter(g, send, out.arr, root, dtype=out.dtype, async_op=async_op,
+                        algorithm=algorithm)
 
 
 # ----------------------------------------------------------------------------- point to point

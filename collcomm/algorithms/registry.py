@@ -135,16 +135,18 @@ def best(collective: str, nbytes: int, comm: Any) -> Callable[..., None]:
 
 
 def select(collective: str, nbytes: int, n: int, algorithm: str = "auto", shm: bool = False,
-           hosts: int = 1, link: str = "tcp") -> Callable[..., None]:
-    """The function to run ``collective`` of ``nbytes`` over ``n`` ranks (see module doc)."""
+           hosts: int = 1, link: str = "tcp", env: bool = True) -> Callable[..., None]:
+    """The function to run ``collective`` of ``nbytes`` over ``n`` ranks (see module doc).
+
+    ``env=False`` ignores ``COLLCOMM_ALGO_*`` (a group's call plan reads them once)."""
     table = _table(collective)
     if algorithm == "auto":   # the hot path: no override, one host
-        override = os.environ.get(_ENV[collective])
+        override = os.environ.get(_ENV[collective]) if env else None
         if override is None and shm and n > 1:
             return table["shm_direct"]
     name = (algorithm or "auto").strip().lower()
     source = "algorithm argument"
-    if name == "auto":
+    if name == "auto" and env:
         env = _ENV[collective]
         name = os.environ.get(env, "auto").strip().lower() or "auto"
         source = env

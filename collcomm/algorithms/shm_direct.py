@@ -40,6 +40,7 @@ import numpy as np
 
 from ..errors import InvalidArgumentError, MismatchError
 from ..transport.shm import PAGE
+from . import signature
 from .base import Comm, ReduceFn
 from .linear import displacements
 
@@ -50,46 +51,29 @@ CMA_ALL_REDUCE = 2 << 20
 OFFSET_WORD = 1      # header words 1, 2: the byte offset of this rank's data in its slot, per phase
 SIZE_WORD = 3        # header words 3, 4: a size a rank announces (all_to_all), per phase
 SHARED_WORD = 5      # header words 5, 6: heap key of a zero-copy source (0: staged), per phase
-SIGNATURE_WORD = 7   # header words 7, 8: which collective of how many elements, per phase
+SIGNATURE_WORD = 7   # header words 7, 8: the call's signature (see .signature), per phase
 CMA = 1              # SHARED_WORD value: the data is at address OFFSET_WORD in the rank's memory
-_CODES = ("all_reduce", "reduce", "broadcast", "all_gather", "gather", "reduce_scatter",
-          "scatter", "all_to_all", "barrier")
 
 
-def _signature(collective: str, count: int) -> int:
-    return ((_CODES.index(collective) + 1) << 56) | (count & ((1 << 56) - 1))
-
-
-def _describe(sig: int) -> str:
-    code, count = sig >> 56, sig & ((1 << 56) - 1)
-    if not 1 <= code <= len(_CODES):
-        return "no collective (or an older call)"
-    return f"{_CODES[code - 1]} of {count} elements" if count else _CODES[code - 1]
-
-
-def _announce(arena: Any, phase: int, collective: str, count: int) -> None:
-    arena.put(SIGNATURE_WORD + phase, _signature(collective, count))
-
-
-def _verify(arena: Any, phase: int, collective: str, count: int) -> None:
-    """After the call's first sync: every rank must be in the same call (else MismatchError)."""
-    mine = _signature(collective, count)
-    odd = [r for r in range(arena.n) if arena.get(r, SIGNATURE_WORD + phase) != mine]
+def _enter(comm: Comm, arena: Any, phase: int, collective: str, count: int, first: bool) -> None:
+    """A call's sync; at its first one every rank checks that all are in the same call:
+    the same collective, dtype, count, root and op (the call's signature, see
+    :mod:`.signature`), else MismatchError on every rank, naming the ranks that differ."""
+    if not first:
+        arena.sync()
+        return
+    mine = getattr(comm, "sig", 0) or signature.make(collective, None, count)
+    arena.put(SIGNATURE_WORD + phase, mine)
+    arena.sync()
+    word = SIGNATURE_WORD + phase
+    odd = [r for r in range(arena.n) if arena.get(r, word) != mine]
     if odd:
         ranks = arena.global_ranks
-        who = "; ".join(f"rank {ranks[r]} is in {_describe(arena.get(r, SIGNATURE_WORD + phase))}"
-                        for r in odd)
-        raise MismatchError(f"rank {ranks[arena.rank]} is in {_describe(mine)} but {who}: "
-                            "every rank must make the same collective calls in the same order")
-
-
-def _enter(arena: Any, phase: int, collective: str, count: int, first: bool) -> None:
-    """A call's sync; at its first one every rank checks that all are in the same call."""
-    if first:
-        _announce(arena, phase, collective, count)
-    arena.sync()
-    if first:
-        _verify(arena, phase, collective, count)
+        who = "; ".join(f"rank {ranks[r]} called {signature.describe(arena.get(r, word))} "
+                        f"(differs in {signature.differences(mine, arena.get(r, word))})" for r in odd)
+        raise MismatchError(f"rank {ranks[arena.rank]} called {signature.describe(mine)} but {who}: "
+                            "every rank must make the same collective calls in the same order, "
+                            "with the same dtype, count, root and op")
 
 
 def _arena(comm: Comm, collective: str) -> Any:
@@ -205,7 +189,7 @@ def all_reduce(comm: Comm, buf: np.ndarray, fn: ReduceFn) -> None:
         count = chunk.size
         phase = arena.next_phase()
         mine = _publish(arena, phase, chunk, shared, lo, CMA_ALL_REDUCE)
-        _enter(arena, phase, "all_reduce", buf.size, lo == 0)
+        _enter(comm, arena, phase, "all_reduce", buf.size, lo == 0)
         in_place = _any_shared(arena, phase)
         if chunk.nbytes <= ONE_SHOT and not in_place:
             slots = [mine if r == me else _source(comm, arena, phase, r, dt, count) for r in range(n)]
@@ -244,7 +228,7 @@ def reduce(comm: Comm, send: np.ndarray, recv: np.ndarray | None, fn: ReduceFn, 
         count = chunk.size
         phase = arena.next_phase()
         mine = _stage(arena, phase, chunk)
-        _enter(arena, phase, "reduce", send.size, lo == 0)
+        _enter(comm, arena, phase, "reduce", send.size, lo == 0)
         s0, s1 = _split(count, n, me)
         acc = mine[s0:s1]
         for r in range(n):
@@ -273,7 +257,7 @@ def broadcast(comm: Comm, buf: np.ndarray, root: int) -> None:
         phase = arena.next_phase()
         if comm.rank == root:
             _publish(arena, phase, chunk, shared, lo)
-        _enter(arena, phase, "broadcast", buf.size, lo == 0)
+        _enter(comm, arena, phase, "broadcast", buf.size, lo == 0)
         in_place = in_place or bool(arena.get(root, SHARED_WORD + phase))
         if comm.rank != root:
             _read(comm, arena, phase, root, dt, chunk.size, 0, chunk)
@@ -307,7 +291,7 @@ def _gather_to(comm: Comm, send: np.ndarray, recv: np.ndarray | None, root: int 
         count = chunk.size
         phase = arena.next_phase()
         _publish(arena, phase, chunk, shared, lo)
-        _enter(arena, phase, "all_gather" if root is None else "gather", k, lo == 0)
+        _enter(comm, arena, phase, "all_gather" if root is None else "gather", k, lo == 0)
         in_place = in_place or _any_shared(arena, phase)
         if root is None or me == root:
             assert recv is not None
@@ -338,7 +322,7 @@ def reduce_scatter(comm: Comm, send: np.ndarray, recv: np.ndarray, fn: ReduceFn)
         phase = arena.next_phase()
         staged = arena.slot_array(phase, me, dt, n * count).reshape(n, count)
         np.copyto(staged, blocks[:, lo:lo + count])
-        _enter(arena, phase, "reduce_scatter", k, lo == 0)
+        _enter(comm, arena, phase, "reduce_scatter", k, lo == 0)
         out = recv[lo:lo + count]
         np.copyto(out, arena.slot_array(phase, 0, dt, n * count).reshape(n, count)[me])
         for r in range(1, n):
@@ -352,7 +336,7 @@ def _reduce_scatter_cma(comm: Comm, arena: Any, send: np.ndarray, recv: np.ndarr
     phase = arena.next_phase()
     arena.put(SHARED_WORD + phase, CMA)
     arena.put(OFFSET_WORD + phase, send.__array_interface__["data"][0])
-    _enter(arena, phase, "reduce_scatter", k, True)
+    _enter(comm, arena, phase, "reduce_scatter", k, True)
     step = _chunk_elems(arena, dt.itemsize)
     base = me * k
     for lo in range(0, k, step):
@@ -391,7 +375,7 @@ def scatter(comm: Comm, send: np.ndarray | None, recv: np.ndarray, root: int) ->
             assert send is not None
             staged = arena.slot_array(phase, me, dt, n * count).reshape(n, count)
             np.copyto(staged, send.reshape(n, k)[:, lo:lo + count])
-        _enter(arena, phase, "scatter", k, lo == 0)
+        _enter(comm, arena, phase, "scatter", k, lo == 0)
         if me != root:
             np.copyto(recv[lo:lo + count], arena.slot_array(phase, root, dt, n * count).reshape(n, count)[me])
 
@@ -408,7 +392,10 @@ def all_to_all(comm: Comm, send: np.ndarray, send_counts: Sequence[int], recv: n
     dt = send.dtype
     agree = arena.next_phase()
     arena.put(SIZE_WORD + agree, max((c for j, c in enumerate(send_counts) if j != me), default=0))
-    _enter(arena, agree, "all_to_all", 0, True)
+    counts = arena.slot_array(agree, me, np.dtype(np.int64), 2 * n)
+    counts[:n], counts[n:] = send_counts, recv_counts
+    _enter(comm, arena, agree, "all_to_all", 0, True)
+    _check_pairs(comm, arena, agree, send_counts, recv_counts)
     largest = max(arena.get(r, SIZE_WORD + agree) for r in range(n))
     if arena.cma and largest * dt.itemsize > ONE_SHOT // n:
         # one copy: read our block straight from each sender's buffer, at the displacement
@@ -442,7 +429,27 @@ def all_to_all(comm: Comm, send: np.ndarray, send_counts: Sequence[int], recv: n
                 np.copyto(recv[rdispl[r] + lo:rdispl[r] + lo + c], src)
 
 
+def _check_pairs(comm: Comm, arena: Any, phase: int, send_counts: Sequence[int],
+                 recv_counts: Sequence[int]) -> None:
+    """all_to_all(v): what rank j sends us must be what we expect from j, and the other way
+    round (each rank published its send and receive counts in its slot)."""
+    n, me, ranks = comm.size, comm.rank, arena.global_ranks
+    bad = []
+    for r in range(n):
+        if r == me:
+            continue
+        theirs = arena.slot_array(phase, r, np.dtype(np.int64), 2 * n)
+        if int(theirs[me]) != recv_counts[r]:
+            bad.append(f"rank {ranks[r]} sends {int(theirs[me])} elements to rank {ranks[me]}, "
+                       f"which expects {recv_counts[r]}")
+        if int(theirs[n + me]) != send_counts[r]:
+            bad.append(f"rank {ranks[me]} sends {send_counts[r]} elements to rank {ranks[r]}, "
+                       f"which expects {int(theirs[n + me])}")
+    if bad:
+        raise MismatchError("all_to_all: the split sizes do not match: " + "; ".join(bad))
+
+
 def barrier(comm: Comm) -> None:
     if comm.size > 1:
         arena = _arena(comm, "barrier")
-        _enter(arena, arena.next_phase(), "barrier", 0, True)
+        _enter(comm, arena, arena.next_phase(), "barrier", 0, True)

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..errors import CollcommError, InvalidArgumentError, MismatchError, with_context
 from ..transport.base import ANY_SOURCE, Handle, Status, Transport
+from .plan import CallPlan
 from .work import Work
 
 T = TypeVar("T")
@@ -122,9 +123,10 @@ class GroupComm:
     """
 
     __slots__ = ("rank", "size", "_ranks", "_transport", "_tag", "_timeout", "_group",
-                 "can_share_memory", "spans_hosts", "n_hosts", "link")
+                 "can_share_memory", "spans_hosts", "n_hosts", "link", "sig")
 
-    def __init__(self, group: "ProcessGroup", tag: int, timeout: float | None) -> None:
+    def __init__(self, group: "ProcessGroup", tag: int, timeout: float | None, sig: int = 0) -> None:
+        self.sig = sig   # the call's signature word (see algorithms/signature.py); 0: unknown
         self.rank, self.size = group.rank, group.size
         self._ranks, self._transport = group.ranks, group.transport
         self._tag, self._timeout = tag, timeout
@@ -137,8 +139,9 @@ class GroupComm:
         one): comms for one step each of a hierarchical algorithm inside this call."""
         local, leaders = self._group._hierarchy()
         timeout = self._timeout
-        lc = GroupComm(local, local._next_tag(), timeout)
-        return lc, (GroupComm(leaders, leaders._next_tag(), timeout) if leaders is not None else None)
+        lc = GroupComm(local, local._next_tag(), timeout, self.sig)
+        return lc, (GroupComm(leaders, leaders._next_tag(), timeout, self.sig)
+                    if leaders is not None else None)
 
     def scratch(self, nbytes: int, slot: int = 0) -> np.ndarray:
         """At least ``nbytes`` of temporary space, reused by the group's later calls (one
@@ -211,6 +214,7 @@ class ProcessGroup:
         self.link = "shm" if all_shm else "tcp"
         self.can_share_memory = (
             self.size > 1 and all_shm and os.environ.get("COLLCOMM_ARENA", "1") != "0")
+        self.plan = CallPlan(self.size, self.can_share_memory, self.n_hosts, self.link)
 
     def __repr__(self) -> str:
         return f"ProcessGroup({self.name!r}, ranks={self.ranks}, rank={self.rank})"
@@ -237,7 +241,7 @@ class ProcessGroup:
         return (self.ctx << _CTX_SHIFT) | (seq & MAX_USER_TAG)
 
     def run(self, collective: str, body: Callable[[GroupComm], T], async_op: bool = False,
-            timeout: float | None = None) -> T | Work:
+            timeout: float | None = None, sig: int = 0) -> T | Work:
         """Run ``body(comm)`` as one collective call, in program order.
 
         Errors from the transport are re-raised with the collective, group and rank named.
@@ -245,7 +249,8 @@ class ProcessGroup:
         """
         if self._closed:
             raise CollcommError(f"{collective}: {self.describe()} was destroyed")
-        comm = GroupComm(self, self._next_tag(), current_timeout(self.timeout) if timeout is None else timeout)
+        comm = GroupComm(self, self._next_tag(),
+                         current_timeout(self.timeout) if timeout is None else timeout, sig)
 
         def call() -> T:
             try:

@@ -1,0 +1,272 @@
+"""The collectives of the core: the one place every front end calls.
+
+The functional API (``collcomm.all_reduce``), ``collcomm.MPI``, the torch backend and the
+helpers all turn their arguments into numpy arrays and call these functions; none calls
+another front end. Each function takes a :class:`~collcomm.core.group.ProcessGroup` this
+rank belongs to, 1-D C-contiguous numpy arrays (counts in elements), local ranks for
+roots, and:
+
+* checks what the core is responsible for (root in range, sizes that fit together, one
+  dtype, an op that suits the dtype) and raises :class:`InvalidArgumentError` naming the
+  call and the group before any traffic;
+* looks up the family function and the combiner in the group's :class:`CallPlan`;
+* packs the call's signature (collective, dtype, count, root, op) so the ranks can check
+  they agree (:mod:`collcomm.algorithms.signature`);
+* runs the call in program order through :meth:`ProcessGroup.run`: inline, or on the
+  group's worker when ``async_op`` (then it returns the :class:`Work`; else ``None``).
+
+``dtype`` overrides the logical dtype of the arrays (``"bfloat16"`` data travels as a
+``uint16`` view). ``after`` runs inside the call, after the algorithm, in the same thread
+(front ends copy results out of temporaries there, so async calls finish completely).
+``name`` is the call's name in errors (e.g. ``"all_gather_into_tensor"``, ``"Allreduce"``).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .. import ops
+from ..algorithms import signature
+from ..errors import InvalidArgumentError
+from .group import GroupComm, ProcessGroup
+from .work import Work
+
+After = Callable[[], None] | None
+
+__all__ = ["all_gather", "all_reduce", "all_to_all", "barrier", "broadcast", "gather", "reduce",
+           "reduce_scatter", "scatter"]
+
+
+def _fail(g: ProcessGroup, name: str, text: str) -> InvalidArgumentError:
+    return InvalidArgumentError(f"{name} on {g.describe()}: {text}")
+
+
+def _root(g: ProcessGroup, name: str, root: int) -> int:
+    if not 0 <= root < g.size:
+        raise _fail(g, name, f"root must be a rank of the group in [0, {g.size}), got {root}")
+    return root
+
+
+def _same_dtype(g: ProcessGroup, name: str, a: np.ndarray, b: np.ndarray) -> None:
+    if a.dtype != b.dtype:
+        raise _fail(g, name, f"the send buffer holds {a.dtype} and the receive buffer {b.dtype}; "
+                             "they must be the same dtype")
+
+
+def _size(g: ProcessGroup, name: str, what: str, arr: np.ndarray, expected: int) -> None:
+    if arr.size != expected:
+        raise _fail(g, name, f"{what} has {arr.size} elements, expected {expected}")
+
+
+def _run(g: ProcessGroup, name: str, body: Callable[[GroupComm], None], async_op: bool,
+         sig: int) -> Work | None:
+    work = g.run(name, body, async_op, sig=sig)
+    return work if async_op else None  # type: ignore[return-value]
+
+
+def broadcast(g: ProcessGroup, buf: np.ndarray, root: int, *, dtype: Any = None,
+              async_op: bool = False, algorithm: str = "auto", name: str = "broadcast",
+              after: After = None) -> Work | None:
+    """``buf`` of ``root`` into ``buf`` of every rank (in place)."""
+    _root(g, name, root)
+    family = g.plan.algorithm("broadcast", buf.nbytes, algorithm)
+    sig = signature.make("broadcast", dtype or buf.dtype, buf.size, root)
+
+    def body(comm: GroupComm) -> None:
+        family(comm, buf, root)
+        if after is not None:
+            after()
+
+    return _run(g, name, body, async_op, sig)
+
+
+def all_reduce(g: ProcessGroup, buf: np.ndarray, op: Any = ops.ReduceOp.SUM, *,
+               dtype: Any = None, async_op: bool = False, algorithm: str = "auto",
+               name: str = "all_reduce", after: After = None) -> Work | None:
+    """Every rank's ``buf`` becomes the elementwise ``op`` over all ranks (in place)."""
+    dtype = dtype or buf.dtype
+    fn, avg, op_name = g.plan.reducer(op, dtype, f"{name} on {g.describe()}")
+    family = g.plan.algorithm("all_reduce", buf.nbytes, algorithm)
+    sig = signature.make("all_reduce", dtype, buf.size, None, op_name)
+    n = g.size
+
+    def body(comm: GroupComm) -> None:
+        family(comm, buf, fn)
+        if avg:
+            ops.finish_avg(buf, n, dtype)
+        if after is not None:
+            after()
+
+    return _run(g, name, body, async_op, sig)
+
+
+def reduce(g: ProcessGroup, send: np.ndarray, recv: np.ndarray | None, op: Any, root: int, *,
+           dtype: Any = None, async_op: bool = False, algorithm: str = "auto",
+           name: str = "reduce", after: After = None) -> Work | None:
+    """``recv`` on ``root`` (may be ``send``) gets the elementwise ``op`` of every rank's
+    ``send``; ``send`` is never modified; other ranks pass ``recv=None``."""
+    _root(g, name, root)
+    if g.rank == root:
+        if recv is None:
+            raise _fail(g, name, "the root needs a receive buffer")
+        _same_dtype(g, name, send, recv)
+        _size(g, name, "the receive buffer", recv, send.size)
+        if recv is send or (g.size > 1 and np.shares_memory(send, recv)):
+            send = send.copy()
+    dtype = dtype or send.dtype
+    fn, avg, op_name = g.plan.reducer(op, dtype, f"{name} on {g.describe()}")
+    family = g.plan.algorithm("reduce", send.nbytes, algorithm)
+    sig = signature.make("reduce", dtype, send.size, root, op_name)
+    n, is_root = g.size, g.rank == root
+
+    def body(comm: GroupComm) -> None:
+        family(comm, send, recv if is_root else None, fn, root)
+        if avg and is_root:
+            ops.finish_avg(recv, n, dtype)  # type: ignore[arg-type]
+        if after is not None:
+            after()
+
+    return _run(g, name, body, async_op, sig)
+
+
+def all_gather(g: ProcessGroup, send: np.ndarray, recv: np.ndarray, *, dtype: Any = None,
+               async_op: bool = False, algorithm: str = "auto", name: str = "all_gather",
+               after: After = None) -> Work | None:
+    """``recv`` (n × send's elements) gets every rank's ``send`` in rank order. ``send`` may be
+    ``recv``'s own block; any other overlap is copied first."""
+    _same_dtype(g, name, send, recv)
+    _size(g, name, "the receive buffer", recv, send.size * g.size)
+    send = _unaliased(send, recv, g.rank * send.size)
+    family = g.plan.algorithm("all_gather", recv.nbytes, algorithm)
+    sig = signature.make("all_gather", dtype or send.dtype, send.size)
+
+    def body(comm: GroupComm) -> None:
+        family(comm, send, recv)
+        if after is not None:
+            after()
+
+    return _run(g, name, body, async_op, sig)
+
+
+def gather(g: ProcessGroup, send: np.ndarray, recv: np.ndarray | None, root: int, *,
+           dtype: Any = None, async_op: bool = False, algorithm: str = "auto",
+           name: str = "gather", after: After = None) -> Work | None:
+    """``recv`` on ``root`` (n × send's elements) gets every rank's ``send``; others pass None."""
+    _root(g, name, root)
+    is_root = g.rank == root
+    if is_root:
+        if recv is None:
+            raise _fail(g, name, "the root needs a receive buffer")
+        _same_dtype(g, name, send, recv)
+        _size(g, name, "the receive buffer", recv, send.size * g.size)
+        send = _unaliased(send, recv, g.rank * send.size)
+    family = g.plan.algorithm("gather", send.nbytes * g.size, algorithm)
+    sig = signature.make("gather", dtype or send.dtype, send.size, root)
+
+    def body(comm: GroupComm) -> None:
+        family(comm, send, recv if is_root else None, root)
+        if after is not None:
+            after()
+
+    return _run(g, name, body, async_op, sig)
+
+
+def scatter(g: ProcessGroup, send: np.ndarray | None, recv: np.ndarray, root: int, *,
+            dtype: Any = None, async_op: bool = False, algorithm: str = "auto",
+            name: str = "scatter", after: After = None) -> Work | None:
+    """Block i of ``send`` on ``root`` (n × recv's elements) into ``recv`` of rank i."""
+    _root(g, name, root)
+    is_root = g.rank == root
+    if is_root:
+        if send is None:
+            raise _fail(g, name, "the root needs a send buffer")
+        _same_dtype(g, name, send, recv)
+        _size(g, name, "the send buffer", send, recv.size * g.size)
+        if g.size > 1 and np.shares_memory(send, recv):
+            send = send.copy()
+    family = g.plan.algorithm("scatter", recv.nbytes * g.size, algorithm)
+    sig = signature.make("scatter", dtype or recv.dtype, recv.size, root)
+
+    def body(comm: GroupComm) -> None:
+        family(comm, send if is_root else None, recv, root)
+        if after is not None:
+            after()
+
+    return _run(g, name, body, async_op, sig)
+
+
+def reduce_scatter(g: ProcessGroup, send: np.ndarray, recv: np.ndarray, op: Any = ops.ReduceOp.SUM,
+                   *, dtype: Any = None, async_op: bool = False, algorithm: str = "auto",
+                   name: str = "reduce_scatter", after: After = None) -> Work | None:
+    """Reduce ``send`` (n × recv's elements) over all ranks; block i into ``recv`` of rank i."""
+    _same_dtype(g, name, send, recv)
+    _size(g, name, "the send buffer", send, recv.size * g.size)
+    if g.size > 1 and np.shares_memory(send, recv):
+        send = send.copy()
+    dtype = dtype or recv.dtype
+    fn, avg, op_name = g.plan.reducer(op, dtype, f"{name} on {g.describe()}")
+    family = g.plan.algorithm("reduce_scatter", send.nbytes, algorithm)
+    sig = signature.make("reduce_scatter", dtype, recv.size, None, op_name)
+    n = g.size
+
+    def body(comm: GroupComm) -> None:
+        family(comm, send, recv, fn)
+        if avg:
+            ops.finish_avg(recv, n, dtype)
+        if after is not None:
+            after()
+
+    return _run(g, name, body, async_op, sig)
+
+
+def all_to_all(g: ProcessGroup, send: np.ndarray, send_counts: Sequence[int], recv: np.ndarray,
+               recv_counts: Sequence[int], *, dtype: Any = None, async_op: bool = False,
+               algorithm: str = "auto", name: str = "all_to_all",
+               after: After = None) -> Work | None:
+    """Block j of ``send`` (``send_counts[j]`` elements, packed in rank order) goes to rank j;
+    ``recv`` gets rank j's block at the prefix sum of ``recv_counts``. Every pair of ranks
+    must agree on the size of the block between them (checked; MismatchError otherwise)."""
+    _same_dtype(g, name, send, recv)
+    send_counts, recv_counts = _counts(g, name, "send", send_counts, send), _counts(g, name, "recv", recv_counts, recv)
+    if g.size > 1 and np.shares_memory(send, recv):
+        send = send.copy()
+    family = g.plan.algorithm("all_to_all", send.nbytes, algorithm)
+    sig = signature.make("all_to_all", dtype or send.dtype)
+
+    def body(comm: GroupComm) -> None:
+        family(comm, send, send_counts, recv, recv_counts)
+        if after is not None:
+            after()
+
+    return _run(g, name, body, async_op, sig)
+
+
+def barrier(g: ProcessGroup, *, async_op: bool = False, algorithm: str = "auto",
+            name: str = "barrier", timeout: float | None = None) -> Work | None:
+    """Return only when every rank of the group has entered."""
+    family = g.plan.algorithm("barrier", 0, algorithm)
+    work = g.run(name, family, async_op, timeout, sig=signature.make("barrier"))
+    return work if async_op else None  # type: ignore[return-value]
+
+
+# ----------------------------------------------------------------------------- helpers
+def _counts(g: ProcessGroup, name: str, what: str, counts: Sequence[int], arr: np.ndarray) -> list[int]:
+    out = [int(c) for c in counts]
+    if len(out) != g.size:
+        raise _fail(g, name, f"{what} counts must have one entry per rank: expected {g.size}, "
+                             f"got {len(out)}")
+    if any(c < 0 for c in out) or sum(out) > arr.size:
+        raise _fail(g, name, f"{what} counts {out} must be non-negative and sum to at most the "
+                             f"{arr.size} elements of the {what} buffer")
+    return out
+
+
+def _unaliased(send: np.ndarray, recv: np.ndarray, own_offset: int) -> np.ndarray:
+    """``send``, copied if it overlaps ``recv`` anywhere but exactly at ``recv[own_offset:]``."""
+    if send.size == 0 or not np.shares_memory(send, recv):
+        return send
+    own = recv[own_offset:own_offset + send.size]
+    if own.size == send.size and own.__array_interface__["data"][0] == send.__array_interface__["data"][0]:
+        return own
+    return send.copy()
