@@ -395,7 +395,7 @@ def all_to_all(comm: Comm, send: np.ndarray, send_counts: Sequence[int], recv: n
     counts = arena.slot_array(agree, me, np.dtype(np.int64), 2 * n)
     counts[:n], counts[n:] = send_counts, recv_counts
     _enter(comm, arena, agree, "all_to_all", 0, True)
-    _check_pairs(comm, arena, agree, send_counts, recv_counts)
+    _check_pairs(comm, arena, agree)
     largest = max(arena.get(r, SIZE_WORD + agree) for r in range(n))
     if arena.cma and largest * dt.itemsize > ONE_SHOT // n:
         # one copy: read our block straight from each sender's buffer, at the displacement
@@ -429,24 +429,19 @@ def all_to_all(comm: Comm, send: np.ndarray, send_counts: Sequence[int], recv: n
                 np.copyto(recv[rdispl[r] + lo:rdispl[r] + lo + c], src)
 
 
-def _check_pairs(comm: Comm, arena: Any, phase: int, send_counts: Sequence[int],
-                 recv_counts: Sequence[int]) -> None:
-    """all_to_all(v): what rank j sends us must be what we expect from j, and the other way
-    round (each rank published its send and receive counts in its slot)."""
-    n, me, ranks = comm.size, comm.rank, arena.global_ranks
-    bad = []
-    for r in range(n):
-        if r == me:
-            continue
-        theirs = arena.slot_array(phase, r, np.dtype(np.int64), 2 * n)
-        if int(theirs[me]) != recv_counts[r]:
-            bad.append(f"rank {ranks[r]} sends {int(theirs[me])} elements to rank {ranks[me]}, "
-                       f"which expects {recv_counts[r]}")
-        if int(theirs[n + me]) != send_counts[r]:
-            bad.append(f"rank {ranks[me]} sends {send_counts[r]} elements to rank {ranks[r]}, "
-                       f"which expects {int(theirs[n + me])}")
-    if bad:
-        raise MismatchError("all_to_all: the split sizes do not match: " + "; ".join(bad))
+def _check_pairs(comm: Comm, arena: Any, phase: int) -> None:
+    """all_to_all(v): what rank i sends rank j must be what j expects from i, for every pair.
+    Each rank published its send and receive counts in its slot; every rank checks the
+    whole matrix, so all reach the same verdict (a rank that raised alone would leave the
+    others waiting in this call)."""
+    n, ranks = comm.size, arena.global_ranks
+    table = np.stack([arena.slot_array(phase, r, np.dtype(np.int64), 2 * n) for r in range(n)])
+    sends, recvs = table[:, :n], table[:, n:]
+    bad = np.argwhere(sends != recvs.T)
+    if len(bad):
+        text = "; ".join(f"rank {ranks[i]} sends {int(sends[i, j])} elements to rank {ranks[j]}, "
+                         f"which expects {int(recvs[j, i])}" for i, j in bad[:8])
+        raise MismatchError(f"all_to_all: the split sizes do not match: {text}")
 
 
 def barrier(comm: Comm) -> None:

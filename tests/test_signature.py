@@ -1,0 +1,157 @@
+"""Every collective call's full signature (collective, dtype, count, root, op) is checked
+across the ranks: a mismatch is a MismatchError on every rank naming both sides, never a
+wrong answer (hardening issue, item 1)."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+from collcomm.algorithms import signature
+from tests.harness import run_ranks
+
+
+# ----------------------------------------------------------------------------- the word itself
+def test_signature_fields_round_trip() -> None:
+    sig = signature.make("all_reduce", np.float32, 4, None, "SUM")
+    assert signature.describe(sig) == "all_reduce(float32[4], op=SUM)"
+    assert signature.describe(signature.make("broadcast", np.int64, 3, 1)) == "broadcast(int64[3], root=1)"
+    assert signature.describe(signature.make("reduce", "bfloat16", 7, 0, "MAX")) == \
+        "reduce(bfloat16[7], op=MAX, root=0)"
+    assert signature.describe(signature.make("barrier")) == "barrier"
+
+
+@pytest.mark.parametrize("field,other", [
+    ("dtype", signature.make("all_reduce", np.float64, 4, None, "SUM")),
+    ("dtype", signature.make("all_reduce", np.int32, 4, None, "SUM")),
+    ("count", signature.make("all_reduce", np.float32, 5, None, "SUM")),
+    ("op", signature.make("all_reduce", np.float32, 4, None, "MAX")),
+    ("op", signature.make("all_reduce", np.float32, 4, None, "AVG")),
+    ("collective", signature.make("reduce_scatter", np.float32, 4, None, "SUM")),
+])
+def test_every_field_tells_calls_apart(field: str, other: int) -> None:
+    mine = signature.make("all_reduce", np.float32, 4, None, "SUM")
+    assert mine != other
+    assert field in signature.differences(mine, other)
+
+
+def test_all_dtypes_have_distinct_codes() -> None:
+    dtypes = [np.bool_, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64,
+              np.uint64, np.float16, np.float32, np.float64, np.complex64, np.complex128, "bfloat16"]
+    codes = [signature.dtype_code(d) for d in dtypes]
+    assert len(set(codes)) == len(codes)
+
+
+def test_user_ops_and_roots() -> None:
+    a = signature.make("reduce", np.float32, 1, 0, "CUSTOM")
+    b = signature.make("reduce", np.float32, 1, 2, "CUSTOM")
+    assert a != b and "root" in signature.differences(a, b)
+    assert "a user function" in signature.describe(a)
+
+
+# ----------------------------------------------------------------------------- across ranks
+def _cases(rank: int) -> list[tuple[str, Callable[[], Any]]]:
+    """(what differs, the call this rank makes): rank 1 differs from the others."""
+    import collcomm as dist
+
+    odd = rank == 1
+    f32 = np.float32
+
+    def ar(dtype: Any = f32, count: int = 4, op: Any = dist.ReduceOp.SUM) -> Callable[[], Any]:
+        return lambda: dist.all_reduce(np.ones(count, dtype=dtype), op=op)
+
+    def bc(dtype: Any, root: int) -> Callable[[], Any]:
+        return lambda: dist.broadcast(np.ones(3, dtype=dtype), src=root)
+
+    def rd(root: int, op: Any) -> Callable[[], Any]:
+        return lambda: dist.reduce(np.ones(2, dtype=f32), dst=root, op=op)
+
+    n = dist.get_world_size()
+
+    def ag(dtype: Any) -> Callable[[], Any]:
+        return lambda: dist.all_gather_into_tensor(np.empty(2 * n, dtype=dtype), np.ones(2, dtype=dtype))
+
+    def ga(root: int) -> Callable[[], Any]:
+        return lambda: dist.gather(np.ones(2, dtype=f32),
+                                   [np.empty(2, dtype=f32) for _ in range(n)] if rank == root else None,
+                                   dst=root)
+
+    def rs(dtype: Any) -> Callable[[], Any]:
+        return lambda: dist.reduce_scatter_tensor(np.empty(2, dtype=dtype), np.ones(2 * n, dtype=dtype))
+
+    def a2a(extra: int) -> Callable[[], Any]:
+        out_split = [2] * n
+        in_split = [2] * n
+        if odd:
+            in_split[0] += extra
+        return lambda: dist.all_to_all_single(np.empty(sum(out_split), dtype=f32),
+                                              np.ones(sum(in_split), dtype=f32),
+                                              out_split, in_split)
+
+    return [
+        ("dtype", ar(np.float64 if odd else f32)),
+        ("dtype", ar(np.int32 if odd else f32)),          # same byte size
+        ("count", ar(count=5 if odd else 4)),
+        ("op", ar(op=dist.ReduceOp.MAX if odd else dist.ReduceOp.SUM)),
+        ("op", ar(op=dist.ReduceOp.AVG if odd else dist.ReduceOp.SUM)),
+        ("dtype", bc(f32 if odd else np.int64, 0)),        # seed 004's sync_random_seed
+        ("root", bc(f32, 1 if odd else 0)),
+        ("root", rd(1 if odd else 0, dist.ReduceOp.SUM)),
+        ("op", rd(0, dist.ReduceOp.MIN if odd else dist.ReduceOp.SUM)),
+        ("dtype", ag(np.float64 if odd else f32)),
+        ("root", ga(1 if odd else 0)),
+        ("dtype", rs(np.float64 if odd else f32)),
+        ("collective", (lambda: dist.broadcast(np.ones(4, dtype=f32), src=0)) if odd else ar()),
+        ("split sizes", a2a(2)),
+    ]
+
+
+def run_mismatch_matrix() -> list[tuple[str, str, str]]:
+    import collcomm as dist
+
+    rank = dist.get_rank()
+    seen = []
+    for what, call in _cases(rank):
+        try:
+            call()
+        except dist.MismatchError as exc:
+            seen.append((what, "MismatchError", str(exc)))
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            seen.append((what, type(exc).__name__, str(exc)))
+        else:
+            seen.append((what, "no error", ""))
+        # the group is still usable and right after a refused call
+        t = np.full(2, rank + 1.0)
+        dist.all_reduce(t)
+        n = dist.get_world_size()
+        assert t.tolist() == [n * (n + 1) / 2] * 2, t
+    return seen
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_mismatch_matrix_over_shared_memory(n: int) -> None:
+    results = run_ranks(run_mismatch_matrix, n, timeout=90)
+    for rank, seen in enumerate(results):
+        for what, kind, text in seen:
+            assert kind == "MismatchError", f"rank {rank}, {what} mismatch: got {kind} {text}"
+            if what != "split sizes":
+                assert "rank 1 called" in text or (rank == 1 and "but rank" in text), text
+                assert "differs in" in text
+
+
+def seed_004_sync_random_seed() -> str:
+    """Seed 004's sync_random_seed with an int64 tensor on rank 0 and float32 elsewhere."""
+    import collcomm as dist
+
+    seed = np.array([136044], dtype=np.int64) if dist.get_rank() == 0 else np.zeros(1, dtype=np.float32)
+    try:
+        dist.broadcast(seed, src=0)
+    except dist.MismatchError as exc:
+        return str(exc)
+    return f"no error: seed {seed[0]!r}"
+
+
+def test_seed_004_dtype_mismatch_is_refused() -> None:
+    for text in run_ranks(seed_004_sync_random_seed, 2, timeout=60):
+        assert "int64" in text and "float32" in text and "dtype" in text, text
