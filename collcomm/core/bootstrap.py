@@ -76,6 +76,7 @@ class Job:
     store: Any = None
     extras: list[Any] = field(default_factory=list)
     on_close: list[Callable[[], None]] = field(default_factory=list)
+    store_stuck: bool = False  # the store stopped answering: close it without waiting
 
     def close(self) -> None:
         for fn in self.on_close:
@@ -88,7 +89,10 @@ class Job:
             x.close()
         self.extras.clear()
         if self.store is not None:
-            self.store.close()
+            if self.store_stuck:  # a request still holds its lock: close in the background
+                threading.Thread(target=self.store.close, daemon=True).start()
+            else:
+                self.store.close()
             self.store = None
 
 
@@ -192,7 +196,10 @@ def _join_once(ident: Identity, store: Any, own_store: bool, token: bytes,
         job.transport = _connect(job, kv, token, job_id(env), timeout)
         kv.add("joined", 1)
         if ident.rank == 0 and own_store:
-            job.on_close.append(lambda: _await_others(kv, ident.size))
+            def await_others() -> None:
+                if not _await_others(kv, ident.size):
+                    job.store_stuck = True
+            job.on_close.append(await_others)
     except BaseException:
         job.close()
         raise
@@ -208,16 +215,29 @@ def _share_cost_model(kv: Any, rank: int, timeout: float) -> None:
     cost.set_active(cost.CostModel.from_json(kv.get("cost_model", timeout=timeout).decode()))
 
 
-def _await_others(kv: Any, size: int, patience: float = 10.0) -> None:
-    """The store's host stays until every rank is done with it (bounded)."""
+def _await_others(kv: Any, size: int, patience: float = 10.0) -> bool:
+    """The store's host stays until every rank is done with it, ``patience`` seconds at most.
+
+    The polls run on a helper thread joined with the remaining patience, so a store that
+    stops answering costs ``patience``, not the client's socket timeout (10 s slack + up to
+    60 s). Returns False when a poll is still in flight at the deadline: the caller must not
+    then wait for the store's lock to close it.
+    """
     deadline = time.monotonic() + patience
-    while time.monotonic() < deadline:
-        try:
-            if kv.add("joined", 0) >= size:
+
+    def poll() -> None:
+        while time.monotonic() < deadline:
+            try:
+                if kv.add("joined", 0) >= size:
+                    return
+            except Exception:  # noqa: BLE001 - the store may already be gone
                 return
-        except Exception:  # noqa: BLE001 - the store may already be gone
-            return
-        time.sleep(0.01)
+            time.sleep(0.01)
+
+    waiter = threading.Thread(target=poll, daemon=True, name="collcomm-await-others")
+    waiter.start()
+    waiter.join(max(0.0, deadline - time.monotonic()))
+    return not waiter.is_alive()
 
 
 def _connect(job: Job, kv: Any, token: bytes, jid: str, timeout: float) -> Engine:
