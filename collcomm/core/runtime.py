@@ -78,6 +78,21 @@ def is_initialized() -> bool:
     return _world is not None
 
 
+_warned_world_of_one = False
+
+
+def world_of_one(what: str) -> None:
+    """Call where ``what`` stands in a world of one for a job never joined: warns once when
+    the launcher's ``WORLD_SIZE`` says the job has more ranks."""
+    global _warned_world_of_one
+    size = os.environ.get("WORLD_SIZE", "1")
+    if _world is None and not _warned_world_of_one and size.isdigit() and int(size) > 1:
+        _warned_world_of_one = True
+        import warnings
+        warnings.warn(f"{what}: init_process_group() was never called, so this rank runs as a "
+                      f"world of one while WORLD_SIZE={size}", RuntimeWarning, stacklevel=3)
+
+
 def get_world(collective: str) -> ProcessGroup:
     """The world group, or InvalidArgumentError naming ``collective`` before init."""
     world = _world
