@@ -77,6 +77,11 @@ def make(collective: str, dtype: Any = None, count: int = 0, root: int | None = 
             | (r << 36) | (count & _COUNT_MASK))
 
 
+def with_count(base: int, count: int, root: int | None = None) -> int:
+    """``base`` (made with count 0 and root 0) for ``count`` elements and ``root``."""
+    return base | ((NO_ROOT if root is None else root & NO_ROOT) << 36) | (count & _COUNT_MASK)
+
+
 def describe(sig: int) -> str:
     """A readable form: ``all_reduce(float32[4], op=SUM)``, ``broadcast(int64[3], root=1)``."""
     code = (sig >> 60) & 0xF

@@ -72,6 +72,9 @@ def broadcast(g: ProcessGroup, buf: np.ndarray, root: int, *, dtype: Any = None,
     _root(g, name, root)
     family = g.plan.algorithm("broadcast", buf.nbytes, algorithm)
     sig = signature.make("broadcast", dtype or buf.dtype, buf.size, root)
+    if not (after or async_op):
+        g.call(name, family, sig, buf, root)
+        return None
 
     def body(comm: GroupComm) -> None:
         family(comm, buf, root)
@@ -85,10 +88,14 @@ def all_reduce(g: ProcessGroup, buf: np.ndarray, op: Any = ops.ReduceOp.SUM, *,
                dtype: Any = None, async_op: bool = False, algorithm: str = "auto",
                name: str = "all_reduce", after: After = None) -> Work | None:
     """Every rank's ``buf`` becomes the elementwise ``op`` over all ranks (in place)."""
-    dtype = dtype or buf.dtype
-    fn, avg, op_name = g.plan.reducer(op, dtype, f"{name} on {g.describe()}")
-    family = g.plan.algorithm("all_reduce", buf.nbytes, algorithm)
-    sig = signature.make("all_reduce", dtype, buf.size, None, op_name)
+    if dtype is None:
+        dtype = buf.dtype
+    family, fn, avg, base = g.plan.reducing("all_reduce", op, dtype, buf.nbytes, algorithm,
+                                            f"{name} on {g.describe()}")
+    sig = signature.with_count(base, buf.size)
+    if not (avg or after or async_op):        # the common case: one call, no closure
+        g.call(name, family, sig, buf, fn)
+        return None
     n = g.size
 
     def body(comm: GroupComm) -> None:
@@ -115,9 +122,9 @@ def reduce(g: ProcessGroup, send: np.ndarray, recv: np.ndarray | None, op: Any, 
         if recv is send or (g.size > 1 and np.shares_memory(send, recv)):
             send = send.copy()
     dtype = dtype or send.dtype
-    fn, avg, op_name = g.plan.reducer(op, dtype, f"{name} on {g.describe()}")
-    family = g.plan.algorithm("reduce", send.nbytes, algorithm)
-    sig = signature.make("reduce", dtype, send.size, root, op_name)
+    family, fn, avg, base = g.plan.reducing("reduce", op, dtype, send.nbytes, algorithm,
+                                            f"{name} on {g.describe()}")
+    sig = signature.with_count(base, send.size, root)
     n, is_root = g.size, g.rank == root
 
     def body(comm: GroupComm) -> None:
@@ -205,9 +212,9 @@ def reduce_scatter(g: ProcessGroup, send: np.ndarray, recv: np.ndarray, op: Any 
     if g.size > 1 and np.shares_memory(send, recv):
         send = send.copy()
     dtype = dtype or recv.dtype
-    fn, avg, op_name = g.plan.reducer(op, dtype, f"{name} on {g.describe()}")
-    family = g.plan.algorithm("reduce_scatter", send.nbytes, algorithm)
-    sig = signature.make("reduce_scatter", dtype, recv.size, None, op_name)
+    family, fn, avg, base = g.plan.reducing("reduce_scatter", op, dtype, send.nbytes, algorithm,
+                                            f"{name} on {g.describe()}")
+    sig = signature.with_count(base, recv.size)
     n = g.size
 
     def body(comm: GroupComm) -> None:

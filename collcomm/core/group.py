@@ -14,6 +14,7 @@ sequence number or user tag (35 bits).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import mmap
 import os
 import queue
@@ -194,7 +195,8 @@ class ProcessGroup:
         self.name = name
         self.timeout = timeout
         self._description = f"group {name!r} (rank {self.rank} of {self.size}, global rank {global_rank})"
-        self._seq = 0
+        self._seq = itertools.count(1)
+        self._tag_base = ctx << _CTX_SHIFT
         self._splits = 0
         self._lock = threading.Lock()
         self._queue: "queue.Queue[tuple[Work, Callable[[], Any]] | None]" = queue.Queue()
@@ -235,10 +237,21 @@ class ProcessGroup:
 
     # -- collectives ---------------------------------------------------------------------
     def _next_tag(self) -> int:
-        with self._lock:
-            self._seq += 1
-            seq = self._seq
-        return (self.ctx << _CTX_SHIFT) | (seq & MAX_USER_TAG)
+        # next() on itertools.count is atomic under the GIL: no lock needed
+        return self._tag_base | (next(self._seq) & MAX_USER_TAG)
+
+    def call(self, collective: str, family: Callable[..., Any], sig: int, *args: Any) -> Any:
+        """``family(comm, *args)`` as one synchronous collective call: :meth:`run` without
+        the closure (the small-message fast path; same ordering, timeout and errors)."""
+        if self._closed:
+            raise CollcommError(f"{collective}: {self.describe()} was destroyed")
+        if self._pending:
+            self.drain()
+        comm = GroupComm(self, self._next_tag(), current_timeout(self.timeout), sig)
+        try:
+            return family(comm, *args)
+        except CollcommError as exc:
+            raise with_context(exc, f"{collective} on {self._description}") from exc
 
     def run(self, collective: str, body: Callable[[GroupComm], T], async_op: bool = False,
             timeout: float | None = None, sig: int = 0) -> T | Work:
