@@ -14,6 +14,18 @@ hosts). The engine owns what is common to all of them:
 Channels feed the engine through :meth:`Engine.arrived` (a whole message, shared memory)
 or :meth:`Engine.arriving` / :meth:`Engine.landed` (a message whose body is still being
 read from a socket, straight into the posted buffer when one is waiting).
+
+Lock order of the transport (a lock may be taken while holding the ones before it, never
+the other way round; "leaf": nothing else is taken while holding it):
+
+    ShmChannel.send_lock  →  ShmChannel.poll_lock (only tried, never waited for)  →  Engine._lock (leaf)
+    TcpChannel.lock (leaf)     TcpHub.wlock (leaf)     Heap._lock (leaf)
+
+``Engine._lock`` guards the posted and unexpected lists and ``lost``. Nothing is called
+under it but list edits and copying an early message aside: requests are completed or
+failed (``Request.complete`` / ``fail``, which wake their waiters) after it is released,
+and so is everything a failure sets off. It is a plain lock on purpose: no path may come
+back into the engine while holding it.
 """
 from __future__ import annotations
 
@@ -146,9 +158,10 @@ class Engine(Transport):
         self.channels: dict[int, Channel] = {}
         self.lost: dict[int, BaseException] = {}
         self.crashed: set[int] = set()     # lost without leaving cleanly
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()     # a leaf: see the module docstring
         self._posted: list[Request] = []
         self._unexpected: list[Incoming] = []
+        self._inflight: dict[int, Any] = {}     # source -> token of the body being read (arriving..landed)
         self._polled: list[Channel] = []        # channels that need polling (shared memory)
         self._aborted: BaseException | None = None
         self._closed = False
@@ -184,19 +197,26 @@ class Engine(Transport):
         if src != ANY_SOURCE and src != self.rank:
             self._check_peer(src)
         req = Request(self, "recv", buf, src, tag)
+        early: Incoming | None = None
+        lost: BaseException | None = None
         with self._lock:
             for i, inc in enumerate(self._unexpected):
                 if inc.tag == tag and (src == ANY_SOURCE or inc.source == src) and inc.waiter is None:
                     del self._unexpected[i]
                     if inc.ready:
-                        self._deliver(req, inc.source, inc.nbytes, inc.payload)
+                        early = inc
                     else:
-                        inc.waiter = req
-                    return req
-            if src != ANY_SOURCE and src in self.lost:
-                req.fail(self.lost[src])
-                return req
-            self._posted.append(req)
+                        inc.waiter = req   # landed() delivers it
+                    break
+            else:
+                if src != ANY_SOURCE and src in self.lost:
+                    lost = self.lost[src]
+                else:
+                    self._posted.append(req)
+        if early is not None:
+            self._deliver(req, early.source, early.nbytes, early.payload)
+        elif lost is not None:
+            req.fail(lost)
         return req
 
     def abort(self, exc: BaseException) -> None:
@@ -234,33 +254,40 @@ class Engine(Transport):
         with self._lock:
             req = self._match(source, tag)
             if req is not None and nbytes <= len(req.buf):
-                return req.buf[:nbytes], req
-            if req is not None:  # too large: read it aside, then fail the receive
-                return memoryview(bytearray(nbytes)), (req, "overflow")
-            inc = Incoming(source, tag, nbytes, None)
-            self._unexpected.append(inc)
-            body = bytearray(nbytes)
-            inc.payload = _Bytes(body)
-            return memoryview(body), inc
+                view, token = req.buf[:nbytes], req
+            elif req is not None:  # too large: read it aside, then fail the receive
+                view, token = memoryview(bytearray(nbytes)), (req, "overflow")
+            else:
+                token = Incoming(source, tag, nbytes, None)
+                self._unexpected.append(token)
+                body = bytearray(nbytes)
+                token.payload = _Bytes(body)
+                view = memoryview(body)
+            self._inflight[source] = token   # peer_lost fails its receive if the body never lands
+            return view, token
 
     def landed(self, source: int, nbytes: int, token: Any) -> None:
         """The body announced by :meth:`arriving` is complete."""
+        waiter: Request | None = None
+        with self._lock:
+            self._inflight.pop(source, None)
+            if isinstance(token, Incoming):
+                token.ready = True
+                waiter = token.waiter
         if isinstance(token, Request):
             token.complete(source, nbytes)
         elif isinstance(token, tuple):
             token[0].fail(self._overflow(token[0], nbytes))
-        else:
-            with self._lock:
-                token.ready = True
-                waiter = token.waiter
-            if waiter is not None:
-                self._deliver(waiter, source, nbytes, token.payload)
+        elif waiter is not None:
+            self._deliver(waiter, source, nbytes, token.payload)
 
     def peer_lost(self, peer: int, exc: BaseException, crashed: bool = True) -> None:
         """``peer`` is gone: fail what is pending with it, refuse what comes later.
 
         ``crashed``: it died or broke off without leaving cleanly, which also dooms the
         collectives of its groups that wait on other ranks (see ``wait``'s ``watch``).
+        Called with no lock held (channels record a failure under their own lock and
+        report it after releasing it); the requests are failed after ``_lock`` is released.
         """
         with self._lock:
             if peer in self.lost:
@@ -271,6 +298,13 @@ class Engine(Transport):
             doomed = [r for r in self._posted if r.peer == peer]
             self._posted = [r for r in self._posted if r.peer != peer]
             self._unexpected = [i for i in self._unexpected if i.ready or i.source != peer]
+            token = self._inflight.pop(peer, None)   # a receive whose body was still arriving
+            if isinstance(token, Request):
+                doomed.append(token)
+            elif isinstance(token, tuple):
+                doomed.append(token[0])
+            elif token is not None and token.waiter is not None:
+                doomed.append(token.waiter)
         for req in doomed:
             req.fail(exc)
 

@@ -42,20 +42,38 @@ class Heap:
         self._allocs: dict[int, Allocation] = {}
         self._starts: list[int] = []
         self._by_start: dict[int, Allocation] = {}
+        # A leaf lock. ``_forget`` runs from a garbage-collection finalizer, which may fire
+        # inside any allocation, even on a thread that holds ``_lock`` here: it only records
+        # the key (``list.append`` is atomic) and applies it when the lock is free.
         self._lock = threading.Lock()
+        self._gone: list[int] = []
 
     def add(self, alloc: Allocation, own: mmap.mmap) -> None:
         with self._lock:
+            self._apply_forgets()
             self._allocs[alloc.key] = alloc
             bisect.insort(self._starts, alloc.start)
             self._by_start[alloc.start] = alloc
         weakref.finalize(own, self._forget, alloc.key)
 
     def _forget(self, key: int) -> None:
-        """Our own array of ``key`` is gone: stop offering it (peers' mappings stay)."""
-        with self._lock:
-            alloc = self._allocs.get(key)
-            if alloc is not None and alloc.start in self._by_start:
+        """Our own array of ``key`` is gone: stop offering it (peers' mappings stay).
+
+        A finalizer: records the key and applies it only if the lock is free at once (it
+        may be held by the very thread the collector interrupted); else the next call does.
+        """
+        self._gone.append(key)
+        if self._lock.acquire(blocking=False):
+            try:
+                self._apply_forgets()
+            finally:
+                self._lock.release()
+
+    def _apply_forgets(self) -> None:
+        """Stop offering the allocations recorded by ``_forget`` (caller holds ``_lock``)."""
+        while self._gone:
+            alloc = self._allocs.get(self._gone.pop())
+            if alloc is not None and self._by_start.get(alloc.start) is alloc:
                 self._starts.remove(alloc.start)
                 del self._by_start[alloc.start]
                 alloc.start = alloc.end = 0
@@ -66,6 +84,7 @@ class Heap:
             self._allocs.clear()
             self._starts.clear()
             self._by_start.clear()
+            self._gone.clear()
 
     def lookup(self, arr: np.ndarray) -> tuple[Allocation, int] | None:
         """(allocation, byte offset) if ``arr``'s bytes lie in one of our own segments."""
@@ -73,6 +92,7 @@ class Heap:
             return None
         addr = arr.ctypes.data
         with self._lock:
+            self._apply_forgets()
             i = bisect.bisect_right(self._starts, addr) - 1
             if i < 0:
                 return None
@@ -87,4 +107,6 @@ class Heap:
 
     def __len__(self) -> int:
         """How many of our own allocations are alive (offered to collectives)."""
-        return len(self._starts)
+        with self._lock:
+            self._apply_forgets()
+            return len(self._starts)
