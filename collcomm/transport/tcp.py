@@ -15,6 +15,22 @@ I/O thread per process (the *hub*) drives them all with a selector:
   ``COLLCOMM_HEARTBEAT_TIMEOUT`` seconds (default 15) or whose connection ends (EOF, reset)
   is lost: the engine fails everything pending with it. A peer that leaves cleanly sends
   BYE first, so the message says it left rather than crashed.
+
+Locks, and the rule for failures (a socket error can strike on any thread that writes):
+
+* ``TcpChannel.lock`` guards the channel's send queue, its ``closed`` flag and the writes
+  to its socket. It is a leaf: a thread holding it takes no other lock and calls nothing
+  outside the channel (no request, no hub, no engine).
+* ``TcpHub.wlock`` guards the hub's hand-over lists (channels to flush, sockets to
+  retire). A leaf too, never held together with a channel's lock.
+* The selector and the sockets' closing belong to the I/O thread (inline only while it
+  does not run).
+
+A failure is *recorded* under the channel's lock (``closed`` set, the error kept, the
+queued sends taken out) by whichever thread notices it first, and *acted on* by that
+thread after releasing the lock: the queued sends fail, the engine hears ``peer_lost``
+and the socket goes to the I/O thread to be closed. Any later notice finds ``closed`` set
+and does nothing. Completed sends are likewise completed after the lock is released.
 """
 from __future__ import annotations
 
@@ -28,7 +44,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..rendezvous.auth import authenticate, recv_exact
-from ..errors import CollcommError, CommTimeoutError, PeerLostError
+from ..errors import ClosedError, CollcommError, CommTimeoutError, PeerLostError
 
 if TYPE_CHECKING:
     from .engine import Engine, Request
@@ -66,8 +82,9 @@ class TcpChannel:
     def __init__(self, hub: "TcpHub", peer: int, sock: socket.socket) -> None:
         self.hub, self.engine, self.peer, self.sock = hub, hub.engine, peer, sock
         self.queue: collections.deque[list[Any]] = collections.deque()
-        self.lock = threading.Lock()
-        self.closed = False
+        self.lock = threading.Lock()     # a leaf: see the module docstring
+        self.closed = False              # set once, under ``lock``, by whoever ends the channel
+        self.error: PeerLostError | None = None   # why it ended, when it failed
         self.bye = False
         self.last_send = self.last_recv = time.monotonic()
         # reading state: header first, then the body into ``target``
@@ -85,21 +102,34 @@ class TcpChannel:
 
     def _enqueue(self, header: bytes, body: memoryview | bytes, req: "Request | None") -> None:
         item = [memoryview(header), memoryview(body), req]
+        done: list["Request"] = []
+        failure: _Failure | None = None
         with self.lock:
-            if self.closed:
-                if req is not None:
-                    req.fail(self.engine.lost.get(self.peer) or PeerLostError(
-                        f"rank {self.engine.rank}: connection to rank {self.peer} is closed", peer=self.peer))
-                return
-            self.queue.append(item)
-            if len(self.queue) == 1:
-                self._flush_locked()
-            pending = bool(self.queue)
+            refused = self.closed
+            if not refused:
+                self.queue.append(item)
+                if len(self.queue) == 1:
+                    done, failure = self._flush_locked()
+            pending = bool(self.queue) and not self.closed
+        if refused:
+            if req is not None:
+                req.fail(self._closed_error())
+            return
+        self._settle(done, failure)
         if pending:
             self.hub.want_write(self)
 
-    def _flush_locked(self) -> None:
-        """Write queued frames until the socket would block (caller holds ``lock``)."""
+    def _closed_error(self) -> BaseException:
+        return self.error or self.engine.lost.get(self.peer) or PeerLostError(
+            f"rank {self.engine.rank}: connection to rank {self.peer} is closed", peer=self.peer)
+
+    def _flush_locked(self) -> tuple[list["Request"], "_Failure | None"]:
+        """Write queued frames until the socket would block (caller holds ``lock``).
+
+        Only writes and records: returns the sends that finished and the failure, if the
+        socket broke, for the caller to act on (:meth:`_settle`) once it released the lock.
+        """
+        done: list["Request"] = []
         while self.queue:
             item = self.queue[0]
             head, body, req = item
@@ -109,10 +139,9 @@ class TcpChannel:
                 else:
                     sent = self.sock.send(body[:1 << 30])
             except (BlockingIOError, InterruptedError):
-                return
+                break
             except OSError as exc:
-                self.hub.fail(self, f"sending to rank {self.peer} failed: {exc}", exc)
-                return
+                return done, self._claim_locked(f"sending to rank {self.peer} failed: {exc}", exc)
             self.last_send = time.monotonic()
             if sent < len(head):
                 item[0] = head[sent:]
@@ -123,11 +152,34 @@ class TcpChannel:
             if not body:
                 self.queue.popleft()
                 if req is not None:
-                    req.complete(self.peer, len(req.buf))
+                    done.append(req)
+        return done, None
+
+    def _claim_locked(self, why: str, exc: BaseException | None) -> "_Failure | None":
+        """Record that the connection failed (caller holds ``lock``): the first to notice
+        gets the failure to act on, later ones get None."""
+        if self.closed:
+            return None
+        self.closed = True
+        err = PeerLostError(f"rank {self.engine.rank}: {why}", peer=self.peer)
+        if exc is not None:
+            err.__cause__ = exc
+        self.error = err
+        doomed = [req for _, _, req in self.queue if req is not None]
+        self.queue.clear()
+        return _Failure(err, doomed, crashed=not self.bye)
+
+    def _settle(self, done: list["Request"], failure: "_Failure | None") -> None:
+        """Act on what a flush found (no lock held)."""
+        for req in done:
+            req.complete(self.peer, len(req.buf))
+        if failure is not None:
+            self.hub.lost(self, failure)
 
     def flush(self) -> None:
         with self.lock:
-            self._flush_locked()
+            done, failure = self._flush_locked() if not self.closed else ([], None)
+        self._settle(done, failure)
 
     # -- receiving (hub thread) ------------------------------------------------------------
     def on_readable(self) -> None:
@@ -193,6 +245,15 @@ class TcpChannel:
         self.hub.close(linger)
 
 
+class _Failure:
+    """A channel's death as recorded under its lock: the error and the sends it dooms."""
+
+    __slots__ = ("error", "doomed", "crashed")
+
+    def __init__(self, error: PeerLostError, doomed: list["Request"], crashed: bool) -> None:
+        self.error, self.doomed, self.crashed = error, doomed, crashed
+
+
 class TcpHub:
     """The listener, the connections and the one I/O thread of this process."""
 
@@ -204,7 +265,10 @@ class TcpHub:
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
         self.wake_w.setblocking(False)
+        # guarded by ``wlock`` (a leaf): channels for the I/O thread to flush, and failed
+        # channels whose sockets it is to unregister and close
         self.writers: set[TcpChannel] = set()
+        self.retiring: list[TcpChannel] = []
         self.wlock = threading.Lock()
         self.thread: threading.Thread | None = None
         self.running = False
@@ -291,6 +355,9 @@ class TcpHub:
     def want_write(self, ch: TcpChannel) -> None:
         with self.wlock:
             self.writers.add(ch)
+        self._wake()
+
+    def _wake(self) -> None:
         try:
             self.wake_w.send(b"\0")
         except (BlockingIOError, OSError):
@@ -319,6 +386,9 @@ class TcpHub:
                     self._interest(ch)
             with self.wlock:
                 writers, self.writers = self.writers, set()
+                retiring, self.retiring = self.retiring, []
+            for ch in retiring:
+                self._drop(ch)
             for ch in writers:
                 if not ch.closed:
                     ch.flush()
@@ -338,25 +408,35 @@ class TcpHub:
             pass
 
     def fail(self, ch: TcpChannel, why: str, exc: BaseException | None) -> None:
-        err = PeerLostError(f"rank {self.engine.rank}: {why}", peer=ch.peer)
-        if exc is not None:
-            err.__cause__ = exc
-        self._shut(ch)
+        """``ch``'s connection failed (called with no lock held): record it, then act."""
         with ch.lock:
-            queued, ch.queue = list(ch.queue), collections.deque()
-        for _, _, req in queued:
-            if req is not None:
-                req.fail(err)
-        self.engine.peer_lost(ch.peer, err, crashed=not ch.bye)
+            failure = ch._claim_locked(why, exc)
+        if failure is not None:
+            self.lost(ch, failure)
 
-    def _shut(self, ch: TcpChannel) -> None:
-        with ch.lock:
-            if ch.closed:
-                return
-            ch.closed = True
+    def lost(self, ch: TcpChannel, failure: _Failure) -> None:
+        """Act on a recorded failure (no lock held): retire the socket, fail the sends that
+        were queued, tell the engine (which fails the receives)."""
+        self._retire(ch)
+        for req in failure.doomed:
+            req.fail(failure.error)
+        self.engine.peer_lost(ch.peer, failure.error, crashed=failure.crashed)
+
+    def _retire(self, ch: TcpChannel) -> None:
+        """Have ``ch``'s socket unregistered and closed by the I/O thread (which owns the
+        selector), or here when that thread is not running or is this one."""
+        thread = self.thread
+        if thread is None or thread is threading.current_thread() or not self.running:
+            self._drop(ch)
+            return
+        with self.wlock:
+            self.retiring.append(ch)
+        self._wake()
+
+    def _drop(self, ch: TcpChannel) -> None:
         try:
             self.sel.unregister(ch.sock)
-        except (KeyError, ValueError, OSError):
+        except (KeyError, ValueError, OSError, RuntimeError):
             pass
         ch.sock.close()
 
@@ -378,15 +458,17 @@ class TcpHub:
             except OSError:
                 pass
         self.running = False
-        try:
-            self.wake_w.send(b"\0")
-        except OSError:
-            pass
+        self._wake()
         if self.thread is not None and self.thread is not threading.current_thread():
             self.thread.join(timeout=2)
         self.thread = None
+        leftover: list["Request"] = []
         for ch in list(self.channels.values()):
-            self._shut(ch)
+            with ch.lock:
+                ch.closed = True
+                leftover += [req for _, _, req in ch.queue if req is not None]
+                ch.queue.clear()
+            self._drop(ch)
         self.channels.clear()
         self.sel.close()
         self.wake_r.close()
@@ -394,3 +476,6 @@ class TcpHub:
         if self.listener is not None:
             self.listener.close()
             self.listener = None
+        for req in leftover:   # sends whose bytes never left (linger ran out)
+            req.fail(ClosedError(f"rank {self.engine.rank}: transport closed before the "
+                                 f"{req.describe()} went out"))
