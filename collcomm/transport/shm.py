@@ -25,6 +25,13 @@ so a killed rank leaves nothing in /dev/shm; the few names still linked all star
 peer's pid (same host, same pid namespace).
 
 Ordering relies on x86-64's total store order (the body is written before ``head``).
+
+Locks (see engine.py for the whole order): ``send_lock`` is a leaf held only to stage a
+body and write a record (and to mark the channel closed); a sender whose ring is full
+waits *without* it (draining its own inbox, checking the peer and the clock) and fails its
+request, or reports the peer lost, only after releasing it. ``poll_lock`` makes one thread
+at a time the ring's consumer; it is only ever tried, never waited for, so delivering
+messages (which completes receives) under it cannot deadlock anybody.
 """
 from __future__ import annotations
 
@@ -37,7 +44,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import CommTimeoutError, PeerLostError
+from ..errors import ClosedError, CommTimeoutError, PeerLostError
 
 if TYPE_CHECKING:
     from .engine import Engine, Request
@@ -45,6 +52,7 @@ if TYPE_CHECKING:
 SHM_DIR = "/dev/shm"
 HEADER = struct.Struct("<IIQQQ")  # record length, kind, tag, nbytes, aux
 INLINE, SEGMENT, PAD, SEGMENT_ONCE = 1, 2, 3, 4
+_CLOSED, _GONE = "closed", "gone"   # why a sender stopped waiting (resolved without the lock)
 POOL_SLOTS = 4
 POOL_MAX = 64 << 20
 BUSY = struct.Struct("<Q")        # first word of a staging segment: 1 while the receiver owes a copy
@@ -219,8 +227,8 @@ class ShmChannel:
         self.eager = eager_limit(ring)
         self.head = int(self.out.ctl[0])
         self.tail = int(self.inp.ctl[8])
-        self.send_lock = threading.Lock()
-        self.poll_lock = threading.Lock()
+        self.send_lock = threading.Lock()   # a leaf: staging and writing records, ``closed``
+        self.poll_lock = threading.Lock()   # the consumer's; only tried (acquire(blocking=False))
         self.n_segments = 0
         self.created: list[str] = []
         self.pool: list[tuple[mmap.mmap, int, str]] = []   # (mapping, capacity, name), sender side
@@ -229,14 +237,76 @@ class ShmChannel:
 
     # -- sending ---------------------------------------------------------------------------
     def send(self, req: "Request") -> None:
+        """Append the message to the peer's ring (a large body staged first), then complete.
+
+        ``send_lock`` is held only to stage and write; a full ring is waited for without it,
+        and a failure (peer gone, transport closed, timeout) fails ``req`` after releasing it.
+        """
         buf, nbytes = req.buf, len(req.buf)
+        record: tuple[int, int, memoryview | bytes] | None = None   # kind, aux, body
+        staged = ""
+        engine = self.engine
+        start = time.monotonic()
+        next_check = start + 0.1
+        sleep = 20e-6
+        while True:
+            with self.send_lock:
+                if self.closed:
+                    problem: BaseException | str | None = _CLOSED
+                    break
+                if record is None:
+                    if nbytes <= self.eager:
+                        record = (INLINE, 0, buf)
+                    else:
+                        kind, staged, offset = self._stage(buf)
+                        record = (kind, offset, staged.encode())
+                if self._try_append(record[0], req.tag, nbytes, record[1], record[2]):
+                    problem = None
+                    break
+            # the ring is full: wait for the peer to read, without the lock
+            engine.progress()   # drain our own inbox, so two flooding ranks cannot deadlock
+            time.sleep(sleep)
+            sleep = min(sleep * 2, 1e-3)
+            if engine._aborted is not None:
+                problem = _CLOSED
+                break
+            now = time.monotonic()
+            if now >= next_check:
+                next_check = now + 0.1
+                if self.peer in engine.lost or not pid_alive(self.peer_pid):
+                    problem = _GONE
+                    break
+                if now - start > engine.timeout:
+                    problem = CommTimeoutError(
+                        f"rank {engine.rank} timed out after {engine.timeout:g} s: its ring to "
+                        f"rank {self.peer} stayed full ({req.describe()})", peer=self.peer)
+                    break
+        if problem is None:
+            req.complete(self.peer, nbytes)
+            return
+        if staged:
+            self._unstage(staged)
+        req.fail(self._send_error(problem, req))
+
+    def _send_error(self, problem: BaseException | str, req: "Request") -> BaseException:
+        """Why a send gave up (no lock held): tells the engine when the peer is gone."""
+        if isinstance(problem, BaseException):
+            return problem
+        engine = self.engine
+        if self.peer in engine.lost or not pid_alive(self.peer_pid):
+            self.check_alive()
+            return engine.lost.get(self.peer) or self._death_error()
+        return engine._aborted or ClosedError(
+            f"rank {engine.rank}: transport closed; the {req.describe()} was not sent")
+
+    def _unstage(self, name: str) -> None:
+        """Give back a pooled staging segment whose record was never written."""
         with self.send_lock:
-            if nbytes <= self.eager:
-                self._append(INLINE, req.tag, nbytes, 0, buf, req)
-            else:
-                kind, name, offset = self._stage(buf)
-                self._append(kind, req.tag, nbytes, offset, name.encode(), req)
-        req.complete(self.peer, nbytes)
+            if self.closed:
+                return
+            for mm, _, pooled in self.pool:
+                if pooled == name:
+                    BUSY.pack_into(mm, 0, 0)
 
     def _stage(self, buf: memoryview) -> tuple[int, str, int]:
         """Copy a large body into a staging segment at the sender's page offset."""
@@ -265,13 +335,16 @@ class ShmChannel:
                 self.created = [n for n in self.created if os.path.exists(os.path.join(SHM_DIR, n))]
         return kind, name, offset
 
-    def _append(self, kind: int, tag: int, nbytes: int, aux: int, body: memoryview | bytes,
-                req: "Request") -> None:
+    def _try_append(self, kind: int, tag: int, nbytes: int, aux: int, body: memoryview | bytes) -> bool:
+        """Write one record if the ring has room for it (caller holds ``send_lock``)."""
         need = _round(HEADER.size + len(body))
         ring = self.out.ring
         off = self.head % ring
         pad = ring - off if ring - off < need else 0
-        self._wait_space(need + pad, req)
+        if need + pad > ring:
+            raise AssertionError("record larger than the ring")
+        if ring - (self.head - self.out.ctl[8]) < need + pad:
+            return False
         data = self.out.data
         if pad:
             HEADER.pack_into(data, off, pad, PAD, 0, 0, 0)
@@ -280,31 +353,7 @@ class ShmChannel:
         HEADER.pack_into(data, off, need, kind, tag, nbytes, aux)
         self.head += need + pad
         self.out.ctl[0] = self.head
-
-    def _wait_space(self, need: int, req: "Request") -> None:
-        ring = self.out.ring
-        if ring - (self.head - self.out.ctl[8]) >= need:
-            return
-        if need > ring:
-            raise AssertionError("record larger than the ring")
-        engine = self.engine
-        start = time.monotonic()
-        next_check = start + 0.1
-        sleep = 20e-6
-        while ring - (self.head - self.out.ctl[8]) < need:
-            engine.progress()
-            time.sleep(sleep)
-            sleep = min(sleep * 2, 1e-3)
-            now = time.monotonic()
-            if now >= next_check:
-                next_check = now + 0.1
-                self.check_alive()
-                if self.peer in engine.lost:
-                    raise engine.lost[self.peer]
-                if now - start > engine.timeout:
-                    raise CommTimeoutError(
-                        f"rank {engine.rank} timed out after {engine.timeout:g} s: its ring to "
-                        f"rank {self.peer} stayed full ({req.describe()})", peer=self.peer)
+        return True
 
     # -- receiving ---------------------------------------------------------------------------
     def poll(self) -> None:
@@ -336,14 +385,18 @@ class ShmChannel:
 
     # -- health ------------------------------------------------------------------------------
     def check_alive(self) -> None:
+        """Report the peer lost if its process is gone (called with no lock held)."""
         if self.closed or pid_alive(self.peer_pid):
             return
         self.poll()  # what it sent before dying is still ours
+        self.engine.peer_lost(self.peer, self._death_error(), crashed=not self.inp.ctl[LEFT])
+
+    def _death_error(self) -> PeerLostError:
         left = bool(self.inp.ctl[LEFT])
         what = "left the job" if left else "died"
-        self.engine.peer_lost(self.peer, PeerLostError(
+        return PeerLostError(
             f"rank {self.peer} (pid {self.peer_pid}, same host) {what}; rank {self.engine.rank} "
-            f"lost its shared-memory peer", peer=self.peer), crashed=not left)
+            f"lost its shared-memory peer", peer=self.peer)
 
     def close(self, linger: float = 10.0) -> None:
         """Wait (up to ``linger`` s, while the peer lives) until it has read what we sent,
@@ -355,7 +408,8 @@ class ShmChannel:
                and self.peer not in self.engine.lost and pid_alive(self.peer_pid)):
             self.poll()
             time.sleep(0.001)
-        self.closed = True
+        with self.send_lock:   # a sender is never mid-write when the pool goes
+            self.closed = True
         self.out.ctl[LEFT] = 1   # tell the peer we left cleanly (not a crash)
         for name in self.created:
             unlink_quietly(name)
