@@ -371,3 +371,77 @@ def test_shm_abort_while_a_staged_send_waits() -> None:
         assert time.monotonic() - start < DETECT
     finally:
         w.close()
+
+
+# -- Work, the runtime, the store ------------------------------------------------------------
+def test_work_callbacks_run_without_the_lock_and_cannot_kill_the_worker() -> None:
+    """A callback that raises on the finishing thread is reported, the others still run and
+    ``_run`` returns (it is the group's worker loop); a callback may call back into its Work."""
+    from collcomm.core.work import Work
+
+    work = Work("test")
+    calls: list[str] = []
+
+    def boom(w: Work) -> None:
+        calls.append("boom")
+        raise RuntimeError("injected: callback raised")
+
+    def nested(w: Work) -> None:      # back into the Work from its own callback
+        w.then(lambda _: calls.append("inner"))
+        calls.append(f"nested done={w.is_completed()}")
+
+    work.then(boom)
+    work.then(nested)
+    within(HANG, "Work._run", lambda: work._run(lambda: 42))
+    assert calls == ["boom", "inner", "nested done=True"]
+    assert work.result() == 42
+
+
+def test_destroy_closes_groups_outside_the_runtime_lock() -> None:
+    """A Work callback (on the group's worker) calls destroy_process_group while the main
+    thread is destroying: neither waits for the other (the old code held the runtime lock
+    while joining the worker, so the main thread stalled for the 5 s join timeout)."""
+    import collcomm.core.runtime as rt
+
+    rt.init_process_group(world_size=1, rank=0)
+    world = rt.get_world("test")
+    nested: list[float] = []
+
+    def slow(comm: Any) -> int:
+        time.sleep(0.3)
+        return 1
+
+    work = world.run("slow", slow, async_op=True)
+    work.then(lambda _: (rt.destroy_process_group(), nested.append(time.monotonic())))
+    start = time.monotonic()
+    within(HANG + 5, "destroy_process_group", rt.destroy_process_group)
+    took = time.monotonic() - start
+    assert not rt.is_initialized()
+    assert took < 2.0, f"destroy took {took:.1f} s"
+    assert nested and nested[0] - start < 2.0
+
+
+def test_store_close_interrupts_a_parked_get() -> None:
+    """close() on another thread ends a get parked on the server at once (the old close
+    waited for the request's lock, i.e. for the get's whole timeout)."""
+    from collcomm.errors import ClosedError
+    from collcomm.rendezvous.tcp_client import TCPStore
+
+    store = TCPStore("127.0.0.1", 0, is_master=True, token=b"lockdisc", timeout=30)
+    box: list[BaseException] = []
+
+    def get() -> None:
+        try:
+            store.get("never-set", timeout=30)
+        except BaseException as exc:  # noqa: BLE001
+            box.append(exc)
+
+    getter = threading.Thread(target=get, name="test:get", daemon=True)
+    getter.start()
+    time.sleep(0.3)                  # parked on the server
+    start = time.monotonic()
+    within(HANG, "TCPStore.close", store.close)
+    getter.join(DETECT)
+    assert not getter.is_alive(), "the parked get did not end"
+    assert time.monotonic() - start < DETECT
+    assert isinstance(box[0], ClosedError) and "closed during get" in str(box[0]), box

@@ -17,7 +17,14 @@ from .group import NON_GROUP_MEMBER, ProcessGroup, make_ctx
 
 DEFAULT_TIMEOUT = 300.0
 
-_lock = threading.RLock()
+# Locks. ``_lock`` (a leaf) guards the module state below: it is held to check and set it,
+# and while joining a job (so two threads cannot both join), but never while closing groups
+# or the transport, whose worker threads may run user callbacks (``Work.then``) that call
+# back in here. ``_close_lock`` is held while destroy_process_group closes what it took out
+# of the state, so that a new init_process_group starts after the old job is gone; the two
+# are never held together.
+_lock = threading.Lock()
+_close_lock = threading.Lock()
 _world: ProcessGroup | None = None
 _groups: list[ProcessGroup] = []
 _new_groups = 0
@@ -42,6 +49,8 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
                        device_id: Any = None) -> None:
     """Join the job (torch.distributed signature; ``backend`` is accepted and ignored)."""
     global _world
+    with _close_lock:   # a destroy still closing the previous job finishes first
+        pass
     with _lock:
         if _world is not None:
             raise InvalidArgumentError("init_process_group: this process is already initialized "
@@ -137,23 +146,32 @@ def new_group(ranks: Sequence[int] | None = None, timeout: Any = None, backend: 
     if timeout is not None and isinstance(group, ProcessGroup):
         group.timeout = _timeout_seconds(timeout)
     if isinstance(group, ProcessGroup):
-        _groups.append(group)
+        with _lock:
+            _groups.append(group)
     return group
 
 
 def destroy_process_group(group: Any = None) -> None:
-    """Destroy ``group``, or (None) every group and leave the job."""
+    """Destroy ``group``, or (None) every group and leave the job.
+
+    The state is taken out under ``_lock``; the groups and the job are closed after it is
+    released (see the lock comment at the top)."""
     global _world, _job
     with _lock:
         if group is not None and group is not _world:
-            if isinstance(group, ProcessGroup):
-                group.close()
-                if group in _groups:
-                    _groups.remove(group)
-            return
-        for g in reversed(_groups):
+            if not isinstance(group, ProcessGroup):
+                return
+            if group in _groups:
+                _groups.remove(group)
+            closing, job = [group], None
+        else:
+            closing, job = list(reversed(_groups)), _job
+            _groups.clear()
+            _world, _job = None, None
+    if not closing and job is None:
+        return
+    with _close_lock:
+        for g in closing:
             g.close()
-        _groups.clear()
-        job, _world, _job = _job, None, None
         if job is not None:
             job.close()

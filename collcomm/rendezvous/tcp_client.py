@@ -40,6 +40,10 @@ class TCPStore(Store):
             self._server = TCPStoreServer(bind, port, self._token)
             port = self._server.port
         self.port = port
+        # ``_lock`` serializes requests on the one connection and is held for a request's
+        # whole round trip (a parked get/wait: up to its timeout). Nothing but this
+        # connection's own I/O and bookkeeping runs under it; ``close`` does not wait for
+        # it to interrupt a request (it shuts the socket down first, which wakes the reader).
         self._lock = threading.Lock()
         self._closed = False
         self._broken: str | None = None
@@ -105,6 +109,9 @@ class TCPStore(Store):
                                        f"in time") from exc
             except (OSError, struct.error) as exc:
                 self._break(f"{type(exc).__name__}: {exc}")
+                if self._closed:
+                    raise ClosedError(f"store client for {self.address} was closed during "
+                                      f"{name}") from exc
                 raise ClosedError(f"store server at {self.address} closed the connection "
                                   f"during {name}: {exc}") from exc
         if status == _TIMEOUT:
@@ -151,12 +158,19 @@ class TCPStore(Store):
         return int(self._request(_NUM_KEYS, [])[0])
 
     def close(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            sock = getattr(self, "_sock", None)
-            if sock is not None:
+        """Close the connection (and the server, if hosted). A request blocked on the server
+        in another thread ends at once with ClosedError: the socket is shut down without
+        waiting for ``_lock``, then closed under it once that request has let go."""
+        if self._closed:
+            return
+        self._closed = True
+        sock = getattr(self, "_sock", None)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            with self._lock:
                 sock.close()
         if self._server is not None:
             self._server.close()
