@@ -1,0 +1,448 @@
+"""``ProcessGroupCollcomm``: torch.distributed's process-group interface over the collcomm core.
+
+torch calls one method per operation, with lists of tensors and an options object (root
+ranks are already ranks of the group); this class turns the tensors into flat numpy views
+(:mod:`collcomm.torch.tensors`) and calls :mod:`collcomm.core.collectives` or the group's
+point-to-point methods. What the core checks (roots, sizes, dtypes, ops) it is left to
+check; what only torch's list forms need (one tensor per rank, equal sizes) is checked
+here. Semantics are gloo's:
+
+* in place where torch is (``all_reduce``, ``broadcast``, the root of ``reduce``);
+  ``reduce`` leaves the other ranks' tensors untouched; list outputs are filled from one
+  receive buffer (one copy each); single-tensor forms (``all_gather_into_tensor``,
+  ``reduce_scatter_tensor``, ``all_to_all_single``) are zero-copy;
+* ``AVG`` (which gloo lacks) and ``PREMUL_SUM`` (each rank's input times a factor, then
+  summed; the factor may be a number or a one-element tensor) are supported;
+* ``all_gather`` with output tensors of different sizes works (an all_to_all underneath);
+* blocking calls (``opts.asyncOp`` false: what torch's Python API passes for
+  ``async_op=False``) run in the caller's thread; the others run on the group's worker in
+  program order and return a pending :class:`~collcomm.torch.work.CollWork`;
+* ``opts.timeout`` (when torch sets one) bounds the call, else the group's timeout (from
+  ``init_process_group(timeout=)`` / ``new_group(timeout=)``).
+
+Point-to-point calls use the group's own tag space; ``monitored_barrier`` uses the
+reserved tag :data:`MONITORED_BARRIER_TAG` of it.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ..core import attach
+from ..core import collectives as core
+from ..core.group import MAX_USER_TAG, ProcessGroup, call_timeout
+from ..core.work import Work as CoreWork
+from ..errors import CollcommError, CommTimeoutError, InvalidArgumentError
+from .errors import BackendTimeoutError, translate
+from .tensors import (
+    View, copy_out, core_dtype, flat_like, reduce_op, same_kind, scale, view, views,
+)
+from .work import CollWork, DoneWork, P2PWork, seconds
+
+__all__ = ["MONITORED_BARRIER_TAG", "ProcessGroupCollcomm"]
+
+BACKEND_NAME = "collcomm"
+#: The point-to-point tag monitored_barrier uses in each group (user code must not).
+MONITORED_BARRIER_TAG = MAX_USER_TAG
+
+Start = Callable[[bool], "CoreWork | None"]
+
+
+def _then(*steps: Callable[[], None] | None) -> Callable[[], None] | None:
+    todo = [s for s in steps if s is not None]
+    if not todo:
+        return None
+    if len(todo) == 1:
+        return todo[0]
+
+    def run() -> None:
+        for s in todo:
+            s()
+    return run
+
+
+def _finisher(v: View) -> Callable[[], None] | None:
+    return v.finish if v.tmp is not None else None
+
+
+class ProcessGroupCollcomm(dist.ProcessGroup):
+    """The object ``init_process_group("collcomm")`` / ``new_group(backend="collcomm")`` make.
+
+    ``core_group`` is the collcomm :class:`~collcomm.core.group.ProcessGroup` underneath.
+    """
+
+    def __init__(self, group: ProcessGroup, rank: int, size: int) -> None:
+        super().__init__(rank, size)
+        self.core_group = group
+        self._where = group.describe()
+
+    def getBackendName(self) -> str:  # noqa: N802 - torch's name
+        return BACKEND_NAME
+
+    def __repr__(self) -> str:
+        return f"ProcessGroupCollcomm(rank={self.rank()}, size={self.size()}, {self._where})"
+
+    # -- the call template ----------------------------------------------------------------
+    def _run(self, name: str, opts: Any, result: Any, starts: Sequence[Start]) -> dist.Work:
+        """Start every core call of one torch call, inline or on the worker (see module doc)."""
+        async_op = bool(getattr(opts, "asyncOp", True))
+        limit = seconds(getattr(opts, "timeout", None))
+        try:
+            with call_timeout(limit) if limit else contextlib.nullcontext():
+                works = [start(async_op) for start in starts]
+        except CollcommError as exc:
+            raise translate(exc) from None
+        if async_op:
+            return CollWork(name, [w for w in works if w is not None], result)
+        return DoneWork(name, result)
+
+    def _view(self, t: Any, call: str, what: str, reducing: bool = False) -> View:
+        return view(t, call, self._where, what, reducing)
+
+    def _views(self, ts: Any, call: str, what: str, reducing: bool = False) -> list[View]:
+        return views(ts, call, self._where, what, reducing)
+
+    def _op(self, opts: Any, call: str) -> tuple[Any, Any]:
+        return reduce_op(opts.reduceOp, call, self._where)
+
+    def _fail(self, call: str, text: str) -> InvalidArgumentError:
+        return InvalidArgumentError(f"{call} on {self._where}: {text}")
+
+    def _per_rank(self, vs: Sequence[View], call: str, what: str, numel: int | None = None) -> None:
+        n = self.size()
+        if len(vs) != n:
+            raise self._fail(call, f"{what} must hold one tensor per rank of the group: expected "
+                                   f"{n}, got {len(vs)}")
+        if numel is not None:
+            for i, v in enumerate(vs):
+                if v.numel != numel:
+                    raise self._fail(call, f"{what}[{i}] has {v.tensor.numel()} elements "
+                                           f"(shape {list(v.tensor.shape)}), expected "
+                                           f"{numel // scale(v)} like the other tensor")
+
+    @staticmethod
+    def _premul(t: torch.Tensor, factor: Any) -> torch.Tensor:
+        """A scaled copy of ``t`` (PREMUL_SUM inputs that must stay untouched)."""
+        return t.detach().contiguous() * factor
+
+    # -- all_reduce -------------------------------------------------------------------------
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        opts = opts or dist.AllreduceOptions()
+        op, factor = self._op(opts, "all_reduce")
+        vs = self._views(tensors, "all_reduce", "tensors", reducing=True)
+        g = self.core_group
+        for v in vs:
+            if factor is not None:
+                (v.tmp if v.tmp is not None else v.tensor).mul_(factor)
+        starts = [lambda a, v=v: core.all_reduce(g, v.arr, op, dtype=v.dtype, async_op=a,
+                                                 name="all_reduce", after=_finisher(v))
+                  for v in vs]
+        return self._run("all_reduce", opts, tensors, starts)
+
+    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        """One all_reduce per dtype over the tensors flattened into one buffer."""
+        opts = opts or dist.AllreduceCoalescedOptions()
+        op, factor = self._op(opts, "all_reduce_coalesced")
+        vs = self._views(tensors, "all_reduce_coalesced", "tensors", reducing=True)
+        g = self.core_group
+        by_dtype: dict[torch.dtype, list[View]] = {}
+        for v in vs:
+            by_dtype.setdefault(v.tensor.dtype, []).append(v)
+        starts = []
+        for group_views in by_dtype.values():
+            flat = torch.cat([v.tensor.reshape(-1) for v in group_views])
+            if factor is not None:
+                flat.mul_(factor)
+            fv = self._view(flat, "all_reduce_coalesced", "flattened tensors", reducing=True)
+
+            def back(flat: torch.Tensor = flat, group_views: list[View] = group_views) -> None:
+                pieces = flat.split([v.tensor.numel() for v in group_views])
+                for v, piece in zip(group_views, pieces):
+                    v.tensor.copy_(piece.view(v.tensor.shape))
+
+            starts.append(lambda a, fv=fv, back=back: core.all_reduce(
+                g, fv.arr, op, dtype=fv.dtype, async_op=a, name="all_reduce_coalesced", after=back))
+        return self._run("all_reduce_coalesced", opts, tensors, starts)
+
+    # -- broadcast ---------------------------------------------------------------------------
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        opts = opts or dist.BroadcastOptions()
+        vs = self._views(tensors, "broadcast", "tensors")
+        g, root = self.core_group, opts.rootRank
+        starts = [lambda a, v=v: core.broadcast(g, v.arr, root, dtype=core_dtype(v), async_op=a,
+                                                name="broadcast", after=_finisher(v))
+                  for v in vs]
+        return self._run("broadcast", opts, tensors, starts)
+
+    # -- reduce ------------------------------------------------------------------------------
+    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        opts = opts or dist.ReduceOptions()
+        op, factor = self._op(opts, "reduce")
+        g, root = self.core_group, opts.rootRank
+        is_root = g.rank == root
+        starts = []
+        for i, t in enumerate(tensors):
+            v = self._view(t, "reduce", f"tensors[{i}]", reducing=True)
+            send = v
+            if factor is not None:
+                if is_root:
+                    (v.tmp if v.tmp is not None else v.tensor).mul_(factor)
+                else:
+                    send = self._view(self._premul(t, factor), "reduce", f"tensors[{i}]", True)
+            starts.append(lambda a, v=v, send=send: core.reduce(
+                g, send.arr, v.arr if is_root else None, op, root, dtype=v.dtype, async_op=a,
+                name="reduce", after=_finisher(v) if is_root else None))
+        return self._run("reduce", opts, tensors, starts)
+
+    # -- all_gather --------------------------------------------------------------------------
+    def _all_gather_list(self, outs: list[View], inp: View, a: bool, call: str) -> CoreWork | None:
+        g, n = self.core_group, self.size()
+        if all(o.numel == inp.numel for o in outs):
+            flat = flat_like(inp, n * inp.numel // scale(inp))
+            return core.all_gather(g, inp.arr, flat, dtype=core_dtype(inp), async_op=a, name=call,
+                                   after=copy_out(outs, flat))
+        # outputs of different sizes: rank j's block goes to every rank, sized by its output
+        flat = np.empty(sum(o.numel for o in outs), dtype=inp.arr.dtype)
+        send = np.tile(inp.arr, n)
+        return core.all_to_all(g, send, [inp.numel] * n, flat, [o.numel for o in outs],
+                               dtype=core_dtype(inp), async_op=a, name=call,
+                               after=copy_out(outs, flat))
+
+    def allgather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
+                  opts: Any = None, _call: str = "all_gather") -> dist.Work:
+        opts = opts or dist.AllgatherOptions()
+        ins = self._views(input_tensors, _call, "input_tensors")
+        if not isinstance(output_tensors, (list, tuple)) or len(output_tensors) != len(ins):
+            raise self._fail(_call, "output_tensors must hold one list of tensors per input tensor")
+        starts = []
+        for i, inp in enumerate(ins):
+            outs = self._views(output_tensors[i], _call, f"output_tensors[{i}]")
+            self._per_rank(outs, _call, f"output_tensors[{i}]")
+            same_kind(outs, inp, _call, self._where, f"output_tensors[{i}]")
+            starts.append(lambda a, outs=outs, inp=inp: self._all_gather_list(outs, inp, a, _call))
+        return self._run(_call, opts, output_tensors, starts)
+
+    def allgather_coalesced(self, output_lists: list[list[torch.Tensor]],
+                            input_list: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        return self.allgather(output_lists, input_list, opts, _call="all_gather_coalesced")
+
+    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
+                          opts: Any = None) -> dist.Work:
+        return self.all_gather_single_coalesced([output], [input], opts, _call="all_gather_into_tensor")
+
+    _allgather_base = all_gather_single
+
+    def all_gather_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                    opts: Any = None,
+                                    _call: str = "all_gather_into_tensor_coalesced") -> dist.Work:
+        opts = opts or dist.AllgatherOptions()
+        g = self.core_group
+        starts = []
+        for i, (o, t) in enumerate(zip(outputs, inputs)):
+            vo, vi = self._view(o, _call, f"output[{i}]"), self._view(t, _call, f"input[{i}]")
+            starts.append(lambda a, vo=vo, vi=vi: core.all_gather(
+                g, vi.arr, vo.arr, dtype=core_dtype(vi), async_op=a, name=_call,
+                after=_finisher(vo)))
+        return self._run(_call, opts, list(outputs), starts)
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    # -- gather / scatter ----------------------------------------------------------------------
+    def gather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
+               opts: Any = None) -> dist.Work:
+        opts = opts or dist.GatherOptions()
+        g, root = self.core_group, opts.rootRank
+        inp = self._view(input_tensors[0], "gather", "tensor")
+        if g.rank == root and 0 <= root < g.size:
+            outs = self._views(output_tensors[0] if output_tensors else [], "gather", "gather_list")
+            self._per_rank(outs, "gather", "gather_list", inp.numel)
+            same_kind(outs, inp, "gather", self._where, "gather_list")
+            flat = flat_like(inp, g.size * inp.numel // scale(inp))
+            start: Start = lambda a: core.gather(g, inp.arr, flat, root, dtype=core_dtype(inp),  # noqa: E731
+                                                 async_op=a, after=copy_out(outs, flat))
+        else:
+            start = lambda a: core.gather(g, inp.arr, None, root, dtype=core_dtype(inp),  # noqa: E731
+                                          async_op=a)
+        return self._run("gather", opts, output_tensors, [start])
+
+    def scatter(self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]],
+                opts: Any = None) -> dist.Work:
+        opts = opts or dist.ScatterOptions()
+        g, root = self.core_group, opts.rootRank
+        out = self._view(output_tensors[0], "scatter", "tensor")
+        send = None
+        if g.rank == root and 0 <= root < g.size:
+            ins = self._views(input_tensors[0] if input_tensors else [], "scatter", "scatter_list")
+            self._per_rank(ins, "scatter", "scatter_list", out.numel)
+            same_kind(ins, out, "scatter", self._where, "scatter_list")
+            send = np.concatenate([v.arr for v in ins]) if ins else flat_like(out, 0)
+        start: Start = lambda a: core.scatter(g, send, out.arr, root, dtype=core_dtype(out),  # noqa: E731
+                                              async_op=a, after=_finisher(out))
+        return self._run("scatter", opts, output_tensors, [start])
+
+    # -- reduce_scatter ------------------------------------------------------------------------
+    def reduce_scatter(self, output_tensors: list[torch.Tensor],
+                       input_tensors: list[list[torch.Tensor]], opts: Any = None) -> dist.Work:
+        opts = opts or dist.ReduceScatterOptions()
+        op, factor = self._op(opts, "reduce_scatter")
+        g = self.core_group
+        starts = []
+        for i, o in enumerate(output_tensors):
+            out = self._view(o, "reduce_scatter", f"output[{i}]", reducing=True)
+            ins = self._views(input_tensors[i], "reduce_scatter", "input_list", reducing=True)
+            self._per_rank(ins, "reduce_scatter", "input_list", out.numel)
+            same_kind(ins, out, "reduce_scatter", self._where, "input_list")
+            flat = torch.cat([v.tensor.reshape(-1) for v in ins])
+            if factor is not None:
+                flat.mul_(factor)
+            send = self._view(flat, "reduce_scatter", "input_list", reducing=True)
+            starts.append(lambda a, out=out, send=send: core.reduce_scatter(
+                g, send.arr, out.arr, op, dtype=out.dtype, async_op=a, after=_finisher(out)))
+        return self._run("reduce_scatter", opts, output_tensors, starts)
+
+    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
+                              opts: Any = None) -> dist.Work:
+        return self.reduce_scatter_single_coalesced([output], [input], opts,
+                                                    _call="reduce_scatter_tensor")
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor],
+                                        inputs: list[torch.Tensor], opts: Any = None,
+                                        _call: str = "reduce_scatter_tensor_coalesced") -> dist.Work:
+        opts = opts or dist.ReduceScatterOptions()
+        op, factor = self._op(opts, _call)
+        g = self.core_group
+        starts = []
+        for i, (o, t) in enumerate(zip(outputs, inputs)):
+            vo = self._view(o, _call, f"output[{i}]", reducing=True)
+            vi = self._view(t if factor is None else self._premul(t, factor), _call, f"input[{i}]",
+                            reducing=True)
+            starts.append(lambda a, vo=vo, vi=vi: core.reduce_scatter(
+                g, vi.arr, vo.arr, op, dtype=vo.dtype, async_op=a, name=_call,
+                after=_finisher(vo)))
+        return self._run(_call, opts, list(outputs), starts)
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    # -- all_to_all ----------------------------------------------------------------------------
+    def _split_counts(self, v: View, splits: Sequence[int], call: str, what: str) -> list[int]:
+        n, s = self.size(), scale(v)
+        if not splits:
+            if v.numel % n:
+                raise self._fail(call, f"{what} has {v.tensor.numel()} elements, which the {n} "
+                                       "ranks cannot split evenly (give split sizes)")
+            return [v.numel // n] * n
+        shape = v.tensor.shape
+        row = int(np.prod(shape[1:], dtype=np.int64)) if len(shape) > 1 else 1
+        return [int(c) * row * s for c in splits]
+
+    def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
+                          output_split_sizes: list[int], input_split_sizes: list[int],
+                          opts: Any = None) -> dist.Work:
+        opts = opts or dist.AllToAllOptions()
+        call = "all_to_all_single"
+        vo, vi = self._view(output, call, "output"), self._view(input, call, "input")
+        send_counts = self._split_counts(vi, input_split_sizes, call, "input")
+        recv_counts = self._split_counts(vo, output_split_sizes, call, "output")
+        g = self.core_group
+        start: Start = lambda a: core.all_to_all(  # noqa: E731
+            g, vi.arr, send_counts, vo.arr, recv_counts, dtype=core_dtype(vi), async_op=a,
+            name=call, after=_finisher(vo))
+        return self._run(call, opts, [output], [start])
+
+    alltoall_base = all_to_all_single
+
+    def alltoall(self, output_tensors: list[torch.Tensor], input_tensors: list[torch.Tensor],
+                 opts: Any = None) -> dist.Work:
+        opts = opts or dist.AllToAllOptions()
+        call = "all_to_all"
+        outs = self._views(output_tensors, call, "output_tensor_list")
+        ins = self._views(input_tensors, call, "input_tensor_list")
+        self._per_rank(outs, call, "output_tensor_list")
+        self._per_rank(ins, call, "input_tensor_list")
+        same_kind(outs + ins, ins[0], call, self._where, "tensors") if ins else None
+        send = np.concatenate([v.arr for v in ins])
+        flat = np.empty(sum(v.numel for v in outs), dtype=send.dtype)
+        g = self.core_group
+        start: Start = lambda a: core.all_to_all(  # noqa: E731
+            g, send, [v.numel for v in ins], flat, [v.numel for v in outs],
+            dtype=core_dtype(ins[0]), async_op=a, name=call, after=copy_out(outs, flat))
+        return self._run(call, opts, output_tensors, [start])
+
+    # -- barrier -------------------------------------------------------------------------------
+    def barrier(self, opts: Any = None) -> dist.Work:
+        opts = opts or dist.BarrierOptions()
+        g, limit = self.core_group, seconds(getattr(opts, "timeout", None))
+        start: Start = lambda a: core.barrier(g, async_op=a, timeout=limit)  # noqa: E731
+        return self._run("barrier", opts, [], [start])
+
+    def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> None:
+        """gloo's monitored barrier: rank 0 hears from every rank within ``timeout`` (else it
+        raises naming the first late rank, or all of them with ``wait_all_ranks``), then
+        releases them. Other ranks raise if rank 0 does not release them in time."""
+        g = self.core_group
+        limit = seconds(timeout) or g.timeout
+        if g.size == 1:
+            return
+        tag = MONITORED_BARRIER_TAG
+        token = np.zeros(1, dtype=np.uint8)
+        try:
+            if g.rank != 0:
+                g.p2p_isend(token, 0, tag).wait(limit)
+                g.p2p_irecv(token, 0, tag).wait(limit)
+                return
+            handles = {r: g.p2p_irecv(np.zeros(1, dtype=np.uint8), r, tag) for r in range(1, g.size)}
+            deadline = time.monotonic() + limit
+            late = []
+            for r, h in handles.items():
+                try:
+                    h.wait(max(0.0, deadline - time.monotonic()) if wait_all_ranks or not late else 0.0)
+                except CommTimeoutError:
+                    late.append(r)
+            if late:
+                which = (f"Ranks {', '.join(map(str, late))}" if wait_all_ranks
+                         else f"Rank {late[0]}")
+                raise BackendTimeoutError(
+                    f"monitored_barrier on {self._where}: {which} failed to pass "
+                    f"monitoredBarrier in {limit * 1000:.0f} ms", peer=late[0])
+            for h in [g.p2p_isend(token, r, tag) for r in range(1, g.size)]:
+                h.wait(limit)
+        except CollcommError as exc:
+            raise translate(exc) from None
+
+    # -- point to point ------------------------------------------------------------------------
+    def send(self, tensors: list[torch.Tensor], dstRank: int, tag: int = 0) -> dist.Work:  # noqa: N803
+        v = self._view(tensors[0], "send", "tensor")
+        try:
+            h = self.core_group.p2p_isend(v.arr, dstRank, tag)
+        except CollcommError as exc:
+            raise translate(exc) from None
+        return P2PWork("send", h, self.core_group.to_local, tensors)
+
+    def recv(self, tensors: list[torch.Tensor], srcRank: int, tag: int = 0) -> dist.Work:  # noqa: N803
+        return self._recv(tensors, srcRank, tag)
+
+    def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> dist.Work:
+        return self._recv(tensors, None, tag)
+
+    def _recv(self, tensors: list[torch.Tensor], src: int | None, tag: int) -> dist.Work:
+        v = self._view(tensors[0], "recv", "tensor")
+        try:
+            h = self.core_group.p2p_irecv(v.arr, src, tag)
+        except CollcommError as exc:
+            raise translate(exc) from None
+        return P2PWork("recv", h, self.core_group.to_local, tensors, _finisher(v))
+
+    # -- life cycle ------------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Called by ``destroy_process_group``: finish pending calls, leave cleanly."""
+        attach.release(self.core_group)
+
+    def abort(self) -> None:
+        attach.release(self.core_group)

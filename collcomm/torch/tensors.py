@@ -1,0 +1,139 @@
+"""CPU tensors as the flat numpy arrays the core works on, and torch's reduce ops as collcomm's.
+
+:func:`view` gives a 1-D numpy array over a tensor's own storage (``t.detach().numpy()``,
+no copy): bfloat16 data is viewed as ``uint16`` with the logical dtype ``"bfloat16"``
+passed to the core, float16/complex/bool/integers as themselves; dtypes numpy has no
+name for (the float8 family, ...) travel as raw bytes through the collectives that only
+move data and are refused by the ones that reduce. A non-contiguous tensor is the one
+case that copies: its data goes through a contiguous temporary, and an output is copied
+back into it at the end of the call (:meth:`View.finish`).
+
+Tensors on any device other than the CPU are refused with an error naming the device:
+the collcomm backend is for CPU tensors (use nccl for CUDA tensors).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ..errors import InvalidArgumentError
+from ..ops import ReduceOp
+
+__all__ = ["View", "flat_like", "reduce_op", "view", "views"]
+
+BFLOAT16 = "bfloat16"
+RAW = "raw"        # bytes of a dtype numpy cannot name: data movement only
+
+_RED = dist.ReduceOp.RedOpType
+_OPS = {_RED.SUM: ReduceOp.SUM, _RED.AVG: ReduceOp.AVG, _RED.PRODUCT: ReduceOp.PRODUCT,
+        _RED.MIN: ReduceOp.MIN, _RED.MAX: ReduceOp.MAX, _RED.BAND: ReduceOp.BAND,
+        _RED.BOR: ReduceOp.BOR, _RED.BXOR: ReduceOp.BXOR}
+
+
+@dataclass
+class View:
+    """One tensor seen by the core: ``arr`` shares the tensor's memory unless ``tmp`` is set."""
+
+    tensor: torch.Tensor
+    arr: np.ndarray
+    dtype: Any                       # numpy dtype, "bfloat16", or "raw"
+    tmp: torch.Tensor | None = None  # the contiguous stand-in of a non-contiguous tensor
+
+    @property
+    def numel(self) -> int:
+        return int(self.arr.size)
+
+    def finish(self) -> None:
+        """Copy a stand-in's result back into the tensor (outputs only; no-op otherwise)."""
+        if self.tmp is not None:
+            self.tensor.copy_(self.tmp)
+
+
+def _refuse(call: str, where: str, what: str, problem: str) -> InvalidArgumentError:
+    return InvalidArgumentError(f"{call} on {where}: {what} {problem}")
+
+
+def view(t: Any, call: str, where: str, what: str = "tensor", reducing: bool = False) -> View:
+    """``t`` as a flat array (see the module docstring). ``reducing``: the call combines
+    values, so raw-byte dtypes are refused."""
+    if not isinstance(t, torch.Tensor):
+        raise _refuse(call, where, what, f"must be a torch.Tensor, got {type(t).__name__}")
+    if t.device.type != "cpu":
+        raise _refuse(call, where, what,
+                      f"is on device {t.device}: the collcomm backend handles CPU tensors only "
+                      "(move it with .cpu(), or use nccl for CUDA tensors)")
+    if t.layout != torch.strided:
+        raise _refuse(call, where, what, f"must be a dense (strided) tensor, got layout {t.layout}")
+    t = t.detach()
+    src, tmp = t, None
+    if not t.is_contiguous() or t.is_conj() or t.is_neg():
+        src = tmp = t.resolve_conj().resolve_neg().contiguous()
+    if src.dtype == torch.bfloat16:
+        return View(t, src.view(torch.int16).numpy().reshape(-1).view(np.uint16), BFLOAT16, tmp)
+    try:
+        arr = src.numpy().reshape(-1)
+    except (TypeError, RuntimeError) as exc:
+        if reducing:
+            raise _refuse(call, where, what, f"has dtype {t.dtype}, which collcomm cannot reduce") from exc
+        flat = src.reshape(-1)
+        raw = flat.view(torch.uint8) if flat.numel() else torch.empty(0, dtype=torch.uint8)
+        return View(t, raw.numpy(), RAW, tmp)
+    return View(t, arr, arr.dtype, tmp)
+
+
+def views(ts: Sequence[Any], call: str, where: str, what: str, reducing: bool = False) -> list[View]:
+    if not isinstance(ts, (list, tuple)):
+        raise _refuse(call, where, what, f"must be a list of tensors, got {type(ts).__name__}")
+    return [view(t, call, where, f"{what}[{i}]", reducing) for i, t in enumerate(ts)]
+
+
+def same_kind(vs: Sequence[View], ref: View, call: str, where: str, what: str) -> None:
+    """Every view must have ``ref``'s dtype (gloo's rule for lists of tensors)."""
+    for i, v in enumerate(vs):
+        if v.tensor.dtype != ref.tensor.dtype:
+            raise _refuse(call, where, f"{what}[{i}]",
+                          f"has dtype {v.tensor.dtype}, expected {ref.tensor.dtype} (the input's)")
+
+
+def flat_like(ref: View, numel: int) -> np.ndarray:
+    """A fresh flat array for ``numel`` elements of ``ref``'s kind (bytes for raw dtypes)."""
+    if ref.dtype == RAW:
+        return np.empty(numel * ref.tensor.element_size(), dtype=np.uint8)
+    return np.empty(numel, dtype=ref.arr.dtype)
+
+
+def scale(ref: View) -> int:
+    """Array elements per tensor element (bytes per element for raw dtypes, else 1)."""
+    return ref.tensor.element_size() if ref.dtype == RAW else 1
+
+
+def core_dtype(v: View) -> Any:
+    return None if v.dtype == RAW else v.dtype
+
+
+def copy_out(outs: Sequence[View], flat: np.ndarray) -> Callable[[], None]:
+    """An ``after`` step: consecutive slices of ``flat`` into each output, in order."""
+    def after() -> None:
+        pos = 0
+        for v in outs:
+            n = v.arr.size
+            np.copyto(v.arr, flat[pos:pos + n])
+            pos += n
+            v.finish()
+    return after
+
+
+def reduce_op(op: Any, call: str, where: str) -> tuple[Any, float | torch.Tensor | None]:
+    """(collcomm op, PREMUL_SUM factor or None) for torch's ``ReduceOp``."""
+    kind = op.op if hasattr(op, "op") else op
+    if kind == _RED.PREMUL_SUM:
+        state = op.__getstate__()
+        return ReduceOp.SUM, state[1]
+    try:
+        return _OPS[kind], None
+    except (KeyError, TypeError):
+        raise InvalidArgumentError(f"{call} on {where}: reduce op {op!r} is not supported") from None
