@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
+import sys
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from ..rendezvous.auth import job_id, job_token
-from ..errors import ClosedError, CommTimeoutError, InvalidArgumentError
+from ..errors import (ClosedError, CollcommError, CommTimeoutError, InvalidArgumentError,
+                      MismatchError, PeerLostError)
 from ..rendezvous import PrefixStore, store_from_url
 from ..transport.engine import Engine
 from ..transport.shm import SHM_DIR, Inbox, ShmChannel, open_segment, ring_bytes
@@ -162,6 +166,7 @@ def join(init_method: str | None, world_size: int, rank: int, store: Any, timeou
     global _generation
     env = os.environ
     ident = identify(env, rank, world_size)
+    install_fault_report(ident.rank)
     if ident.size == 1 and store is None and init_method is None:
         return Job(0, 1, ident)
     token = job_token(env)
@@ -305,3 +310,136 @@ def _connect(job: Job, kv: Any, token: bytes, jid: str, timeout: float) -> Engin
         engine.close()
         raise
     return engine
+
+
+# --------------------------------------------------------------------------- fault reports
+#
+# Under ``collcomm run`` (``COLLCOMM_REPORT`` names a directory), a rank that dies of an
+# uncaught exception leaves ``rank-<r>.json`` there: one JSON object with "rank", "pid",
+# "t" (time.monotonic(), comparable between processes of one machine), "type" (the
+# exception's class), "message", "peers" (the ranks its collcomm error names: ``.peer``,
+# else the other ranks its message mentions), "reaction" (true when the error is about
+# another rank: PeerLostError, CommTimeoutError, ClosedError, MismatchError) and
+# "traceback" (trimmed, see :func:`trimmed_traceback`). The launcher reads these to name
+# the root cause of a failed job; the rank's own stderr gets the exception's last line only,
+# the trimmed traceback is printed once, in the launcher's summary.
+
+REPORT_ENV = "COLLCOMM_REPORT"
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_REACTIONS = (PeerLostError, CommTimeoutError, ClosedError, MismatchError)
+
+
+def debug_enabled() -> bool:
+    return os.environ.get("COLLCOMM_DEBUG", "") not in ("", "0")
+
+
+def _next_in_chain(exc: BaseException) -> BaseException | None:
+    if exc.__cause__ is not None:
+        return exc.__cause__
+    return None if exc.__suppress_context__ else exc.__context__
+
+
+def _collcomm_error(exc: BaseException) -> CollcommError | None:
+    """The outermost collcomm error in ``exc``'s chain (``exc`` itself, or what it came from)."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        if isinstance(e, CollcommError):
+            return e
+        seen.add(id(e))
+        e = _next_in_chain(e)
+    return None
+
+
+def _format_frames(tb: Any) -> list[str]:
+    """User frames as Python prints them; runs of collcomm's own frames folded into one line."""
+    out: list[str] = []
+    inside = 0
+    for frame in traceback.extract_tb(tb):
+        if frame.filename.startswith("<frozen "):
+            continue
+        if frame.filename.startswith(_PACKAGE_DIR):
+            inside += 1
+            continue
+        if inside:
+            out.append(f"  [{inside} frame(s) inside collcomm]\n")
+            inside = 0
+        out.extend(traceback.StackSummary.from_list([frame]).format())
+    if inside:
+        out.append(f"  [{inside} frame(s) inside collcomm]\n")
+    return out
+
+
+def trimmed_traceback(exc: BaseException) -> str:
+    """The traceback a user can act on: their own frames (collcomm's folded into one line)
+    and collcomm's message, without the internal errors that message was raised from.
+    With ``COLLCOMM_DEBUG=1`` the full traceback."""
+    if debug_enabled():
+        return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    chain: list[BaseException] = []
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        chain.append(e)
+        if isinstance(e, CollcommError):
+            break  # what collcomm raised it from is internal
+        e = _next_in_chain(e)
+    parts: list[str] = []
+    for inner, outer in zip(reversed(chain), list(reversed(chain))[1:] + [None]):
+        if inner.__traceback__ is not None:
+            parts.append("Traceback (most recent call last):\n")
+            parts.extend(_format_frames(inner.__traceback__))
+        parts.extend(traceback.format_exception_only(type(inner), inner))
+        if outer is not None:
+            parts.append("\nThe above exception was the direct cause of the following exception:\n\n"
+                         if outer.__cause__ is inner else
+                         "\nDuring handling of the above exception, another exception occurred:\n\n")
+    return "".join(parts)
+
+
+def fault_report(exc: BaseException, rank: int) -> dict[str, Any]:
+    """What :func:`install_fault_report` writes for ``exc`` raised on ``rank``."""
+    err = _collcomm_error(exc)
+    peers: list[int] = []
+    if err is not None:
+        peer = getattr(err, "peer", None)
+        if isinstance(peer, int) and peer != rank:
+            peers = [peer]
+        else:
+            named = sorted({int(m) for m in re.findall(r"\brank (\d+)\b", str(err))} - {rank})
+            peers = named
+    return {"rank": rank, "pid": os.getpid(), "t": time.monotonic(),
+            "type": type(exc).__name__, "message": str(err if err is not None else exc)[:4000],
+            "peers": peers, "reaction": isinstance(err, _REACTIONS),
+            "traceback": trimmed_traceback(exc)}
+
+
+def install_fault_report(rank: int) -> None:
+    """Under ``collcomm run``, report an uncaught exception to the launcher (see above)."""
+    directory = os.environ.get(REPORT_ENV)
+    if not directory or getattr(sys.excepthook, "_collcomm_rank", None) == rank:
+        return
+    previous = sys.excepthook
+    if getattr(previous, "_collcomm_rank", None) is not None:
+        previous = previous._collcomm_previous  # type: ignore[attr-defined]
+
+    def hook(etype: type[BaseException], exc: BaseException, tb: Any) -> None:
+        try:
+            report = fault_report(exc, rank)
+            path = os.path.join(directory, f"rank-{rank}.json")
+            with open(path + ".tmp", "w") as fh:
+                json.dump(report, fh)
+            os.replace(path + ".tmp", path)
+        except Exception:  # noqa: BLE001 - reporting must never hide the error itself
+            previous(etype, exc, tb)
+            return
+        if previous is not sys.__excepthook__ or debug_enabled():
+            previous(etype, exc, tb)
+        else:
+            sys.stderr.write(traceback.format_exception_only(etype, exc)[-1])
+            sys.stderr.flush()
+
+    hook._collcomm_rank = rank  # type: ignore[attr-defined]
+    hook._collcomm_previous = previous  # type: ignore[attr-defined]
+    sys.excepthook = hook

@@ -1,0 +1,170 @@
+"""Which rank made a job fail: the launcher's verdict from what its ranks did and said.
+
+Inputs, per rank of this node (:class:`RankState`): how and when it exited, whether the
+launcher itself had signalled it, whether it was stopped (``/proc/<pid>/stat`` state ``T``)
+and the fault report it left (``rank-<r>.json``, written by
+:func:`collcomm.core.bootstrap.install_fault_report` when the rank died of an exception).
+
+The rules, in order (:func:`root_cause`):
+
+1. A *genuine* failure is a death by signal or a non-zero exit that the launcher did not
+   cause and that is not a *reaction* (a report of a collcomm error about another rank:
+   PeerLostError, CommTimeoutError, ClosedError, MismatchError). The earliest genuine
+   failure is the root cause, unless a rank was stopped before it.
+2. Else a rank that was stopped (SIGSTOP) when the job failed is the root cause.
+3. Else the ranks the reactions name: each reaction votes for the rank its error names,
+   following a named rank's own reaction when it has one (so "rank 3 timed out waiting for
+   2, rank 0 for 3" votes for 2); in a cycle (mismatches name each other) the direct name
+   counts. The most-named rank is the root cause: one that exited 0 "left", one still
+   running never made the call (stuck, or skipped it), one not on this node is named as
+   such.
+
+Polling order never matters: every decision uses the recorded times and reports.
+"""
+from __future__ import annotations
+
+import collections
+import signal
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["RankState", "Verdict", "root_cause", "describe_exit"]
+
+
+@dataclass
+class RankState:
+    rank: int
+    pid: int
+    returncode: int | None = None      # None: still running when the verdict is made
+    exit_t: float | None = None        # time.monotonic() of the exit
+    signalled: bool = False            # the launcher signalled it before it exited
+    stopped_since: float | None = None  # time.monotonic() it was first seen stopped
+    report: dict[str, Any] | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.returncode not in (None, 0)
+
+    @property
+    def reaction(self) -> bool:
+        return bool(self.report and self.report.get("reaction"))
+
+    @property
+    def event_t(self) -> float:
+        """When it failed: its report's time if it left one, else its exit time."""
+        times = [t for t in (self.exit_t, (self.report or {}).get("t")) if t is not None]
+        return min(times) if times else float("inf")
+
+
+@dataclass
+class Verdict:
+    rank: int                 # the root-cause rank (global rank)
+    local: bool               # it runs on this node
+    how: str                  # what happened to it, for "rank R (pid P) failed first: <how>"
+    code: int                 # the launcher's exit code
+    kind: str                 # genuine | stopped | named
+    named_by: dict[int, list[int]] = field(default_factory=dict)  # voter ranks per named rank
+
+
+def describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"killed by signal {name}"
+    return f"exit code {returncode}"
+
+
+def exit_code(returncode: int) -> int:
+    """The shell's convention: 128 + N for a death by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in sorted(ranks))
+
+
+def _resolve(start: int, direct: int, by_rank: dict[int, RankState]) -> int:
+    """Follow ``direct`` through the reactions of the ranks it names; a cycle keeps ``direct``."""
+    seen = {start}
+    current = direct
+    while True:
+        if current in seen:
+            return direct
+        state = by_rank.get(current)
+        peers = (state.report or {}).get("peers") or [] if state is not None else []
+        if state is None or not state.reaction or len(peers) != 1:
+            return current
+        seen.add(current)
+        current = int(peers[0])
+
+
+def root_cause(states: list[RankState]) -> Verdict | None:
+    """The verdict for a job in which some rank failed; None if no rank failed."""
+    if not any(s.failed for s in states):
+        return None
+    by_rank = {s.rank: s for s in states}
+    first_failed = min((s for s in states if s.failed and not s.signalled),
+                       key=lambda s: s.event_t, default=None) or \
+        min((s for s in states if s.failed), key=lambda s: s.event_t)
+    fallback_code = exit_code(first_failed.returncode or 1)
+
+    genuine = [s for s in states if s.failed and not s.signalled and not s.reaction]
+    stopped = [s for s in states if s.stopped_since is not None]
+    g = min(genuine, key=lambda s: s.event_t, default=None)
+    st = min(stopped, key=lambda s: s.stopped_since or 0.0, default=None)
+
+    votes: collections.Counter[int] = collections.Counter()
+    named_by: dict[int, list[int]] = collections.defaultdict(list)
+    first_named: dict[int, float] = {}
+    for s in sorted(states, key=lambda s: s.event_t):
+        if not s.reaction or not s.report:
+            continue
+        for peer in s.report.get("peers") or []:
+            target = _resolve(s.rank, int(peer), by_rank)
+            votes[target] += 1
+            named_by[target].append(s.rank)
+            first_named.setdefault(target, s.event_t)
+
+    if g is not None and (st is None or g.event_t <= (st.stopped_since or 0.0)):
+        how = describe_exit(g.returncode or 1)
+        if g.report:
+            how += f" ({g.report.get('type', 'an exception')})"
+        return Verdict(g.rank, True, how, exit_code(g.returncode or 1), "genuine", dict(named_by))
+    if st is not None:
+        how = "stopped (state T, e.g. SIGSTOP): it could not take part in the collectives"
+        voters = [r for r in named_by.get(st.rank, [])]
+        if voters:
+            how += f"; {_ranks(voters)} gave up waiting for it"
+        return Verdict(st.rank, True, how, fallback_code, "stopped", dict(named_by))
+    if votes:
+        top = max(votes, key=lambda r: (votes[r], -first_named[r]))
+        voters = named_by[top]
+        s = by_rank.get(top)
+        mismatch = any((by_rank[v].report or {}).get("type") == "MismatchError"
+                       for v in voters if v in by_rank)
+        if s is None:
+            how = f"on another node; {_ranks(voters)} here lost it or gave up waiting for it"
+            return Verdict(top, False, how, fallback_code, "named", dict(named_by))
+        if mismatch:
+            how = (f"its collective calls differ from those of {_ranks(voters)} "
+                   "(MismatchError: a skipped, extra or reordered call)")
+            if s.returncode is not None and not s.signalled:
+                how += f"; {describe_exit(s.returncode)}"
+        elif s.returncode == 0:
+            how = (f"left (exit code 0) while {_ranks(voters)} still needed it "
+                   "(it made fewer collective calls than they did)")
+        elif s.returncode is None or s.signalled:
+            how = (f"never made the call {_ranks(voters)} waited in "
+                   "(stuck in its own code, or it skipped or reordered a collective)")
+            if s.signalled and s.returncode is not None:
+                how += f"; stopped by the launcher afterwards"
+        else:
+            how = (f"{describe_exit(s.returncode)} ({(s.report or {}).get('type', 'error')}); "
+                   f"named by {_ranks(voters)}")
+        return Verdict(top, True, how, fallback_code, "named", dict(named_by))
+    how = describe_exit(first_failed.returncode or 1)
+    if first_failed.report:
+        how += f" ({first_failed.report.get('type', 'an exception')})"
+    return Verdict(first_failed.rank, True, how, fallback_code, "genuine", dict(named_by))
