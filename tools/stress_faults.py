@@ -102,6 +102,31 @@ def rank_outputs(kids: list) -> str:
     return "".join(parts)
 
 
+def stuck_in(out: str) -> str:
+    """Where the hung processes' main threads were, counted: per faulthandler "Current
+    thread" block, the innermost frame in collcomm's core/transport/algorithms or in the
+    tests (the store's socket helpers below them say little), else the innermost project
+    frame; e.g. "3x collcomm/core/bootstrap.py:156 store_barrier"."""
+    where: dict[str, int] = {}
+    lines = out.splitlines()
+    telling = ("collcomm/core/", "collcomm/transport/", "collcomm/algorithms/", "tests/")
+    for i, line in enumerate(lines):
+        if "Current thread" not in line:
+            continue
+        frames = []
+        for frame in lines[i + 1:i + 80]:
+            m = re.search(r'File "([^"]+)", line (\d+) in (\w+)', frame)
+            if not m:
+                break
+            path = os.path.relpath(m.group(1), ROOT)
+            if path.startswith(("collcomm/", "tests/")):
+                frames.append(f"{path}:{m.group(2)} {m.group(3)}")
+        if frames:
+            key = next((f for f in frames if f.startswith(telling)), frames[0])
+            where[key] = where.get(key, 0) + 1
+    return ", ".join(f"{n}x {k}" for k, n in sorted(where.items(), key=lambda kv: -kv[1]))
+
+
 def count_tests(out: str) -> int:
     tail = out.strip().splitlines()[-1] if out.strip() else ""
     return sum(int(n) for n, _ in re.findall(r"(\d+) (passed|failed|error)", tail))
@@ -145,12 +170,15 @@ def run_once(i: int, args: argparse.Namespace) -> Rep:
         out = f.read()
     tests = count_tests(out)
     if hard:
-        return Rep(i, "hang", seconds, tests, log, f"hard timeout ({args.rep_timeout:g} s): killed")
+        where = stuck_in(out)
+        return Rep(i, "hang", seconds, tests, log, f"hard timeout ({args.rep_timeout:g} s): killed"
+                   + (f"; stuck in: {where}" if where else ""))
     if rc == 5 or (rc == 0 and tests == 0):
         raise SystemExit(f"no test matched -k {args.k!r} in {args.files}")
     mark = next((m for m in HANG_MARKS if m in out), None)
     if mark:
-        return Rep(i, "hang", seconds, tests, log, mark)
+        where = stuck_in(out)
+        return Rep(i, "hang", seconds, tests, log, mark + (f"; stuck in: {where}" if where else ""))
     if rc != 0:
         failed = re.findall(r"^FAILED (\S+)", out, re.M)
         return Rep(i, "fail", seconds, tests, log, ", ".join(failed) or f"pytest exit code {rc}")
