@@ -15,6 +15,11 @@ collectives: algorithms are written against this contract only.
   buffer (eagerly copied or written to the kernel), so an ``isend``/``irecv`` pair
   completes even if one side only waits later, and two ranks sending large messages to
   each other at once never deadlock.
+* Optional, for MPI matching (the engine has them; a caller checks with ``hasattr``):
+  ``irecv(buf, src, tag, mask)`` matches every tag equal to ``tag`` on the bits of
+  ``mask``; ``probe(src, tag, mask, block=, take=, timeout=)`` returns the first early
+  message such a receive would match (``source``, ``tag``, ``nbytes``) without receiving
+  it, or takes it out of matching (``take=True``) for ``mrecv(message, buf)``.
 * Every wait has a timeout (:class:`~collcomm.errors.CommTimeoutError`); when a peer dies
   every pending and later operation with it fails with
   :class:`~collcomm.errors.PeerLostError` naming it; ``abort(exc)`` fails everything
@@ -33,10 +38,13 @@ Buffer = memoryview
 
 @dataclass(frozen=True)
 class Status:
-    """What a completed operation moved: the peer's global rank and the byte count."""
+    """What a completed operation moved: the peer's global rank, the byte count and the
+    message's tag (the one that arrived, for a receive posted with a tag mask; -1 when a
+    transport does not say)."""
 
     source: int
     nbytes: int
+    tag: int = -1
 
 
 class Handle(ABC):

@@ -5,6 +5,13 @@ hosts). The engine owns what is common to all of them:
 
 * matching: incoming messages meet posted receives by (source, tag) in posting order; an
   early message waits in the *unexpected* list; ``ANY_SOURCE`` receives match any peer;
+  a receive posted with a ``mask`` matches every tag equal to its own on the mask's bits
+  (an MPI ``ANY_TAG`` inside one tag space), and its status reports the tag that arrived;
+* probing: :meth:`Engine.probe` looks at the first unexpected message that would match a
+  receive, without taking it; :meth:`Engine.mprobe` takes it out of matching and
+  :meth:`Engine.mrecv` receives exactly that message later (MPI's matched probe). Both
+  see only messages no posted receive has claimed; ``block=True`` waits for one (with the
+  same timeout and liveness checks as a receive);
 * waiting: spin on the progress loop briefly, then yield the CPU, then block on the
   request's event with a growing sleep (50 µs up to 2 ms), so 4 ranks on 2 cores still run;
 * failure: a channel that loses its peer fails every pending operation with that peer,
@@ -38,6 +45,8 @@ from ..errors import ClosedError, CommTimeoutError, MismatchError, PeerLostError
 from .base import ANY_SOURCE, Buffer, Handle, Status, Transport
 from .heap import Heap
 
+#: The mask of a receive that matches its tag exactly.
+FULL_MASK = (1 << 64) - 1
 SPIN_ROUNDS = 200
 YIELD_ROUNDS = 50
 SLEEP_MIN, SLEEP_MAX = 50e-6, 2e-3
@@ -74,10 +83,12 @@ class Channel(Protocol):
 class Request(Handle):
     """A pending send or receive; completed by whichever thread finishes it."""
 
-    __slots__ = ("engine", "kind", "buf", "peer", "tag", "done", "exc", "status", "event")
+    __slots__ = ("engine", "kind", "buf", "peer", "tag", "mask", "done", "exc", "status", "event")
 
-    def __init__(self, engine: "Engine", kind: str, buf: Buffer, peer: int, tag: int) -> None:
+    def __init__(self, engine: "Engine", kind: str, buf: Buffer, peer: int, tag: int,
+                 mask: int = FULL_MASK) -> None:
         self.engine, self.kind, self.buf, self.peer, self.tag = engine, kind, buf, peer, tag
+        self.mask = mask        # a receive matches tags equal to ``tag`` on these bits
         self.done = False
         self.exc: BaseException | None = None
         self.status: Status | None = None
@@ -86,7 +97,7 @@ class Request(Handle):
     def complete(self, source: int, nbytes: int) -> None:
         if self.done:
             return
-        self.status = Status(source, nbytes)
+        self.status = Status(source, nbytes, self.tag)
         self.done = True
         self.event.set()
 
@@ -165,6 +176,7 @@ class Engine(Transport):
         self._polled: list[Channel] = []        # channels that need polling (shared memory)
         self._aborted: BaseException | None = None
         self._closed = False
+        self._news = threading.Event()          # set when a message joins the unexpected list
 
     # -- setup ---------------------------------------------------------------------------
     def add_channel(self, channel: Channel, polled: bool) -> None:
@@ -192,17 +204,20 @@ class Engine(Transport):
         self.channels[dst].send(req)
         return req
 
-    def irecv(self, buf: Buffer, src: int, tag: int) -> Handle:
+    def irecv(self, buf: Buffer, src: int, tag: int, mask: int = FULL_MASK) -> Handle:
+        """The contract's receive; ``mask``: match any tag equal to ``tag`` on its bits."""
         self._check_open()
         if src != ANY_SOURCE and src != self.rank:
             self._check_peer(src)
-        req = Request(self, "recv", buf, src, tag)
+        req = Request(self, "recv", buf, src, tag, mask)
         early: Incoming | None = None
         lost: BaseException | None = None
         with self._lock:
             for i, inc in enumerate(self._unexpected):
-                if inc.tag == tag and (src == ANY_SOURCE or inc.source == src) and inc.waiter is None:
+                if ((inc.tag == tag or not (inc.tag ^ tag) & mask)
+                        and (src == ANY_SOURCE or inc.source == src) and inc.waiter is None):
                     del self._unexpected[i]
+                    req.tag = inc.tag
                     if inc.ready:
                         early = inc
                     else:
@@ -217,6 +232,78 @@ class Engine(Transport):
             self._deliver(req, early.source, early.nbytes, early.payload)
         elif lost is not None:
             req.fail(lost)
+        return req
+
+    # -- probing (MPI_Probe / MPI_Mprobe; not part of the base contract) --------------------
+    def probe(self, src: int, tag: int, mask: int = FULL_MASK, *, block: bool = False,
+              take: bool = False, timeout: float | None = None) -> Incoming | None:
+        """The first unexpected message a receive ``(src, tag, mask)`` would match, or None.
+
+        Its ``source``, ``tag`` and ``nbytes`` are known even while a TCP body is still
+        arriving. ``take``: remove it from matching (pass it to :meth:`mrecv` later).
+        ``block``: wait until one arrives (CommTimeoutError after ``timeout``; a lost
+        ``src``, or every peer lost for ANY_SOURCE, raises its PeerLostError).
+        """
+        self._check_open()
+        if src != ANY_SOURCE and src != self.rank:
+            self._check_peer(src)
+        limit = self.timeout if timeout is None else timeout
+        start = time.monotonic()
+        next_check = start + LIVENESS_PERIOD
+        rounds, sleep = 0, SLEEP_MIN
+        while True:
+            self._news.clear()
+            self.progress()
+            with self._lock:
+                for i, inc in enumerate(self._unexpected):
+                    if ((inc.tag == tag or not (inc.tag ^ tag) & mask)
+                            and (src == ANY_SOURCE or inc.source == src) and inc.waiter is None):
+                        if take:
+                            del self._unexpected[i]
+                        return inc
+            if not block:
+                return None
+            self._check_open()
+            rounds += 1
+            if rounds < SPIN_ROUNDS:
+                continue
+            if rounds < SPIN_ROUNDS + YIELD_ROUNDS:
+                os.sched_yield()
+                time.sleep(0)
+            else:
+                self._news.wait(sleep)
+                sleep = min(sleep * 2, SLEEP_MAX)
+            now = time.monotonic()
+            if now >= next_check:
+                next_check = now + LIVENESS_PERIOD
+                self._probe_liveness(src)
+                if now - start > limit:
+                    who = "any rank" if src == ANY_SOURCE else f"rank {src}"
+                    raise CommTimeoutError(
+                        f"rank {self.rank} timed out after {limit:g} s probing for a message from "
+                        f"{who} (tag {tag:#x}, mask {mask:#x}); none was sent",
+                        peer=None if src == ANY_SOURCE else src)
+
+    def _probe_liveness(self, src: int) -> None:
+        peers = list(self.channels) if src == ANY_SOURCE else [src]
+        for p in peers:
+            ch = self.channels.get(p)
+            if ch is not None and p not in self.lost:
+                ch.check_alive()
+        if src in self.lost:
+            raise self.lost[src]
+        if src == ANY_SOURCE and self.channels and len(self.lost) == len(self.channels):
+            raise next(iter(self.lost.values()))
+
+    def mrecv(self, message: Incoming, buf: Buffer) -> Handle:
+        """Receive the message :meth:`probe` took (``take=True``) into ``buf``."""
+        req = Request(self, "recv", buf, message.source, message.tag)
+        with self._lock:
+            ready = message.ready
+            if not ready:
+                message.waiter = req      # landed() delivers it
+        if ready:
+            self._deliver(req, message.source, message.nbytes, message.payload)
         return req
 
     def abort(self, exc: BaseException) -> None:
@@ -245,7 +332,9 @@ class Engine(Transport):
             req = self._match(source, tag)
             if req is None:
                 self._unexpected.append(Incoming(source, tag, nbytes, payload.detach()))
-                return
+        if req is None:
+            self._news.set()
+            return
         self._deliver(req, source, nbytes, payload)
 
     def arriving(self, source: int, tag: int, nbytes: int) -> tuple[memoryview, Any]:
@@ -263,6 +352,7 @@ class Engine(Transport):
                 body = bytearray(nbytes)
                 token.payload = _Bytes(body)
                 view = memoryview(body)
+                self._news.set()
             self._inflight[source] = token   # peer_lost fails its receive if the body never lands
             return view, token
 
@@ -311,8 +401,10 @@ class Engine(Transport):
     # -- internals -----------------------------------------------------------------------
     def _match(self, source: int, tag: int) -> Request | None:
         for i, req in enumerate(self._posted):
-            if req.tag == tag and (req.peer == source or req.peer == ANY_SOURCE):
+            if ((req.tag == tag or not (req.tag ^ tag) & req.mask)
+                    and (req.peer == source or req.peer == ANY_SOURCE)):
                 del self._posted[i]
+                req.tag = tag      # the tag that arrived (differs from the posted one under a mask)
                 return req
         return None
 
