@@ -115,7 +115,7 @@ def stuck_in(out: str) -> str:
             continue
         frames = []
         for frame in lines[i + 1:i + 80]:
-            m = re.search(r'File "([^"]+)", line (\d+) in (\w+)', frame)
+            m = re.search(r'File "([^"]+)", line (\d+) in (\S+)', frame)
             if not m:
                 break
             path = os.path.relpath(m.group(1), ROOT)
