@@ -320,7 +320,8 @@ def _connect(job: Job, kv: Any, token: bytes, jid: str, timeout: float) -> Engin
 # exception's class), "message", "peers" (the ranks its collcomm error names: ``.peer``,
 # else the other ranks its message mentions), "reaction" (true when the error is about
 # another rank: PeerLostError, CommTimeoutError, ClosedError, MismatchError) and
-# "traceback" (trimmed, see :func:`trimmed_traceback`). The launcher reads these to name
+# "traceback" (trimmed, see :func:`trimmed_traceback`). In a job of several nodes the rank
+# also puts it in the launcher's store under FAULT_KEY. The launchers read these to name
 # the root cause of a failed job; the rank's own stderr gets the exception's last line only,
 # the trimmed traceback is printed once, in the launcher's summary.
 
@@ -415,6 +416,39 @@ def fault_report(exc: BaseException, rank: int) -> dict[str, Any]:
             "traceback": trimmed_traceback(exc)}
 
 
+#: Store key of a rank's fault report, for the launchers of the other nodes.
+FAULT_KEY = "collcomm/faults/{rank}"
+
+
+def _publish_report(report: dict[str, Any], wait: float = 0.5) -> None:
+    """In a job of several nodes, also put the report in the launcher's store, so the
+    launchers of other nodes can follow what this rank named. A fresh, short-lived
+    connection on a helper thread, waited for ``wait`` seconds at most: an unreachable store
+    (the very fault being reported, maybe) delays this rank's exit by no more."""
+    where = os.environ.get("COLLCOMM_STORE", "")
+    local = os.environ.get("LOCAL_WORLD_SIZE", "")
+    world = os.environ.get("WORLD_SIZE", "")
+    if not where or not (local.isdigit() and world.isdigit()) or int(world) <= int(local):
+        return
+
+    def send() -> None:
+        from ..rendezvous.tcp_client import TCPStore
+
+        try:
+            host, _, port = where.rpartition(":")
+            store = TCPStore(host.strip("[]"), int(port), timeout=wait, token=job_token(os.environ))
+            try:
+                store.set(FAULT_KEY.format(rank=report["rank"]), json.dumps(report).encode())
+            finally:
+                store.close()
+        except Exception:  # noqa: BLE001 - best effort
+            pass
+
+    sender = threading.Thread(target=send, daemon=True, name="collcomm-fault-report")
+    sender.start()
+    sender.join(wait)
+
+
 def install_fault_report(rank: int) -> None:
     """Under ``collcomm run``, report an uncaught exception to the launcher (see above)."""
     directory = os.environ.get(REPORT_ENV)
@@ -431,13 +465,14 @@ def install_fault_report(rank: int) -> None:
             with open(path + ".tmp", "w") as fh:
                 json.dump(report, fh)
             os.replace(path + ".tmp", path)
+            _publish_report(report)
         except Exception:  # noqa: BLE001 - reporting must never hide the error itself
             previous(etype, exc, tb)
             return
         if previous is not sys.__excepthook__ or debug_enabled():
             previous(etype, exc, tb)
         else:
-            sys.stderr.write(traceback.format_exception_only(etype, exc)[-1])
+            sys.stderr.write("".join(traceback.format_exception_only(etype, exc)))
             sys.stderr.flush()
 
     hook._collcomm_rank = rank  # type: ignore[attr-defined]

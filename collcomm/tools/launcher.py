@@ -51,7 +51,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, TextIO
 
-from ..core.bootstrap import REPORT_ENV
+from ..core.bootstrap import FAULT_KEY, REPORT_ENV
 from ..errors import InvalidArgumentError
 from ..rendezvous import TCPStoreServer
 from ..rendezvous.auth import job_token
@@ -415,10 +415,53 @@ def _read_report(report_dir: str, rank: int) -> dict[str, Any] | None:
         return None
 
 
-def _states(ranks: list[_Rank], report_dir: str) -> list[RankState]:
-    return [RankState(rank=r.rank, pid=r.proc.pid, returncode=r.returncode, exit_t=r.exit_t,
-                      signalled=r.signalled, stopped_since=r.stopped_since,
-                      report=_read_report(report_dir, r.rank)) for r in ranks]
+#: Seconds the launcher waits for the other nodes' fault reports from the store.
+REMOTE_REPORTS_S = 1.0
+
+
+def _remote_reports(cfg: LaunchConfig, port: int, token: str) -> dict[int, dict[str, Any]]:
+    """The fault reports other nodes' ranks put in the store (several nodes only), fetched
+    on a helper thread for ``REMOTE_REPORTS_S`` at most (the store may be unreachable)."""
+    if cfg.nnodes == 1:
+        return {}
+    found: dict[int, dict[str, Any]] = {}
+    mine = range(cfg.node_rank * cfg.nproc, (cfg.node_rank + 1) * cfg.nproc)
+
+    def fetch() -> None:
+        from ..rendezvous.tcp_client import TCPStore
+
+        try:
+            store = TCPStore(cfg.master_addr, port, timeout=REMOTE_REPORTS_S,
+                             token=job_token({"COLLCOMM_TOKEN": token}))
+        except Exception:  # noqa: BLE001 - unreachable: judge from this node alone
+            return
+        try:
+            for r in range(cfg.nproc * cfg.nnodes):
+                key = FAULT_KEY.format(rank=r)
+                if r not in mine and store.check([key]):
+                    report = json.loads(store.get(key, timeout=1.0))
+                    if isinstance(report, dict):
+                        found[r] = report
+        except Exception:  # noqa: BLE001 - what we have so far
+            pass
+        finally:
+            store.close()
+
+    fetcher = threading.Thread(target=fetch, daemon=True, name="collcomm-run-reports")
+    fetcher.start()
+    fetcher.join(REMOTE_REPORTS_S)
+    return dict(found)
+
+
+def _states(ranks: list[_Rank], report_dir: str,
+            remote: dict[int, dict[str, Any]] | None = None) -> list[RankState]:
+    states = [RankState(rank=r.rank, pid=r.proc.pid, returncode=r.returncode, exit_t=r.exit_t,
+                        signalled=r.signalled, stopped_since=r.stopped_since,
+                        report=_read_report(report_dir, r.rank)) for r in ranks]
+    for rank, report in sorted((remote or {}).items()):
+        states.append(RankState(rank=rank, pid=int(report.get("pid", 0)), report=report,
+                                local=False))
+    return states
 
 
 def _ranks_text(ranks: list[int]) -> str:
@@ -439,7 +482,7 @@ def _summary(verdict: Verdict, ranks: list[_Rank], states: list[RankState]) -> s
     reactions: dict[tuple[str, tuple[int, ...]], list[int]] = collections.defaultdict(list)
     others: dict[str, list[int]] = collections.defaultdict(list)
     for s in states:
-        if s.rank == verdict.rank:
+        if s.rank == verdict.rank or not s.local:
             continue
         if s.report:
             key = (str(s.report.get("type", "an error")), tuple(s.report.get("peers") or []))
@@ -453,11 +496,18 @@ def _summary(verdict: Verdict, ranks: list[_Rank], states: list[RankState]) -> s
         lines.append(f"collcomm run: {_ranks_text(who)} raised {etype}{naming}")
     for what, who in sorted(others.items(), key=lambda kv: min(kv[1])):
         lines.append(f"collcomm run: {_ranks_text(who)} {what}")
+    # what the ranks of other nodes named here said, in their words
+    named_here = {p for s in states if s.local and s.report for p in s.report.get("peers") or []}
+    for s in states:
+        if not s.local and s.report and (s.rank in named_here or s.rank == verdict.rank):
+            first = str(s.report.get("message", "")).splitlines()[:1]
+            lines.append(f"collcomm run: rank {s.rank} (on another node) raised "
+                         f"{s.report.get('type', 'an error')}: {first[0] if first else ''}")
     # one traceback, once: the root cause's; else (it left none) its stderr; else the
     # first error reported on this node
     shown = state_of.get(verdict.rank)
     if shown is None or not shown.report:
-        reported = sorted((s for s in states if s.report), key=lambda s: s.event_t)
+        reported = sorted((s for s in states if s.local and s.report), key=lambda s: s.event_t)
         shown = None if (root is not None and root.stderr_tail) or not reported else reported[0]
     if shown is not None and shown.report and shown.report.get("traceback"):
         lines.append(f"collcomm run: rank {shown.rank}'s error "
@@ -549,12 +599,13 @@ def launch(cfg: LaunchConfig) -> int:
         if _live_group_members({r.proc.pid for r in ranks}):  # leftovers, e.g. grandchildren
             _stop(ranks, signal.SIGTERM, cfg.grace)
         _remove_shm(job_id)
+        remote = _remote_reports(cfg, port, token) if failed and interrupted is None else {}
         if server is not None:
             server.close()
         for r in ranks:
             for t in r.readers:
                 t.join(timeout=2)
-        states = _states(ranks, report_dir)
+        states = _states(ranks, report_dir, remote)
         shutil.rmtree(report_dir, ignore_errors=True)
     if interrupted is not None:
         name = signal.Signals(interrupted).name

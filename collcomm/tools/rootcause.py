@@ -7,6 +7,10 @@ and the fault report it left (``rank-<r>.json``, written by
 
 The rules, in order (:func:`root_cause`):
 
+Ranks of other nodes (``local=False``) are known only by the reports their ranks put in
+the job's store; they are followed when a local rank names them, never counted as failures
+of this node.
+
 1. A *genuine* failure is a death by signal or a non-zero exit that the launcher did not
    cause and that is not a *reaction* (a report of a collcomm error about another rank:
    PeerLostError, CommTimeoutError, ClosedError, MismatchError). The earliest genuine
@@ -40,6 +44,7 @@ class RankState:
     signalled: bool = False            # the launcher signalled it before it exited
     stopped_since: float | None = None  # time.monotonic() it was first seen stopped
     report: dict[str, Any] | None = None
+    local: bool = True                 # False: a rank of another node, known by its report only
 
     @property
     def failed(self) -> bool:
@@ -102,9 +107,10 @@ def _resolve(start: int, direct: int, by_rank: dict[int, RankState]) -> int:
 
 def root_cause(states: list[RankState]) -> Verdict | None:
     """The verdict for a job in which some rank failed; None if no rank failed."""
+    by_rank = {s.rank: s for s in states}
+    states = [s for s in states if s.local]
     if not any(s.failed for s in states):
         return None
-    by_rank = {s.rank: s for s in states}
     first_failed = min((s for s in states if s.failed and not s.signalled),
                        key=lambda s: s.event_t, default=None) or \
         min((s for s in states if s.failed), key=lambda s: s.event_t)
@@ -144,8 +150,13 @@ def root_cause(states: list[RankState]) -> Verdict | None:
         s = by_rank.get(top)
         mismatch = any((by_rank[v].report or {}).get("type") == "MismatchError"
                        for v in voters if v in by_rank)
-        if s is None:
-            how = f"on another node; {_ranks(voters)} here lost it or gave up waiting for it"
+        if s is None or not s.local:
+            report = s.report if s is not None else None
+            if report and not report.get("reaction"):
+                how = f"on another node, it raised {report.get('type', 'an error')}"
+            else:
+                how = (f"on another node; the errors of {_ranks(voters)} here (and of the "
+                       "ranks they name) lead back to it")
             return Verdict(top, False, how, fallback_code, "named", dict(named_by))
         if mismatch:
             how = (f"its collective calls differ from those of {_ranks(voters)} "
