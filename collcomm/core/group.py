@@ -27,6 +27,7 @@ import numpy as np
 from ..errors import CollcommError, InvalidArgumentError, MismatchError, with_context
 from ..transport.base import ANY_SOURCE, Handle, Status, Transport
 from .plan import CallPlan
+from .recorder import observer_for
 from .work import Work
 
 T = TypeVar("T")
@@ -217,6 +218,7 @@ class ProcessGroup:
         self.can_share_memory = (
             self.size > 1 and all_shm and os.environ.get("COLLCOMM_ARENA", "1") != "0")
         self.plan = CallPlan(self.size, self.can_share_memory, self.n_hosts, self.link)
+        self.observer = observer_for(self)   # flight recorder & co (None: all off)
 
     def __repr__(self) -> str:
         return f"ProcessGroup({self.name!r}, ranks={self.ranks}, rank={self.rank})"
@@ -248,6 +250,8 @@ class ProcessGroup:
         if self._pending:
             self.drain()
         comm = GroupComm(self, self._next_tag(), current_timeout(self.timeout), sig)
+        if self.observer is not None:
+            return self.observer.call(comm, collective, family, args)
         try:
             return family(comm, *args)
         except CollcommError as exc:
@@ -264,6 +268,8 @@ class ProcessGroup:
             raise CollcommError(f"{collective}: {self.describe()} was destroyed")
         comm = GroupComm(self, self._next_tag(),
                          current_timeout(self.timeout) if timeout is None else timeout, sig)
+        if self.observer is not None:
+            body = self.observer.wrap(comm, collective, body)
 
         def call() -> T:
             try:
@@ -407,6 +413,8 @@ class ProcessGroup:
         if self.transport is None:
             raise InvalidArgumentError(f"isend on {self.describe()}: no peer to send to")
         h = self.transport.isend(as_bytes(arr), self.ranks[dst], self._p2p_tag(tag, "isend"))
+        if self.observer is not None:
+            return self.observer.p2p("isend", dst, _TimedHandle(h, current_timeout(self.timeout)), arr.nbytes)
         return _TimedHandle(h, current_timeout(self.timeout))
 
     def p2p_irecv(self, arr: np.ndarray, src: int | None, tag: int = 0) -> Handle:
@@ -415,6 +423,8 @@ class ProcessGroup:
             raise InvalidArgumentError(f"irecv on {self.describe()}: no peer to receive from")
         gsrc = ANY_SOURCE if src is None else self.ranks[src]
         h = self.transport.irecv(as_bytes(arr), gsrc, self._p2p_tag(tag, "irecv"))
+        if self.observer is not None:
+            return self.observer.p2p("irecv", src, _TimedHandle(h, current_timeout(self.timeout)), arr.nbytes)
         return _TimedHandle(h, current_timeout(self.timeout))
 
     # -- sub-groups ----------------------------------------------------------------------
