@@ -16,8 +16,7 @@ and everything built on torch.distributed runs on collcomm: every collective (wi
 
 Modules: :mod:`.backend` (registration, group creation), :mod:`.process_group` (the
 operations), :mod:`.tensors` (zero-copy tensor views, reduce ops), :mod:`.work` (Work
-objects), :mod:`.errors` (torch-style exceptions), :mod:`.compat` (``env://`` under
-``collcomm run``, ``monitored_barrier``).
+objects), :mod:`.errors` (torch-style exceptions), :mod:`.compat` (``monitored_barrier``).
 """
 from __future__ import annotations
 

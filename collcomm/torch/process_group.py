@@ -84,6 +84,20 @@ class ProcessGroupCollcomm(dist.ProcessGroup):
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return BACKEND_NAME
 
+    # torch keeps a group's name and description in its backends, which a Python group has
+    # not: keep them here (``pg.group_name``, DeviceMesh, the group registry read them).
+    def setGroupName(self, name: str) -> None:  # noqa: N802
+        self._group_name = name
+
+    def getGroupName(self) -> str:  # noqa: N802
+        return getattr(self, "_group_name", "")
+
+    def setGroupDesc(self, desc: str) -> None:  # noqa: N802
+        self._group_desc = desc
+
+    def getGroupDesc(self) -> str:  # noqa: N802
+        return getattr(self, "_group_desc", "")
+
     def __repr__(self) -> str:
         return f"ProcessGroupCollcomm(rank={self.rank()}, size={self.size()}, {self._where})"
 
