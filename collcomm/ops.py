@@ -284,6 +284,10 @@ def _resolve(op: Any, dtype: Any, collective: str, rank: int | None) -> ReduceFn
             f"{where}: op {rop} is not allowed for dtype {dname}; "
             f"{rop} allows {_ALLOWED[name]}"
         )
+    return _tagged(_builtin_fn(name, kind), name, kind)
+
+
+def _builtin_fn(name: str, kind: str) -> ReduceFn:
     ufunc = _BINARY[name]
     if kind == "b":
         ufunc = {"SUM": np.logical_or, "PRODUCT": np.logical_and}.get(name, ufunc)
@@ -298,6 +302,14 @@ def _resolve(op: Any, dtype: Any, collective: str, rank: int | None) -> ReduceFn
         ufunc(acc, other, out=acc)
 
     return combine
+
+
+def _tagged(fn: ReduceFn, name: str, kind: str) -> ReduceFn:
+    """Mark a built-in combiner with what it computes, ``fn.native = (op name, dtype kind)``
+    (AVG sums), so the native shared-memory core can do the same thing in C
+    (collcomm/native). User functions carry no tag and always run in Python."""
+    fn.native = ("SUM" if name == "AVG" else name, kind)  # type: ignore[attr-defined]
+    return fn
 
 
 def _bf16_fn(ufunc: np.ufunc) -> ReduceFn:

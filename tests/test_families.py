@@ -41,8 +41,13 @@ MULTI_HOSTS = ["ABB", "ABABB"]
 #: (mode, hosts): mode "shm"/"tcp" forces COLLCOMM_TRANSPORT; "multi" mixes them.
 #: "shm-staged": shared memory with cross-memory attach off (COLLCOMM_CMA=0), so large
 #: chunks go through the arena's staging slots instead of being read from the peers.
+#: "shm-python": shm_direct (only) with the native core off (COLLCOMM_NATIVE=0): the
+#: pure-Python implementation, which the other shm jobs bypass where the core is built.
 CONFIGS = ([("shm", "A" * n) for n in SHM_SIZES] + [("shm-staged", "AAA")]
+           + [("shm-python", "AA"), ("shm-python", "AAA")]
            + [("tcp", "A" * n) for n in TCP_SIZES] + [("multi", h) for h in MULTI_HOSTS])
+#: families the "shm-python" jobs run (the others have no native path)
+PYTHON_ONLY = ("shm_direct",)
 
 SMALL_COUNTS = (0, 1, 7)
 LARGE = 300_001        # per-rank vector of broadcast/reduce/all_reduce: 2.4 MB float64, 1.2 MB int32
@@ -141,7 +146,7 @@ class Ctx:
 
 def supported(family: str, mode: str) -> bool:
     """Whether ``family`` can work in this kind of job (else it must refuse cleanly)."""
-    mode = "shm" if mode == "shm-staged" else mode
+    mode = "shm" if mode in ("shm-staged", "shm-python") else mode
     if family == "shm_direct":
         return mode == "shm"
     if family == "hierarchical":
@@ -661,8 +666,9 @@ SEQUENCES: dict[str, Callable[[Ctx], None]] = {
 }
 
 
-def _rank_main(mode: str) -> dict[str, Any]:
-    """Run every case on this rank; return its failures, timings and barrier times."""
+def _rank_main(mode: str, only: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """Run every case on this rank (of the families in ``only``, if given); return its
+    failures, timings and barrier times."""
     import collcomm.core.runtime as rt
 
     ctx = Ctx(rt.get_world("test_families"), mode)
@@ -670,11 +676,11 @@ def _rank_main(mode: str) -> dict[str, Any]:
     for collective, table in ALGORITHMS.items():
         for fam in sorted(table):
             t0 = time.monotonic()
-            if supported(fam, mode):
+            if supported(fam, mode) and (only is None or fam in only):
                 CHECKS[collective](ctx, fam)
                 timings[f"{collective}/{fam}"] = time.monotonic() - t0
     for fam in sorted({f for table in ALGORITHMS.values() for f in table}):
-        if not supported(fam, mode):
+        if not supported(fam, mode) and only is None:
             t0 = time.monotonic()
             rejected(ctx, fam)
             timings[f"{fam} rejected"] = time.monotonic() - t0
@@ -699,11 +705,13 @@ def job(mode: str, hosts: str) -> list[dict[str, Any]]:
         if mode == "multi":
             rank_env = {r: {"COLLCOMM_HOST_ID": h} for r, h in enumerate(hosts)}
         env = {"COLLCOMM_TIMEOUT": CALL_TIMEOUT}
-        rank_mode = mode
+        rank_mode, only = mode, None
         if mode == "shm-staged":
             rank_mode, env["COLLCOMM_CMA"] = "shm", "0"
+        if mode == "shm-python":
+            rank_mode, env["COLLCOMM_NATIVE"], only = "shm", "0", PYTHON_ONLY
         try:
-            _JOBS[key] = run_ranks(_rank_main, n, rank_mode,
+            _JOBS[key] = run_ranks(_rank_main, n, rank_mode, only,
                                    transport=None if mode == "multi" else rank_mode,
                                    timeout=JOB_TIMEOUT, env=env, rank_env=rank_env)
         except Exception as exc:  # noqa: BLE001 - every test of this configuration reports it
@@ -735,6 +743,8 @@ def params() -> list[Any]:
         cid = config_id(mode, hosts)
         for collective in ALGORITHMS:
             for fam in available(collective):
+                if mode == "shm-python" and fam not in PYTHON_ONLY:
+                    continue
                 out.append(pytest.param(mode, hosts, collective, fam,
                                         id=f"{cid}-{collective}-{fam}"))
         for name in SEQUENCES:

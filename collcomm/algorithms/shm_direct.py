@@ -31,6 +31,14 @@ staging a copy; the rank announces the heap key and offset in its header words. 
 call always takes the two-shot path and ends with one more sync, since nobody may change a
 buffer that others read in place until they are done. all_reduce on shared buffers then
 moves ~2K bytes per rank instead of ~3K.
+
+Native core: when collcomm/native's C extension is built (and ``COLLCOMM_NATIVE`` is not
+"0"), each collective below first offers the call to it: it runs the same steps in C for
+one-chunk messages that are staged (not in the shared heap, not read by cross-memory
+attach) and, for the reductions, built-in ops on the numeric dtypes. Its status says
+what is left: nothing; a signature or split-size mismatch to raise here; the rest of a
+call in which some rank published its buffer in place (finished by the Python code
+below, from the same point); or the whole call, which the Python code then runs.
 """
 from __future__ import annotations
 
@@ -38,7 +46,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .. import native
 from ..errors import InvalidArgumentError, MismatchError
+from ..transport import arena as arena_mod
 from ..transport.shm import PAGE
 from . import signature
 from .base import Comm, ReduceFn
@@ -62,9 +72,25 @@ def _enter(comm: Comm, arena: Any, phase: int, collective: str, count: int, firs
     if not first:
         arena.sync()
         return
-    mine = getattr(comm, "sig", 0) or signature.make(collective, None, count)
+    mine = _sig(comm, collective, count)
     arena.put(SIGNATURE_WORD + phase, mine)
     arena.sync()
+    _verify(arena, phase, mine)
+
+
+def _sig(comm: Comm, collective: str, count: int) -> int:
+    return getattr(comm, "sig", 0) or signature.make(collective, None, count)
+
+
+def _mismatch(arena: Any, mine: int) -> None:
+    """The native core found ranks in different calls: raise as the Python code does."""
+    _verify(arena, arena.phase, mine)
+    raise MismatchError(f"rank {arena.global_ranks[arena.rank]}: the ranks are not all in the "
+                        "same collective call")
+
+
+def _verify(arena: Any, phase: int, mine: int) -> None:
+    """After the sync: MismatchError unless every rank published signature ``mine``."""
     word = SIGNATURE_WORD + phase
     odd = [r for r in range(arena.n) if arena.get(r, word) != mine]
     if odd:
@@ -84,6 +110,22 @@ def _arena(comm: Comm, collective: str) -> Any:
             f"{collective}: algorithm shm_direct needs every rank of the group on this host "
             "with shared memory (it is not available over TCP)")
     return arena
+
+
+#: the header words, in the order the native core takes them (see collcomm/native)
+_LAYOUT = (arena_mod.WORDS, 0, OFFSET_WORD, SIZE_WORD, SHARED_WORD, SIGNATURE_WORD,
+           arena_mod.SLEEPERS_WORD)
+#: native statuses: done; signature mismatch; finish in Python; split sizes differ; run Python
+_DONE, _MISMATCH, _PYTHON, _PAIRS, _REFUSE = 0, 1, 2, 3, 4
+
+
+def _native(arena: Any) -> Any:
+    """The arena's native core (attached at first use), or None."""
+    try:
+        return arena.native_core
+    except AttributeError:
+        core = arena.native_core = native.attach(arena, _LAYOUT, ONE_SHOT)
+        return core
 
 
 def _offset(arr: np.ndarray) -> int:
@@ -181,36 +223,56 @@ def all_reduce(comm: Comm, buf: np.ndarray, fn: ReduceFn) -> None:
     if comm.size == 1 or buf.size == 0:
         return
     arena = _arena(comm, "all_reduce")
-    n, me, dt = comm.size, comm.rank, buf.dtype
     shared = _shared(comm, buf)
-    step = _chunk_elems(arena, dt.itemsize)
+    core = _native(arena)
+    if (core is not None and shared is None and buf.nbytes <= arena.slot
+            and not (arena.cma and buf.nbytes > CMA_ALL_REDUCE)):
+        code = native.code_for(fn, buf.dtype)
+        if code >= 0:
+            mine = _sig(comm, "all_reduce", buf.size)
+            status = core.all_reduce(arena, buf, code, mine)
+            if status == _DONE:
+                return
+            if status == _MISMATCH:
+                _mismatch(arena, mine)
+            if status == _PYTHON:   # some rank's buffer is read in place: finish here
+                phase = arena.phase
+                _all_reduce_chunk(comm, arena, phase, buf, _peer(arena, phase, comm.rank, buf.dtype,
+                                                                 buf.size), fn, True)
+                return
+    step = _chunk_elems(arena, buf.dtype.itemsize)
     for lo in range(0, buf.size, step):
         chunk = buf[lo:lo + step]
-        count = chunk.size
         phase = arena.next_phase()
         mine = _publish(arena, phase, chunk, shared, lo, CMA_ALL_REDUCE)
         _enter(comm, arena, phase, "all_reduce", buf.size, lo == 0)
-        in_place = _any_shared(arena, phase)
-        if chunk.nbytes <= ONE_SHOT and not in_place:
-            slots = [mine if r == me else _source(comm, arena, phase, r, dt, count) for r in range(n)]
-            np.copyto(chunk, slots[0])
-            for r in range(1, n):
-                fn(chunk, slots[r])
-            continue
-        s0, s1 = _split(count, n, me)
-        acc = mine[s0:s1]
-        for r in range(n):
-            if r != me:
-                fn(acc, _operand(comm, arena, phase, r, dt, count, s0, s1))
-        arena.sync()
-        for r in range(n):
-            r0, r1 = _split(count, n, r)
-            if r != me:
-                _read(comm, arena, phase, r, dt, count, r0, chunk[r0:r1])
-            elif mine is not chunk:
-                np.copyto(chunk[r0:r1], mine[r0:r1])
-        if in_place:
-            arena.sync()  # nobody may change a buffer read in place until all have read it
+        _all_reduce_chunk(comm, arena, phase, chunk, mine, fn, _any_shared(arena, phase))
+
+
+def _all_reduce_chunk(comm: Comm, arena: Any, phase: int, chunk: np.ndarray, mine: np.ndarray,
+                      fn: ReduceFn, in_place: bool) -> None:
+    """One chunk of all_reduce, after its first sync (``mine``: our published data)."""
+    n, me, dt, count = comm.size, comm.rank, chunk.dtype, chunk.size
+    if chunk.nbytes <= ONE_SHOT and not in_place:
+        slots = [mine if r == me else _source(comm, arena, phase, r, dt, count) for r in range(n)]
+        np.copyto(chunk, slots[0])
+        for r in range(1, n):
+            fn(chunk, slots[r])
+        return
+    s0, s1 = _split(count, n, me)
+    acc = mine[s0:s1]
+    for r in range(n):
+        if r != me:
+            fn(acc, _operand(comm, arena, phase, r, dt, count, s0, s1))
+    arena.sync()
+    for r in range(n):
+        r0, r1 = _split(count, n, r)
+        if r != me:
+            _read(comm, arena, phase, r, dt, count, r0, chunk[r0:r1])
+        elif mine is not chunk:
+            np.copyto(chunk[r0:r1], mine[r0:r1])
+    if in_place:
+        arena.sync()  # nobody may change a buffer read in place until all have read it
 
 
 def reduce(comm: Comm, send: np.ndarray, recv: np.ndarray | None, fn: ReduceFn, root: int) -> None:
@@ -222,6 +284,16 @@ def reduce(comm: Comm, send: np.ndarray, recv: np.ndarray | None, fn: ReduceFn, 
         return
     arena = _arena(comm, "reduce")
     n, me, dt = comm.size, comm.rank, send.dtype
+    core = _native(arena)
+    if core is not None and send.nbytes <= arena.slot:
+        code = native.code_for(fn, dt)
+        if code >= 0:
+            mine = _sig(comm, "reduce", send.size)
+            status = core.reduce(arena, send, recv, code, root, mine)
+            if status == _DONE:
+                return
+            if status == _MISMATCH:
+                _mismatch(arena, mine)
     step = _chunk_elems(arena, dt.itemsize)
     for lo in range(0, send.size, step):
         chunk = send[lo:lo + step]
@@ -249,6 +321,19 @@ def broadcast(comm: Comm, buf: np.ndarray, root: int) -> None:
     arena = _arena(comm, "broadcast")
     dt = buf.dtype
     shared = _shared(comm, buf) if comm.rank == root else None
+    core = _native(arena)
+    if (core is not None and shared is None and buf.nbytes <= arena.slot
+            and not (arena.cma and buf.nbytes > ONE_SHOT)):
+        mine = _sig(comm, "broadcast", buf.size)
+        status = core.broadcast(arena, buf, root, mine)
+        if status == _DONE:
+            return
+        if status == _MISMATCH:
+            _mismatch(arena, mine)
+        if status == _PYTHON:   # the root's buffer is read in place
+            _read(comm, arena, arena.phase, root, dt, buf.size, 0, buf)
+            arena.sync()
+            return
     # read by address (CMA): no slot to fit, so one chunk
     step = buf.size if arena.cma and buf.nbytes > ONE_SHOT else _chunk_elems(arena, dt.itemsize)
     in_place = False
@@ -275,6 +360,8 @@ def gather(comm: Comm, send: np.ndarray, recv: np.ndarray | None, root: int) -> 
 
 def _gather_to(comm: Comm, send: np.ndarray, recv: np.ndarray | None, root: int | None) -> None:
     n, me, k = comm.size, comm.rank, send.size
+    if n > 1 and k and _gather_native(comm, send, recv, root):
+        return
     if recv is not None and (root is None or me == root):
         own = recv[me * k:(me + 1) * k]
         if k and not np.shares_memory(own, send):
@@ -302,6 +389,31 @@ def _gather_to(comm: Comm, send: np.ndarray, recv: np.ndarray | None, root: int 
         arena.sync()
 
 
+def _gather_native(comm: Comm, send: np.ndarray, recv: np.ndarray | None, root: int | None) -> bool:
+    """all_gather / gather on the native core; False: run the Python code."""
+    name = "all_gather" if root is None else "gather"
+    arena = _arena(comm, name)
+    core = _native(arena)
+    if (core is None or send.nbytes > arena.slot or (arena.cma and send.nbytes > ONE_SHOT)
+            or _shared(comm, send) is not None):
+        return False
+    me, k = comm.rank, send.size
+    receiver = root is None or me == root
+    mine = _sig(comm, name, k)
+    status = core.gather(arena, send, recv if receiver else None, -1 if root is None else root, mine)
+    if status == _MISMATCH:
+        _mismatch(arena, mine)
+    if status == _PYTHON:   # some rank's buffer is read in place
+        phase = arena.phase
+        if receiver:
+            assert recv is not None
+            for r in range(comm.size):
+                if r != me:
+                    _read(comm, arena, phase, r, send.dtype, k, 0, recv[r * k:(r + 1) * k])
+        arena.sync()
+    return status != _REFUSE
+
+
 def reduce_scatter(comm: Comm, send: np.ndarray, recv: np.ndarray, fn: ReduceFn) -> None:
     n, me, k = comm.size, comm.rank, recv.size
     if n == 1:
@@ -312,6 +424,17 @@ def reduce_scatter(comm: Comm, send: np.ndarray, recv: np.ndarray, fn: ReduceFn)
         return
     arena = _arena(comm, "reduce_scatter")
     dt = send.dtype
+    core = _native(arena)
+    if (core is not None and not (arena.cma and send.nbytes > ONE_SHOT)
+            and k <= _chunk_elems(arena, dt.itemsize, n)):
+        code = native.code_for(fn, dt)
+        if code >= 0:
+            mine = _sig(comm, "reduce_scatter", k)
+            status = core.reduce_scatter(arena, send, recv, code, mine)
+            if status == _DONE:
+                return
+            if status == _MISMATCH:
+                _mismatch(arena, mine)
     if arena.cma and send.nbytes > ONE_SHOT:
         _reduce_scatter_cma(comm, arena, send, recv, fn)
         return
@@ -359,6 +482,16 @@ def _reduce_scatter_cma(comm: Comm, arena: Any, send: np.ndarray, recv: np.ndarr
 
 def scatter(comm: Comm, send: np.ndarray | None, recv: np.ndarray, root: int) -> None:
     n, me, k = comm.size, comm.rank, recv.size
+    if n > 1 and k:
+        arena = _arena(comm, "scatter")
+        core = _native(arena)
+        if core is not None and k <= _chunk_elems(arena, recv.dtype.itemsize, n):
+            mine = _sig(comm, "scatter", k)
+            status = core.scatter(arena, send if me == root else None, recv, root, mine)
+            if status == _DONE:
+                return
+            if status == _MISMATCH:
+                _mismatch(arena, mine)
     if me == root and send is not None and k:
         own = send[me * k:(me + 1) * k]
         if not np.shares_memory(own, recv):
@@ -383,10 +516,27 @@ def scatter(comm: Comm, send: np.ndarray | None, recv: np.ndarray, root: int) ->
 def all_to_all(comm: Comm, send: np.ndarray, send_counts: Sequence[int], recv: np.ndarray,
                recv_counts: Sequence[int]) -> None:
     n, me = comm.size, comm.rank
+    if n > 1:
+        arena = _arena(comm, "all_to_all")
+        core = _native(arena)
+        if core is not None:
+            mine = _sig(comm, "all_to_all", 0)
+            status = core.all_to_all(arena, send, send_counts, recv, recv_counts, send.dtype.itemsize,
+                                     mine, ONE_SHOT // n if arena.cma else -1)
+            if status == _DONE:
+                return
+            if status == _MISMATCH:
+                _mismatch(arena, mine)
+            if status == _PAIRS:
+                _check_pairs(comm, arena, arena.phase)
+                _mismatch(arena, mine)
+            if status == _PYTHON:   # blocks large enough to read by address
+                _all_to_all_cma(comm, arena, send, displacements(send_counts), recv,
+                                displacements(recv_counts), recv_counts)
+                return
     sdispl, rdispl = displacements(send_counts), displacements(recv_counts)
-    if send_counts[me]:
-        np.copyto(recv[rdispl[me]:rdispl[me] + recv_counts[me]], send[sdispl[me]:sdispl[me] + send_counts[me]])
     if n == 1:
+        _own_block(send, send_counts, sdispl, recv, recv_counts, rdispl, me)
         return
     arena = _arena(comm, "all_to_all")
     dt = send.dtype
@@ -396,21 +546,11 @@ def all_to_all(comm: Comm, send: np.ndarray, send_counts: Sequence[int], recv: n
     counts[:n], counts[n:] = send_counts, recv_counts
     _enter(comm, arena, agree, "all_to_all", 0, True)
     _check_pairs(comm, arena, agree)
+    # after the check (which covers our block to ourselves too): every rank raises alike
+    _own_block(send, send_counts, sdispl, recv, recv_counts, rdispl, me)
     largest = max(arena.get(r, SIZE_WORD + agree) for r in range(n))
     if arena.cma and largest * dt.itemsize > ONE_SHOT // n:
-        # one copy: read our block straight from each sender's buffer, at the displacement
-        # it left in its slot
-        phase = arena.next_phase()
-        np.copyto(arena.slot_array(phase, me, np.dtype(np.int64), n), np.asarray(sdispl[:n], dtype=np.int64))
-        arena.put(SHARED_WORD + phase, CMA)
-        arena.put(OFFSET_WORD + phase, send.__array_interface__["data"][0] if send.size else 0)
-        arena.sync()
-        for r in range(n):
-            c = recv_counts[r]
-            if r != me and c:
-                start = int(arena.slot_array(phase, r, np.dtype(np.int64), n)[me])
-                _read(comm, arena, phase, r, dt, 0, start, recv[rdispl[r]:rdispl[r] + c])
-        arena.sync()
+        _all_to_all_cma(comm, arena, send, sdispl, recv, rdispl, recv_counts)
         return
     piece = _chunk_elems(arena, dt.itemsize, n)
     for lo in range(0, largest, piece):
@@ -427,6 +567,30 @@ def all_to_all(comm: Comm, send: np.ndarray, send_counts: Sequence[int], recv: n
             if r != me and c:
                 src = arena.slot_array(phase, r, dt, n * piece).reshape(n, piece)[me, :c]
                 np.copyto(recv[rdispl[r] + lo:rdispl[r] + lo + c], src)
+
+
+def _own_block(send: np.ndarray, send_counts: Sequence[int], sdispl: Sequence[int], recv: np.ndarray,
+               recv_counts: Sequence[int], rdispl: Sequence[int], me: int) -> None:
+    if send_counts[me]:
+        np.copyto(recv[rdispl[me]:rdispl[me] + recv_counts[me]], send[sdispl[me]:sdispl[me] + send_counts[me]])
+
+
+def _all_to_all_cma(comm: Comm, arena: Any, send: np.ndarray, sdispl: Sequence[int], recv: np.ndarray,
+                    rdispl: Sequence[int], recv_counts: Sequence[int]) -> None:
+    """all_to_all(v) past the agreement, one copy: read our block straight from each
+    sender's buffer, at the displacement it left in its slot."""
+    n, me, dt = comm.size, comm.rank, send.dtype
+    phase = arena.next_phase()
+    np.copyto(arena.slot_array(phase, me, np.dtype(np.int64), n), np.asarray(sdispl[:n], dtype=np.int64))
+    arena.put(SHARED_WORD + phase, CMA)
+    arena.put(OFFSET_WORD + phase, send.__array_interface__["data"][0] if send.size else 0)
+    arena.sync()
+    for r in range(n):
+        c = recv_counts[r]
+        if r != me and c:
+            start = int(arena.slot_array(phase, r, np.dtype(np.int64), n)[me])
+            _read(comm, arena, phase, r, dt, 0, start, recv[rdispl[r]:rdispl[r] + c])
+    arena.sync()
 
 
 def _check_pairs(comm: Comm, arena: Any, phase: int) -> None:
@@ -447,4 +611,10 @@ def _check_pairs(comm: Comm, arena: Any, phase: int) -> None:
 def barrier(comm: Comm) -> None:
     if comm.size > 1:
         arena = _arena(comm, "barrier")
+        core = _native(arena)
+        if core is not None:
+            mine = _sig(comm, "barrier", 0)
+            if core.barrier(arena, mine) == _MISMATCH:
+                _mismatch(arena, mine)
+            return
         _enter(comm, arena, arena.next_phase(), "barrier", 0, True)

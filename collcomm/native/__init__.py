@@ -1,0 +1,195 @@
+"""The native shared-memory core: the arena barrier and the one-host collectives in C.
+
+``collcomm/native/_shmcore.c`` implements, step for step, the protocol of
+:mod:`collcomm.algorithms.shm_direct` (same header words, slots, page offsets, phases,
+syncs and order of accumulation), for small and medium messages and the built-in reduce
+ops on the numeric dtypes (bool, int8…uint64, float16/32/64, complex64/128, bfloat16).
+shm_direct calls it when it is there; the Python code stays the reference and the
+fallback (user functions, other dtypes, the shared heap, cross-memory attach, messages
+larger than a slot). A rank on the native path and a rank on the Python path work
+together in one arena and compute the same bits.
+
+* :data:`core` — the compiled module, or ``None``; :data:`reason` says why not (not built:
+  no C compiler at install time; ``COLLCOMM_NATIVE=0`` in the environment).
+* :func:`attach` — a rank's native view of an arena (``None`` without the core).
+* :func:`code_for` — the kernel code of a combiner on a dtype, or -1. Each (op, dtype)
+  pair is checked once per process against the Python combiner on probe data (zeros of
+  both signs, infinities, NaNs with payloads, extremes, random values): a pair whose bits
+  differ stays on the Python path (:data:`refused` lists them with the reason).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import numpy as np
+
+__all__ = ["OPS", "attach", "code_for", "core", "reason", "refused"]
+
+core: Any = None
+reason = ""
+if os.environ.get("COLLCOMM_NATIVE", "1").strip() == "0":
+    reason = "disabled by COLLCOMM_NATIVE=0"
+else:
+    try:
+        from . import _shmcore as core  # type: ignore[no-redef]
+    except ImportError as exc:
+        reason = f"not built ({exc}); reinstall collcomm where a C compiler is available"
+
+#: op names in the order of the C kernel table (AVG is SUM, then a division in Python)
+OPS = ("SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "LAND", "LOR", "LXOR")
+#: (kind, itemsize) -> the C dtype code; bfloat16 (uint16 bits) is BF16
+_DTYPES = {("b", 1): 0, ("i", 1): 1, ("u", 1): 2, ("i", 2): 3, ("u", 2): 4, ("i", 4): 5,
+           ("u", 4): 6, ("i", 8): 7, ("u", 8): 8, ("f", 2): 9, ("f", 4): 10, ("f", 8): 11,
+           ("c", 8): 12, ("c", 16): 13}
+BF16 = 14
+
+#: (op, kind, dtype) pairs kept on the Python path, with why
+refused: dict[tuple[str, str, str], str] = {}
+
+#: waiting: spin this long, then yield this many times, then block on a futex
+SPIN_NS = 50_000
+SPIN_NS_OVERSUBSCRIBED = 2_000
+YIELDS = 100
+
+
+def attach(arena: Any, layout: tuple[int, ...], one_shot: int) -> Any:
+    """A native Core over ``arena`` (a collcomm.transport.arena.Arena), or None."""
+    if core is None:
+        return None
+    from ..transport import arena as arena_mod
+    from ..transport.shm import PAGE
+
+    spin = SPIN_NS if arena.n <= arena_mod.cpus() else SPIN_NS_OVERSUBSCRIBED
+    return core.Core(arena.mm, arena.n, arena.rank, arena.header, arena.slot, arena.slot + PAGE,
+                     PAGE, one_shot, layout, spin, YIELDS, arena_mod._FUTEX is not None)
+
+
+_codes: dict[tuple[Any, np.dtype], int] = {}
+
+
+def code_for(fn: Callable[..., Any], dtype: np.dtype) -> int:
+    """The C code (op * 256 + dtype) doing what ``fn`` does on ``dtype`` arrays, or -1."""
+    tag = getattr(fn, "native", None)
+    if core is None or tag is None:
+        return -1
+    key = (tag, dtype)
+    code = _codes.get(key)
+    if code is None:
+        code = _codes[key] = _verified(fn, tag, dtype)
+    return code
+
+
+def _verified(fn: Callable[..., Any], tag: tuple[str, str], dtype: np.dtype) -> int:
+    name, kind = tag
+    if name not in OPS or not dtype.isnative:
+        return -1
+    if kind == "bf16":
+        dt = BF16 if dtype == np.uint16 else None
+    else:
+        dt = _DTYPES.get((dtype.kind, dtype.itemsize)) if dtype.kind == kind else None
+    if dt is None:
+        return -1
+    if name == "PRODUCT" and kind == "c":
+        refused[(name, kind, dtype.name)] = (
+            "numpy's complex product fuses multiply-adds in its SIMD loop where the CPU can; "
+            "the NaN signs it then returns are not reproduced in C")
+        return -1
+    code = OPS.index(name) * 256 + dt
+    for a, b in _probe(dtype, kind == "bf16"):
+        if name in ("SUM", "PRODUCT"):
+            # Which of two different NaNs an addition returns is the hardware's choice, and
+            # numpy's SIMD body and scalar tail choose differently: compare with one NaN.
+            a, b = one_nan(a, kind == "bf16"), one_nan(b, kind == "bf16")
+        want = a.copy()
+        got = a.copy()
+        try:
+            fn(want, b)
+            core.combine(code, got, b)
+        except Exception as exc:  # noqa: BLE001 - e.g. no kernel for this pair
+            refused[(name, kind, dtype.name)] = f"{type(exc).__name__}: {exc}"
+            return -1
+        if want.tobytes() != got.tobytes():
+            bad = int(np.flatnonzero(want.view(np.uint8) != got.view(np.uint8))[0]) // dtype.itemsize
+            refused[(name, kind, dtype.name)] = (
+                f"element {bad}: {a[bad]!r} (op) {b[bad]!r} is {want[bad]!r} in numpy, "
+                f"{got[bad]!r} in C")
+            return -1
+    return code
+
+
+def one_nan(x: np.ndarray, bf16: bool = False) -> np.ndarray:
+    """``x`` with every NaN replaced by the default quiet NaN of its dtype (bfloat16 bits:
+    0x7FC0); other arrays unchanged."""
+    if bf16:
+        bits = x.view(np.uint16).copy()
+        bits[((bits & 0x7F80) == 0x7F80) & ((bits & 0x007F) != 0)] = 0x7FC0
+        return bits.view(x.dtype)
+    if x.dtype.kind == "f":
+        return np.where(np.isnan(x), x.dtype.type(np.nan), x).astype(x.dtype)
+    if x.dtype.kind == "c":
+        real = np.dtype(f"f{x.dtype.itemsize // 2}")
+        parts = x.view(real)
+        return np.where(np.isnan(parts), real.type(np.nan), parts).astype(real).view(x.dtype)
+    return x
+
+
+def _probe(dtype: np.dtype, bf16: bool) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Operand pairs covering the special values of ``dtype`` (259 elements: SIMD bodies
+    and tails), plus every special paired with every other."""
+    rng = np.random.default_rng(20261123)
+    if bf16 or dtype.kind == "f" and dtype.itemsize == 2:
+        # every bit pattern class: random 16-bit words, plus the specials
+        bits = np.array([0, 0x8000, 0x3F80, 0xBF80, 0x7F80, 0xFF80, 0x7FC0, 0xFFC0, 0x7F81,
+                         0x0001, 0x8001, 0x7F7F, 0xFF7F, 0x3C00, 0x7C00, 0xFC00, 0x7E00,
+                         0x7C01, 0x03FF, 0x7BFF], dtype=np.uint16)
+        rand = rng.integers(0, 1 << 16, 259, dtype=np.uint16)
+        return [(x.view(dtype), y.view(dtype)) for x, y in _pairs(np.concatenate([bits, rand]), rng)]
+    if dtype.kind == "b":
+        pool = np.array([0, 1, 2, 255], dtype=np.uint8)
+        a = pool[rng.integers(0, 4, 259)]
+        b = pool[rng.integers(0, 4, 259)]
+        return [(a.view(dtype), b.view(dtype))]
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        special = np.array([0, 1, 2, 3, info.max, info.min, info.max // 2, info.min + 1],
+                           dtype=dtype)
+        rand = rng.integers(info.min, info.max, 259, dtype=dtype, endpoint=True)
+        return list(_pairs(np.concatenate([special, rand]), rng))
+    real = np.dtype(f"f{dtype.itemsize // 2}") if dtype.kind == "c" else dtype
+    ibits = np.dtype(f"u{real.itemsize}")
+    nan2 = np.array([np.nan], dtype=real).view(ibits) | ibits.type(1)
+    special = np.concatenate([
+        np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, -np.nan, 0.5, 3.0,
+                  np.finfo(real).max, np.finfo(real).tiny, np.finfo(real).smallest_subnormal,
+                  -np.finfo(real).max], dtype=real),
+        nan2.view(real)])
+    rand = (rng.standard_normal(259) * 10.0 ** rng.integers(-3, 4, 259)).astype(real)
+    pool = np.concatenate([special, rand])
+    if dtype.kind == "c":
+        pairs = []
+        for x, y in _pairs(pool, rng):
+            z = rng.permutation(len(x))
+            pairs.append(((x + 1j * x[z]).astype(dtype), (y + 1j * y[z]).astype(dtype)))
+        return pairs
+    return list(_pairs(pool, rng))
+
+
+def _pairs(pool: np.ndarray, rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray]]:
+    k = min(len(pool), 24)
+    head = pool[:k]
+    cross = (np.repeat(head, k), np.tile(head, k))     # every special with every other
+    shuffled = (pool, pool[rng.permutation(len(pool))])
+    return [cross, shuffled]
+
+
+if core is not None:
+    # How numpy breaks min/max ties of equal values (0.0 vs -0.0) on this machine and
+    # numpy version; code_for() then checks every pair anyway.
+    def _second(ufunc: Any, dtype: Any) -> bool:
+        a = np.array([0.0, -0.0] * 40, dtype=dtype)
+        b = np.array([-0.0, 0.0] * 40, dtype=dtype)
+        return bool(np.array_equal(np.signbit(ufunc(a, b)), np.signbit(b)))
+
+    core.set_ties(_second(np.minimum, np.float16), _second(np.minimum, np.float32),
+                  _second(np.minimum, np.float64))
