@@ -33,6 +33,7 @@ from .ops import ReduceOp
 from .memory import empty, empty_like, full, is_shared, zeros
 from .core.runtime import destroy_process_group, init_process_group, is_initialized, new_group
 from .core.work import Work
+from .core.stats import stats  # per-op statistics (COLLCOMM_STATS), see core/stats.py
 
 __version__ = "0.1.0"
 

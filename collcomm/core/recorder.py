@@ -422,9 +422,7 @@ class Observer:
         tracer, c = self.tracer, comm
         try:
             if self.detail:
-                from .detail import check
-
-                check(comm, rec, self)
+                detail_check(comm, rec, self)
             if tracer is not None:
                 c = tracer.wrap(comm, rec, self)
             out = body(c)
@@ -723,6 +721,50 @@ def missing_report(obs: Observer, rec: list[Any], states: dict[int, Any]) -> dic
     text = "\n".join([head] + lines)
     return {"seq": seq, "op": rec[R_OP], "group": obs.name, "missing": missing,
             "arrived": arrived, "unknown": unknown, "elsewhere": elsewhere, "text": text}
+
+
+# ------------------------------------------------------------------- COLLCOMM_DEBUG=DETAIL
+_DESC = 256
+
+
+def detail_check(comm: Any, rec: Any, obs: Observer) -> None:
+    """Before the call, every rank sends every other a small descriptor (op, signature,
+    file:line); all ranks then hold the same table and all raise the same MismatchError
+    when any two calls differ, naming both sides."""
+    import numpy as np
+
+    n, me = comm.size, comm.rank
+    seq = rec[R_SEQ] & _SEQ_MASK
+    text = json.dumps([rec[R_OP], rec[R_SIG], where(rec[R_CODE], rec[R_LASTI])[-200:]]).encode()
+    mine = np.zeros(_DESC, dtype=np.uint8)
+    mine[:len(text)] = np.frombuffer(text[:_DESC], dtype=np.uint8)
+    table = np.zeros((n, _DESC), dtype=np.uint8)
+    table[me] = mine
+    saved = comm.sig
+    comm.sig = 0          # the descriptors are not the call's data: no signature check on them
+    try:
+        recvs = [comm.irecv(table[p], p) for p in range(n) if p != me]
+        sends = [comm.isend(mine, p) for p in range(n) if p != me]
+        for h in recvs + sends:
+            h.wait()
+    finally:
+        comm.sig = saved
+    calls = [json.loads(bytes(row).rstrip(b"\0").decode()) for row in table]
+
+    kinds: dict[tuple, list[int]] = {}
+    for r in range(n):
+        kinds.setdefault((calls[r][0], calls[r][1]), []).append(r)
+    if len(kinds) > 1:           # the same text on every rank: distinct calls by lowest rank
+        parts = []
+        for i, ((op, sig), rs) in enumerate(kinds.items()):
+            who = f"rank {obs.ranks[rs[0]]}" if len(rs) == 1 else f"ranks {[obs.ranks[r] for r in rs]}"
+            what = signature.describe(sig) if sig else op
+            at = calls[rs[0]][2]
+            parts.append(f"{who} called {what} as #{seq} on group {obs.name} at {at}" if i == 0
+                         else f"{who} called {what} at {at}")
+        raise MismatchError("; ".join(parts) + " (COLLCOMM_DEBUG=DETAIL: every rank must make "
+                            "the same collective calls in the same order, with the same dtype, "
+                            "count, root and op)")
 
 
 # ------------------------------------------------------------------------- stall monitor

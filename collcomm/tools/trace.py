@@ -189,9 +189,10 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m collcomm.tools.trace analyze|merge DIR`` (what ``collcomm trace`` runs)."""
     parser = argparse.ArgumentParser(prog="collcomm")
     add_command(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
+    args = parser.parse_args(["trace", *(sys.argv[1:] if argv is None else argv)])
     return int(args.func(args))
 
 
