@@ -85,7 +85,12 @@ class _Handle:
 
 
 class TracingArena:
-    """The group's arena with every ``sync`` recorded as a step (everything else passes)."""
+    """The group's arena with every ``sync`` recorded as a step (everything else passes).
+
+    Its ``native_core`` is None, so shm_direct takes its Python path, whose syncs are seen
+    (the native core syncs inside C)."""
+
+    native_core = None
 
     def __init__(self, arena: Any, comm: "TracingComm") -> None:
         self._arena, self._comm = arena, comm
@@ -97,8 +102,6 @@ class TracingArena:
         self._arena.sync()
         c.syncs.append({"t0": t0, "t1": _now(), "step": c.step})
         c._root._waited = True
-        if c.on_step is not None:
-            c.on_step(c, "sync")
 
     def slot_array(self, phase: int, rank: int, dtype: Any, count: int, offset: int = 0) -> Any:
         c = self._comm
@@ -149,17 +152,21 @@ class TracingComm:
     def _new_step(self, force: bool = False) -> None:
         root = self._root
         if force or root._waited or root._step == 0:
+            if self.on_step is not None:
+                self.on_step(root, "step")      # the step that ends here
             root._step += 1
             root._waited = False
 
-    def _post(self, kind: str, arr: Any, peer: int, h: Any) -> Any:
-        self._new_step()
+    def _post(self, kind: str, arr: Any, peer: int, post: Any) -> Any:
+        self._new_step()         # before posting: a receive may complete as it is posted
+        t0 = _now()
+        h = post(arr, peer)
         g = self.ranks[peer]
         n = self._counts.get((kind, g), 0)
         self._counts[(kind, g)] = n + 1
         me = self.ranks[self.rank]
         src, dst = (me, g) if kind == "send" else (g, me)
-        msg = {"kind": kind, "peer": g, "bytes": int(arr.nbytes), "step": self.step, "t0": _now(),
+        msg = {"kind": kind, "peer": g, "bytes": int(arr.nbytes), "step": self.step, "t0": t0,
                "flow": flow_id(self.call_key, src, dst, n), "addr": arr.__array_interface__["data"][0]
                if arr.nbytes else 0}
         self.msgs.append(msg)
@@ -168,10 +175,10 @@ class TracingComm:
         return _Handle(h, msg, self)
 
     def isend(self, arr: Any, peer: int) -> Any:
-        return self._post("send", arr, peer, self._comm.isend(arr, peer))
+        return self._post("send", arr, peer, self._comm.isend)
 
     def irecv(self, arr: Any, peer: int) -> Any:
-        return self._post("recv", arr, peer, self._comm.irecv(arr, peer))
+        return self._post("recv", arr, peer, self._comm.irecv)
 
     def arena(self) -> Any:
         if self._arena is None:
