@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import html as _html
 import json
-import os
 from typing import Any
 
-_TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "explain_template.html")
 
 
 def _fmt_time(s: float | None) -> str:
@@ -74,8 +72,8 @@ def terminal(ex: dict[str, Any]) -> str:
 
 def html(ex: dict[str, Any]) -> str:
     """One self-contained page (no network): the frames animated, play/pause/step."""
-    with open(_TEMPLATE) as f:
-        page = f.read()
+    from .explain_template import PAGE as page
+
     data = json.dumps(ex).replace("</", "<\\/")
     title = f"collcomm explain: {ex['op']} / {ex['algorithm']} on {ex['n']} ranks"
     return (page.replace("__TITLE__", _html.escape(title))

@@ -1,4 +1,11 @@
-<!DOCTYPE html>
+"""The page ``collcomm explain --out F.html`` writes (self-contained: no network).
+
+``__TITLE__``, ``__SUMMARY__`` and ``__DATA__`` (the explanation as JSON) are filled in by
+:func:`collcomm.tools.explain_render.html`. A Python module rather than a data file, so
+every kind of install carries it.
+"""
+
+PAGE = r"""<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -131,3 +138,4 @@ document.body.dataset.ready = "1";
 </script>
 </body>
 </html>
+"""
