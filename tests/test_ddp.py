@@ -162,3 +162,49 @@ def test_seed001_script(launcher: str) -> None:
                        start_new_session=True)
     assert p.returncode == 0, p.stdout + p.stderr
     _seed001_ok(p.stdout)
+
+
+MULTI_NODE = """
+import json, torch, torch.distributed as dist
+import collcomm.torch
+dist.init_process_group("collcomm")
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+g = dist.group.WORLD.core_group
+print("RESULT " + json.dumps({"rank": dist.get_rank(), "sum": float(t), "link": g.link,
+                              "hosts": g.n_hosts}))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_torchrun_two_nodes(tmp_path: Any) -> None:
+    """torchrun --nnodes 2 (static rendezvous), each "node" its own COLLCOMM_HOST_ID: the
+    collcomm transport spans two hosts (TCP between them)."""
+    script = tmp_path / "two_nodes.py"
+    script.write_text(MULTI_NODE)
+    port = free_port()
+    procs = []
+    for node in range(2):
+        env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", COLLCOMM_HOST_ID=f"node{node}")
+        for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "COLLCOMM_STORE", "LOCAL_RANK"):
+            env.pop(k, None)
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
+             f"--node_rank={node}", "--master_addr=127.0.0.1", f"--master_port={port}", str(script)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+            start_new_session=True))
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=110)[0])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, 9)
+    assert all(p.returncode == 0 for p in procs), "\n".join(outs)
+    import json
+
+    got = sorted((json.loads(ln.split("RESULT ", 1)[1]) for o in outs for ln in o.splitlines()
+                  if "RESULT " in ln), key=lambda x: x["rank"])
+    assert got == [{"rank": r, "sum": 3.0, "link": "tcp", "hosts": 2} for r in range(2)], outs

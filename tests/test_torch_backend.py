@@ -88,6 +88,7 @@ def _cases(dist: Any, r: int, n: int) -> dict[str, Callable[[Any], Any]]:
     cases["all_reduce large"] = all_reduce(torch.float32, R.SUM, 300_001)
     cases["all_reduce async future"] = lambda g: _async_future(dist, g, r)
     cases["all_reduce_coalesced"] = lambda g: _coalesced(dist, g, r)
+    cases["coalescing manager"] = lambda g: _coalescing_manager(dist, g, r, n)
 
     for root in range(n):
         cases[f"broadcast root {root}"] = lambda g, root=root: _broadcast(dist, g, r, root)
@@ -97,6 +98,7 @@ def _cases(dist: Any, r: int, n: int) -> dict[str, Callable[[Any], Any]]:
 
     cases["all_gather"] = lambda g: _all_gather(dist, g, r, n)
     cases["all_gather_into_tensor"] = lambda g: _all_gather_into_tensor(dist, g, r, n)
+    cases["all_gather_coalesced"] = lambda g: _all_gather_coalesced(dist, g, r, n)
     cases["reduce_scatter"] = lambda g: _reduce_scatter(dist, g, r, n)
     cases["reduce_scatter_tensor"] = lambda g: _reduce_scatter_tensor(dist, g, r, n)
     cases["all_to_all"] = lambda g: _all_to_all(dist, g, r, n)
@@ -123,13 +125,31 @@ def _async_future(dist: Any, g: Any, r: int) -> Any:
     fut = w.get_future()
     doubled = fut.then(lambda f: f.value()[0] * 2)
     ok = w.wait(timeout=datetime.timedelta(seconds=30))
-    return [t, doubled.wait(), bool(ok), w.is_completed(), w.is_success()]
+    return [t, doubled.wait(), bool(ok), w.is_completed(), w.is_success(), w.exception() is None,
+            w.result()]
 
 
 def _coalesced(dist: Any, g: Any, r: int) -> Any:
     ts = [torch.full((3,), float(r)), torch.arange(4, dtype=torch.float32) * r]
     dist.all_reduce_coalesced(ts, group=g)
     return ts
+
+
+def _coalescing_manager(dist: Any, g: Any, r: int, n: int) -> Any:
+    """torch's _coalescing_manager turns these into one *_coalesced call each."""
+    a, b = torch.full((2,), float(r)), torch.arange(3.0) + r
+    with dist._coalescing_manager(group=g):
+        dist.all_reduce(a, group=g)
+        dist.all_reduce(b, group=g)
+    outs = [torch.empty(2 * n), torch.empty(3 * n)]
+    with dist._coalescing_manager(group=g):
+        dist.all_gather_into_tensor(outs[0], torch.full((2,), float(r)), group=g)
+        dist.all_gather_into_tensor(outs[1], torch.arange(3.0) * r, group=g)
+    rs = [torch.empty(1), torch.empty(2)]
+    with dist._coalescing_manager(group=g):
+        dist.reduce_scatter_tensor(rs[0], torch.arange(float(n)) + r, group=g)
+        dist.reduce_scatter_tensor(rs[1], torch.arange(2.0 * n) * r, group=g)
+    return [a, b, outs, rs]
 
 
 def _broadcast(dist: Any, g: Any, r: int, root: int) -> Any:
@@ -162,6 +182,12 @@ def _all_gather(dist: Any, g: Any, r: int, n: int) -> Any:
     ptrs = [o.data_ptr() for o in outs]
     dist.all_gather(outs, _data(r, 4, torch.bfloat16), group=g)
     return outs if [o.data_ptr() for o in outs] == ptrs else "outputs replaced"
+
+
+def _all_gather_coalesced(dist: Any, g: Any, r: int, n: int) -> Any:
+    outs = [[torch.empty(2) for _ in range(n)], [torch.empty(3) for _ in range(n)]]
+    dist.all_gather_coalesced(outs, [torch.full((2,), float(r)), torch.arange(3.0) * r], group=g)
+    return outs
 
 
 def _all_gather_into_tensor(dist: Any, g: Any, r: int, n: int) -> Any:
@@ -237,7 +263,14 @@ def _send_recv(dist: Any, g: Any, r: int, n: int) -> Any:
     w2 = dist.irecv(got2, group_src=nxt, group=g, tag=5)
     w2.wait()
     w.wait()
-    return [got, got2]
+    objs = [None, None]
+    if r % 2 == 0:
+        dist.send_object_list([{"from": r}, [r] * r], group_dst=nxt, group=g)
+        dist.recv_object_list(objs, group_src=prv, group=g)
+    else:
+        dist.recv_object_list(objs, group_src=prv, group=g)
+        dist.send_object_list([{"from": r}, [r] * r], group_dst=nxt, group=g)
+    return [got, got2, objs]
 
 
 def _recv_any(dist: Any, g: Any, r: int, n: int) -> Any:
@@ -355,6 +388,9 @@ def _only_collcomm(dist: Any, c: Checks, r: int, n: int) -> None:
     outs = [torch.empty(p + 1, dtype=torch.int64) for p in range(n)]
     dist.all_gather(outs, torch.full((r + 1,), r, dtype=torch.int64))
     c.same("all_gather uneven", outs, [torch.full((p + 1,), p, dtype=torch.int64) for p in range(n)])
+    got = _all_gather_coalesced(dist, None, r, n)
+    c.same("all_gather_coalesced", got, [[torch.full((2,), float(p)) for p in range(n)],
+                                         [torch.arange(3.0) * p for p in range(n)]])
     e4 = [torch.empty(2, dtype=torch.float8_e4m3fn) for _ in range(n)]
     dist.all_gather(e4, torch.full((2,), float(r), dtype=torch.float8_e4m3fn))
     c.same("all_gather float8 (raw bytes)", [x.float() for x in e4],
@@ -439,16 +475,16 @@ def _check(res: list[dict]) -> None:
 
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("n,transport,how", [
-    (1, "shm", "env"), (2, "shm", "env"), (2, "tcp", "tcp"), (3, "tcp", "device-map"),
-    (4, "shm", "file"),
+    (1, "shm", "env"), (2, "tcp", "tcp"), (3, "tcp", "device-map"), (4, "shm", "file"),
 ])
 def test_every_call_against_gloo(n: int, transport: str, how: str) -> None:
     path = os.path.join(tempfile.mkdtemp(prefix="collcomm-torch-"), "rdzv")
     res = run_ranks(every_call, n, how, path, init=False, transport=transport, timeout=140)
     _check(res)
-    # gloo lacks nothing we compare with it, except (some versions) reduce_scatter
+    # gloo lacks nothing we compare with it, except (some versions) reduce_scatter, and
+    # all_gather_coalesced unless there are as many inputs as ranks (closed form: below)
     lacks = {x.split(":")[0] for r in res for x in r["gloo_lacks"]}
-    assert lacks <= {"reduce_scatter", "reduce_scatter_tensor"}, lacks
+    assert lacks <= {"reduce_scatter", "reduce_scatter_tensor", "all_gather_coalesced"}, lacks
 
 
 def test_import_collcomm_does_not_import_torch() -> None:
