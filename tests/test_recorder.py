@@ -187,3 +187,35 @@ def test_monitored_barrier_names_every_absent_rank():
     out = run_ranks(_monitored, 4, [1, 3], transport="tcp", timeout=60)
     for r in (0, 2):
         assert "ranks [1, 3] never entered it" in out[r], out[r]
+
+
+HANG = """
+import time, numpy as np, collcomm as dist
+dist.init_process_group(timeout=2)
+x = np.ones(8)
+for step in range(3):
+    if dist.get_rank() == 2 and step == 1:
+        time.sleep(20)
+    dist.all_reduce(x)
+    dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_launcher_prints_the_merged_analysis_once_and_merges_traces(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "hang.py"
+    script.write_text(HANG)
+    env = dict(os.environ, COLLCOMM_FR_DIR=str(tmp_path / "fr"))
+    run = subprocess.run([sys.executable, "-m", "collcomm", "run", "-n", "3", "--trace",
+                          str(tmp_path / "trace"), str(script)], env=env, capture_output=True,
+                         text=True, timeout=90)
+    assert run.returncode != 0
+    err = run.stderr
+    assert err.count("first divergent call: #3") == 1, err
+    assert "rank 2: never entered; last: #2 barrier at " in err and "hang.py:9" in err, err
+    assert "ranks [2] never entered it" in err + run.stdout
+    # the ranks that left cleanly before the failure wrote their traces; merged into one file
+    assert f"trace of every rank in {tmp_path / 'trace' / 'trace.json'}" in err, err

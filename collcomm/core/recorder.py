@@ -234,7 +234,7 @@ class Recorder:
                 d["waiting_s"] = round(t_ref - rec[R_T0], 6)
         return d
 
-    def group_states(self, recent: int = 4) -> dict[str, Any]:
+    def group_states(self, recent: int = 16) -> dict[str, Any]:
         """Per group (key: ctx in hex): name, ranks and its ``recent`` last records."""
         now, wall = _perf(), time.time()
         by_group: dict[Any, list[list[Any]]] = {}
@@ -460,7 +460,7 @@ class Observer:
         lines: list[str] = []
         report: dict[str, Any] = {}
         states: dict[int, Any] | None = None
-        if isinstance(exc, CommTimeoutError):
+        if isinstance(exc, (CommTimeoutError, PeerLostError)):
             try:
                 states = gather_states()
                 report = missing_report(self, rec, states)
@@ -640,6 +640,15 @@ class Exchange:
         return {"rank": self.rank, "pid": os.getpid(), "host": socket.gethostname(),
                 "groups": self.rec.group_states()}
 
+    def _final(self, r: int) -> Any:
+        """Rank ``r``'s state as it left the job (published by :meth:`stop`), or None."""
+        key = f"{self.prefix}/final/{r}"
+        if not self.store.check([key]):
+            return None
+        st = json.loads(self.store.get(key, timeout=1.0))
+        st["left"] = True
+        return st
+
     def gather(self, timeout: float = GATHER_SECONDS) -> dict[int, Any]:
         """Every rank's state (None for ranks that did not answer within ``timeout``)."""
         out: dict[int, Any] = {r: None for r in range(self.size)}
@@ -659,12 +668,27 @@ class Exchange:
             except CommTimeoutError:
                 if r == self.rank:
                     out[r] = self.state()
+                else:
+                    out[r] = self._final(r)
             except Exception as exc:  # noqa: BLE001 - the store is gone: the rest stay unknown
                 log.info("flight recorder: asking rank %d through the store failed: %r", r, exc)
                 break
         return out
 
     def stop(self) -> None:
+        """At the rank's clean exit: leave its final state in the store (one write, on a
+        helper thread given 0.5 s: a store that no longer answers cannot hold the exit
+        up), then stop the watcher."""
+        if self.store is not None:
+            def publish() -> None:
+                try:
+                    self.store.set(f"{self.prefix}/final/{self.rank}", json.dumps(self.state()))
+                except Exception:  # noqa: BLE001 - the store may be gone already
+                    pass
+
+            t = threading.Thread(target=publish, daemon=True, name="collcomm-fr-final")
+            t.start()
+            t.join(0.5)
         self._stop = True
         conn = self._conn
         sock = getattr(conn, "_sock", None)
@@ -705,21 +729,42 @@ def missing_report(obs: Observer, rec: list[Any], states: dict[int, Any]) -> dic
             if e["op"] != rec[R_OP] or (e["sig"] and rec[R_SIG] and e["sig"] != rec[R_SIG]):
                 elsewhere.append(g)
                 lines.append(f"  rank {g} entered #{seq} as {e['call']} at {e['where']} ({e['state']})")
+            elif st.get("left"):
+                arrived.append(g)
             else:
                 arrived.append(g)
         elif last is not None and last["seq"] > seq:
             elsewhere.append(g)
             lines.append(f"  rank {g} is past #{seq}: last entered {_describe_entry(last)}")
+        elif st.get("left"):
+            missing.append(g)
+            lines.append(f"  rank {g} left the job without entering #{seq}; its last call on "
+                         "this group: " + (_describe_entry(last) if last else "none"))
         else:
             missing.append(g)
             lines.append(f"  rank {g} never entered #{seq}; its last call on this group: "
                          + (_describe_entry(last) if last else "none"))
+    # an earlier divergence (a rank skipped a call and went on with the next one) explains more
+    calls: dict[int, dict[int, dict[str, Any]]] = {}
+    for g in obs.ranks:
+        st = states.get(g)
+        grp = (st or {}).get("groups", {}).get(key) if st else None
+        if grp:
+            calls[g] = {e["seq"]: e for e in grp.get("recent", []) if "peer" not in e}
+    diverged = None
+    for q in sorted({q for c in calls.values() for q in c if q <= seq}):
+        at = {g: c[q] for g, c in calls.items() if q in c}
+        if len({(e["op"], e["sig"]) for e in at.values()}) > 1:
+            diverged = q
+            lines.insert(0, f"  the ranks diverged at #{q}: " + "; ".join(
+                f"rank {g} called {e['call']} at {e['where']}" for g, e in sorted(at.items())))
+            break
     head = (f"call #{seq} ({rec[R_OP]}) of group {obs.name}: "
             + (f"ranks {missing} never entered it" if missing else "no rank is missing it")
             + (f"; in it: ranks {arrived}" if arrived else "")
             + (f"; unknown (no answer through the store: dead or gone): ranks {unknown}" if unknown else ""))
     text = "\n".join([head] + lines)
-    return {"seq": seq, "op": rec[R_OP], "group": obs.name, "missing": missing,
+    return {"seq": seq, "op": rec[R_OP], "group": obs.name, "missing": missing, "diverged": diverged,
             "arrived": arrived, "unknown": unknown, "elsewhere": elsewhere, "text": text}
 
 

@@ -58,6 +58,8 @@ def _add_run_command(subparsers: argparse._SubParsersAction) -> None:
                    help="the program is a module name (like python -m)")
     p.add_argument("--no-python", "--no_python", dest="python", action="store_false",
                    help="run the program as it is, not through the Python interpreter")
+    p.add_argument("--trace", metavar="DIR", default=None,
+                   help="Chrome traces of every call to DIR, merged into DIR/trace.json at the end")
     p.add_argument("program", nargs=argparse.REMAINDER,
                    help="script, 'python script', module (with -m) or executable, and its "
                         "arguments; '--' may precede it")
@@ -77,7 +79,7 @@ def _run_command(args: argparse.Namespace) -> int:
                        module=args.module, python=args.python, nnodes=args.nnodes,
                        node_rank=args.node_rank, master_addr=args.master_addr,
                        master_port=args.master_port, store_port=args.store_port,
-                       prefix=args.prefix, grace=args.grace)
+                       prefix=args.prefix, grace=args.grace, trace=args.trace)
     return launch(cfg)
 
 
@@ -112,8 +114,20 @@ def _bench_command(args: argparse.Namespace) -> int:
     return bench_main(opts)
 
 
-_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_run_command,
-                                                                 _add_bench_command]
+def _add_trace_command(subparsers: argparse._SubParsersAction) -> None:
+    from .trace import add_command   # collcomm trace analyze|merge DIR
+
+    add_command(subparsers)
+
+
+def _add_explain_command(subparsers: argparse._SubParsersAction) -> None:
+    from .explain import add_command   # collcomm explain OP --algo A -n N
+
+    add_command(subparsers)
+
+
+_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
+    _add_run_command, _add_bench_command, _add_trace_command, _add_explain_command]
 
 
 def build_parser() -> argparse.ArgumentParser:

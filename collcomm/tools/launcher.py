@@ -84,6 +84,7 @@ class LaunchConfig:
     store_port: int = 0
     prefix: bool = True
     grace: float = 3.0
+    trace: str | None = None      # COLLCOMM_TRACE for every rank (merged at the end)
 
 
 @dataclass
@@ -587,6 +588,7 @@ def launch(cfg: LaunchConfig) -> int:
             for local in range(cfg.nproc):
                 env = rank_env(cfg, local, port, token, job_id, master_port=master_port,
                                report_dir=report_dir)
+                env.update(_observe_env(cfg, job_id))
                 ranks.append(_start_rank(argv, local, env, cfg.prefix, output, wake))
             failed = _watch(ranks, interrupts, wake, output)
             interrupted = interrupts.signum
@@ -613,7 +615,32 @@ def launch(cfg: LaunchConfig) -> int:
                      f"collcomm run: received {name}, stopped all ranks\n".encode())
         return code
     verdict = root_cause(states) if failed else None
+    _observe_report(cfg, job_id, output, failed)
     if verdict is not None:
         output.write(sys.stderr, _summary(verdict, ranks, states).encode())
         return verdict.code
     return 0
+
+
+def _observe_env(cfg: LaunchConfig, job_id: str) -> dict[str, str]:
+    """Flight-recorder folder (per job unless set) and trace folder for every rank."""
+    env = {"COLLCOMM_FR_DIR": os.environ.get("COLLCOMM_FR_DIR")
+           or os.path.join(tempfile.gettempdir(), f"collcomm-fr-{job_id}")}
+    if cfg.trace:
+        env["COLLCOMM_TRACE"] = os.path.abspath(cfg.trace)
+    return env
+
+
+def _observe_report(cfg: LaunchConfig, job_id: str, output: _Output, failed: bool) -> None:
+    """The flight recorder's cross-rank analysis, once (not each rank's copy), and the
+    merged trace (see collcomm/tools/trace.py)."""
+    from . import trace
+
+    folder = _observe_env(cfg, job_id)["COLLCOMM_FR_DIR"]
+    text = trace.launcher_summary(folder)
+    if text:
+        output.write(sys.stderr, f"collcomm run: {text}\ncollcomm run: (collcomm trace analyze "
+                                 f"{folder})\n".encode())
+    if cfg.trace and os.path.isdir(cfg.trace):
+        output.write(sys.stderr, f"collcomm run: trace of every rank in {trace.merge(cfg.trace)}"
+                                 "\n".encode())
