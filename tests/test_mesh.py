@@ -5,7 +5,8 @@ each group keeps the other coordinates fixed, the groups of a dimension partitio
 world, group order follows the varying coordinate, and the neighbours are right. Real
 groups: 8 processes on collcomm's numpy API (all_reduce on every group, the CP ring and the
 pipeline with point-to-point), and 4 processes on torch.distributed with groups of each
-backend, plus ``init_device_mesh`` on collcomm.
+backend, plus ``init_device_mesh`` on collcomm, then collcomm groups under a gloo default
+group re-created in the same processes.
 """
 from __future__ import annotations
 
@@ -174,6 +175,15 @@ def torch_rank() -> dict:
         dist.all_reduce(t, group=g)
         out[("mesh", dim)] = (dist.get_process_group_ranks(g), float(t), dist.get_backend(g))
     dist.destroy_process_group()
+    # again in the same processes, now under a gloo default group: collcomm groups then get
+    # a transport of their own (through the store of the re-created default group)
+    dist.init_process_group("gloo")
+    pgm = ProcessGroupManager(tp_size=2, backend="collcomm")
+    t = torch.tensor([float(r)])
+    dist.all_reduce(t, group=pgm.tp_group)
+    out["under gloo"] = (pgm.tp_group_ids, float(t), dist.get_backend(pgm.tp_group),
+                         dist.get_backend())
+    dist.destroy_process_group()
     return out
 
 
@@ -189,3 +199,4 @@ def test_torch_groups_either_backend_and_device_mesh() -> None:
         dp, tp = [r % 2, r % 2 + 2], [r - r % 2, r - r % 2 + 1]
         assert got[("mesh", "dp")] == (dp, float(sum(dp)), "collcomm"), got
         assert got[("mesh", "tp")] == (tp, float(sum(tp)), "collcomm"), got
+        assert got["under gloo"] == (tp, float(sum(tp)), "collcomm", "gloo"), got

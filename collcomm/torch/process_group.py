@@ -17,15 +17,15 @@ here. Semantics are gloo's:
 * blocking calls (``opts.asyncOp`` false: what torch's Python API passes for
   ``async_op=False``) run in the caller's thread; the others run on the group's worker in
   program order and return a pending :class:`~collcomm.torch.work.CollWork`;
-* ``opts.timeout`` (when torch sets one) bounds the call, else the group's timeout (from
-  ``init_process_group(timeout=)`` / ``new_group(timeout=)``).
+* every wait is bounded by the group's timeout (``init_process_group(timeout=)`` /
+  ``new_group(timeout=)``); ``barrier`` also honours ``opts.timeout``, the one per-call
+  timeout torch's Python API sets.
 
 Point-to-point calls use the group's own tag space; ``monitored_barrier`` uses the
 reserved tag :data:`MONITORED_BARRIER_TAG` of it.
 """
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import Any, Callable, Sequence
 
@@ -35,7 +35,7 @@ import torch.distributed as dist
 
 from ..core import attach
 from ..core import collectives as core
-from ..core.group import MAX_USER_TAG, ProcessGroup, call_timeout
+from ..core.group import MAX_USER_TAG, ProcessGroup
 from ..core.work import Work as CoreWork
 from ..errors import CollcommError, CommTimeoutError, InvalidArgumentError
 from .errors import BackendTimeoutError, translate
@@ -105,10 +105,8 @@ class ProcessGroupCollcomm(dist.ProcessGroup):
     def _run(self, name: str, opts: Any, result: Any, starts: Sequence[Start]) -> dist.Work:
         """Start every core call of one torch call, inline or on the worker (see module doc)."""
         async_op = bool(getattr(opts, "asyncOp", True))
-        limit = seconds(getattr(opts, "timeout", None))
         try:
-            with call_timeout(limit) if limit else contextlib.nullcontext():
-                works = [start(async_op) for start in starts]
+            works = [start(async_op) for start in starts]
         except CollcommError as exc:
             raise translate(exc) from None
         if async_op:
