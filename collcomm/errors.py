@@ -35,6 +35,17 @@ class MismatchError(CollcommError):
     """Ranks disagree (message larger than the posted buffer, different collectives...)."""
 
 
+class SignatureMismatchError(MismatchError):
+    """A message whose sender's call signature differs from the receiver's (both are 64-bit
+    words, see :mod:`collcomm.algorithms.signature`; the core turns them into words)."""
+
+    def __init__(self, message: str, mine: int = 0, theirs: int = 0, peer: int | None = None,
+                 rank: int | None = None, abandoned: bool = False) -> None:
+        super().__init__(message)
+        self.mine, self.theirs, self.peer, self.rank = mine, theirs, peer, rank
+        self.abandoned = abandoned   # the peer gave the call up (it found a mismatch)
+
+
 class ClosedError(CollcommError):
     """The process group, transport or store was closed or aborted."""
 

@@ -234,7 +234,7 @@ def test_tcp_any_source_receive_mid_body_fails_when_that_peer_dies() -> None:
     when rank 1 died (rank 2 lives): the receive fails, it does not wait for the timeout."""
     engine, hub, ours, theirs = tcp_engine(peers=2)
     recv = engine.irecv(buf(1000), ANY_SOURCE, 5)
-    theirs[0].sendall(FRAME.pack(5, 1000, DATA) + b"\1" * 10)   # header and 10 of 1000 bytes
+    theirs[0].sendall(FRAME.pack(5, 1000, 0, DATA) + b"\1" * 10)   # header and 10 of 1000 bytes
     time.sleep(0.2)                 # the I/O thread matched it and reads the body into recv
     theirs[0].close()
     assert_lost(within(HANG, "wait", lambda: outcome(recv)), 1)

@@ -107,12 +107,14 @@ def _cases(rank: int) -> list[tuple[str, Callable[[], Any]]]:
     ]
 
 
-def run_mismatch_matrix() -> list[tuple[str, str, str]]:
+def run_mismatch_matrix(skip: tuple[str, ...] = ()) -> list[tuple[str, str, str]]:
     import collcomm as dist
 
     rank = dist.get_rank()
     seen = []
     for what, call in _cases(rank):
+        if what in skip:
+            continue
         try:
             call()
         except dist.MismatchError as exc:
@@ -131,13 +133,63 @@ def run_mismatch_matrix() -> list[tuple[str, str, str]]:
 
 @pytest.mark.parametrize("n", [2, 3])
 def test_mismatch_matrix_over_shared_memory(n: int) -> None:
-    results = run_ranks(run_mismatch_matrix, n, timeout=90)
+    _check_matrix(run_ranks(run_mismatch_matrix, n, timeout=90))
+
+
+def _check_matrix(results: list[Any]) -> None:
     for rank, seen in enumerate(results):
         for what, kind, text in seen:
             assert kind == "MismatchError", f"rank {rank}, {what} mismatch: got {kind} {text}"
             if what != "split sizes":
                 assert "rank 1 called" in text or (rank == 1 and "but rank" in text), text
                 assert "differs in" in text
+
+
+def run_tcp_matrix() -> list[tuple[str, str, str]]:
+    """The matrix minus the cases no message can reveal over point-to-point (a root that
+    differs: both sides wait for each other; those end in the call timeout, tested below)."""
+    import collcomm as dist
+
+    with dist.call_timeout(20):
+        return run_mismatch_matrix(skip=("root",))
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_mismatch_matrix_over_tcp(n: int) -> None:
+    """Over TCP the signature travels in every message header. A rank whose receive gets
+    another call's message raises and tells every member it abandoned the call, so every
+    rank that receives in the call raises at once; a rank that only sends (a broadcast
+    root, a reduce leaf) cannot know and returns. Never a wrong result: the follow-up
+    all_reduce of each case checks the group is still right."""
+    results = run_ranks(run_tcp_matrix, n, timeout=120, transport="tcp")
+    for case in range(len(results[0])):
+        what = results[0][case][0]
+        kinds = [seen[case][1] for seen in results]
+        assert set(kinds) <= {"MismatchError", "no error"}, (what, [s[case] for s in results])
+        assert "MismatchError" in kinds, (what, kinds)
+        for seen in results:
+            if seen[case][1] == "MismatchError" and what != "split sizes":
+                assert "differs in" in seen[case][2] or "abandoned" in seen[case][2], seen[case][2]
+    assert results[1][0][1] == "MismatchError"      # the odd rank is told in an all_reduce
+
+
+def different_roots() -> str:
+    import collcomm as dist
+
+    rank = dist.get_rank()
+    with dist.call_timeout(2):
+        try:
+            dist.reduce(np.ones(2, dtype=np.float32), dst=rank)
+        except dist.CollcommError as exc:
+            return type(exc).__name__
+    return "no error"
+
+
+def test_different_roots_over_tcp_time_out_naming_the_peer() -> None:
+    """Both ranks think they are the root: no message can tell them, so the call timeout
+    does (a rank may instead see the other leave after its own timeout); never a hang."""
+    kinds = run_ranks(different_roots, 2, timeout=60, transport="tcp")
+    assert "CommTimeoutError" in kinds and set(kinds) <= {"CommTimeoutError", "PeerLostError"}, kinds
 
 
 def seed_004_sync_random_seed() -> str:
@@ -152,6 +204,10 @@ def seed_004_sync_random_seed() -> str:
     return f"no error: seed {seed[0]!r}"
 
 
-def test_seed_004_dtype_mismatch_is_refused() -> None:
-    for text in run_ranks(seed_004_sync_random_seed, 2, timeout=60):
-        assert "int64" in text and "float32" in text and "dtype" in text, text
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_seed_004_dtype_mismatch_is_refused(transport: str) -> None:
+    texts = run_ranks(seed_004_sync_random_seed, 2, timeout=60, transport=transport)
+    receiver = texts[1]
+    assert "int64" in receiver and "float32" in receiver and "dtype" in receiver, receiver
+    if transport == "shm":    # over TCP the root only sends, so it cannot know
+        assert "int64" in texts[0] and "float32" in texts[0], texts[0]

@@ -24,8 +24,10 @@ from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 
-from ..errors import CollcommError, InvalidArgumentError, MismatchError, with_context
-from ..transport.base import ANY_SOURCE, Handle, Status, Transport
+from ..algorithms import signature
+from ..errors import (CollcommError, InvalidArgumentError, MismatchError, SignatureMismatchError,
+                      with_context)
+from ..transport.base import ABORT_SIG, ANY_SOURCE, Handle, Status, Transport
 from .plan import CallPlan
 from .recorder import observer_for
 from .work import Work
@@ -96,16 +98,24 @@ class _TimedHandle(Handle):
     (anything else means the ranks are not in the same collective).
     """
 
-    __slots__ = ("_h", "_timeout", "_watch", "_expect", "_peer")
+    __slots__ = ("_h", "_timeout", "_watch", "_expect", "_peer", "_comm")
 
     def __init__(self, h: Handle, timeout: float | None, watch: Sequence[int] = (),
-                 expect: int | None = None, peer: int = -1) -> None:
+                 expect: int | None = None, peer: int = -1, comm: "GroupComm | None" = None) -> None:
         self._h, self._timeout, self._watch, self._expect, self._peer = h, timeout, watch, expect, peer
+        self._comm = comm   # the collective call it belongs to (told when it must be abandoned)
 
     def wait(self, timeout: float | None = None) -> Status:
         t = self._timeout if timeout is None else timeout
-        st = self._h.wait(t, self._watch) if self._watch else self._h.wait(t)  # type: ignore[call-arg]
+        try:
+            st = self._h.wait(t, self._watch) if self._watch else self._h.wait(t)  # type: ignore[call-arg]
+        except SignatureMismatchError as exc:
+            if self._comm is not None:
+                self._comm.abandon()
+            raise signature_mismatch(exc) from None
         if self._expect is not None and st.nbytes != self._expect:
+            if self._comm is not None:
+                self._comm.abandon()
             raise MismatchError(
                 f"received {st.nbytes} bytes from rank {st.source} where {self._expect} were "
                 "expected: the ranks are not in the same collective call (or disagree on its "
@@ -113,7 +123,25 @@ class _TimedHandle(Handle):
         return st
 
     def test(self) -> bool:
-        return self._h.test()
+        try:
+            return self._h.test()
+        except SignatureMismatchError as exc:
+            if self._comm is not None:
+                self._comm.abandon()
+            raise signature_mismatch(exc) from None
+
+
+def signature_mismatch(exc: SignatureMismatchError) -> MismatchError:
+    """The transport's raw signature mismatch in words: both calls and what differs."""
+    if exc.abandoned and exc.theirs == exc.mine:
+        return MismatchError(
+            f"rank {exc.peer} abandoned {signature.describe(exc.mine)}, which rank {exc.rank} is "
+            "in too: it found a rank in a different call (its own error names both sides)")
+    return MismatchError(
+        f"rank {exc.rank} called {signature.describe(exc.mine)} but rank {exc.peer} called "
+        f"{signature.describe(exc.theirs)} (differs in {signature.differences(exc.mine, exc.theirs)}): "
+        "every rank must make the same collective calls in the same order, with the same "
+        "dtype, count, root and op")
 
 
 class GroupComm:
@@ -125,10 +153,11 @@ class GroupComm:
     """
 
     __slots__ = ("rank", "size", "_ranks", "_transport", "_tag", "_timeout", "_group",
-                 "can_share_memory", "spans_hosts", "n_hosts", "link", "sig")
+                 "can_share_memory", "spans_hosts", "n_hosts", "link", "sig", "_abandoned")
 
     def __init__(self, group: "ProcessGroup", tag: int, timeout: float | None, sig: int = 0) -> None:
         self.sig = sig   # the call's signature word (see algorithms/signature.py); 0: unknown
+        self._abandoned = False
         self.rank, self.size = group.rank, group.size
         self._ranks, self._transport = group.ranks, group.transport
         self._tag, self._timeout = tag, timeout
@@ -173,13 +202,28 @@ class GroupComm:
 
     def isend(self, arr: np.ndarray, peer: int) -> Handle:
         assert self._transport is not None, "a group of one never sends"
-        h = self._transport.isend(as_bytes(arr), self._ranks[peer], self._tag)
-        return _TimedHandle(h, self._timeout, self._ranks)
+        h = self._transport.isend(as_bytes(arr), self._ranks[peer], self._tag, sig=self.sig)  # type: ignore[call-arg]
+        return _TimedHandle(h, self._timeout, self._ranks, comm=self)
 
     def irecv(self, arr: np.ndarray, peer: int) -> Handle:
         assert self._transport is not None, "a group of one never receives"
-        h = self._transport.irecv(as_bytes(arr), self._ranks[peer], self._tag)
-        return _TimedHandle(h, self._timeout, self._ranks, arr.nbytes)
+        h = self._transport.irecv(as_bytes(arr), self._ranks[peer], self._tag, sig=self.sig)  # type: ignore[call-arg]
+        return _TimedHandle(h, self._timeout, self._ranks, arr.nbytes, comm=self)
+
+    def abandon(self) -> None:
+        """This rank leaves the call after a signature mismatch: every other member is told
+        (an ABORT message on the call's tag carrying our signature), so a rank waiting for
+        us in this call fails at once instead of at its timeout. Sent once, not waited for."""
+        if self._abandoned or self._transport is None or not self.sig:
+            return
+        self._abandoned = True
+        body = memoryview(self.sig.to_bytes(8, "little"))
+        for r in self._ranks:
+            if r != self._ranks[self.rank]:
+                try:
+                    self._transport.isend(body, r, self._tag, sig=ABORT_SIG)  # type: ignore[call-arg]
+                except CollcommError:
+                    pass   # a lost peer: nothing to tell
 
 
 class ProcessGroup:
@@ -322,13 +366,16 @@ class ProcessGroup:
                     for r in self.ranks]
             name = f"collcomm-{engine.job}-arena-{self.ctx:x}"
             token = np.zeros(1, dtype=np.uint8)
+            # the handshake is the library's own, not part of the user's call: it carries
+            # the "internal" signature, so a call that mismatches cannot break the arena
+            setup = GroupComm(self, comm._tag, comm._timeout, signature.make("internal"))
 
             def announce() -> None:
-                for h in [comm.isend(token, p) for p in range(1, self.size)]:
+                for h in [setup.isend(token, p) for p in range(1, self.size)]:
                     h.wait()
 
             def wait_created() -> None:
-                comm.irecv(token, 0).wait()
+                setup.irecv(token, 0).wait()
 
             self._arena = arena_mod.build(self.size, self.rank, name, pids, self.ranks,
                                           comm._timeout or self.timeout, self.rank == 0,

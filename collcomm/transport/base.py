@@ -8,6 +8,9 @@ collectives: algorithms are written against this contract only.
   (or ``ANY_SOURCE``). Both return a :class:`Handle` at once.
 * Messages between one (source, destination, tag) are delivered in the order they were
   sent, and matched to receives in the order those were posted.
+* Every message carries its call's 64-bit signature (collective, dtype, count, root, op;
+  0 = none); a receive expecting another signature fails with
+  :class:`~collcomm.errors.SignatureMismatchError` instead of reinterpreting the bytes.
 * A message larger than the posted receive buffer fails that receive with
   :class:`~collcomm.errors.MismatchError`; a shorter one completes and the handle's
   :class:`Status` says how many bytes arrived.
@@ -31,6 +34,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 ANY_SOURCE = -1
+#: The signature of a message saying "its sender abandoned this call" (after it found that
+#: another rank is in a different call); its 8-byte body is the sender's own signature. A
+#: receive that matches it fails with SignatureMismatchError whatever it expected.
+ABORT_SIG = 0xF << 60
 
 #: Buffers the transport accepts: anything exposing contiguous bytes.
 Buffer = memoryview
@@ -70,12 +77,18 @@ class Transport(ABC):
     timeout: float
 
     @abstractmethod
-    def isend(self, buf: Buffer, dst: int, tag: int) -> Handle:
-        """Start sending ``buf`` (contiguous bytes) to ``dst`` with ``tag`` (0 <= tag < 2**64)."""
+    def isend(self, buf: Buffer, dst: int, tag: int, sig: int = 0) -> Handle:
+        """Start sending ``buf`` (contiguous bytes) to ``dst`` with ``tag`` (0 <= tag < 2**64).
+
+        ``sig`` is the 64-bit signature of the call the message belongs to; it travels in
+        the message header."""
 
     @abstractmethod
-    def irecv(self, buf: Buffer, src: int, tag: int) -> Handle:
-        """Post a receive into writable ``buf`` from ``src`` (or ANY_SOURCE) with ``tag``."""
+    def irecv(self, buf: Buffer, src: int, tag: int, sig: int = 0) -> Handle:
+        """Post a receive into writable ``buf`` from ``src`` (or ANY_SOURCE) with ``tag``.
+
+        A matching message whose signature differs from ``sig`` (both non-zero) fails the
+        receive with :class:`~collcomm.errors.SignatureMismatchError` (and is consumed)."""
 
     @abstractmethod
     def abort(self, exc: BaseException) -> None:

@@ -41,8 +41,8 @@ import threading
 import time
 from typing import Any, Protocol, Sequence
 
-from ..errors import ClosedError, CommTimeoutError, MismatchError, PeerLostError
-from .base import ANY_SOURCE, Buffer, Handle, Status, Transport
+from ..errors import ClosedError, CommTimeoutError, MismatchError, PeerLostError, SignatureMismatchError
+from .base import ABORT_SIG, ANY_SOURCE, Buffer, Handle, Status, Transport
 from .heap import Heap
 
 #: The mask of a receive that matches its tag exactly.
@@ -83,11 +83,13 @@ class Channel(Protocol):
 class Request(Handle):
     """A pending send or receive; completed by whichever thread finishes it."""
 
-    __slots__ = ("engine", "kind", "buf", "peer", "tag", "mask", "done", "exc", "status", "event")
+    __slots__ = ("engine", "kind", "buf", "peer", "tag", "mask", "done", "exc", "status", "event",
+                 "sig")
 
     def __init__(self, engine: "Engine", kind: str, buf: Buffer, peer: int, tag: int,
-                 mask: int = FULL_MASK) -> None:
+                 mask: int = FULL_MASK, sig: int = 0) -> None:
         self.engine, self.kind, self.buf, self.peer, self.tag = engine, kind, buf, peer, tag
+        self.sig = sig          # the call signature it carries / expects (0: none, unchecked)
         self.mask = mask        # a receive matches tags equal to ``tag`` on these bits
         self.done = False
         self.exc: BaseException | None = None
@@ -132,10 +134,12 @@ class Request(Handle):
 class Incoming:
     """A message that arrived before its receive was posted (or is still arriving)."""
 
-    __slots__ = ("source", "tag", "nbytes", "payload", "ready", "waiter")
+    __slots__ = ("source", "tag", "nbytes", "payload", "ready", "waiter", "sig")
 
-    def __init__(self, source: int, tag: int, nbytes: int, payload: Payload | None) -> None:
+    def __init__(self, source: int, tag: int, nbytes: int, payload: Payload | None,
+                 sig: int = 0) -> None:
         self.source, self.tag, self.nbytes, self.payload = source, tag, nbytes, payload
+        self.sig = sig
         self.ready = payload is not None
         self.waiter: Request | None = None
 
@@ -189,11 +193,12 @@ class Engine(Transport):
         return {p: c.kind for p, c in sorted(self.channels.items())}
 
     # -- the contract -----------------------------------------------------------------------
-    def isend(self, buf: Buffer, dst: int, tag: int) -> Handle:
+    def isend(self, buf: Buffer, dst: int, tag: int, sig: int = 0) -> Handle:
+        """The contract's send; ``sig``: the call signature the message carries."""
         self._check_open()
-        req = Request(self, "send", buf, dst, tag)
+        req = Request(self, "send", buf, dst, tag, FULL_MASK, sig)
         if dst == self.rank:
-            self.arrived(self.rank, tag, len(buf), _Bytes(bytes(buf)))
+            self.arrived(self.rank, tag, len(buf), _Bytes(bytes(buf)), sig)
             req.complete(dst, len(buf))
             return req
         self._check_peer(dst)
@@ -204,12 +209,14 @@ class Engine(Transport):
         self.channels[dst].send(req)
         return req
 
-    def irecv(self, buf: Buffer, src: int, tag: int, mask: int = FULL_MASK) -> Handle:
-        """The contract's receive; ``mask``: match any tag equal to ``tag`` on its bits."""
+    def irecv(self, buf: Buffer, src: int, tag: int, mask: int = FULL_MASK, sig: int = 0) -> Handle:
+        """The contract's receive; ``mask``: match any tag equal to ``tag`` on its bits;
+        ``sig``: the call signature expected (a message carrying another fails the receive
+        with SignatureMismatchError; 0 on either side: not checked)."""
         self._check_open()
         if src != ANY_SOURCE and src != self.rank:
             self._check_peer(src)
-        req = Request(self, "recv", buf, src, tag, mask)
+        req = Request(self, "recv", buf, src, tag, mask, sig)
         early: Incoming | None = None
         lost: BaseException | None = None
         with self._lock:
@@ -229,7 +236,7 @@ class Engine(Transport):
                 else:
                     self._posted.append(req)
         if early is not None:
-            self._deliver(req, early.source, early.nbytes, early.payload)
+            self._deliver(req, early.source, early.nbytes, early.payload, early.sig)
         elif lost is not None:
             req.fail(lost)
         return req
@@ -303,7 +310,7 @@ class Engine(Transport):
             if not ready:
                 message.waiter = req      # landed() delivers it
         if ready:
-            self._deliver(req, message.source, message.nbytes, message.payload)
+            self._deliver(req, message.source, message.nbytes, message.payload, message.sig)
         return req
 
     def abort(self, exc: BaseException) -> None:
@@ -326,28 +333,31 @@ class Engine(Transport):
         self.abort(ClosedError(f"rank {self.rank}: transport closed"))
 
     # -- channels report here -----------------------------------------------------------
-    def arrived(self, source: int, tag: int, nbytes: int, payload: Payload) -> None:
+    def arrived(self, source: int, tag: int, nbytes: int, payload: Payload, sig: int = 0) -> None:
         """A whole message from ``source`` is available in ``payload``."""
         with self._lock:
             req = self._match(source, tag)
             if req is None:
-                self._unexpected.append(Incoming(source, tag, nbytes, payload.detach()))
+                self._unexpected.append(Incoming(source, tag, nbytes, payload.detach(), sig))
         if req is None:
             self._news.set()
             return
-        self._deliver(req, source, nbytes, payload)
+        self._deliver(req, source, nbytes, payload, sig)
 
-    def arriving(self, source: int, tag: int, nbytes: int) -> tuple[memoryview, Any]:
+    def arriving(self, source: int, tag: int, nbytes: int, sig: int = 0) -> tuple[memoryview, Any]:
         """A message's header has arrived; return where to read its body and a token for
         :meth:`landed`. The body goes straight into a posted buffer when one matches."""
         with self._lock:
             req = self._match(source, tag)
-            if req is not None and nbytes <= len(req.buf):
+            if req is not None and (sig == ABORT_SIG or (req.sig and sig and req.sig != sig)):
+                body = bytearray(nbytes)        # read aside, then fail the receive
+                view, token = memoryview(body), (req, "signature", sig, body)
+            elif req is not None and nbytes <= len(req.buf):
                 view, token = req.buf[:nbytes], req
             elif req is not None:  # too large: read it aside, then fail the receive
-                view, token = memoryview(bytearray(nbytes)), (req, "overflow")
+                view, token = memoryview(bytearray(nbytes)), (req, "overflow", sig, b"")
             else:
-                token = Incoming(source, tag, nbytes, None)
+                token = Incoming(source, tag, nbytes, None, sig)
                 self._unexpected.append(token)
                 body = bytearray(nbytes)
                 token.payload = _Bytes(body)
@@ -367,9 +377,11 @@ class Engine(Transport):
         if isinstance(token, Request):
             token.complete(source, nbytes)
         elif isinstance(token, tuple):
-            token[0].fail(self._overflow(token[0], nbytes))
+            req, why, sig, body = token
+            req.fail(self._wrong_signature(req, source, sig, body) if why == "signature"
+                     else self._overflow(req, nbytes))
         elif waiter is not None:
-            self._deliver(waiter, source, nbytes, token.payload)
+            self._deliver(waiter, source, nbytes, token.payload, token.sig)
 
     def peer_lost(self, peer: int, exc: BaseException, crashed: bool = True) -> None:
         """``peer`` is gone: fail what is pending with it, refuse what comes later.
@@ -412,8 +424,28 @@ class Engine(Transport):
         return MismatchError(f"rank {self.rank}: message of {nbytes} bytes from rank {req.peer} is "
                              f"larger than the posted receive buffer ({len(req.buf)} bytes, tag {req.tag:#x})")
 
-    def _deliver(self, req: Request, source: int, nbytes: int, payload: Any) -> None:
+    def _wrong_signature(self, req: Request, source: int, sig: int,
+                         body: bytes | bytearray = b"") -> SignatureMismatchError:
+        """The error of a receive that matched a message of another call (or an ABORT)."""
+        abandoned = sig == ABORT_SIG
+        if abandoned:
+            sig = int.from_bytes(bytes(body[:8]), "little") if len(body) >= 8 else 0
+        return SignatureMismatchError(
+            f"rank {self.rank}: the message from rank {source} (signature {sig:#018x}) belongs to "
+            f"another call than the receive posted for it (signature {req.sig:#018x})"
+            + (" (it abandoned the call)" if abandoned else ""),
+            mine=req.sig, theirs=sig, peer=source, rank=self.rank, abandoned=abandoned)
+
+    def _deliver(self, req: Request, source: int, nbytes: int, payload: Any, sig: int = 0) -> None:
         try:
+            if sig == ABORT_SIG or (req.sig and sig and req.sig != sig):
+                body = bytearray(min(nbytes, 8))
+                if body:
+                    scratch = bytearray(nbytes)
+                    payload.copy_into(memoryview(scratch))
+                    body = scratch[:8]
+                req.fail(self._wrong_signature(req, source, sig, body))
+                return
             if nbytes > len(req.buf):
                 req.fail(self._overflow(req, nbytes))
                 return

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from .engine import Engine, Request
 
 SHM_DIR = "/dev/shm"
-HEADER = struct.Struct("<IIQQQ")  # record length, kind, tag, nbytes, aux
+HEADER = struct.Struct("<IIQQQQ")  # record length, kind, tag, nbytes, aux, call signature
 INLINE, SEGMENT, PAD, SEGMENT_ONCE = 1, 2, 3, 4
 _CLOSED, _GONE = "closed", "gone"   # why a sender stopped waiting (resolved without the lock)
 POOL_SLOTS = 4
@@ -260,7 +260,7 @@ class ShmChannel:
                     else:
                         kind, staged, offset = self._stage(buf)
                         record = (kind, offset, staged.encode())
-                if self._try_append(record[0], req.tag, nbytes, record[1], record[2]):
+                if self._try_append(record[0], req.tag, nbytes, record[1], record[2], req.sig):
                     problem = None
                     break
             # the ring is full: wait for the peer to read, without the lock
@@ -335,7 +335,8 @@ class ShmChannel:
                 self.created = [n for n in self.created if os.path.exists(os.path.join(SHM_DIR, n))]
         return kind, name, offset
 
-    def _try_append(self, kind: int, tag: int, nbytes: int, aux: int, body: memoryview | bytes) -> bool:
+    def _try_append(self, kind: int, tag: int, nbytes: int, aux: int, body: memoryview | bytes,
+                    sig: int = 0) -> bool:
         """Write one record if the ring has room for it (caller holds ``send_lock``)."""
         need = _round(HEADER.size + len(body))
         ring = self.out.ring
@@ -347,10 +348,10 @@ class ShmChannel:
             return False
         data = self.out.data
         if pad:
-            HEADER.pack_into(data, off, pad, PAD, 0, 0, 0)
+            HEADER.pack_into(data, off, pad, PAD, 0, 0, 0, 0)
             off = 0
         data[off + HEADER.size:off + HEADER.size + len(body)] = body
-        HEADER.pack_into(data, off, need, kind, tag, nbytes, aux)
+        HEADER.pack_into(data, off, need, kind, tag, nbytes, aux, sig)
         self.head += need + pad
         self.out.ctl[0] = self.head
         return True
@@ -365,10 +366,10 @@ class ShmChannel:
             ring, data = inp.ring, inp.data
             while self.tail != head:
                 off = self.tail % ring
-                length, kind, tag, nbytes, aux = HEADER.unpack_from(data, off)
+                length, kind, tag, nbytes, aux, sig = HEADER.unpack_from(data, off)
                 if kind == INLINE:
                     body = data[off + HEADER.size:off + HEADER.size + nbytes]
-                    self.engine.arrived(self.peer, tag, nbytes, _RingBody(body))
+                    self.engine.arrived(self.peer, tag, nbytes, _RingBody(body), sig)
                 elif kind in (SEGMENT, SEGMENT_ONCE):
                     name = bytes(data[off + HEADER.size:off + length]).rstrip(b"\0").decode()
                     pooled = kind == SEGMENT
@@ -377,7 +378,7 @@ class ShmChannel:
                         mm = open_segment(name, unlink=True, populate=pooled)
                         if pooled:
                             self.mapped[name] = mm
-                    self.engine.arrived(self.peer, tag, nbytes, _SegmentBody(mm, aux, nbytes, pooled))
+                    self.engine.arrived(self.peer, tag, nbytes, _SegmentBody(mm, aux, nbytes, pooled), sig)
                 self.tail += length
                 inp.ctl[8] = self.tail
         finally:

@@ -49,7 +49,7 @@ from ..errors import ClosedError, CollcommError, CommTimeoutError, PeerLostError
 if TYPE_CHECKING:
     from .engine import Engine, Request
 
-FRAME = struct.Struct("<QQI4x")   # tag, nbytes, kind
+FRAME = struct.Struct("<QQQI4x")   # tag, nbytes, call signature, kind
 DATA, HEARTBEAT, BYE = 0, 1, 2
 HELLO = struct.Struct("<II")      # rank, protocol version
 PROTOCOL = 1
@@ -98,7 +98,7 @@ class TcpChannel:
 
     # -- sending (any thread) ------------------------------------------------------------
     def send(self, req: "Request") -> None:
-        self._enqueue(FRAME.pack(req.tag, len(req.buf), DATA), req.buf, req)
+        self._enqueue(FRAME.pack(req.tag, len(req.buf), req.sig, DATA), req.buf, req)
 
     def _enqueue(self, header: bytes, body: memoryview | bytes, req: "Request | None") -> None:
         item = [memoryview(header), memoryview(body), req]
@@ -212,14 +212,14 @@ class TcpChannel:
                     self._on_body()
 
     def _on_header(self) -> None:
-        tag, nbytes, kind = FRAME.unpack(self.header)
+        tag, nbytes, sig, kind = FRAME.unpack(self.header)
         if kind == HEARTBEAT:
             return
         if kind == BYE:
             self.bye = True
             return
         self.frame = (tag, nbytes, kind)
-        self.target, self.token = self.engine.arriving(self.peer, tag, nbytes)
+        self.target, self.token = self.engine.arriving(self.peer, tag, nbytes, sig)
         self.tpos = 0
         if nbytes == 0:
             self._on_body()
@@ -235,7 +235,7 @@ class TcpChannel:
             self.hub.fail(self, f"rank {self.peer} missed its heartbeats for "
                                 f"{now - self.last_recv:.1f} s (host down or process hung?)", None)
         elif now - self.last_send > HEARTBEAT_INTERVAL and not self.queue:
-            self._enqueue(FRAME.pack(0, 0, HEARTBEAT), b"", None)
+            self._enqueue(FRAME.pack(0, 0, 0, HEARTBEAT), b"", None)
 
     def check_alive(self) -> None:
         """The hub notices failures by itself; nothing to probe here."""
@@ -448,7 +448,7 @@ class TcpHub:
         self.closed = True
         open_channels = [ch for ch in self.channels.values() if not ch.closed]
         for ch in open_channels:
-            ch._enqueue(FRAME.pack(0, 0, BYE), b"", None)
+            ch._enqueue(FRAME.pack(0, 0, 0, BYE), b"", None)
         deadline = time.monotonic() + linger
         while any(ch.queue and not ch.closed for ch in open_channels) and time.monotonic() < deadline:
             time.sleep(0.001)
