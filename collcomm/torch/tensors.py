@@ -34,7 +34,7 @@ _OPS = {_RED.SUM: ReduceOp.SUM, _RED.AVG: ReduceOp.AVG, _RED.PRODUCT: ReduceOp.P
         _RED.BOR: ReduceOp.BOR, _RED.BXOR: ReduceOp.BXOR}
 
 
-@dataclass
+@dataclass(slots=True)
 class View:
     """One tensor seen by the core: ``arr`` shares the tensor's memory unless ``tmp`` is set."""
 
@@ -62,26 +62,29 @@ def view(t: Any, call: str, where: str, what: str = "tensor", reducing: bool = F
     values, so raw-byte dtypes are refused."""
     if not isinstance(t, torch.Tensor):
         raise _refuse(call, where, what, f"must be a torch.Tensor, got {type(t).__name__}")
-    if t.device.type != "cpu":
+    if not t.is_cpu:
         raise _refuse(call, where, what,
                       f"is on device {t.device}: the collcomm backend handles CPU tensors only "
                       "(move it with .cpu(), or use nccl for CUDA tensors)")
     if t.layout != torch.strided:
         raise _refuse(call, where, what, f"must be a dense (strided) tensor, got layout {t.layout}")
-    t = t.detach()
+    if t.requires_grad:
+        t = t.detach()
     src, tmp = t, None
     if not t.is_contiguous() or t.is_conj() or t.is_neg():
         src = tmp = t.resolve_conj().resolve_neg().contiguous()
     if src.dtype == torch.bfloat16:
         return View(t, src.view(torch.int16).numpy().reshape(-1).view(np.uint16), BFLOAT16, tmp)
     try:
-        arr = src.numpy().reshape(-1)
+        arr = src.numpy()
     except (TypeError, RuntimeError) as exc:
         if reducing:
             raise _refuse(call, where, what, f"has dtype {t.dtype}, which collcomm cannot reduce") from exc
         flat = src.reshape(-1)
         raw = flat.view(torch.uint8) if flat.numel() else torch.empty(0, dtype=torch.uint8)
         return View(t, raw.numpy(), RAW, tmp)
+    if arr.ndim != 1:
+        arr = arr.reshape(-1)
     return View(t, arr, arr.dtype, tmp)
 
 
@@ -129,7 +132,10 @@ def copy_out(outs: Sequence[View], flat: np.ndarray) -> Callable[[], None]:
 
 def reduce_op(op: Any, call: str, where: str) -> tuple[Any, float | torch.Tensor | None]:
     """(collcomm op, PREMUL_SUM factor or None) for torch's ``ReduceOp``."""
-    kind = op.op if hasattr(op, "op") else op
+    try:
+        kind = op.op
+    except AttributeError:
+        kind = op
     if kind == _RED.PREMUL_SUM:
         state = op.__getstate__()
         return ReduceOp.SUM, state[1]
