@@ -5,7 +5,7 @@ each group keeps the other coordinates fixed, the groups of a dimension partitio
 world, group order follows the varying coordinate, and the neighbours are right. Real
 groups: 8 processes on collcomm's numpy API (all_reduce on every group, the CP ring and the
 pipeline with point-to-point), and 4 processes on torch.distributed with groups of each
-backend, plus ``init_device_mesh`` on collcomm, then collcomm groups under a gloo default
+backend, plus ``init_device_mesh``, functional collectives and DTensor on collcomm, then collcomm groups under a gloo default
 group re-created in the same processes.
 """
 from __future__ import annotations
@@ -174,6 +174,13 @@ def torch_rank() -> dict:
         t = torch.tensor([float(r)])
         dist.all_reduce(t, group=g)
         out[("mesh", dim)] = (dist.get_process_group_ranks(g), float(t), dist.get_backend(g))
+    # functional collectives and DTensor (what FSDP2 / tensor parallel build on)
+    import torch.distributed._functional_collectives as funcol
+    from torch.distributed.tensor import DTensor, Shard
+
+    summed = funcol.all_reduce(torch.tensor([float(r)]), "sum", mesh["dp"].get_group())
+    full = DTensor.from_local(torch.full((2,), float(r)), mesh["tp"], [Shard(0)]).full_tensor()
+    out["funcol"], out["dtensor"] = float(summed), full.tolist()
     dist.destroy_process_group()
     # again in the same processes, now under a gloo default group: collcomm groups then get
     # a transport of their own (through the store of the re-created default group)
@@ -200,3 +207,5 @@ def test_torch_groups_either_backend_and_device_mesh() -> None:
         assert got[("mesh", "dp")] == (dp, float(sum(dp)), "collcomm"), got
         assert got[("mesh", "tp")] == (tp, float(sum(tp)), "collcomm"), got
         assert got["under gloo"] == (tp, float(sum(tp)), "collcomm", "gloo"), got
+        assert got["funcol"] == float(sum(dp)), got
+        assert got["dtensor"] == [float(tp[0])] * 2 + [float(tp[1])] * 2, got

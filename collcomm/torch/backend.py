@@ -26,8 +26,9 @@ import torch.distributed as dist
 from torch.distributed import DistStoreError
 
 from ..core import attach
-from ..errors import CommTimeoutError
+from ..errors import CollcommError, CommTimeoutError
 from ..rendezvous.base import Store, Value, _value_bytes
+from .errors import translate
 from .process_group import BACKEND_NAME, ProcessGroupCollcomm
 
 __all__ = ["TorchStore", "create", "register"]
@@ -94,12 +95,15 @@ def create(opts: Any, backend_options: Any = None) -> ProcessGroupCollcomm:
     members = [int(r) for r in opts.global_ranks_in_group]
     name = str(opts.group_id)
     parent = _collcomm_default_group() if members else None
-    if parent is not None:
-        group = attach.subgroup(parent.core_group, members, key=name, name=f"pg{name}",
-                                timeout=timeout)
-    else:
-        group = attach.attach(TorchStore(opts.store, timeout), rank, size, timeout,
-                              name="WORLD" if not members else f"pg{name}")
+    try:
+        if parent is not None:
+            group = attach.subgroup(parent.core_group, members, key=name, name=f"pg{name}",
+                                    timeout=timeout)
+        else:
+            group = attach.attach(TorchStore(opts.store, timeout), rank, size, timeout,
+                                  name="WORLD" if not members else f"pg{name}")
+    except CollcommError as exc:
+        raise translate(exc) from None
     return ProcessGroupCollcomm(group, rank, size)
 
 
