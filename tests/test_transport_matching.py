@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import collcomm.core.runtime as rt
-from collcomm.errors import CommTimeoutError
+from collcomm.errors import ClosedError, CommTimeoutError
 from collcomm.transport.base import ANY_SOURCE
 from tests.harness import run_ranks
 
@@ -44,6 +44,8 @@ def matching() -> list[str]:
         hs += [t.isend(_mv(np.array([k], dtype=np.int64)), 1, BASE | 30) for k in (1, 2)]
         for h in hs:
             h.wait()
+        t.irecv(_mv(np.zeros(1, dtype=np.int64)), 1, BASE | 41).wait()
+        t.isend(_mv(np.array([40], dtype=np.int64)), 1, BASE | 40).wait()
         t.irecv(_mv(np.zeros(1, dtype=np.int64)), 1, BASE | 100).wait()   # rank 1 is done
     if r == 1:
         a = np.zeros(1, dtype=np.int64)
@@ -76,6 +78,19 @@ def matching() -> list[str]:
         d = np.zeros(1, dtype=np.int64)
         t.mrecv(m, _mv(d)).wait()
         expect((int(d[0]), int(c[0])) == (1, 2), f"matched message keeps its place: {d[0]}, {c[0]}")
+        # cancel: a withdrawn receive fails its wait and does not take the next message
+        pending = t.irecv(_mv(np.zeros(1, dtype=np.int64)), 0, BASE | 40)
+        expect(t.cancel(pending) is True, "cancel of an unmatched receive")
+        try:
+            pending.wait(5)
+            bad.append("a cancelled receive completed")
+        except ClosedError:
+            pass
+        t.isend(_mv(np.zeros(1, dtype=np.int64)), 0, BASE | 41).wait()   # rank 0: send tag 40 now
+        f = np.zeros(1, dtype=np.int64)
+        done = t.irecv(_mv(f), 0, BASE | 40)
+        done.wait()
+        expect(int(f[0]) == 40 and t.cancel(done) is False, "receive after a cancel; cancel of a done one")
         # nothing more: a non-blocking probe says so, a blocking one times out
         expect(t.probe(ANY_SOURCE, BASE, WILD) is None, "probe with nothing pending")
         try:

@@ -22,7 +22,8 @@ collectives: algorithms are written against this contract only.
   ``irecv(buf, src, tag, mask)`` matches every tag equal to ``tag`` on the bits of
   ``mask``; ``probe(src, tag, mask, block=, take=, timeout=)`` returns the first early
   message such a receive would match (``source``, ``tag``, ``nbytes``) without receiving
-  it, or takes it out of matching (``take=True``) for ``mrecv(message, buf)``.
+  it, or takes it out of matching (``take=True``) for ``mrecv(message, buf)``;
+  ``cancel(handle)`` withdraws a receive that nothing has matched yet.
 * Every wait has a timeout (:class:`~collcomm.errors.CommTimeoutError`); when a peer dies
   every pending and later operation with it fails with
   :class:`~collcomm.errors.PeerLostError` naming it; ``abort(exc)`` fails everything

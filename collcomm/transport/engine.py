@@ -313,6 +313,17 @@ class Engine(Transport):
             self._deliver(req, message.source, message.nbytes, message.payload, message.sig)
         return req
 
+    def cancel(self, req: Handle) -> bool:
+        """Withdraw a receive no message has matched yet (MPI_Cancel): True if it was
+        withdrawn, and then its wait raises ClosedError; False if it is matched or done."""
+        with self._lock:
+            withdrawn = req in self._posted
+            if withdrawn:
+                self._posted.remove(req)  # type: ignore[arg-type]
+        if withdrawn:
+            req.fail(ClosedError(f"rank {self.rank}: the {req.describe()} was cancelled"))  # type: ignore[attr-defined]
+        return withdrawn
+
     def abort(self, exc: BaseException) -> None:
         with self._lock:
             if self._aborted is None:
