@@ -51,16 +51,20 @@ DEFAULT_STALL_WARN = 60.0
 GATHER_SECONDS = 1.5
 
 # A collective's record is a tuple (the cheapest thing to build per call) of the fields
-# R_GROUP … R_T0; its state is derived: completed when its group's last completed call is
-# this one or a later one, failed when listed in the group's failures. A point-to-point
-# record is a list with three more fields (peer, state, end time).
+# R_GROUP … R_T0, all plain numbers and strings (the observer's index, ids of the family
+# function and of the caller's code object): the garbage collector untracks such a tuple at
+# its first look, so 2000 of them in the ring cost no collection time (holding objects, the
+# ring made the collections walk it: +3 us per call measured). Its state is derived:
+# completed when its group's last completed call is this one or a later one, failed when
+# listed in the group's failures. A point-to-point record is a list with three more fields
+# (peer, state, end time).
 R_GROUP, R_SEQ, R_OP, R_SIG, R_ALGO, R_CODE, R_LASTI, R_T0, R_PEER, R_PSTATE, R_PT1 = range(11)
 ENTERED, COMPLETED, FAILED = "entered", "completed", "failed"
 _SEQ_MASK = (1 << 35) - 1     # group.py: the low 35 bits of a collective's tag are its seq
 
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _internal: dict[int, bool] = {}   # id(code object) -> it lies inside the collcomm package
-_pinned: list[Any] = []           # those code objects, kept alive so their ids stay theirs
+_codes: dict[int, Any] = {}       # id -> those code objects, kept alive so their ids stay theirs
 _perf = time.perf_counter
 _getframe = sys._getframe
 
@@ -82,7 +86,7 @@ def caller(depth: int = 2) -> tuple[Any, int]:
         inside = internal.get(id(code))
         if inside is None:
             inside = internal[id(code)] = code.co_filename.startswith(_PKG)
-            _pinned.append(code)
+            _codes[id(code)] = code
         if not inside:
             return code, f.f_lasti
         back = f.f_back
@@ -101,7 +105,10 @@ def line_of(code: Any, lasti: int) -> int:
 
 
 def where(code: Any, lasti: int) -> str:
-    """``file:line`` of a recorded caller (relative to the working directory when inside it)."""
+    """``file:line`` of a recorded caller (a code object or its id; relative to the working
+    directory when inside it)."""
+    if isinstance(code, int):
+        code = _codes.get(code)
     if code is None:
         return "?"
     path = code.co_filename
@@ -114,23 +121,25 @@ def where(code: Any, lasti: int) -> str:
     return f"{path}:{line_of(code, lasti)}"
 
 
-_ALGO_NAMES: dict[Any, str] = {}
+_ALGO_NAMES: dict[int, str] = {}   # id(family function) -> its name in the registry
 
 
 def algorithm_name(fn: Any) -> str:
     """The family name of an algorithm function (``ring``, ``shm_direct`` …), or ``""``."""
-    if fn is None:
+    if not fn:
         return ""
     if not _ALGO_NAMES:
         from ..algorithms.registry import ALGORITHMS
 
         for table in ALGORITHMS.values():
             for name, f in table.items():
-                _ALGO_NAMES.setdefault(f, name)
-    return _ALGO_NAMES.get(fn, getattr(fn, "__name__", str(fn)))
+                _ALGO_NAMES.setdefault(id(f), name)
+    if isinstance(fn, int):
+        return _ALGO_NAMES.get(fn, "?")
+    return _ALGO_NAMES.get(id(fn), getattr(fn, "__name__", str(fn)))
 
 
-_family_index: dict[Any, int] = {}
+_family_index: dict[int, int] = {}
 
 
 def family_of(body: Any) -> Any:
@@ -140,9 +149,10 @@ def family_of(body: Any) -> Any:
         return None
     if body.__closure__ is None:     # the family itself (barrier runs it directly)
         return body if algorithm_name(body) != getattr(body, "__name__", None) else None
-    i = _family_index.get(code)
+    i = _family_index.get(id(code))
     if i is None:
-        i = _family_index[code] = code.co_freevars.index("family") if "family" in code.co_freevars else -1
+        i = _family_index[id(code)] = code.co_freevars.index("family") if "family" in code.co_freevars else -1
+        _codes[id(code)] = code
     return body.__closure__[i].cell_contents if i >= 0 else None
 
 
@@ -213,7 +223,7 @@ class Recorder:
 
     # -- reading -------------------------------------------------------------------------
     def entry(self, rec: list[Any], t_ref: float, wall_ref: float) -> dict[str, Any]:
-        obs = rec[R_GROUP]
+        obs = _OBSERVERS[rec[R_GROUP]]
         sig = rec[R_SIG]
         d: dict[str, Any] = {
             "group": obs.name, "ctx": obs.ctx, "seq": rec[R_SEQ] & _SEQ_MASK, "op": rec[R_OP],
@@ -244,7 +254,7 @@ class Recorder:
                 lst.append(rec)
         out: dict[str, Any] = {}
         for obs in list(self.observers):
-            recs = [self.entry(r, now, wall) for r in reversed(by_group.get(obs, []))]
+            recs = [self.entry(r, now, wall) for r in reversed(by_group.get(obs.index, []))]
             done = [r for r in recs if r["state"] == COMPLETED and "peer" not in r]
             out[f"{obs.ctx:x}"] = {"name": obs.name, "ranks": obs.ranks, "recent": recs,
                                    "last_completed": done[-1]["seq"] if done else 0}
@@ -286,7 +296,7 @@ def state_of(rec: Any) -> str:
     """entered / completed / failed (see the record layout above)."""
     if len(rec) > R_PEER:
         return rec[R_PSTATE]
-    obs = rec[R_GROUP]
+    obs = _OBSERVERS[rec[R_GROUP]]
     if id(rec) in obs.failures:
         return FAILED
     done = obs.done
@@ -307,6 +317,7 @@ def fr_dir(job: str = "") -> str:
 
 _recorder: Recorder | None = None
 _lock = threading.Lock()
+_OBSERVERS: list["Observer"] = []   # every observer made, by index (records hold the index)
 
 
 def recorder() -> Recorder:
@@ -328,11 +339,13 @@ def dump(reason: str = "requested") -> str | None:
 class Observer:
     """What a process group hands each call to (see the module docstring)."""
 
-    __slots__ = ("rec", "append", "name", "ctx", "ranks", "rank", "size", "describe", "extra",
-                 "current", "done", "failures", "warned", "tracer", "stats", "detail", "seen",
+    __slots__ = ("index", "rec", "append", "name", "ctx", "ranks", "rank", "size", "describe", "extra",
+                 "done", "failures", "warned", "tracer", "stats", "detail", "seen",
                  "__weakref__")
 
     def __init__(self, group: Any, rec: Recorder) -> None:
+        self.index = len(_OBSERVERS)      # records name their observer by this index
+        _OBSERVERS.append(self)
         self.rec = rec
         self.append = rec.ring.append     # the ring's append, bound once
         self.done: Any = None             # the last completed call's record
@@ -340,7 +353,6 @@ class Observer:
         self.name, self.ctx, self.ranks = group.name, group.ctx, list(group.ranks)
         self.rank, self.size = group.rank, group.size
         self.describe = group.describe()
-        self.current: list[Any] | None = None
         self.warned: Any = None
         s = settings
         self.extra = s.extra
@@ -361,24 +373,28 @@ class Observer:
     def call(self, comm: Any, collective: str, family: Callable[..., Any], args: tuple) -> Any:
         """``family(comm, *args)`` recorded (ProcessGroup.call's observed path).
 
-        Frames: 0 this, 1 ProcessGroup.call, 2 the core collective, 3 the front end (or the
-        program when it calls the core directly): the walk for the caller starts there."""
-        f = _getframe(3)
+        Frames: 0 this, 1 ProcessGroup.call, 2 the core collective, 3 the front end, 4 its
+        caller: the walk for the caller's file:line starts at 4 (each frame looked at costs
+        ~70 ns) and goes up while the code is collcomm's. (A program calling the core
+        collectives directly is attributed to its caller's line.)"""
+        try:
+            f = _getframe(4)
+        except ValueError:
+            f = _getframe(0)
         code = f.f_code
         inside = _internal.get(id(code))
         while inside is not False:
             if inside is None:
                 inside = _internal[id(code)] = code.co_filename.startswith(_PKG)
-                _pinned.append(code)
+                _codes[id(code)] = code
                 continue
             if f.f_back is None:
                 break
             f = f.f_back
             code = f.f_code
             inside = _internal.get(id(code))
-        rec = (self, comm._tag, collective, comm.sig, family, code, f.f_lasti, _perf())
+        rec = (self.index, comm._tag, collective, comm.sig, id(family), id(code), f.f_lasti, _perf())
         self.append(rec)
-        self.current = rec
         if self.extra:
             return self._observed(rec, comm, collective, lambda c: family(c, *args), True)
         try:
@@ -391,9 +407,9 @@ class Observer:
     def wrap(self, comm: Any, collective: str, body: Callable[[Any], Any]) -> Callable[[Any], Any]:
         """``body`` recorded (ProcessGroup.run's path: entered now, completed when it runs)."""
         code, lasti = caller(2)
-        rec = (self, comm._tag, collective, comm.sig, family_of(body), code, lasti, _perf())
+        rec = (self.index, comm._tag, collective, comm.sig, id(family_of(body)), id(code), lasti,
+               _perf())
         self.append(rec)
-        self.current = rec
 
         def observed(c: Any) -> Any:
             if self.extra:
@@ -410,8 +426,8 @@ class Observer:
     def p2p(self, op: str, peer: int | None, handle: Any, nbytes: int) -> Any:
         """Record a user point-to-point call (``op`` isend/irecv to/from local ``peer``)."""
         code, lasti = caller(2)
-        rec = [self, 0, op, 0, None, code, lasti, _perf(), -1 if peer is None else self.ranks[peer],
-               ENTERED, 0.0]
+        rec = [self.index, 0, op, 0, 0, id(code), lasti, _perf(),
+               -1 if peer is None else self.ranks[peer], ENTERED, 0.0]
         self.append(rec)
         return _P2PHandle(handle, rec)
 
@@ -821,8 +837,12 @@ def _start_stall_monitor(rec: Recorder) -> None:
         while True:
             time.sleep(interval)
             now = _perf()
+            latest: dict[int, Any] = {}        # each group's newest collective record
+            for r in rec.records()[-512:]:
+                if len(r) <= R_PEER:
+                    latest[r[R_GROUP]] = r
             for obs in list(rec.observers):
-                cur = obs.current
+                cur = latest.get(obs.index)
                 if cur is None or state_of(cur) != ENTERED or obs.warned is cur:
                     continue
                 if now - cur[R_T0] > warn:

@@ -14,7 +14,7 @@ format (Perfetto, chrome://tracing): per rank (``pid``) a slice per collective (
 seq, bytes, dtype, algorithm), nested slices per step and per arena sync, a slice per
 message on a track per peer, and a flow arrow from each send to its receive. Timestamps
 are on rank 0's clock: at init every rank measures its offset to rank 0 through the
-rendezvous store (5 rounds; the best sample, corrected by the store round trips); ranks
+rendezvous store (5 rounds bounding it by causality, see :func:`measure_offset`); ranks
 on one host share CLOCK_MONOTONIC, so there the offset is exactly 0 unless
 ``COLLCOMM_TRACE_CLOCK=store`` asks to use the measured one. ``collcomm trace merge DIR``
 joins the files into one.
@@ -211,6 +211,7 @@ class Tracer:
         self.events: list[dict[str, Any]] = []
         self.offset_ns = 0           # add to a local monotonic time to get rank 0's
         self.measured_ns: int | None = None
+        self.bounds_ns: list[int] = []     # the interval the measured offset must lie in
         self.rank = 0
         self.folder = os.environ.get("COLLCOMM_TRACE", "")
         self.dropped = 0
@@ -227,7 +228,7 @@ class Tracer:
                             "args": {"sort_index": self.rank}})
         if job.size > 1 and job.store is not None:
             try:
-                self.measured_ns = measure_offset(job.store, job.rank, job.size)
+                self.measured_ns, *self.bounds_ns = measure_offset(job.store, job.rank, job.size)
             except Exception:  # noqa: BLE001 - a trace without aligned clocks is still a trace
                 self.measured_ns = None
             hosts = getattr(job.transport, "hosts", None) or []
@@ -315,7 +316,8 @@ class Tracer:
         os.makedirs(self.folder, exist_ok=True)
         path = os.path.join(self.folder, f"trace-rank{self.rank}.json")
         meta = {"rank": self.rank, "clock_offset_ns": self.offset_ns,
-                "measured_offset_ns": self.measured_ns, "dropped_calls": self.dropped}
+                "measured_offset_ns": self.measured_ns, "measured_bounds_ns": self.bounds_ns,
+                "dropped_calls": self.dropped}
         with self._lock:
             events = list(self.events)
         events.append({"name": "clock", "ph": "M", "pid": self.rank, "tid": 0, "args": meta})
@@ -325,36 +327,34 @@ class Tracer:
         return path
 
 
-def measure_offset(store: Any, rank: int, size: int, rounds: int = 5) -> int:
-    """Nanoseconds to add to this rank's monotonic clock to get rank 0's (0 on rank 0).
+def measure_offset(store: Any, rank: int, size: int, rounds: int = 5) -> tuple[int, int, int]:
+    """(estimate, lower, upper) nanoseconds to add to this rank's monotonic clock to get
+    rank 0's (0s on rank 0), measured through the store.
 
-    Rank 0 publishes its clock in ``rounds`` rounds, each once every rank waits for it;
-    a rank keeps the best sample (the one that arrived fastest) and adds the estimated
-    one-way delays (half of its own and of rank 0's store round trip)."""
+    In round i every rank stamps ``t_req``, announces itself (``ready/i``) and waits for
+    ``clk/i``; rank 0, once all have announced, stamps its clock ``v`` into ``clk/i``; the
+    rank stamps ``t_resp`` when it arrives. Causality gives ``t_req < v < t_resp`` (in true
+    time), so the offset lies in ``[v - t_resp, v - t_req]``; the rounds' intervals are
+    intersected and the estimate is the middle (its error is at most half the width)."""
     from .bootstrap import _generation
     from ..rendezvous.auth import job_id
 
     p = f"collcomm/trace/{job_id()}/{_generation}"
-    t = _now()
-    store.add(f"{p}/rtt-probe", 0)
-    rtt = _now() - t
     if rank == 0:
         for i in range(rounds):
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 30
             while store.add(f"{p}/ready/{i}", 0) < size - 1 and time.monotonic() < deadline:
-                time.sleep(0.0005)
-            store.set(f"{p}/clk/{i}", f"{_now()} {rtt}")
-        return 0
-    best = None
-    rtt0 = 0
+                time.sleep(0.0002)
+            store.set(f"{p}/clk/{i}", str(_now()))
+        return 0, 0, 0
+    lower, upper = -(1 << 62), 1 << 62
     for i in range(rounds):
+        t_req = _now()
         store.add(f"{p}/ready/{i}", 1)
-        value = store.get(f"{p}/clk/{i}", timeout=30.0)
-        local = _now()
-        t0, rtt0 = (int(x) for x in value.split())
-        sample = t0 - local
-        best = sample if best is None else max(best, sample)
-    return int(best + (rtt + rtt0) // 2)  # type: ignore[operator]
+        v = int(store.get(f"{p}/clk/{i}", timeout=30.0))
+        t_resp = _now()
+        lower, upper = max(lower, v - t_resp), min(upper, v - t_req)
+    return (lower + upper) // 2, lower, upper
 
 
 _tracer: Tracer | None = None
