@@ -32,6 +32,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 
+from .algorithms import signature
 from .core import collectives as core
 from .core import runtime
 from .buffers import Buf, as_input, as_output, as_outputs, check_like
@@ -500,7 +501,7 @@ def isend(tensor: Any, dst: int | None = None, group: Any = None, tag: int = 0,
     buf = as_input(tensor, "isend", g.describe(), "tensor")
     peer = _p2p_peer(g, "isend", "dst", dst, group_dst)
     assert peer is not None
-    h = g.p2p_isend(buf.arr, peer, tag)
+    h = g.p2p_isend(buf.arr, peer, tag, signature.p2p(buf.dtype))
     return P2PWork("isend", h, g, buf, g.to_global(peer))
 
 
@@ -510,7 +511,7 @@ def irecv(tensor: Any, src: int | None = None, group: Any = None, tag: int = 0,
     g = _p2p_group(group, "irecv")
     buf = as_output(tensor, "irecv", g.describe(), "tensor")
     peer = _p2p_peer(g, "irecv", "src", src, group_src, allow_any=True)
-    h = g.p2p_irecv(buf.arr, peer, tag)
+    h = g.p2p_irecv(buf.arr, peer, tag, signature.p2p(buf.dtype))
     return P2PWork("irecv", h, g, buf, None if peer is None else g.to_global(peer))
 
 
@@ -561,9 +562,9 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[P2PWork]:
     works = []
     for name, g, buf, peer, tag in prepared:
         if name == "isend":
-            h = g.p2p_isend(buf.arr, peer, tag)
+            h = g.p2p_isend(buf.arr, peer, tag, signature.p2p(buf.dtype))
         else:
-            h = g.p2p_irecv(buf.arr, peer, tag)
+            h = g.p2p_irecv(buf.arr, peer, tag, signature.p2p(buf.dtype))
         works.append(P2PWork(name, h, g, buf, g.to_global(peer)))
     return works
 

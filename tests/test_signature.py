@@ -211,3 +211,30 @@ def test_seed_004_dtype_mismatch_is_refused(transport: str) -> None:
     assert "int64" in receiver and "float32" in receiver and "dtype" in receiver, receiver
     if transport == "shm":    # over TCP the root only sends, so it cannot know
         assert "int64" in texts[0] and "float32" in texts[0], texts[0]
+
+
+def p2p_other_dtype() -> str:
+    """rank 0 sends float64[2]; rank 1 receives into float32[4] (the same 16 bytes)."""
+    import collcomm as dist
+
+    if dist.get_rank() == 0:
+        dist.send(np.arange(2, dtype=np.float64), dst=1)
+        dist.send(np.arange(2, dtype=np.float64), dst=1)   # the stream goes on after a refusal
+        return "sent"
+    try:
+        dist.recv(np.empty(4, dtype=np.float32), src=0)
+    except dist.MismatchError as exc:
+        text = str(exc)
+    else:
+        text = "no error"
+    good = np.empty(2, dtype=np.float64)
+    dist.recv(good, src=0)
+    return text + f" | then {good.tolist()}"
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_p2p_receive_of_another_dtype_is_refused(transport: str) -> None:
+    sent, text = run_ranks(p2p_other_dtype, 2, timeout=60, transport=transport)
+    assert sent == "sent"
+    assert "float32" in text and "float64" in text and "never reinterpreted" in text, text
+    assert text.endswith("then [0.0, 1.0]"), text

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 COLLECTIVES = ("all_reduce", "reduce", "broadcast", "all_gather", "gather", "reduce_scatter",
-               "scatter", "all_to_all", "barrier", "scan", "exscan", "internal")
+               "scatter", "all_to_all", "barrier", "scan", "exscan", "internal", "p2p")
 DTYPES = ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
           "float16", "bfloat16", "float32", "float64", "longdouble", "complex64",
           "complex128", "clongdouble", "bytes")
@@ -77,6 +77,12 @@ def make(collective: str, dtype: Any = None, count: int = 0, root: int | None = 
             | (r << 36) | (count & _COUNT_MASK))
 
 
+def p2p(dtype: Any) -> int:
+    """The signature of a point-to-point message of ``dtype`` (its size is checked apart:
+    MPI lets a receive be larger than the message, torch does not)."""
+    return make("p2p", dtype)
+
+
 def with_count(base: int, count: int, root: int | None = None) -> int:
     """``base`` (made with count 0 and root 0) for ``count`` elements and ``root``."""
     return base | ((NO_ROOT if root is None else root & NO_ROOT) << 36) | (count & _COUNT_MASK)
@@ -91,6 +97,8 @@ def describe(sig: int) -> str:
     name = COLLECTIVES[code - 1]
     if name in ("barrier", "internal"):
         return name
+    if name == "p2p":
+        return f"a point-to-point message of {DTYPES[d] if d < len(DTYPES) else 'an unusual dtype'}"
     dtype = DTYPES[d] if d < len(DTYPES) else "an unusual dtype"
     parts = [f"{dtype}[{count}]" if name != "all_to_all" else dtype]
     if o:

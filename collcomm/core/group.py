@@ -133,6 +133,11 @@ class _TimedHandle(Handle):
 
 def signature_mismatch(exc: SignatureMismatchError) -> MismatchError:
     """The transport's raw signature mismatch in words: both calls and what differs."""
+    if (exc.mine >> 60) == (exc.theirs >> 60) == signature.make("p2p") >> 60:
+        return MismatchError(
+            f"rank {exc.rank} expected {signature.describe(exc.mine)} but rank {exc.peer} sent "
+            f"{signature.describe(exc.theirs)}: a receive must use the sender's dtype (its bytes "
+            "are never reinterpreted)")
     if exc.abandoned and exc.theirs == exc.mine:
         return MismatchError(
             f"rank {exc.peer} abandoned {signature.describe(exc.mine)}, which rank {exc.rank} is "
@@ -455,21 +460,25 @@ class ProcessGroup:
                 f"{op} on {self.describe()}: tag must be an int in [0, {MAX_USER_TAG}], got {tag!r}")
         return (self.ctx << _CTX_SHIFT) | _KIND_P2P | int(tag)
 
-    def p2p_isend(self, arr: np.ndarray, dst: int, tag: int = 0) -> Handle:
-        """Send ``arr`` to local rank ``dst`` in the user tag space."""
+    def p2p_isend(self, arr: np.ndarray, dst: int, tag: int = 0, sig: int = 0) -> Handle:
+        """Send ``arr`` to local rank ``dst`` in the user tag space. ``sig``: what the message
+        is (``signature.p2p(dtype)``); a receive expecting another dtype refuses it."""
         if self.transport is None:
             raise InvalidArgumentError(f"isend on {self.describe()}: no peer to send to")
-        h = self.transport.isend(as_bytes(arr), self.ranks[dst], self._p2p_tag(tag, "isend"))
+        h = self.transport.isend(as_bytes(arr), self.ranks[dst], self._p2p_tag(tag, "isend"),
+                                 sig=sig)  # type: ignore[call-arg]
         if self.observer is not None:
             return self.observer.p2p("isend", dst, _TimedHandle(h, current_timeout(self.timeout)), arr.nbytes)
         return _TimedHandle(h, current_timeout(self.timeout))
 
-    def p2p_irecv(self, arr: np.ndarray, src: int | None, tag: int = 0) -> Handle:
-        """Receive into ``arr`` from local rank ``src`` (None: any rank of this group)."""
+    def p2p_irecv(self, arr: np.ndarray, src: int | None, tag: int = 0, sig: int = 0) -> Handle:
+        """Receive into ``arr`` from local rank ``src`` (None: any rank of this group).
+        ``sig``: the message expected (``signature.p2p(dtype)``; 0 accepts any)."""
         if self.transport is None:
             raise InvalidArgumentError(f"irecv on {self.describe()}: no peer to receive from")
         gsrc = ANY_SOURCE if src is None else self.ranks[src]
-        h = self.transport.irecv(as_bytes(arr), gsrc, self._p2p_tag(tag, "irecv"))
+        h = self.transport.irecv(as_bytes(arr), gsrc, self._p2p_tag(tag, "irecv"),
+                                 sig=sig)  # type: ignore[call-arg]
         if self.observer is not None:
             return self.observer.p2p("irecv", src, _TimedHandle(h, current_timeout(self.timeout)), arr.nbytes)
         return _TimedHandle(h, current_timeout(self.timeout))
