@@ -1,0 +1,256 @@
+"""Vector collectives (``Gatherv``, ``Scatterv``, ``Allgatherv``, ``Alltoallv``,
+``Alltoallw``) and the prefix reductions (``Scan``, ``Exscan``), with ``I…`` and ``…_init``.
+
+Every vector collective is one :func:`collcomm.core.collectives.all_to_all` call with
+per-rank counts (the core's v-variant): Gatherv sends one block to the root only,
+Scatterv receives one block from the root only, Allgatherv sends the same block to every
+rank. The core packs blocks back to back; when the displacements say otherwise the
+blocks are packed into (or unpacked from, after the call) a temporary, so any ``displs``
+work. ``Alltoallw`` moves bytes: its displacements are in bytes and each rank's block may
+have its own datatype.
+
+``Scan``/``Exscan`` call :mod:`collcomm.core.scan` (recursive doubling in rank order, so
+a non-commutative user op is fine). Exscan leaves rank 0's ``recvbuf`` as it was.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..core import collectives as core
+from ..core import scan as core_scan
+from ._coll import _not_root_in_place, _request, _run
+from ._errors import ERR_ROOT, Exception as MPIException
+from ._msg import IN_PLACE, packed, simple, vector
+from ._ops import SUM, core_op
+from ._request import Request, WorkOp, persistent
+from ._types import as_datatype
+
+
+def _check_root(g: Any, root: int, call: str) -> None:
+    if not 0 <= root < g.size:
+        raise MPIException(ERR_ROOT, f"{call} on {g.describe()}: root must be in [0, {g.size}), got {root}")
+
+
+def _pack(whole: np.ndarray, m: int, counts: Sequence[int], displs: Sequence[int]) -> np.ndarray:
+    """The blocks of a vector buffer, back to back (a view when they already are)."""
+    if packed(whole, None, counts, displs):  # type: ignore[arg-type]
+        return whole[:sum(counts) * m]
+    if not counts:
+        return whole[:0]
+    return np.concatenate([whole[d * m:(d + c) * m] for c, d in zip(counts, displs)])
+
+
+def _unpacker(whole: np.ndarray, m: int, counts: Sequence[int], displs: Sequence[int]
+              ) -> tuple[np.ndarray, Callable[[], None] | None]:
+    """(where the core should write the packed blocks, what copies them into place after)."""
+    if packed(whole, None, counts, displs):  # type: ignore[arg-type]
+        return whole[:sum(counts) * m], None
+    tmp = np.empty(sum(counts) * m, dtype=whole.dtype)
+
+    def after() -> None:
+        pos = 0
+        for c, d in zip(counts, displs):
+            whole[d * m:(d + c) * m] = tmp[pos:pos + c * m]
+            pos += c * m
+
+    return tmp, after
+
+
+class VectorCollectives:
+    """The vector collectives of a communicator."""
+
+    __slots__ = ()
+
+    _grp: Callable[..., Any]      # the communicator's group, from Comm
+
+    def _gatherv(self, sendbuf: Any, recvbuf: Any, root: int, aop: bool, call: str) -> Any:
+        g = self._grp(call)
+        _check_root(g, root, call)
+        n = g.size
+        recv_counts, after, recv = [0] * n, None, None
+        if g.rank == root:
+            whole, counts, displs, dt = vector(recvbuf, n, call, "recvbuf", writable=True)
+            m = dt._t.mult
+            recv_counts = [c * m for c in counts]
+            recv, after = _unpacker(whole, m, counts, displs)
+        if sendbuf is IN_PLACE:
+            if recv is None:
+                raise _not_root_in_place(call, "sendbuf")
+            send = whole[displs[root] * m:(displs[root] + counts[root]) * m]
+        else:
+            send, dt = simple(sendbuf, call, "sendbuf")
+        send_counts = [0] * n
+        send_counts[root] = send.size
+        if recv is None:
+            recv = send[:0]
+        return _run(core.all_to_all, g, send, send_counts, recv, recv_counts, dtype=dt._t.core,
+                    async_op=aop, name=call, after=after)
+
+    def _scatterv(self, sendbuf: Any, recvbuf: Any, root: int, aop: bool, call: str) -> Any:
+        g = self._grp(call)
+        _check_root(g, root, call)
+        n = g.size
+        send, send_counts = None, [0] * n
+        if g.rank == root:
+            whole, counts, displs, dt = vector(sendbuf, n, call, "sendbuf")
+            m = dt._t.mult
+            send, send_counts = _pack(whole, m, counts, displs), [c * m for c in counts]
+        if recvbuf is IN_PLACE:
+            if send is None:
+                raise _not_root_in_place(call, "recvbuf")
+            recv = np.empty(send_counts[root], dtype=send.dtype)    # the root keeps its block
+        else:
+            recv, dt = simple(recvbuf, call, "recvbuf", writable=True)
+        recv_counts = [0] * n
+        recv_counts[root] = send_counts[root] if g.rank == root else recv.size
+        if send is None:
+            send = recv[:0]
+        return _run(core.all_to_all, g, send, send_counts, recv, recv_counts, dtype=dt._t.core,
+                    async_op=aop, name=call)
+
+    def _allgatherv(self, sendbuf: Any, recvbuf: Any, aop: bool, call: str) -> Any:
+        g = self._grp(call)
+        whole, counts, displs, dt = vector(recvbuf, g.size, call, "recvbuf", writable=True)
+        m = dt._t.mult
+        if sendbuf is IN_PLACE:
+            send = whole[displs[g.rank] * m:(displs[g.rank] + counts[g.rank]) * m].copy()
+        else:
+            send, dt = simple(sendbuf, call, "sendbuf")
+        recv, after = _unpacker(whole, m, counts, displs)
+        if len(set(counts)) == 1 and send.size == counts[0] * m:   # every rank knows: all equal
+            return _run(core.all_gather, g, send, recv, dtype=dt._t.core, async_op=aop, name=call,
+                        after=after)
+        # the same block to every rank: all_to_all sends distinct blocks, so n copies
+        return _run(core.all_to_all, g, np.tile(send, g.size), [send.size] * g.size, recv,
+                    [c * m for c in counts], dtype=dt._t.core, async_op=aop, name=call, after=after)
+
+    def _alltoallv(self, sendbuf: Any, recvbuf: Any, aop: bool, call: str) -> Any:
+        g = self._grp(call)
+        whole, rcounts, rdispls, dt = vector(recvbuf, g.size, call, "recvbuf", writable=True)
+        m = dt._t.mult
+        if sendbuf is IN_PLACE:
+            send, scounts = _pack(whole, m, rcounts, rdispls).copy(), rcounts
+        else:
+            swhole, scounts, sdispls, sdt = vector(sendbuf, g.size, call, "sendbuf")
+            send = _pack(swhole, sdt._t.mult, scounts, sdispls)
+            scounts = [c * sdt._t.mult // m for c in scounts]
+        recv, after = _unpacker(whole, m, rcounts, rdispls)
+        return _run(core.all_to_all, g, send, [c * m for c in scounts], recv, [c * m for c in rcounts],
+                    dtype=dt._t.core, async_op=aop, name=call, after=after)
+
+    def _alltoallw(self, sendbuf: Any, recvbuf: Any, aop: bool, call: str) -> Any:
+        g = self._grp(call)
+        rbytes, rcounts, rdispls = _wspec(recvbuf, g.size, call, "recvbuf", True)
+        if sendbuf is IN_PLACE:
+            sbytes, scounts, sdispls = rbytes.copy(), rcounts, rdispls
+        else:
+            sbytes, scounts, sdispls = _wspec(sendbuf, g.size, call, "sendbuf", False)
+        send = _pack(sbytes, 1, scounts, sdispls)
+        recv, after = _unpacker(rbytes, 1, rcounts, rdispls)
+        return _run(core.all_to_all, g, send, scounts, recv, rcounts, async_op=aop, name=call, after=after)
+
+    def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
+        self._gatherv(sendbuf, recvbuf, root, False, "Gatherv")
+
+    def Igatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:  # noqa: N802
+        return _request(self._gatherv(sendbuf, recvbuf, root, True, "Igatherv"))
+
+    def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
+        self._scatterv(sendbuf, recvbuf, root, False, "Scatterv")
+
+    def Iscatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:  # noqa: N802
+        return _request(self._scatterv(sendbuf, recvbuf, root, True, "Iscatterv"))
+
+    def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
+        self._allgatherv(sendbuf, recvbuf, False, "Allgatherv")
+
+    def Iallgatherv(self, sendbuf: Any, recvbuf: Any) -> Request:  # noqa: N802
+        return _request(self._allgatherv(sendbuf, recvbuf, True, "Iallgatherv"))
+
+    def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
+        self._alltoallv(sendbuf, recvbuf, False, "Alltoallv")
+
+    def Ialltoallv(self, sendbuf: Any, recvbuf: Any) -> Request:  # noqa: N802
+        return _request(self._alltoallv(sendbuf, recvbuf, True, "Ialltoallv"))
+
+    def Alltoallw(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
+        self._alltoallw(sendbuf, recvbuf, False, "Alltoallw")
+
+    def Ialltoallw(self, sendbuf: Any, recvbuf: Any) -> Request:  # noqa: N802
+        return _request(self._alltoallw(sendbuf, recvbuf, True, "Ialltoallw"))
+
+    def Gatherv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:  # noqa: N802
+        return persistent(lambda: WorkOp(self._gatherv(sendbuf, recvbuf, root, True, "Gatherv_init")))
+
+    def Scatterv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:  # noqa: N802
+        return persistent(lambda: WorkOp(self._scatterv(sendbuf, recvbuf, root, True, "Scatterv_init")))
+
+    def Allgatherv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
+        return persistent(lambda: WorkOp(self._allgatherv(sendbuf, recvbuf, True, "Allgatherv_init")))
+
+    def Alltoallv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
+        return persistent(lambda: WorkOp(self._alltoallv(sendbuf, recvbuf, True, "Alltoallv_init")))
+
+    def Alltoallw_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
+        return persistent(lambda: WorkOp(self._alltoallw(sendbuf, recvbuf, True, "Alltoallw_init")))
+
+
+def _wspec(spec: Any, n: int, call: str, role: str, writable: bool) -> tuple[np.ndarray, list[int], list[int]]:
+    """A BufSpecW ``[buf, (counts, byte displs), types]`` / ``[buf, counts, displs, types]`` as
+    (the buffer's bytes, byte counts, byte displacements)."""
+    if not isinstance(spec, (list, tuple)) or len(spec) not in (3, 4):
+        raise ValueError(f"{call}: {role} must be [buf, (counts, displs), datatypes] or "
+                         "[buf, counts, displs, datatypes]")
+    if len(spec) == 3:
+        obj, (counts, displs), types = spec
+    else:
+        obj, counts, displs, types = spec
+    raw = simple([obj, "B"], call, role, writable)[0]
+    if isinstance(types, (list, tuple)):
+        sizes = [as_datatype(t, call).Get_size() for t in types]
+    else:
+        sizes = [as_datatype(types, call).Get_size()] * n
+    bcounts = [int(c) * s for c, s in zip(counts, sizes)]
+    bdispls = [int(d) for d in displs]
+    if not len(bcounts) == len(bdispls) == n:
+        raise ValueError(f"{call}: {role}: expecting {n} counts, displacements and datatypes")
+    for c, d in zip(bcounts, bdispls):
+        if d < 0 or d + c > raw.size:
+            raise ValueError(f"{call}: {role}: a block of {c} bytes at byte {d} does not fit in {raw.size} bytes")
+    return raw, bcounts, bdispls
+
+
+class ScanCollectives:
+    """Scan and Exscan (an Intracomm's)."""
+
+    __slots__ = ()
+
+    _grp: Callable[..., Any]      # the communicator's group, from Comm
+
+    def _scan(self, sendbuf: Any, recvbuf: Any, op: Any, exclusive: bool, aop: bool, call: str) -> Any:
+        g = self._grp(call)
+        recv, dt = simple(recvbuf, call, "recvbuf", writable=True)
+        send = recv if sendbuf is IN_PLACE else simple(sendbuf, call, "sendbuf")[0]
+        rop, _ = core_op(op, dt, call, keeps_order=True)
+        fn = core_scan.exscan if exclusive else core_scan.scan
+        return _run(fn, g, send, recv, rop, dtype=dt._t.core, async_op=aop, name=call)
+
+    def Scan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
+        self._scan(sendbuf, recvbuf, op, False, False, "Scan")
+
+    def Exscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
+        self._scan(sendbuf, recvbuf, op, True, False, "Exscan")
+
+    def Iscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:  # noqa: N802
+        return _request(self._scan(sendbuf, recvbuf, op, False, True, "Iscan"))
+
+    def Iexscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:  # noqa: N802
+        return _request(self._scan(sendbuf, recvbuf, op, True, True, "Iexscan"))
+
+    def Scan_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Any:  # noqa: N802
+        return persistent(lambda: WorkOp(self._scan(sendbuf, recvbuf, op, False, True, "Scan_init")))
+
+    def Exscan_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Any:  # noqa: N802
+        return persistent(lambda: WorkOp(self._scan(sendbuf, recvbuf, op, True, True, "Exscan_init")))

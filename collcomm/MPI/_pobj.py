@@ -1,0 +1,288 @@
+"""Point to point with objects (``send/recv/isend/irecv/ssend/issend/sendrecv``) and
+``Message`` (what ``Mprobe``/``mprobe`` take).
+
+Objects are pickled (protocol 5, in band). An object of up to 64 KiB travels as one
+message: an 8-byte length, then the pickle. A larger one sends the length alone, then the
+pickle as a *body* message (tag bit 33). A receive posts a 64 KiB buffer for the first
+message (so an ``irecv`` is matched in posting order, as in MPI) and, for a large object,
+a receive for the body once the first part has arrived. Bodies from one sender with one
+tag arrive in order, so they are asked for in the order their first parts were matched
+(:func:`_post_bodies`); a message taken by ``mprobe`` joins that order when it is taken.
+A probe of an object message reports its first part (8 bytes more than the pickle).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+import numpy as np
+
+from ..core import p2p
+from ..core.pickled import dumps, loads
+from ..errors import CollcommError
+from ._consts import ANY_SOURCE, ANY_TAG, PROC_NULL
+from ._errors import Exception as MPIException, translate
+from ._msg import simple
+from ._p2p import (
+    ACK, BODY, SYNC, TAG_BITS, _EMPTY, _Recv, _Send, _ack, _dest, _done_request, _request, _rtag,
+    _source, _stag, complete,
+)
+from ._request import Done, Request, Status
+
+EAGER = 64 * 1024
+
+_claims: list["_ObjRecv"] = []
+_claims_lock = threading.Lock()
+
+
+def _post_bodies(upto: "_ObjRecv | None") -> None:
+    """Ask for the body of every claimed first part that has arrived, in claim order, up to
+    ``upto``: bodies of one (source, tag) arrive in order, so they must be asked for in the
+    order their first parts were matched."""
+    with _claims_lock:
+        for c in list(_claims):
+            if c.first_arrived():
+                c.post_body()
+                _claims.remove(c)
+            if c is upto:
+                break
+
+
+class _ObjRecv:
+    """An object receive: the first part (length + small pickle), then maybe a body."""
+
+    def __init__(self, g: Any, first: Any, buf: np.ndarray) -> None:
+        self._g, self._first, self._buf = g, first, buf
+        self._body: Any = None
+        self._data: np.ndarray | None = None
+        self._exc: BaseException | None = None
+        self._st: Any = None
+        self._done = False
+        self.value: Any = None
+        self.source, self.tag, self.nbytes, self.cancelled = ANY_SOURCE, ANY_TAG, 0, False
+        with _claims_lock:
+            _claims.append(self)
+
+    def first_arrived(self) -> bool:
+        if self._st is not None or self._exc is not None:
+            return True
+        try:
+            if not self._first.test():
+                return False
+            self._st = self._first.wait()
+        except BaseException as exc:  # noqa: BLE001 - raised by this request's own wait
+            self._exc = exc
+        return True
+
+    def post_body(self) -> None:
+        if self._exc is not None or self._body is not None or self._data is not None:
+            return
+        src, tag = p2p.source_tag(self._g, self._st)
+        size = int(self._buf[:8].view(np.int64)[0])
+        if self._st.nbytes == 8:
+            self._data = np.empty(size, dtype=np.uint8)
+            self._body = p2p.irecv(self._g, self._data, src, BODY | (tag & TAG_BITS), p2p.MAX_USER_TAG, "recv")
+        else:
+            self._data = self._buf[8:8 + size]
+        _ack(self._g, src, tag)
+        self.source, self.tag, self.nbytes = src, tag & TAG_BITS, size
+
+    def _ready(self, block: bool) -> bool:
+        if self._done:
+            return True
+        if self._st is None and self._exc is None:
+            if not block and not self.first_arrived():
+                return False
+            if block:
+                try:
+                    self._st = self._first.wait()
+                except BaseException as exc:  # noqa: BLE001
+                    self._exc = exc
+        _post_bodies(self)
+        if self._exc is not None:
+            raise self._exc
+        if self._body is not None:
+            if not block and not self._body.test():
+                return False
+            self._body.wait()
+        assert self._data is not None
+        self.value = loads(self._data)
+        self._done = True
+        return True
+
+    def test(self) -> bool:
+        return self._ready(False)
+
+    def wait(self) -> None:
+        self._ready(True)
+
+    def cancel(self) -> None:
+        if not self._done and self._st is None and self._exc is None and p2p.cancel(self._g, self._first):
+            with _claims_lock:
+                if self in _claims:
+                    _claims.remove(self)
+            self._done, self.cancelled = True, True
+
+
+def _send_object(g: Any, obj: Any, dest: int, tag: int, sync: bool, call: str) -> list[Any]:
+    data = dumps(obj, call)
+    flags = SYNC if sync else 0
+    handles = []
+    if data.size <= EAGER - 8:
+        msg = np.empty(8 + data.size, dtype=np.uint8)
+        msg[:8].view(np.int64)[0] = data.size
+        msg[8:] = data
+        handles.append(p2p.isend(g, msg, dest, flags | tag, call))
+    else:
+        handles.append(p2p.isend(g, np.array([data.size], dtype=np.int64), dest, flags | tag, call))
+        handles.append(p2p.isend(g, data, dest, BODY | tag, call))
+    if sync:
+        handles.append(p2p.irecv(g, _EMPTY, dest, ACK | tag, p2p.MAX_USER_TAG, call))
+    return handles
+
+
+def _recv_object(g: Any, source: int | None, tag: int, mask: int, call: str) -> _ObjRecv:
+    buf = np.empty(EAGER, dtype=np.uint8)
+    return _ObjRecv(g, p2p.irecv(g, buf, source, tag, mask, call), buf)
+
+
+
+class ObjectPointToPoint:
+    """Object point-to-point methods of a communicator."""
+
+    __slots__ = ()
+
+    _grp: Callable[..., Any]      # the communicator's group, from Comm
+
+    def _osend(self, obj: Any, dest: int, tag: int, sync: bool, call: str) -> Any:
+        g = self._grp(call)
+        d, t = _dest(g, dest, call), _stag(tag, call)
+        if d is None:
+            return Done(None, PROC_NULL, ANY_TAG, 0)
+        try:
+            return _Send(_send_object(g, obj, d, t, sync, call))
+        except CollcommError as exc:
+            raise translate(exc) from exc
+
+    def _orecv(self, source: int, tag: int, call: str) -> Any:
+        g = self._grp(call)
+        if source == PROC_NULL:
+            return Done(None, PROC_NULL, ANY_TAG, 0)
+        s, (t, mask) = _source(g, source, call), _rtag(tag, call)
+        try:
+            return _recv_object(g, s, t, mask, call)
+        except CollcommError as exc:
+            raise translate(exc) from exc
+
+    def send(self, obj: Any, dest: int, tag: int = 0) -> None:
+        complete(self._osend(obj, dest, tag, False, "send"))
+
+    bsend = send
+
+    def ssend(self, obj: Any, dest: int, tag: int = 0) -> None:
+        complete(self._osend(obj, dest, tag, True, "ssend"))
+
+    def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
+        return _request(self._osend(obj, dest, tag, False, "isend"))
+
+    ibsend = isend
+
+    def issend(self, obj: Any, dest: int, tag: int = 0) -> Request:
+        return _request(self._osend(obj, dest, tag, True, "issend"))
+
+    def recv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG,
+             status: Status | None = None) -> Any:
+        """The next object from ``source`` with ``tag`` (``buf`` is accepted and unused)."""
+        return complete(self._orecv(source, tag, "recv"), status)
+
+    def irecv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
+        return _request(self._orecv(source, tag, "irecv"))
+
+    def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
+                 source: int = ANY_SOURCE, recvtag: int = ANY_TAG, status: Status | None = None) -> Any:
+        r = self._orecv(source, recvtag, "sendrecv")
+        complete(self._osend(sendobj, dest, sendtag, False, "sendrecv"))
+        return complete(r, status)
+
+
+class Message:
+    """A message taken by ``Mprobe``/``mprobe``: receive it with ``Recv``/``Irecv`` (into a
+    buffer) or ``recv``/``irecv`` (an object). Nothing else can receive it meanwhile."""
+
+    __slots__ = ("_g", "_m", "_noproc")
+
+    def __init__(self, message: "Message | None" = None) -> None:
+        self._g = None if message is None else message._g
+        self._m = None if message is None else message._m
+        self._noproc = False if message is None else message._noproc
+
+    @classmethod
+    def _claimed(cls, g: Any, m: Any, status: Status | None) -> "Message":
+        msg = cls()
+        msg._g, msg._m = g, m
+        if status is not None:
+            status._set(m.source, m.tag & TAG_BITS, m.nbytes)
+        return msg
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Message) and self._m is other._m and self._noproc == other._noproc
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __bool__(self) -> bool:
+        return self._m is not None or self._noproc
+
+    def _take(self, call: str) -> Any:
+        if self._noproc:
+            self._noproc = False
+            return None
+        if self._m is None:
+            raise MPIException(7, f"Message.{call}: the message is MPI.MESSAGE_NULL (already received?)")
+        g, m, self._m = self._g, self._m, None
+        return g, m
+
+    def Irecv(self, buf: Any) -> Request:  # noqa: N802
+        taken = self._take("Irecv")
+        if taken is None:
+            return _done_request()
+        g, m = taken
+        arr, _ = simple(buf, "Message.Irecv", "buf", writable=True)
+        try:
+            return _request(_Recv(g, p2p.mrecv(g, m, arr)))
+        except CollcommError as exc:
+            raise translate(exc) from exc
+
+    def Recv(self, buf: Any, status: Status | None = None) -> None:  # noqa: N802
+        self.Irecv(buf).Wait(status)
+
+    def irecv(self) -> Request:
+        taken = self._take("irecv")
+        if taken is None:
+            return _done_request()
+        g, m = taken
+        buf = np.empty(max(m.nbytes, 8), dtype=np.uint8)
+        try:
+            op = _ObjRecv(g, p2p.mrecv(g, m, buf), buf)
+        except CollcommError as exc:
+            raise translate(exc) from exc
+        _post_bodies(op)     # the body of a taken message is asked for now, in claim order
+        return _request(op)
+
+    def recv(self, status: Status | None = None) -> Any:
+        return self.irecv().wait(status)
+
+    @classmethod
+    def Probe(cls, comm: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> "Message":  # noqa: N802
+        return comm.Mprobe(source, tag, status)
+
+    @classmethod
+    def Iprobe(cls, comm: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> "Message | None":  # noqa: N802
+        return comm.Improbe(source, tag, status)
+
+    probe = Probe
+    iprobe = Iprobe
+
+
+MESSAGE_NULL = Message()
+MESSAGE_NO_PROC = Message()
+MESSAGE_NO_PROC._noproc = True

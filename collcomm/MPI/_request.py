@@ -1,0 +1,438 @@
+"""``Status``, ``Request`` (and ``Prequest``, persistent) and the completion functions.
+
+A :class:`Request` holds one pending operation (an object with ``test()``, ``wait()``,
+``cancel()`` and, once done, ``source``, ``tag``, ``nbytes``, ``cancelled``, ``value``):
+a point-to-point transfer (:mod:`._p2p`), a non-blocking collective (:class:`WorkOp`, over
+the core's :class:`~collcomm.core.work.Work`) or an operation that completed at once
+(:class:`Done`: ``PROC_NULL`` peers, ``Idup``). Completing a request (``Wait``, a
+successful ``Test``) fills the optional :class:`Status` and makes the request
+``REQUEST_NULL``, as MPI does; a :class:`Prequest` instead becomes inactive until the
+next ``Start``. The class methods ``Waitall/Waitany/Waitsome/Testall/Testany/Testsome``
+(and the lower-case forms returning received objects) work on any mix of requests.
+
+Errors of the operation surface at completion as ``MPI.Exception``; waiting has
+collcomm's timeout (``COLLCOMM_TIMEOUT``), so a peer that never answers is an error, not
+a hang.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Sequence
+
+from ..errors import CollcommError
+from ._consts import ANY_SOURCE, ANY_TAG, UNDEFINED
+from ._errors import ERR_REQUEST, SUCCESS, Exception as MPIException, translate
+from ._types import Datatype
+
+
+class Status:
+    """What a receive (or probe) found: ``source``, ``tag``, ``error``, the byte ``count``."""
+
+    __slots__ = ("source", "tag", "error", "count", "cancelled")
+
+    def __init__(self, status: "Status | None" = None) -> None:
+        if status is None:
+            self.source, self.tag, self.error, self.count, self.cancelled = ANY_SOURCE, ANY_TAG, SUCCESS, 0, False
+        else:
+            self.source, self.tag, self.error = status.source, status.tag, status.error
+            self.count, self.cancelled = status.count, status.cancelled
+
+    def _set(self, source: int, tag: int, nbytes: int, cancelled: bool = False) -> None:
+        self.source, self.tag, self.error, self.count, self.cancelled = source, tag, SUCCESS, nbytes, cancelled
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Status) and all(
+            getattr(self, k) == getattr(other, k) for k in self.__slots__)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (f"<collcomm.MPI.Status source={self.source} tag={self.tag} error={self.error} "
+                f"count={self.count}{' cancelled' if self.cancelled else ''}>")
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for k, v in state.items():
+            setattr(self, k, v)
+
+    def Get_source(self) -> int:  # noqa: N802
+        return self.source
+
+    def Set_source(self, source: int) -> None:  # noqa: N802
+        self.source = int(source)
+
+    def Get_tag(self) -> int:  # noqa: N802
+        return self.tag
+
+    def Set_tag(self, tag: int) -> None:  # noqa: N802
+        self.tag = int(tag)
+
+    def Get_error(self) -> int:  # noqa: N802
+        return self.error
+
+    def Set_error(self, error: int) -> None:  # noqa: N802
+        self.error = int(error)
+
+    def Get_count(self, datatype: Datatype | None = None) -> int:  # noqa: N802
+        """Whole ``datatype`` elements received (bytes by default); UNDEFINED if partial."""
+        size = 1 if datatype is None else datatype.Get_size()
+        if size == 0:
+            return 0
+        return self.count // size if self.count % size == 0 else UNDEFINED
+
+    def Get_elements(self, datatype: Datatype) -> int:  # noqa: N802
+        """Basic elements received (a contiguous type counts its parts, a pair two)."""
+        t = datatype._t
+        if t is None:
+            raise MPIException(3, "Status.Get_elements: datatype is MPI.DATATYPE_NULL")
+        unit = t.base.itemsize if not t.pair else t.base.itemsize // 2
+        return self.count // unit if unit and self.count % unit == 0 else UNDEFINED
+
+    def Set_elements(self, datatype: Datatype, count: int) -> None:  # noqa: N802
+        self.count = int(count) * datatype.Get_size()
+
+    def Is_cancelled(self) -> bool:  # noqa: N802
+        return self.cancelled
+
+    def Set_cancelled(self, flag: bool) -> None:  # noqa: N802
+        self.cancelled = bool(flag)
+
+
+class Done:
+    """An operation complete from the start (``PROC_NULL`` peers, ``Idup``, empty calls)."""
+
+    def __init__(self, value: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG,
+                 nbytes: int = 0) -> None:
+        self.value, self.source, self.tag, self.nbytes, self.cancelled = value, source, tag, nbytes, False
+
+    def test(self) -> bool:
+        return True
+
+    def wait(self) -> None:
+        return None
+
+    def cancel(self) -> None:
+        return None
+
+
+class WorkOp:
+    """A non-blocking collective: the core's Work, then an optional ``finish`` (which gives
+    the request's value, e.g. ``Idup``'s communicator or a copy-out)."""
+
+    def __init__(self, work: Any, finish: Callable[[], Any] | None = None) -> None:
+        self._work, self._finish, self._done = work, finish, False
+        self.value, self.source, self.tag, self.nbytes, self.cancelled = None, ANY_SOURCE, ANY_TAG, 0, False
+
+    def test(self) -> bool:
+        if self._done:
+            return True
+        if self._work is not None and not self._work.is_completed():
+            return False
+        self.wait()
+        return True
+
+    def wait(self) -> None:
+        if self._done:
+            return
+        try:
+            if self._work is not None:
+                self._work.wait()
+        except CollcommError as exc:
+            raise translate(exc) from exc
+        if self._finish is not None:
+            self.value = self._finish()
+        self._done = True
+
+    def cancel(self) -> None:
+        return None     # a collective cannot be cancelled (MPI: erroneous); it completes
+
+
+def _fill(status: Status | None, op: Any) -> None:
+    if status is not None:
+        if op is None:
+            status._set(ANY_SOURCE, ANY_TAG, 0)
+        else:
+            status._set(op.source, op.tag, op.nbytes, op.cancelled)
+
+
+def _poll(done: Callable[[], bool]) -> None:
+    """Wait until ``done()`` (which makes progress), spinning briefly, then sleeping."""
+    rounds, sleep = 0, 20e-6
+    while not done():
+        rounds += 1
+        if rounds > 100:
+            time.sleep(sleep)
+            sleep = min(sleep * 2, 1e-3)
+
+
+class Request:
+    """A pending operation; see the module docstring."""
+
+    __slots__ = ("_op",)
+
+    def __init__(self, request: "Request | None" = None) -> None:
+        self._op: Any = None if request is None else request._op
+
+    # -- identity --------------------------------------------------------------------------
+    def _key(self) -> Any:
+        return self._op
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Request) and self._key() is other._key()
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __bool__(self) -> bool:
+        return self._key() is not None
+
+    def __repr__(self) -> str:
+        return f"<collcomm.MPI.{type(self).__name__} {'null' if self._key() is None else 'active' if self._op else 'inactive'}>"
+
+    def __reduce__(self) -> Any:
+        if self._key() is None:
+            return (Request, ())
+        raise ValueError("cannot serialize an active request")
+
+    # -- one request -----------------------------------------------------------------------
+    def _completed(self) -> None:
+        self._op = None
+
+    def _test_op(self) -> bool:
+        try:
+            return bool(self._op.test())
+        except CollcommError as exc:
+            raise translate(exc) from exc
+
+    def _wait_op(self) -> None:
+        try:
+            self._op.wait()
+        except CollcommError as exc:
+            raise translate(exc) from exc
+
+    def Wait(self, status: Status | None = None) -> bool:  # noqa: N802
+        op = self._op
+        if op is not None:
+            self._wait_op()
+            self._completed()
+        _fill(status, op)
+        return True
+
+    def Test(self, status: Status | None = None) -> bool:  # noqa: N802
+        op = self._op
+        if op is not None:
+            if not self._test_op():
+                return False
+            self._completed()
+        _fill(status, op)
+        return True
+
+    def Get_status(self, status: Status | None = None) -> bool:  # noqa: N802
+        """Like Test, but the request stays (MPI_Request_get_status)."""
+        op = self._op
+        if op is not None and not self._test_op():
+            return False
+        _fill(status, op)
+        return True
+
+    def wait(self, status: Status | None = None) -> Any:
+        op = self._op
+        self.Wait(status)
+        return None if op is None else op.value
+
+    def test(self, status: Status | None = None) -> tuple[bool, Any]:
+        op = self._op
+        flag = self.Test(status)
+        return flag, (None if op is None or not flag else op.value)
+
+    def get_status(self, status: Status | None = None) -> bool:
+        return self.Get_status(status)
+
+    def Cancel(self) -> None:  # noqa: N802
+        if self._op is not None:
+            self._op.cancel()
+
+    cancel = Cancel
+
+    def Free(self) -> None:  # noqa: N802
+        """Forget the request (the operation still completes in the background)."""
+        self._op = None
+
+    free = Free
+
+    # -- many requests ---------------------------------------------------------------------
+    @classmethod
+    def Waitall(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> bool:  # noqa: N802
+        for i, r in enumerate(requests):
+            r.Wait(_nth(statuses, i))
+        return True
+
+    @classmethod
+    def Testall(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> bool:  # noqa: N802
+        if not all(r._op is None or r._test_op() for r in requests):
+            return False
+        cls.Waitall(requests, statuses)
+        return True
+
+    @classmethod
+    def Waitany(cls, requests: Sequence["Request"], status: Status | None = None) -> int:  # noqa: N802
+        if all(r._op is None for r in requests):
+            _fill(status, None)
+            return UNDEFINED
+        found: list[int] = []
+
+        def any_done() -> bool:
+            for i, r in enumerate(requests):
+                if r._op is not None and r._test_op():
+                    found.append(i)
+                    return True
+            return False
+
+        _poll(any_done)
+        requests[found[0]].Wait(status)
+        return found[0]
+
+    @classmethod
+    def Testany(cls, requests: Sequence["Request"], status: Status | None = None) -> tuple[int, bool]:  # noqa: N802
+        if all(r._op is None for r in requests):
+            _fill(status, None)
+            return UNDEFINED, True
+        for i, r in enumerate(requests):
+            if r._op is not None and r._test_op():
+                r.Wait(status)
+                return i, True
+        return UNDEFINED, False
+
+    @classmethod
+    def Waitsome(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> list[int] | None:  # noqa: N802
+        if all(r._op is None for r in requests):
+            return None
+        done: list[int] = []
+
+        def some_done() -> bool:
+            done[:] = [i for i, r in enumerate(requests) if r._op is not None and r._test_op()]
+            return bool(done)
+
+        _poll(some_done)
+        for k, i in enumerate(done):
+            requests[i].Wait(_nth(statuses, k))
+        return done
+
+    @classmethod
+    def Testsome(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> list[int] | None:  # noqa: N802
+        if all(r._op is None for r in requests):
+            return None
+        done = [i for i, r in enumerate(requests) if r._op is not None and r._test_op()]
+        for k, i in enumerate(done):
+            requests[i].Wait(_nth(statuses, k))
+        return done
+
+    Get_status_all = Testall
+    Get_status_any = Testany
+    Get_status_some = Testsome
+
+    @classmethod
+    def waitall(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> list[Any]:
+        return [r.wait(_nth(statuses, i)) for i, r in enumerate(requests)]
+
+    @classmethod
+    def testall(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> tuple[bool, list[Any] | None]:
+        if not all(r._op is None or r._test_op() for r in requests):
+            return False, None
+        return True, cls.waitall(requests, statuses)
+
+    @classmethod
+    def waitany(cls, requests: Sequence["Request"], status: Status | None = None) -> tuple[int, Any]:
+        ops = [r._op for r in requests]
+        i = cls.Waitany(requests, status)
+        return i, (None if i == UNDEFINED or ops[i] is None else ops[i].value)
+
+    @classmethod
+    def testany(cls, requests: Sequence["Request"], status: Status | None = None) -> tuple[int, bool, Any]:
+        ops = [r._op for r in requests]
+        i, flag = cls.Testany(requests, status)
+        return i, flag, (None if i == UNDEFINED or ops[i] is None else ops[i].value)
+
+    @classmethod
+    def waitsome(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> tuple[list[int] | None, list[Any] | None]:
+        ops = [r._op for r in requests]
+        idx = cls.Waitsome(requests, statuses)
+        return idx, (None if idx is None else [ops[i].value for i in idx])
+
+    @classmethod
+    def testsome(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> tuple[list[int] | None, list[Any] | None]:
+        ops = [r._op for r in requests]
+        idx = cls.Testsome(requests, statuses)
+        return idx, (None if idx is None else [ops[i].value for i in idx])
+
+
+def _nth(statuses: list[Status] | None, i: int) -> Status | None:
+    if statuses is None:
+        return None
+    while len(statuses) <= i:
+        statuses.append(Status())
+    return statuses[i]
+
+
+class _Persistent:
+    __slots__ = ("start",)
+
+    def __init__(self, start: Callable[[], Any]) -> None:
+        self.start = start
+
+
+class Prequest(Request):
+    """A persistent request (``Send_init``, ``Recv_init``, ``Bcast_init`` …): ``Start()``
+    begins the operation again; completing it leaves the request inactive, not null."""
+
+    __slots__ = ("_persist",)
+
+    def __init__(self, request: "Request | None" = None) -> None:
+        super().__init__(request)
+        self._persist: _Persistent | None = getattr(request, "_persist", None)
+
+    def _key(self) -> Any:
+        return self._persist
+
+    def _completed(self) -> None:
+        self._op = None          # inactive; Start() makes it active again
+
+    def Start(self) -> None:  # noqa: N802
+        if self._persist is None:
+            raise MPIException(ERR_REQUEST, "Prequest.Start: the request was freed")
+        if self._op is not None:
+            raise MPIException(ERR_REQUEST, "Prequest.Start: the request is still active; "
+                                            "complete it (Wait/Test) before starting it again")
+        self._op = self._persist.start()
+
+    start = Start
+
+    @classmethod
+    def Startall(cls, requests: Sequence["Prequest"]) -> None:  # noqa: N802
+        for r in requests:
+            r.Start()
+
+    startall = Startall
+
+    def Free(self) -> None:  # noqa: N802
+        self._op = None
+        self._persist = None
+
+    free = Free
+
+
+def persistent(start: Callable[[], Any]) -> Prequest:
+    """An inactive Prequest whose Start() calls ``start()`` for a new operation."""
+    p = Prequest()
+    p._persist = _Persistent(start)
+    return p
+
+
+REQUEST_NULL = Request()

@@ -1,0 +1,116 @@
+"""Point-to-point on a process group with MPI's matching: tag masks, probes, loopback.
+
+:meth:`ProcessGroup.p2p_isend` / ``p2p_irecv`` match exact tags in the group's user tag
+space (``ctx | P2P kind | 35-bit user tag``, see :mod:`collcomm.core.group`). MPI also
+needs a receive that matches any tag (``MPI_ANY_TAG``), a look at the next message
+without receiving it (``MPI_Probe``) and a probe that claims the message for a later
+receive (``MPI_Mprobe`` / ``MPI_Mrecv``). These functions take the group and give exactly
+that, on the engine's extensions (:meth:`Engine.probe`, :meth:`Engine.mrecv`, receive
+masks). ``mask`` arguments cover the 35 user bits: a received tag matches when it equals
+``tag`` on the bits set in ``mask``; the ``ctx`` and kind bits always have to match, so
+a wildcard never reaches another group's or a collective's messages.
+
+A group without a transport (a world of one, a group of one rank) still sends to itself,
+as MPI allows: its messages go through a loopback engine of this process (no channels;
+the engine's self-send path).
+
+Ranks are the group's local ranks; statuses carry the global source, the full tag and the
+byte count (:func:`source_tag` maps them back).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from ..transport.base import ANY_SOURCE, Handle, Status
+from ..transport.engine import Engine, Incoming
+from .group import MAX_USER_TAG, ProcessGroup, _TimedHandle, as_bytes, current_timeout
+
+__all__ = ["MAX_USER_TAG", "Probed", "cancel", "irecv", "isend", "mrecv", "probe", "source_tag", "transport"]
+
+_FULL = (1 << 64) - 1
+_loopbacks: dict[int, Engine] = {}
+_loop_lock = threading.Lock()
+
+
+def transport(g: ProcessGroup) -> Any:
+    """The group's transport, or this process's loopback engine for a group without one."""
+    t = g.transport
+    if t is not None:
+        if not hasattr(t, "probe"):
+            raise InvalidArgumentError(
+                f"{g.describe()}: its transport ({type(t).__name__}) has no probe/tag masks")
+        return t
+    with _loop_lock:
+        eng = _loopbacks.get(g.global_rank)
+        if eng is None:
+            eng = _loopbacks[g.global_rank] = Engine(g.global_rank, g.global_rank + 1, g.timeout)
+    return eng
+
+
+def _space(g: ProcessGroup, tag: int, op: str) -> int:
+    return g._p2p_tag(tag, op)
+
+
+def _mask(mask: int) -> int:
+    """A 35-bit user mask as a full 64-bit one (context and kind bits always compared)."""
+    return (_FULL ^ MAX_USER_TAG) | (mask & MAX_USER_TAG)
+
+
+def isend(g: ProcessGroup, arr: np.ndarray, dst: int, tag: int, op: str = "isend") -> Handle:
+    """Send ``arr`` to local rank ``dst`` with user tag ``tag``."""
+    h = transport(g).isend(as_bytes(arr), g.ranks[dst], _space(g, tag, op))
+    return _TimedHandle(h, current_timeout(g.timeout))
+
+
+def irecv(g: ProcessGroup, arr: np.ndarray, src: int | None, tag: int, mask: int = MAX_USER_TAG,
+          op: str = "irecv") -> Handle:
+    """Receive into ``arr`` from local rank ``src`` (None: any) a message whose user tag
+    equals ``tag`` on the bits of ``mask``."""
+    gsrc = ANY_SOURCE if src is None else g.ranks[src]
+    h = transport(g).irecv(as_bytes(arr), gsrc, _space(g, tag, op), _mask(mask))
+    return _TimedHandle(h, current_timeout(g.timeout))
+
+
+class Probed:
+    """A message seen by :func:`probe`: its local source, user tag and size in bytes."""
+
+    __slots__ = ("source", "tag", "nbytes", "_raw")
+
+    def __init__(self, g: ProcessGroup, raw: Incoming) -> None:
+        self.source = g.to_local(raw.source)
+        self.tag = raw.tag & MAX_USER_TAG
+        self.nbytes = raw.nbytes
+        self._raw = raw
+
+    def __repr__(self) -> str:
+        return f"Probed(source={self.source}, tag={self.tag:#x}, nbytes={self.nbytes})"
+
+
+def probe(g: ProcessGroup, src: int | None, tag: int, mask: int = MAX_USER_TAG, *,
+          block: bool, take: bool = False, op: str = "probe") -> Probed | None:
+    """The first early message a receive ``(src, tag, mask)`` would match, or None
+    (``block``: wait for one, under the call timeout). ``take``: claim it for :func:`mrecv`."""
+    gsrc = ANY_SOURCE if src is None else g.ranks[src]
+    raw = transport(g).probe(gsrc, _space(g, tag, op), _mask(mask), block=block, take=take,
+                             timeout=current_timeout(g.timeout))
+    return None if raw is None else Probed(g, raw)
+
+
+def mrecv(g: ProcessGroup, message: Probed, arr: np.ndarray) -> Handle:
+    """Receive the message :func:`probe` claimed into ``arr``."""
+    h = transport(g).mrecv(message._raw, as_bytes(arr))
+    return _TimedHandle(h, current_timeout(g.timeout))
+
+
+def cancel(g: ProcessGroup, handle: Handle) -> bool:
+    """Withdraw a receive nothing has matched yet (its wait then raises ClosedError)."""
+    return bool(transport(g).cancel(getattr(handle, "_h", handle)))
+
+
+def source_tag(g: ProcessGroup, st: Status) -> tuple[int, int]:
+    """(local source, user tag) of a completed receive's status."""
+    return g.to_local(st.source), (st.tag & MAX_USER_TAG) if st.tag >= 0 else -1

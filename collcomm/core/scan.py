@@ -1,0 +1,68 @@
+"""Prefix reductions in the core: ``scan`` (inclusive) and ``exscan`` (exclusive).
+
+The same template as :mod:`collcomm.core.collectives` (which the lead owns; these live
+apart so the two can change independently): check what the core is responsible for
+(matching dtypes and sizes, an op that suits the dtype) before any traffic, resolve the
+combiner through the group's call plan, sign the call, run it in program order through
+:meth:`ProcessGroup.run` (inline, or on the group's worker with ``async_op``).
+
+The op keeps rank order (:mod:`collcomm.algorithms.scan`), so a non-commutative user
+function gives MPI's result. AVG is refused: a running mean is not what MPI_Scan computes.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from .. import ops
+from ..algorithms import scan as scan_algorithm
+from ..algorithms import signature
+from ..errors import InvalidArgumentError
+from .group import GroupComm, ProcessGroup
+from .work import Work
+
+__all__ = ["exscan", "scan"]
+
+
+def _prefix(g: ProcessGroup, send: np.ndarray, recv: np.ndarray, op: Any, exclusive: bool, *,
+            dtype: Any, async_op: bool, name: str, after: Callable[[], None] | None) -> Work | None:
+    def fail(text: str) -> InvalidArgumentError:
+        return InvalidArgumentError(f"{name} on {g.describe()}: {text}")
+
+    if send.dtype != recv.dtype:
+        raise fail(f"the send buffer holds {send.dtype} and the receive buffer {recv.dtype}; "
+                   "they must be the same dtype")
+    if send.size != recv.size:
+        raise fail(f"the receive buffer has {recv.size} elements, expected {send.size}")
+    if dtype is None:
+        dtype = send.dtype
+    fn, avg, op_name = g.plan.reducer(op, dtype, f"{name} on {g.describe()}")
+    if avg:
+        raise fail("op AVG is not a prefix reduction; use SUM and divide by (rank + 1)")
+    if recv is send or (send.size and np.shares_memory(send, recv)):
+        send = send.copy()
+    sig = signature.make("exscan" if exclusive else "scan", dtype, send.size, None, op_name)
+
+    def body(comm: GroupComm) -> None:
+        scan_algorithm.scan(comm, send, recv, fn, exclusive)
+        if after is not None:
+            after()
+
+    work = g.run(name, body, async_op, sig=sig)
+    return work if async_op else None  # type: ignore[return-value]
+
+
+def scan(g: ProcessGroup, send: np.ndarray, recv: np.ndarray, op: Any = ops.ReduceOp.SUM, *,
+         dtype: Any = None, async_op: bool = False, name: str = "scan",
+         after: Callable[[], None] | None = None) -> Work | None:
+    """``recv`` of rank r gets ``send`` of ranks 0..r combined with ``op``, in rank order."""
+    return _prefix(g, send, recv, op, False, dtype=dtype, async_op=async_op, name=name, after=after)
+
+
+def exscan(g: ProcessGroup, send: np.ndarray, recv: np.ndarray, op: Any = ops.ReduceOp.SUM, *,
+           dtype: Any = None, async_op: bool = False, name: str = "exscan",
+           after: Callable[[], None] | None = None) -> Work | None:
+    """``recv`` of rank r > 0 gets ``send`` of ranks 0..r-1 combined with ``op``, in rank
+    order; rank 0's ``recv`` is left unchanged."""
+    return _prefix(g, send, recv, op, True, dtype=dtype, async_op=async_op, name=name, after=after)
