@@ -23,11 +23,11 @@ PAGE = r"""<!DOCTYPE html>
 <body>
 <h1>__TITLE__</h1>
 <div id="controls">
-  <button id="first" title="first frame">⏮</button>
+  <button id="first" title="first frame">«</button>
   <button id="prev" title="previous step">◀</button>
   <button id="play" title="play / pause">▶</button>
   <button id="next" title="next step">▶|</button>
-  <button id="last" title="last frame">⏭</button>
+  <button id="last" title="last frame">»</button>
   <span id="frameLabel"></span>
 </div>
 <p class="legend">cells: the ranks whose contributions a chunk holds —

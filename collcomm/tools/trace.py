@@ -70,6 +70,7 @@ def analyze(folder: str) -> dict[str, Any]:
                               "groups": []}
     for r, d in partial.items():
         result["reasons"][r] = d["reason"]
+    result["silent"] = [r for r in result["missing_dumps"] if r not in partial]
     dumps = {**dumps, **partial}
     for key, g in groups.items():
         calls: dict[int, dict[int, dict[str, Any]]] = {}
@@ -116,9 +117,9 @@ def analyze(folder: str) -> dict[str, Any]:
 
 def format_analysis(a: dict[str, Any]) -> str:
     lines = [f"flight recorder dumps in {a['folder']}: ranks {a['ranks']} of {a['world_size']}"]
-    if a["missing_dumps"]:
-        lines.append(f"  no dump from ranks {a['missing_dumps']} (dead, killed before dumping, "
-                     "or never failed)")
+    if a.get("silent"):
+        lines.append(f"  nothing from ranks {a['silent']} (no dump, no answer through the store: "
+                     "dead, or killed before dumping)")
     for r, why in sorted(a["reasons"].items()):
         lines.append(f"  rank {r}: {why}")
     if not a["groups"]:
