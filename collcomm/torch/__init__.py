@@ -15,7 +15,7 @@ and everything built on torch.distributed runs on collcomm: every collective (wi
 (others are refused with an error naming their device). See ``docs/from-torch.md``.
 
 Modules: :mod:`.backend` (registration, group creation), :mod:`.process_group` (the
-operations), :mod:`.tensors` (zero-copy tensor views, reduce ops), :mod:`.work` (Work
+collectives), :mod:`.p2p` (point to point, ``monitored_barrier``), :mod:`.tensors` (zero-copy tensor views, reduce ops), :mod:`.work` (Work
 objects), :mod:`.errors` (torch-style exceptions), :mod:`.compat` (``monitored_barrier``).
 """
 from __future__ import annotations
@@ -27,7 +27,8 @@ from .errors import (
     BackendAuthError, BackendClosedError, BackendError, BackendMismatchError,
     BackendPeerLostError, BackendTimeoutError,
 )
-from .process_group import BACKEND_NAME, MONITORED_BARRIER_TAG, ProcessGroupCollcomm
+from .p2p import MONITORED_BARRIER_TAG
+from .process_group import BACKEND_NAME, ProcessGroupCollcomm
 
 __all__ = [
     "BACKEND_NAME", "MONITORED_BARRIER_TAG", "ProcessGroupCollcomm", "TorchStore", "create",

@@ -21,12 +21,10 @@ here. Semantics are gloo's:
   ``new_group(timeout=)``); ``barrier`` also honours ``opts.timeout``, the one per-call
   timeout torch's Python API sets.
 
-Point-to-point calls use the group's own tag space; ``monitored_barrier`` uses the
-reserved tag :data:`MONITORED_BARRIER_TAG` of it.
+Point to point and ``monitored_barrier`` are in :mod:`collcomm.torch.p2p`.
 """
 from __future__ import annotations
 
-import time
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -35,20 +33,19 @@ import torch.distributed as dist
 
 from ..core import attach
 from ..core import collectives as core
-from ..core.group import MAX_USER_TAG, ProcessGroup
+from ..core.group import ProcessGroup
 from ..core.work import Work as CoreWork
-from ..errors import CollcommError, CommTimeoutError, InvalidArgumentError
-from .errors import BackendTimeoutError, translate
+from ..errors import CollcommError, InvalidArgumentError
+from .errors import translate
+from .p2p import PointToPoint
 from .tensors import (
     View, copy_out, core_dtype, flat_like, reduce_op, same_kind, scale, view, views,
 )
-from .work import CollWork, DoneWork, P2PWork, seconds
+from .work import CollWork, DoneWork, seconds
 
-__all__ = ["MONITORED_BARRIER_TAG", "ProcessGroupCollcomm"]
+__all__ = ["BACKEND_NAME", "ProcessGroupCollcomm"]
 
 BACKEND_NAME = "collcomm"
-#: The point-to-point tag monitored_barrier uses in each group (user code must not).
-MONITORED_BARRIER_TAG = MAX_USER_TAG
 
 Start = Callable[[bool], "CoreWork | None"]
 
@@ -70,7 +67,7 @@ def _finisher(v: View) -> Callable[[], None] | None:
     return v.finish if v.tmp is not None else None
 
 
-class ProcessGroupCollcomm(dist.ProcessGroup):
+class ProcessGroupCollcomm(PointToPoint, dist.ProcessGroup):
     """The object ``init_process_group("collcomm")`` / ``new_group(backend="collcomm")`` make.
 
     ``core_group`` is the collcomm :class:`~collcomm.core.group.ProcessGroup` underneath.
@@ -393,63 +390,6 @@ class ProcessGroupCollcomm(dist.ProcessGroup):
         g, limit = self.core_group, seconds(getattr(opts, "timeout", None))
         start: Start = lambda a: core.barrier(g, async_op=a, timeout=limit)  # noqa: E731
         return self._run("barrier", opts, [], [start])
-
-    def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> None:
-        """gloo's monitored barrier: rank 0 hears from every rank within ``timeout`` (else it
-        raises naming the first late rank, or all of them with ``wait_all_ranks``), then
-        releases them. Other ranks raise if rank 0 does not release them in time."""
-        g = self.core_group
-        limit = seconds(timeout) or g.timeout
-        if g.size == 1:
-            return
-        tag = MONITORED_BARRIER_TAG
-        token = np.zeros(1, dtype=np.uint8)
-        try:
-            if g.rank != 0:
-                g.p2p_isend(token, 0, tag).wait(limit)
-                g.p2p_irecv(token, 0, tag).wait(limit)
-                return
-            handles = {r: g.p2p_irecv(np.zeros(1, dtype=np.uint8), r, tag) for r in range(1, g.size)}
-            deadline = time.monotonic() + limit
-            late = []
-            for r, h in handles.items():
-                try:
-                    h.wait(max(0.0, deadline - time.monotonic()) if wait_all_ranks or not late else 0.0)
-                except CommTimeoutError:
-                    late.append(r)
-            if late:
-                which = (f"Ranks {', '.join(map(str, late))}" if wait_all_ranks
-                         else f"Rank {late[0]}")
-                raise BackendTimeoutError(
-                    f"monitored_barrier on {self._where}: {which} failed to pass "
-                    f"monitoredBarrier in {limit * 1000:.0f} ms", peer=late[0])
-            for h in [g.p2p_isend(token, r, tag) for r in range(1, g.size)]:
-                h.wait(limit)
-        except CollcommError as exc:
-            raise translate(exc) from None
-
-    # -- point to point ------------------------------------------------------------------------
-    def send(self, tensors: list[torch.Tensor], dstRank: int, tag: int = 0) -> dist.Work:  # noqa: N803
-        v = self._view(tensors[0], "send", "tensor")
-        try:
-            h = self.core_group.p2p_isend(v.arr, dstRank, tag)
-        except CollcommError as exc:
-            raise translate(exc) from None
-        return P2PWork("send", h, self.core_group.to_local, tensors)
-
-    def recv(self, tensors: list[torch.Tensor], srcRank: int, tag: int = 0) -> dist.Work:  # noqa: N803
-        return self._recv(tensors, srcRank, tag)
-
-    def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> dist.Work:
-        return self._recv(tensors, None, tag)
-
-    def _recv(self, tensors: list[torch.Tensor], src: int | None, tag: int) -> dist.Work:
-        v = self._view(tensors[0], "recv", "tensor")
-        try:
-            h = self.core_group.p2p_irecv(v.arr, src, tag)
-        except CollcommError as exc:
-            raise translate(exc) from None
-        return P2PWork("recv", h, self.core_group.to_local, tensors, _finisher(v))
 
     # -- life cycle ------------------------------------------------------------------------------
     def shutdown(self) -> None:

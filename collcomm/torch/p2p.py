@@ -1,0 +1,95 @@
+"""Point to point and ``monitored_barrier`` of :class:`~collcomm.torch.ProcessGroupCollcomm`.
+
+``send``/``recv``/``recv_anysource`` post one transport operation in the group's own
+point-to-point tag space (torch's ``tag``) and return a :class:`~collcomm.torch.work.P2PWork`
+at once: sends complete without the receiver (eager copy), a receive from any rank tells its
+sender through ``_source_rank()`` (what ``dist.recv(src=None)`` returns). torch's
+``batch_isend_irecv`` issues these one by one.
+
+``monitored_barrier`` is gloo's: every other rank reports to rank 0, which waits for each
+within the timeout and names the late ones, then releases them. It uses the reserved tag
+:data:`MONITORED_BARRIER_TAG` (the highest of the group's point-to-point tags).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ..core.group import MAX_USER_TAG, ProcessGroup
+from ..errors import CollcommError, CommTimeoutError
+from .errors import BackendTimeoutError, translate
+from .tensors import View
+from .work import P2PWork, seconds
+
+__all__ = ["MONITORED_BARRIER_TAG", "PointToPoint"]
+
+#: The point-to-point tag monitored_barrier uses in each group (user code must not).
+MONITORED_BARRIER_TAG = MAX_USER_TAG
+
+
+class PointToPoint:
+    """The point-to-point half of the process group (mixed into ProcessGroupCollcomm)."""
+
+    core_group: ProcessGroup
+    _where: str
+    _view: Callable[..., View]          # ProcessGroupCollcomm's
+
+    def send(self, tensors: list[torch.Tensor], dstRank: int, tag: int = 0) -> dist.Work:  # noqa: N803
+        v = self._view(tensors[0], "send", "tensor")
+        try:
+            h = self.core_group.p2p_isend(v.arr, dstRank, tag)
+        except CollcommError as exc:
+            raise translate(exc) from None
+        return P2PWork("send", h, self.core_group.to_local, tensors)
+
+    def recv(self, tensors: list[torch.Tensor], srcRank: int, tag: int = 0) -> dist.Work:  # noqa: N803
+        return self._recv(tensors, srcRank, tag)
+
+    def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> dist.Work:
+        return self._recv(tensors, None, tag)
+
+    def _recv(self, tensors: list[torch.Tensor], src: int | None, tag: int) -> dist.Work:
+        v = self._view(tensors[0], "recv", "tensor")
+        try:
+            h = self.core_group.p2p_irecv(v.arr, src, tag)
+        except CollcommError as exc:
+            raise translate(exc) from None
+        return P2PWork("recv", h, self.core_group.to_local, tensors, v.finish if v.tmp is not None else None)
+
+    def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> None:
+        """gloo's monitored barrier: rank 0 hears from every rank within ``timeout`` (else it
+        raises naming the first late rank, or all of them with ``wait_all_ranks``), then
+        releases them. Other ranks raise if rank 0 does not release them in time."""
+        g = self.core_group
+        limit = seconds(timeout) or g.timeout
+        if g.size == 1:
+            return
+        tag = MONITORED_BARRIER_TAG
+        token = np.zeros(1, dtype=np.uint8)
+        try:
+            if g.rank != 0:
+                g.p2p_isend(token, 0, tag).wait(limit)
+                g.p2p_irecv(token, 0, tag).wait(limit)
+                return
+            handles = {r: g.p2p_irecv(np.zeros(1, dtype=np.uint8), r, tag) for r in range(1, g.size)}
+            deadline = time.monotonic() + limit
+            late = []
+            for r, h in handles.items():
+                try:
+                    h.wait(max(0.0, deadline - time.monotonic()) if wait_all_ranks or not late else 0.0)
+                except CommTimeoutError:
+                    late.append(r)
+            if late:
+                which = (f"Ranks {', '.join(map(str, late))}" if wait_all_ranks
+                         else f"Rank {late[0]}")
+                raise BackendTimeoutError(
+                    f"monitored_barrier on {self._where}: {which} failed to pass "
+                    f"monitoredBarrier in {limit * 1000:.0f} ms", peer=late[0])
+            for h in [g.p2p_isend(token, r, tag) for r in range(1, g.size)]:
+                h.wait(limit)
+        except CollcommError as exc:
+            raise translate(exc) from None
