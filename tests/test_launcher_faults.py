@@ -67,6 +67,19 @@ def test_verdict_follows_chains_and_breaks_cycles():
     assert v is not None and v.rank == 2 and "differ" in v.how
 
 
+def test_verdict_mismatch_seen_by_one_side_only():
+    """Over TCP only the skipping rank may see the mismatch (naming the rank it disagrees
+    with); the others only see it leave. The call each was in tells who is odd."""
+    def rep(rank, etype, peer, call):
+        return RankState(rank, 100 + rank, returncode=1, exit_t=1.0, report={
+            "t": 1.0, "type": etype, "peers": [peer], "reaction": True,
+            "message": f"{call} on group 'WORLD' (rank {rank} of 4, global rank {rank}): ..."})
+    states = [rep(0, "PeerLostError", 1, "all_reduce"), rep(1, "MismatchError", 0, "barrier"),
+              rep(2, "PeerLostError", 0, "all_reduce"), rep(3, "PeerLostError", 1, "all_reduce")]
+    v = root_cause(states)
+    assert v is not None and v.rank == 1 and "barrier" in v.how
+
+
 def test_verdict_left_and_remote():
     states = [_reaction(0, 1, 2.0), RankState(1, 101, returncode=0, exit_t=1.0),
               _reaction(2, 1, 2.0)]

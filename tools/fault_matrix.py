@@ -221,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-n", type=int, default=4, help="ranks (default 4)")
     p.add_argument("--at", type=int, default=20, help="iteration of the fault (default 20)")
     p.add_argument("--trial-timeout", type=float, default=60.0)
+    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                   help="extra environment for every rank (repeatable), e.g. COLLCOMM_FR_SIZE=0")
     p.add_argument("--json", help="write every trial and the summary here")
     p.add_argument("--markdown", action="store_true", help="print the summary as a table")
     args = p.parse_args(argv)
@@ -229,13 +231,14 @@ def main(argv: list[str] | None = None) -> int:
     bad = [c for c in cells if c not in CELLS] + [t for t in transports if t not in TRANSPORTS]
     if bad:
         p.error(f"unknown cell/transport {bad}")
+    extra = dict(item.split("=", 1) for item in args.env)
     trials: list[dict[str, Any]] = []
     started = time.monotonic()
     for i in range(args.trials):
         for transport in transports:
             for cell in cells:
                 t = run_trial(cell, transport, victim=i % args.n, n=args.n, at=args.at,
-                              trial_timeout=args.trial_timeout)
+                              trial_timeout=args.trial_timeout, env_extra=extra)
                 trials.append(t)
                 ok = (t["named"] == t["victim"] and t["survivors_raised"] and not t["hung"]
                       and not t["orphans"] and not t["shm_left"])
@@ -249,8 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"trials": trials, "summary": rows,
-                       "env": {k: os.environ.get(k) for k in
-                               ("COLLCOMM_TIMEOUT", "COLLCOMM_HEARTBEAT_TIMEOUT")}}, fh, indent=1)
+                       "env": {**{k: os.environ.get(k) for k in
+                                  ("COLLCOMM_TIMEOUT", "COLLCOMM_HEARTBEAT_TIMEOUT")}, **extra}},
+                      fh, indent=1)
     print(markdown(rows) if args.markdown else json.dumps(rows, indent=1))
     return 0 if all(r["named_right"] == r["trials"] and r["hangs"] == 0 for r in rows) else 1
 

@@ -16,12 +16,12 @@ What one call of :func:`launch` does, in order:
    unterminated last line still ends with a newline), and keeps the last lines of every
    rank's stderr.
 3. It waits, watching every rank's process state: a rank stopped (SIGSTOP, state ``T``) is
-   named at once on stderr. When a rank fails (non-zero exit or a signal), the others get a
-   moment (``SETTLE_S``) to fail on their own and say why (see
+   named at once on stderr. When a rank fails (non-zero exit or a signal), the others get up
+   to ``SETTLE_S`` to fail on their own and say why (see
    :mod:`collcomm.tools.rootcause`), then SIGTERM (and SIGCONT, for a stopped rank) on their
    process groups, SIGKILL after ``grace`` seconds. The summary names the root cause, not
    the first rank the launcher happened to poll: the first genuine failure, else a stopped
-   rank, else the rank the others' errors name. The launcher exits with that rank's code
+   rank, else the odd one out of a mismatch, else the rank the others' errors name. The launcher exits with that rank's code
    (128 + signal number for a signal), or with the first failing rank's when the root cause
    exited 0, is stuck, or runs on another node. SIGINT/SIGTERM to the launcher are forwarded
    to every rank, escalated the same way, and the launcher exits 128 + that signal.
@@ -60,8 +60,9 @@ from .rootcause import RankState, Verdict, describe_exit, exit_code, root_cause
 __all__ = ["LaunchConfig", "launch", "rank_env", "shm_segments", "program_argv"]
 
 STDERR_TAIL_LINES = 15
-#: After the first failure, seconds the other ranks get to fail on their own (and report).
-SETTLE_S = 1.0
+#: After the first failure, seconds the other ranks get to fail on their own (and report);
+#: the wait ends as soon as every rank still running is stopped or named by a report.
+SETTLE_S = 5.0
 #: A rank seen stopped this long is named on stderr.
 STOPPED_REPORT_S = 0.2
 _POLL_S = 0.05
@@ -547,10 +548,23 @@ class _Interrupts:
             signal.signal(sig, handler)  # type: ignore[arg-type]
 
 
+def _explained(ranks: list[_Rank], report_dir: str) -> bool:
+    """Every rank still running is stopped or named by another rank's report: waiting for
+    it to fail on its own is pointless (it is the cause)."""
+    named: set[int] = set()
+    for r in ranks:
+        report = _read_report(report_dir, r.rank) if r.returncode is not None else None
+        if report and report.get("reaction"):
+            named.update(int(p) for p in report.get("peers") or [])
+    return all(r.stop_seen is not None or r.rank in named
+               for r in ranks if r.returncode is None)
+
+
 def _watch(ranks: list[_Rank], interrupts: _Interrupts, wake: threading.Event,
-           output: _Output) -> bool:
+           output: _Output, report_dir: str) -> bool:
     """Wait until every rank exited 0 (False), one failed (True) or we are interrupted;
-    then, after a failure, give the others ``SETTLE_S`` to fail on their own and report."""
+    then, after a failure, give the others up to ``SETTLE_S`` to fail on their own and
+    report (less when the ones left are stopped or named by the others' reports)."""
     settle_until: float | None = None
     while True:
         wake.clear()
@@ -563,7 +577,7 @@ def _watch(ranks: list[_Rank], interrupts: _Interrupts, wake: threading.Event,
             return any(r.returncode != 0 for r in ranks)
         if settle_until is None and any(r.returncode not in (None, 0) for r in ranks):
             settle_until = now + SETTLE_S
-        if settle_until is not None and now >= settle_until:
+        if settle_until is not None and (now >= settle_until or _explained(ranks, report_dir)):
             return True
         wake.wait(_POLL_S)
 
@@ -590,7 +604,7 @@ def launch(cfg: LaunchConfig) -> int:
                                report_dir=report_dir)
                 env.update(_observe_env(cfg, job_id))
                 ranks.append(_start_rank(argv, local, env, cfg.prefix, output, wake))
-            failed = _watch(ranks, interrupts, wake, output)
+            failed = _watch(ranks, interrupts, wake, output, report_dir)
             interrupted = interrupts.signum
             if interrupted is not None:
                 _stop(ranks, interrupted, cfg.grace)

@@ -16,7 +16,10 @@ of this node.
    PeerLostError, CommTimeoutError, ClosedError, MismatchError). The earliest genuine
    failure is the root cause, unless a rank was stopped before it.
 2. Else a rank that was stopped (SIGSTOP) when the job failed is the root cause.
-3. Else the ranks the reactions name: each reaction votes for the rank its error names,
+3. Else, when ranks disagree (a MismatchError was reported), the one rank whose failing
+   call differs from the call every other reporting rank failed in (a mismatch names both
+   sides alike: "rank 1 called barrier but rank 0 called all_reduce").
+4. Else the ranks the reactions name: each reaction votes for the rank its error names,
    following a named rank's own reaction when it has one (so "rank 3 timed out waiting for
    2, rank 0 for 3" votes for 2); in a cycle (mismatches name each other) the direct name
    counts. The most-named rank is the root cause: one that exited 0 "left", one still
@@ -28,6 +31,7 @@ Polling order never matters: every decision uses the recorded times and reports.
 from __future__ import annotations
 
 import collections
+import re
 import signal
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,6 +109,31 @@ def _resolve(start: int, direct: int, by_rank: dict[int, RankState]) -> int:
         current = int(peers[0])
 
 
+_CALL = re.compile(r"^(\w+) on group '([^']*)'")
+
+
+def _odd_call_out(states: list[RankState]) -> tuple[int, str, str, list[int]] | None:
+    """When ranks disagree (a MismatchError was reported): the one rank whose failing call
+    differs from the call all the others failed in, as (rank, its call, theirs, their ranks).
+    A mismatch names both sides alike; the call each side was in tells them apart."""
+    reports = {s.rank: s.report for s in states if s.report}
+    if not any(r.get("type") == "MismatchError" for r in reports.values()):
+        return None
+    calls: dict[int, str] = {}
+    for rank, report in reports.items():
+        m = _CALL.match(str(report.get("message", "")))
+        if m:
+            calls[rank] = f"{m.group(1)} (group '{m.group(2)}')"
+    counts = collections.Counter(calls.values())
+    if len(calls) < 3 or len(counts) != 2:
+        return None
+    (majority, n_major), (minority, n_minor) = counts.most_common()
+    if n_minor != 1 or n_major < 2:
+        return None
+    rank = next(r for r, c in calls.items() if c == minority)
+    return rank, minority, majority, sorted(r for r, c in calls.items() if c == majority)
+
+
 def root_cause(states: list[RankState]) -> Verdict | None:
     """The verdict for a job in which some rank failed; None if no rank failed."""
     by_rank = {s.rank: s for s in states}
@@ -121,6 +150,7 @@ def root_cause(states: list[RankState]) -> Verdict | None:
     g = min(genuine, key=lambda s: s.event_t, default=None)
     st = min(stopped, key=lambda s: s.stopped_since or 0.0, default=None)
 
+    odd = _odd_call_out(states)
     votes: collections.Counter[int] = collections.Counter()
     named_by: dict[int, list[int]] = collections.defaultdict(list)
     first_named: dict[int, float] = {}
@@ -144,6 +174,11 @@ def root_cause(states: list[RankState]) -> Verdict | None:
         if voters:
             how += f"; {_ranks(voters)} gave up waiting for it"
         return Verdict(st.rank, True, how, fallback_code, "stopped", dict(named_by))
+    if odd is not None:
+        rank, call, majority, others = odd
+        how = (f"it was in {call} while {_ranks(others)} were in {majority} (MismatchError: "
+               "a skipped, extra or reordered collective call)")
+        return Verdict(rank, True, how, fallback_code, "named", dict(named_by))
     if votes:
         top = max(votes, key=lambda r: (votes[r], -first_named[r]))
         voters = named_by[top]
