@@ -427,6 +427,7 @@ def _remote_reports(cfg: LaunchConfig, port: int, token: str) -> dict[int, dict[
     if cfg.nnodes == 1:
         return {}
     found: dict[int, dict[str, Any]] = {}
+    lock = threading.Lock()
     mine = range(cfg.node_rank * cfg.nproc, (cfg.node_rank + 1) * cfg.nproc)
 
     def fetch() -> None:
@@ -443,7 +444,8 @@ def _remote_reports(cfg: LaunchConfig, port: int, token: str) -> dict[int, dict[
                 if r not in mine and store.check([key]):
                     report = json.loads(store.get(key, timeout=1.0))
                     if isinstance(report, dict):
-                        found[r] = report
+                        with lock:
+                            found[r] = report
         except Exception:  # noqa: BLE001 - what we have so far
             pass
         finally:
@@ -452,7 +454,8 @@ def _remote_reports(cfg: LaunchConfig, port: int, token: str) -> dict[int, dict[
     fetcher = threading.Thread(target=fetch, daemon=True, name="collcomm-run-reports")
     fetcher.start()
     fetcher.join(REMOTE_REPORTS_S)
-    return dict(found)
+    with lock:
+        return dict(found)
 
 
 def _states(ranks: list[_Rank], report_dir: str,
