@@ -51,8 +51,9 @@ DEFAULT_STALL_WARN = 60.0
 GATHER_SECONDS = 1.5
 
 # A collective's record is a tuple (the cheapest thing to build per call) of the fields
-# R_GROUP … R_T0, all plain numbers and strings (the observer's index, ids of the family
-# function and of the caller's code object): the garbage collector untracks such a tuple at
+# R_GROUP … R_T0, all plain numbers, strings and the caller's code object (the observer's
+# index, the id of the family function; code objects are not tracked by the garbage
+# collector): the collector untracks such a tuple at
 # its first look, so 2000 of them in the ring cost no collection time (holding objects, the
 # ring made the collections walk it: +3 us per call measured). Its state is derived:
 # completed when its group's last completed call is this one or a later one, failed when
@@ -393,7 +394,7 @@ class Observer:
             f = f.f_back
             code = f.f_code
             inside = _internal.get(id(code))
-        rec = (self.index, comm._tag, collective, comm.sig, id(family), id(code), f.f_lasti, _perf())
+        rec = (self.index, comm._tag, collective, comm.sig, id(family), code, f.f_lasti, _perf())
         self.append(rec)
         if self.extra:
             return self._observed(rec, comm, collective, lambda c: family(c, *args), True)
@@ -407,7 +408,7 @@ class Observer:
     def wrap(self, comm: Any, collective: str, body: Callable[[Any], Any]) -> Callable[[Any], Any]:
         """``body`` recorded (ProcessGroup.run's path: entered now, completed when it runs)."""
         code, lasti = caller(2)
-        rec = (self.index, comm._tag, collective, comm.sig, id(family_of(body)), id(code), lasti,
+        rec = (self.index, comm._tag, collective, comm.sig, id(family_of(body)), code, lasti,
                _perf())
         self.append(rec)
 
@@ -426,7 +427,7 @@ class Observer:
     def p2p(self, op: str, peer: int | None, handle: Any, nbytes: int) -> Any:
         """Record a user point-to-point call (``op`` isend/irecv to/from local ``peer``)."""
         code, lasti = caller(2)
-        rec = [self.index, 0, op, 0, 0, id(code), lasti, _perf(),
+        rec = [self.index, 0, op, 0, 0, code, lasti, _perf(),
                -1 if peer is None else self.ranks[peer], ENTERED, 0.0]
         self.append(rec)
         return _P2PHandle(handle, rec)
