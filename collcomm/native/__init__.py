@@ -19,6 +19,7 @@ together in one arena and compute the same bits.
 """
 from __future__ import annotations
 
+import importlib
 import os
 from typing import Any, Callable
 
@@ -32,9 +33,10 @@ if os.environ.get("COLLCOMM_NATIVE", "1").strip() == "0":
     reason = "disabled by COLLCOMM_NATIVE=0"
 else:
     try:
-        from . import _shmcore as core  # type: ignore[no-redef]
+        core = importlib.import_module(f"{__name__}._shmcore")
     except ImportError as exc:
-        reason = f"not built ({exc}); reinstall collcomm where a C compiler is available"
+        reason = (f"not built ({exc}): collcomm was installed without a C compiler; it works "
+                  "in pure Python (reinstall where one is available for the native core)")
 
 #: op names in the order of the C kernel table (AVG is SUM, then a division in Python)
 OPS = ("SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "LAND", "LOR", "LXOR")
@@ -48,6 +50,7 @@ BF16 = 14
 refused: dict[tuple[str, str, str], str] = {}
 
 #: waiting: spin this long, then yield this many times, then block on a futex
+#: (COLLCOMM_SPIN_US and COLLCOMM_YIELDS override them, for every group size)
 SPIN_NS = 50_000
 SPIN_NS_OVERSUBSCRIBED = 2_000
 YIELDS = 100
@@ -61,8 +64,10 @@ def attach(arena: Any, layout: tuple[int, ...], one_shot: int) -> Any:
     from ..transport.shm import PAGE
 
     spin = SPIN_NS if arena.n <= arena_mod.cpus() else SPIN_NS_OVERSUBSCRIBED
+    spin = int(float(os.environ.get("COLLCOMM_SPIN_US", spin / 1000)) * 1000)
+    yields = int(os.environ.get("COLLCOMM_YIELDS", YIELDS))
     return core.Core(arena.mm, arena.n, arena.rank, arena.header, arena.slot, arena.slot + PAGE,
-                     PAGE, one_shot, layout, spin, YIELDS, arena_mod._FUTEX is not None)
+                     PAGE, one_shot, layout, spin, yields, arena_mod._FUTEX is not None)
 
 
 _codes: dict[tuple[Any, np.dtype], int] = {}
@@ -70,13 +75,21 @@ _codes: dict[tuple[Any, np.dtype], int] = {}
 
 def code_for(fn: Callable[..., Any], dtype: np.dtype) -> int:
     """The C code (op * 256 + dtype) doing what ``fn`` does on ``dtype`` arrays, or -1."""
+    last = getattr(fn, "native_code", None)   # (dtype, code) of the last call: the usual case
+    if last is not None and last[0] is dtype:
+        return last[1]
     tag = getattr(fn, "native", None)
     if core is None or tag is None:
-        return -1
-    key = (tag, dtype)
-    code = _codes.get(key)
-    if code is None:
-        code = _codes[key] = _verified(fn, tag, dtype)
+        code = -1
+    else:
+        key = (tag, dtype)
+        code = _codes.get(key)
+        if code is None:
+            code = _codes[key] = _verified(fn, tag, dtype)
+    try:
+        fn.native_code = (dtype, code)  # type: ignore[attr-defined]
+    except (AttributeError, TypeError):  # a builtin: no attributes
+        pass
     return code
 
 
@@ -96,7 +109,9 @@ def _verified(fn: Callable[..., Any], tag: tuple[str, str], dtype: np.dtype) -> 
             "the NaN signs it then returns are not reproduced in C")
         return -1
     code = OPS.index(name) * 256 + dt
-    for a, b in _probe(dtype, kind == "bf16"):
+    with np.errstate(all="ignore"):
+        probe = _probe(dtype, kind == "bf16")
+    for a, b in probe:
         if name in ("SUM", "PRODUCT"):
             # Which of two different NaNs an addition returns is the hardware's choice, and
             # numpy's SIMD body and scalar tail choose differently: compare with one NaN.
@@ -104,7 +119,8 @@ def _verified(fn: Callable[..., Any], tag: tuple[str, str], dtype: np.dtype) -> 
         want = a.copy()
         got = a.copy()
         try:
-            fn(want, b)
+            with np.errstate(all="ignore"):   # the probe overflows on purpose
+                fn(want, b)
             core.combine(code, got, b)
         except Exception as exc:  # noqa: BLE001 - e.g. no kernel for this pair
             refused[(name, kind, dtype.name)] = f"{type(exc).__name__}: {exc}"

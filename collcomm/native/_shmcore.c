@@ -440,6 +440,10 @@ static uint64_t arrive(Core *c)
     return target;
 }
 
+/* Spin this long holding the GIL (releasing and taking it back costs more than most
+ * waits of a small collective); longer waits release it. */
+#define GIL_SPIN_NS 5000
+
 /* The first rank from `from` on whose counter is below target, or -1. */
 static inline int first_late(Core *c, uint64_t target, int from)
 {
@@ -468,8 +472,11 @@ static int wait_all(Core *c, PyObject *arena, uint64_t target, Gil *gil)
                     return 0;
             }
         }
-        if (now_ns() - start >= c->spin_ns)
+        long long spun = now_ns() - start;
+        if (spun >= c->spin_ns)
             break;
+        if (spun >= GIL_SPIN_NS)      /* a longer wait: let this process's other threads run */
+            gil_release(gil);
     }
     gil_release(gil);
     for (int i = 0; i < c->yields; i++) {
