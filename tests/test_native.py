@@ -491,3 +491,34 @@ def test_heap_buffer_on_one_rank_only() -> None:
         assert out["all_gather"] == np.repeat(np.arange(3.0), 6).tolist()
         # ranks 1 and 2 ran their part natively up to the first sync, then Python finished
         assert out["finished"] == (0 if r == 0 else 3), out
+
+
+def _interrupted_rank() -> str:
+    """Rank 0 waits in a barrier that rank 1 enters only after 2 s; a SIGINT after 0.3 s
+    must end rank 0's wait with KeyboardInterrupt (as in the Python path)."""
+    import signal
+    import threading
+
+    import collcomm as dist
+
+    if dist.get_rank() == 1:
+        dist.barrier()
+        time.sleep(2.0)
+        return "slept"
+    dist.barrier()
+    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+    t0 = time.monotonic()
+    try:
+        with dist.call_timeout(10):
+            dist.barrier()
+    except KeyboardInterrupt:
+        return f"interrupted after {time.monotonic() - t0:.2f} s"
+    return "not interrupted"
+
+
+@needs_core
+@pytest.mark.timeout(120)
+def test_ctrl_c_ends_a_wait() -> None:
+    got = run_ranks(_interrupted_rank, 2, transport="shm", timeout=60, expect_failure=True)[0]
+    assert got.ok and got.value.startswith("interrupted"), (got.value, got.error)
+    assert float(got.value.split()[2]) < 1.5, got.value

@@ -509,6 +509,8 @@ static int wait_all(Core *c, PyObject *arena, uint64_t target, Gil *gil)
         if (now >= next_check) {
             next_check = now + 100000000LL;
             gil_take(gil);
+            if (PyErr_CheckSignals() < 0)       /* Ctrl-C: KeyboardInterrupt, as in Python */
+                return -1;
             PyObject *late_list = PyList_New(0);
             if (late_list == NULL)
                 return -1;
