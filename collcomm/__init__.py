@@ -71,6 +71,8 @@ __all__ = [
     # objects
     "all_gather_object", "all_reduce_object", "broadcast_object_list", "gather_object",
     "recv_object_list", "reduce_object", "scatter_object_list", "send_object_list",
+    # observability
+    "stats",
     # ops, handles, errors
     "ReduceOp", "Work", "AuthError", "ClosedError", "CollcommError", "CommTimeoutError",
     "InvalidArgumentError", "MismatchError", "PeerLostError",
