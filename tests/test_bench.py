@@ -279,6 +279,27 @@ def test_smoke_compare_peers():
         assert line[-1].endswith("x") or line[-1] == "N/A"
 
 
+def test_parse_api():
+    assert O.parse_api("mpi,torch") == ["cc-mpi", "cc-torch"]
+    assert O.parse_api("functional") == [] and O.parse_api(None) == []
+    with pytest.raises(ValueError, match="unknown front end"):
+        O.parse_api("mpich")
+
+
+@pytest.mark.timeout(120)
+def test_smoke_front_ends_checked():
+    """--api times collcomm.MPI and the torch backend with the peers' own sweep code, and
+    --check verifies their results (0 wrong)."""
+    pytest.importorskip("torch")
+    p = _bench("-n", "2", "--op", "all_reduce,broadcast", "-b", "8", "-e", "64", "-f", "8",
+               "--iters", "2", "--warmup", "1", "--rounds", "1", "--api", "mpi,torch", "--check",
+               timeout=115)
+    assert p.returncode == 0, p.stderr
+    assert "cc/cc-mpi" in p.stdout and "cc/cc-torch" in p.stdout, p.stdout
+    rows = _data_lines(p.stdout)
+    assert len(rows) == 4 and all(r[-1] == "0/0/0" for r in rows), p.stdout
+
+
 @pytest.mark.timeout(30)
 def test_bad_arguments():
     p = _bench("-b", "1.5Q")

@@ -103,6 +103,22 @@ def parse_compare(text: str | None) -> list[str]:
     return list(dict.fromkeys(libs))
 
 
+#: ``--api`` front ends, measured as extra libraries next to the functional API ("collcomm")
+API_LIBS = {"mpi": "cc-mpi", "torch": "cc-torch"}
+
+
+def parse_api(text: str | None) -> list[str]:
+    """``--api mpi,torch`` → the extra libraries ["cc-mpi", "cc-torch"] ("functional" is
+    the default "collcomm" column and adds nothing)."""
+    if not text:
+        return []
+    names = [x.strip().lower() for x in text.split(",") if x.strip()]
+    bad = [x for x in names if x not in API_LIBS and x not in ("functional", "collcomm")]
+    if bad:
+        raise ValueError(f"--api: unknown front end {', '.join(bad)}; valid: functional, mpi, torch")
+    return list(dict.fromkeys(API_LIBS[x] for x in names if x in API_LIBS))
+
+
 def collcomm_env(opts: "Options") -> dict[str, str]:
     """Environment for the collcomm ranks: ``--algo A`` sets ``COLLCOMM_ALGO_<OP>=A`` for
     every benchmarked op (``--algo all_reduce=ring,broadcast=tree`` per op);
@@ -207,6 +223,13 @@ bandwidth (nccl-tests conventions, SPEC.md section 5)
   collcomm time = collcomm busbw / peer busbw (> 1: collcomm is faster). Out-of-place
   only unless --inplace.
 
+--api mpi,torch
+  Also measures collcomm through its other front ends, with the very code that measures the
+  peers: "cc-mpi" is the mpi4py sweep with `from collcomm import MPI` in place of mpi4py,
+  "cc-torch" the torch.distributed sweep with backend "collcomm" in place of "gloo", both
+  launched by collcomm run. Their columns next to "collcomm" (the functional API) show what
+  each front end adds per call; next to --compare mpi,gloo, what a one-line switch gains.
+
 --calibrate
   Fits the alpha-beta cost model: for each transport (shm, tcp) a 2-rank ping-pong over
   8 B .. 4 MiB, one-way time = alpha + beta * bytes (least squares); gamma = seconds per
@@ -251,6 +274,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="draw busbw vs size, one line per library (needs matplotlib)")
     p.add_argument("--compare", default=None, metavar="mpi,gloo",
                    help="also run mpi4py/Open MPI and/or torch Gloo, interleaved")
+    p.add_argument("--api", default=None, metavar="mpi,torch",
+                   help="also time collcomm through collcomm.MPI and/or the torch backend")
     p.add_argument("--rounds", type=int, default=None,
                    help="rounds with --compare (default 2; 1 otherwise)")
     p.add_argument("--calibrate", action="store_true",
@@ -262,7 +287,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def options_from_args(args: argparse.Namespace) -> Options:
     begin, end = parse_size(args.minbytes), parse_size(args.maxbytes)
     modes = ["ip"] if args.inplace else ["oop"] if args.outplace else ["oop", "ip"]
-    compare = parse_compare(args.compare)
+    compare = parse_api(getattr(args, "api", None)) + parse_compare(args.compare)
     if compare and not (args.inplace or args.outplace):
         modes = ["oop"]
     redop = args.redop.strip().lower()

@@ -3,6 +3,9 @@
     mpiexec --allow-run-as-root --oversubscribe -n N python -m collcomm.tools.bench.peers mpi OPTS.json OUT.json
     (N processes with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) python -m collcomm.tools.bench.peers gloo OPTS.json OUT.json
 
+``cc-mpi`` and ``cc-torch`` run the same two sweeps on collcomm's own front ends
+(``collcomm.MPI``; torch.distributed with backend "collcomm"), launched by ``collcomm run``.
+
 ``mpi``: mpi4py on Open MPI, numpy buffers, the buffer-protocol (upper-case) calls,
 ``MPI.IN_PLACE`` for in-place. ``gloo``: torch.distributed with backend "gloo" on CPU
 tensors that share memory with numpy arrays (``torch.from_numpy``); its API is in place
@@ -24,8 +27,11 @@ from .worker import Case, Unsupported, sweep
 class MPIBackend:
     name = "mpi"
 
-    def __init__(self) -> None:
-        from mpi4py import MPI
+    def __init__(self, library: str = "mpi4py") -> None:
+        if library == "collcomm":        # the same sweep through collcomm's mpi4py front end
+            from collcomm import MPI
+        else:
+            from mpi4py import MPI       # type: ignore[no-redef]
 
         self.MPI = MPI
         self.comm = MPI.COMM_WORLD
@@ -129,12 +135,14 @@ class MPIBackend:
 class GlooBackend:
     name = "gloo"
 
-    def __init__(self) -> None:
+    def __init__(self, backend: str = "gloo") -> None:
         import torch
         import torch.distributed as tdist
 
+        if backend == "collcomm":         # the same sweep on collcomm's torch backend
+            import collcomm.torch  # noqa: F401 - registers the backend
         self.torch, self.dist = torch, tdist
-        tdist.init_process_group(backend="gloo", init_method="env://")
+        tdist.init_process_group(backend=backend, init_method="env://")
         self.rank, self.size = tdist.get_rank(), tdist.get_world_size()
         self._i64 = torch.zeros(1, dtype=torch.int64)
 
@@ -231,7 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     out_path = argv[2] if len(argv) > 2 else None
     with open(opts_path) as fh:
         opts = Options.from_json(fh.read())
-    backend: Any = MPIBackend() if lib == "mpi" else GlooBackend()
+    backends = {"mpi": lambda: MPIBackend(), "gloo": lambda: GlooBackend(),
+                "cc-mpi": lambda: MPIBackend("collcomm"), "cc-torch": lambda: GlooBackend("collcomm")}
+    backend: Any = backends[lib]()
     try:
         rows = sweep(backend, opts, lib)
     finally:

@@ -64,10 +64,12 @@ def peer_unavailable(lib: str) -> str | None:
         if mpiexec_path() is None:
             return "mpiexec not found (pip install 'collcomm[bench]' provides Open MPI)"
         return None
-    if lib == "gloo":
+    if lib in ("gloo", "cc-torch"):
         if importlib.util.find_spec("torch") is None:
             return "torch is not installed (pip install 'collcomm[torch]')"
         return None
+    if lib == "cc-mpi":
+        return None if importlib.util.find_spec("collcomm.MPI") else "collcomm.MPI is missing"
     return f"unknown peer {lib!r}"
 
 
@@ -169,7 +171,24 @@ def run_gloo(opts: Options, opts_path: str, out_path: str) -> list[dict[str, Any
     return _read_rows(out_path, "gloo")
 
 
-_RUNNERS = {"collcomm": run_collcomm, "mpi": run_mpi, "gloo": run_gloo}
+def run_front_end(lib: str) -> Any:
+    """A runner for one of collcomm's other front ends (``--api``): the peer sweep of
+    peers.py on collcomm, launched like the functional API's."""
+    def run(opts: Options, opts_path: str, out_path: str) -> list[dict[str, Any]]:
+        from ..launcher import LaunchConfig, launch
+
+        cfg = LaunchConfig(nproc=opts.nproc, program="collcomm.tools.bench.peers",
+                           args=[lib, opts_path, out_path], module=True, prefix=False)
+        with _environ(collcomm_env(opts)):
+            code = launch(cfg)
+        if code != 0:
+            raise LaunchFailed(f"{lib} ranks failed (exit code {code})")
+        return _read_rows(out_path, lib)
+    return run
+
+
+_RUNNERS = {"collcomm": run_collcomm, "mpi": run_mpi, "gloo": run_gloo,
+            "cc-mpi": run_front_end("cc-mpi"), "cc-torch": run_front_end("cc-torch")}
 
 
 class ProgressBar:
