@@ -63,7 +63,8 @@ class Datatype:
 
     def __reduce__(self) -> Any:
         if self._t is not None and self._t.predefined:
-            return (_predefined, (self._t.name,))
+            key = next(k for k, v in _BY_NAME.items() if v._t is self._t)
+            return (_predefined, (key,))
         if self._t is None:
             return (Datatype, ())
         raise ValueError(f"cannot serialize the derived datatype {self._t.name!r}")

@@ -1,0 +1,174 @@
+"""Shared helpers of the collcomm.MPI tests (tests/test_mpi_*.py).
+
+``Checker`` collects failures instead of stopping at the first (a rank body returns the
+list, the test asserts it is empty on every rank). ``KINDS`` are the buffer kinds every
+buffer test loops over: numpy arrays, ``array.array``, ``memoryview``, ``bytearray``
+(bytes only) and torch CPU tensors when torch is installed. ``specs`` gives the buffer
+spec forms mpi4py accepts for a buffer.
+"""
+from __future__ import annotations
+
+import array
+import sys
+from typing import Any, Callable
+
+import numpy as np
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal values: numpy arrays (and buffers) elementwise, containers item by item."""
+    if isinstance(a, (np.ndarray, array.array, memoryview)) or isinstance(b, (np.ndarray, array.array, memoryview)):
+        try:
+            return bool(np.array_equal(np.asarray(a), np.asarray(b)))
+        except Exception:  # noqa: BLE001 - not comparable: not equal
+            return False
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001
+        return False
+
+
+class Checker:
+    def __init__(self, rank: int, size: int) -> None:
+        self.rank, self.size = rank, size
+        self.fails: list[str] = []
+        self.count = 0
+
+    def eq(self, got: Any, want: Any, what: str) -> None:
+        self.count += 1
+        if not same(got, want):
+            self.fails.append(f"rank {self.rank}/{self.size} {what}: got {got!r:.300}, want {want!r:.300}")
+
+    def true(self, ok: bool, what: str) -> None:
+        self.count += 1
+        if not ok:
+            self.fails.append(f"rank {self.rank}/{self.size} {what}")
+
+    def raises(self, fn: Callable[[], Any], kind: Any, what: str, error_class: int | None = None) -> None:
+        self.count += 1
+        try:
+            fn()
+        except kind as exc:
+            if error_class is not None and exc.Get_error_class() != error_class:
+                self.fails.append(f"rank {self.rank} {what}: error class {exc.Get_error_class()}, want {error_class}: {exc}")
+            return
+        except Exception as exc:  # noqa: BLE001
+            self.fails.append(f"rank {self.rank} {what}: raised {type(exc).__name__}: {exc}, want {kind}")
+            return
+        self.fails.append(f"rank {self.rank} {what}: did not raise {kind}")
+
+
+def _torch() -> Any:
+    try:
+        import torch  # noqa: F401 - only when installed
+    except ImportError:
+        return None
+    return sys.modules["torch"]
+
+
+class Kind:
+    """A buffer kind: ``make(values)`` builds one holding ``values`` (numpy, its dtype),
+    ``read(buf)`` gives its contents as numpy."""
+
+    def __init__(self, name: str, make: Callable[[np.ndarray], Any], read: Callable[[Any], np.ndarray],
+                 codes: str) -> None:
+        self.name, self.make, self.read, self.codes = name, make, read, codes
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def kinds() -> list[Kind]:
+    out = [
+        Kind("numpy", lambda v: v.copy(), lambda b: np.asarray(b).reshape(-1), "ildfb"),
+        Kind("array", lambda v: array.array(v.dtype.char, v.tolist()), lambda b: np.array(b), "ild"),
+        Kind("memoryview", lambda v: memoryview(v.copy()), lambda b: np.asarray(b), "id"),
+        Kind("bytearray", lambda v: bytearray(v.astype(np.uint8).tobytes()),
+             lambda b: np.frombuffer(bytes(b), dtype=np.uint8), "B"),
+    ]
+    torch = _torch() if USE_TORCH[0] else None
+    if torch is not None:
+        out.append(Kind("torch", lambda v: torch.from_numpy(v.copy()), lambda b: b.numpy().reshape(-1), "idf"))
+    return out
+
+
+def values(code: str, n: int, seed: int) -> np.ndarray:
+    """n values of typecode ``code`` that depend on ``seed`` (exact in every dtype used)."""
+    return ((np.arange(n) * 3 + seed * 7) % 50 + (1 if code != "B" else 0)).astype(np.dtype(code))
+
+
+def specs(MPI: Any, buf: Any, code: str, count: int) -> list[Any]:
+    """The simple buffer spec forms of ``buf`` (``count`` elements of typecode ``code``)."""
+    dt = MPI.Datatype.fromcode(code) if code != "B" else MPI.UNSIGNED_CHAR
+    return [buf, [buf, dt], [buf, code], [buf, count, dt], (buf, (count, 0), dt), [buf, count]]
+
+
+# ----------------------------------------------------------------------------- one job, every file
+#: The sections of the MPI suite: "file:function", each function(c, MPI, comm) -> None.
+SECTIONS = {
+    "cco_buf": "tests.test_mpi_cco_buf:cco_buf",
+    "cco_obj": "tests.test_mpi_cco_obj:cco_obj",
+    "p2p_buf": "tests.test_mpi_p2p_buf:p2p_buf",
+    "p2p_obj": "tests.test_mpi_p2p_obj:p2p_obj",
+    "comm": "tests.test_mpi_comm:comm_checks",
+    "group": "tests.test_mpi_group:group_checks",
+    "cart": "tests.test_mpi_cart:cart_checks",
+    "status_request": "tests.test_mpi_status_request:status_request",
+}
+USE_TORCH: list[bool] = [False]
+SIZES = [1, 2, 3, 4, 5]
+TORCH_SIZES = (1, 3)      # torch's import costs seconds per rank: two sizes are enough
+
+
+def run_sections(names: list[str], use_torch: bool) -> dict[str, list[str]]:
+    """A rank body: run the named sections in order on COMM_WORLD; failures per section.
+    After a section raises, the rest are skipped (the ranks may no longer agree)."""
+    import importlib
+    import traceback
+
+    from collcomm import MPI
+
+    USE_TORCH[0] = use_torch
+    comm = MPI.COMM_WORLD
+    out: dict[str, list[str]] = {}
+    for name in names:
+        module, fn = SECTIONS[name].split(":")
+        c = Checker(comm.rank, comm.size)
+        try:
+            getattr(importlib.import_module(module), fn)(c, MPI, comm)
+        except Exception as exc:  # noqa: BLE001 - reported per section
+            c.fails.append(f"rank {c.rank}/{c.size}: {name} raised {exc!r}\n{traceback.format_exc()}")
+            out[name] = c.fails
+            for rest in names[names.index(name) + 1:]:
+                out[rest] = [f"rank {c.rank}: skipped after {name} raised"]
+            break
+        if c.count == 0:
+            c.fails.append(f"rank {c.rank}: section {name} checked nothing")
+        out[name] = c.fails
+        comm.Barrier()
+    return out
+
+
+_JOBS: dict[Any, list[dict[str, list[str]]]] = {}
+
+
+def job(n: int, transport: str | None = None) -> list[dict[str, list[str]]]:
+    """Every section on ``n`` ranks, once per test session (the files share the job);
+    torch tensors join the buffer kinds at TORCH_SIZES over shared memory."""
+    use_torch = transport is None and n in TORCH_SIZES
+    key = (n, transport, use_torch)
+    if key not in _JOBS:
+        from tests.harness import run_ranks
+
+        _JOBS[key] = run_ranks(run_sections, n, list(SECTIONS), use_torch, transport=transport,
+                               timeout=150, env={"COLLCOMM_TIMEOUT": "30"})
+    return _JOBS[key]
+
+
+def check(results: list[dict[str, list[str]]], section: str) -> None:
+    fails = [f for per_rank in results for f in per_rank.get(section, ["section missing"])]
+    assert not fails, "\n".join(fails)
