@@ -21,7 +21,8 @@ then its gradient is ready. Strategies (seed 002's best practices, without DDP):
 ``--compute sleep`` (default) stands for an accelerator computing while the CPU is free;
 ``busy`` burns a CPU core in numpy instead (then communication and compute compete for the
 cores). Reported per strategy: the median iteration time of the slowest rank, what the
-sync adds to backward-only (exposed communication) and the speed-up against per-tensor. Every strategy's result is checked (the mean of known per-rank values).
+sync adds to backward-only (exposed communication) and the speed-up against per-tensor.
+The strategies take turns in every round, so a change of machine load hits them alike. Every strategy's result is checked (the mean of known per-rank values).
 """
 from __future__ import annotations
 
@@ -116,11 +117,11 @@ def main() -> None:
     total = sum(sizes)
     per_elem_s = args.backward_ms / 1e3 / total
     strategies = ["backward-only", "per-tensor", "per-tensor-async", "flat"] + [f"bucketed-{mb:g}" for mb in args.bucket_mb]
-    results = {}
-    for name in strategies:
-        bucket_bytes = int(float(name.split("-")[1]) * (1 << 20)) if name.startswith("bucketed") else 0
-        times = []
-        for it in range(args.iters + 1):                  # the first round warms up
+    times: dict[str, list[float]] = {name: [] for name in strategies}
+    want = [(n + 1) / 2 + i % 5 for i in range(len(sizes))]
+    for it in range(args.iters + 1):          # strategies interleaved; round 0 warms up
+        for name in strategies:
+            bucket_bytes = int(float(name.split("-")[1]) * (1 << 20)) if name.startswith("bucketed") else 0
             grads = [np.full(s, float(r + 1 + i % 5), dtype=np.float32) for i, s in enumerate(sizes)]
             dist.barrier()
             t0 = time.perf_counter()
@@ -128,16 +129,16 @@ def main() -> None:
             dt = np.array([time.perf_counter() - t0])
             dist.all_reduce(dt, op=dist.ReduceOp.MAX)     # the slowest rank's time
             if it:
-                times.append(float(dt[0]))
-            want = [(n + 1) / 2 + i % 5 for i in range(len(sizes))]
+                times[name].append(float(dt[0]))
             if name != "backward-only" and any(not np.allclose(g, w) for g, w in zip(grads, want)):
                 raise SystemExit(f"rank {r}: {name} gave wrong gradients")
-        results[name] = float(np.median(times))
+    results = {name: float(np.median(ts)) for name, ts in times.items()}
     if r == 0:
         base = results["per-tensor"]
         backward_s = results["backward-only"]
         print(f"# {len(sizes)} tensors, {total / 1e6:.2f}M float32 ({total * 4 / 2**20:.1f} MiB), "
-              f"{n} ranks, backward {args.backward_ms:g} ms ({args.compute}), median of {args.iters}")
+              f"{n} ranks, backward {args.backward_ms:g} ms ({args.compute}), median of {args.iters} "
+              "interleaved rounds")
         print(f"{'strategy':<18} {'iter (ms)':>10} {'exposed comm (ms)':>18} {'vs per-tensor':>14}")
         for name, t in results.items():
             print(f"{name:<18} {t * 1e3:>10.1f} {(t - backward_s) * 1e3:>18.1f} {base / t:>13.2f}x")
