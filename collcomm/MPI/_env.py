@@ -10,14 +10,14 @@ leaves at exit, as with mpi4py); ``Is_initialized`` answers as mpi4py does after
 
 When a job of several ranks is joined here, an uncaught exception on any rank ends the
 job promptly, as ``python -m mpi4py`` does with ``MPI_Abort``: the traceback is printed
-(and reported to ``collcomm run``), then the process exits at once with status 1 without
-the clean goodbye, so every peer's pending and later calls with it fail within about a
-second instead of waiting for it; ``collcomm run``, ``mpiexec`` and ``srun`` then stop the
-other ranks.
+(and reported to ``collcomm run``), then :func:`abort` stops the ranks of this host and
+exits with status 1 without the clean goodbye, so ranks elsewhere see it lost within about
+a second even when no launcher stops them (``collcomm run``, ``mpiexec``, ``srun`` do).
 """
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 import threading
@@ -59,25 +59,33 @@ def _install_abort_hook() -> None:
         try:
             previous(etype, exc, tb)
         finally:
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except Exception:  # noqa: BLE001 - exiting anyway
-                    pass
-            os._exit(1)
+            abort(1)
 
     abort_on_uncaught._collcomm_mpi = True  # type: ignore[attr-defined]
     sys.excepthook = abort_on_uncaught
 
 
 def abort(errorcode: int) -> None:
-    """End this process at once with ``errorcode`` (peers see it lost, launchers stop the job)."""
+    """MPI_Abort: end the job now. The ranks of this host that share memory with this one
+    get SIGTERM (as mpiexec does on MPI_Abort), then this process exits with
+    ``errorcode`` without the clean goodbye; ranks on other hosts see it lost within about
+    a second, and every launcher stops the rest."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - exiting anyway
             pass
-    os._exit(int(errorcode) & 0xFF if int(errorcode) & 0xFF else 1)
+    job = runtime._job
+    channels = getattr(getattr(job, "transport", None), "channels", {}) or {}
+    for ch in list(channels.values()):
+        pid = getattr(ch, "peer_pid", None)
+        if pid and pid != os.getpid():
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except OSError:
+                pass
+    code = int(errorcode) & 0xFF
+    os._exit(code if code else 1)
 
 
 # ----------------------------------------------------------------------------- init / finalize
