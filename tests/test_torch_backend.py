@@ -407,6 +407,15 @@ def _only_collcomm(dist: Any, c: Checks, r: int, n: int) -> None:
             except dist.DistBackendError as exc:
                 c.true(f"Work.wait timeout is a TimeoutError: {exc!r}", isinstance(exc, TimeoutError))
         c.true("Work.wait() after a timed-out wait", w.wait() and torch.equal(t, torch.full((4,), float(n))))
+    if n > 1 and r < 2:      # a receive into another dtype is refused, not reinterpreted
+        if r == 0:
+            dist.send(torch.ones(2), dst=1)
+        else:
+            try:
+                dist.recv(torch.empty(2, dtype=torch.int32), src=0)
+                c.bad.append("a float32 message was received into an int32 tensor")
+            except dist.DistBackendError as exc:
+                c.true(f"dtype mismatch names both: {exc}", "float32" in str(exc) and "int32" in str(exc))
     dist.monitored_barrier(timeout=datetime.timedelta(seconds=30))
     if n > 1:
         if r == 0:

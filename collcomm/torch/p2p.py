@@ -3,7 +3,8 @@
 ``send``/``recv``/``recv_anysource`` post one transport operation in the group's own
 point-to-point tag space (torch's ``tag``) and return a :class:`~collcomm.torch.work.P2PWork`
 at once: sends complete without the receiver (eager copy), a receive from any rank tells its
-sender through ``_source_rank()`` (what ``dist.recv(src=None)`` returns). torch's
+sender through ``_source_rank()`` (what ``dist.recv(src=None)`` returns); a message of
+another dtype than the receiving tensor's is refused (``BackendMismatchError``). torch's
 ``batch_isend_irecv`` issues these one by one.
 
 ``monitored_barrier`` is gloo's: every other rank reports to rank 0, which waits for each
@@ -19,16 +20,23 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from ..algorithms import signature
 from ..core.group import MAX_USER_TAG, ProcessGroup
 from ..errors import CollcommError, CommTimeoutError
 from .errors import BackendTimeoutError, translate
-from .tensors import View
+from .tensors import RAW, View
 from .work import P2PWork, seconds
 
 __all__ = ["MONITORED_BARRIER_TAG", "PointToPoint"]
 
 #: The point-to-point tag monitored_barrier uses in each group (user code must not).
 MONITORED_BARRIER_TAG = MAX_USER_TAG
+
+
+def _sig(v: View) -> int:
+    """The message's signature: its dtype (raw bytes as uint8), so a receive into another
+    dtype fails (MismatchError naming both) instead of reinterpreting the bytes."""
+    return signature.p2p(v.arr.dtype if v.dtype == RAW else v.dtype)
 
 
 class PointToPoint:
@@ -41,7 +49,7 @@ class PointToPoint:
     def send(self, tensors: list[torch.Tensor], dstRank: int, tag: int = 0) -> dist.Work:  # noqa: N803
         v = self._view(tensors[0], "send", "tensor")
         try:
-            h = self.core_group.p2p_isend(v.arr, dstRank, tag)
+            h = self.core_group.p2p_isend(v.arr, dstRank, tag, _sig(v))
         except CollcommError as exc:
             raise translate(exc) from None
         return P2PWork("send", h, self.core_group.to_local, tensors)
@@ -55,7 +63,7 @@ class PointToPoint:
     def _recv(self, tensors: list[torch.Tensor], src: int | None, tag: int) -> dist.Work:
         v = self._view(tensors[0], "recv", "tensor")
         try:
-            h = self.core_group.p2p_irecv(v.arr, src, tag)
+            h = self.core_group.p2p_irecv(v.arr, src, tag, _sig(v))
         except CollcommError as exc:
             raise translate(exc) from None
         return P2PWork("recv", h, self.core_group.to_local, tensors, v.finish if v.tmp is not None else None)
