@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from collcomm.tools.rootcause import RankState, root_cause
+from collcomm.tools.rootcause import RankState, root_cause, settled
 from tests.test_launcher import ROOT, _env, run, write_prog
 
 _spec = importlib.util.spec_from_file_location("fault_matrix",
@@ -78,6 +78,20 @@ def test_verdict_mismatch_seen_by_one_side_only():
               rep(2, "PeerLostError", 0, "all_reduce"), rep(3, "PeerLostError", 1, "all_reduce")]
     v = root_cause(states)
     assert v is not None and v.rank == 1 and "barrier" in v.how
+
+
+def test_settled_only_when_the_running_ranks_are_the_cause():
+    # recursive doubling, rank 0 stuck: 2 gave up on 0, 3 on 1 -- but 1 is a survivor still
+    # waiting on 0 (it has not reported yet): killing it now would lose its report
+    stuck, survivor = RankState(0, 100), RankState(1, 101)
+    states = [stuck, survivor, _reaction(2, 0, 5.0, "CommTimeoutError"),
+              _reaction(3, 1, 5.0, "CommTimeoutError")]
+    assert not settled(states)
+    states[1] = _reaction(1, 0, 5.1, "CommTimeoutError")   # now it reported: 0 it is
+    assert settled(states)
+    # a stopped rank needs nobody's word; survivors not yet reporting are waited for
+    assert settled([RankState(0, 100, stopped_since=1.0), _reaction(1, 2, 5.0)])
+    assert not settled([RankState(0, 100, returncode=-9, exit_t=1.0), RankState(1, 101)])
 
 
 def test_verdict_left_and_remote():

@@ -55,7 +55,7 @@ from ..core.bootstrap import FAULT_KEY, REPORT_ENV
 from ..errors import InvalidArgumentError
 from ..rendezvous import TCPStoreServer
 from ..rendezvous.auth import job_token
-from .rootcause import RankState, Verdict, describe_exit, exit_code, root_cause
+from .rootcause import RankState, Verdict, describe_exit, exit_code, root_cause, settled
 
 __all__ = ["LaunchConfig", "launch", "rank_env", "shm_segments", "program_argv"]
 
@@ -552,15 +552,8 @@ class _Interrupts:
 
 
 def _explained(ranks: list[_Rank], report_dir: str) -> bool:
-    """Every rank still running is stopped or named by another rank's report: waiting for
-    it to fail on its own is pointless (it is the cause)."""
-    named: set[int] = set()
-    for r in ranks:
-        report = _read_report(report_dir, r.rank) if r.returncode is not None else None
-        if report and report.get("reaction"):
-            named.update(int(p) for p in report.get("peers") or [])
-    return all(r.stop_seen is not None or r.rank in named
-               for r in ranks if r.returncode is None)
+    """Waiting for the ranks still running is pointless (see :func:`rootcause.settled`)."""
+    return settled(_states(ranks, report_dir))
 
 
 def _watch(ranks: list[_Rank], interrupts: _Interrupts, wake: threading.Event,

@@ -36,7 +36,7 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["RankState", "Verdict", "root_cause", "describe_exit"]
+__all__ = ["RankState", "Verdict", "root_cause", "settled", "describe_exit"]
 
 
 @dataclass
@@ -132,6 +132,24 @@ def _odd_call_out(states: list[RankState]) -> tuple[int, str, str, list[int]] | 
         return None
     rank = next(r for r, c in calls.items() if c == minority)
     return rank, minority, majority, sorted(r for r, c in calls.items() if c == majority)
+
+
+def settled(states: list[RankState]) -> bool:
+    """After a failure: is waiting for the ranks still running pointless? True when each is
+    stopped, or is where a strict majority of the reactions so far lead (it is the cause the
+    others gave up on, not a survivor about to report). A rank named by one survivor while
+    another survivor names someone else may itself be waiting: not settled yet."""
+    by_rank = {s.rank: s for s in states}
+    running = [s for s in states if s.local and s.returncode is None]
+    targets: collections.Counter[int] = collections.Counter()
+    reactions = 0
+    for s in states:
+        peers = (s.report or {}).get("peers") or []
+        if s.local and s.returncode is not None and s.reaction and peers:
+            reactions += 1
+            targets[_resolve(s.rank, int(peers[0]), by_rank)] += 1
+    return all(s.stopped_since is not None or 2 * targets[s.rank] > reactions > 0
+               for s in running)
 
 
 def root_cause(states: list[RankState]) -> Verdict | None:
