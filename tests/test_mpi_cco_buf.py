@@ -246,6 +246,26 @@ def request_checks(c: Checker, MPI, comm) -> None:
     c.eq(out, np.arange(n) * 10.0 + r, "Ialltoallv")
 
 
+def read_only_checks(c: Checker, MPI, comm) -> None:
+    """Send buffers that cannot be written (bytes, frozen arrays) are fine where MPI only reads."""
+    r, n = comm.rank, comm.size
+    buf = b"abcd" if r == 0 else bytearray(4)
+    comm.Bcast(buf, root=0)
+    c.eq(bytes(buf), b"abcd", "Bcast of bytes at the root")
+    frozen = np.full(2, float(r))
+    frozen.flags.writeable = False
+    rb = np.zeros(2 * n)
+    comm.Gatherv(frozen, [rb, [2] * n] if r == 0 else None)
+    if r == 0:
+        c.eq(rb, np.repeat(np.arange(n, dtype=float), 2), "Gatherv of a read-only array")
+    rb = np.zeros(2 * n)
+    comm.Alltoallv([np.repeat(frozen, n), [2] * n], [rb, [2] * n])
+    c.eq(rb, np.repeat(np.arange(n, dtype=float), 2), "Alltoallv of a read-only array")
+    out = np.zeros(2)
+    comm.Allreduce(frozen, out)
+    c.eq(out, np.full(2, n * (n - 1) / 2), "Allreduce of a read-only array")
+
+
 def error_checks(c: Checker, MPI, comm) -> None:
     n = comm.size
     x = np.zeros(2)
@@ -267,7 +287,8 @@ def error_checks(c: Checker, MPI, comm) -> None:
 
 
 def cco_buf(c: Checker, MPI, comm) -> None:
-    for section in (blocks_checks, in_place_checks, reduction_checks, vector_checks, request_checks, error_checks):
+    for section in (blocks_checks, in_place_checks, reduction_checks, vector_checks, request_checks,
+                    read_only_checks, error_checks):
         section(c, MPI, comm)
     c.true(c.count > 200, f"only {c.count} checks ran")
 

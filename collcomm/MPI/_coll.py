@@ -74,6 +74,8 @@ class BufferCollectives:
     def _bcast(self, buf: Any, root: int, aop: bool, call: str) -> Any:
         g = self._grp(call)
         arr, dt = simple(buf, call, "buf", writable=g.rank != root)
+        if not arr.flags.writeable:      # a read-only buffer at the root (bytes): MPI only reads it
+            arr = arr.copy()
         return _run(core.broadcast, g, arr, root, dtype=dt._t.core, async_op=aop, name=call)
 
     def _gather(self, sendbuf: Any, recvbuf: Any, root: int, aop: bool, call: str) -> Any:
@@ -122,6 +124,8 @@ class BufferCollectives:
         if sendbuf is not IN_PLACE:
             send, ks, dt = blocks(sendbuf, n, call, "sendbuf")
         m = dt._t.mult
+        if not send.flags.writeable:    # see _collv._a2a
+            send = send.copy()
         return _run(core.all_to_all, g, send, [ks * m] * n, recv, [k * m] * n, dtype=dt._t.core,
                     async_op=aop, name=call)
 

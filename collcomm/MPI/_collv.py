@@ -28,6 +28,14 @@ from ._request import Request, WorkOp, persistent
 from ._types import as_datatype
 
 
+def _a2a(g: Any, send: np.ndarray, *args: Any, **kwargs: Any) -> Any:
+    """core.all_to_all; a read-only send buffer (bytes, a frozen array) is copied first,
+    as some families of the core write to their input's pages (reported to the core)."""
+    if not send.flags.writeable:
+        send = send.copy()
+    return _run(core.all_to_all, g, send, *args, **kwargs)
+
+
 def _check_root(g: Any, root: int, call: str) -> None:
     if not 0 <= root < g.size:
         raise MPIException(ERR_ROOT, f"{call} on {g.describe()}: root must be in [0, {g.size}), got {root}")
@@ -84,8 +92,8 @@ class VectorCollectives:
         send_counts = [0] * n
         send_counts[root] = send.size
         if recv is None:
-            recv = send[:0]
-        return _run(core.all_to_all, g, send, send_counts, recv, recv_counts, dtype=dt._t.core,
+            recv = np.empty(0, dtype=send.dtype)
+        return _a2a(g, send, send_counts, recv, recv_counts, dtype=dt._t.core,
                     async_op=aop, name=call, after=after)
 
     def _scatterv(self, sendbuf: Any, recvbuf: Any, root: int, aop: bool, call: str) -> Any:
@@ -107,7 +115,7 @@ class VectorCollectives:
         recv_counts[root] = send_counts[root] if g.rank == root else recv.size
         if send is None:
             send = recv[:0]
-        return _run(core.all_to_all, g, send, send_counts, recv, recv_counts, dtype=dt._t.core,
+        return _a2a(g, send, send_counts, recv, recv_counts, dtype=dt._t.core,
                     async_op=aop, name=call)
 
     def _allgatherv(self, sendbuf: Any, recvbuf: Any, aop: bool, call: str) -> Any:
@@ -123,7 +131,7 @@ class VectorCollectives:
             return _run(core.all_gather, g, send, recv, dtype=dt._t.core, async_op=aop, name=call,
                         after=after)
         # the same block to every rank: all_to_all sends distinct blocks, so n copies
-        return _run(core.all_to_all, g, np.tile(send, g.size), [send.size] * g.size, recv,
+        return _a2a(g, np.tile(send, g.size), [send.size] * g.size, recv,
                     [c * m for c in counts], dtype=dt._t.core, async_op=aop, name=call, after=after)
 
     def _alltoallv(self, sendbuf: Any, recvbuf: Any, aop: bool, call: str) -> Any:
@@ -137,7 +145,7 @@ class VectorCollectives:
             send = _pack(swhole, sdt._t.mult, scounts, sdispls)
             scounts = [c * sdt._t.mult // m for c in scounts]
         recv, after = _unpacker(whole, m, rcounts, rdispls)
-        return _run(core.all_to_all, g, send, [c * m for c in scounts], recv, [c * m for c in rcounts],
+        return _a2a(g, send, [c * m for c in scounts], recv, [c * m for c in rcounts],
                     dtype=dt._t.core, async_op=aop, name=call, after=after)
 
     def _alltoallw(self, sendbuf: Any, recvbuf: Any, aop: bool, call: str) -> Any:
@@ -149,7 +157,7 @@ class VectorCollectives:
             sbytes, scounts, sdispls = _wspec(sendbuf, g.size, call, "sendbuf", False)
         send = _pack(sbytes, 1, scounts, sdispls)
         recv, after = _unpacker(rbytes, 1, rcounts, rdispls)
-        return _run(core.all_to_all, g, send, scounts, recv, rcounts, async_op=aop, name=call, after=after)
+        return _a2a(g, send, scounts, recv, rcounts, async_op=aop, name=call, after=after)
 
     def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
         self._gatherv(sendbuf, recvbuf, root, False, "Gatherv")
