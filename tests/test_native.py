@@ -522,3 +522,40 @@ def test_ctrl_c_ends_a_wait() -> None:
     got = run_ranks(_interrupted_rank, 2, transport="shm", timeout=60, expect_failure=True)[0]
     assert got.ok and got.value.startswith("interrupted"), (got.value, got.error)
     assert float(got.value.split()[2]) < 1.5, got.value
+
+
+def _odd_buffers_rank() -> list[str]:
+    """Buffers the core cannot take (a read-only output, a strided view) go to the Python
+    code, which says what is wrong (or copes), the same on every rank; the group goes on."""
+    import collcomm.core.runtime as rt
+    from collcomm import algorithms
+
+    g = rt.get_world("x")
+    n, me = g.size, g.rank
+    out = []
+    recv = np.zeros(2 * n)
+    recv.flags.writeable = False
+    try:
+        g.run("all_gather", lambda c: algorithms.all_gather(c, np.ones(2), recv, algorithm="shm_direct"))
+        out.append("no error")
+    except ValueError as exc:
+        out.append(f"ValueError: {exc}")
+    view = np.arange(16.0)[::2]                 # not contiguous
+    view[:] = me + 1.0
+    g.run("broadcast", lambda c: algorithms.broadcast(c, view, 0, algorithm="shm_direct"))
+    out.append(str(view.tolist()))
+    x = np.full(3, me + 1.0)
+    g.run("all_reduce", lambda c: algorithms.all_reduce(c, x, ops.resolve("sum", x.dtype),
+                                                         algorithm="shm_direct"))
+    out.append(str(x.tolist()))
+    return out
+
+
+@needs_core
+@pytest.mark.timeout(120)
+def test_buffers_the_core_cannot_take_go_to_python() -> None:
+    res = run_ranks(_odd_buffers_rank, 2, transport="shm", timeout=60)
+    for r, out in enumerate(res):
+        assert out[0].startswith("ValueError") and "read-only" in out[0], out[0]
+        assert out[1] == str([1.0] * 8), out[1]
+        assert out[2] == "[3.0, 3.0, 3.0]", out[2]

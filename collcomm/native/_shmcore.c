@@ -596,7 +596,8 @@ static inline int next_phase(Call *k)
     return k->phase;
 }
 
-/* A C-contiguous buffer of `obj` (writable if asked); NULL data for None. */
+/* A C-contiguous buffer of `obj` (writable if asked); NULL data for None; -1 (no
+ * exception: the caller refuses the call, before any traffic) if there is none. */
 static int get_buffer(Call *k, PyObject *obj, int writable, char **data, Py_ssize_t *len)
 {
     if (obj == Py_None) {
@@ -606,8 +607,10 @@ static int get_buffer(Call *k, PyObject *obj, int writable, char **data, Py_ssiz
     }
     Py_buffer *view = &k->bufs[k->nbufs];
     if (PyObject_GetBuffer(obj, view, writable ? (PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
-                                               : PyBUF_C_CONTIGUOUS) < 0)
+                                               : PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();   /* not contiguous, read-only, ...: the Python code says what is wrong */
         return -1;
+    }
     k->nbufs++;
     *data = (char *)view->buf;
     *len = view->len;
@@ -724,7 +727,7 @@ static PyObject *Core_all_reduce(Core *c, PyObject *const *args, Py_ssize_t narg
     char *buf;
     Py_ssize_t nbytes;
     if (get_buffer(&k, args[1], 1, &buf, &nbytes) < 0)
-        return call_end(&k, -1);
+        return call_end(&k, ST_REFUSE);
     if (fn == NULL || nbytes % isz || nbytes > c->slot || nbytes == 0)
         return call_end(&k, ST_REFUSE);
     Py_ssize_t count = nbytes / isz;
@@ -796,7 +799,7 @@ static PyObject *Core_reduce(Core *c, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t nbytes, rbytes;
     if (get_buffer(&k, args[1], 0, &send, &nbytes) < 0 ||
         get_buffer(&k, args[2], 1, &recv, &rbytes) < 0)
-        return call_end(&k, -1);
+        return call_end(&k, ST_REFUSE);
     int n = c->n, me = c->rank;
     if (fn == NULL || nbytes % isz || nbytes > c->slot || nbytes == 0 || root < 0 || root >= n ||
         (me == root && (recv == NULL || rbytes != nbytes)))
@@ -850,7 +853,7 @@ static PyObject *Core_broadcast(Core *c, PyObject *const *args, Py_ssize_t nargs
     char *buf;
     Py_ssize_t nbytes;
     if (get_buffer(&k, args[1], 1, &buf, &nbytes) < 0)
-        return call_end(&k, -1);
+        return call_end(&k, ST_REFUSE);
     int me = c->rank;
     if (nbytes > c->slot || nbytes == 0 || root < 0 || root >= c->n)
         return call_end(&k, ST_REFUSE);
@@ -891,7 +894,7 @@ static PyObject *Core_gather(Core *c, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t kb, rbytes;
     if (get_buffer(&k, args[1], 0, &send, &kb) < 0 ||
         get_buffer(&k, args[2], 1, &recv, &rbytes) < 0)
-        return call_end(&k, -1);
+        return call_end(&k, ST_REFUSE);
     int n = c->n, me = c->rank;
     int receiver = root < 0 || me == root;
     if (kb > c->slot || kb == 0 || root >= n || (receiver && (recv == NULL || rbytes != n * kb)))
@@ -942,7 +945,7 @@ static PyObject *Core_reduce_scatter(Core *c, PyObject *const *args, Py_ssize_t 
     Py_ssize_t sbytes, kb;
     if (get_buffer(&k, args[1], 0, &send, &sbytes) < 0 ||
         get_buffer(&k, args[2], 1, &recv, &kb) < 0)
-        return call_end(&k, -1);
+        return call_end(&k, ST_REFUSE);
     int n = c->n, me = c->rank;
     if (fn == NULL || kb % isz || kb == 0 || sbytes != n * kb || kb / isz > c->slot / (isz * n))
         return call_end(&k, ST_REFUSE);
@@ -974,7 +977,7 @@ static PyObject *Core_scatter(Core *c, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t sbytes, kb;
     if (get_buffer(&k, args[1], 0, &send, &sbytes) < 0 ||
         get_buffer(&k, args[2], 1, &recv, &kb) < 0)
-        return call_end(&k, -1);
+        return call_end(&k, ST_REFUSE);
     int n = c->n, me = c->rank;
     if (kb == 0 || root < 0 || root >= n || n * kb > c->slot ||
         (me == root && (send == NULL || sbytes != n * kb)))
@@ -1052,7 +1055,7 @@ static PyObject *Core_all_to_all(Core *c, PyObject *const *args, Py_ssize_t narg
     if (get_buffer(&k, args[1], 0, &send, &sbytes) < 0 ||
         get_buffer(&k, args[3], 1, &recv, &rbytes) < 0) {
         PyMem_Free(tab);
-        return call_end(&k, -1);
+        return call_end(&k, ST_REFUSE);
     }
     Py_ssize_t ssum = 0, rsum = 0, largest = 0;
     if (!bad) {
