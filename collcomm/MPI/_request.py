@@ -1,4 +1,4 @@
-"""``Status``, ``Request`` (and ``Prequest``, persistent) and the completion functions.
+"""``Request`` (and ``Prequest``, persistent) and the completion functions.
 
 A :class:`Request` holds one pending operation (an object with ``test()``, ``wait()``,
 ``cancel()`` and, once done, ``source``, ``tag``, ``nbytes``, ``cancelled``, ``value``):
@@ -21,86 +21,8 @@ from typing import Any, Callable, Sequence
 
 from ..errors import CollcommError
 from ._consts import ANY_SOURCE, ANY_TAG, UNDEFINED
-from ._errors import ERR_REQUEST, SUCCESS, Exception as MPIException, translate
-from ._types import Datatype
-
-
-class Status:
-    """What a receive (or probe) found: ``source``, ``tag``, ``error``, the byte ``count``."""
-
-    __slots__ = ("source", "tag", "error", "count", "cancelled")
-
-    def __init__(self, status: "Status | None" = None) -> None:
-        if status is None:
-            self.source, self.tag, self.error, self.count, self.cancelled = ANY_SOURCE, ANY_TAG, SUCCESS, 0, False
-        else:
-            self.source, self.tag, self.error = status.source, status.tag, status.error
-            self.count, self.cancelled = status.count, status.cancelled
-
-    def _set(self, source: int, tag: int, nbytes: int, cancelled: bool = False) -> None:
-        self.source, self.tag, self.error, self.count, self.cancelled = source, tag, SUCCESS, nbytes, cancelled
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Status) and all(
-            getattr(self, k) == getattr(other, k) for k in self.__slots__)
-
-    def __ne__(self, other: object) -> bool:
-        return not self.__eq__(other)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return (f"<collcomm.MPI.Status source={self.source} tag={self.tag} error={self.error} "
-                f"count={self.count}{' cancelled' if self.cancelled else ''}>")
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__slots__}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        for k, v in state.items():
-            setattr(self, k, v)
-
-    def Get_source(self) -> int:  # noqa: N802
-        return self.source
-
-    def Set_source(self, source: int) -> None:  # noqa: N802
-        self.source = int(source)
-
-    def Get_tag(self) -> int:  # noqa: N802
-        return self.tag
-
-    def Set_tag(self, tag: int) -> None:  # noqa: N802
-        self.tag = int(tag)
-
-    def Get_error(self) -> int:  # noqa: N802
-        return self.error
-
-    def Set_error(self, error: int) -> None:  # noqa: N802
-        self.error = int(error)
-
-    def Get_count(self, datatype: Datatype | None = None) -> int:  # noqa: N802
-        """Whole ``datatype`` elements received (bytes by default); UNDEFINED if partial."""
-        size = 1 if datatype is None else datatype.Get_size()
-        if size == 0:
-            return 0
-        return self.count // size if self.count % size == 0 else UNDEFINED
-
-    def Get_elements(self, datatype: Datatype) -> int:  # noqa: N802
-        """Basic elements received (a contiguous type counts its parts, a pair two)."""
-        t = datatype._t
-        if t is None:
-            raise MPIException(3, "Status.Get_elements: datatype is MPI.DATATYPE_NULL")
-        unit = t.base.itemsize if not t.pair else t.base.itemsize // 2
-        return self.count // unit if unit and self.count % unit == 0 else UNDEFINED
-
-    def Set_elements(self, datatype: Datatype, count: int) -> None:  # noqa: N802
-        self.count = int(count) * datatype.Get_size()
-
-    def Is_cancelled(self) -> bool:  # noqa: N802
-        return self.cancelled
-
-    def Set_cancelled(self, flag: bool) -> None:  # noqa: N802
-        self.cancelled = bool(flag)
+from ._errors import ERR_REQUEST, Exception as MPIException, translate
+from ._status import Status
 
 
 class Done:
