@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.harness import ROOT, free_port
+from tests.harness import ROOT, free_port, shm_files
 
 PROG = """
 import os, sys, time
@@ -108,6 +108,10 @@ def _spawn_env_ranks(prog: str, mode: str, n: int) -> tuple[list[subprocess.Comp
             if p.poll() is None:
                 os.killpg(p.pid, 9)
                 p.wait()
+    leaked = shm_files(f"mpilaunch{port}")
+    for path in leaked:
+        os.unlink(path)
+    assert not leaked, f"shared memory left behind: {leaked}"
     return outs, time.monotonic() - start
 
 
