@@ -144,3 +144,22 @@ def test_import_is_cheap_and_torch_free():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          env={k: v for k, v in __import__("os").environ.items() if k not in ("RANK", "WORLD_SIZE")})
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def bench_rows():
+    from collcomm.MPI import bench
+
+    return bench.run(ops=("allreduce", "bcast", "alltoall", "barrier"), sizes=(8, 4096), iters=5, rounds=2)
+
+
+@pytest.mark.timeout(90)
+def test_bench_compares_both_front_ends():
+    from tests.harness import run_ranks
+
+    rows = run_ranks(bench_rows, 2, timeout=80)
+    assert rows[0] == rows[1]          # every rank reports the slowest rank's times
+    assert [(r["op"], r["bytes"]) for r in rows[0]] == [("allreduce", 8), ("allreduce", 4096), ("bcast", 8),
+                                                       ("bcast", 4096), ("alltoall", 8), ("alltoall", 4096),
+                                                       ("barrier", 0)]
+    assert all(r["api_us"] > 0 and r["mpi_us"] > 0 and abs(r["extra_us"] - (r["mpi_us"] - r["api_us"])) < 0.02
+               for r in rows[0])
