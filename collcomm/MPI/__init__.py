@@ -18,9 +18,11 @@ The package is a front end like :mod:`collcomm.api`: it turns mpi4py's arguments
 specs, ``IN_PLACE``, statuses, requests, ranks of communicators) into calls of the core
 (:mod:`collcomm.core`), which checks and runs them. Modules: ``_consts`` and ``_errors``
 (constants, ``MPI.Exception``), ``_types`` (datatypes), ``_ops`` (reduction ops), ``_msg``
-(buffer specs), ``_request`` (Status, Request), ``_group``, ``_comm`` (communicators),
-``_p2p``, ``_coll``, ``_collv``, ``_cobj`` (the communication methods), ``_topo``
-(Cartesian topologies), ``_env`` (init, clocks, memory) and ``_absent`` (what is left out).
+(buffer specs), ``_status``, ``_request``, ``_group``, ``_comm`` and ``_attrs``
+(communicators), ``_p2p``, ``_pobj``, ``_coll``, ``_collv``, ``_cobj`` (the communication
+methods), ``_topo`` (Cartesian topologies), ``_env`` (init, clocks, memory), ``_misc``
+(Info, Errhandler) and ``_absent`` (what is left out). ``collcomm.MPI.bench`` measures the
+front end against the functional API.
 """
 from __future__ import annotations
 
