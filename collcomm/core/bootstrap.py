@@ -23,7 +23,8 @@ from ..errors import (ClosedError, CollcommError, CommTimeoutError, InvalidArgum
                       MismatchError, PeerLostError)
 from ..rendezvous import PrefixStore, store_from_url
 from ..transport.engine import Engine
-from ..transport.shm import SHM_DIR, Inbox, ShmChannel, open_segment, ring_bytes
+from ..transport.shm import (SHM_DIR, ShmChannel, ShmSpaceError, can_read, make_inbox, open_segment,
+                              probe_address, space_text, warn_once)
 from ..transport.tcp import TcpHub, advertised_host
 
 
@@ -255,7 +256,7 @@ def _connect(job: Job, kv: Any, token: bytes, jid: str, timeout: float) -> Engin
     job.extras.append(hub)
     try:
         port = hub.listen(os.environ.get("COLLCOMM_BIND_ADDR", "0.0.0.0"))
-        me = {"host": host_id(), "pid": os.getpid(),
+        me = {"host": host_id(), "pid": os.getpid(), "probe": probe_address(),
               "tcp": [advertised_host(os.environ.get("MASTER_ADDR")), port]}
         kv.set(f"info/{rank}", json.dumps(me).encode())
         infos = [json.loads(kv.get(f"info/{r}", timeout=timeout)) for r in range(size)]
@@ -271,9 +272,25 @@ def _connect(job: Job, kv: Any, token: bytes, jid: str, timeout: float) -> Engin
                 f"init_process_group: COLLCOMM_TRANSPORT=shm but ranks {tcp_peers} are on other hosts")
         inbox = None
         if shm_peers:
-            inbox = Inbox(f"collcomm-{jid}-inbox-{rank}", len(local), ring_bytes(len(local)))
-            job.extras.append(inbox)
+            # rings as large as /dev/shm has room for; none at all: TCP with this rank
+            inbox = make_inbox(f"collcomm-{jid}-inbox-{rank}", len(local), local.index(rank))
+            if inbox is not None:
+                job.extras.append(inbox)
+            kv.set(f"ring/{rank}", str(inbox.ring if inbox is not None else 0).encode())
         store_barrier(kv, "inboxes", size, rank, timeout)
+        rings = {r: int(kv.get(f"ring/{r}", timeout=timeout)) for r in shm_peers}
+        no_room = [r for r in shm_peers if not rings[r] or inbox is None]
+        if no_room:
+            if mode == "shm":
+                raise ShmSpaceError(
+                    f"init_process_group: rank {rank}: COLLCOMM_TRANSPORT=shm but "
+                    + ("this rank has" if inbox is None else f"ranks {no_room} have")
+                    + f" no room for a shared-memory inbox ({space_text()})")
+            if inbox is not None:
+                warn_once("inbox", f"{space_text()}: ranks {no_room} of this host had no room for "
+                                   "their shared-memory inboxes: this rank talks to them over TCP")
+            shm_peers = [r for r in shm_peers if r not in no_room]
+            tcp_peers = sorted(tcp_peers + no_room)
         deadline = time.monotonic() + timeout
         higher = {r for r in tcp_peers if r > rank}
         acceptor_error: list[BaseException] = []
@@ -294,8 +311,12 @@ def _connect(job: Job, kv: Any, token: bytes, jid: str, timeout: float) -> Engin
             assert inbox is not None
             peer_inbox = open_segment(f"collcomm-{jid}-inbox-{r}")
             engine.add_channel(ShmChannel(engine, r, int(infos[r]["pid"]), jid, inbox, peer_inbox,
-                                          my_slot=local.index(rank), peer_slot=local.index(r)),
+                                          my_slot=local.index(rank), peer_slot=local.index(r),
+                                          peer_ring=rings[r]),
                                polled=True)
+            # may large messages from r come through its private memory? (read below, by r,
+            # after the "connected" barrier)
+            inbox.set_can_read(local.index(r), can_read(int(infos[r]["pid"]), int(infos[r].get("probe", 0))))
         acceptor.join(max(0.0, deadline - time.monotonic()) + 1)
         if acceptor_error:
             raise acceptor_error[0]

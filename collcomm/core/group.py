@@ -416,11 +416,14 @@ class ProcessGroup:
     # -- the shared heap --------------------------------------------------------------------------
     def allocate(self, nbytes: int, collective: str = "empty") -> np.ndarray:
         """``nbytes`` (uint8) of shared memory, allocated by every rank of the group together
-        (see transport/heap.py). Groups that cannot share memory get private memory."""
+        (see transport/heap.py). Groups that cannot share memory get private memory, and so
+        does every rank of the group when one of them finds no room in /dev/shm for its
+        segment (the ranks agree first; one warning says so)."""
         if not self.can_share_memory:
             return np.empty(nbytes, dtype=np.uint8)
         from ..transport import heap as heap_mod
-        from ..transport.shm import PAGE, SHM_DIR, create_segment, unlink_quietly
+        from ..transport.shm import (PAGE, SHM_DIR, ShmSpaceError, create_segment, mib, space_text,
+                                     unlink_quietly, warn_once)
 
         engine: Any = self.transport
         with self._lock:
@@ -433,7 +436,27 @@ class ProcessGroup:
 
         def body(comm: GroupComm) -> np.ndarray:
             arena = comm.arena()
-            own = create_segment(name(self.global_rank), size, populate=True)
+            try:
+                own = create_segment(name(self.global_rank), size, populate=True,
+                                     what=f"{collective}: rank {self.global_rank}'s shared buffer")
+                room = np.ones(1, dtype=np.uint8)
+            except ShmSpaceError:
+                own, room = None, np.zeros(1, dtype=np.uint8)
+            others = np.zeros(self.size, dtype=np.uint8)
+            recvs = [comm.irecv(others[p:p + 1], p) for p in range(self.size) if p != self.rank]
+            for h in [comm.isend(room, p) for p in range(self.size) if p != self.rank] + recvs:
+                h.wait()
+            others[self.rank] = room[0]
+            if not others.all():
+                if own is not None:
+                    unlink_quietly(name(self.global_rank))
+                    own.close()
+                short = [self.ranks[p] for p in range(self.size) if not others[p]]
+                warn_once("heap", f"{collective}: ranks {short} found no room in {SHM_DIR} for "
+                                  f"{mib(size)} ({space_text()} here): shared buffers of group "
+                                  f"{self.name!r} are private memory (collectives copy them)")
+                return np.empty(nbytes, dtype=np.uint8)
+            assert own is not None
             alloc = heap_mod.Allocation(key, frozenset(self.ranks))
             try:
                 arena.sync()                      # every segment exists

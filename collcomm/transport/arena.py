@@ -35,7 +35,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..errors import CollcommError, CommTimeoutError, PeerLostError
+from ..errors import ClosedError, CollcommError, CommTimeoutError, PeerLostError
 from .shm import PAGE, pid_alive
 
 LINE = 128                # bytes of header per rank: 16 u64 words
@@ -181,8 +181,10 @@ class Arena:
                                         f"{self.global_ranks[self.rank]} was reading its memory",
                                         peer=g)
                 raise CollcommError(f"rank {self.global_ranks[self.rank]} could not read rank "
-                                    f"{self.global_ranks[r]}'s memory ({os.strerror(err)}); set "
-                                    "COLLCOMM_CMA=0 to stage through shared memory instead")
+                                    f"{self.global_ranks[r]}'s memory ({os.strerror(err)}) although "
+                                    "the arena's probe could; COLLCOMM_CMA=0 stages such copies "
+                                    "through the arena's slots instead (already reserved: it needs "
+                                    "no more /dev/shm)")
             done += got
 
     def _probe_cma(self) -> bool:
@@ -289,28 +291,67 @@ class Arena:
             pass  # arrays still point into it: the mapping goes when they do
 
 
+def _create(name: str, n: int, slot: int, ranks: Sequence[int]) -> tuple[mmap.mmap, int]:
+    """Create the arena with slots of ``slot`` bytes if /dev/shm has room for it (3/4 of
+    :func:`~.shm.shm_budget`), else with the largest slots that fit (one warning), down
+    to a page; its memory is reserved up front (never a SIGBUS). ShmSpaceError below that."""
+    from .shm import ShmSpaceError, create_segment, mib, shm_budget, space_text, warn_once
+
+    want, before = slot, space_text()
+    budget = shm_budget() * 3 // 4
+    header = arena_size(n, 0) - PHASES * n * PAGE
+    if arena_size(n, slot) > budget:
+        slot = max(PAGE, ((budget - header) // (PHASES * n) - PAGE) // PAGE * PAGE)
+    while True:
+        try:
+            mm = create_segment(name, arena_size(n, slot), populate=True,
+                                what=f"the shared-memory arena of ranks {list(ranks)} (slots of "
+                                     f"{mib(slot)}; COLLCOMM_ARENA=0 does without it)")
+            break
+        except ShmSpaceError:
+            if slot <= PAGE:
+                raise
+            slot = max(PAGE, slot // 2 // PAGE * PAGE)
+    if slot < want:
+        warn_once("arena", f"{before}: the shared-memory arena of ranks {list(ranks)} has "
+                           f"slots of {mib(slot)} instead of {mib(want)} (COLLCOMM_SHM_SLOT), so "
+                           "large collectives take more steps; give /dev/shm more room for full speed")
+    return mm, slot
+
+
 def build(n: int, rank: int, name: str, pids: Sequence[int], ranks: Sequence[int], timeout: float,
           create: bool, announce: Callable[[], None], wait_created: Callable[[], None]) -> Arena:
-    """Create (rank 0) or open the arena segment ``name``; unlink once everyone mapped it."""
-    from .shm import SHM_DIR, unlink_quietly
+    """Create (rank 0) or open the arena segment ``name``; unlink once everyone mapped it.
+
+    Rank 0 picks the slot size (smaller than ``COLLCOMM_SHM_SLOT`` when /dev/shm is short,
+    see :func:`_create`); the others read it off the segment's size."""
+    from .shm import SHM_DIR, ShmSpaceError, unlink_quietly
 
     slot = slot_bytes()
-    size = arena_size(n, slot)
     path = os.path.join(SHM_DIR, name)
     flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
     try:
         if create:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
             try:
-                os.ftruncate(fd, size)
-                mm = mmap.mmap(fd, size, flags=flags)
-            finally:
-                os.close(fd)
+                mm, slot = _create(name, n, slot, ranks)
+            except ShmSpaceError:
+                announce()        # the others find no segment and say so, instead of waiting
+                raise
             announce()
         else:
             wait_created()
-            fd = os.open(path, os.O_RDWR)
             try:
+                fd = os.open(path, os.O_RDWR)
+            except FileNotFoundError:
+                raise ClosedError(
+                    f"rank {ranks[rank]} cannot open the group's shared-memory arena {path}: it is "
+                    f"gone. Rank {ranks[0]} (the group's first) either could not create it (no room "
+                    "in /dev/shm: see its error) or gave up waiting for the group's other ranks "
+                    "(it timed out: this rank came too late)") from None
+            try:
+                size = os.fstat(fd).st_size
+                header = arena_size(n, 0) - PHASES * n * PAGE
+                slot = (size - header) // (PHASES * n) - PAGE
                 mm = mmap.mmap(fd, size, flags=flags)
             finally:
                 os.close(fd)
