@@ -12,7 +12,14 @@ class CollcommError(RuntimeError):
 
 
 class InvalidArgumentError(CollcommError, ValueError):
-    """Bad input, refused before any traffic (wrong size, root out of range, bad op...)."""
+    """Bad input, refused before any traffic (wrong size, root out of range, bad op...).
+
+    ``kind`` says which argument, for front ends that map errors to their own classes
+    (MPI's ERR_ROOT, ERR_OP...): "root", "op", "dtype", "count" or "" (anything else)."""
+
+    def __init__(self, message: str = "", kind: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 class CommTimeoutError(CollcommError, TimeoutError):

@@ -166,13 +166,13 @@ def _class_of(exc: CollcommError, default: int) -> int:
     if isinstance(exc, MismatchError):
         return ERR_TRUNCATE if "larger than the posted receive buffer" in str(exc) else ERR_OTHER
     if isinstance(exc, InvalidArgumentError):
-        text = str(exc)
-        if "root must be" in text:
+        kind = getattr(exc, "kind", "")   # set by the core: which argument was refused
+        if kind == "root":
             return ERR_ROOT
-        if " op " in text or "reduce op" in text:
+        if kind == "op":
             return ERR_OP
-        if "dtype" in text and "receive buffer" not in text and "send buffer" not in text:
-            return ERR_TYPE
+        if kind == "count":
+            return ERR_COUNT
         return default
     return ERR_OTHER
 

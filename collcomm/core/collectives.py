@@ -38,25 +38,25 @@ __all__ = ["all_gather", "all_reduce", "all_to_all", "barrier", "broadcast", "ga
            "reduce_scatter", "scatter"]
 
 
-def _fail(g: ProcessGroup, name: str, text: str) -> InvalidArgumentError:
-    return InvalidArgumentError(f"{name} on {g.describe()}: {text}")
+def _fail(g: ProcessGroup, name: str, text: str, kind: str = "") -> InvalidArgumentError:
+    return InvalidArgumentError(f"{name} on {g.describe()}: {text}", kind)
 
 
 def _root(g: ProcessGroup, name: str, root: int) -> int:
     if not 0 <= root < g.size:
-        raise _fail(g, name, f"root must be a rank of the group in [0, {g.size}), got {root}")
+        raise _fail(g, name, f"root must be a rank of the group in [0, {g.size}), got {root}", "root")
     return root
 
 
 def _same_dtype(g: ProcessGroup, name: str, a: np.ndarray, b: np.ndarray) -> None:
     if a.dtype != b.dtype:
         raise _fail(g, name, f"the send buffer holds {a.dtype} and the receive buffer {b.dtype}; "
-                             "they must be the same dtype")
+                             "they must be the same dtype", "dtype")
 
 
 def _size(g: ProcessGroup, name: str, what: str, arr: np.ndarray, expected: int) -> None:
     if arr.size != expected:
-        raise _fail(g, name, f"{what} has {arr.size} elements, expected {expected}")
+        raise _fail(g, name, f"{what} has {arr.size} elements, expected {expected}", "count")
 
 
 def _run(g: ProcessGroup, name: str, body: Callable[[GroupComm], None], async_op: bool,
@@ -236,6 +236,10 @@ def all_to_all(g: ProcessGroup, send: np.ndarray, send_counts: Sequence[int], re
     must agree on the size of the block between them (checked; MismatchError otherwise)."""
     _same_dtype(g, name, send, recv)
     send_counts, recv_counts = _counts(g, name, "send", send_counts, send), _counts(g, name, "recv", recv_counts, recv)
+    if send_counts[g.rank] != recv_counts[g.rank]:
+        raise _fail(g, name, f"this rank sends itself {send_counts[g.rank]} elements but expects "
+                             f"{recv_counts[g.rank]} from itself; its own send and receive counts "
+                             "must be equal", "count")
     if g.size > 1 and np.shares_memory(send, recv):
         send = send.copy()
     family = g.plan.algorithm("all_to_all", send.nbytes, algorithm)
@@ -262,10 +266,10 @@ def _counts(g: ProcessGroup, name: str, what: str, counts: Sequence[int], arr: n
     out = [int(c) for c in counts]
     if len(out) != g.size:
         raise _fail(g, name, f"{what} counts must have one entry per rank: expected {g.size}, "
-                             f"got {len(out)}")
+                             f"got {len(out)}", "count")
     if any(c < 0 for c in out) or sum(out) > arr.size:
         raise _fail(g, name, f"{what} counts {out} must be non-negative and sum to at most the "
-                             f"{arr.size} elements of the {what} buffer")
+                             f"{arr.size} elements of the {what} buffer", "count")
     return out
 
 

@@ -54,7 +54,11 @@ class CallPlan:
         hit = self._reducers.get(key)
         if hit is not None and hit[3] is op:
             return hit[:3]  # type: ignore[return-value]
-        fn = ops.resolve(op, dtype, where, None)
+        try:
+            fn = ops.resolve(op, dtype, where, None)
+        except InvalidArgumentError as exc:
+            exc.kind = exc.kind or "op"
+            raise
         rop = ops.ReduceOp.from_any(op)
         if len(self._reducers) > _MAX_ENTRIES:   # user ops made per call: do not grow forever
             self._reducers.clear()
