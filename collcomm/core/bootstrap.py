@@ -173,6 +173,14 @@ def join(init_method: str | None, world_size: int, rank: int, store: Any, timeou
     token = job_token(env)
     own_store = store is None
     url = (init_method or _default_url(ident, env)) if own_store else ""
+    if ident.rank == 0 and not env.get("COLLCOMM_TOKEN") and url.startswith(("env://", "tcp://")):
+        warn_once("token", "COLLCOMM_TOKEN is not set, so this job's connections are authenticated "
+                           "with a token derived from its launcher's variables ("
+                           + (", ".join(n for n in ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT",
+                                                    "SLURM_JOB_ID", "PMIX_NAMESPACE") if env.get(n))
+                              or "none set") + "): anyone who can guess them can join it or talk "
+                           "to its store. Set COLLCOMM_TOKEN to a secret, the same on every node "
+                           "('collcomm run' does it for you)")
     # a store hosted by rank 0 of an earlier incarnation of this job may still be up when we
     # re-join: if it closes under us, meet again at the new one (same generation)
     retry = own_store and ident.rank != 0 and _hosted_by_rank0(url, env)
@@ -199,7 +207,8 @@ def _join_once(ident: Identity, store: Any, own_store: bool, token: bytes,
     job = Job(ident.rank, ident.size, ident, store=store if own_store else None)
     try:
         _share_cost_model(kv, ident.rank, timeout)
-        job.transport = _connect(job, kv, token, job_id(env), timeout)
+        master = getattr(store, "host", None) or env.get("MASTER_ADDR")
+        job.transport = _connect(job, kv, token, job_id(env), timeout, master)
         kv.add("joined", 1)
         if ident.rank == 0 and own_store:
             def await_others() -> None:
@@ -246,7 +255,12 @@ def _await_others(kv: Any, size: int, patience: float = 10.0) -> bool:
     return not waiter.is_alive()
 
 
-def _connect(job: Job, kv: Any, token: bytes, jid: str, timeout: float) -> Engine:
+def _connect(job: Job, kv: Any, token: bytes, jid: str, timeout: float,
+             master: str | None = None) -> Engine:
+    """Build this rank's channels. Its TCP listener is bound to the address it advertises:
+    the interface that routes to ``master`` (the store's host; loopback for a one-host
+    job), ``COLLCOMM_SOCKET_IFNAME``'s, or ``COLLCOMM_HOST``; ``COLLCOMM_BIND_ADDR``
+    overrides the bind address alone."""
     rank, size = job.rank, job.size
     mode = os.environ.get("COLLCOMM_TRANSPORT", "auto").lower()
     if mode not in ("auto", "shm", "tcp"):
@@ -255,9 +269,9 @@ def _connect(job: Job, kv: Any, token: bytes, jid: str, timeout: float) -> Engin
     hub = TcpHub(engine, token)
     job.extras.append(hub)
     try:
-        port = hub.listen(os.environ.get("COLLCOMM_BIND_ADDR", "0.0.0.0"))
-        me = {"host": host_id(), "pid": os.getpid(), "probe": probe_address(),
-              "tcp": [advertised_host(os.environ.get("MASTER_ADDR")), port]}
+        here = advertised_host(master or os.environ.get("MASTER_ADDR"))
+        port = hub.listen(os.environ.get("COLLCOMM_BIND_ADDR") or here)
+        me = {"host": host_id(), "pid": os.getpid(), "probe": probe_address(), "tcp": [here, port]}
         kv.set(f"info/{rank}", json.dumps(me).encode())
         infos = [json.loads(kv.get(f"info/{r}", timeout=timeout)) for r in range(size)]
         local = [r for r in range(size) if infos[r]["host"] == me["host"]]

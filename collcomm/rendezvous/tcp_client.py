@@ -10,7 +10,7 @@ from . import auth
 from ..errors import AuthError, ClosedError, CommTimeoutError, InvalidArgumentError
 from .base import DEFAULT_TIMEOUT, Store, Value, _WORKERS_KEY, _WORKERS_READY_KEY, _key_bytes, _value_bytes
 from .protocol import _ADD, _CAS, _CHECK, _DELETE, _ERROR, _F64, _GET, _NUM_KEYS, _OP_NAMES, _SET, _TIMEOUT, _WAIT, _encode, _read_frame
-from .tcp_server import TCPStoreServer
+from .tcp_server import TCPStoreServer, bind_address_for
 
 # --------------------------------------------------------------------------- TCP client
 
@@ -36,8 +36,9 @@ class TCPStore(Store):
         self._token = auth.job_token() if token is None else token
         self._server: TCPStoreServer | None = None
         if is_master:
-            bind = "::" if ":" in host else "0.0.0.0"
-            self._server = TCPStoreServer(bind, port, self._token)
+            # the address clients reach it at when it is this machine's (loopback for a
+            # one-host job), else COLLCOMM_SOCKET_IFNAME's, else every interface
+            self._server = TCPStoreServer(bind_address_for(host), port, self._token)
             port = self._server.port
         self.port = port
         # ``_lock`` serializes requests on the one connection and is held for a request's

@@ -1,21 +1,174 @@
 """The TCP store server: one ``selectors`` thread, parked blocking requests, every client
-authenticated (:func:`collcomm.rendezvous.auth.authenticate`) before a byte is parsed."""
+authenticated (the responder's half of :func:`collcomm.rendezvous.auth.authenticate`)
+before a byte is parsed.
+
+Everything runs on that one thread, the handshakes too (:class:`Responder`, a non-blocking
+state machine): a client that connects and says nothing, or stops halfway, holds one
+socket until its handshake deadline (``auth_timeout``) and costs nobody else anything. At
+most ``max_pending`` handshakes wait at a time (the oldest is dropped for a new one), and a
+failure to accept (out of file descriptors) drops the oldest pending handshake and pauses
+accepting for a moment instead of ending the server. No thread is started per connection.
+"""
 from __future__ import annotations
 
-import queue
+import collections
+import errno
+import hmac
+import os
+import secrets
 import selectors
 import socket
 import struct
 import threading
 import time
 from collections.abc import Iterable
+from typing import Any, Callable
 
 from . import auth
-from ..errors import AuthError, CollcommError
+from ..errors import CollcommError
 from .base import _INTERNAL
 from .protocol import _ADD, _CAS, _CHECK, _DELETE, _ERROR, _F64, _GET, _NUM_KEYS, _OK, _ProtocolError, _SET, _TIMEOUT, _WAIT, _encode, _try_decode
 
 # --------------------------------------------------------------------------- server
+
+class Responder:
+    """The responder's half of :func:`~collcomm.rendezvous.auth.authenticate` on a
+    non-blocking socket, driven by a selector: call :meth:`step` when the socket is
+    readable or writable. It reads exactly what the protocol says (and then ``extra`` more
+    bytes: what the initiator sends first after the handshake, e.g. the transport's HELLO),
+    never more, so nothing the client sends later is consumed here."""
+
+    __slots__ = ("sock", "peer", "token", "deadline", "extra", "state", "inbuf", "outbuf",
+                 "nonce_i", "nonce_r", "payload")
+
+    HELLO_BYTES = len(auth._MAGIC) + auth.NONCE_BYTES
+
+    def __init__(self, sock: socket.socket, peer: str, token: bytes, deadline: float,
+                 extra: int = 0) -> None:
+        self.sock, self.peer, self.token, self.deadline, self.extra = sock, peer, token, deadline, extra
+        self.state = 0                  # 0: their hello, 1: their proof, 2: extra bytes, 3: flushing
+        self.inbuf = bytearray()
+        self.outbuf = bytearray()
+        self.nonce_i = b""
+        self.nonce_r = secrets.token_bytes(auth.NONCE_BYTES)
+        self.payload = b""              # the ``extra`` bytes, once read
+
+    def _want(self) -> int:
+        return (self.HELLO_BYTES, auth._MAC_BYTES, self.extra, 0)[self.state]
+
+    def wants_write(self) -> bool:
+        return bool(self.outbuf)
+
+    def step(self) -> bool | None:
+        """Advance: True when authenticated (and ``extra`` read, and everything we owe sent),
+        False when the client failed (close it), None when it has to wait for the socket."""
+        try:
+            while True:
+                if self.outbuf:
+                    n = self.sock.send(self.outbuf)
+                    del self.outbuf[:n]
+                    if self.outbuf:
+                        return None
+                if self.state == 3:
+                    return True
+                want = self._want()
+                if len(self.inbuf) < want:
+                    chunk = self.sock.recv(want - len(self.inbuf))
+                    if not chunk:
+                        return False
+                    self.inbuf += chunk
+                    continue
+                data, self.inbuf = bytes(self.inbuf), bytearray()
+                if self.state == 0:
+                    if not hmac.compare_digest(data[:len(auth._MAGIC)], auth._MAGIC):
+                        return False
+                    self.nonce_i = data[len(auth._MAGIC):]
+                    self.outbuf += auth._MAGIC + self.nonce_r
+                    self.state = 1
+                elif self.state == 1:
+                    expected = auth._mac(self.token, b"I", self.nonce_i, self.nonce_r)
+                    if not hmac.compare_digest(data, expected):
+                        return False
+                    self.outbuf += auth._mac(self.token, b"R", self.nonce_i, self.nonce_r)
+                    self.state = 2 if self.extra else 3
+                else:
+                    self.payload = data
+                    self.state = 3
+        except (BlockingIOError, InterruptedError):
+            return None
+        except OSError:
+            return False
+
+
+def accept_some(listener: socket.socket, pending: "collections.OrderedDict[socket.socket, Responder]",
+                token: bytes, timeout: float, max_pending: int, extra: int = 0,
+                register: "Callable[[socket.socket, Responder | None], Any] | None" = None) -> bool:
+    """Accept what ``listener`` has waiting into ``pending`` handshakes (oldest dropped
+    beyond ``max_pending``). Returns False when accepting failed for lack of resources (file
+    descriptors, memory): the caller should stop watching the listener for a moment."""
+    while True:
+        try:
+            sock, addr = listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return True
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                if pending:                      # make room: the oldest handshake goes
+                    old, _ = pending.popitem(last=False)
+                    if register is not None:
+                        register(old, None)
+                    old.close()
+                return False
+            return True                          # ECONNABORTED & co: that client is gone
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            sock.close()
+            continue
+        while len(pending) >= max_pending:
+            old, _ = pending.popitem(last=False)
+            if register is not None:
+                register(old, None)
+            old.close()
+        peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
+        pending[sock] = Responder(sock, peer, token, time.monotonic() + timeout, extra)
+        if register is not None:
+            register(sock, pending[sock])
+
+
+def bind_address_for(host: str) -> str:
+    """Where a server that clients reach at ``host`` should listen: ``host``'s own address
+    when it is one of this machine's (loopback for a one-host job), else
+    ``COLLCOMM_SOCKET_IFNAME``'s address when set, else every interface."""
+    v6 = ":" in host
+    try:
+        addr = socket.getaddrinfo(host, None, socket.AF_INET6 if v6 else socket.AF_INET,
+                                  socket.SOCK_STREAM)[0][4][0]
+        with socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind((addr, 0))                    # fails unless the address is this machine's
+        return addr
+    except (OSError, IndexError, UnicodeError):
+        pass
+    ifname = os.environ.get("COLLCOMM_SOCKET_IFNAME", "")
+    if ifname and not v6:
+        return interface_address(ifname)
+    return "::" if v6 else "0.0.0.0"
+
+
+def interface_address(ifname: str) -> str:
+    """The IPv4 address of network interface ``ifname`` (CollcommError if it has none)."""
+    import fcntl
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            packed = fcntl.ioctl(s.fileno(), 0x8915,    # SIOCGIFADDR
+                                 struct.pack("256s", ifname.encode()[:15]))
+        except OSError as exc:
+            raise CollcommError(f"COLLCOMM_SOCKET_IFNAME={ifname!r}: no IPv4 address on that "
+                                f"interface ({exc.strerror})") from None
+    return socket.inet_ntoa(packed[20:24])
+
 
 class _Conn:
     def __init__(self, sock: socket.socket, peer: str) -> None:
@@ -43,9 +196,10 @@ class TCPStoreServer:
     """
 
     def __init__(self, host: str = "0.0.0.0", port: int = 0, token: bytes | None = None,
-                 *, auth_timeout: float = 10.0) -> None:
+                 *, auth_timeout: float = 10.0, max_pending: int = 1024) -> None:
         self._token = auth.job_token() if token is None else token
         self._auth_timeout = auth_timeout
+        self._max_pending = max_pending
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._listener = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -62,7 +216,10 @@ class TCPStoreServer:
         self._waiters_by_key: dict[bytes, list[_Waiter]] = {}
         self._parked: set[_Waiter] = set()
         self._conns: dict[socket.socket, _Conn] = {}
-        self._authed: queue.SimpleQueue[tuple[socket.socket, str]] = queue.SimpleQueue()
+        self._pending: collections.OrderedDict[socket.socket, Responder] = collections.OrderedDict()
+        self._listening = True
+        self._resume_at = 0.0          # accepting paused (out of descriptors) until then
+        self.accept_failures = 0       # times accepting ran out of resources (for tests)
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
@@ -105,47 +262,85 @@ class TCPStoreServer:
         try:
             while not self._closing:
                 for key, mask in self._sel.select(self._next_timeout()):
-                    if key.data == "listen":
-                        self._accept()
-                    elif key.data == "wake":
-                        self._drain_wake()
-                    else:
-                        self._on_event(key.data, mask)
+                    try:
+                        if key.data == "listen":
+                            self._accept()
+                        elif key.data == "wake":
+                            self._drain_wake()
+                        elif isinstance(key.data, Responder):
+                            self._handshake(key.data)
+                        else:
+                            self._on_event(key.data, mask)
+                    except Exception:  # noqa: BLE001 - one bad client never ends the server
+                        self._forget(key.fileobj, key.data)
                 self._expire_waiters()
+                self._expire_handshakes()
         finally:
             self._shutdown()
 
     def _next_timeout(self) -> float:
         deadlines = [w.deadline for w in self._parked if w.deadline is not None]
+        if self._pending:
+            deadlines.append(next(iter(self._pending.values())).deadline)
+        if not self._listening:
+            deadlines.append(self._resume_at)
         if not deadlines:
             return 1.0
         return min(max(min(deadlines) - time.monotonic(), 0.0), 1.0)
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                sock, addr = self._listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                return
-            peer = f"{addr[0]}:{addr[1]}"
-            threading.Thread(target=self._authenticate, args=(sock, peer), daemon=True,
-                             name=f"collcomm-store-auth:{peer}").start()
-
-    def _authenticate(self, sock: socket.socket, peer: str) -> None:
+    def _watch(self, sock: socket.socket, r: Responder | None) -> None:
+        """(Un)register a pending handshake's socket with the selector."""
         try:
-            sock.settimeout(None)
-            auth.authenticate(sock, self._token, initiator=False, timeout=self._auth_timeout)
-        except AuthError:
-            sock.close()
+            if r is None:
+                self._sel.unregister(sock)
+            else:
+                self._sel.register(sock, selectors.EVENT_READ, r)
+        except (KeyError, ValueError, OSError):
+            pass
+
+    def _accept(self) -> None:
+        if not accept_some(self._listener, self._pending, self._token, self._auth_timeout,
+                           self._max_pending, register=self._watch):
+            self.accept_failures += 1            # out of descriptors: pause accepting
+            self._sel.unregister(self._listener)
+            self._listening = False
+            self._resume_at = time.monotonic() + 0.1
+
+    def _handshake(self, r: Responder) -> None:
+        done = r.step()
+        if done is None:
+            self._sel.modify(r.sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if r.wants_write() else 0), r)
             return
-        if self._closing:
-            sock.close()
+        self._pending.pop(r.sock, None)
+        self._sel.unregister(r.sock)
+        if not done or self._closing:
+            r.sock.close()
             return
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._authed.put((sock, peer))
-        self._wake()
+        conn = _Conn(r.sock, r.peer)
+        self._conns[r.sock] = conn
+        self._sel.register(r.sock, selectors.EVENT_READ, conn)
+
+    def _expire_handshakes(self) -> None:
+        now = time.monotonic()
+        while self._pending:
+            sock, r = next(iter(self._pending.items()))
+            if r.deadline > now:
+                break
+            self._pending.popitem(last=False)
+            self._watch(sock, None)
+            sock.close()
+        if not self._listening and now >= self._resume_at and not self._closing:
+            self._sel.register(self._listener, selectors.EVENT_READ, "listen")
+            self._listening = True
+
+    def _forget(self, sock: object, data: object) -> None:
+        """Drop whatever a failing event belonged to (a client or a handshake)."""
+        if isinstance(data, _Conn):
+            self._drop(data)
+        elif isinstance(data, Responder):
+            self._pending.pop(data.sock, None)
+            self._watch(data.sock, None)
+            data.sock.close()
 
     def _drain_wake(self) -> None:
         try:
@@ -153,15 +348,6 @@ class TCPStoreServer:
                 pass
         except (BlockingIOError, InterruptedError):
             pass
-        while True:
-            try:
-                sock, peer = self._authed.get_nowait()
-            except queue.Empty:
-                return
-            sock.setblocking(False)
-            conn = _Conn(sock, peer)
-            self._conns[sock] = conn
-            self._sel.register(sock, selectors.EVENT_READ, conn)
 
     def _on_event(self, conn: _Conn, mask: int) -> None:
         if mask & selectors.EVENT_WRITE and not self._flush(conn):
@@ -319,11 +505,9 @@ class TCPStoreServer:
     def _shutdown(self) -> None:
         for conn in list(self._conns.values()):
             self._drop(conn)
+        for sock in list(self._pending):
+            sock.close()
+        self._pending.clear()
         for s in (self._listener, self._wake_r, self._wake_w):
             s.close()
         self._sel.close()
-        while True:
-            try:
-                self._authed.get_nowait()[0].close()
-            except queue.Empty:
-                break

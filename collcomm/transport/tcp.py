@@ -35,6 +35,7 @@ and does nothing. Completed sends are likewise completed after the lock is relea
 from __future__ import annotations
 
 import collections
+import errno
 import os
 import selectors
 import socket
@@ -43,7 +44,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..rendezvous.auth import authenticate, recv_exact
+from ..rendezvous.auth import authenticate
+from ..rendezvous.tcp_server import Responder, accept_some, interface_address
 from ..errors import ClosedError, CollcommError, CommTimeoutError, PeerLostError
 
 if TYPE_CHECKING:
@@ -54,6 +56,8 @@ DATA, HEARTBEAT, BYE = 0, 1, 2
 HELLO = struct.Struct("<II")      # rank, protocol version
 PROTOCOL = 1
 HEARTBEAT_INTERVAL = 1.0
+HANDSHAKE_TIMEOUT = 10.0          # an accepted connection must authenticate and say HELLO within this
+MAX_PENDING = 256                 # handshakes in progress at once (the oldest goes for a new one)
 
 
 def heartbeat_timeout() -> float:
@@ -61,10 +65,15 @@ def heartbeat_timeout() -> float:
 
 
 def advertised_host(master_addr: str | None) -> str:
-    """The address other hosts reach us at: COLLCOMM_HOST, else the one that routes to the master."""
+    """The address other hosts reach us at: COLLCOMM_HOST, else COLLCOMM_SOCKET_IFNAME's
+    address, else the address of the interface that routes to the master (loopback when
+    the master is this host's loopback)."""
     explicit = os.environ.get("COLLCOMM_HOST")
     if explicit:
         return explicit
+    ifname = os.environ.get("COLLCOMM_SOCKET_IFNAME")
+    if ifname:
+        return interface_address(ifname)
     target = master_addr or "127.0.0.1"
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
@@ -276,10 +285,19 @@ class TcpHub:
 
     # -- setup ---------------------------------------------------------------------------
     def listen(self, host: str = "0.0.0.0") -> int:
+        """Listen on ``host`` (the address we advertise; every interface when it is not one
+        of this machine's, e.g. a NAT address in COLLCOMM_HOST)."""
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind((host, int(os.environ.get("COLLCOMM_PORT", "0"))))
-        s.listen(128)
+        port = int(os.environ.get("COLLCOMM_PORT", "0"))
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            if exc.errno != errno.EADDRNOTAVAIL:
+                s.close()
+                raise
+            s.bind(("0.0.0.0", port))
+        s.listen(4096)   # a flood of idle connections must not fill the queue before we accept
         self.listener = s
         return s.getsockname()[1]
 
@@ -310,32 +328,86 @@ class TcpHub:
                                f"{host}:{port}: {last}", peer=peer) from last
 
     def accept(self, expected: set[int], deadline: float) -> None:
-        """Accept connections until every rank in ``expected`` has connected."""
+        """Accept connections until every rank in ``expected`` has connected.
+
+        The handshakes (authentication, then HELLO) run side by side on one selector, each
+        with its own deadline (``HANDSHAKE_TIMEOUT``), at most ``MAX_PENDING`` at a time:
+        a client that connects and stays silent, or stops halfway, delays nobody."""
         assert self.listener is not None
         waiting = set(expected)
-        while waiting:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise CommTimeoutError(f"rank {self.engine.rank}: ranks {sorted(waiting)} never "
-                                       f"connected to it", peer=min(waiting))
-            self.listener.settimeout(remaining)
+        if not waiting:
+            return
+        listener = self.listener
+        listener.setblocking(False)
+        pending: collections.OrderedDict[socket.socket, Responder] = collections.OrderedDict()
+        sel = selectors.DefaultSelector()
+        sel.register(listener, selectors.EVENT_READ, None)
+        listening, resume_at, dropped = True, 0.0, 0
+
+        def watch(sock: socket.socket, r: Responder | None) -> None:
             try:
-                sock, _ = self.listener.accept()
-            except socket.timeout:
-                continue
-            try:
-                self._tune(sock)
-                authenticate(sock, self.token, initiator=False, timeout=min(10.0, remaining))
-                sock.settimeout(min(10.0, remaining))
-                rank, version = HELLO.unpack(recv_exact(sock, HELLO.size))
-            except (CollcommError, OSError):
-                sock.close()  # not one of ours: drop it and keep listening
-                continue
-            if rank not in waiting or version != PROTOCOL:
+                if r is None:
+                    sel.unregister(sock)
+                else:
+                    sel.register(sock, selectors.EVENT_READ, r)
+            except (KeyError, ValueError, OSError):
+                pass
+
+        def drop(sock: socket.socket) -> None:
+            pending.pop(sock, None)
+            watch(sock, None)
+            sock.close()
+
+        try:
+            while waiting:
+                now = time.monotonic()
+                if now >= deadline:
+                    raise CommTimeoutError(
+                        f"rank {self.engine.rank}: ranks {sorted(waiting)} never connected to it"
+                        + (f" ({dropped} other connection(s) failed to authenticate or say which "
+                           "rank they are: not this job's)" if dropped else ""), peer=min(waiting))
+                while pending and next(iter(pending.values())).deadline <= now:
+                    drop(next(iter(pending)))
+                    dropped += 1
+                if not listening and now >= resume_at:
+                    sel.register(listener, selectors.EVENT_READ, None)
+                    listening = True
+                wake = deadline
+                if pending:
+                    wake = min(wake, next(iter(pending.values())).deadline)
+                if not listening:
+                    wake = min(wake, resume_at)
+                for key, _ in sel.select(max(0.0, min(wake - now, 1.0))):
+                    r = key.data
+                    if r is None:
+                        if not accept_some(listener, pending, self.token, HANDSHAKE_TIMEOUT,
+                                           MAX_PENDING, HELLO.size, watch):
+                            sel.unregister(listener)
+                            listening, resume_at = False, time.monotonic() + 0.1
+                        continue
+                    done = r.step()
+                    if done is None:
+                        sel.modify(r.sock, selectors.EVENT_READ
+                                   | (selectors.EVENT_WRITE if r.wants_write() else 0), r)
+                        continue
+                    pending.pop(r.sock, None)
+                    watch(r.sock, None)
+                    rank, version = HELLO.unpack(r.payload) if done else (-1, -1)
+                    if not done or rank not in waiting or version != PROTOCOL:
+                        r.sock.close()   # not one of ours (or a duplicate): drop it, go on
+                        dropped += 1
+                        continue
+                    waiting.discard(rank)
+                    r.sock.setblocking(True)
+                    self.channels[rank] = TcpChannel(self, rank, r.sock)
+        finally:
+            for sock in list(pending):
                 sock.close()
-                continue
-            waiting.discard(rank)
-            self.channels[rank] = TcpChannel(self, rank, sock)
+            sel.close()
+            try:
+                listener.setblocking(True)
+            except OSError:
+                pass
 
     def start(self) -> None:
         """Hand every connection to the I/O thread."""
