@@ -327,7 +327,7 @@ class ProcessGroup:
                 raise with_context(exc, f"{collective} on {self._description}") from exc
 
         if async_op:
-            work = Work(collective)
+            work = Work(collective, self, comm._tag)
             self._submit(work, call)
             return work
         self.drain()

@@ -18,8 +18,10 @@ class Work:
     worker is reported on stderr and stops neither the other callbacks nor the worker.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, group: Any = None, tag: int = 0) -> None:
         self.name = name
+        self._group, self._tag = group, tag   # the call's group and tag (its sequence number)
+        self._started = False
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._result: Any = None
@@ -42,6 +44,7 @@ class Work:
                       f"{traceback.format_exc()}", file=sys.stderr, end="")
 
     def _run(self, fn: Callable[[], Any]) -> None:
+        self._started = True
         try:
             result = fn()
         except BaseException as exc:  # noqa: BLE001 - handed to the waiter
@@ -53,12 +56,48 @@ class Work:
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the operation finished; raise its error. Returns True (torch)."""
         if not self._done.wait(timeout):
-            raise CommTimeoutError(f"{self.name}: Work.wait timed out after {timeout} s")
+            raise self._timeout_error(timeout)
         if self._exc is not None:
             if isinstance(self._exc, CollcommError):
                 raise self._exc
             raise CollcommError(f"{self.name} failed: {self._exc!r}") from self._exc
         return True
+
+    def _timeout_error(self, timeout: float | None) -> CommTimeoutError:
+        """What a timed-out wait raises: the call, its group and this rank, whether it is
+        running or still queued, and (from the flight recorder, asking the other ranks
+        through the store) which ranks have not entered it. The call goes on: a later
+        wait may still succeed."""
+        g = self._group
+        head = f"{self.name}" + (f" on {g.describe()}" if g is not None else "")
+        state = ("it is still running" if self._started else
+                 "it has not started: earlier async calls of the group are still running")
+        msg = f"{head}: Work.wait timed out after {timeout:g} s; {state} (it goes on: wait again)"
+        late: list[int] = []
+        obs = getattr(g, "observer", None)
+        if g is not None and obs is not None and self._tag:
+            try:
+                report = self._missing(obs, 1.5 if timeout is None else min(1.5, max(0.2, timeout)))
+            except Exception as exc:  # noqa: BLE001 - the report must never hide the timeout
+                report = {"text": f"(could not ask the other ranks where they are: {exc!r})"}
+            if report:
+                late = list(report.get("missing", [])) + list(report.get("unknown", []))
+                msg += "\n" + report["text"]
+        elif g is not None:
+            msg += " (which ranks are late is known only with the flight recorder on: COLLCOMM_FR_SIZE)"
+        return CommTimeoutError(msg, peer=late[0] if late else None)
+
+    def _missing(self, obs: Any, gather: float) -> dict[str, Any]:
+        """The flight recorder's account of who has not entered this call."""
+        from . import recorder as fr
+
+        rec = next((r for r in reversed(obs.rec.records())
+                    if r[fr.R_GROUP] == obs.index and r[fr.R_SEQ] == self._tag), None)
+        if rec is None:
+            return {}
+        ring = fr.recorder()
+        states = ring.exchange.gather(gather) if ring.exchange is not None else fr.gather_states()
+        return fr.missing_report(obs, rec, states)
 
     def is_completed(self) -> bool:
         return self._done.is_set()

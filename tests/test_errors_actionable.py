@@ -1,0 +1,70 @@
+"""Errors a user can act on (issue 9, item 5): collcomm errors that name the call, the
+group, the rank and the late or lost peer, where internals used to leak raw OS errors."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from tests.harness import run_ranks
+
+
+def work_wait_names_the_late_rank():
+    import collcomm as dist
+
+    rank, n = dist.get_rank(), dist.get_world_size()
+    x = np.ones(4)
+    if rank == n - 1:
+        time.sleep(4.0)                 # late: the others' Work.wait(1.5) times out first
+        dist.all_reduce(x)
+        return "late", None, x.tolist()
+    work = dist.all_reduce(x, async_op=True)
+    try:
+        work.wait(timeout=1.5)
+        return "no timeout", None, None
+    except dist.CommTimeoutError as exc:
+        msg, peer = str(exc), exc.peer
+    work.wait()                         # the call went on and completes once the late rank comes
+    return msg, peer, x.tolist()
+
+
+@pytest.mark.timeout(90)
+def test_work_wait_timeout_names_group_and_late_rank():
+    out = run_ranks(work_wait_names_the_late_rank, 3, timeout=60)
+    for msg, peer, x in out[:2]:
+        assert "Work.wait timed out after 1.5 s" in msg, msg
+        assert "group 'WORLD'" in msg and "rank" in msg, msg
+        assert "ranks [2] never entered it" in msg, msg
+        assert peer == 2, (peer, msg)
+        assert x == [3.0] * 4
+    assert out[2][2] == [3.0] * 4
+
+
+def late_for_the_arena(delay):
+    import collcomm as dist
+
+    rank = dist.get_rank()
+    if rank == 1:
+        time.sleep(delay)
+    x = np.ones(4)
+    try:
+        with dist.call_timeout(1.5):
+            dist.all_reduce(x)
+        result = ("ok", "")
+    except Exception as exc:  # noqa: BLE001 - the test looks at what it was
+        result = (type(exc).__name__, str(exc), isinstance(exc, dist.CollcommError))
+    if rank == 0:
+        time.sleep(delay + 2)           # still here when rank 1 comes
+    return result
+
+
+@pytest.mark.timeout(90)
+def test_a_rank_late_for_the_arena_gets_a_collcomm_error():
+    # rank 0 creates the group's arena, times out waiting for rank 1 and removes it; rank 1
+    # then finds no segment: it used to get a raw FileNotFoundError on /dev/shm/...-arena-...
+    out = run_ranks(late_for_the_arena, 2, 4.0, transport="shm", timeout=60)
+    assert out[0][0] == "CommTimeoutError" and "rank 1" in out[0][1], out[0]
+    kind, msg, is_collcomm = out[1]
+    assert is_collcomm and kind != "FileNotFoundError", out[1]
+    assert "all_reduce on group 'WORLD'" in msg and "rank 0" in msg.lower(), msg
