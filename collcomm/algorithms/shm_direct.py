@@ -48,21 +48,20 @@ import numpy as np
 
 from .. import native
 from ..errors import InvalidArgumentError, MismatchError
-from ..transport import arena as arena_mod
+from ..transport.arena_layout import CMA, ONE_SHOT
+from ..transport.arena_layout import OFFSET as OFFSET_WORD
+from ..transport.arena_layout import SHARED as SHARED_WORD
+from ..transport.arena_layout import SIGNATURE as SIGNATURE_WORD
+from ..transport.arena_layout import SIZE as SIZE_WORD
 from ..transport.shm import PAGE
 from . import signature
 from .base import Comm, ReduceFn
 from .linear import displacements
 
-ONE_SHOT = 64 << 10
 #: all_reduce reads its peers by CMA only for chunks this large: below, the two extra
 #: syscalls and the closing sync cost more than the staging copy they save (measured).
 CMA_ALL_REDUCE = 2 << 20
-OFFSET_WORD = 1      # header words 1, 2: the byte offset of this rank's data in its slot, per phase
-SIZE_WORD = 3        # header words 3, 4: a size a rank announces (all_to_all), per phase
-SHARED_WORD = 5      # header words 5, 6: heap key of a zero-copy source (0: staged), per phase
-SIGNATURE_WORD = 7   # header words 7, 8: the call's signature (see .signature), per phase
-CMA = 1              # SHARED_WORD value: the data is at address OFFSET_WORD in the rank's memory
+# The header words (OFFSET_WORD ..., per phase) and ONE_SHOT: see transport/arena_layout.py.
 
 
 def _enter(comm: Comm, arena: Any, phase: int, collective: str, count: int, first: bool) -> None:
@@ -112,20 +111,13 @@ def _arena(comm: Comm, collective: str) -> Any:
     return arena
 
 
-#: the header words, in the order the native core takes them (see collcomm/native)
-_LAYOUT = (arena_mod.WORDS, 0, OFFSET_WORD, SIZE_WORD, SHARED_WORD, SIGNATURE_WORD,
-           arena_mod.SLEEPERS_WORD)
 #: native statuses: done; signature mismatch; finish in Python; split sizes differ; run Python
 _DONE, _MISMATCH, _PYTHON, _PAIRS, _REFUSE = 0, 1, 2, 3, 4
 
 
 def _native(arena: Any) -> Any:
-    """The arena's native core (attached at first use), or None."""
-    try:
-        return arena.native_core
-    except AttributeError:
-        core = arena.native_core = native.attach(arena, _LAYOUT, ONE_SHOT)
-        return core
+    """The arena's native core (collcomm.native), or None."""
+    return arena.native_core
 
 
 def _offset(arr: np.ndarray) -> int:

@@ -58,11 +58,12 @@ SPIN_NS, YIELDS = 50_000, 100
 SPIN_NS_OVERSUBSCRIBED, YIELDS_OVERSUBSCRIBED = 0, 3
 
 
-def attach(arena: Any, layout: tuple[int, ...], one_shot: int) -> Any:
+def attach(arena: Any) -> Any:
     """A native Core over ``arena`` (a collcomm.transport.arena.Arena), or None."""
     if core is None:
         return None
     from ..transport import arena as arena_mod
+    from ..transport.arena_layout import NATIVE, ONE_SHOT
     from ..transport.shm import PAGE
 
     spin, yields = ((SPIN_NS, YIELDS) if arena.n <= arena_mod.cpus()
@@ -70,7 +71,7 @@ def attach(arena: Any, layout: tuple[int, ...], one_shot: int) -> Any:
     spin = int(float(os.environ.get("COLLCOMM_SPIN_US", spin / 1000)) * 1000)
     yields = int(os.environ.get("COLLCOMM_YIELDS", yields))
     return core.Core(arena.mm, arena.n, arena.rank, arena.header, arena.slot, arena.slot + PAGE,
-                     PAGE, one_shot, layout, spin, yields, arena_mod._FUTEX is not None)
+                     PAGE, ONE_SHOT, NATIVE, spin, yields, arena_mod._FUTEX is not None)
 
 
 _codes: dict[tuple[Any, np.dtype], int] = {}

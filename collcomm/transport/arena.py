@@ -1,6 +1,7 @@
 """The arena: one shared-memory segment that all ranks of a one-host group work in.
 
-Layout (``n`` ranks, slot size ``C`` bytes, ``P`` = 2 phases):
+Layout (``n`` ranks, slot size ``C`` bytes, ``P`` = 2 phases; every word is in
+:mod:`.arena_layout`):
 
 * a header with 128 bytes per rank: its *arrival counter* and a few info words (the page
   offset its data sits at, a size it announces, the signature of the call it is in, ...);
@@ -15,6 +16,9 @@ rank's counter (woken by its arrival; 1 ms at most per wait, so a lost wake-up c
 more than polling; without futex, sleeps of 50 µs doubling to 1 ms); it checks the other ranks' pids every 100 ms (PeerLostError)
 and names the ranks that never arrived when it times out. The segment is mapped with
 MAP_POPULATE (no page faults later) and unlinked as soon as every rank has mapped it.
+Where collcomm's native core is built (:mod:`collcomm.native`), the same barrier runs in
+C (:attr:`Arena.native_core`): the same words and steps, the GIL released while it
+waits, and these same checks (``_check``) called from it every 100 ms.
 
 Cross-memory attach (CMA): when every rank can read every other's memory with
 ``process_vm_readv`` (probed when the arena is built; ``COLLCOMM_CMA=0`` turns it off),
@@ -35,17 +39,15 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .. import native
 from ..errors import ClosedError, CollcommError, CommTimeoutError, PeerLostError
+from .arena_layout import LEFT as LEFT_WORD
+from .arena_layout import LINE, PHASES, PROBE_MAGIC, WORDS
+from .arena_layout import PROBE as PROBE_WORD
+from .arena_layout import SLEEPERS as SLEEPERS_WORD
 from .shm import PAGE, pid_alive
 
-LINE = 128                # bytes of header per rank: 16 u64 words
-WORDS = LINE // 8
-PHASES = 2
 SPIN, YIELD = 400, 100
-SLEEPERS_WORD = 12        # header word 12: somebody sleeps on this rank's counter (futex)
-LEFT_WORD = 13            # header word 13: set when the rank leaves cleanly
-PROBE_WORD = 14           # header words 14, 15: cross-memory-attach probe
-PROBE_MAGIC = 0x636F6C6C636F6D6D
 
 
 class _IoVec(ctypes.Structure):
@@ -133,6 +135,8 @@ class Arena:
         self.lost: PeerLostError | None = None
         # more ranks than CPUs: a spinning rank steals the CPU the late rank needs
         self.spin = SPIN if n <= cpus() else SPIN // 20
+        #: the native core's view of this arena (collcomm.native), or None: Python only
+        self.native_core: Any = native.attach(self)
 
     # -- info words (word 0 is the counter) -------------------------------------------------
     def put(self, word: int, value: int) -> None:
@@ -213,7 +217,10 @@ class Arena:
 
     # -- synchronisation ----------------------------------------------------------------------
     def sync(self) -> None:
-        """Counter barrier over the group's ranks."""
+        """Counter barrier over the group's ranks (in C when the native core is there)."""
+        if self.native_core is not None:
+            self.native_core.sync(self)
+            return
         self.count += 1
         target = self.count
         words, stride, n = self.words, WORDS, self.n

@@ -107,6 +107,8 @@ class Heap:
 
     def __len__(self) -> int:
         """How many of our own allocations are alive (offered to collectives)."""
+        if not self._starts:      # none (forgets only remove): no lock, as in lookup()
+            return 0
         with self._lock:
             self._apply_forgets()
             return len(self._starts)

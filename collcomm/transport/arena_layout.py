@@ -1,0 +1,56 @@
+"""The layout of a group's shared-memory arena: the one place that says where what lives.
+
+Read by :mod:`.arena` (the barrier, the cross-memory-attach probe, clean departures), by
+:mod:`collcomm.algorithms.shm_direct` (the collectives) and handed to the native core
+(:mod:`collcomm.native`, as :data:`NATIVE`), so the three agree word for word.
+
+The arena of ``n`` ranks is a header of :data:`LINE` bytes per rank (rounded up to a page)
+followed by ``PHASES × n`` slots of ``slot + PAGE`` bytes; slot (phase, rank) is written
+only by that rank. A rank's header line holds :data:`WORDS` 64-bit words:
+
+====  ==========================================================================
+word  meaning
+====  ==========================================================================
+0     the rank's arrival counter (the barrier: every rank waits until all reach it)
+1, 2  per phase: the byte offset of the rank's data in its slot (the page offset of
+      its buffer, for copies of :data:`ONE_SHOT` bytes or more), or, with 5/6 set,
+      its offset in the shared heap allocation / its address (:data:`CMA`)
+3, 4  per phase: a size the rank announces (all_to_all: its largest block)
+5, 6  per phase: the heap key of a buffer published in place, :data:`CMA` for a buffer
+      read from the rank's memory by address, 0 for data staged in the slot
+7, 8  per phase: the signature of the call (collcomm.algorithms.signature)
+9-11  unused
+12    somebody sleeps on this rank's counter (futex): wake them when it moves
+13    the rank left cleanly (destroy_process_group), not a crash
+14    cross-memory-attach probe: the address of a magic word (:data:`PROBE_MAGIC`)
+15    cross-memory-attach probe: 1 this rank could read every other's memory, 2 not
+====  ==========================================================================
+"""
+from __future__ import annotations
+
+LINE = 128                 # header bytes per rank
+WORDS = LINE // 8          # 64-bit words per rank
+PHASES = 2                 # slots alternate between two phases
+
+COUNTER = 0
+OFFSET = 1                 # + phase
+SIZE = 3                   # + phase
+SHARED = 5                 # + phase
+SIGNATURE = 7              # + phase
+SLEEPERS = 12
+LEFT = 13
+PROBE = 14                 # and 15
+
+CMA = 1                    # a SHARED value: read the data at address OFFSET in the rank's memory
+PROBE_MAGIC = 0x636F6C6C636F6D6D
+
+#: Copies of this many bytes or more are placed at their buffer's page offset, and
+#: all_reduce above it takes two steps (reduce-scatter + all-gather) instead of one.
+ONE_SHOT = 64 << 10
+
+#: The words the native core needs, in the order it takes them.
+NATIVE = (WORDS, COUNTER, OFFSET, SIZE, SHARED, SIGNATURE, SLEEPERS)
+
+_used = [COUNTER, OFFSET, OFFSET + 1, SIZE, SIZE + 1, SHARED, SHARED + 1, SIGNATURE, SIGNATURE + 1,
+         SLEEPERS, LEFT, PROBE, PROBE + 1]
+assert len(set(_used)) == len(_used) and max(_used) < WORDS, "arena header words overlap"
