@@ -364,7 +364,7 @@ typedef struct {
     long long spin_ns;     /* spin this long before yielding */
     int yields;            /* then sched_yield this many times before blocking */
     int use_futex;
-    unsigned long long done;      /* calls completed here (tests check the path taken) */
+    unsigned long long done;      /* calls completed here, syncs included (tests check the path) */
     unsigned long long finished;  /* calls the Python code finished (ST_PYTHON) */
 } Core;
 
@@ -1236,7 +1236,8 @@ static PyMethodDef Core_methods[] = {
 };
 
 static PyMemberDef Core_members[] = {
-    {"done", T_ULONGLONG, offsetof(Core, done), READONLY, "calls completed by the native core"},
+    {"done", T_ULONGLONG, offsetof(Core, done), READONLY,
+     "calls completed by the native core (collectives, and the syncs of Arena.sync)"},
     {"finished", T_ULONGLONG, offsetof(Core, finished), READONLY,
      "calls the Python code finished (some buffer read in place)"},
     {"n", T_INT, offsetof(Core, n), READONLY, "ranks"},
