@@ -145,7 +145,7 @@ def sizes_sweep(sizes: list[int], p2p_sizes: list[int]) -> dict[str, Any]:
             wrong.append(f"burst_p2p@{s}")
     shared_ok = 1
     try:
-        z = dist.zeros(1 << 16, dtype=np.float32)
+        z = dist.zeros(max(p2p_sizes + [1 << 18]) // 16, dtype=np.float32)   # 1/4 of the largest
         z[:] = dist.get_rank() + 1
         dist.all_reduce(z)
         n = dist.get_world_size()

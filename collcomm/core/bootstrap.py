@@ -301,7 +301,7 @@ def _connect(job: Job, kv: Any, token: bytes, jid: str, timeout: float,
                     + ("this rank has" if inbox is None else f"ranks {no_room} have")
                     + f" no room for a shared-memory inbox ({space_text()})")
             if inbox is not None:
-                warn_once("inbox", f"{space_text()}: ranks {no_room} of this host had no room for "
+                warn_once("inbox-tcp", f"{space_text()}: ranks {no_room} of this host had no room for "
                                    "their shared-memory inboxes: this rank talks to them over TCP")
             shm_peers = [r for r in shm_peers if r not in no_room]
             tcp_peers = sorted(tcp_peers + no_room)

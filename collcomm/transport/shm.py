@@ -59,7 +59,7 @@ import sys
 import threading
 import time
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -302,7 +302,10 @@ def make_inbox(name: str, local_size: int, own: int) -> "Inbox | None":
 
 
 def probe_address() -> int:
-    """Address of this process's cross-memory-attach probe word (see :func:`can_read`)."""
+    """Address of this process's cross-memory-attach probe word (see :func:`can_read`).
+    Peers may read us from now on (arena's import sets PR_SET_PTRACER under Yama)."""
+    from . import arena  # noqa: F401
+
     return int(_PROBE.ctypes.data)
 
 
@@ -444,7 +447,7 @@ class ShmChannel:
                             problem = exc
                             break
                         record = (kind, offset, PRIVATE_ID.pack(int(staged)) if kind == PRIVATE
-                                  else staged.encode())
+                                  else staged.encode() + b"\0")   # the rest of the record is stale
                         if kind == PRIVATE:
                             staged = ""   # nothing to give back: the copy goes when released
                 if self._try_append(record[0], req.tag, nbytes, record[1], record[2], req.sig):
@@ -605,7 +608,8 @@ class ShmChannel:
                     body = data[off + HEADER.size:off + HEADER.size + nbytes]
                     self.engine.arrived(self.peer, tag, nbytes, _RingBody(body), sig)
                 elif kind in (SEGMENT, SEGMENT_ONCE):
-                    name = bytes(data[off + HEADER.size:off + length]).rstrip(b"\0").decode()
+                    # the name ends at its NUL: the record's padding holds stale ring bytes
+                    name = bytes(data[off + HEADER.size:off + length]).split(b"\0", 1)[0].decode()
                     pooled = kind == SEGMENT
                     mm = self.mapped.get(name) if pooled else None
                     if mm is None:
