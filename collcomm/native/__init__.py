@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import warnings
 from typing import Any, Callable
 
 import numpy as np
@@ -70,8 +71,13 @@ def attach(arena: Any) -> Any:
                     else (SPIN_NS_OVERSUBSCRIBED, YIELDS_OVERSUBSCRIBED))
     spin = int(float(os.environ.get("COLLCOMM_SPIN_US", spin / 1000)) * 1000)
     yields = int(os.environ.get("COLLCOMM_YIELDS", yields))
-    return core.Core(arena.mm, arena.n, arena.rank, arena.header, arena.slot, arena.slot + PAGE,
-                     PAGE, ONE_SHOT, NATIVE, spin, yields, arena_mod._FUTEX is not None)
+    try:
+        return core.Core(arena.mm, arena.n, arena.rank, arena.header, arena.slot, arena.slot + PAGE,
+                         PAGE, ONE_SHOT, NATIVE, spin, yields, arena_mod._FUTEX is not None)
+    except (ValueError, TypeError, BufferError) as exc:   # e.g. an arena it cannot map: Python
+        warnings.warn(f"collcomm: the native core cannot work in this arena ({exc}); the group "
+                      "runs on the Python implementation", RuntimeWarning, stacklevel=2)
+        return None
 
 
 _codes: dict[tuple[Any, np.dtype], int] = {}
