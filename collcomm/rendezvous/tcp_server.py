@@ -425,8 +425,10 @@ class TCPStoreServer:
             self._notify(f[0])
         elif op in (_GET, _WAIT):
             (timeout,) = _F64.unpack(f[-1])
+            if timeout != timeout:
+                raise _ProtocolError("NaN timeout")
             keys = f[:-1]
-            deadline = None if timeout < 0 else time.monotonic() + timeout
+            deadline = None if timeout < 0 or timeout == float("inf") else time.monotonic() + timeout
             waiter = _Waiter(conn, op, keys, deadline)
             if not self._try_complete(waiter):
                 conn.parked = waiter

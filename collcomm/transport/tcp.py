@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 FRAME = struct.Struct("<QQQI4x")   # tag, nbytes, call signature, kind
 DATA, HEARTBEAT, BYE = 0, 1, 2
 HELLO = struct.Struct("<II")      # rank, protocol version
+MAX_BODY = 1 << 48                # a frame announcing more is malformed (not a message size)
 PROTOCOL = 1
 HEARTBEAT_INTERVAL = 1.0
 HANDSHAKE_TIMEOUT = 10.0          # an accepted connection must authenticate and say HELLO within this
@@ -222,6 +223,8 @@ class TcpChannel:
 
     def _on_header(self) -> None:
         tag, nbytes, sig, kind = FRAME.unpack(self.header)
+        if kind not in (DATA, HEARTBEAT, BYE) or nbytes > MAX_BODY or (kind != DATA and nbytes):
+            raise ValueError(f"malformed frame (kind {kind}, {nbytes} bytes)")
         if kind == HEARTBEAT:
             return
         if kind == BYE:
@@ -451,11 +454,15 @@ class TcpHub:
                     except (BlockingIOError, OSError):
                         pass
                     continue
-                if mask & selectors.EVENT_READ and not ch.closed:
-                    ch.on_readable()
-                if mask & selectors.EVENT_WRITE and not ch.closed:
-                    ch.flush()
-                    self._interest(ch)
+                try:
+                    if mask & selectors.EVENT_READ and not ch.closed:
+                        ch.on_readable()
+                    if mask & selectors.EVENT_WRITE and not ch.closed:
+                        ch.flush()
+                        self._interest(ch)
+                except Exception as exc:  # noqa: BLE001 - one broken peer never stops the hub
+                    self.fail(ch, f"rank {ch.peer} sent what rank {self.engine.rank} cannot take "
+                                  f"({type(exc).__name__}: {exc}); connection closed", exc)
             with self.wlock:
                 writers, self.writers = self.writers, set()
                 retiring, self.retiring = self.retiring, []
