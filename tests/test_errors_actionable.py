@@ -68,3 +68,25 @@ def test_a_rank_late_for_the_arena_gets_a_collcomm_error():
     kind, msg, is_collcomm = out[1]
     assert is_collcomm and kind != "FileNotFoundError", out[1]
     assert "all_reduce on group 'WORLD'" in msg and "rank 0" in msg.lower(), msg
+
+
+def uneven_all_to_all_single():
+    import collcomm as dist
+
+    r, n = dist.get_rank(), dist.get_world_size()
+    inp = np.arange(n * (r + 1), dtype=np.float64)       # rank r sends r+1 elements to each
+    out = np.empty(n * (r + 1))
+    try:
+        dist.all_to_all_single(out, inp)
+        return "ok", ""
+    except Exception as exc:  # noqa: BLE001 - the test looks at what it was
+        return type(exc).__name__, str(exc)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_uneven_all_to_all_chunks_are_a_mismatch_not_a_numpy_error(transport):
+    for kind, msg in run_ranks(uneven_all_to_all_single, 2, transport=transport, timeout=40,
+                               env={"COLLCOMM_TIMEOUT": "20"}):
+        assert kind == "MismatchError", (kind, msg)
+        assert "all_to_all_single on group 'WORLD'" in msg, msg
