@@ -292,7 +292,7 @@ def test_every_collective_without_the_build(tmp_path) -> None:
     say why and compute the same results as ranks that have it."""
     (tmp_path / "sitecustomize.py").write_text(
         "import sys\nsys.modules['collcomm.native._shmcore'] = None  # as if never built\n")
-    env = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    env = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "COLLCOMM_NATIVE": "1"}
     without = run_ranks(_every_collective_rank, 3, transport="shm", timeout=90, env=env)
     for res in without:
         assert res["native"] is None and res["reason"].startswith("not built"), res["reason"]
