@@ -48,7 +48,7 @@ import numpy as np
 
 from .. import native
 from ..errors import InvalidArgumentError, MismatchError
-from ..transport.arena_layout import CMA, ONE_SHOT
+from ..transport.arena_layout import CMA, CMA_MIN, ONE_SHOT
 from ..transport.arena_layout import OFFSET as OFFSET_WORD
 from ..transport.arena_layout import SHARED as SHARED_WORD
 from ..transport.arena_layout import SIGNATURE as SIGNATURE_WORD
@@ -61,7 +61,7 @@ from .linear import displacements
 #: all_reduce reads its peers by CMA only for chunks this large: below, the two extra
 #: syscalls and the closing sync cost more than the staging copy they save (measured).
 CMA_ALL_REDUCE = 2 << 20
-# The header words (OFFSET_WORD ..., per phase) and ONE_SHOT: see transport/arena_layout.py.
+# The header words (OFFSET_WORD ..., per phase), ONE_SHOT, CMA_MIN: see transport/arena_layout.py.
 
 
 def _enter(comm: Comm, arena: Any, phase: int, collective: str, count: int, first: bool) -> None:
@@ -157,7 +157,7 @@ def _shared(comm: Comm, arr: np.ndarray) -> tuple[int, int] | None:
 
 
 def _publish(arena: Any, phase: int, src: np.ndarray, shared: tuple[int, int] | None,
-             lo: int, cma_min: int = ONE_SHOT) -> np.ndarray:
+             lo: int, cma_min: int = CMA_MIN) -> np.ndarray:
     """Make ``src`` (elements from ``lo`` of a buffer) readable by the others: announce it
     in place when it is in the shared heap, or by address (CMA) when it is large and every
     rank can read every other's memory, else stage a copy. Returns our readable copy."""
@@ -315,7 +315,7 @@ def broadcast(comm: Comm, buf: np.ndarray, root: int) -> None:
     shared = _shared(comm, buf) if comm.rank == root else None
     core = _native(arena)
     if (core is not None and shared is None and buf.nbytes <= arena.slot
-            and not (arena.cma and buf.nbytes > ONE_SHOT)):
+            and not (arena.cma and buf.nbytes > CMA_MIN)):
         mine = _sig(comm, "broadcast", buf.size)
         status = core.broadcast(arena, buf, root, mine)
         if status == _DONE:
@@ -327,7 +327,7 @@ def broadcast(comm: Comm, buf: np.ndarray, root: int) -> None:
             arena.sync()
             return
     # read by address (CMA): no slot to fit, so one chunk
-    step = buf.size if arena.cma and buf.nbytes > ONE_SHOT else _chunk_elems(arena, dt.itemsize)
+    step = buf.size if arena.cma and buf.nbytes > CMA_MIN else _chunk_elems(arena, dt.itemsize)
     in_place = False
     for lo in range(0, buf.size, step):
         chunk = buf[lo:lo + step]
@@ -363,7 +363,7 @@ def _gather_to(comm: Comm, send: np.ndarray, recv: np.ndarray | None, root: int 
     arena = _arena(comm, "all_gather" if root is None else "gather")
     dt = send.dtype
     shared = _shared(comm, send)
-    step = k if arena.cma and send.nbytes > ONE_SHOT else _chunk_elems(arena, dt.itemsize)
+    step = k if arena.cma and send.nbytes > CMA_MIN else _chunk_elems(arena, dt.itemsize)
     in_place = False
     for lo in range(0, k, step):
         chunk = send[lo:lo + step]
@@ -386,7 +386,7 @@ def _gather_native(comm: Comm, send: np.ndarray, recv: np.ndarray | None, root: 
     name = "all_gather" if root is None else "gather"
     arena = _arena(comm, name)
     core = _native(arena)
-    if (core is None or send.nbytes > arena.slot or (arena.cma and send.nbytes > ONE_SHOT)
+    if (core is None or send.nbytes > arena.slot or (arena.cma and send.nbytes > CMA_MIN)
             or _shared(comm, send) is not None):
         return False
     me, k = comm.rank, send.size
@@ -417,7 +417,7 @@ def reduce_scatter(comm: Comm, send: np.ndarray, recv: np.ndarray, fn: ReduceFn)
     arena = _arena(comm, "reduce_scatter")
     dt = send.dtype
     core = _native(arena)
-    if (core is not None and not (arena.cma and send.nbytes > ONE_SHOT)
+    if (core is not None and not (arena.cma and recv.nbytes > CMA_MIN)
             and k <= _chunk_elems(arena, dt.itemsize, n)):
         code = native.code_for(fn, dt)
         if code >= 0:
@@ -427,7 +427,7 @@ def reduce_scatter(comm: Comm, send: np.ndarray, recv: np.ndarray, fn: ReduceFn)
                 return
             if status == _MISMATCH:
                 _mismatch(arena, mine)
-    if arena.cma and send.nbytes > ONE_SHOT:
+    if arena.cma and recv.nbytes > CMA_MIN:
         _reduce_scatter_cma(comm, arena, send, recv, fn)
         return
     step = _chunk_elems(arena, dt.itemsize, n)
@@ -514,7 +514,7 @@ def all_to_all(comm: Comm, send: np.ndarray, send_counts: Sequence[int], recv: n
         if core is not None:
             mine = _sig(comm, "all_to_all", 0)
             status = core.all_to_all(arena, send, send_counts, recv, recv_counts, send.dtype.itemsize,
-                                     mine, ONE_SHOT // n if arena.cma else -1)
+                                     mine, CMA_MIN // n if arena.cma else -1)
             if status == _DONE:
                 return
             if status == _MISMATCH:
@@ -541,7 +541,7 @@ def all_to_all(comm: Comm, send: np.ndarray, send_counts: Sequence[int], recv: n
     # after the check (which covers our block to ourselves too): every rank raises alike
     _own_block(send, send_counts, sdispl, recv, recv_counts, rdispl, me)
     largest = max(arena.get(r, SIZE_WORD + agree) for r in range(n))
-    if arena.cma and largest * dt.itemsize > ONE_SHOT // n:
+    if arena.cma and largest * dt.itemsize > CMA_MIN // n:
         _all_to_all_cma(comm, arena, send, sdispl, recv, rdispl, recv_counts)
         return
     piece = _chunk_elems(arena, dt.itemsize, n)
