@@ -149,12 +149,116 @@ def host_id() -> str:
     return f"{socket.gethostname()}|{boot}|{pidns}|{shm}"
 
 
-def store_barrier(store: Any, name: str, size: int, rank: int, timeout: float) -> None:
+class JoinWatch:
+    """Who died while the job was joining.
+
+    Every rank publishes ``alive/<rank>`` = its host id and pid first thing. The store
+    waits of the join (:meth:`get`) then run in slices of :attr:`SLICE` seconds and, between
+    slices, look at the ranks of this host that published: one whose process is gone ends
+    the join at once with :class:`PeerLostError` naming it, instead of every other rank
+    waiting for the job's timeout (300 s by default) for a key it will never write. A rank
+    that died before publishing, or on another host, is still found by the timeout."""
+
+    SLICE = 0.25
+
+    def __init__(self, kv: Any, rank: int, size: int) -> None:
+        self.kv, self.rank, self.size = kv, rank, size
+        self.host = host_id()
+        self.pids: dict[int, int] = {}      # same-host ranks that published
+        self.known: set[int] = {rank}
+        kv.set(f"alive/{rank}", f"{self.host} {os.getpid()}".encode())
+
+    def check(self) -> None:
+        """Raise PeerLostError if a same-host rank that published has died."""
+        from ..transport.shm import pid_alive
+
+        for r in range(self.size):
+            if r in self.known:
+                continue
+            key = f"alive/{r}"
+            try:
+                if not self.kv.check([key]):
+                    continue
+                host, _, pid = self.kv.get(key, timeout=1.0).decode().rpartition(" ")
+            except CollcommError:
+                continue
+            self.known.add(r)
+            if host == self.host:
+                self.pids[r] = int(pid)
+        dead = [r for r, pid in self.pids.items() if not pid_alive(pid)]
+        if not dead:
+            return
+        # a rank that gave up because of another one marked itself: name the root cause
+        culprit = dead[0]
+        for r in dead:
+            try:
+                reacted = self.kv.check([f"left/{r}"])
+            except CollcommError:
+                reacted = False
+            if not reacted:
+                culprit = r
+                break
+        raise PeerLostError(
+            f"init_process_group: rank {culprit} (pid {self.pids[culprit]}, same host) died while "
+            f"the job was joining; rank {self.rank} stops waiting for it", peer=culprit)
+
+    def linger(self, patience: float = 10.0) -> None:
+        """The store's host failing the join stays (``patience`` s at most) until every rank
+        has left or is known dead, so that a rank arriving late still reaches the store and
+        learns who died instead of retrying a vanished store until its timeout."""
+        from ..transport.shm import pid_alive
+
+        deadline = time.monotonic() + patience
+        while time.monotonic() < deadline:
+            try:
+                self.check()
+            except PeerLostError:
+                pass
+            pending = []
+            for r in range(self.size):
+                if r == self.rank or (r in self.pids and not pid_alive(self.pids[r])):
+                    continue
+                try:
+                    if not self.kv.check([f"left/{r}"]):
+                        pending.append(r)
+                except CollcommError:
+                    return
+            if not pending:
+                return
+            time.sleep(0.05)
+
+    def leave(self, exc: BaseException) -> None:
+        """Mark this rank as gone because of ``exc`` (best effort), so that others do not
+        take its exit for the root cause."""
+        if isinstance(exc, CollcommError):
+            try:
+                self.kv.set(f"left/{self.rank}", str(getattr(exc, "peer", "") or "").encode())
+            except Exception:  # noqa: BLE001 - the store may be gone too
+                pass
+
+    def get(self, key: str, timeout: float) -> bytes:
+        """``kv.get(key)``, checking for dead ranks every :attr:`SLICE` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return self.kv.get(key, timeout=max(0.001, min(self.SLICE, left)))
+            except CommTimeoutError:
+                if left <= self.SLICE:
+                    raise
+                self.check()
+
+
+def store_barrier(store: Any, name: str, size: int, rank: int, timeout: float,
+                  watch: JoinWatch | None = None) -> None:
     """Every rank adds itself to a counter; the last one opens the gate everyone waits on."""
     if store.add(f"{name}/count", 1) == size:
         store.set(f"{name}/open", b"1")
     try:
-        store.get(f"{name}/open", timeout=timeout)
+        if watch is not None:
+            watch.get(f"{name}/open", timeout)
+        else:
+            store.get(f"{name}/open", timeout=timeout)
     except CommTimeoutError as exc:
         arrived = store.add(f"{name}/count", 0)
         raise CommTimeoutError(
@@ -205,29 +309,37 @@ def _join_once(ident: Identity, store: Any, own_store: bool, token: bytes,
                env: Mapping[str, str], timeout: float) -> Job:
     kv = PrefixStore(f"collcomm/init{_generation}", store)
     job = Job(ident.rank, ident.size, ident, store=store if own_store else None)
+    watch: JoinWatch | None = None
     try:
-        _share_cost_model(kv, ident.rank, timeout)
+        watch = JoinWatch(kv, ident.rank, ident.size)
+        _share_cost_model(kv, ident.rank, timeout, watch)
         master = getattr(store, "host", None) or env.get("MASTER_ADDR")
-        job.transport = _connect(job, kv, token, job_id(env), timeout, master)
+        job.transport = _connect(job, kv, token, job_id(env), timeout, master, watch)
         kv.add("joined", 1)
         if ident.rank == 0 and own_store:
             def await_others() -> None:
                 if not _await_others(kv, ident.size):
                     job.store_stuck = True
             job.on_close.append(await_others)
-    except BaseException:
+    except BaseException as exc:
+        if watch is not None:
+            watch.leave(exc)
+            hosts_store = own_store and getattr(store, "_server", None) is not None
+            if hosts_store and isinstance(exc, PeerLostError):
+                watch.linger()
         job.close()
         raise
     return job
 
 
-def _share_cost_model(kv: Any, rank: int, timeout: float) -> None:
+def _share_cost_model(kv: Any, rank: int, timeout: float, watch: JoinWatch | None = None) -> None:
     """Every rank uses rank 0's cost model, so every rank picks the same algorithms."""
     from ..algorithms import cost
 
     if rank == 0:
         kv.set("cost_model", cost.active().to_json().encode())
-    cost.set_active(cost.CostModel.from_json(kv.get("cost_model", timeout=timeout).decode()))
+    raw = watch.get("cost_model", timeout) if watch is not None else kv.get("cost_model", timeout=timeout)
+    cost.set_active(cost.CostModel.from_json(raw.decode()))
 
 
 def _await_others(kv: Any, size: int, patience: float = 10.0) -> bool:
@@ -256,7 +368,7 @@ def _await_others(kv: Any, size: int, patience: float = 10.0) -> bool:
 
 
 def _connect(job: Job, kv: Any, token: bytes, jid: str, timeout: float,
-             master: str | None = None) -> Engine:
+             master: str | None = None, watch: JoinWatch | None = None) -> Engine:
     """Build this rank's channels. Its TCP listener is bound to the address it advertises:
     the interface that routes to ``master`` (the store's host; loopback for a one-host
     job), ``COLLCOMM_SOCKET_IFNAME``'s, or ``COLLCOMM_HOST``; ``COLLCOMM_BIND_ADDR``
@@ -273,7 +385,8 @@ def _connect(job: Job, kv: Any, token: bytes, jid: str, timeout: float,
         port = hub.listen(os.environ.get("COLLCOMM_BIND_ADDR") or here)
         me = {"host": host_id(), "pid": os.getpid(), "probe": probe_address(), "tcp": [here, port]}
         kv.set(f"info/{rank}", json.dumps(me).encode())
-        infos = [json.loads(kv.get(f"info/{r}", timeout=timeout)) for r in range(size)]
+        get = watch.get if watch is not None else (lambda key, t: kv.get(key, timeout=t))
+        infos = [json.loads(get(f"info/{r}", timeout)) for r in range(size)]
         local = [r for r in range(size) if infos[r]["host"] == me["host"]]
         engine.hosts = [str(info["host"]) for info in infos]
         if mode == "tcp":
@@ -291,8 +404,8 @@ def _connect(job: Job, kv: Any, token: bytes, jid: str, timeout: float,
             if inbox is not None:
                 job.extras.append(inbox)
             kv.set(f"ring/{rank}", str(inbox.ring if inbox is not None else 0).encode())
-        store_barrier(kv, "inboxes", size, rank, timeout)
-        rings = {r: int(kv.get(f"ring/{r}", timeout=timeout)) for r in shm_peers}
+        store_barrier(kv, "inboxes", size, rank, timeout, watch)
+        rings = {r: int(get(f"ring/{r}", timeout)) for r in shm_peers}
         no_room = [r for r in shm_peers if not rings[r] or inbox is None]
         if no_room:
             if mode == "shm":
@@ -331,12 +444,15 @@ def _connect(job: Job, kv: Any, token: bytes, jid: str, timeout: float,
             # may large messages from r come through its private memory? (read below, by r,
             # after the "connected" barrier)
             inbox.set_can_read(local.index(r), can_read(int(infos[r]["pid"]), int(infos[r].get("probe", 0))))
-        acceptor.join(max(0.0, deadline - time.monotonic()) + 1)
+        while acceptor.is_alive() and time.monotonic() < deadline + 1:
+            acceptor.join(JoinWatch.SLICE)
+            if acceptor.is_alive() and watch is not None:
+                watch.check()      # a higher rank that died never connects
         if acceptor_error:
             raise acceptor_error[0]
         for r, ch in hub.channels.items():
             engine.add_channel(ch, polled=False)
-        store_barrier(kv, "connected", size, rank, timeout)
+        store_barrier(kv, "connected", size, rank, timeout, watch)
         if inbox is not None:
             inbox.unlink()
         hub.start()
