@@ -195,7 +195,7 @@ what is measured
   on every rank (the barrier is not timed). Rank 0 picks I -- enough iterations for about
   --time seconds per size, at least min(5, --iters) and at most --iters -- from its warmup
   times and broadcasts it, so all ranks run the same count. time(us) is the MAX over ranks
-  of each rank's MEDIAN (t1 - t0): the slowest rank's typical call (as in BASELINE.md).
+  of each rank's MEDIAN (t1 - t0): the slowest rank's typical call, as nccl-tests reports it.
   --latency prints OSU columns instead: Avg/Min/Max over ranks of each rank's MEAN.
   Buffers are allocated and touched once per size, before the warmup, never in the loop.
 
