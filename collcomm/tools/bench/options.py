@@ -199,7 +199,7 @@ what is measured
   --latency prints OSU columns instead: Avg/Min/Max over ranks of each rank's MEAN.
   Buffers are allocated and touched once per size, before the warmup, never in the loop.
 
-bandwidth (nccl-tests conventions, SPEC.md section 5)
+bandwidth (nccl-tests conventions)
   size   bytes of the whole buffer: for all_gather, reduce_scatter, all_to_all, gather and
          scatter the total over ranks (n x per-rank chunk; count rounded to a multiple of
          n); for all_reduce, broadcast, reduce and sendrecv one rank's buffer.
