@@ -38,6 +38,7 @@ class Outcome:
     elapsed: float = 0.0       # seconds from the start of fn to its return/raise
     exitcode: int | None = None
     output: str = ""
+    killed_at: float | None = None   # time.monotonic() of the harness's SIGKILL (``kill=``)
 
 
 class RankFailure(AssertionError):
@@ -69,7 +70,9 @@ def run_ranks(fn: Callable[..., Any], n: int, *args: Any, env: dict[str, str] | 
 
     ``transport``: force COLLCOMM_TRANSPORT ("tcp" or "shm"). ``expect_failure``: return
     the list of :class:`Outcome` instead of raising when a rank fails. ``kill``: {rank: t}
-    SIGKILLs that rank t seconds after the start. ``rank_env``: extra variables per rank
+    SIGKILLs that rank t seconds after every rank has joined the job (with ``init``; else
+    after the start), so a slow start on a loaded machine never moves the kill into
+    ``init_process_group``; the victim's ``Outcome.killed_at`` says when it happened. ``rank_env``: extra variables per rank
     (e.g. ``COLLCOMM_HOST_ID`` to make ranks of one machine look like several hosts).
     """
     job_id = secrets.token_hex(6)
@@ -99,12 +102,18 @@ def run_ranks(fn: Callable[..., Any], n: int, *args: Any, env: dict[str, str] | 
                                           stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
                                           start_new_session=True))
         pending_kills = dict(kill or {})
+        killed_at: dict[int, float] = {}
+        joined_at: float | None = None if init else start
         deadline = start + timeout
         while any(p.poll() is None for p in procs):
             now = time.monotonic()
+            if joined_at is None and pending_kills and all(
+                    os.path.exists(os.path.join(tmp, f"joined-{r}")) for r in range(n)):
+                joined_at = now
             for r, t in list(pending_kills.items()):
-                if now - start >= t:
+                if joined_at is not None and now - joined_at >= t:
                     procs[r].send_signal(signal.SIGKILL)
+                    killed_at[r] = time.monotonic()
                     del pending_kills[r]
             if now > deadline:
                 for p in procs:          # every rank's stacks, into its output
@@ -133,6 +142,7 @@ def run_ranks(fn: Callable[..., Any], n: int, *args: Any, env: dict[str, str] | 
         else:
             o = Outcome(r, False, error_type="NoResult", error="rank produced no result")
         o.exitcode, o.output = procs[r].returncode, out
+        o.killed_at = killed_at.get(r)
         outcomes.append(o)
     leaked = shm_files(job_id)
     for path in leaked:
