@@ -52,13 +52,13 @@ refused: dict[tuple[str, str, str], str] = {}
 
 #: waiting: spin this long, then yield this many times, then block on a futex; with more
 #: ranks than CPUs hand the CPU over at once (COLLCOMM_SPIN_US, COLLCOMM_YIELDS override).
-#: Measured (8-byte all_reduce through the API, (barrier; call) medians, configurations
-#: interleaved in one job, 2-core VM shared with other work): n=2, quiet moments: the same
-#: for 50 µs - 1 ms; under load (1-min load ~7) 1 ms: 67 µs, 200 µs: 115, 50 µs: 133 (a
-#: yield hands the CPU to other processes for a whole time slice). n=4: spin 0 + 3 yields
-#: 10-30% faster than 2 µs + 100 yields, and no worse than 0-30 yields. The GIL is
-#: released after the first 5 µs of a wait.
-SPIN_NS, YIELDS = 1_000_000, 100
+#: Measured (8-byte all_reduce / broadcast through the API, (barrier; call) medians,
+#: settings interleaved in one job, 2-core VM shared with other work, load 5-8): n=2 the
+#: same for every spin from 2 µs to 1 ms when the machine is quiet; under load a long spin
+#: is a disaster (1 ms: 1-1.8 ms medians, 200 µs: 270-680, 50 µs: 100-280, 2-20 µs:
+#: 27-240): the peer may be waiting for the very CPU we spin on, and a yield hands it over.
+#: n=4: spin 0 + 3 yields 10-30% faster than 2 µs + 100 yields, no worse than 0-30 yields.
+SPIN_NS, YIELDS = 5_000, 100
 SPIN_NS_OVERSUBSCRIBED, YIELDS_OVERSUBSCRIBED = 0, 3
 
 
