@@ -477,7 +477,9 @@ class Observer:
         lines: list[str] = []
         report: dict[str, Any] = {}
         states: dict[int, Any] | None = None
-        if isinstance(exc, (CommTimeoutError, PeerLostError)):
+        # who is missing matters for a timeout; a lost peer is named already, and asking the
+        # others would hold its survivors up (the detection bound is ~0.1 s)
+        if isinstance(exc, CommTimeoutError):
             try:
                 states = gather_states()
                 report = missing_report(self, rec, states)
@@ -672,7 +674,8 @@ class Exchange:
         if self.store is None:
             out[self.rank] = self.state()
             return out
-        g = self.store.add(f"{self.prefix}/req", 1)
+        store = self.store
+        g = store.add(f"{self.prefix}/req", 1)
         self.store.set(f"{self.prefix}/req/{g}", str(self.rank))
         deadline = time.monotonic() + timeout
         for r in range(self.size):
@@ -716,11 +719,29 @@ class Exchange:
                 pass
 
 
-def gather_states() -> dict[int, Any]:
+def gather_states(patience: float = GATHER_SECONDS + 1.0) -> dict[int, Any]:
+    """Every rank's state, asked through the store on a helper thread joined for
+    ``patience`` seconds at most: a store that no longer answers (a cut link, a dead host)
+    costs that, not the store client's socket timeout."""
     rec = recorder()
     if rec.exchange is None:
         return {rec.rank: {"rank": rec.rank, "groups": rec.group_states()}}
-    return rec.exchange.gather()
+    box: list[Any] = []
+
+    def ask() -> None:
+        try:
+            box.append(rec.exchange.gather())
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            box.append(exc)
+
+    t = threading.Thread(target=ask, daemon=True, name="collcomm-fr-gather")
+    t.start()
+    t.join(patience)
+    if not box:
+        raise RuntimeError(f"the rendezvous store did not answer within {patience:g} s")
+    if isinstance(box[0], BaseException):
+        raise box[0]
+    return box[0]
 
 
 def _describe_entry(e: dict[str, Any]) -> str:
