@@ -9,6 +9,11 @@ printed, with the ratio. On a shared or busy machine only the ratios mean much.
 Options: ``--ops all_reduce,broadcast,...`` (also all_gather, reduce_scatter, all_to_all,
 reduce, barrier), ``--sizes 8,64,4K,256K`` (bytes per rank), ``--dtype float32``,
 ``--blocks 6``, ``--iters 100``.
+
+``--layers``: where the time of one small all_reduce goes instead: an 8-byte float32
+all_reduce called back to back through each layer in turn (the functional API, the core's
+``collectives.all_reduce``, the family function ``shm_direct.all_reduce``, the C call
+alone) and the arena's sync, native and Python, interleaved the same way.
 """
 from __future__ import annotations
 
@@ -59,6 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--blocks", type=int, default=6)
     ap.add_argument("--iters", type=int, default=100)
+    ap.add_argument("--layers", action="store_true", help="time one small all_reduce layer by layer")
     args = ap.parse_args(argv)
 
     import collcomm as dist
@@ -75,6 +81,10 @@ def main(argv: list[str] | None = None) -> None:
         dist.destroy_process_group()
         return
     core = arena.native_core
+    if args.layers:
+        _layers(dist, world, arena, core, args, me)
+        dist.destroy_process_group()
+        return
     dtype = np.dtype(args.dtype)
     rows = []
     for op in args.ops.split(","):
@@ -103,6 +113,51 @@ def main(argv: list[str] | None = None) -> None:
         for op, nbytes, nat, py in rows:
             print(f"  {op:>14} {nbytes:>8} {nat:>10.2f} {py:>10.2f} {py / nat:>13.2f}x")
     dist.destroy_process_group()
+
+
+def _layers(dist: Any, world: Any, arena: Any, core: Any, args: Any, me: int) -> None:
+    """Back-to-back 8-byte all_reduce through each layer, native and Python interleaved."""
+    from collcomm import native
+    from collcomm.algorithms import shm_direct
+    from collcomm.core import collectives
+    from collcomm.core.group import GroupComm
+
+    x = np.zeros(2, np.float32)
+    fn = world.plan.reducer(dist.ReduceOp.SUM, x.dtype, "compare")[0]
+    comm = GroupComm(world, 0, world.timeout, 0)
+    code = native.code_for(fn, x.dtype)
+    layers: list[tuple[str, Callable[[], Any], bool]] = [
+        ("functional API  dist.all_reduce", lambda: dist.all_reduce(x), True),
+        ("core            collectives.all_reduce", lambda: collectives.all_reduce(world, x), True),
+        ("family          shm_direct.all_reduce", lambda: shm_direct.all_reduce(comm, x, fn), True),
+        ("C call          Core.all_reduce", lambda: core.all_reduce(arena, x, code, 1), False),
+        ("arena           Arena.sync", arena.sync, True),
+    ]
+    rows = []
+    for name, call, both in layers:
+        times: dict[str, list[float]] = {"native": [], "python": []}
+        for b in range(args.blocks):
+            for mode in (("native", "python") if b % 2 == 0 else ("python", "native")) if both else ("native",):
+                dist.barrier()
+                arena.native_core = core if mode == "native" else None
+                for _ in range(20):
+                    call()
+                dist.barrier()
+                t0 = time.perf_counter()
+                for _ in range(args.iters * 10):
+                    call()
+                mine = np.array([(time.perf_counter() - t0) / (args.iters * 10) * 1e6])
+                arena.native_core = core
+                dist.all_reduce(mine, op=dist.ReduceOp.MAX)
+                times[mode].append(float(mine[0]))
+        rows.append((name, statistics.median(times["native"]),
+                     statistics.median(times["python"]) if times["python"] else float("nan")))
+    if me == 0:
+        print(f"# collcomm.native.compare --layers: n={dist.get_world_size()}, 8-byte float32 "
+              f"all_reduce back to back; µs per call, median over {args.blocks} blocks of the slowest rank")
+        print(f"# {'layer':<40} {'native':>8} {'python':>8}")
+        for name, nat, py in rows:
+            print(f"  {name:<40} {nat:>8.2f} {py:>8.2f}")
 
 
 if __name__ == "__main__":
