@@ -70,6 +70,7 @@ def is_distributed() -> bool:
 
 def get_rank(group: Any = None) -> int:
     if not is_distributed():
+        runtime.world_of_one("collcomm.helpers.get_rank")
         return 0
     g = _group(group, "get_rank")
     return g.rank if g is not None else -1
@@ -77,6 +78,7 @@ def get_rank(group: Any = None) -> int:
 
 def get_world_size(group: Any = None) -> int:
     if not is_distributed():
+        runtime.world_of_one("collcomm.helpers.get_world_size")
         return 1
     g = _group(group, "get_world_size")
     return g.size if g is not None else -1
@@ -92,10 +94,12 @@ def get_device() -> str:
 
 
 def barrier(group: Any = None) -> None:
-    if is_distributed():
-        g = _group(group, "barrier")
-        if g is not None:
-            core.barrier(g)
+    if not is_distributed():
+        runtime.world_of_one("collcomm.helpers.barrier")
+        return
+    g = _group(group, "barrier")
+    if g is not None:
+        core.barrier(g)
 
 
 def _as_array(value: Any) -> tuple[Any, str]:
@@ -139,6 +143,8 @@ def reduce_tensor(tensor: Any, op: str = "mean", group: Any = None) -> Any:
         if g is not None:
             buf = as_output(value, "reduce_tensor", g.describe())
             core.all_reduce(g, buf.arr, rop, dtype=buf.dtype, name="reduce_tensor")
+    else:
+        runtime.world_of_one("collcomm.helpers.reduce_tensor")
     return _back(value, kind)
 
 
@@ -157,6 +163,7 @@ def gather_tensor(tensor: Any, dst: int = 0, group: Any = None) -> list[Any] | N
     """
     value, kind = _as_array(tensor)
     if not is_distributed():
+        runtime.world_of_one("collcomm.helpers.gather_tensor")
         return [_back(value, kind)]
     g = _group(group, "gather_tensor")
     if g is None:
@@ -175,6 +182,7 @@ def broadcast_tensor(tensor: Any, src: int = 0, group: Any = None) -> Any:
     """``src``'s value (``src`` a global rank) on every rank. Arrays/tensors are overwritten
     in place and returned; Python numbers come back as a new value."""
     if not is_distributed():
+        runtime.world_of_one("collcomm.helpers.broadcast_tensor")
         return tensor
     g = _group(group, "broadcast_tensor")
     if g is None:

@@ -61,3 +61,25 @@ def test_not_distributed_identity():
     helpers.barrier()
     with pytest.raises(dist.InvalidArgumentError):
         helpers.reduce_tensor(a, op="median")
+
+
+def test_helpers_warn_once_when_a_launched_rank_never_joined(monkeypatch):
+    """A rank started by a launcher (WORLD_SIZE=4) that forgot init_process_group() runs the
+    helpers as a world of one: it is told once, not silently given one-process answers."""
+    import warnings
+
+    import numpy as np
+
+    import collcomm.core.runtime as rt
+    from collcomm import helpers
+
+    if rt.is_initialized():
+        return
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setattr(rt, "_warned_world_of_one", False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert helpers.reduce_tensor(np.array([2.0]), op="sum") == 2.0
+        assert helpers.get_world_size() == 1
+    texts = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(texts) == 1 and "WORLD_SIZE=4" in texts[0] and "reduce_tensor" in texts[0], texts
