@@ -457,3 +457,38 @@ def test_destroy_then_init_again_store_host_last():
 def test_mismatched_collectives_are_detected(transport):
     res = run_ranks(mismatched_collectives, 2, transport=transport, timeout=30)
     assert res[0] != "completed" and res[1] != "completed", res
+
+
+def stops_itself_at(step: int) -> tuple[str, int | None, float]:
+    """Rank 1 SIGSTOPs itself in a loop of all_reduces; the others must give up on it
+    within the heartbeat bound (shared memory has no heartbeat: the wait watches the
+    late rank's process state)."""
+    import collcomm as dist
+
+    rank = dist.get_rank()
+    x = np.ones(4)
+    for i in range(10 ** 6):
+        if rank == 1 and i == step:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        t0 = time.monotonic()
+        try:
+            dist.all_reduce(x)
+        except dist.PeerLostError as exc:
+            return "PeerLostError", exc.peer, time.monotonic() - t0
+    return "no error", None, 0.0
+
+
+@pytest.mark.timeout(60)
+def test_stopped_rank_is_given_up_on_in_shared_memory():
+    # the stopped rank never exits by itself: killed 8 s after the job joined, when the
+    # others must long have given up on it
+    outcomes = run_ranks(stops_itself_at, 3, 20, transport="shm", expect_failure=True, timeout=40,
+                         env={"COLLCOMM_HEARTBEAT_TIMEOUT": "2", "COLLCOMM_TIMEOUT": "60"},
+                         kill={1: 8.0})
+    for o in outcomes:
+        if o.rank == 1:
+            continue
+        assert o.ok, o.error + o.output
+        kind, peer, took = o.value
+        assert (kind, peer) == ("PeerLostError", 1), o.value
+        assert 2 <= took < 8, took

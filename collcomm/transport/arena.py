@@ -45,7 +45,7 @@ from .arena_layout import LEFT as LEFT_WORD
 from .arena_layout import LINE, PHASES, PROBE_MAGIC, WORDS
 from .arena_layout import PROBE as PROBE_WORD
 from .arena_layout import SLEEPERS as SLEEPERS_WORD
-from .shm import PAGE, pid_alive
+from .shm import PAGE, pid_alive, pid_stopped
 
 SPIN, YIELD = 400, 100
 
@@ -122,6 +122,7 @@ class Arena:
                  ranks: Sequence[int], timeout: float) -> None:
         self.mm, self.n, self.rank, self.slot = mm, n, rank, slot
         self.pids, self.global_ranks, self.timeout = list(pids), list(ranks), timeout
+        self._stopped_since: dict[int, float] = {}   # late rank -> when we saw it stopped
         self.view = memoryview(mm)
         self.words = self.view[: n * LINE].cast("Q")
         self.header = (n * LINE + PAGE - 1) // PAGE * PAGE
@@ -280,12 +281,32 @@ class Arena:
             if self.words[r * WORDS] < target:
                 raise PeerLostError(f"rank {g} left the job (destroy_process_group) before this "
                                     f"call; rank {me} was waiting for it in shared memory", peer=g)
+        self._check_stopped(late, me)
         if waited > self.timeout:
             who = ", ".join(f"rank {self.global_ranks[r]} (at step {self.get(r, 0)})" for r in late)
             raise CommTimeoutError(
                 f"rank {self.global_ranks[self.rank]} timed out after {self.timeout:g} s in shared "
                 f"memory at step {target}: still waiting for {who} (did it skip this call?)",
                 peer=self.global_ranks[late[0]])
+
+    def _check_stopped(self, late: list[int], me: int) -> None:
+        """Shared memory's heartbeat: a late rank whose process stays stopped (SIGSTOP, a
+        debugger) as long as TCP tolerates a silent peer (COLLCOMM_HEARTBEAT_TIMEOUT, 15 s)
+        is given up on, as TCP gives up on missed heartbeats."""
+        now = time.monotonic()
+        for r in late:
+            if not pid_stopped(self.pids[r]):
+                self._stopped_since.pop(r, None)
+                continue
+            since = self._stopped_since.setdefault(r, now)
+            bound = float(os.environ.get("COLLCOMM_HEARTBEAT_TIMEOUT", "15"))
+            if now - since > bound:
+                g = self.global_ranks[r]
+                raise PeerLostError(
+                    f"rank {g} (pid {self.pids[r]}, same host) has been stopped (state T: SIGSTOP "
+                    f"or a debugger) for {now - since:.0f} s (COLLCOMM_HEARTBEAT_TIMEOUT={bound:g}); "
+                    f"rank {me} was waiting for it in shared memory ('kill -CONT "
+                    f"{self.pids[r]}' would have resumed it)", peer=g)
 
     def close(self) -> None:
         self.put(LEFT_WORD, 1)    # we leave cleanly: not a crash

@@ -232,6 +232,16 @@ def buffer_address(buf: memoryview) -> int:
     return np.frombuffer(buf, dtype=np.uint8).ctypes.data if len(buf) else 0
 
 
+def pid_stopped(pid: int) -> bool:
+    """True while ``pid`` is stopped (SIGSTOP, a debugger: /proc state T or t)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:][:1] in (b"T", b"t")
+
+
 def pid_alive(pid: int) -> bool:
     """False once ``pid`` has exited (a zombie counts as gone)."""
     try:
