@@ -91,7 +91,7 @@ def all_reduce(g: ProcessGroup, buf: np.ndarray, op: Any = ops.ReduceOp.SUM, *,
     if dtype is None:
         dtype = buf.dtype
     family, fn, avg, base = g.plan.reducing("all_reduce", op, dtype, buf.nbytes, algorithm,
-                                            f"{name} on {g.describe()}")
+                                            name, g.describe())
     sig = signature.with_count(base, buf.size)
     if not (avg or after or async_op):        # the common case: one call, no closure
         g.call(name, family, sig, buf, fn)
@@ -123,7 +123,7 @@ def reduce(g: ProcessGroup, send: np.ndarray, recv: np.ndarray | None, op: Any, 
             send = send.copy()
     dtype = dtype or send.dtype
     family, fn, avg, base = g.plan.reducing("reduce", op, dtype, send.nbytes, algorithm,
-                                            f"{name} on {g.describe()}")
+                                            name, g.describe())
     sig = signature.with_count(base, send.size, root)
     n, is_root = g.size, g.rank == root
 
@@ -213,7 +213,7 @@ def reduce_scatter(g: ProcessGroup, send: np.ndarray, recv: np.ndarray, op: Any 
         send = send.copy()
     dtype = dtype or recv.dtype
     family, fn, avg, base = g.plan.reducing("reduce_scatter", op, dtype, send.nbytes, algorithm,
-                                            f"{name} on {g.describe()}")
+                                            name, g.describe())
     sig = signature.with_count(base, recv.size)
     n = g.size
 

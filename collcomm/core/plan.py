@@ -85,13 +85,15 @@ class CallPlan:
         return fn
 
     def reducing(self, collective: str, op: Any, dtype: Any, nbytes: int, algorithm: str,
-                 where: str) -> Entry:
-        """(family, combiner, is AVG, signature without count and root) of a reducing call."""
+                 name: str, group_text: str) -> Entry:
+        """(family, combiner, is AVG, signature without count and root) of a reducing call.
+        ``name`` and ``group_text`` make the error text (``"<name> on <group_text>"``),
+        built only on a miss."""
         key = (collective, id(op), dtype, nbytes.bit_length(), algorithm)
         hit = self._entries.get(key)
         if hit is not None and hit[4] is op:
             return hit[:4]  # type: ignore[return-value]
-        fn, avg, op_name = self.reducer(op, dtype, where)
+        fn, avg, op_name = self.reducer(op, dtype, f"{name} on {group_text}")
         family = self.algorithm(collective, nbytes, algorithm)
         entry = (family, fn, avg, signature.make(collective, dtype, 0, 0, op_name))
         if len(self._entries) > _MAX_ENTRIES:
