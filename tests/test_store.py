@@ -266,6 +266,24 @@ def test_file_store_cleanup_and_closed(tmp_path):
 
 
 @pytest.mark.timeout(30)
+def test_file_store_never_recreates_a_removed_file(tmp_path):
+    # a rank's background thread polling the store after the last rank removed the file
+    # must not leave it behind (CI once found /tmp/collcomm-rdzv-<job> after a clean job)
+    path = str(tmp_path / "f")
+    a, b = FileStore(path, world_size=2), FileStore(path, world_size=2)
+    poller = FileStore(path, timeout=1.0, create=False)
+    a.set("k", b"1")
+    a.close()
+    b.close()  # the last of world_size instances: the file goes
+    assert not os.path.exists(path)
+    with pytest.raises(ClosedError, match="removed"):
+        poller.get("k", timeout=0.2)
+    with pytest.raises(ClosedError, match="removed"):
+        FileStore(path, create=False)
+    assert not os.path.exists(path)
+
+
+@pytest.mark.timeout(30)
 def test_prefix_store(server):
     with client(server) as base:
         a, b = PrefixStore("a", base), PrefixStore("b", base)

@@ -634,7 +634,7 @@ class Exchange:
         if isinstance(s, TCPStore):
             return TCPStore(s.host, s.port, token=s._token, timeout=30.0)
         if isinstance(s, FileStore):
-            return FileStore(s.path, timeout=30.0)
+            return FileStore(s.path, timeout=30.0, create=False)
         return None
 
     def _watch(self) -> None:

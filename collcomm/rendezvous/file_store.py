@@ -23,11 +23,13 @@ class FileStore(Store):
     ``fcntl.flock`` (shared to read, exclusive to write) and replays the records it has not
     seen. ``get``/``wait`` poll with backoff. With ``world_size``, the last of that many
     instances to :meth:`close` removes the file (like torch); :meth:`cleanup` removes it
-    at any time.
+    at any time. Only the constructor creates the file: once it is removed, every instance's
+    operations raise :class:`ClosedError` instead of re-creating it (a rank's background
+    thread polling the store after the last rank removed it must not leave the file behind).
     """
 
     def __init__(self, path: str, world_size: int | None = None,
-                 timeout: float = DEFAULT_TIMEOUT) -> None:
+                 timeout: float = DEFAULT_TIMEOUT, create: bool = True) -> None:
         super().__init__(timeout)
         self.path = os.fspath(path)
         self.world_size = world_size
@@ -36,16 +38,20 @@ class FileStore(Store):
         self._data: dict[bytes, bytes] = {}
         self._offset = 0
         self._inode: tuple[int, int] | None = None
-        self._locked(fcntl.LOCK_SH, lambda fd: None)  # create the file, fail early
+        self._locked(fcntl.LOCK_SH, lambda fd: None, create=create)  # fail early
 
     # -- log access
 
-    def _locked(self, mode: int, body):  # type: ignore[no-untyped-def]
+    def _locked(self, mode: int, body, create: bool = False):  # type: ignore[no-untyped-def]
         with self._lock:
             if self._closed:
                 raise ClosedError(f"FileStore {self.path} is closed")
+            flags = os.O_RDWR | os.O_APPEND | (os.O_CREAT if create else 0)
             try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+                fd = os.open(self.path, flags, 0o600)
+            except FileNotFoundError as exc:
+                raise ClosedError(f"FileStore {self.path}: the file was removed (the job's "
+                                  "last rank closed the store, or cleanup() was called)") from exc
             except OSError as exc:
                 raise CollcommError(f"cannot open FileStore {self.path}: {exc}") from exc
             try:
