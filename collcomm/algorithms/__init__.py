@@ -14,6 +14,8 @@ One module per family, each opening with a description of its steps and costs:
 * :mod:`.hierarchical` — shared memory inside hosts, TCP between host leaders;
 * :mod:`.cost` — the α-β cost model behind ``algorithm="auto"``;
 * :mod:`.registry` — ``ALGORITHMS``, :func:`available`, :func:`select` (the auto rule).
+* :mod:`.contract` — the typed protocols of what a family may use of its ``comm`` (the
+  arena, scratch, topology, hierarchy beyond point-to-point).
 
 The entry points below take 1-D C-contiguous arrays, counts in elements, and
 ``algorithm="auto"`` (or a family name, see :func:`available`). With ``k`` the per-rank

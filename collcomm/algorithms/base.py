@@ -1,6 +1,7 @@
 """What an algorithm sees: a group-local point-to-point view and a reduction function.
 
-Algorithms are plain functions ``f(comm, ...)`` over :class:`Comm`. A ``Comm`` is bound to
+Algorithms are plain functions ``f(comm, ...)`` over :class:`Comm` (the rest of what a
+family may use of its comm is listed in :mod:`.contract`). A ``Comm`` is bound to
 one collective call: its ranks are the group's local ranks ``0..size-1`` and all its
 messages carry that call's private tag, so concurrent collectives never mix. Between two
 ranks, messages of one call are matched in the order they were sent and posted, so an
@@ -14,30 +15,27 @@ AVG is handled above the algorithms (SUM, then divide).
 """
 from __future__ import annotations
 
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from ..transport.base import Handle, Status
+from .contract import Comm
+
+__all__ = ["Comm", "ReduceFn", "scratch", "sendrecv", "wait_all"]
 
 ReduceFn = Callable[[np.ndarray, np.ndarray], None]
-
-
-class Comm(Protocol):
-    rank: int
-    size: int
-
-    def isend(self, arr: np.ndarray, peer: int) -> Handle: ...
-
-    def irecv(self, arr: np.ndarray, peer: int) -> Handle: ...
 
 
 def scratch(comm: Comm, count: int, dtype: np.dtype, slot: int = 0) -> np.ndarray:
     """``count`` elements of temporary space. A comm that offers ``scratch(nbytes, slot)``
     (a process group's) reuses one buffer per slot across calls, so big temporaries are
-    page-faulted once, not every call; distinct slots never overlap."""
+    page-faulted once, not every call; distinct slots never overlap.
+
+    :class:`.contract.Scratch` is optional (a bare point-to-point comm has none): this is
+    the one place that probes for it."""
     dt = np.dtype(dtype)
-    get = getattr(comm, "scratch", None)
+    get: Callable[[int, int], np.ndarray] | None = getattr(comm, "scratch", None)
     if get is None:
         return np.empty(count, dtype=dt)
     return get(count * dt.itemsize, slot)[:count * dt.itemsize].view(dt)

@@ -1,0 +1,158 @@
+"""The algorithms' contract: exactly what a family function may use of the ``comm`` it gets.
+
+Every family needs only :class:`Comm` (``rank``, ``size``, ``isend``, ``irecv``: see
+:mod:`.base` for the matching rules). The rest are capabilities a process group's comm
+(:class:`collcomm.core.group.GroupComm`, and the tracing wrapper around it) offers and a
+bare point-to-point comm (the in-process test double, a user's own) may lack:
+
+* :class:`Scratch` — reusable temporaries; *optional*: :func:`.base.scratch` allocates
+  when a comm has none.
+* :class:`Topology` — shared memory, hosts, link; *optional*: :func:`.registry.topology`
+  reads one host over TCP without shared memory when a comm has none.
+* :class:`Hierarchy` — the per-host and leader sub-comms; *required* by ``hierarchical``
+  (:class:`HierarchicalComm`).
+* :class:`SharedMemory` — the call's signature, the group's :class:`Arena` and the shared
+  heap; *required* by ``shm_direct`` (:class:`ShmComm`).
+
+:class:`Arena` and :class:`NativeCore` list what ``shm_direct`` uses of
+:class:`collcomm.transport.arena.Arena` and of its native core. :class:`FullComm` is all
+of it: what ``GroupComm`` provides and what its ``hierarchy()`` hands out.
+tests/test_contract.py checks that every class passed to the algorithms has each member
+its protocols name, with compatible parameters, so the contract cannot drift silently.
+Nothing here is checked at run time (no ``isinstance`` on the per-call path).
+"""
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from ..transport.base import Handle
+
+
+class Comm(Protocol):
+    """Point-to-point among the ranks ``0..size-1`` of one collective call (see .base)."""
+
+    rank: int
+    size: int
+
+    def isend(self, arr: np.ndarray, peer: int) -> Handle: ...
+
+    def irecv(self, arr: np.ndarray, peer: int) -> Handle: ...
+
+
+class Scratch(Protocol):
+    def scratch(self, nbytes: int, slot: int = 0) -> np.ndarray:
+        """At least ``nbytes`` (uint8) reused across calls; distinct slots never overlap."""
+        ...
+
+
+class Topology(Protocol):
+    """The same on every rank of the group; the automatic rule picks families from it."""
+
+    can_share_memory: bool   # every rank is on this host with shared memory (arena possible)
+    spans_hosts: bool        # n_hosts > 1
+    n_hosts: int
+    link: str                # "shm" (every peer over shared-memory channels) or "tcp"
+
+
+class Hierarchy(Protocol):
+    hosts: Sequence[str]     # the host of each rank, in rank order (equal names: one host)
+
+    def hierarchy(self) -> tuple[FullComm, FullComm | None]:
+        """(this host's ranks, the hosts' leaders or None if this rank is not one) as comms
+        for one step each inside this call; a leader is its host's lowest rank."""
+        ...
+
+
+class NativeCore(Protocol):
+    """The native core of an arena (collcomm/native/_shmcore.c); each returns a status
+    (see shm_direct: done, mismatch, finish in Python, split sizes differ, refuse)."""
+
+    def all_reduce(self, arena: Arena, buf: np.ndarray, code: int, sig: int, /) -> int: ...
+
+    def reduce(self, arena: Arena, send: np.ndarray, recv: np.ndarray | None, code: int, root: int,
+               sig: int, /) -> int: ...
+
+    def broadcast(self, arena: Arena, buf: np.ndarray, root: int, sig: int, /) -> int: ...
+
+    def gather(self, arena: Arena, send: np.ndarray, recv: np.ndarray | None, root: int, sig: int,
+               /) -> int: ...
+
+    def reduce_scatter(self, arena: Arena, send: np.ndarray, recv: np.ndarray, code: int, sig: int,
+                       /) -> int: ...
+
+    def scatter(self, arena: Arena, send: np.ndarray | None, recv: np.ndarray, root: int, sig: int,
+                /) -> int: ...
+
+    def all_to_all(self, arena: Arena, send: np.ndarray, send_counts: Sequence[int], recv: np.ndarray,
+                   recv_counts: Sequence[int], itemsize: int, sig: int, cma_limit: int, /) -> int: ...
+
+    def barrier(self, arena: Arena, sig: int, /) -> int: ...
+
+
+class Arena(Protocol):
+    """What shm_direct uses of a group's arena (collcomm.transport.arena.Arena)."""
+
+    n: int                        # ranks
+    rank: int                     # this rank
+    slot: int                     # bytes per slot
+    phase: int                    # the current slot phase (0 or 1)
+    cma: bool                     # every rank can read every other's memory (read_remote)
+    global_ranks: Sequence[int]   # global rank of each rank (for error messages)
+    native_core: NativeCore | None
+
+    def put(self, word: int, value: int) -> None:
+        """Set header word ``word`` of this rank."""
+        ...
+
+    def get(self, rank: int, word: int) -> int:
+        """Header word ``word`` of ``rank``."""
+        ...
+
+    def next_phase(self) -> int: ...
+
+    def sync(self) -> None:
+        """The counter barrier of every rank of the arena."""
+        ...
+
+    def slot_array(self, phase: int, rank: int, dtype: np.dtype, count: int,
+                   offset: int = 0) -> np.ndarray: ...
+
+    def read_remote(self, r: int, address: int, out: np.ndarray) -> None:
+        """Copy ``out.nbytes`` at ``address`` in rank ``r``'s memory into ``out`` (CMA)."""
+        ...
+
+
+class SharedMemory(Protocol):
+    sig: int   # the call's signature word (see .signature); 0: unknown
+
+    def arena(self) -> Arena | None:
+        """The group's arena (built collectively by the first call that asks), or None when
+        the group cannot share memory."""
+        ...
+
+    def shared(self, arr: np.ndarray) -> tuple[int, int] | None:
+        """(heap key, byte offset) if ``arr`` lies in a shared allocation every rank mapped."""
+        ...
+
+    def peer_bytes(self, key: int, peer: int) -> np.ndarray:
+        """Rank ``peer``'s segment of shared allocation ``key`` (uint8)."""
+        ...
+
+
+class HierarchicalComm(Comm, Topology, Hierarchy, Protocol):
+    """What the ``hierarchical`` family needs."""
+
+
+class ShmComm(Comm, SharedMemory, Protocol):
+    """What the ``shm_direct`` family needs."""
+
+
+class FullComm(Comm, Scratch, Topology, Hierarchy, SharedMemory, Protocol):
+    """Everything above: a process group's comm (GroupComm) and its hierarchy's comms."""
+
+
+#: Every protocol of the contract (tests/test_contract.py checks implementations of each).
+PROTOCOLS: tuple[type, ...] = (Comm, Scratch, Topology, Hierarchy, SharedMemory, Arena, NativeCore,
+                               HierarchicalComm, ShmComm, FullComm)
