@@ -12,32 +12,58 @@ TCP only between one *leader* per host (the host's lowest rank).
 
 Each step runs the best family for its tier (``shm_direct`` inside a host when it can,
 else the automatic point-to-point choice), so the per-step costs are those families'.
+That choice is the registry's automatic rule, handed in by the registry
+(:func:`use_chooser`): this module never imports the registry (imports go one way,
+registry → families). The comm is a :class:`.contract.HierarchicalComm`.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from .base import Comm, ReduceFn
+from .base import ReduceFn
+from .contract import FullComm, HierarchicalComm
+
+#: ``choose(collective, nbytes, comm)``: the family to run one step on ``comm`` (a tier).
+Chooser = Callable[[str, int, FullComm], Callable[..., None]]
 
 
-def _tiers(comm: Comm, collective: str) -> tuple[Any, Any]:
-    get = getattr(comm, "hierarchy", None)
-    if get is None or not getattr(comm, "spans_hosts", False):
+def _no_chooser(collective: str, nbytes: int, comm: FullComm) -> Callable[..., None]:
+    raise RuntimeError("collcomm.algorithms.hierarchical: no step chooser installed (importing "
+                       "collcomm.algorithms.registry installs its automatic rule)")
+
+
+_best: Chooser = _no_chooser
+
+
+def use_chooser(choose: Chooser) -> None:
+    """Pick each step's family with ``choose`` (the registry passes :func:`.registry.best`)."""
+    global _best
+    _best = choose
+
+
+def _tiers(comm: HierarchicalComm, collective: str) -> tuple[FullComm, FullComm | None]:
+    try:
+        spans = comm.spans_hosts
+    except AttributeError:   # a bare point-to-point Comm (no Topology): not several hosts
+        spans = False
+    if not spans:
         raise InvalidArgumentError(
             f"{collective}: algorithm hierarchical needs a group whose ranks span several hosts")
-    return get()
+    return comm.hierarchy()
 
 
-def _best(collective: str, nbytes: int, comm: Any) -> Callable[..., None]:
-    from .registry import best
+def _hosts(comm: HierarchicalComm) -> Sequence[str]:
+    """The host of each rank (contract.Hierarchy.hosts)."""
+    # TODO(contract): until GroupComm has ``hosts`` (core/group.py), its group's list;
+    # then this is ``comm.hosts`` and the fallback goes
+    hosts = getattr(comm, "hosts", None)
+    return hosts if hosts is not None else comm._group.hosts  # type: ignore[attr-defined]
 
-    return best(collective, nbytes, comm)
 
-
-def all_reduce(comm: Comm, buf: np.ndarray, fn: ReduceFn) -> None:
+def all_reduce(comm: HierarchicalComm, buf: np.ndarray, fn: ReduceFn) -> None:
     local, leaders = _tiers(comm, "all_reduce")
     if local.size > 1:
         _best("reduce", buf.nbytes, local)(local, buf, buf if local.rank == 0 else None, fn, 0)
@@ -47,19 +73,18 @@ def all_reduce(comm: Comm, buf: np.ndarray, fn: ReduceFn) -> None:
         _best("broadcast", buf.nbytes, local)(local, buf, 0)
 
 
-def _root_tiers(comm: Any, root: int) -> tuple[int, int]:
+def _root_tiers(hosts: Sequence[str], root: int) -> tuple[int, int]:
     """(root's index among the leaders, root's local rank on its own host)."""
-    group = comm._group
-    hosts = group.hosts
     root_host = hosts[root]
     leader_hosts = list(dict.fromkeys(hosts))
     return leader_hosts.index(root_host), [i for i, h in enumerate(hosts) if h == root_host].index(root)
 
 
-def broadcast(comm: Comm, buf: np.ndarray, root: int) -> None:
+def broadcast(comm: HierarchicalComm, buf: np.ndarray, root: int) -> None:
     local, leaders = _tiers(comm, "broadcast")
-    root_leader, root_local = _root_tiers(comm, root)
-    on_root_host = comm._group.hosts[comm.rank] == comm._group.hosts[root]  # type: ignore[attr-defined]
+    hosts = _hosts(comm)
+    root_leader, root_local = _root_tiers(hosts, root)
+    on_root_host = hosts[comm.rank] == hosts[root]
     if on_root_host and local.size > 1:
         _best("broadcast", buf.nbytes, local)(local, buf, root_local)
     if leaders is not None:
@@ -68,10 +93,12 @@ def broadcast(comm: Comm, buf: np.ndarray, root: int) -> None:
         _best("broadcast", buf.nbytes, local)(local, buf, 0)
 
 
-def reduce(comm: Comm, send: np.ndarray, recv: np.ndarray | None, fn: ReduceFn, root: int) -> None:
+def reduce(comm: HierarchicalComm, send: np.ndarray, recv: np.ndarray | None, fn: ReduceFn,
+           root: int) -> None:
     local, leaders = _tiers(comm, "reduce")
-    root_leader, root_local = _root_tiers(comm, root)
-    on_root_host = comm._group.hosts[comm.rank] == comm._group.hosts[root]  # type: ignore[attr-defined]
+    hosts = _hosts(comm)
+    root_leader, root_local = _root_tiers(hosts, root)
+    on_root_host = hosts[comm.rank] == hosts[root]
     partial = np.empty_like(send) if local.rank == 0 else None
     if local.size > 1:
         _best("reduce", send.nbytes, local)(local, send, partial, fn, 0)
@@ -93,7 +120,7 @@ def reduce(comm: Comm, send: np.ndarray, recv: np.ndarray | None, fn: ReduceFn, 
         np.copyto(recv, partial)
 
 
-def barrier(comm: Comm) -> None:
+def barrier(comm: HierarchicalComm) -> None:
     local, leaders = _tiers(comm, "barrier")
     if local.size > 1:
         _best("barrier", 0, local)(local)

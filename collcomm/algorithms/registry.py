@@ -19,6 +19,9 @@ Automatic rule, from the group's topology (the same on every rank):
 
 Aliases: ``binomial`` = ``tree``, ``recursive`` = ``recursive_doubling`` (or
 ``recursive_halving`` for reduce_scatter), ``naive``/``basic`` = ``linear``.
+
+Imports go one way: the registry imports the families, never the reverse (``hierarchical``
+gets its per-step chooser, :func:`best`, handed in below).
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from typing import Any, Callable
 from ..errors import InvalidArgumentError
 from . import dissemination
 from . import bruck, cost, hierarchical, linear, pairwise, recursive, ring, shm_direct, tree
+from .contract import Comm
 
 SMALL = 64 * 1024
 
@@ -122,16 +126,22 @@ def auto(collective: str, nbytes: int, n: int, shm: bool = False, hosts: int = 1
     return cost.cheapest(collective, n, nbytes, _CANDIDATES[collective], link)
 
 
-def topology(comm: Any) -> dict[str, Any]:
-    """What ``auto`` needs to know about a comm (the same on every rank of the group)."""
+def topology(comm: Comm) -> dict[str, Any]:
+    """What ``auto`` needs to know about a comm (the same on every rank of the group).
+
+    :class:`.contract.Topology` is optional (a bare point-to-point comm has none: one host
+    over TCP without shared memory): those are the defaults read here."""
     return {"shm": bool(getattr(comm, "can_share_memory", False)),
             "hosts": int(getattr(comm, "n_hosts", 1)),
             "link": getattr(comm, "link", "tcp")}
 
 
-def best(collective: str, nbytes: int, comm: Any) -> Callable[..., None]:
+def best(collective: str, nbytes: int, comm: Comm) -> Callable[..., None]:
     """The automatic choice for ``comm`` (no environment override: for inner steps)."""
     return _table(collective)[auto(collective, nbytes, comm.size, **topology(comm))]
+
+
+hierarchical.use_chooser(best)
 
 
 def select(collective: str, nbytes: int, n: int, algorithm: str = "auto", shm: bool = False,
