@@ -12,7 +12,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from collcomm.tools import gif
+from collcomm.tools import explain, explain_raster, explain_render, gif
 
 
 # ------------------------------------------------------------- an independent decoder
@@ -151,3 +151,116 @@ def test_no_loop_extension_and_bad_input():
         gif.encode([frame], [(0, 0, 0)] * 257)
     with pytest.raises(ValueError, match="expecting 1 delays, got 2"):
         gif.encode([frame], [(0, 0, 0)], [1, 2])
+
+
+# ------------------------------------------------------------ collcomm explain --out F.gif
+@pytest.fixture(scope="module")
+def ring_gif(tmp_path_factory):
+    """``collcomm explain all_reduce --algo ring -n 5 --out ring.gif`` through the command's
+    own entry point, keeping the explanation it drew (one job of 5 ranks for the module)."""
+    out = tmp_path_factory.mktemp("gif") / "ring.gif"
+    seen = []
+    real_run = explain.run
+
+    def run(*args, **kwargs):
+        seen.append(real_run(*args, **kwargs))
+        return seen[-1]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(explain, "run", run)
+        rc = explain.main(["all_reduce", "--algo", "ring", "-n", "5", "--repeats", "1", "--out", str(out)])
+    assert rc == 0 and len(seen) == 1
+    return out, seen[0]
+
+
+@pytest.mark.timeout(240)
+def test_explain_out_gif_has_the_frames_the_svg_and_html_show(ring_gif):
+    path, ex = ring_gif
+    got = decode_gif(path.read_bytes())
+    n = ex["n"]
+    svg_panels = len(re.findall(r'font-weight="bold">(?:initial state|step \d+ of \d+)<',
+                                explain_render.svg(ex)))
+    html_frames = len(json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>',
+                                           explain_render.html(ex), re.S).group(1))["frames"])
+    assert len(got["frames"]) == len(ex["frames"]) == svg_panels == html_frames == 2 * (n - 1) + 1
+    assert got["loop"] == 0 and got["delays"][-1] > got["delays"][0] > 0
+    drawn = explain_raster.frames(ex)
+    lay = explain_raster.layout(ex)
+    assert got["size"] == (lay.width, lay.height)
+    for f, have, want in zip(ex["frames"], got["frames"], drawn):
+        assert np.array_equal(have, want)
+        # the title line: "all_reduce / ring on 5 ranks: step F of 8"
+        title = np.full((20, lay.width), explain_raster.WHITE, np.uint8)
+        explain_raster.text(title, 8, 8, f"all_reduce / ring on 5 ranks: {explain_render.frame_title(ex, f)}")
+        assert np.array_equal(have[:20], title)
+        # every cell: its fill is what its label means, its border red iff it changed
+        for row in f["rows"]:
+            for i, lab in enumerate(row["labels"]):
+                x, y, w, h = lay.cell(row["rank"], i)
+                assert have[y + 2, x + w // 2] == explain_raster.FILL[explain_render.cell_kind(lab, n)]
+                red = have[y, x] == explain_raster.CHANGED
+                assert red == (i in row.get("changed", [])), (f["frame"], row)
+    first, last = got["frames"][0], got["frames"][-1]
+    for r in range(n):
+        for i in range(n):
+            x, y, w, h = lay.cell(r, i)
+            assert first[y + 2, x + w // 2] == explain_raster.SOME             # only its own rank
+            assert last[y + 2, x + w // 2] == explain_raster.ALL               # every rank's sum
+
+
+def test_explain_out_with_an_unknown_suffix_is_refused_before_running(monkeypatch, capsys):
+    def run(*args, **kwargs):
+        raise AssertionError("explain ran although --out cannot be written")
+
+    monkeypatch.setattr(explain, "run", run)
+    assert explain.main(["all_reduce", "--algo", "ring", "-n", "2", "--out", "x.png"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown suffix '.png'" in err and ".html, .gif or .svg" in err
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.skipif(_chromium() is None, reason="Debian's chromium is not installed "
+                    "(apt-get install -y chromium)")
+def test_chromium_decodes_the_gifs(ring_gif, tmp_path):
+    """A real decoder: chromium loads the explain GIF and a 256-colour noise GIF (whose code
+    stream has clear codes) through <img>; sizes and every noise pixel must match."""
+    path, _ex = ring_gif
+    rng = np.random.default_rng(7)
+    palette = rng.integers(0, 256, (256, 3)).astype(np.uint8)
+    noise = rng.integers(0, 256, (200, 300)).astype(np.uint8)
+    noise_gif = gif.encode([noise], palette, 10)
+    assert decode_gif(noise_gif)["clears"][0] >= 10
+
+    def data_url(blob: bytes) -> str:
+        return "data:image/gif;base64," + base64.b64encode(blob).decode()
+
+    page = tmp_path / "gifs.html"
+    page.write_text(f"""<!DOCTYPE html><html><body>
+<img id="ex" src="{data_url(path.read_bytes())}"><img id="noise" src="{data_url(noise_gif)}">
+<pre id="out"></pre><script>
+window.addEventListener("load", function () {{
+  const ex = document.getElementById("ex"), nz = document.getElementById("noise");
+  const c = document.createElement("canvas"); c.width = nz.naturalWidth; c.height = nz.naturalHeight;
+  const g = c.getContext("2d"); g.drawImage(nz, 0, 0);
+  const px = g.getImageData(0, 0, c.width, c.height).data;
+  let hex = "";
+  for (let i = 0; i < px.length; i += 4)
+    for (let k = 0; k < 3; k++) hex += (px[i + k] + 256).toString(16).slice(1);
+  document.getElementById("out").textContent = JSON.stringify({{
+    ex: [ex.naturalWidth, ex.naturalHeight], noise: [nz.naturalWidth, nz.naturalHeight], rgb: hex}});
+}});
+</script></body></html>""")
+    browser = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+               f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", f"file://{page}"]
+    run = subprocess.run(browser, capture_output=True, text=True, timeout=120)
+    m = re.search(r'<pre id="out">(.*?)</pre>', run.stdout, re.S)
+    assert m and m.group(1), run.stdout[-2000:] + run.stderr[-2000:]
+    res = json.loads(m.group(1))
+    assert res["ex"] == list(decode_gif(path.read_bytes())["size"])
+    assert res["noise"] == [300, 200]
+    rgb = np.frombuffer(bytes.fromhex(res["rgb"]), np.uint8).reshape(200, 300, 3).astype(int)
+    assert np.array_equal(rgb, palette[noise])

@@ -1,4 +1,4 @@
-"""``collcomm explain OP --algo A -n N [--count K] [--out F.html|F.svg]``: watch an algorithm.
+"""``collcomm explain OP --algo A -n N [--count K] [--out F.html|F.gif|F.svg]``: watch an algorithm.
 
 It runs OP with family A for real on N ranks (N processes on this machine meeting through a
 file store; ``hierarchical`` gets two fake hosts, so its TCP tier is real too), each
@@ -15,7 +15,8 @@ bytes on the critical path: e.g. ring all_reduce 2(N−1) rounds and 2(N−1)/N�
 rank), and the model's time against the measured one (median of 20 untraced runs).
 
 Output: a terminal grid per step (default), or ``--out F.html`` (one self-contained page,
-play/pause/step, ``#last`` opens on the final frame) or ``--out F.svg`` (every frame).
+play/pause/step, ``#last`` opens on the final frame), ``--out F.gif`` (an animated GIF, one
+frame per step: :mod:`~collcomm.tools.explain_raster`) or ``--out F.svg`` (every frame).
 """
 from __future__ import annotations
 
@@ -421,29 +422,31 @@ def add_command(subparsers: Any) -> None:
     p.add_argument("-n", type=int, default=4, help="ranks (default 4)")
     p.add_argument("--count", "-k", type=int, default=None,
                    help="elements per rank (default N: one element per chunk)")
-    p.add_argument("--out", "-o", default=None, help="write F.html (animated) or F.svg instead")
+    p.add_argument("--out", "-o", default=None,
+                   help="write F.html (animated page), F.gif (animated GIF) or F.svg instead")
     p.add_argument("--repeats", type=int, default=20, help="untraced runs timed (default 20)")
     p.set_defaults(func=run_command)
 
 
 def run_command(args: argparse.Namespace) -> int:
+    from . import explain_raster as raster
     from . import explain_render as render
 
+    writers = {".svg": render.svg, ".html": render.html, ".htm": render.html, ".gif": raster.gif}
+    suffix = os.path.splitext(args.out)[1].lower() if args.out else ""
+    if args.out and suffix not in writers:
+        print(f"collcomm explain: --out {args.out}: unknown suffix {suffix or '(none)'!r}; "
+              "expecting .html, .gif or .svg", file=sys.stderr)
+        return 2
     try:
         ex = run(args.op, args.algo, args.n, args.count, args.repeats)
     except (ValueError, RuntimeError) as exc:
         print(f"collcomm explain: {exc}", file=sys.stderr)
         return 2
     if args.out:
-        if args.out.endswith(".svg"):
-            text = render.svg(ex)
-        elif args.out.endswith((".html", ".htm")):
-            text = render.html(ex)
-        else:
-            print("collcomm explain: --out must end in .html or .svg", file=sys.stderr)
-            return 2
-        with open(args.out, "w") as f:
-            f.write(text)
+        data = writers[suffix](ex)
+        with open(args.out, "wb") as f:
+            f.write(data if isinstance(data, bytes) else data.encode())
         print(render.summary(ex))
         print(f"wrote {args.out}")
     else:

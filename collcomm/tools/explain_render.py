@@ -7,6 +7,19 @@ import json
 from typing import Any
 
 
+def frame_title(ex: dict[str, Any], f: dict[str, Any]) -> str:
+    """The heading of one frame: ``initial state`` or ``step F of S``."""
+    return "initial state" if f["frame"] == 0 else f"step {f['frame']} of {ex['steps']}"
+
+
+def cell_kind(label: str, n: int) -> str:
+    """How a cell is coloured: ``none`` (``·``), ``all`` (every rank's contribution) or
+    ``some`` (as the HTML page's ``isFull``)."""
+    if label == "·":
+        return "none"
+    full = n > 1 and "→" not in label and (label == "all" or len(label) >= min(n, 10))
+    return "all" if full else "some"
+
 
 def _fmt_time(s: float | None) -> str:
     return "n/a" if s is None else f"{s * 1e6:.1f} us"
@@ -50,7 +63,7 @@ def terminal(ex: dict[str, Any]) -> str:
     n = ex["n"]
     width = max([len(lab) for f in ex["frames"] for row in f["rows"] for lab in row["labels"]] + [3]) + 1
     for f in ex["frames"]:
-        title = "initial state" if f["frame"] == 0 else f"step {f['frame']} of {ex['steps']}"
+        title = frame_title(ex, f)
         out.append(f"── {title} " + "─" * max(0, 40 - len(title)))
         for row in f["rows"]:
             changed = set(row.get("changed", []))
@@ -94,7 +107,7 @@ def svg(ex: dict[str, Any]) -> str:
              f'<rect width="{width}" height="{height}" fill="white"/>']
     for fi, f in enumerate(ex["frames"]):
         y0 = fi * panel + 20
-        title = "initial state" if f["frame"] == 0 else f"step {f['frame']} of {ex['steps']}"
+        title = frame_title(ex, f)
         parts.append(f'<text x="4" y="{y0 - 4}" font-weight="bold">{_html.escape(title)}</text>')
         for row in f["rows"]:
             y = y0 + row["rank"] * ch
@@ -102,8 +115,7 @@ def svg(ex: dict[str, Any]) -> str:
             changed = set(row.get("changed", []))
             for i, lab in enumerate(row["labels"]):
                 x = left + i * cw
-                full = lab not in ("·",) and len(lab) >= min(n, 10) and n > 1
-                fill = "#4caf50" if full else ("#cfe8ff" if lab != "·" else "#f2f2f2")
+                fill = {"all": "#4caf50", "some": "#cfe8ff", "none": "#f2f2f2"}[cell_kind(lab, n)]
                 stroke = "#d32f2f" if i in changed else "#888"
                 parts.append(f'<rect x="{x}" y="{y}" width="{cw - 4}" height="{ch - 4}" fill="{fill}" '
                              f'stroke="{stroke}"/>')
