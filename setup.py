@@ -37,6 +37,7 @@ if sys.platform.startswith("linux"):
     ext_modules.append(Extension(
         "collcomm.native._shmcore",
         sources=["collcomm/native/_shmcore.c"],
+        depends=["collcomm/native/_fastcall.c"],   # #included by _shmcore.c
         # no fused multiply-add: results must match numpy's bit for bit
         extra_compile_args=["-O3", "-ffp-contract=off", "-fno-fast-math"],
         optional=True,

@@ -180,6 +180,9 @@ def get_process_group_ranks(group: Any) -> list[int]:
 def barrier(group: Any = None, async_op: bool = False, device_ids: Any = None, *, algorithm: str = "auto") -> Work | None:
     """Return only when every rank of ``group`` has entered the barrier."""
     g = _group(group, "barrier")
+    fast = g.fast
+    if fast is not None and not async_op and algorithm == "auto" and fast.barrier("barrier"):
+        return None
     if not _member(g):
         return None
     return core.barrier(g, async_op=async_op, algorithm=algorithm)
@@ -200,6 +203,10 @@ def broadcast(tensor: Any, src: int | None = None, group: Any = None, async_op: 
     """Copy ``tensor`` of rank ``src`` into ``tensor`` of every rank of the group (in place)."""
     name = "broadcast"
     g = _group(group, name)
+    fast = g.fast    # the fast call (core/fastpath.py); src is local only in the world
+    if (fast is not None and group is None and group_src is None and not async_op
+            and algorithm == "auto" and fast.broadcast(tensor, src, name)):
+        return None
     buf = as_output(tensor, name, _where(g), "tensor")
     if not _member(g):
         return None
@@ -212,6 +219,9 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Any = None,
     """Every rank's ``tensor`` becomes the elementwise ``op`` over all ranks (in place)."""
     name = "all_reduce"
     g = _group(group, name)
+    fast = g.fast    # the fast call (core/fastpath.py): done, or nothing done
+    if fast is not None and not async_op and algorithm == "auto" and fast.all_reduce(tensor, tensor, op, name):
+        return None
     buf = as_output(tensor, name, _where(g), "tensor")
     if not _member(g):
         return None
@@ -252,6 +262,10 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: Any = N
     """``output_tensor`` (world_size × input's elements) receives every rank's input, in rank order."""
     name = "all_gather_into_tensor"
     g = _group(group, name)
+    fast = g.fast
+    if (fast is not None and not async_op and algorithm == "auto"
+            and fast.all_gather(input_tensor, output_tensor, name)):
+        return None
     where = _where(g)
     out = as_output(output_tensor, name, where, "output_tensor")
     inp = as_input(input_tensor, name, where, "input_tensor")

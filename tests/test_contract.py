@@ -38,7 +38,7 @@ ALGORITHMS = Path(contract.__file__).parent
 
 #: Members of the contract GroupComm does not have yet (asked of core/group.py; hierarchical
 #: falls back to the group's private list meanwhile). Remove a name once it is there.
-PENDING = {GroupComm: {"hosts"}}
+PENDING: dict[type, set[str]] = {}
 
 
 # ------------------------------------------------------------------------------ helpers

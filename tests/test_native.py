@@ -483,8 +483,12 @@ def _heap_rank() -> dict[str, Any]:
 
 @needs_core
 @pytest.mark.timeout(120)
-def test_heap_buffer_on_one_rank_only() -> None:
-    res = run_ranks(_heap_rank, 3, transport="shm", timeout=60)
+@pytest.mark.parametrize("fast", ["0", "1"])
+def test_heap_buffer_on_one_rank_only(fast: str) -> None:
+    # rank 0 takes the regular path (the fast call stages heap buffers like any other);
+    # ranks 1 and 2 the regular path's native call, or the fast call (core/fastpath.py)
+    res = run_ranks(_heap_rank, 3, transport="shm", timeout=60, env={"COLLCOMM_FAST": fast},
+                    rank_env={0: {"COLLCOMM_FAST": "0"}})
     for r, out in enumerate(res):
         assert out["all_reduce"] == (np.arange(6) * 3 + 3).tolist()
         assert out["broadcast"] == [7.0] * 6

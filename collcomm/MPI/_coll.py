@@ -16,6 +16,9 @@ sizes that fit, dtypes, op against dtype); core errors come back as ``MPI.Except
   ``recvcounts=None`` gathers each rank's receive count first.
 * A user op made with ``commute=False`` is combined in rank order here: the blocks are
   gathered (or exchanged, for the reduce-scatters) through the core and folded locally.
+* ``Barrier``, ``Bcast``, ``Allgather`` and ``Allreduce`` on numpy arrays (and built-in
+  ops) first offer the call to the group's fast call (:mod:`collcomm.core.fastpath`): one
+  C call that either does all of it or nothing, in which case the method goes on as above.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ from ..core import collectives as core
 from ..errors import CollcommError
 from ._errors import ERR_BUFFER, Exception as MPIException, translate
 from ._msg import IN_PLACE, blocks, simple
-from ._ops import SUM, core_op, local_combine
+from ._ops import SUM, Op, core_op, local_combine
 from ._request import Request, WorkOp, persistent
 from ._types import Datatype
 
@@ -228,12 +231,28 @@ class BufferCollectives:
 
     # -- the public methods ------------------------------------------------------------------------
     def Barrier(self) -> None:  # noqa: N802
+        g = self._h.g
+        fast = g.fast if g is not None else None
+        if fast is not None:
+            try:
+                if fast.barrier("Barrier"):
+                    return
+            except CollcommError as exc:
+                raise translate(exc) from exc
         self._barrier(False, "Barrier")
 
     def Ibarrier(self) -> Request:  # noqa: N802
         return _request(self._barrier(True, "Ibarrier"))
 
     def Bcast(self, buf: Any, root: int = 0) -> None:  # noqa: N802
+        g = self._h.g
+        fast = g.fast if g is not None else None
+        if fast is not None and type(buf) is np.ndarray:
+            try:
+                if fast.broadcast(buf, root, "Bcast"):
+                    return
+            except CollcommError as exc:
+                raise translate(exc) from exc
         self._bcast(buf, root, False, "Bcast")
 
     def Ibcast(self, buf: Any, root: int = 0) -> Request:  # noqa: N802
@@ -252,6 +271,14 @@ class BufferCollectives:
         return _request(self._scatter(sendbuf, recvbuf, root, True, "Iscatter"))
 
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
+        g = self._h.g
+        fast = g.fast if g is not None else None
+        if fast is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
+            try:
+                if fast.all_gather(sendbuf, recvbuf, "Allgather"):
+                    return
+            except CollcommError as exc:
+                raise translate(exc) from exc
         self._allgather(sendbuf, recvbuf, False, "Allgather")
 
     def Iallgather(self, sendbuf: Any, recvbuf: Any) -> Request:  # noqa: N802
@@ -270,6 +297,18 @@ class BufferCollectives:
         return _request(self._reduce(sendbuf, recvbuf, op, root, True, "Ireduce"))
 
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
+        g = self._h.g
+        fast = g.fast if g is not None else None
+        if fast is not None and type(recvbuf) is np.ndarray and type(op) is Op:
+            o = op._o
+            builtin = o.builtin if o is not None else None
+            if builtin is not None:
+                send = recvbuf if sendbuf is IN_PLACE else sendbuf
+                try:
+                    if fast.all_reduce(send, recvbuf, builtin, "Allreduce"):
+                        return
+                except CollcommError as exc:
+                    raise translate(exc) from exc
         self._allreduce(sendbuf, recvbuf, op, False, "Allreduce")
 
     def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:  # noqa: N802

@@ -57,10 +57,7 @@ def _tiers(comm: HierarchicalComm, collective: str) -> tuple[FullComm, FullComm 
 
 def _hosts(comm: HierarchicalComm) -> Sequence[str]:
     """The host of each rank (contract.Hierarchy.hosts)."""
-    # TODO(contract): until GroupComm has ``hosts`` (core/group.py), its group's list;
-    # then this is ``comm.hosts`` and the fallback goes
-    hosts = getattr(comm, "hosts", None)
-    return hosts if hosts is not None else comm._group.hosts  # type: ignore[attr-defined]
+    return comm.hosts
 
 
 def all_reduce(comm: HierarchicalComm, buf: np.ndarray, fn: ReduceFn) -> None:

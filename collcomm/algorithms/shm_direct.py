@@ -55,7 +55,8 @@ from ..transport.arena_layout import SIGNATURE as SIGNATURE_WORD
 from ..transport.arena_layout import SIZE as SIZE_WORD
 from ..transport.shm import PAGE
 from . import signature
-from .base import Comm, ReduceFn
+from .base import ReduceFn
+from .contract import Arena, NativeCore, ShmComm
 from .linear import displacements
 
 #: all_reduce reads its peers by CMA only for chunks this large: below, the two extra
@@ -64,7 +65,7 @@ CMA_ALL_REDUCE = 2 << 20
 # The header words (OFFSET_WORD ..., per phase), ONE_SHOT, CMA_MIN: see transport/arena_layout.py.
 
 
-def _enter(comm: Comm, arena: Any, phase: int, collective: str, count: int, first: bool) -> None:
+def _enter(comm: ShmComm, arena: Arena, phase: int, collective: str, count: int, first: bool) -> None:
     """A call's sync; at its first one every rank checks that all are in the same call:
     the same collective, dtype, count, root and op (the call's signature, see
     :mod:`.signature`), else MismatchError on every rank, naming the ranks that differ."""
@@ -77,18 +78,18 @@ def _enter(comm: Comm, arena: Any, phase: int, collective: str, count: int, firs
     _verify(arena, phase, mine)
 
 
-def _sig(comm: Comm, collective: str, count: int) -> int:
-    return getattr(comm, "sig", 0) or signature.make(collective, None, count)
+def _sig(comm: ShmComm, collective: str, count: int) -> int:
+    return comm.sig or signature.make(collective, None, count)
 
 
-def _mismatch(arena: Any, mine: int) -> None:
+def _mismatch(arena: Arena, mine: int) -> None:
     """The native core found ranks in different calls: raise as the Python code does."""
     _verify(arena, arena.phase, mine)
     raise MismatchError(f"rank {arena.global_ranks[arena.rank]}: the ranks are not all in the "
                         "same collective call")
 
 
-def _verify(arena: Any, phase: int, mine: int) -> None:
+def _verify(arena: Arena, phase: int, mine: int) -> None:
     """After the sync: MismatchError unless every rank published signature ``mine``."""
     word = SIGNATURE_WORD + phase
     odd = [r for r in range(arena.n) if arena.get(r, word) != mine]
@@ -101,8 +102,11 @@ def _verify(arena: Any, phase: int, mine: int) -> None:
                             "with the same dtype, count, root and op")
 
 
-def _arena(comm: Comm, collective: str) -> Any:
-    get = getattr(comm, "arena", None)
+def _arena(comm: ShmComm, collective: str) -> Arena:
+    try:
+        get = comm.arena
+    except AttributeError:   # a bare point-to-point Comm: no shared memory at all
+        get = None
     arena = get() if get is not None else None
     if arena is None:
         raise InvalidArgumentError(
@@ -115,7 +119,7 @@ def _arena(comm: Comm, collective: str) -> Any:
 _DONE, _MISMATCH, _PYTHON, _PAIRS, _REFUSE = 0, 1, 2, 3, 4
 
 
-def _native(arena: Any) -> Any:
+def _native(arena: Arena) -> NativeCore | None:
     """The arena's native core (collcomm.native), or None."""
     return arena.native_core
 
@@ -127,7 +131,7 @@ def _offset(arr: np.ndarray) -> int:
     return arr.__array_interface__["data"][0] % PAGE
 
 
-def _chunk_elems(arena: Any, itemsize: int, parts: int = 1) -> int:
+def _chunk_elems(arena: Arena, itemsize: int, parts: int = 1) -> int:
     """Elements per chunk so that ``parts`` blocks of them fit a slot."""
     return max(1, arena.slot // (itemsize * parts))
 
@@ -138,7 +142,7 @@ def _split(count: int, n: int, i: int) -> tuple[int, int]:
     return lo, lo + q + (1 if i < r else 0)
 
 
-def _stage(arena: Any, phase: int, src: np.ndarray) -> np.ndarray:
+def _stage(arena: Arena, phase: int, src: np.ndarray) -> np.ndarray:
     """Copy ``src`` into this rank's slot at its page offset and announce the offset."""
     off = _offset(src)
     arena.put(OFFSET_WORD + phase, off)
@@ -147,16 +151,15 @@ def _stage(arena: Any, phase: int, src: np.ndarray) -> np.ndarray:
     return dst
 
 
-def _peer(arena: Any, phase: int, r: int, dtype: np.dtype, count: int) -> np.ndarray:
+def _peer(arena: Arena, phase: int, r: int, dtype: np.dtype, count: int) -> np.ndarray:
     return arena.slot_array(phase, r, dtype, count, arena.get(r, OFFSET_WORD + phase))
 
 
-def _shared(comm: Comm, arr: np.ndarray) -> tuple[int, int] | None:
-    find = getattr(comm, "shared", None)
-    return find(arr) if find is not None else None
+def _shared(comm: ShmComm, arr: np.ndarray) -> tuple[int, int] | None:
+    return comm.shared(arr)
 
 
-def _publish(arena: Any, phase: int, src: np.ndarray, shared: tuple[int, int] | None,
+def _publish(arena: Arena, phase: int, src: np.ndarray, shared: tuple[int, int] | None,
              lo: int, cma_min: int = CMA_MIN) -> np.ndarray:
     """Make ``src`` (elements from ``lo`` of a buffer) readable by the others: announce it
     in place when it is in the shared heap, or by address (CMA) when it is large and every
@@ -173,17 +176,17 @@ def _publish(arena: Any, phase: int, src: np.ndarray, shared: tuple[int, int] | 
     return _stage(arena, phase, src)
 
 
-def _source(comm: Comm, arena: Any, phase: int, r: int, dtype: np.dtype, count: int) -> np.ndarray:
+def _source(comm: ShmComm, arena: Arena, phase: int, r: int, dtype: np.dtype, count: int) -> np.ndarray:
     """Rank ``r``'s published data as an array: its heap buffer in place, or its slot
     (not for CMA sources: use :func:`_read`)."""
     key = arena.get(r, SHARED_WORD + phase)
     if not key:
         return _peer(arena, phase, r, dtype, count)
     off = arena.get(r, OFFSET_WORD + phase)
-    return comm.peer_bytes(key, r)[off:off + count * dtype.itemsize].view(dtype)  # type: ignore[attr-defined]
+    return comm.peer_bytes(key, r)[off:off + count * dtype.itemsize].view(dtype)  
 
 
-def _read(comm: Comm, arena: Any, phase: int, r: int, dtype: np.dtype, count: int,
+def _read(comm: ShmComm, arena: Arena, phase: int, r: int, dtype: np.dtype, count: int,
           start: int, out: np.ndarray) -> None:
     """Copy elements ``start:start+out.size`` of rank ``r``'s published data into ``out``."""
     if arena.get(r, SHARED_WORD + phase) == CMA:
@@ -192,7 +195,7 @@ def _read(comm: Comm, arena: Any, phase: int, r: int, dtype: np.dtype, count: in
         np.copyto(out, _source(comm, arena, phase, r, dtype, count)[start:start + out.size])
 
 
-def _operand(comm: Comm, arena: Any, phase: int, r: int, dtype: np.dtype, count: int,
+def _operand(comm: ShmComm, arena: Arena, phase: int, r: int, dtype: np.dtype, count: int,
              start: int, stop: int) -> np.ndarray:
     """Elements ``start:stop`` of rank ``r``'s data as an array to reduce with (a CMA source
     is first copied into our own slot of this phase, which nobody else reads then)."""
@@ -203,7 +206,7 @@ def _operand(comm: Comm, arena: Any, phase: int, r: int, dtype: np.dtype, count:
     return scratch
 
 
-def _any_shared(arena: Any, phase: int) -> bool:
+def _any_shared(arena: Arena, phase: int) -> bool:
     word = SHARED_WORD + phase
     for r in range(arena.n):
         if arena.get(r, word):
@@ -211,7 +214,7 @@ def _any_shared(arena: Any, phase: int) -> bool:
     return False
 
 
-def all_reduce(comm: Comm, buf: np.ndarray, fn: ReduceFn) -> None:
+def all_reduce(comm: ShmComm, buf: np.ndarray, fn: ReduceFn) -> None:
     if comm.size == 1 or buf.size == 0:
         return
     arena = _arena(comm, "all_reduce")
@@ -223,14 +226,8 @@ def all_reduce(comm: Comm, buf: np.ndarray, fn: ReduceFn) -> None:
         if code >= 0:
             mine = _sig(comm, "all_reduce", buf.size)
             status = core.all_reduce(arena, buf, code, mine)
-            if status == _DONE:
-                return
-            if status == _MISMATCH:
-                _mismatch(arena, mine)
-            if status == _PYTHON:   # some rank's buffer is read in place: finish here
-                phase = arena.phase
-                _all_reduce_chunk(comm, arena, phase, buf, _peer(arena, phase, comm.rank, buf.dtype,
-                                                                 buf.size), fn, True)
+            if status != _REFUSE:
+                _all_reduce_after(comm, arena, status, mine, buf, fn)
                 return
     step = _chunk_elems(arena, buf.dtype.itemsize)
     for lo in range(0, buf.size, step):
@@ -241,7 +238,18 @@ def all_reduce(comm: Comm, buf: np.ndarray, fn: ReduceFn) -> None:
         _all_reduce_chunk(comm, arena, phase, chunk, mine, fn, _any_shared(arena, phase))
 
 
-def _all_reduce_chunk(comm: Comm, arena: Any, phase: int, chunk: np.ndarray, mine: np.ndarray,
+def _all_reduce_after(comm: ShmComm, arena: Arena, status: int, mine: int, buf: np.ndarray,
+                      fn: ReduceFn) -> None:
+    """The rest of an all_reduce the native core returned ``status`` for (not REFUSE)."""
+    if status == _MISMATCH:
+        _mismatch(arena, mine)
+    if status == _PYTHON:   # some rank's buffer is read in place: finish here
+        phase = arena.phase
+        _all_reduce_chunk(comm, arena, phase, buf, _peer(arena, phase, comm.rank, buf.dtype,
+                                                         buf.size), fn, True)
+
+
+def _all_reduce_chunk(comm: ShmComm, arena: Arena, phase: int, chunk: np.ndarray, mine: np.ndarray,
                       fn: ReduceFn, in_place: bool) -> None:
     """One chunk of all_reduce, after its first sync (``mine``: our published data)."""
     n, me, dt, count = comm.size, comm.rank, chunk.dtype, chunk.size
@@ -267,7 +275,7 @@ def _all_reduce_chunk(comm: Comm, arena: Any, phase: int, chunk: np.ndarray, min
         arena.sync()  # nobody may change a buffer read in place until all have read it
 
 
-def reduce(comm: Comm, send: np.ndarray, recv: np.ndarray | None, fn: ReduceFn, root: int) -> None:
+def reduce(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, fn: ReduceFn, root: int) -> None:
     if comm.size == 1:
         if recv is not None and recv is not send and send.size:
             np.copyto(recv, send)
@@ -307,7 +315,7 @@ def reduce(comm: Comm, send: np.ndarray, recv: np.ndarray | None, fn: ReduceFn, 
                 np.copyto(out[r0:r1], _peer(arena, phase, r, dt, count)[r0:r1] if r != me else mine[r0:r1])
 
 
-def broadcast(comm: Comm, buf: np.ndarray, root: int) -> None:
+def broadcast(comm: ShmComm, buf: np.ndarray, root: int) -> None:
     if comm.size == 1 or buf.size == 0:
         return
     arena = _arena(comm, "broadcast")
@@ -318,13 +326,8 @@ def broadcast(comm: Comm, buf: np.ndarray, root: int) -> None:
             and not (arena.cma and buf.nbytes > CMA_MIN)):
         mine = _sig(comm, "broadcast", buf.size)
         status = core.broadcast(arena, buf, root, mine)
-        if status == _DONE:
-            return
-        if status == _MISMATCH:
-            _mismatch(arena, mine)
-        if status == _PYTHON:   # the root's buffer is read in place
-            _read(comm, arena, arena.phase, root, dt, buf.size, 0, buf)
-            arena.sync()
+        if status != _REFUSE:
+            _broadcast_after(comm, arena, status, mine, buf, root)
             return
     # read by address (CMA): no slot to fit, so one chunk
     step = buf.size if arena.cma and buf.nbytes > CMA_MIN else _chunk_elems(arena, dt.itemsize)
@@ -342,15 +345,25 @@ def broadcast(comm: Comm, buf: np.ndarray, root: int) -> None:
         arena.sync()
 
 
-def all_gather(comm: Comm, send: np.ndarray, recv: np.ndarray) -> None:
+def _broadcast_after(comm: ShmComm, arena: Arena, status: int, mine: int, buf: np.ndarray,
+                     root: int) -> None:
+    """The rest of a broadcast the native core returned ``status`` for (not REFUSE)."""
+    if status == _MISMATCH:
+        _mismatch(arena, mine)
+    if status == _PYTHON:   # the root's buffer is read in place
+        _read(comm, arena, arena.phase, root, buf.dtype, buf.size, 0, buf)
+        arena.sync()
+
+
+def all_gather(comm: ShmComm, send: np.ndarray, recv: np.ndarray) -> None:
     _gather_to(comm, send, recv, None)
 
 
-def gather(comm: Comm, send: np.ndarray, recv: np.ndarray | None, root: int) -> None:
+def gather(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, root: int) -> None:
     _gather_to(comm, send, recv, root)
 
 
-def _gather_to(comm: Comm, send: np.ndarray, recv: np.ndarray | None, root: int | None) -> None:
+def _gather_to(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, root: int | None) -> None:
     n, me, k = comm.size, comm.rank, send.size
     if n > 1 and k and _gather_native(comm, send, recv, root):
         return
@@ -381,7 +394,7 @@ def _gather_to(comm: Comm, send: np.ndarray, recv: np.ndarray | None, root: int 
         arena.sync()
 
 
-def _gather_native(comm: Comm, send: np.ndarray, recv: np.ndarray | None, root: int | None) -> bool:
+def _gather_native(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, root: int | None) -> bool:
     """all_gather / gather on the native core; False: run the Python code."""
     name = "all_gather" if root is None else "gather"
     arena = _arena(comm, name)
@@ -393,20 +406,27 @@ def _gather_native(comm: Comm, send: np.ndarray, recv: np.ndarray | None, root: 
     receiver = root is None or me == root
     mine = _sig(comm, name, k)
     status = core.gather(arena, send, recv if receiver else None, -1 if root is None else root, mine)
-    if status == _MISMATCH:
-        _mismatch(arena, mine)
-    if status == _PYTHON:   # some rank's buffer is read in place
-        phase = arena.phase
-        if receiver:
-            assert recv is not None
-            for r in range(comm.size):
-                if r != me:
-                    _read(comm, arena, phase, r, send.dtype, k, 0, recv[r * k:(r + 1) * k])
-        arena.sync()
+    if status != _REFUSE:
+        _gather_after(comm, arena, status, mine, send, recv if receiver else None)
     return status != _REFUSE
 
 
-def reduce_scatter(comm: Comm, send: np.ndarray, recv: np.ndarray, fn: ReduceFn) -> None:
+def _gather_after(comm: ShmComm, arena: Arena, status: int, mine: int, send: np.ndarray,
+                  recv: np.ndarray | None) -> None:
+    """The rest of a gather / all_gather the native core returned ``status`` for (not
+    REFUSE); ``recv`` is None on a rank that receives nothing."""
+    if status == _MISMATCH:
+        _mismatch(arena, mine)
+    if status == _PYTHON:   # some rank's buffer is read in place
+        phase, k = arena.phase, send.size
+        if recv is not None:
+            for r in range(comm.size):
+                if r != comm.rank:
+                    _read(comm, arena, phase, r, send.dtype, k, 0, recv[r * k:(r + 1) * k])
+        arena.sync()
+
+
+def reduce_scatter(comm: ShmComm, send: np.ndarray, recv: np.ndarray, fn: ReduceFn) -> None:
     n, me, k = comm.size, comm.rank, recv.size
     if n == 1:
         if k:
@@ -444,7 +464,7 @@ def reduce_scatter(comm: Comm, send: np.ndarray, recv: np.ndarray, fn: ReduceFn)
             fn(out, arena.slot_array(phase, r, dt, n * count).reshape(n, count)[me])
 
 
-def _reduce_scatter_cma(comm: Comm, arena: Any, send: np.ndarray, recv: np.ndarray, fn: ReduceFn) -> None:
+def _reduce_scatter_cma(comm: ShmComm, arena: Arena, send: np.ndarray, recv: np.ndarray, fn: ReduceFn) -> None:
     """Every rank reads block ``rank`` of each other's send buffer straight from its memory
     (through our slot as scratch) and reduces in rank order; one sync in, one out."""
     n, me, k, dt = comm.size, comm.rank, recv.size, send.dtype
@@ -472,7 +492,7 @@ def _reduce_scatter_cma(comm: Comm, arena: Any, send: np.ndarray, recv: np.ndarr
     arena.sync()  # nobody may change a send buffer the others read until all have read it
 
 
-def scatter(comm: Comm, send: np.ndarray | None, recv: np.ndarray, root: int) -> None:
+def scatter(comm: ShmComm, send: np.ndarray | None, recv: np.ndarray, root: int) -> None:
     n, me, k = comm.size, comm.rank, recv.size
     if n > 1 and k:
         arena = _arena(comm, "scatter")
@@ -505,7 +525,7 @@ def scatter(comm: Comm, send: np.ndarray | None, recv: np.ndarray, root: int) ->
             np.copyto(recv[lo:lo + count], arena.slot_array(phase, root, dt, n * count).reshape(n, count)[me])
 
 
-def all_to_all(comm: Comm, send: np.ndarray, send_counts: Sequence[int], recv: np.ndarray,
+def all_to_all(comm: ShmComm, send: np.ndarray, send_counts: Sequence[int], recv: np.ndarray,
                recv_counts: Sequence[int]) -> None:
     n, me = comm.size, comm.rank
     if n > 1:
@@ -567,7 +587,7 @@ def _own_block(send: np.ndarray, send_counts: Sequence[int], sdispl: Sequence[in
         np.copyto(recv[rdispl[me]:rdispl[me] + recv_counts[me]], send[sdispl[me]:sdispl[me] + send_counts[me]])
 
 
-def _all_to_all_cma(comm: Comm, arena: Any, send: np.ndarray, sdispl: Sequence[int], recv: np.ndarray,
+def _all_to_all_cma(comm: ShmComm, arena: Arena, send: np.ndarray, sdispl: Sequence[int], recv: np.ndarray,
                     rdispl: Sequence[int], recv_counts: Sequence[int]) -> None:
     """all_to_all(v) past the agreement, one copy: read our block straight from each
     sender's buffer, at the displacement it left in its slot."""
@@ -585,7 +605,7 @@ def _all_to_all_cma(comm: Comm, arena: Any, send: np.ndarray, sdispl: Sequence[i
     arena.sync()
 
 
-def _check_pairs(comm: Comm, arena: Any, phase: int) -> None:
+def _check_pairs(comm: ShmComm, arena: Arena, phase: int) -> None:
     """all_to_all(v): what rank i sends rank j must be what j expects from i, for every pair.
     Each rank published its send and receive counts in its slot; every rank checks the
     whole matrix, so all reach the same verdict (a rank that raised alone would leave the
@@ -600,7 +620,7 @@ def _check_pairs(comm: Comm, arena: Any, phase: int) -> None:
         raise MismatchError(f"all_to_all: the split sizes do not match: {text}")
 
 
-def barrier(comm: Comm) -> None:
+def barrier(comm: ShmComm) -> None:
     if comm.size > 1:
         arena = _arena(comm, "barrier")
         core = _native(arena)
@@ -610,3 +630,22 @@ def barrier(comm: Comm) -> None:
                 _mismatch(arena, mine)
             return
         _enter(comm, arena, arena.next_phase(), "barrier", 0, True)
+
+
+def finish_native(comm: ShmComm, status: int, collective: str, *args: Any) -> None:
+    """Finish a call that the native fast call (collcomm/core/fastpath.py) ran up to
+    ``status``, as the collective here does after its own native call: a mismatch raised,
+    a call in which some rank's buffer is read in place completed in Python, a refused
+    call (nothing done yet) run whole. ``args`` are the collective's after ``comm``."""
+    arena = _arena(comm, collective)
+    if status == _REFUSE:
+        {"all_reduce": all_reduce, "broadcast": broadcast, "all_gather": all_gather,
+         "barrier": barrier}[collective](comm, *args)
+    elif collective == "all_reduce":
+        _all_reduce_after(comm, arena, status, comm.sig, *args)
+    elif collective == "broadcast":
+        _broadcast_after(comm, arena, status, comm.sig, *args)
+    elif collective == "all_gather":
+        _gather_after(comm, arena, status, comm.sig, *args)
+    elif status == _MISMATCH:
+        _mismatch(arena, comm.sig)

@@ -28,6 +28,7 @@ from ..algorithms import signature
 from ..errors import (CollcommError, InvalidArgumentError, MismatchError, SignatureMismatchError,
                       with_context)
 from ..transport.base import ABORT_SIG, ANY_SOURCE, Handle, Status, Transport
+from . import fastpath
 from .plan import CallPlan
 from .recorder import observer_for
 from .work import Work
@@ -51,10 +52,12 @@ class call_timeout:
     def __enter__(self) -> "call_timeout":
         self._saved = getattr(_local, "timeout", None)
         _local.timeout = self.seconds
+        fastpath.timeout_scope(1)   # fast calls cannot see this thread's timeout: off meanwhile
         return self
 
     def __exit__(self, *exc: object) -> None:
         _local.timeout = self._saved
+        fastpath.timeout_scope(-1)
 
 
 def current_timeout(default: float) -> float:
@@ -77,6 +80,8 @@ def make_ctx(*parts: object) -> int:
 
 class _NonGroupMember:
     """What ``new_group`` returns on a rank that is not in the group (torch behaviour)."""
+
+    fast = None   # no fast call: the front ends take their regular path (which skips)
 
     def __repr__(self) -> str:
         return "NON_GROUP_MEMBER"
@@ -169,6 +174,11 @@ class GroupComm:
         self._group = group
         self.can_share_memory = group.can_share_memory
         self.spans_hosts, self.n_hosts, self.link = group.spans_hosts, group.n_hosts, group.link
+
+    @property
+    def hosts(self) -> list[str]:
+        """The host of each rank of the group, in rank order."""
+        return self._group.hosts
 
     def hierarchy(self) -> tuple["GroupComm", "GroupComm | None"]:
         """(this host's ranks of the group, the hosts' leaders or None if this rank is not
@@ -268,6 +278,8 @@ class ProcessGroup:
             self.size > 1 and all_shm and os.environ.get("COLLCOMM_ARENA", "1") != "0")
         self.plan = CallPlan(self.size, self.can_share_memory, self.n_hosts, self.link)
         self.observer = observer_for(self)   # flight recorder & co (None: all off)
+        # the fast call (core/fastpath.py): a group of one has it now, others with the arena
+        self.fast: Any = fastpath.attach(self) if self.size == 1 else None
 
     def __repr__(self) -> str:
         return f"ProcessGroup({self.name!r}, ranks={self.ranks}, rank={self.rank})"
@@ -337,6 +349,8 @@ class ProcessGroup:
         with self._lock:
             self._pending = [w for w in self._pending if not w.is_completed()]
             self._pending.append(work)
+            if self.fast is not None:
+                self.fast.paused = 1   # until drained: calls keep program order the regular way
             if self._worker is None:
                 self._worker = threading.Thread(target=self._work_loop, daemon=True,
                                                 name=f"collcomm-{self.name}")
@@ -359,6 +373,9 @@ class ProcessGroup:
             pending, self._pending = self._pending, []
         for w in pending:
             w._done.wait()
+        fast = self.fast
+        if fast is not None and not self._pending:
+            fast.paused = 0
 
     # -- the shared-memory arena ---------------------------------------------------------------
     def _get_arena(self, comm: GroupComm) -> Any:
@@ -385,6 +402,9 @@ class ProcessGroup:
             self._arena = arena_mod.build(self.size, self.rank, name, pids, self.ranks,
                                           comm._timeout or self.timeout, self.rank == 0,
                                           announce, wait_created)
+            self.fast = fastpath.attach(self, self._arena)
+            if self.fast is not None and self._pending:   # made inside an async call
+                self.fast.paused = 1
         return self._arena
 
     def _scratch(self, nbytes: int, slot: int) -> np.ndarray:
@@ -548,6 +568,9 @@ class ProcessGroup:
             return
         self.drain()
         self._closed = True
+        if self.fast is not None:
+            self.fast.close()
+            self.fast = None
         if self._worker is not None:
             self._queue.put(None)
             self._worker.join(timeout=5)

@@ -64,6 +64,7 @@ ENTERED, COMPLETED, FAILED = "entered", "completed", "failed"
 _SEQ_MASK = (1 << 35) - 1     # group.py: the low 35 bits of a collective's tag are its seq
 
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+PACKAGE_PREFIX = _PKG             # frames of files under it are collcomm's own
 _internal: dict[int, bool] = {}   # id(code object) -> it lies inside the collcomm package
 _codes: dict[int, Any] = {}       # id -> those code objects, kept alive so their ids stay theirs
 _perf = time.perf_counter

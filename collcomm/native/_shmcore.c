@@ -1258,6 +1258,9 @@ static PyTypeObject CoreType = {
     .tp_members = Core_members,
 };
 
+/* ------------------------------------------------------------------ the fast call */
+#include "_fastcall.c"
+
 /* ------------------------------------------------------------------ module functions */
 /* combine(code, acc, other): acc ⊕= other elementwise (the kernels, for tests) */
 static PyObject *mod_combine(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
@@ -1305,6 +1308,8 @@ static PyObject *mod_set_ties(PyObject *m, PyObject *args)
 static PyMethodDef module_methods[] = {
     {"combine", (PyCFunction)(void (*)(void))mod_combine, METH_FASTCALL,
      "combine(code, acc, other): acc = acc (op) other, elementwise, in place"},
+    {"timeout_scope", mod_timeout_scope, METH_O,
+     "timeout_scope(delta): call_timeout scopes opened/closed; returns how many are open"},
     {"set_ties", mod_set_ties, METH_VARARGS,
      "set_ties(f16, f32, f64): min/max of equal values keeps the second operand"},
     {NULL, NULL, 0, NULL},
@@ -1326,7 +1331,7 @@ PyMODINIT_FUNC PyInit__shmcore(void)
     s_phase = PyUnicode_InternFromString("phase");
     s_count = PyUnicode_InternFromString("count");
     s_check = PyUnicode_InternFromString("_check");
-    if (s_phase == NULL || s_count == NULL || s_check == NULL) {
+    if (s_phase == NULL || s_count == NULL || s_check == NULL || fast_module_init(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -13,7 +13,8 @@ reduce, barrier), ``--sizes 8,64,4K,256K`` (bytes per rank), ``--dtype float32``
 ``--layers``: where the time of one small all_reduce goes instead: an 8-byte float32
 all_reduce called back to back through each layer in turn (the functional API, the core's
 ``collectives.all_reduce``, the family function ``shm_direct.all_reduce``, the C call
-alone) and the arena's sync, native and Python, interleaved the same way.
+alone) and the arena's sync, native and Python, interleaved the same way. "native" is the
+fast call (collcomm/core/fastpath.py) and the C core; "python" pauses both.
 """
 from __future__ import annotations
 
@@ -25,6 +26,13 @@ from typing import Any, Callable
 import numpy as np
 
 from . import core as native_core
+
+
+def _switch(world: Any, arena: Any, core: Any, mode: str) -> None:
+    """Native (the fast call and the C core) or pure Python, on this rank."""
+    arena.native_core = core if mode == "native" else None
+    if world.fast is not None:
+        world.fast.paused = 0 if mode == "native" else 1
 
 
 def _size(text: str) -> int:
@@ -94,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
             for b in range(args.blocks):
                 for mode in ("native", "python") if b % 2 == 0 else ("python", "native"):
                     dist.barrier()
-                    arena.native_core = core if mode == "native" else None
+                    _switch(world, arena, core, mode)
                     for _ in range(5):
                         call()
                     dist.barrier()
@@ -102,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
                     for _ in range(args.iters):
                         call()
                     mine = np.array([(time.perf_counter() - t0) / args.iters * 1e6])
-                    arena.native_core = core
+                    _switch(world, arena, core, "native")
                     dist.all_reduce(mine, op=dist.ReduceOp.MAX)
                     times[mode].append(float(mine[0]))
             rows.append((op, nbytes, statistics.median(times["native"]), statistics.median(times["python"])))
@@ -126,8 +134,11 @@ def _layers(dist: Any, world: Any, arena: Any, core: Any, args: Any, me: int) ->
     fn = world.plan.reducer(dist.ReduceOp.SUM, x.dtype, "compare")[0]
     comm = GroupComm(world, 0, world.timeout, 0)
     code = native.code_for(fn, x.dtype)
+    fast = world.fast
     layers: list[tuple[str, Callable[[], Any], bool]] = [
         ("functional API  dist.all_reduce", lambda: dist.all_reduce(x), True),
+        ("fast call       Fast.all_reduce", lambda: fast.all_reduce(x, x, dist.ReduceOp.SUM, "all_reduce"),
+         False),
         ("core            collectives.all_reduce", lambda: collectives.all_reduce(world, x), True),
         ("family          shm_direct.all_reduce", lambda: shm_direct.all_reduce(comm, x, fn), True),
         ("C call          Core.all_reduce", lambda: core.all_reduce(arena, x, code, 1), False),
@@ -139,7 +150,7 @@ def _layers(dist: Any, world: Any, arena: Any, core: Any, args: Any, me: int) ->
         for b in range(args.blocks):
             for mode in (("native", "python") if b % 2 == 0 else ("python", "native")) if both else ("native",):
                 dist.barrier()
-                arena.native_core = core if mode == "native" else None
+                _switch(world, arena, core, mode)
                 for _ in range(20):
                     call()
                 dist.barrier()
@@ -147,7 +158,7 @@ def _layers(dist: Any, world: Any, arena: Any, core: Any, args: Any, me: int) ->
                 for _ in range(args.iters * 10):
                     call()
                 mine = np.array([(time.perf_counter() - t0) / (args.iters * 10) * 1e6])
-                arena.native_core = core
+                _switch(world, arena, core, "native")
                 dist.all_reduce(mine, op=dist.ReduceOp.MAX)
                 times[mode].append(float(mine[0]))
         rows.append((name, statistics.median(times["native"]),

@@ -1,0 +1,173 @@
+"""The fast call: a group's small collectives in one C call (collcomm/native/_fastcall.c).
+
+A front end offers each synchronous call to its group's ``fast`` object first::
+
+    fast = g.fast
+    if fast is not None and fast.all_reduce(send, recv, op, "all_reduce"):
+        return None                       # done, exactly as the regular path does it
+    ...                                   # else: the regular path (core/collectives.py)
+
+The C side does what :func:`collcomm.core.collectives.all_reduce` →
+:meth:`ProcessGroup.call` → :func:`collcomm.algorithms.shm_direct.all_reduce` do for a
+small call, without the Python frames: the group's next sequence number, the flight
+recorder's record (caller's file:line included), the full call signature, the native
+collective, ``done``. It returns ``None`` having done nothing whenever the call is not
+the plain case — then the regular path runs and raises every argument error with its text.
+
+This module builds a group's ``Fast`` (:func:`attach`) and answers its three questions
+(:class:`Hooks`): which kernel and signature an (op, dtype) pair has, what error to raise
+when the C call failed, and how to finish a call the C code handed back (a signature
+mismatch, a peer's buffer read in place).
+
+When a group gets one: the native core is built and ``COLLCOMM_FAST`` is not ``"0"``; the
+group is a group of one, or its arena runs on the native core; no tracing, stats, DETAIL
+checks or INFO logging are on (those take the observed path); and, per collective, the
+call plan picks ``shm_direct`` at every size up to the fast limit (so an
+``COLLCOMM_ALGO_*`` override keeps its algorithm). The group pauses it while
+asynchronous calls are pending and drops it when destroyed; any ``call_timeout`` scope
+sends every call the regular way.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from .. import native, ops
+from ..algorithms import shm_direct, signature
+from ..errors import CollcommError, InvalidArgumentError, with_context
+from ..transport.arena_layout import ONE_SHOT
+from . import recorder as recorder_mod
+
+#: the collectives of a Fast, in the order of native/_fastcall.c's FC_* codes
+COLLECTIVES = ("all_reduce", "broadcast", "barrier", "all_gather")
+#: the numpy dtype of each native dtype code (native._DTYPES; 14 is bfloat16, never taken)
+_DTYPES = [np.dtype(t) for t in ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32",
+                                 "int64", "uint64", "float16", "float32", "float64", "complex64",
+                                 "complex128")]
+#: the largest message a Fast takes (bytes): the one-shot size of the arena
+LIMIT = ONE_SHOT
+_SEQ_MASK = (1 << 35) - 1
+
+
+def enabled() -> bool:
+    return native.core is not None and os.environ.get("COLLCOMM_FAST", "1").strip() != "0"
+
+
+def timeout_scope(delta: int) -> None:
+    """A ``call_timeout`` scope opened (+1) or closed (-1) in some thread."""
+    if native.core is not None:
+        native.core.timeout_scope(delta)
+
+
+def _limit(group: Any, collective: str) -> int:
+    """The largest size (bytes) up to which the plan picks shm_direct for ``collective``
+    (0: never), checked per power-of-two size class."""
+    if group.size == 1:
+        return LIMIT
+    if collective == "barrier":
+        return 1 if group.plan.algorithm("barrier", 0) is shm_direct.barrier else 0
+    want = getattr(shm_direct, collective)
+    nbytes = 1
+    while nbytes <= LIMIT:
+        if group.plan.algorithm(collective, nbytes) is not want:
+            return 0
+        nbytes *= 2
+    return LIMIT
+
+
+def attach(group: Any, arena: Any = None) -> Any:
+    """``group``'s Fast (None when it cannot have one: see the module docstring)."""
+    obs = group.observer
+    if not enabled() or (obs is not None and obs.extra):
+        return None
+    core = None
+    if group.size > 1:
+        core = getattr(arena, "native_core", None)
+        if core is None:
+            return None
+    try:
+        limits = tuple(_limit(group, c) for c in COLLECTIVES)
+    except InvalidArgumentError:   # an unknown COLLCOMM_ALGO_* name: the regular path says so
+        return None
+    pkg = recorder_mod.PACKAGE_PREFIX
+    fast = native.core.Fast(
+        core=core, arena=arena, group=group, seq=group._seq, hooks=Hooks(group),
+        append=obs.append if obs is not None else None, observer=obs,
+        obs_index=obs.index if obs is not None else 0,
+        algo_ids=tuple(id(getattr(shm_direct, c)) for c in COLLECTIVES), pkg=pkg,
+        tag_base=group._tag_base, seq_mask=_SEQ_MASK,
+        plain_sigs=tuple(signature.make(c, None, 0, 0) for c in COLLECTIVES[:2])
+        + (signature.make("barrier"), signature.make("all_gather", None, 0, 0)),
+        dtype_sigs=tuple(signature.dtype_code(d) for d in _DTYPES) + (signature.dtype_code("bfloat16"),),
+        limits=limits, size=group.size, rank=group.rank)
+    return fast
+
+
+class Hooks:
+    """What the C fast call asks Python (see native/_fastcall.c)."""
+
+    __slots__ = ("group",)
+
+    def __init__(self, group: Any) -> None:
+        self.group = group
+
+    def learn(self, op: Any, dt: int) -> tuple[int, int]:
+        """(kernel code or -1, all_reduce signature base) of ``op`` on native dtype ``dt``;
+        -1 sends such calls the regular way (AVG, user functions, an op that does not fit
+        the dtype: the regular path raises that error)."""
+        if dt >= len(_DTYPES):
+            return -1, 0
+        dtype = _DTYPES[dt]
+        try:
+            rop = ops.ReduceOp.from_any(op)
+            if rop is ops.ReduceOp.AVG or rop.name not in native.OPS:
+                return -1, 0
+            fn, avg, op_name = self.group.plan.reducer(op, dtype, "all_reduce")
+        except (InvalidArgumentError, TypeError, ValueError):
+            return -1, 0
+        if avg:
+            return -1, 0
+        return native.code_for(fn, dtype), signature.make("all_reduce", dtype, 0, 0, op_name)
+
+    def _comm(self, tag: int, sig: int) -> Any:
+        from .group import GroupComm, current_timeout
+
+        g = self.group
+        return GroupComm(g, tag, current_timeout(g.timeout), sig)
+
+    def failed(self, exc: BaseException, rec: Any, name: str, tag: int, sig: int) -> BaseException:
+        """The error to raise for ``exc`` out of the C call (as ProcessGroup.call raises it)."""
+        if not isinstance(exc, CollcommError):
+            return exc
+        g = self.group
+        context = f"{name} on {g.describe()}"
+        if rec is not None and g.observer is not None:
+            err = g.observer.failed(rec, exc, self._comm(tag, sig), context)
+        else:
+            err = with_context(exc, context)
+        if err is not exc:
+            err.__cause__ = exc
+        return err
+
+    def finish(self, status: int, rec: Any, name: str, tag: int, sig: int, fc: int,
+               a: Any, b: Any, c: Any) -> None:
+        """Complete a call the C code handed back with ``status`` (shm_direct's statuses)."""
+        g = self.group
+        comm = self._comm(tag, sig)
+        collective = COLLECTIVES[fc]
+        try:
+            if collective == "all_reduce":
+                fn = g.plan.reducer(b, a.dtype, name)[0]
+                shm_direct.finish_native(comm, status, collective, a, fn)
+            elif collective == "broadcast":
+                shm_direct.finish_native(comm, status, collective, a, b)
+            elif collective == "all_gather":
+                shm_direct.finish_native(comm, status, collective, a, b)
+            else:
+                shm_direct.finish_native(comm, status, collective)
+        except CollcommError as exc:
+            raise self.failed(exc, rec, name, tag, sig) from exc
+        if rec is not None:
+            g.observer.done = rec

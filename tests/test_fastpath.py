@@ -1,0 +1,361 @@
+"""The fast call (collcomm/core/fastpath.py, collcomm/native/_fastcall.c).
+
+A front end's small call on numpy arrays runs as one C call; everything it does must be
+what the regular path does: the same results (bit for bit, every built-in op and numeric
+dtype), the same signature (a fast rank and a regular rank share a job), the same record
+in the flight recorder (with the caller's file:line), the same errors (a mismatch named on
+every rank, a timeout naming the missing rank and where it is) and no fast call where the
+regular path has something else to do (async pending, call_timeout, an algorithm chosen by
+COLLCOMM_ALGO_*, tracing, buffers it cannot take).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import pytest
+
+from collcomm import native
+from tests.harness import run_ranks
+
+pytestmark = pytest.mark.skipif(native.core is None, reason=f"native core: {native.reason}")
+
+OPS = ["SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "LAND", "LOR", "LXOR", "AVG"]
+DTYPES = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+          "float16", "float32", "float64", "complex64", "complex128"]
+
+
+def _world() -> Any:
+    from collcomm.core import runtime
+
+    return runtime.get_world("test")
+
+
+def _calls() -> int:
+    fast = _world().fast
+    return -1 if fast is None else fast.calls
+
+
+def _every_op_and_dtype() -> dict[str, Any]:
+    """all_reduce of every (op, dtype) through the API, 3 and 7 elements; the results' bytes."""
+    import collcomm as dist
+    from collcomm.errors import InvalidArgumentError
+
+    me = dist.get_rank()
+    rng = np.random.default_rng(1234 + me)
+    out: dict[str, Any] = {}
+    for dt in DTYPES:
+        for op in OPS:
+            for count in (3, 7):
+                raw = rng.integers(-3, 4, size=count) if dt != "bool" else rng.integers(0, 2, size=count)
+                x = raw.astype(dt)
+                if dt.startswith("complex"):
+                    x = x + 1j * x[::-1]
+                try:
+                    dist.all_reduce(x, op=getattr(dist.ReduceOp, op))
+                except InvalidArgumentError as exc:
+                    out[f"{dt}-{op}-{count}"] = f"refused: {exc.kind}"
+                    continue
+                out[f"{dt}-{op}-{count}"] = x.tobytes().hex()
+    # the other fast collectives
+    b = np.arange(5, dtype=np.int64) * (me + 1)
+    dist.broadcast(b, src=1)
+    g = np.empty(3 * dist.get_world_size(), np.float32)
+    dist.all_gather_into_tensor(g, np.full(3, me, np.float32))
+    dist.barrier()
+    out["broadcast"] = b.tolist()
+    out["all_gather"] = g.tolist()
+    out["fast_calls"] = _calls()
+    return out
+
+
+@pytest.mark.timeout(240)
+def test_fast_and_regular_ranks_compute_the_same_bits() -> None:
+    """Rank 0 regular path (COLLCOMM_FAST=0), rank 1 the fast call, rank 2 the regular path
+    too; then every rank fast. Same bytes everywhere, no mismatch between the two paths."""
+    mixed = run_ranks(_every_op_and_dtype, 3, transport="shm", timeout=180,
+                      rank_env={0: {"COLLCOMM_FAST": "0"}, 2: {"COLLCOMM_FAST": "0"}})
+    fast = run_ranks(_every_op_and_dtype, 3, transport="shm", timeout=180)
+    assert mixed[0]["fast_calls"] == -1 and mixed[1]["fast_calls"] > 0
+    for r in range(3):
+        calls_m, calls_f = mixed[r].pop("fast_calls"), fast[r].pop("fast_calls")
+        assert calls_f > 100, calls_f          # every rank ran most calls fast
+        assert mixed[r] == mixed[0]
+        assert fast[r] == mixed[0]
+    assert mixed[0]["broadcast"] == [0, 2, 4, 6, 8]
+    assert mixed[0]["all_gather"] == [0.0] * 3 + [1.0] * 3 + [2.0] * 3
+
+
+def _taken_or_not() -> dict[str, Any]:
+    import collcomm as dist
+
+    me = dist.get_rank()
+    x = np.ones(4, np.float32)
+    dist.all_reduce(x)                      # builds the arena, then the fast call exists
+    seen: dict[str, Any] = {}
+
+    def taken(name: str, call: Any) -> None:
+        before = _calls()
+        call()
+        seen[name] = _calls() > before
+
+    taken("plain", lambda: dist.all_reduce(x))
+    taken("avg", lambda: dist.all_reduce(x, op=dist.ReduceOp.AVG))
+    taken("ufunc", lambda: dist.all_reduce(x, op=np.maximum))      # is MAX: taken
+    taken("user op", lambda: dist.all_reduce(x, op=lambda a, b: np.maximum(a, b)))
+    taken("longdouble", lambda: dist.all_reduce(np.ones(2, np.longdouble)))
+    taken("large", lambda: dist.all_reduce(np.ones(1 << 15, np.float32)))
+    taken("algorithm", lambda: dist.all_reduce(x, algorithm="ring"))
+    with dist.call_timeout(30):
+        taken("call_timeout", lambda: dist.all_reduce(x))
+    taken("after call_timeout", lambda: dist.all_reduce(x))
+    w = dist.all_reduce(np.ones(2), async_op=True)
+    taken("async pending", lambda: dist.all_reduce(x))
+    w.wait()
+    taken("after drain", lambda: dist.all_reduce(x))
+    sub = dist.new_group([0, 1])
+    y = np.full(2, me + 1.0)
+    dist.broadcast(y, src=1, group=sub)     # a subgroup: no fast broadcast (src is global)
+    dist.all_reduce(y, group=sub)
+    seen["subgroup fast"] = sub.fast is not None and sub.fast.calls > 0
+    seen["subgroup result"] = y.tolist()
+    seen["x"] = x.tolist()
+    return seen
+
+
+@pytest.mark.timeout(120)
+def test_what_takes_the_fast_call() -> None:
+    res = run_ranks(_taken_or_not, 2, transport="shm", timeout=90)
+    for seen in res:
+        assert seen["plain"] and seen["after call_timeout"] and seen["after drain"], seen
+        assert seen["ufunc"], seen
+        for name in ("avg", "user op", "longdouble", "large", "algorithm", "call_timeout",
+                     "async pending"):
+            assert seen[name] is False, (name, seen)
+        assert seen["subgroup fast"] and seen["subgroup result"] == [4.0, 4.0]
+    assert res[0]["x"] == res[1]["x"]
+
+
+def _algo_override() -> Any:
+    import collcomm as dist
+
+    x = np.ones(3)
+    dist.all_reduce(x)
+    dist.all_reduce(x)
+    b = np.ones(3)
+    dist.broadcast(b, src=0)   # the group's first arena call: builds it (regular path)
+    dist.broadcast(b, src=0)   # fast
+    return {"calls": _calls(), "x": x.tolist()}
+
+
+@pytest.mark.timeout(120)
+def test_an_algorithm_override_keeps_its_algorithm() -> None:
+    # COLLCOMM_ALGO_ALL_REDUCE=ring: all_reduce goes the regular way (ring), broadcast fast
+    res = run_ranks(_algo_override, 2, transport="shm", timeout=60,
+                    env={"COLLCOMM_ALGO_ALL_REDUCE": "ring"})
+    assert [r["x"] for r in res] == [[4.0] * 3] * 2
+    assert [r["calls"] for r in res] == [1, 1]
+
+
+def _observed() -> Any:
+    import collcomm as dist
+
+    dist.all_reduce(np.ones(2))
+    return _world().fast is None
+
+
+@pytest.mark.timeout(120)
+def test_tracing_takes_the_observed_path(tmp_path: Any) -> None:
+    assert run_ranks(_observed, 2, transport="shm", timeout=60,
+                     env={"COLLCOMM_TRACE": str(tmp_path)}) == [True, True]
+
+
+def _recorded() -> Any:
+    import collcomm as dist
+    from collcomm.core import recorder
+
+    x = np.ones(2, np.float32)
+    dist.all_reduce(x)
+    before = _calls()
+    dist.all_reduce(x)                                  # the line recorded
+    rec = recorder.recorder()
+    entries = [rec.entry(r, 0.0, 0.0) for r in rec.records()]
+    return {"fast": _calls() - before, "last": entries[-1], "prev": entries[-2]}
+
+
+@pytest.mark.timeout(120)
+def test_the_flight_recorder_sees_fast_calls() -> None:
+    res = run_ranks(_recorded, 2, transport="shm", timeout=60)
+    for out in res:
+        assert out["fast"] == 1
+        last = out["last"]
+        assert last["op"] == "all_reduce" and last["state"] == "completed", last
+        assert last["call"] == "all_reduce(float32[2], op=SUM)", last
+        assert last["seq"] == out["prev"]["seq"] + 1
+        assert last["algorithm"] == "shm_direct"
+        assert last["where"].endswith("test_fastpath.py:" + str(_line_of("# the line recorded"))), last
+
+
+def _line_of(marker: str) -> int:
+    with open(__file__) as f:
+        for i, line in enumerate(f, 1):
+            if marker in line and "_line_of" not in line:
+                return i
+    raise AssertionError(marker)
+
+
+def _mismatched(kind: str) -> Any:
+    import collcomm as dist
+    from collcomm.errors import MismatchError
+
+    me = dist.get_rank()
+    dist.all_reduce(np.ones(2))
+    if kind == "dtype":
+        x = np.ones(4, np.float32 if me == 0 else np.int32)
+    elif kind == "count":
+        x = np.ones(4 + me)
+    else:
+        x = np.ones(4)
+    try:
+        if kind == "op":
+            dist.all_reduce(x, op=dist.ReduceOp.SUM if me == 0 else dist.ReduceOp.MAX)
+        elif kind == "collective":
+            if me == 0:
+                dist.all_reduce(x)
+            else:
+                dist.broadcast(x, src=0)
+        else:
+            dist.all_reduce(x)
+    except MismatchError as exc:
+        return str(exc)
+    return "no error"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["dtype", "count", "op", "collective"])
+@pytest.mark.parametrize("mixed", [False, True])
+def test_a_mismatch_is_named_on_every_rank(kind: str, mixed: bool) -> None:
+    rank_env = {0: {"COLLCOMM_FAST": "0"}} if mixed else None
+    res = run_ranks(_mismatched, 2, kind, transport="shm", timeout=60, rank_env=rank_env)
+    for text in res:
+        assert "rank 0" in text and "rank 1" in text, text
+        assert "all_reduce" in text, text
+
+
+def _one_skips() -> Any:
+    import time
+
+    import collcomm as dist
+    from collcomm.errors import CommTimeoutError
+
+    x = np.ones(2)
+    dist.all_reduce(x)
+    if dist.get_rank() == 1:
+        dist.all_reduce(x)   # the last call rank 1 makes
+        time.sleep(8)        # then it never enters the next one
+        return "slept"
+    dist.all_reduce(x)
+    try:
+        dist.all_reduce(x)   # the waiting call: #3
+    except CommTimeoutError as exc:
+        return str(exc)
+    return "no error"
+
+
+@pytest.mark.timeout(120)
+def test_a_timeout_names_the_missing_rank_and_its_line() -> None:
+    res = run_ranks(_one_skips, 2, transport="shm", timeout=90, env={"COLLCOMM_TIMEOUT": "3"})
+    text = res[0]
+    assert res[1] == "slept"
+    assert "timed out" in text and "all_reduce" in text, text
+    assert "rank 1" in text, text
+    line = _line_of("# the last call rank 1 makes")
+    assert f"test_fastpath.py:{line}" in text, text
+
+
+def _world_of_one() -> Any:
+    import collcomm as dist
+
+    fast = _world().fast
+    x = np.arange(4.0)
+    dist.all_reduce(x)
+    out = np.zeros(3, np.int16)
+    dist.all_gather_into_tensor(out, np.array([1, 2, 3], np.int16))
+    dist.broadcast(x, src=0)
+    dist.barrier()
+    return {"calls": fast.calls, "x": x.tolist(), "out": out.tolist()}
+
+
+@pytest.mark.timeout(60)
+def test_a_world_of_one_has_it_too() -> None:
+    (res,) = run_ranks(_world_of_one, 1, timeout=30)
+    assert res == {"calls": 4, "x": [0.0, 1.0, 2.0, 3.0], "out": [1, 2, 3]}
+
+
+def _bad_input() -> Any:
+    import collcomm as dist
+    from collcomm.errors import InvalidArgumentError
+
+    dist.all_reduce(np.ones(2))
+    texts = []
+    for call in (lambda: dist.all_reduce(np.ones(4)[::2]),
+                 lambda: dist.all_gather_into_tensor(np.ones(3), np.ones(2)),
+                 lambda: dist.broadcast(np.ones(2), src=5),
+                 lambda: dist.all_reduce(np.ones(2), op=dist.ReduceOp.BAND)):
+        try:
+            call()
+            texts.append("no error")
+        except (InvalidArgumentError, ValueError) as exc:
+            texts.append(str(exc))
+    x = np.ones(2)
+    dist.all_reduce(x)      # the ranks still agree on their sequence
+    return texts + [x.tolist()]
+
+
+@pytest.mark.timeout(120)
+def test_bad_input_still_gets_the_regular_errors() -> None:
+    res = run_ranks(_bad_input, 2, transport="shm", timeout=60)
+    for texts in res:
+        assert all(t != "no error" for t in texts[:4]), texts
+        assert "contiguous" in texts[0] or "stride" in texts[0], texts[0]
+        assert "src" in texts[2] or "rank" in texts[2], texts[2]
+        assert "BAND" in texts[3] and "float64" in texts[3], texts[3]
+        assert texts[4] == [2.0, 2.0]
+
+
+def _mpi_fast() -> Any:
+    from collcomm import MPI
+
+    comm = MPI.COMM_WORLD
+    me = comm.Get_rank()
+    a = np.full(3, me + 1.0)
+    r = np.empty(3)
+    comm.Allreduce(a, r, op=MPI.MAX)
+    comm.Allreduce(MPI.IN_PLACE, a, op=MPI.SUM)
+    b = np.arange(4, dtype=np.int32) if me == 0 else np.zeros(4, np.int32)
+    comm.Bcast(b, root=0)
+    g = np.empty(2 * comm.Get_size(), np.int64)
+    comm.Allgather(np.array([me, me], np.int64), g)
+    comm.Barrier()
+    return {"r": r.tolist(), "a": a.tolist(), "b": b.tolist(), "g": g.tolist(), "calls": _calls()}
+
+
+@pytest.mark.timeout(120)
+def test_mpi_front_end_takes_it() -> None:
+    res = run_ranks(_mpi_fast, 2, transport="shm", timeout=60)
+    for out in res:
+        assert out["r"] == [2.0] * 3 and out["a"] == [3.0] * 3
+        assert out["b"] == [0, 1, 2, 3] and out["g"] == [0, 0, 1, 1]
+        assert out["calls"] >= 4, out
+
+
+def test_without_the_native_core_there_is_none() -> None:
+    import subprocess
+    import sys
+
+    code = ("import collcomm.core.fastpath as f, collcomm.native as n; "
+            "print(n.core is None, f.enabled())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, COLLCOMM_NATIVE="0"))
+    assert out.stdout.split() == ["True", "False"], out.stderr
