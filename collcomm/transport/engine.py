@@ -13,7 +13,15 @@ hosts). The engine owns what is common to all of them:
   see only messages no posted receive has claimed; ``block=True`` waits for one (with the
   same timeout and liveness checks as a receive);
 * waiting: spin on the progress loop briefly, then yield the CPU, then block on the
-  request's event with a growing sleep (50 µs up to 2 ms), so 4 ranks on 2 cores still run;
+  request's event with a growing sleep (50 µs up to 2 ms), so 4 ranks on 2 cores still run.
+  A request polling cannot complete (one with a TCP peer; or any request when no channel
+  needs polling) is not spun for: spinning would hold the GIL that TCP's I/O thread needs
+  to land the message (it gets it only at the next switch interval or ``time.sleep(0)``,
+  whose timer slack is about 50 µs). The waiter of a receive of up to ``DRIVE_MAX``
+  bytes runs TCP's selector itself (``Channel.drive``, see tcp.TcpHub.drive), so the
+  message lands on the waiting thread; other waiters (a send, a larger receive, a second
+  thread while one drives) block on the request's event, TCP's I/O thread landing it.
+  The shared-memory channels, if any, are still polled in between (50 µs up to 2 ms);
 * failure: a channel that loses its peer fails every pending operation with that peer,
   later operations with it fail at once, and every wait checks the peer's liveness at
   least every 100 ms, so nobody waits on a dead rank for more than about a second.
@@ -26,7 +34,9 @@ Lock order of the transport (a lock may be taken while holding the ones before i
 the other way round; "leaf": nothing else is taken while holding it):
 
     ShmChannel.send_lock  →  ShmChannel.poll_lock (only tried, never waited for)  →  Engine._lock (leaf)
-    TcpChannel.lock (leaf)     TcpHub.wlock (leaf)     Heap._lock (leaf)
+    TcpHub.io (the selector's holder: the I/O thread or a waiting caller; taken holding no
+    other lock)  →  TcpChannel.lock (leaf), TcpHub.wlock (leaf), Engine._lock (leaf)
+    Heap._lock (leaf)
 
 ``Engine._lock`` guards the posted and unexpected lists and ``lost``. Nothing is called
 under it but list edits and copying an early message aside: requests are completed or
@@ -51,6 +61,9 @@ SPIN_ROUNDS = 200
 YIELD_ROUNDS = 50
 SLEEP_MIN, SLEEP_MAX = 50e-6, 2e-3
 LIVENESS_PERIOD = 0.1
+#: The largest receive whose waiter runs TCP's selector itself (``_block``); a larger one
+#: waits for TCP's I/O thread, which then reads it while the caller is busy elsewhere.
+DRIVE_MAX = 256 << 10
 
 
 class Payload(Protocol):
@@ -178,6 +191,10 @@ class Engine(Transport):
         self._unexpected: list[Incoming] = []
         self._inflight: dict[int, Any] = {}     # source -> token of the body being read (arriving..landed)
         self._polled: list[Channel] = []        # channels that need polling (shared memory)
+        self._polled_peers: set[int] = set()    # their peers
+        self._drive: Any = None                  # runs TCP's selector on a waiting thread
+        self._nudge: Any = None                  # ends that thread's select (see _completed_off_selector)
+        self._resume: Any = None                 # has TCP's I/O thread take over (a wait that does not drive)
         self._aborted: BaseException | None = None
         self._closed = False
         self._news = threading.Event()          # set when a message joins the unexpected list
@@ -187,6 +204,11 @@ class Engine(Transport):
         self.channels[channel.peer] = channel
         if polled:
             self._polled.append(channel)
+            self._polled_peers.add(channel.peer)
+        elif self._drive is None and hasattr(channel, "drive"):
+            self._drive = channel.drive   # one hub serves every TCP channel
+            self._nudge = channel.nudge
+            self._resume = channel.resume
 
     def kinds(self) -> dict[int, str]:
         """Which channel kind serves each peer (for diagnostics and tests)."""
@@ -200,6 +222,7 @@ class Engine(Transport):
         if dst == self.rank:
             self.arrived(self.rank, tag, len(buf), _Bytes(bytes(buf)), sig)
             req.complete(dst, len(buf))
+            self._completed_off_selector()
             return req
         self._check_peer(dst)
         lost = self.lost.get(dst)
@@ -258,6 +281,8 @@ class Engine(Transport):
         start = time.monotonic()
         next_check = start + LIVENESS_PERIOD
         rounds, sleep = 0, SLEEP_MIN
+        # only another thread (TCP's) can bring it: block on the news rather than spin
+        blocking = not self._polled or (src != ANY_SOURCE and src not in self._polled_peers)
         while True:
             self._news.clear()
             self.progress()
@@ -272,9 +297,17 @@ class Engine(Transport):
                 return None
             self._check_open()
             rounds += 1
-            if rounds < SPIN_ROUNDS:
+            if blocking:
+                if self._polled:
+                    until = min(time.monotonic() + sleep, next_check)
+                    sleep = min(sleep * 2, SLEEP_MAX)
+                else:
+                    until = next_check
+                if self._drive is None or not self._drive(until, self._news.is_set):
+                    self._news.wait(max(0.0, until - time.monotonic()))
+            elif rounds < SPIN_ROUNDS:
                 continue
-            if rounds < SPIN_ROUNDS + YIELD_ROUNDS:
+            elif rounds < SPIN_ROUNDS + YIELD_ROUNDS:
                 os.sched_yield()
                 time.sleep(0)
             else:
@@ -322,7 +355,14 @@ class Engine(Transport):
                 self._posted.remove(req)  # type: ignore[arg-type]
         if withdrawn:
             req.fail(ClosedError(f"rank {self.rank}: the {req.describe()} was cancelled"))  # type: ignore[attr-defined]
+            self._completed_off_selector()
         return withdrawn
+
+    def _completed_off_selector(self) -> None:
+        """A receive may have completed on this thread while another one waits for it in
+        TCP's selector (``_block``): wake that one now rather than at its next check."""
+        if self._nudge is not None:
+            self._nudge()
 
     def abort(self, exc: BaseException) -> None:
         with self._lock:
@@ -483,6 +523,8 @@ class Engine(Transport):
     def wait(self, req: Request, timeout: float | None, watch: Sequence[int] = ()) -> None:
         """Spin, then yield, then sleep on the request's event until it is done.
 
+        A request polling cannot complete (see :meth:`_completed_elsewhere`) is not spun
+        for: the waiter runs TCP's selector itself or blocks on its event (:meth:`_block`).
         Every 100 ms the peer (and the ranks in ``watch``: the other members of a
         collective's group) are checked; the peer lost, or a watched rank crashed (lost
         without leaving cleanly: it cannot finish its part), fails the request.
@@ -490,6 +532,9 @@ class Engine(Transport):
         limit = self.timeout if timeout is None else timeout
         start = time.monotonic()
         next_check = start + LIVENESS_PERIOD
+        if self._completed_elsewhere(req):
+            self._block(req, limit, start, next_check, watch)
+            return
         rounds = 0
         sleep = SLEEP_MIN
         progress, event = self.progress, req.event
@@ -506,6 +551,49 @@ class Engine(Transport):
             else:
                 event.wait(sleep)
                 sleep = min(sleep * 2, SLEEP_MAX)
+            now = time.monotonic()
+            if now >= next_check:
+                next_check = now + LIVENESS_PERIOD
+                self._check_liveness(req, watch)
+                if now - start > limit and not req.done:
+                    self._time_out(req, limit)
+
+    def _completed_elsewhere(self, req: Request) -> bool:
+        """Whether polling cannot complete ``req``: its peer's channel is not polled (TCP),
+        or no channel is."""
+        return not self._polled or (req.peer != ANY_SOURCE and req.peer not in self._polled_peers)
+
+    def _block(self, req: Request, limit: float, start: float, next_check: float,
+               watch: Sequence[int]) -> None:
+        """Wait for a request polling cannot complete without spinning: a receive of up to
+        ``DRIVE_MAX`` bytes runs TCP's selector on this thread (the message lands here);
+        otherwise, or when another thread drives the selector, block on the request's
+        event (the GIL free for the thread that lands it; TCP's I/O thread is told to take
+        over at once). The shared-memory channels, if any, are still polled in
+        between (50 µs up to 2 ms), and the liveness and timeout checks run every
+        ``LIVENESS_PERIOD`` as in :meth:`wait`."""
+        event, polled = req.event, bool(self._polled)
+        drive = self._drive if req.kind == "recv" and len(req.buf) <= DRIVE_MAX else None
+
+        def ready() -> bool:
+            return req.done
+
+        sleep = SLEEP_MIN
+        while not req.done:
+            if polled:
+                self.progress()
+                if req.done:
+                    return
+                until = min(time.monotonic() + sleep, next_check)
+                sleep = min(sleep * 2, SLEEP_MAX)
+            else:
+                until = next_check
+            if drive is None or not drive(until, ready):
+                if drive is None and self._resume is not None:
+                    self._resume()
+                event.wait(max(0.0, until - time.monotonic()))
+            if req.done:
+                return
             now = time.monotonic()
             if now >= next_check:
                 next_check = now + LIVENESS_PERIOD

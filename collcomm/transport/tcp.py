@@ -3,7 +3,12 @@
 Each pair of ranks shares one connection: the higher rank connects to the lower one's
 listener during the rendezvous, both prove they belong to the job (``auth.authenticate``)
 and the connector says which rank it is. After that every socket is non-blocking and one
-I/O thread per process (the *hub*) drives them all with a selector:
+I/O thread per process (the *hub*) drives them all with a selector, except while a caller
+waits for a receive (:meth:`TcpHub.drive`): then the waiting thread runs the same selector
+steps itself and lands the messages on its own thread, and the I/O thread stands aside
+until no caller has driven for ``ASIDE`` seconds. A thread blocked in ``Event.wait`` for
+the I/O thread to land a message, and the GIL passed back and forth between them, cost
+several thread wake-ups per message (docs/tcp-small-messages.md):
 
 * a frame is a 24-byte header (tag, nbytes, kind) and a body; DATA bodies are read
   straight into the posted receive buffer when one is waiting (else aside, until posted);
@@ -22,8 +27,13 @@ Locks, and the rule for failures (a socket error can strike on any thread that w
   to its socket. It is a leaf: a thread holding it takes no other lock and calls nothing
   outside the channel (no request, no hub, no engine).
 * ``TcpHub.wlock`` guards the hub's hand-over lists (channels to flush, sockets to
-  retire). A leaf too, never held together with a channel's lock.
-* The selector and the sockets' closing belong to the I/O thread (inline only while it
+  retire) and the count of driving callers. A leaf too, never held together with a
+  channel's lock.
+* ``TcpHub.io`` is held by whichever thread runs the selector: the I/O thread, or a caller
+  in :meth:`TcpHub.drive`. It is the outermost lock: taken only by a thread that holds no
+  other lock, and its holder takes the others (a channel's lock, ``wlock``, the engine's)
+  one at a time, as the I/O thread always did. The selector, the reading state of every
+  channel and the sockets' closing belong to its holder (inline only while the I/O thread
   does not run).
 
 A failure is *recorded* under the channel's lock (``closed`` set, the error kept, the
@@ -42,7 +52,7 @@ import socket
 import struct
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..rendezvous.auth import authenticate
 from ..rendezvous.tcp_server import Responder, accept_some, interface_address
@@ -57,6 +67,7 @@ HELLO = struct.Struct("<II")      # rank, protocol version
 MAX_BODY = 1 << 48                # a frame announcing more is malformed (not a message size)
 PROTOCOL = 1
 HEARTBEAT_INTERVAL = 1.0
+ASIDE = 1e-3                      # the I/O thread stays aside this long after a caller drove
 HANDSHAKE_TIMEOUT = 10.0          # an accepted connection must authenticate and say HELLO within this
 MAX_PENDING = 256                 # handshakes in progress at once (the oldest goes for a new one)
 
@@ -252,6 +263,20 @@ class TcpChannel:
     def check_alive(self) -> None:
         """The hub notices failures by itself; nothing to probe here."""
 
+    def drive(self, until: float, ready: Callable[[], bool]) -> bool:
+        """Run the hub's selector on the calling thread (see :meth:`TcpHub.drive`)."""
+        return self.hub.drive(until, ready)
+
+    def resume(self) -> None:
+        """A caller waits without driving: have the I/O thread take over (TcpHub.resume)."""
+        self.hub.resume()
+
+    def nudge(self) -> None:
+        """A request was completed off the selector (a self-send, a cancel): end the
+        driving caller's select, so that it sees it now."""
+        if self.hub.driver is not None:
+            self.hub._wake()
+
     def close(self, linger: float = 10.0) -> None:
         """Closing one channel closes the hub's connections together (after flushing)."""
         self.hub.close(linger)
@@ -285,6 +310,16 @@ class TcpHub:
         self.thread: threading.Thread | None = None
         self.running = False
         self.closed = False
+        # the selector's holder (see the module docstring); ``driver``: the caller thread
+        # that holds it, if one does; ``callers`` (under ``wlock``): callers driving or about to
+        self.io = threading.Lock()
+        self.owner: int | None = None
+        self.driver: int | None = None
+        self.callers = 0
+        self.last_drive = 0.0
+        self.next_tick = 0.0
+        self.aside = False               # the I/O thread waits on ``resumed`` (diagnostics)
+        self.resumed = threading.Event()
 
     # -- setup ---------------------------------------------------------------------------
     def listen(self, host: str = "0.0.0.0") -> int:
@@ -431,6 +466,13 @@ class TcpHub:
         with self.wlock:
             self.writers.add(ch)
         self._wake()
+        self.resume()
+
+    def resume(self) -> None:
+        """End the I/O thread's time aside now (a send waits for the socket, or a caller
+        waits without driving): unless a caller drives, the I/O thread takes over at once."""
+        if self.driver is None:
+            self.resumed.set()
 
     def _wake(self) -> None:
         try:
@@ -439,45 +481,108 @@ class TcpHub:
             pass
 
     def _loop(self) -> None:
-        next_tick = time.monotonic() + 0.25
+        self.next_tick = time.monotonic() + 0.25
         while self.running:
+            # a caller drives the selector, or did a moment ago and likely soon will again:
+            # stay aside (``resume`` ends it early when the hub is needed meanwhile)
+            if self.callers or (time.monotonic() - self.last_drive < ASIDE
+                                and not self.resumed.is_set()):
+                self.aside = True
+                self.resumed.wait(ASIDE)
+                self.aside = False
+                if self.callers:
+                    self.resumed.clear()
+                continue
+            if not self.io.acquire(blocking=False):
+                time.sleep(ASIDE)
+                continue
+            self.resumed.clear()
             try:
-                events = self.sel.select(timeout=0.25)
-            except OSError:
-                break
-            for key, mask in events:
-                ch = key.data
-                if ch is None:
-                    try:
-                        while self.wake_r.recv(4096):
-                            pass
-                    except (BlockingIOError, OSError):
-                        pass
+                if self.callers:
                     continue
-                try:
-                    if mask & selectors.EVENT_READ and not ch.closed:
-                        ch.on_readable()
-                    if mask & selectors.EVENT_WRITE and not ch.closed:
-                        ch.flush()
-                        self._interest(ch)
-                except Exception as exc:  # noqa: BLE001 - one broken peer never stops the hub
-                    self.fail(ch, f"rank {ch.peer} sent what rank {self.engine.rank} cannot take "
-                                  f"({type(exc).__name__}: {exc}); connection closed", exc)
+                self.owner = threading.get_ident()
+                if not self._step(0.25):
+                    break
+            finally:
+                self.owner = None
+                self.io.release()
+
+    def drive(self, until: float, ready: Callable[[], bool]) -> bool:
+        """Run the selector steps on the calling thread (a caller waiting for a message)
+        until ``ready()`` or the monotonic time ``until``: the messages land on this
+        thread, with no hand-off from the I/O thread (which stands aside meanwhile).
+
+        False, having waited for nothing, when it cannot: the hub does not run, this
+        thread already holds the selector, or another caller drives it (its steps land
+        this caller's messages too; wait on the request's event instead).
+        """
+        me = threading.get_ident()
+        if not self.running or self.thread is None or self.owner == me or self.driver is not None:
+            return False
+        with self.wlock:
+            self.callers += 1
+        try:
+            if not self.io.acquire(blocking=False):
+                self._wake()       # the I/O thread is in select: it lets go after this step
+                if not self.io.acquire(timeout=max(0.0, until - time.monotonic())):
+                    return True
+            try:
+                self.owner = self.driver = me
+                while self.running and not ready():
+                    left = until - time.monotonic()
+                    if left <= 0 or not self._step(left):
+                        break
+            finally:
+                self.owner = self.driver = None
+                self.last_drive = time.monotonic()
+                self.io.release()
+        finally:
             with self.wlock:
-                writers, self.writers = self.writers, set()
-                retiring, self.retiring = self.retiring, []
-            for ch in retiring:
-                self._drop(ch)
-            for ch in writers:
-                if not ch.closed:
+                self.callers -= 1
+        return True
+
+    def _step(self, timeout: float) -> bool:
+        """One round of the selector (``io`` held): read and write what is ready, act on
+        the hand-over lists, send heartbeats and notice silent peers. False once the
+        selector is closed."""
+        try:
+            events = self.sel.select(timeout=timeout)
+        except (OSError, ValueError):
+            return False
+        for key, mask in events:
+            ch = key.data
+            if ch is None:
+                try:
+                    while self.wake_r.recv(4096):
+                        pass
+                except (BlockingIOError, OSError):
+                    pass
+                continue
+            try:
+                if mask & selectors.EVENT_READ and not ch.closed:
+                    ch.on_readable()
+                if mask & selectors.EVENT_WRITE and not ch.closed:
                     ch.flush()
                     self._interest(ch)
-            now = time.monotonic()
-            if now >= next_tick:
-                next_tick = now + 0.25
-                for ch in list(self.channels.values()):
-                    if not ch.closed:
-                        ch.tick(now)
+            except Exception as exc:  # noqa: BLE001 - one broken peer never stops the hub
+                self.fail(ch, f"rank {ch.peer} sent what rank {self.engine.rank} cannot take "
+                              f"({type(exc).__name__}: {exc}); connection closed", exc)
+        with self.wlock:
+            writers, self.writers = self.writers, set()
+            retiring, self.retiring = self.retiring, []
+        for ch in retiring:
+            self._drop(ch)
+        for ch in writers:
+            if not ch.closed:
+                ch.flush()
+                self._interest(ch)
+        now = time.monotonic()
+        if now >= self.next_tick:
+            self.next_tick = now + 0.25
+            for ch in list(self.channels.values()):
+                if not ch.closed:
+                    ch.tick(now)
+        return True
 
     def _interest(self, ch: TcpChannel) -> None:
         mask = selectors.EVENT_READ | (selectors.EVENT_WRITE if ch.queue else 0)
@@ -502,10 +607,11 @@ class TcpHub:
         self.engine.peer_lost(ch.peer, failure.error, crashed=failure.crashed)
 
     def _retire(self, ch: TcpChannel) -> None:
-        """Have ``ch``'s socket unregistered and closed by the I/O thread (which owns the
-        selector), or here when that thread is not running or is this one."""
+        """Have ``ch``'s socket unregistered and closed by the selector's holder (the I/O
+        thread, or a driving caller), or here when the I/O thread is not running or this
+        thread holds the selector."""
         thread = self.thread
-        if thread is None or thread is threading.current_thread() or not self.running:
+        if thread is None or self.owner == threading.get_ident() or not self.running:
             self._drop(ch)
             return
         with self.wlock:
@@ -541,6 +647,19 @@ class TcpHub:
         if self.thread is not None and self.thread is not threading.current_thread():
             self.thread.join(timeout=2)
         self.thread = None
+        # a caller driving the selector lets go after its step (the wake above ends it)
+        held = self.owner != threading.get_ident() and self.io.acquire(timeout=2)
+        try:
+            leftover = self._close_all()
+        finally:
+            if held:
+                self.io.release()
+        for req in leftover:   # sends whose bytes never left (linger ran out)
+            req.fail(ClosedError(f"rank {self.engine.rank}: transport closed before the "
+                                 f"{req.describe()} went out"))
+
+    def _close_all(self) -> list["Request"]:
+        """Close every socket and the selector; return the sends still queued."""
         leftover: list["Request"] = []
         for ch in list(self.channels.values()):
             with ch.lock:
@@ -555,6 +674,4 @@ class TcpHub:
         if self.listener is not None:
             self.listener.close()
             self.listener = None
-        for req in leftover:   # sends whose bytes never left (linger ran out)
-            req.fail(ClosedError(f"rank {self.engine.rank}: transport closed before the "
-                                 f"{req.describe()} went out"))
+        return leftover
