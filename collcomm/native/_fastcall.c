@@ -60,6 +60,7 @@ typedef struct {
     Py_ssize_t limit[N_FC];     /* the largest message taken per collective (0: none) */
     int size, rank;
     int paused;                 /* > 0: every call takes the regular path */
+    int record;                 /* 0: no flight-recorder records (to measure what they cost) */
     int n_ops;
     FastOp ops[FAST_OPS];
     CodeSeen seen[CODE_CACHE];
@@ -238,7 +239,7 @@ static PyObject *fast_begin(Fast *s, PyObject *name, uint64_t sig, int fc, PyObj
     PyObject *tag = PyLong_FromUnsignedLongLong(s->tag_base | (seq & s->seq_mask));
     if (tag == NULL)
         return NULL;
-    if (s->append != Py_None) {
+    if (s->record && s->append != Py_None) {
         *rec = fast_record(s, tag, name, sig, fc);
         if (*rec == NULL) {
             Py_DECREF(tag);
@@ -538,6 +539,7 @@ static int Fast_init(Fast *self, PyObject *args, PyObject *kwds)
     }
     self->tag_base = tag_base;
     self->seq_mask = seq_mask;
+    self->record = 1;
     return 0;
 }
 
@@ -614,6 +616,8 @@ static PyMethodDef Fast_methods[] = {
 static PyMemberDef Fast_members[] = {
     {"paused", T_INT, offsetof(Fast, paused), 0, "> 0: calls take the regular path"},
     {"calls", T_ULONGLONG, offsetof(Fast, calls), READONLY, "calls completed here"},
+    {"record", T_INT, offsetof(Fast, record), 0,
+     "1 (default): append flight-recorder records; 0: not (to measure their cost)"},
     {NULL, 0, 0, 0, NULL},
 };
 
