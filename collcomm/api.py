@@ -233,6 +233,11 @@ def reduce(tensor: Any, dst: int | None = None, op: Any = ReduceOp.SUM, group: A
     """``tensor`` on ``dst`` becomes the elementwise ``op`` over all ranks; others keep theirs."""
     name = "reduce"
     g = _group(group, name)
+    fast = g.fast    # src/dst are local ranks only in the world
+    if (fast is not None and group is None and group_dst is None and type(dst) is int
+            and not async_op and algorithm == "auto"
+            and fast.reduce(tensor, tensor if dst == g.rank else None, op, dst, name)):
+        return None
     buf = as_output(tensor, name, _where(g), "tensor")
     if not _member(g):
         return None
@@ -295,6 +300,10 @@ def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM, group
     """Reduce ``input`` (world_size × output's elements) over all ranks; chunk i → ``output`` of rank i."""
     name = "reduce_scatter_tensor"
     g = _group(group, name)
+    fast = g.fast
+    if (fast is not None and not async_op and algorithm == "auto"
+            and fast.reduce_scatter(input, output, op, name)):
+        return None
     where = _where(g)
     out = as_output(output, name, where, "output")
     inp = as_input(input, name, where, "input")

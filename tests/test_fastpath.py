@@ -52,8 +52,16 @@ def _every_op_and_dtype() -> dict[str, Any]:
                 x = raw.astype(dt)
                 if dt.startswith("complex"):
                     x = x + 1j * x[::-1]
+                rop = getattr(dist.ReduceOp, op)
                 try:
-                    dist.all_reduce(x, op=getattr(dist.ReduceOp, op))
+                    if count == 3:
+                        dist.all_reduce(x, op=rop)
+                    else:                            # reduce to rank 1, reduce_scatter
+                        y = x.copy()
+                        dist.reduce(y, dst=1, op=rop)
+                        rs = np.empty(2, dtype=x.dtype)
+                        dist.reduce_scatter_tensor(rs, np.concatenate([x[:2], x[2:4], x[4:6]]), op=rop)
+                        x = np.concatenate([y, rs]) if me == 1 else rs
                 except InvalidArgumentError as exc:
                     out[f"{dt}-{op}-{count}"] = f"refused: {exc.kind}"
                     continue
@@ -81,8 +89,10 @@ def test_fast_and_regular_ranks_compute_the_same_bits() -> None:
     for r in range(3):
         calls_m, calls_f = mixed[r].pop("fast_calls"), fast[r].pop("fast_calls")
         assert calls_f > 100, calls_f          # every rank ran most calls fast
-        assert mixed[r] == mixed[0]
-        assert fast[r] == mixed[0]
+        assert fast[r] == mixed[r]             # each rank: the same bytes fast or regular
+        # all_reduce (3 elements), broadcast, all_gather: the same on every rank
+        assert {k: v for k, v in mixed[r].items() if not k.endswith("-7")} == \
+            {k: v for k, v in mixed[0].items() if not k.endswith("-7")}
     assert mixed[0]["broadcast"] == [0, 2, 4, 6, 8]
     assert mixed[0]["all_gather"] == [0.0] * 3 + [1.0] * 3 + [2.0] * 3
 
@@ -220,6 +230,8 @@ def _mismatched(kind: str) -> Any:
     try:
         if kind == "op":
             dist.all_reduce(x, op=dist.ReduceOp.SUM if me == 0 else dist.ReduceOp.MAX)
+        elif kind == "root":
+            dist.reduce(x, dst=me)
         elif kind == "collective":
             if me == 0:
                 dist.all_reduce(x)
@@ -233,14 +245,14 @@ def _mismatched(kind: str) -> Any:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("kind", ["dtype", "count", "op", "collective"])
+@pytest.mark.parametrize("kind", ["dtype", "count", "op", "collective", "root"])
 @pytest.mark.parametrize("mixed", [False, True])
 def test_a_mismatch_is_named_on_every_rank(kind: str, mixed: bool) -> None:
     rank_env = {0: {"COLLCOMM_FAST": "0"}} if mixed else None
     res = run_ranks(_mismatched, 2, kind, transport="shm", timeout=60, rank_env=rank_env)
     for text in res:
         assert "rank 0" in text and "rank 1" in text, text
-        assert "all_reduce" in text, text
+        assert "reduce" in text, text
 
 
 def _one_skips() -> Any:
@@ -284,13 +296,19 @@ def _world_of_one() -> Any:
     dist.all_gather_into_tensor(out, np.array([1, 2, 3], np.int16))
     dist.broadcast(x, src=0)
     dist.barrier()
-    return {"calls": fast.calls, "x": x.tolist(), "out": out.tolist()}
+    r = np.ones(2)
+    dist.reduce(r, dst=0)
+    rs = np.zeros(2, np.int32)
+    dist.reduce_scatter_tensor(rs, np.array([5, 6], np.int32))
+    return {"calls": fast.calls, "x": x.tolist(), "out": out.tolist(), "r": r.tolist(),
+            "rs": rs.tolist()}
 
 
 @pytest.mark.timeout(60)
 def test_a_world_of_one_has_it_too() -> None:
     (res,) = run_ranks(_world_of_one, 1, timeout=30)
-    assert res == {"calls": 4, "x": [0.0, 1.0, 2.0, 3.0], "out": [1, 2, 3]}
+    assert res == {"calls": 6, "x": [0.0, 1.0, 2.0, 3.0], "out": [1, 2, 3], "r": [1.0, 1.0],
+                   "rs": [5, 6]}
 
 
 def _bad_input() -> Any:
@@ -338,16 +356,31 @@ def _mpi_fast() -> Any:
     g = np.empty(2 * comm.Get_size(), np.int64)
     comm.Allgather(np.array([me, me], np.int64), g)
     comm.Barrier()
-    return {"r": r.tolist(), "a": a.tolist(), "b": b.tolist(), "g": g.tolist(), "calls": _calls()}
+    n = comm.Get_size()
+    red = np.empty(3) if me == 1 else None
+    comm.Reduce(np.full(3, me + 1.0), red, op=MPI.SUM, root=1)
+    gat = np.empty(2 * n, np.int16) if me == 0 else None
+    comm.Gather(np.array([me, 7], np.int16), gat, root=0)
+    sc = np.empty(2, np.float32)
+    comm.Scatter(np.arange(2.0 * n, dtype=np.float32) if me == 1 else None, sc, root=1)
+    rsb = np.empty(2, np.int64)
+    comm.Reduce_scatter_block(np.arange(2 * n, dtype=np.int64), rsb, op=MPI.MAX)
+    return {"r": r.tolist(), "a": a.tolist(), "b": b.tolist(), "g": g.tolist(), "calls": _calls(),
+            "red": None if red is None else red.tolist(), "gat": None if gat is None else gat.tolist(),
+            "sc": sc.tolist(), "rsb": rsb.tolist()}
 
 
 @pytest.mark.timeout(120)
 def test_mpi_front_end_takes_it() -> None:
     res = run_ranks(_mpi_fast, 2, transport="shm", timeout=60)
-    for out in res:
+    for me, out in enumerate(res):
         assert out["r"] == [2.0] * 3 and out["a"] == [3.0] * 3
         assert out["b"] == [0, 1, 2, 3] and out["g"] == [0, 0, 1, 1]
-        assert out["calls"] >= 4, out
+        assert out["red"] == ([3.0] * 3 if me == 1 else None)
+        assert out["gat"] == ([0, 7, 1, 7] if me == 0 else None)
+        assert out["sc"] == [2.0 * me, 2.0 * me + 1]
+        assert out["rsb"] == [2 * me, 2 * me + 1]
+        assert out["calls"] >= 8, out
 
 
 def test_without_the_native_core_there_is_none() -> None:

@@ -16,8 +16,8 @@ sizes that fit, dtypes, op against dtype); core errors come back as ``MPI.Except
   ``recvcounts=None`` gathers each rank's receive count first.
 * A user op made with ``commute=False`` is combined in rank order here: the blocks are
   gathered (or exchanged, for the reduce-scatters) through the core and folded locally.
-* ``Barrier``, ``Bcast``, ``Allgather`` and ``Allreduce`` on numpy arrays (and built-in
-  ops) first offer the call to the group's fast call (:mod:`collcomm.core.fastpath`): one
+* ``Barrier``, ``Bcast``, ``Gather``, ``Scatter``, ``Allgather``, ``Reduce``,
+  ``Allreduce`` and ``Reduce_scatter_block`` on numpy arrays (and built-in ops) first offer the call to the group's fast call (:mod:`collcomm.core.fastpath`): one
   C call that either does all of it or nothing, in which case the method goes on as above.
 """
 from __future__ import annotations
@@ -46,6 +46,14 @@ def _request(work: Any, finish: Callable[[], Any] | None = None) -> Request:
     r = Request()
     r._op = WorkOp(work, finish)
     return r
+
+
+def _builtin(op: Any) -> Any:
+    """The core's op for a built-in MPI op (the fast call's key), else None."""
+    if type(op) is not Op:
+        return None
+    o = op._o
+    return o.builtin if o is not None else None
 
 
 def _not_root_in_place(call: str, what: str) -> MPIException:
@@ -259,12 +267,32 @@ class BufferCollectives:
         return _request(self._bcast(buf, root, True, "Ibcast"))
 
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
+        g = self._h.g
+        fast = g.fast if g is not None else None
+        if fast is not None and type(sendbuf) is np.ndarray:
+            recv = recvbuf if g.rank == root else None
+            if recv is None or type(recv) is np.ndarray:
+                try:
+                    if fast.gather(sendbuf, recv, root, "Gather"):
+                        return
+                except CollcommError as exc:
+                    raise translate(exc) from exc
         self._gather(sendbuf, recvbuf, root, False, "Gather")
 
     def Igather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:  # noqa: N802
         return _request(self._gather(sendbuf, recvbuf, root, True, "Igather"))
 
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
+        g = self._h.g
+        fast = g.fast if g is not None else None
+        if fast is not None and type(recvbuf) is np.ndarray:
+            send = sendbuf if g.rank == root else None
+            if send is None or type(send) is np.ndarray:
+                try:
+                    if fast.scatter(send, recvbuf, root, "Scatter"):
+                        return
+                except CollcommError as exc:
+                    raise translate(exc) from exc
         self._scatter(sendbuf, recvbuf, root, False, "Scatter")
 
     def Iscatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:  # noqa: N802
@@ -291,6 +319,18 @@ class BufferCollectives:
         return _request(self._alltoall(sendbuf, recvbuf, True, "Ialltoall"))
 
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0) -> None:  # noqa: N802
+        g = self._h.g
+        fast = g.fast if g is not None else None
+        builtin = _builtin(op) if fast is not None else None
+        if builtin is not None:
+            recv = recvbuf if g.rank == root else None
+            send = recv if sendbuf is IN_PLACE else sendbuf
+            if type(send) is np.ndarray and (recv is None or type(recv) is np.ndarray):
+                try:
+                    if fast.reduce(send, recv, builtin, root, "Reduce"):
+                        return
+                except CollcommError as exc:
+                    raise translate(exc) from exc
         self._reduce(sendbuf, recvbuf, op, root, False, "Reduce")
 
     def Ireduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0) -> Request:  # noqa: N802
@@ -299,22 +339,29 @@ class BufferCollectives:
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
         g = self._h.g
         fast = g.fast if g is not None else None
-        if fast is not None and type(recvbuf) is np.ndarray and type(op) is Op:
-            o = op._o
-            builtin = o.builtin if o is not None else None
-            if builtin is not None:
-                send = recvbuf if sendbuf is IN_PLACE else sendbuf
-                try:
-                    if fast.all_reduce(send, recvbuf, builtin, "Allreduce"):
-                        return
-                except CollcommError as exc:
-                    raise translate(exc) from exc
+        builtin = _builtin(op) if fast is not None and type(recvbuf) is np.ndarray else None
+        if builtin is not None:
+            send = recvbuf if sendbuf is IN_PLACE else sendbuf
+            try:
+                if fast.all_reduce(send, recvbuf, builtin, "Allreduce"):
+                    return
+            except CollcommError as exc:
+                raise translate(exc) from exc
         self._allreduce(sendbuf, recvbuf, op, False, "Allreduce")
 
     def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:  # noqa: N802
         return _request(self._allreduce(sendbuf, recvbuf, op, True, "Iallreduce"))
 
     def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
+        g = self._h.g
+        fast = g.fast if g is not None else None
+        builtin = _builtin(op) if fast is not None else None
+        if builtin is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
+            try:
+                if fast.reduce_scatter(sendbuf, recvbuf, builtin, "Reduce_scatter_block"):
+                    return
+            except CollcommError as exc:
+                raise translate(exc) from exc
         self._reduce_scatter_block(sendbuf, recvbuf, op, False, "Reduce_scatter_block")
 
     def Ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:  # noqa: N802

@@ -640,12 +640,16 @@ def finish_native(comm: ShmComm, status: int, collective: str, *args: Any) -> No
     arena = _arena(comm, collective)
     if status == _REFUSE:
         {"all_reduce": all_reduce, "broadcast": broadcast, "all_gather": all_gather,
-         "barrier": barrier}[collective](comm, *args)
+         "barrier": barrier, "reduce": reduce, "reduce_scatter": reduce_scatter,
+         "gather": gather, "scatter": scatter}[collective](comm, *args)
     elif collective == "all_reduce":
         _all_reduce_after(comm, arena, status, comm.sig, *args)
     elif collective == "broadcast":
         _broadcast_after(comm, arena, status, comm.sig, *args)
     elif collective == "all_gather":
         _gather_after(comm, arena, status, comm.sig, *args)
+    elif collective == "gather":
+        send, recv, root = args
+        _gather_after(comm, arena, status, comm.sig, send, recv if comm.rank == root else None)
     elif status == _MISMATCH:
         _mismatch(arena, comm.sig)

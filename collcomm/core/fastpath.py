@@ -41,7 +41,8 @@ from ..transport.arena_layout import ONE_SHOT
 from . import recorder as recorder_mod
 
 #: the collectives of a Fast, in the order of native/_fastcall.c's FC_* codes
-COLLECTIVES = ("all_reduce", "broadcast", "barrier", "all_gather")
+COLLECTIVES = ("all_reduce", "broadcast", "barrier", "all_gather", "reduce", "reduce_scatter",
+               "gather", "scatter")
 #: the numpy dtype of each native dtype code (native._DTYPES; 14 is bfloat16, never taken)
 _DTYPES = [np.dtype(t) for t in ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32",
                                  "int64", "uint64", "float16", "float32", "float64", "complex64",
@@ -98,8 +99,8 @@ def attach(group: Any, arena: Any = None) -> Any:
         obs_index=obs.index if obs is not None else 0,
         algo_ids=tuple(id(getattr(shm_direct, c)) for c in COLLECTIVES), pkg=pkg,
         tag_base=group._tag_base, seq_mask=_SEQ_MASK,
-        plain_sigs=tuple(signature.make(c, None, 0, 0) for c in COLLECTIVES[:2])
-        + (signature.make("barrier"), signature.make("all_gather", None, 0, 0)),
+        plain_sigs=tuple(signature.make(c) if c == "barrier" else signature.make(c, None, 0, 0)
+                         for c in COLLECTIVES),
         dtype_sigs=tuple(signature.dtype_code(d) for d in _DTYPES) + (signature.dtype_code("bfloat16"),),
         limits=limits, size=group.size, rank=group.rank)
     return fast
@@ -158,15 +159,18 @@ class Hooks:
         comm = self._comm(tag, sig)
         collective = COLLECTIVES[fc]
         try:
-            if collective == "all_reduce":
-                fn = g.plan.reducer(b, a.dtype, name)[0]
-                shm_direct.finish_native(comm, status, collective, a, fn)
-            elif collective == "broadcast":
-                shm_direct.finish_native(comm, status, collective, a, b)
-            elif collective == "all_gather":
-                shm_direct.finish_native(comm, status, collective, a, b)
+            if collective in ("all_reduce", "reduce", "reduce_scatter"):
+                buf = a if collective == "all_reduce" else b if b is not None else a
+                fn = g.plan.reducer(c if collective != "all_reduce" else b, buf.dtype, name)[0]
+                if collective == "all_reduce":
+                    args: tuple = (a, fn)
+                elif collective == "reduce":
+                    args = (a, b, fn, (sig >> 36) & signature.NO_ROOT)
+                else:
+                    args = (a, b, fn)
             else:
-                shm_direct.finish_native(comm, status, collective)
+                args = {"barrier": (), "broadcast": (a, b), "all_gather": (a, b)}.get(collective, (a, b, c))
+            shm_direct.finish_native(comm, status, collective, *args)
         except CollcommError as exc:
             raise self.failed(exc, rec, name, tag, sig) from exc
         if rec is not None:

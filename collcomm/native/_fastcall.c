@@ -25,7 +25,8 @@
  */
 
 #define FAST_OPS 24
-enum { FC_ALL_REDUCE, FC_BROADCAST, FC_BARRIER, FC_ALL_GATHER, N_FC };
+enum { FC_ALL_REDUCE, FC_BROADCAST, FC_BARRIER, FC_ALL_GATHER, FC_REDUCE, FC_REDUCE_SCATTER,
+       FC_GATHER, FC_SCATTER, N_FC };
 
 static int fast_timeout_scopes = 0;   /* open call_timeout scopes, all threads */
 
@@ -445,7 +446,7 @@ static PyObject *Fast_all_gather(Fast *s, PyObject *const *args, Py_ssize_t narg
     }
     int dt = fast_dtype(&sv);
     Py_ssize_t kb = sv.len, count = sv.len / (sv.itemsize ? sv.itemsize : 1);
-    int fits = dt >= 0 && fast_dtype(&rv) == dt && kb > 0 && kb <= s->limit[FC_ALL_GATHER] &&
+    int fits = dt >= 0 && fast_dtype(&rv) == dt && kb > 0 && rv.len <= s->limit[FC_ALL_GATHER] &&
                rv.len == kb * s->size &&
                (s->size == 1 || !overlaps(sv.buf, kb, rv.buf, rv.len) ||
                 sv.buf == (char *)rv.buf + s->rank * kb);
@@ -471,6 +472,201 @@ static PyObject *Fast_all_gather(Fast *s, PyObject *const *args, Py_ssize_t narg
         Py_DECREF(root);
     }
     return fast_end(s, status, rec, tag, sig, FC_ALL_GATHER, args[2], args[0], args[1], Py_None);
+}
+
+/* ------------------------------------------------ reduce, reduce_scatter, gather, scatter */
+#define TOP4 ((uint64_t)0xF << 60)
+#define COUNT_BITS(c) ((uint64_t)(c) & 0xFFFFFFFFFULL)
+
+/* Two buffers, `a` read and `b` written, either possibly None: their data, bytes and the
+ * one native dtype they share (-1: refuse — not buffers, not contiguous, different or
+ * unsupported dtypes, overlapping unless `same_ok` and identical). Released by the caller
+ * through fast_release. */
+typedef struct {
+    Py_buffer v[2];
+    int held[2];
+    char *data[2];
+    Py_ssize_t len[2], itemsize;
+} Pair;
+
+static void fast_release(Pair *p)
+{
+    for (int i = 0; i < 2; i++)
+        if (p->held[i])
+            PyBuffer_Release(&p->v[i]);
+}
+
+static int fast_pair(Pair *p, PyObject *a, PyObject *b, int same_ok)
+{
+    PyObject *obj[2] = {a, b};
+    int dt = -2;
+    p->held[0] = p->held[1] = 0;
+    p->itemsize = 1;
+    for (int i = 0; i < 2; i++) {
+        p->data[i] = NULL;
+        p->len[i] = 0;
+        if (obj[i] == Py_None)
+            continue;
+        if (i == 1 && obj[1] == obj[0] && same_ok) {
+            p->data[1] = p->data[0];
+            p->len[1] = p->len[0];
+            continue;
+        }
+        int written = i == 1 || (same_ok && obj[1] == obj[0]);
+        if (PyObject_GetBuffer(obj[i], &p->v[i], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT |
+                               (written ? PyBUF_WRITABLE : 0)) < 0) {
+            PyErr_Clear();
+            return -1;
+        }
+        p->held[i] = 1;
+        int d = fast_dtype(&p->v[i]);
+        if (d < 0 || (dt != -2 && d != dt))
+            return -1;
+        dt = d;
+        p->data[i] = p->v[i].buf;
+        p->len[i] = p->v[i].len;
+        p->itemsize = p->v[i].itemsize ? p->v[i].itemsize : 1;
+    }
+    if (dt == -2)
+        return -1;
+    if (p->data[0] != NULL && p->data[1] != NULL &&
+        !(same_ok && p->data[0] == p->data[1] && p->len[0] == p->len[1]) &&
+        overlaps(p->data[0], p->len[0], p->data[1], p->len[1]))
+        return -1;
+    return dt;
+}
+
+/* Run Core function `fn` with (arena, cargs..., sig) after the bookkeeping, then end. */
+static PyObject *fast_run(Fast *s, int fc, PyObject *name, uint64_t sig,
+                          PyObject *(*fn)(Core *, PyObject *const *, Py_ssize_t),
+                          PyObject **cargs, Py_ssize_t nargs, PyObject *a, PyObject *b,
+                          PyObject *c)
+{
+    PyObject *rec;
+    PyObject *tag = fast_begin(s, name, sig, fc, &rec);
+    if (tag == NULL)
+        return NULL;
+    PyObject *status = s->core == Py_None ? PyLong_FromLong(ST_DONE)
+                                          : core_call(fn, s, cargs, nargs, sig);
+    return fast_end(s, status, rec, tag, sig, fc, name, a, b, c);
+}
+
+static long fast_root(Fast *s, PyObject *obj)
+{
+    if (!PyLong_CheckExact(obj))
+        return -1;
+    long root = PyLong_AsLong(obj);
+    if (root < 0 || root >= s->size) {
+        PyErr_Clear();
+        return -1;
+    }
+    return root;
+}
+
+/* reduce(send, recv or None, op, root, name) -> True | None: recv (root only; may be send)
+ * gets op over every rank's send */
+static PyObject *Fast_reduce(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args(nargs, 5, "reduce") < 0)
+        return NULL;
+    long root = fast_root(s, args[3]);
+    if (!fast_open(s) || root < 0 || (s->rank == root) != (args[1] != Py_None))
+        Py_RETURN_NONE;
+    Pair p;
+    int dt = fast_pair(&p, args[0], args[1], 1);
+    Py_ssize_t nbytes = p.len[0], count = nbytes / p.itemsize;
+    int fits = dt >= 0 && nbytes > 0 && nbytes <= s->limit[FC_REDUCE] &&
+               (args[1] == Py_None || p.len[1] == nbytes);
+    if (fits && s->core == Py_None && p.data[1] != p.data[0])
+        memcpy(p.data[1], p.data[0], nbytes);
+    fast_release(&p);
+    FastOp *e = fits ? fast_op(s, args[2], dt) : NULL;
+    if (e == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    uint64_t sig = s->plain_sig[FC_REDUCE] | (e->sig[dt] & ~TOP4) |
+                   ((uint64_t)(root & 0x3FFF) << 36) | COUNT_BITS(count);
+    PyObject *code = PyLong_FromLong(e->code[dt]);
+    if (code == NULL)
+        return NULL;
+    PyObject *cargs[6] = {NULL, args[0], args[1], code, args[3], NULL};
+    PyObject *r = fast_run(s, FC_REDUCE, args[4], sig, Core_reduce, cargs, 6, args[0], args[1],
+                           args[2]);
+    Py_DECREF(code);
+    return r;
+}
+
+/* reduce_scatter(send, recv, op, name) -> True | None: block i of op over every rank's
+ * send (n blocks of recv's size) into rank i's recv */
+static PyObject *Fast_reduce_scatter(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args(nargs, 4, "reduce_scatter") < 0)
+        return NULL;
+    if (!fast_open(s) || args[0] == args[1])
+        Py_RETURN_NONE;
+    Pair p;
+    int dt = fast_pair(&p, args[0], args[1], 0);
+    Py_ssize_t kb = p.len[1], count = kb / p.itemsize;
+    int fits = dt >= 0 && kb > 0 && p.len[0] == kb * s->size && p.len[0] <= s->limit[FC_REDUCE_SCATTER];
+    if (fits && s->core == Py_None)
+        memcpy(p.data[1], p.data[0], kb);
+    fast_release(&p);
+    FastOp *e = fits ? fast_op(s, args[2], dt) : NULL;
+    if (e == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    uint64_t sig = s->plain_sig[FC_REDUCE_SCATTER] | (e->sig[dt] & ~TOP4) |
+                   ((uint64_t)0x3FFF << 36) | COUNT_BITS(count);
+    PyObject *code = PyLong_FromLong(e->code[dt]);
+    if (code == NULL)
+        return NULL;
+    PyObject *cargs[5] = {NULL, args[0], args[1], code, NULL};
+    PyObject *r = fast_run(s, FC_REDUCE_SCATTER, args[3], sig, Core_reduce_scatter, cargs, 5,
+                           args[0], args[1], args[2]);
+    Py_DECREF(code);
+    return r;
+}
+
+/* gather(send, recv or None, root, name) / scatter(send or None, recv, root, name):
+ * blocks of n × the one rank's size at the root */
+static PyObject *fast_rooted(Fast *s, PyObject *const *args, Py_ssize_t nargs, int fc)
+{
+    int gather = fc == FC_GATHER;
+    if (check_args(nargs, 4, gather ? "gather" : "scatter") < 0)
+        return NULL;
+    long root = fast_root(s, args[2]);
+    PyObject *big = gather ? args[1] : args[0];
+    if (!fast_open(s) || root < 0 || (s->rank == root) != (big != Py_None))
+        Py_RETURN_NONE;
+    Pair p;
+    int dt = fast_pair(&p, args[0], args[1], 0);
+    Py_ssize_t kb = p.len[gather ? 0 : 1], count = kb / p.itemsize;
+    int fits = dt >= 0 && kb > 0 && kb * s->size <= s->limit[fc] &&
+               (big == Py_None || p.len[gather ? 1 : 0] == kb * s->size);
+    if (fits && s->core == Py_None)
+        memcpy(p.data[1], p.data[0], kb);
+    fast_release(&p);
+    if (!fits)
+        Py_RETURN_NONE;
+    uint64_t sig = s->plain_sig[fc] | (s->dt_sig[dt] << 55) |
+                   ((uint64_t)(root & 0x3FFF) << 36) | COUNT_BITS(count);
+    PyObject *cargs[5] = {NULL, args[0], args[1], args[2], NULL};
+    return fast_run(s, fc, args[3], sig, gather ? Core_gather : Core_scatter, cargs, 5, args[0],
+                    args[1], args[2]);
+}
+
+static PyObject *Fast_gather(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    return fast_rooted(s, args, nargs, FC_GATHER);
+}
+
+static PyObject *Fast_scatter(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    return fast_rooted(s, args, nargs, FC_SCATTER);
 }
 
 /* barrier(name) -> True | None */
@@ -608,6 +804,10 @@ static PyMethodDef Fast_methods[] = {
     FASTM(broadcast, "broadcast(buf, root, name) -> True | None"),
     FASTM(all_gather, "all_gather(send, recv, name) -> True | None"),
     FASTM(barrier, "barrier(name) -> True | None"),
+    FASTM(reduce, "reduce(send, recv or None, op, root, name) -> True | None"),
+    FASTM(reduce_scatter, "reduce_scatter(send, recv, op, name) -> True | None"),
+    FASTM(gather, "gather(send, recv or None, root, name) -> True | None"),
+    FASTM(scatter, "scatter(send or None, recv, root, name) -> True | None"),
     {"close", (PyCFunction)Fast_close, METH_NOARGS,
      "drop every reference; later calls take the regular path"},
     {NULL, NULL, 0, NULL},
