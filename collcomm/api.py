@@ -364,6 +364,10 @@ def all_to_all_single(output: Any, input: Any, output_split_sizes: list[int] | N
     """Split ``input`` along dim 0, send block j to rank j; ``output`` gets rank j's block in slot j."""
     name = "all_to_all_single"
     g = _group(group, name)
+    fast = g.fast    # equal blocks only
+    if (fast is not None and output_split_sizes is None and input_split_sizes is None
+            and not async_op and algorithm == "auto" and fast.all_to_all(input, output, name)):
+        return None
     where = _where(g)
     out = as_output(output, name, where, "output")
     inp = as_input(input, name, where, "input")

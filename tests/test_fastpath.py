@@ -72,6 +72,10 @@ def _every_op_and_dtype() -> dict[str, Any]:
     g = np.empty(3 * dist.get_world_size(), np.float32)
     dist.all_gather_into_tensor(g, np.full(3, me, np.float32))
     dist.barrier()
+    n = dist.get_world_size()
+    a2a = np.empty((2 * n, 3), np.int32)
+    dist.all_to_all_single(a2a, np.arange(6 * n, dtype=np.int32).reshape(2 * n, 3) + 100 * me)
+    out["all_to_all"] = a2a.tolist()
     out["broadcast"] = b.tolist()
     out["all_gather"] = g.tolist()
     out["fast_calls"] = _calls()
@@ -91,10 +95,13 @@ def test_fast_and_regular_ranks_compute_the_same_bits() -> None:
         assert calls_f > 100, calls_f          # every rank ran most calls fast
         assert fast[r] == mixed[r]             # each rank: the same bytes fast or regular
         # all_reduce (3 elements), broadcast, all_gather: the same on every rank
-        assert {k: v for k, v in mixed[r].items() if not k.endswith("-7")} == \
-            {k: v for k, v in mixed[0].items() if not k.endswith("-7")}
+        assert {k: v for k, v in mixed[r].items() if not k.endswith(("-7", "all_to_all"))} == \
+            {k: v for k, v in mixed[0].items() if not k.endswith(("-7", "all_to_all"))}
     assert mixed[0]["broadcast"] == [0, 2, 4, 6, 8]
     assert mixed[0]["all_gather"] == [0.0] * 3 + [1.0] * 3 + [2.0] * 3
+    for r in range(3):   # block r of every rank j: rows 2r, 2r+1 of j's input (+100 j)
+        expect = [[6 * r + 3 * i + c + 100 * j for c in range(3)] for j in range(3) for i in range(2)]
+        assert mixed[r]["all_to_all"] == expect
 
 
 def _taken_or_not() -> dict[str, Any]:
@@ -232,6 +239,9 @@ def _mismatched(kind: str) -> Any:
             dist.all_reduce(x, op=dist.ReduceOp.SUM if me == 0 else dist.ReduceOp.MAX)
         elif kind == "root":
             dist.reduce(x, dst=me)
+        elif kind == "split sizes":      # blocks of 2 against blocks of 3 elements
+            k = 2 if me == 0 else 3
+            dist.all_to_all_single(np.empty(2 * k), np.ones(2 * k))
         elif kind == "collective":
             if me == 0:
                 dist.all_reduce(x)
@@ -245,14 +255,14 @@ def _mismatched(kind: str) -> Any:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("kind", ["dtype", "count", "op", "collective", "root"])
+@pytest.mark.parametrize("kind", ["dtype", "count", "op", "collective", "root", "split sizes"])
 @pytest.mark.parametrize("mixed", [False, True])
 def test_a_mismatch_is_named_on_every_rank(kind: str, mixed: bool) -> None:
     rank_env = {0: {"COLLCOMM_FAST": "0"}} if mixed else None
     res = run_ranks(_mismatched, 2, kind, transport="shm", timeout=60, rank_env=rank_env)
     for text in res:
         assert "rank 0" in text and "rank 1" in text, text
-        assert "reduce" in text, text
+        assert ("all_to_all" if kind == "split sizes" else "reduce") in text, text
 
 
 def _one_skips() -> Any:
@@ -365,9 +375,11 @@ def _mpi_fast() -> Any:
     comm.Scatter(np.arange(2.0 * n, dtype=np.float32) if me == 1 else None, sc, root=1)
     rsb = np.empty(2, np.int64)
     comm.Reduce_scatter_block(np.arange(2 * n, dtype=np.int64), rsb, op=MPI.MAX)
+    a2a = np.empty(n, np.float64)
+    comm.Alltoall(np.arange(n, dtype=np.float64) + 10 * me, a2a)
     return {"r": r.tolist(), "a": a.tolist(), "b": b.tolist(), "g": g.tolist(), "calls": _calls(),
             "red": None if red is None else red.tolist(), "gat": None if gat is None else gat.tolist(),
-            "sc": sc.tolist(), "rsb": rsb.tolist()}
+            "sc": sc.tolist(), "rsb": rsb.tolist(), "a2a": a2a.tolist()}
 
 
 @pytest.mark.timeout(120)
@@ -380,7 +392,8 @@ def test_mpi_front_end_takes_it() -> None:
         assert out["gat"] == ([0, 7, 1, 7] if me == 0 else None)
         assert out["sc"] == [2.0 * me, 2.0 * me + 1]
         assert out["rsb"] == [2 * me, 2 * me + 1]
-        assert out["calls"] >= 8, out
+        assert out["a2a"] == [float(me), 10.0 + me]
+        assert out["calls"] >= 9, out
 
 
 def test_without_the_native_core_there_is_none() -> None:

@@ -16,7 +16,7 @@ sizes that fit, dtypes, op against dtype); core errors come back as ``MPI.Except
   ``recvcounts=None`` gathers each rank's receive count first.
 * A user op made with ``commute=False`` is combined in rank order here: the blocks are
   gathered (or exchanged, for the reduce-scatters) through the core and folded locally.
-* ``Barrier``, ``Bcast``, ``Gather``, ``Scatter``, ``Allgather``, ``Reduce``,
+* ``Barrier``, ``Bcast``, ``Gather``, ``Scatter``, ``Allgather``, ``Alltoall``, ``Reduce``,
   ``Allreduce`` and ``Reduce_scatter_block`` on numpy arrays (and built-in ops) first offer the call to the group's fast call (:mod:`collcomm.core.fastpath`): one
   C call that either does all of it or nothing, in which case the method goes on as above.
 """
@@ -313,6 +313,14 @@ class BufferCollectives:
         return _request(self._allgather(sendbuf, recvbuf, True, "Iallgather"))
 
     def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
+        g = self._h.g
+        fast = g.fast if g is not None else None
+        if fast is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
+            try:
+                if fast.all_to_all(sendbuf, recvbuf, "Alltoall"):
+                    return
+            except CollcommError as exc:
+                raise translate(exc) from exc
         self._alltoall(sendbuf, recvbuf, False, "Alltoall")
 
     def Ialltoall(self, sendbuf: Any, recvbuf: Any) -> Request:  # noqa: N802

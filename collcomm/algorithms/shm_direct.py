@@ -525,6 +525,19 @@ def scatter(comm: ShmComm, send: np.ndarray | None, recv: np.ndarray, root: int)
             np.copyto(recv[lo:lo + count], arena.slot_array(phase, root, dt, n * count).reshape(n, count)[me])
 
 
+def _all_to_all_after(comm: ShmComm, arena: Arena, status: int, mine: int, send: np.ndarray,
+                      send_counts: Sequence[int], recv: np.ndarray, recv_counts: Sequence[int]) -> None:
+    """The rest of an all_to_all the native core returned ``status`` for (not REFUSE)."""
+    if status == _MISMATCH:
+        _mismatch(arena, mine)
+    if status == _PAIRS:
+        _check_pairs(comm, arena, arena.phase)
+        _mismatch(arena, mine)
+    if status == _PYTHON:   # blocks large enough to read by address
+        _all_to_all_cma(comm, arena, send, displacements(send_counts), recv,
+                        displacements(recv_counts), recv_counts)
+
+
 def all_to_all(comm: ShmComm, send: np.ndarray, send_counts: Sequence[int], recv: np.ndarray,
                recv_counts: Sequence[int]) -> None:
     n, me = comm.size, comm.rank
@@ -535,16 +548,8 @@ def all_to_all(comm: ShmComm, send: np.ndarray, send_counts: Sequence[int], recv
             mine = _sig(comm, "all_to_all", 0)
             status = core.all_to_all(arena, send, send_counts, recv, recv_counts, send.dtype.itemsize,
                                      mine, CMA_MIN // n if arena.cma else -1)
-            if status == _DONE:
-                return
-            if status == _MISMATCH:
-                _mismatch(arena, mine)
-            if status == _PAIRS:
-                _check_pairs(comm, arena, arena.phase)
-                _mismatch(arena, mine)
-            if status == _PYTHON:   # blocks large enough to read by address
-                _all_to_all_cma(comm, arena, send, displacements(send_counts), recv,
-                                displacements(recv_counts), recv_counts)
+            if status != _REFUSE:
+                _all_to_all_after(comm, arena, status, mine, send, send_counts, recv, recv_counts)
                 return
     sdispl, rdispl = displacements(send_counts), displacements(recv_counts)
     if n == 1:
@@ -641,13 +646,15 @@ def finish_native(comm: ShmComm, status: int, collective: str, *args: Any) -> No
     if status == _REFUSE:
         {"all_reduce": all_reduce, "broadcast": broadcast, "all_gather": all_gather,
          "barrier": barrier, "reduce": reduce, "reduce_scatter": reduce_scatter,
-         "gather": gather, "scatter": scatter}[collective](comm, *args)
+         "gather": gather, "scatter": scatter, "all_to_all": all_to_all}[collective](comm, *args)
     elif collective == "all_reduce":
         _all_reduce_after(comm, arena, status, comm.sig, *args)
     elif collective == "broadcast":
         _broadcast_after(comm, arena, status, comm.sig, *args)
     elif collective == "all_gather":
         _gather_after(comm, arena, status, comm.sig, *args)
+    elif collective == "all_to_all":
+        _all_to_all_after(comm, arena, status, comm.sig, *args)
     elif collective == "gather":
         send, recv, root = args
         _gather_after(comm, arena, status, comm.sig, send, recv if comm.rank == root else None)

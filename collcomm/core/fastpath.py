@@ -37,12 +37,12 @@ import numpy as np
 from .. import native, ops
 from ..algorithms import shm_direct, signature
 from ..errors import CollcommError, InvalidArgumentError, with_context
-from ..transport.arena_layout import ONE_SHOT
+from ..transport.arena_layout import CMA_MIN, ONE_SHOT
 from . import recorder as recorder_mod
 
 #: the collectives of a Fast, in the order of native/_fastcall.c's FC_* codes
 COLLECTIVES = ("all_reduce", "broadcast", "barrier", "all_gather", "reduce", "reduce_scatter",
-               "gather", "scatter")
+               "gather", "scatter", "all_to_all")
 #: the numpy dtype of each native dtype code (native._DTYPES; 14 is bfloat16, never taken)
 _DTYPES = [np.dtype(t) for t in ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32",
                                  "int64", "uint64", "float16", "float32", "float64", "complex64",
@@ -99,10 +99,11 @@ def attach(group: Any, arena: Any = None) -> Any:
         obs_index=obs.index if obs is not None else 0,
         algo_ids=tuple(id(getattr(shm_direct, c)) for c in COLLECTIVES), pkg=pkg,
         tag_base=group._tag_base, seq_mask=_SEQ_MASK,
-        plain_sigs=tuple(signature.make(c) if c == "barrier" else signature.make(c, None, 0, 0)
-                         for c in COLLECTIVES),
+        plain_sigs=tuple(signature.make(c) if c in ("barrier", "all_to_all")
+                         else signature.make(c, None, 0, 0) for c in COLLECTIVES),
         dtype_sigs=tuple(signature.dtype_code(d) for d in _DTYPES) + (signature.dtype_code("bfloat16"),),
         limits=limits, size=group.size, rank=group.rank)
+    fast.a2a_cma = CMA_MIN // group.size if getattr(arena, "cma", False) else -1
     return fast
 
 
@@ -168,6 +169,8 @@ class Hooks:
                     args = (a, b, fn, (sig >> 36) & signature.NO_ROOT)
                 else:
                     args = (a, b, fn)
+            elif collective == "all_to_all":
+                args = (a, c, b, c)     # send, its counts, recv, its counts
             else:
                 args = {"barrier": (), "broadcast": (a, b), "all_gather": (a, b)}.get(collective, (a, b, c))
             shm_direct.finish_native(comm, status, collective, *args)

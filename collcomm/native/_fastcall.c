@@ -26,7 +26,7 @@
 
 #define FAST_OPS 24
 enum { FC_ALL_REDUCE, FC_BROADCAST, FC_BARRIER, FC_ALL_GATHER, FC_REDUCE, FC_REDUCE_SCATTER,
-       FC_GATHER, FC_SCATTER, N_FC };
+       FC_GATHER, FC_SCATTER, FC_ALL_TO_ALL, N_FC };
 
 static int fast_timeout_scopes = 0;   /* open call_timeout scopes, all threads */
 
@@ -60,6 +60,7 @@ typedef struct {
     uint64_t dt_sig[N_DT];      /* the 5-bit signature dtype code of each native dtype */
     Py_ssize_t limit[N_FC];     /* the largest message taken per collective (0: none) */
     int size, rank;
+    Py_ssize_t a2a_cma;         /* all_to_all's cma_limit argument (shm_direct: -1 or CMA_MIN/n) */
     int paused;                 /* > 0: every call takes the regular path */
     int record;                 /* 0: no flight-recorder records (to measure what they cost) */
     int n_ops;
@@ -669,6 +670,61 @@ static PyObject *Fast_scatter(Fast *s, PyObject *const *args, Py_ssize_t nargs)
     return fast_rooted(s, args, nargs, FC_SCATTER);
 }
 
+/* all_to_all(send, recv, name) -> True | None: equal blocks along the first dimension
+ * (all_to_all_single without split sizes): block j of send to rank j, rank j's block into
+ * block j of recv */
+static PyObject *Fast_all_to_all(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args(nargs, 3, "all_to_all") < 0)
+        return NULL;
+    if (!fast_open(s) || args[0] == args[1])
+        Py_RETURN_NONE;
+    Pair p;
+    int dt = fast_pair(&p, args[0], args[1], 0);
+    int n = s->size, fits = dt >= 0;
+    for (int i = 0; fits && i < 2; i++)   /* rows divisible by n, the same row size */
+        fits = p.v[i].ndim >= 1 && p.v[i].shape[0] > 0 && p.v[i].shape[0] % n == 0;
+    Py_ssize_t nbytes = p.len[0], count = nbytes / p.itemsize / n;
+    fits = fits && nbytes > 0 && p.len[1] == nbytes && p.v[0].shape[0] == p.v[1].shape[0] &&
+           nbytes <= s->limit[FC_ALL_TO_ALL];
+    if (fits && s->core == Py_None)
+        memcpy(p.data[1], p.data[0], nbytes);
+    fast_release(&p);
+    if (!fits)
+        Py_RETURN_NONE;
+    uint64_t sig = s->plain_sig[FC_ALL_TO_ALL] | (s->dt_sig[dt] << 55);
+    PyObject *counts = PyList_New(n), *k = PyLong_FromSsize_t(count),
+             *isz = PyLong_FromSsize_t(p.itemsize), *cma = PyLong_FromSsize_t(s->a2a_cma);
+    PyObject *r = NULL;
+    if (counts != NULL && k != NULL && isz != NULL && cma != NULL) {
+        for (int i = 0; i < n; i++) {
+            Py_INCREF(k);
+            PyList_SET_ITEM(counts, i, k);
+        }
+        PyObject *cargs[8] = {NULL, args[0], counts, args[1], counts, isz, NULL, cma};
+        PyObject *rec;
+        PyObject *tag = fast_begin(s, args[2], sig, FC_ALL_TO_ALL, &rec);
+        if (tag != NULL) {
+            PyObject *status;
+            if (s->core == Py_None) {
+                status = PyLong_FromLong(ST_DONE);
+            } else {   /* core_call puts the signature last: here it is the 7th of 8 */
+                PyObject *sigobj = PyLong_FromUnsignedLongLong(sig);
+                cargs[0] = s->arena;
+                cargs[6] = sigobj;
+                status = sigobj == NULL ? NULL : Core_all_to_all((Core *)s->core, cargs, 8);
+                Py_XDECREF(sigobj);
+            }
+            r = fast_end(s, status, rec, tag, sig, FC_ALL_TO_ALL, args[2], args[0], args[1], counts);
+        }
+    }
+    Py_XDECREF(counts);
+    Py_XDECREF(k);
+    Py_XDECREF(isz);
+    Py_XDECREF(cma);
+    return r;
+}
+
 /* barrier(name) -> True | None */
 static PyObject *Fast_barrier(Fast *s, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -808,6 +864,7 @@ static PyMethodDef Fast_methods[] = {
     FASTM(reduce_scatter, "reduce_scatter(send, recv, op, name) -> True | None"),
     FASTM(gather, "gather(send, recv or None, root, name) -> True | None"),
     FASTM(scatter, "scatter(send or None, recv, root, name) -> True | None"),
+    FASTM(all_to_all, "all_to_all(send, recv, name) -> True | None (equal blocks)"),
     {"close", (PyCFunction)Fast_close, METH_NOARGS,
      "drop every reference; later calls take the regular path"},
     {NULL, NULL, 0, NULL},
@@ -815,6 +872,8 @@ static PyMethodDef Fast_methods[] = {
 
 static PyMemberDef Fast_members[] = {
     {"paused", T_INT, offsetof(Fast, paused), 0, "> 0: calls take the regular path"},
+    {"a2a_cma", T_PYSSIZET, offsetof(Fast, a2a_cma), 0,
+     "all_to_all's cross-memory-attach limit (shm_direct passes CMA_MIN // n, or -1)"},
     {"calls", T_ULONGLONG, offsetof(Fast, calls), READONLY, "calls completed here"},
     {"record", T_INT, offsetof(Fast, record), 0,
      "1 (default): append flight-recorder records; 0: not (to measure their cost)"},
