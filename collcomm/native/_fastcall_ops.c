@@ -1,0 +1,421 @@
+/* The fast call's collectives (see _fastcall.c, which includes this file after the
+ * bookkeeping every call shares: buffers, (op, dtype) rows, records, begin and end).
+ *
+ * Each entry checks, before anything else, that it can take the call (else returns None
+ * having done nothing), packs the call's signature exactly as collcomm/core/collectives.py
+ * does, and runs the Core collective of _shmcore.c between fast_begin and fast_end. In a
+ * group of one (no Core) it only copies what the collective would leave in the output.
+ */
+
+/* all_reduce(send, recv, op, name) -> True | None: recv = op over every rank's send
+ * (send may be recv: in place). */
+static PyObject *Fast_all_reduce(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args(nargs, 4, "all_reduce") < 0)
+        return NULL;
+    if (!fast_open(s))
+        Py_RETURN_NONE;
+    Py_buffer sv, rv;
+    if (PyObject_GetBuffer(args[1], &rv, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    int same = args[0] == args[1];
+    if (!same && PyObject_GetBuffer(args[0], &sv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyErr_Clear();
+        PyBuffer_Release(&rv);
+        Py_RETURN_NONE;
+    }
+    int dt = fast_dtype(&rv);
+    Py_ssize_t nbytes = rv.len;
+    int fits = dt >= 0 && nbytes > 0 && nbytes <= s->limit[FC_ALL_REDUCE];
+    if (fits && !same)
+        fits = sv.len == nbytes && fast_dtype(&sv) == dt &&
+               (sv.buf == rv.buf || !overlaps(sv.buf, nbytes, rv.buf, nbytes));
+    FastOp *e = fits ? fast_op(s, args[2], dt) : NULL;
+    if (e == NULL) {
+        if (!same)
+            PyBuffer_Release(&sv);
+        PyBuffer_Release(&rv);
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    if (!same && sv.buf != rv.buf)
+        memcpy(rv.buf, sv.buf, nbytes);
+    if (!same)
+        PyBuffer_Release(&sv);
+    Py_ssize_t count = nbytes / rv.itemsize;
+    PyBuffer_Release(&rv);
+    uint64_t sig = e->sig[dt] | ((uint64_t)0x3FFF << 36) | ((uint64_t)count & 0xFFFFFFFFFULL);
+    PyObject *rec;
+    PyObject *tag = fast_begin(s, args[3], sig, FC_ALL_REDUCE, &rec);
+    if (tag == NULL)
+        return NULL;
+    PyObject *status;
+    if (s->core == Py_None) {
+        status = PyLong_FromLong(ST_DONE);
+    } else {
+        PyObject *cargs[4] = {NULL, args[1], PyLong_FromLong(e->code[dt]), NULL};
+        status = cargs[2] == NULL ? NULL : core_call(Core_all_reduce, s, cargs, 4, sig);
+        Py_XDECREF(cargs[2]);
+    }
+    return fast_end(s, status, rec, tag, sig, FC_ALL_REDUCE, args[3], args[1], args[2], Py_None);
+}
+
+/* broadcast(buf, root, name) -> True | None */
+static PyObject *Fast_broadcast(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args(nargs, 3, "broadcast") < 0)
+        return NULL;
+    if (!fast_open(s) || !PyLong_CheckExact(args[1]))
+        Py_RETURN_NONE;
+    long root = PyLong_AsLong(args[1]);
+    if (root < 0 || root >= s->size) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    Py_buffer v;
+    if (PyObject_GetBuffer(args[0], &v, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    int dt = fast_dtype(&v);
+    Py_ssize_t nbytes = v.len, count = v.len / (v.itemsize ? v.itemsize : 1);
+    PyBuffer_Release(&v);
+    if (dt < 0 || nbytes == 0 || nbytes > s->limit[FC_BROADCAST])
+        Py_RETURN_NONE;
+    uint64_t sig = s->plain_sig[FC_BROADCAST] | (s->dt_sig[dt] << 55) |
+                   ((uint64_t)(root & 0x3FFF) << 36) | ((uint64_t)count & 0xFFFFFFFFFULL);
+    PyObject *rec;
+    PyObject *tag = fast_begin(s, args[2], sig, FC_BROADCAST, &rec);
+    if (tag == NULL)
+        return NULL;
+    PyObject *status;
+    if (s->core == Py_None) {
+        status = PyLong_FromLong(ST_DONE);
+    } else {
+        PyObject *cargs[4] = {NULL, args[0], args[1], NULL};
+        status = core_call(Core_broadcast, s, cargs, 4, sig);
+    }
+    return fast_end(s, status, rec, tag, sig, FC_BROADCAST, args[2], args[0], args[1], Py_None);
+}
+
+/* all_gather(send, recv, name) -> True | None: recv holds every rank's send, in rank order */
+static PyObject *Fast_all_gather(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args(nargs, 3, "all_gather") < 0)
+        return NULL;
+    if (!fast_open(s) || args[0] == args[1])
+        Py_RETURN_NONE;
+    Py_buffer sv, rv;
+    if (PyObject_GetBuffer(args[1], &rv, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if (PyObject_GetBuffer(args[0], &sv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyErr_Clear();
+        PyBuffer_Release(&rv);
+        Py_RETURN_NONE;
+    }
+    int dt = fast_dtype(&sv);
+    Py_ssize_t kb = sv.len, count = sv.len / (sv.itemsize ? sv.itemsize : 1);
+    int fits = dt >= 0 && fast_dtype(&rv) == dt && kb > 0 && rv.len <= s->limit[FC_ALL_GATHER] &&
+               rv.len == kb * s->size &&
+               (s->size == 1 || !overlaps(sv.buf, kb, rv.buf, rv.len) ||
+                sv.buf == (char *)rv.buf + s->rank * kb);
+    if (fits && s->core == Py_None && sv.buf != rv.buf)
+        memcpy(rv.buf, sv.buf, kb);
+    PyBuffer_Release(&sv);
+    PyBuffer_Release(&rv);
+    if (!fits)
+        Py_RETURN_NONE;
+    uint64_t sig = s->plain_sig[FC_ALL_GATHER] | (s->dt_sig[dt] << 55) |
+                   ((uint64_t)0x3FFF << 36) | ((uint64_t)count & 0xFFFFFFFFFULL);
+    PyObject *rec;
+    PyObject *tag = fast_begin(s, args[2], sig, FC_ALL_GATHER, &rec);
+    if (tag == NULL)
+        return NULL;
+    PyObject *status;
+    if (s->core == Py_None) {
+        status = PyLong_FromLong(ST_DONE);
+    } else {
+        PyObject *root = PyLong_FromLong(-1);
+        PyObject *cargs[5] = {NULL, args[0], args[1], root, NULL};
+        status = core_call(Core_gather, s, cargs, 5, sig);
+        Py_DECREF(root);
+    }
+    return fast_end(s, status, rec, tag, sig, FC_ALL_GATHER, args[2], args[0], args[1], Py_None);
+}
+
+/* ------------------------------------------------ reduce, reduce_scatter, gather, scatter */
+#define TOP4 ((uint64_t)0xF << 60)
+#define COUNT_BITS(c) ((uint64_t)(c) & 0xFFFFFFFFFULL)
+
+/* Two buffers, `a` read and `b` written, either possibly None: their data, bytes and the
+ * one native dtype they share (-1: refuse — not buffers, not contiguous, different or
+ * unsupported dtypes, overlapping unless `same_ok` and identical). Released by the caller
+ * through fast_release. */
+typedef struct {
+    Py_buffer v[2];
+    int held[2];
+    char *data[2];
+    Py_ssize_t len[2], itemsize;
+} Pair;
+
+static void fast_release(Pair *p)
+{
+    for (int i = 0; i < 2; i++)
+        if (p->held[i])
+            PyBuffer_Release(&p->v[i]);
+}
+
+static int fast_pair(Pair *p, PyObject *a, PyObject *b, int same_ok)
+{
+    PyObject *obj[2] = {a, b};
+    int dt = -2;
+    p->held[0] = p->held[1] = 0;
+    p->itemsize = 1;
+    for (int i = 0; i < 2; i++) {
+        p->data[i] = NULL;
+        p->len[i] = 0;
+        if (obj[i] == Py_None)
+            continue;
+        if (i == 1 && obj[1] == obj[0] && same_ok) {
+            p->data[1] = p->data[0];
+            p->len[1] = p->len[0];
+            continue;
+        }
+        int written = i == 1 || (same_ok && obj[1] == obj[0]);
+        if (PyObject_GetBuffer(obj[i], &p->v[i], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT |
+                               (written ? PyBUF_WRITABLE : 0)) < 0) {
+            PyErr_Clear();
+            return -1;
+        }
+        p->held[i] = 1;
+        int d = fast_dtype(&p->v[i]);
+        if (d < 0 || (dt != -2 && d != dt))
+            return -1;
+        dt = d;
+        p->data[i] = p->v[i].buf;
+        p->len[i] = p->v[i].len;
+        p->itemsize = p->v[i].itemsize ? p->v[i].itemsize : 1;
+    }
+    if (dt == -2)
+        return -1;
+    if (p->data[0] != NULL && p->data[1] != NULL &&
+        !(same_ok && p->data[0] == p->data[1] && p->len[0] == p->len[1]) &&
+        overlaps(p->data[0], p->len[0], p->data[1], p->len[1]))
+        return -1;
+    return dt;
+}
+
+/* Run Core function `fn` with (arena, cargs..., sig) after the bookkeeping, then end. */
+static PyObject *fast_run(Fast *s, int fc, PyObject *name, uint64_t sig,
+                          PyObject *(*fn)(Core *, PyObject *const *, Py_ssize_t),
+                          PyObject **cargs, Py_ssize_t nargs, PyObject *a, PyObject *b,
+                          PyObject *c)
+{
+    PyObject *rec;
+    PyObject *tag = fast_begin(s, name, sig, fc, &rec);
+    if (tag == NULL)
+        return NULL;
+    PyObject *status = s->core == Py_None ? PyLong_FromLong(ST_DONE)
+                                          : core_call(fn, s, cargs, nargs, sig);
+    return fast_end(s, status, rec, tag, sig, fc, name, a, b, c);
+}
+
+static long fast_root(Fast *s, PyObject *obj)
+{
+    if (!PyLong_CheckExact(obj))
+        return -1;
+    long root = PyLong_AsLong(obj);
+    if (root < 0 || root >= s->size) {
+        PyErr_Clear();
+        return -1;
+    }
+    return root;
+}
+
+/* reduce(send, recv or None, op, root, name) -> True | None: recv (root only; may be send)
+ * gets op over every rank's send */
+static PyObject *Fast_reduce(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args(nargs, 5, "reduce") < 0)
+        return NULL;
+    long root = fast_root(s, args[3]);
+    if (!fast_open(s) || root < 0 || (s->rank == root) != (args[1] != Py_None))
+        Py_RETURN_NONE;
+    Pair p;
+    int dt = fast_pair(&p, args[0], args[1], 1);
+    Py_ssize_t nbytes = p.len[0], count = nbytes / p.itemsize;
+    int fits = dt >= 0 && nbytes > 0 && nbytes <= s->limit[FC_REDUCE] &&
+               (args[1] == Py_None || p.len[1] == nbytes);
+    if (fits && s->core == Py_None && p.data[1] != p.data[0])
+        memcpy(p.data[1], p.data[0], nbytes);
+    fast_release(&p);
+    FastOp *e = fits ? fast_op(s, args[2], dt) : NULL;
+    if (e == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    uint64_t sig = s->plain_sig[FC_REDUCE] | (e->sig[dt] & ~TOP4) |
+                   ((uint64_t)(root & 0x3FFF) << 36) | COUNT_BITS(count);
+    PyObject *code = PyLong_FromLong(e->code[dt]);
+    if (code == NULL)
+        return NULL;
+    PyObject *cargs[6] = {NULL, args[0], args[1], code, args[3], NULL};
+    PyObject *r = fast_run(s, FC_REDUCE, args[4], sig, Core_reduce, cargs, 6, args[0], args[1],
+                           args[2]);
+    Py_DECREF(code);
+    return r;
+}
+
+/* reduce_scatter(send, recv, op, name) -> True | None: block i of op over every rank's
+ * send (n blocks of recv's size) into rank i's recv */
+static PyObject *Fast_reduce_scatter(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args(nargs, 4, "reduce_scatter") < 0)
+        return NULL;
+    if (!fast_open(s) || args[0] == args[1])
+        Py_RETURN_NONE;
+    Pair p;
+    int dt = fast_pair(&p, args[0], args[1], 0);
+    Py_ssize_t kb = p.len[1], count = kb / p.itemsize;
+    int fits = dt >= 0 && kb > 0 && p.len[0] == kb * s->size && p.len[0] <= s->limit[FC_REDUCE_SCATTER];
+    if (fits && s->core == Py_None)
+        memcpy(p.data[1], p.data[0], kb);
+    fast_release(&p);
+    FastOp *e = fits ? fast_op(s, args[2], dt) : NULL;
+    if (e == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    uint64_t sig = s->plain_sig[FC_REDUCE_SCATTER] | (e->sig[dt] & ~TOP4) |
+                   ((uint64_t)0x3FFF << 36) | COUNT_BITS(count);
+    PyObject *code = PyLong_FromLong(e->code[dt]);
+    if (code == NULL)
+        return NULL;
+    PyObject *cargs[5] = {NULL, args[0], args[1], code, NULL};
+    PyObject *r = fast_run(s, FC_REDUCE_SCATTER, args[3], sig, Core_reduce_scatter, cargs, 5,
+                           args[0], args[1], args[2]);
+    Py_DECREF(code);
+    return r;
+}
+
+/* gather(send, recv or None, root, name) / scatter(send or None, recv, root, name):
+ * blocks of n × the one rank's size at the root */
+static PyObject *fast_rooted(Fast *s, PyObject *const *args, Py_ssize_t nargs, int fc)
+{
+    int gather = fc == FC_GATHER;
+    if (check_args(nargs, 4, gather ? "gather" : "scatter") < 0)
+        return NULL;
+    long root = fast_root(s, args[2]);
+    PyObject *big = gather ? args[1] : args[0];
+    if (!fast_open(s) || root < 0 || (s->rank == root) != (big != Py_None))
+        Py_RETURN_NONE;
+    Pair p;
+    int dt = fast_pair(&p, args[0], args[1], 0);
+    Py_ssize_t kb = p.len[gather ? 0 : 1], count = kb / p.itemsize;
+    int fits = dt >= 0 && kb > 0 && kb * s->size <= s->limit[fc] &&
+               (big == Py_None || p.len[gather ? 1 : 0] == kb * s->size);
+    if (fits && s->core == Py_None)
+        memcpy(p.data[1], p.data[0], kb);
+    fast_release(&p);
+    if (!fits)
+        Py_RETURN_NONE;
+    uint64_t sig = s->plain_sig[fc] | (s->dt_sig[dt] << 55) |
+                   ((uint64_t)(root & 0x3FFF) << 36) | COUNT_BITS(count);
+    PyObject *cargs[5] = {NULL, args[0], args[1], args[2], NULL};
+    return fast_run(s, fc, args[3], sig, gather ? Core_gather : Core_scatter, cargs, 5, args[0],
+                    args[1], args[2]);
+}
+
+static PyObject *Fast_gather(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    return fast_rooted(s, args, nargs, FC_GATHER);
+}
+
+static PyObject *Fast_scatter(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    return fast_rooted(s, args, nargs, FC_SCATTER);
+}
+
+/* all_to_all(send, recv, name) -> True | None: equal blocks along the first dimension
+ * (all_to_all_single without split sizes): block j of send to rank j, rank j's block into
+ * block j of recv */
+static PyObject *Fast_all_to_all(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args(nargs, 3, "all_to_all") < 0)
+        return NULL;
+    if (!fast_open(s) || args[0] == args[1])
+        Py_RETURN_NONE;
+    Pair p;
+    int dt = fast_pair(&p, args[0], args[1], 0);
+    int n = s->size, fits = dt >= 0;
+    for (int i = 0; fits && i < 2; i++)   /* rows divisible by n, the same row size */
+        fits = p.v[i].ndim >= 1 && p.v[i].shape[0] > 0 && p.v[i].shape[0] % n == 0;
+    Py_ssize_t nbytes = p.len[0], count = nbytes / p.itemsize / n;
+    fits = fits && nbytes > 0 && p.len[1] == nbytes && p.v[0].shape[0] == p.v[1].shape[0] &&
+           nbytes <= s->limit[FC_ALL_TO_ALL];
+    if (fits && s->core == Py_None)
+        memcpy(p.data[1], p.data[0], nbytes);
+    fast_release(&p);
+    if (!fits)
+        Py_RETURN_NONE;
+    uint64_t sig = s->plain_sig[FC_ALL_TO_ALL] | (s->dt_sig[dt] << 55);
+    PyObject *counts = PyList_New(n), *k = PyLong_FromSsize_t(count),
+             *isz = PyLong_FromSsize_t(p.itemsize), *cma = PyLong_FromSsize_t(s->a2a_cma);
+    PyObject *r = NULL;
+    if (counts != NULL && k != NULL && isz != NULL && cma != NULL) {
+        for (int i = 0; i < n; i++) {
+            Py_INCREF(k);
+            PyList_SET_ITEM(counts, i, k);
+        }
+        PyObject *cargs[8] = {NULL, args[0], counts, args[1], counts, isz, NULL, cma};
+        PyObject *rec;
+        PyObject *tag = fast_begin(s, args[2], sig, FC_ALL_TO_ALL, &rec);
+        if (tag != NULL) {
+            PyObject *status;
+            if (s->core == Py_None) {
+                status = PyLong_FromLong(ST_DONE);
+            } else {   /* core_call puts the signature last: here it is the 7th of 8 */
+                PyObject *sigobj = PyLong_FromUnsignedLongLong(sig);
+                cargs[0] = s->arena;
+                cargs[6] = sigobj;
+                status = sigobj == NULL ? NULL : Core_all_to_all((Core *)s->core, cargs, 8);
+                Py_XDECREF(sigobj);
+            }
+            r = fast_end(s, status, rec, tag, sig, FC_ALL_TO_ALL, args[2], args[0], args[1], counts);
+        }
+    }
+    Py_XDECREF(counts);
+    Py_XDECREF(k);
+    Py_XDECREF(isz);
+    Py_XDECREF(cma);
+    return r;
+}
+
+/* barrier(name) -> True | None */
+static PyObject *Fast_barrier(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args(nargs, 1, "barrier") < 0)
+        return NULL;
+    if (!fast_open(s) || s->limit[FC_BARRIER] == 0)
+        Py_RETURN_NONE;
+    uint64_t sig = s->plain_sig[FC_BARRIER];
+    PyObject *rec;
+    PyObject *tag = fast_begin(s, args[0], sig, FC_BARRIER, &rec);
+    if (tag == NULL)
+        return NULL;
+    PyObject *status;
+    if (s->core == Py_None) {
+        status = PyLong_FromLong(ST_DONE);
+    } else {
+        PyObject *cargs[2] = {NULL, NULL};
+        status = core_call(Core_barrier, s, cargs, 2, sig);
+    }
+    return fast_end(s, status, rec, tag, sig, FC_BARRIER, args[0], Py_None, Py_None, Py_None);
+}

@@ -1,0 +1,168 @@
+/* The fast call's type: construction, garbage-collector support, the method table and
+ * the module's part of the init (see _fastcall.c, which includes this file last). */
+
+static int Fast_init(Fast *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"core", "arena", "group", "seq", "hooks", "append", "observer",
+                             "obs_index", "algo_ids", "pkg", "tag_base", "seq_mask",
+                             "plain_sigs", "dtype_sigs", "limits", "size", "rank", NULL};
+    PyObject *core, *arena, *group, *seq, *hooks, *append, *observer, *obs_index, *algo_ids,
+        *pkg, *plain, *dts, *limits;
+    unsigned long long tag_base, seq_mask;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOOUKKOOOii", kwlist, &core, &arena,
+                                     &group, &seq, &hooks, &append, &observer, &obs_index,
+                                     &algo_ids, &pkg, &tag_base, &seq_mask, &plain, &dts,
+                                     &limits, &self->size, &self->rank))
+        return -1;
+    if (core != Py_None && !PyObject_TypeCheck(core, &CoreType)) {
+        PyErr_SetString(PyExc_TypeError, "Fast: core must be a Core or None");
+        return -1;
+    }
+    if (!PyTuple_Check(algo_ids) || PyTuple_GET_SIZE(algo_ids) != N_FC ||
+        !PyTuple_Check(plain) || PyTuple_GET_SIZE(plain) != N_FC ||
+        !PyTuple_Check(limits) || PyTuple_GET_SIZE(limits) != N_FC ||
+        !PyTuple_Check(dts) || PyTuple_GET_SIZE(dts) != N_DT) {
+        PyErr_SetString(PyExc_TypeError, "Fast: algo_ids, plain_sigs and dtype_sigs are tuples "
+                        "of the collectives' and dtypes' sizes");
+        return -1;
+    }
+    for (int i = 0; i < N_FC; i++) {
+        self->plain_sig[i] = PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(plain, i));
+        self->limit[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(limits, i));
+        Py_INCREF(PyTuple_GET_ITEM(algo_ids, i));
+        Py_XSETREF(self->algo_id[i], PyTuple_GET_ITEM(algo_ids, i));
+    }
+    for (int i = 0; i < N_DT; i++)
+        self->dt_sig[i] = PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(dts, i));
+    if (PyErr_Occurred())
+        return -1;
+    PyObject **slots[] = {&self->core, &self->arena, &self->group, &self->seq, &self->hooks,
+                          &self->append, &self->observer, &self->obs_index, &self->pkg};
+    PyObject *values[] = {core, arena, group, seq, hooks, append, observer, obs_index, pkg};
+    for (int i = 0; i < 9; i++) {
+        Py_INCREF(values[i]);
+        Py_XSETREF(*slots[i], values[i]);
+    }
+    self->tag_base = tag_base;
+    self->seq_mask = seq_mask;
+    self->record = 1;
+    return 0;
+}
+
+static int Fast_traverse(Fast *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->core);
+    Py_VISIT(self->arena);
+    Py_VISIT(self->group);
+    Py_VISIT(self->seq);
+    Py_VISIT(self->hooks);
+    Py_VISIT(self->append);
+    Py_VISIT(self->observer);
+    for (int i = 0; i < self->n_ops; i++)
+        Py_VISIT(self->ops[i].op);
+    return 0;
+}
+
+static int Fast_clear(Fast *self)
+{
+    Py_CLEAR(self->core);
+    Py_CLEAR(self->arena);
+    Py_CLEAR(self->group);
+    Py_CLEAR(self->seq);
+    Py_CLEAR(self->hooks);
+    Py_CLEAR(self->append);
+    Py_CLEAR(self->observer);
+    Py_CLEAR(self->obs_index);
+    Py_CLEAR(self->pkg);
+    for (int i = 0; i < N_FC; i++)
+        Py_CLEAR(self->algo_id[i]);
+    for (int i = 0; i < self->n_ops; i++)
+        Py_CLEAR(self->ops[i].op);
+    self->n_ops = 0;
+    for (int i = 0; i < CODE_CACHE; i++)
+        Py_CLEAR(self->seen[i].code);
+    self->paused = 1;     /* a cleared Fast never runs a call again */
+    return 0;
+}
+
+static PyObject *Fast_close(Fast *self, PyObject *unused)
+{
+    Fast_clear(self);
+    Py_RETURN_NONE;
+}
+
+static void Fast_dealloc(Fast *self)
+{
+    PyObject_GC_UnTrack(self);
+    Fast_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* timeout_scope(delta): call_timeout scopes opened (+1) and closed (-1), all threads */
+static PyObject *mod_timeout_scope(PyObject *m, PyObject *arg)
+{
+    long d = PyLong_AsLong(arg);
+    if (d == -1 && PyErr_Occurred())
+        return NULL;
+    fast_timeout_scopes += (int)d;
+    return PyLong_FromLong(fast_timeout_scopes);
+}
+
+#define FASTM(name, doc) {#name, (PyCFunction)(void (*)(void))Fast_##name, METH_FASTCALL, doc}
+static PyMethodDef Fast_methods[] = {
+    FASTM(all_reduce, "all_reduce(send, recv, op, name) -> True | None"),
+    FASTM(broadcast, "broadcast(buf, root, name) -> True | None"),
+    FASTM(all_gather, "all_gather(send, recv, name) -> True | None"),
+    FASTM(barrier, "barrier(name) -> True | None"),
+    FASTM(reduce, "reduce(send, recv or None, op, root, name) -> True | None"),
+    FASTM(reduce_scatter, "reduce_scatter(send, recv, op, name) -> True | None"),
+    FASTM(gather, "gather(send, recv or None, root, name) -> True | None"),
+    FASTM(scatter, "scatter(send or None, recv, root, name) -> True | None"),
+    FASTM(all_to_all, "all_to_all(send, recv, name) -> True | None (equal blocks)"),
+    {"close", (PyCFunction)Fast_close, METH_NOARGS,
+     "drop every reference; later calls take the regular path"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef Fast_members[] = {
+    {"paused", T_INT, offsetof(Fast, paused), 0, "> 0: calls take the regular path"},
+    {"a2a_cma", T_PYSSIZET, offsetof(Fast, a2a_cma), 0,
+     "all_to_all's cross-memory-attach limit (shm_direct passes CMA_MIN // n, or -1)"},
+    {"calls", T_ULONGLONG, offsetof(Fast, calls), READONLY, "calls completed here"},
+    {"record", T_INT, offsetof(Fast, record), 0,
+     "1 (default): append flight-recorder records; 0: not (to measure their cost)"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject FastType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "collcomm.native._shmcore.Fast",
+    .tp_basicsize = sizeof(Fast),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A group's fast call (see collcomm/native/_fastcall.c).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Fast_init,
+    .tp_dealloc = (destructor)Fast_dealloc,
+    .tp_traverse = (traverseproc)Fast_traverse,
+    .tp_clear = (inquiry)Fast_clear,
+    .tp_methods = Fast_methods,
+    .tp_members = Fast_members,
+};
+
+static int fast_module_init(PyObject *m)
+{
+    s_done = PyUnicode_InternFromString("done");
+    s_timeout = PyUnicode_InternFromString("timeout");
+    s_learn = PyUnicode_InternFromString("learn");
+    s_failed = PyUnicode_InternFromString("failed");
+    s_finish = PyUnicode_InternFromString("finish");
+    if (s_done == NULL || s_timeout == NULL || s_learn == NULL || s_failed == NULL ||
+        s_finish == NULL || PyType_Ready(&FastType) < 0)
+        return -1;
+    Py_INCREF(&FastType);
+    if (PyModule_AddObject(m, "Fast", (PyObject *)&FastType) < 0) {
+        Py_DECREF(&FastType);
+        return -1;
+    }
+    return 0;
+}
