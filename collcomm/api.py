@@ -252,6 +252,9 @@ def all_gather(tensor_list: list[Any], tensor: Any, group: Any = None,
     """``tensor_list[i]`` of every rank receives rank i's ``tensor``."""
     name = "all_gather"
     g = _group(group, name)
+    fast = g.fast
+    if fast is not None and not async_op and algorithm == "auto" and fast.all_gather(tensor, tensor_list, name):
+        return None
     where = _where(g)
     inp = as_input(tensor, name, where, "tensor")
     if not _member(g):
@@ -393,6 +396,13 @@ def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int | None = 
     """``gather_list[i]`` on ``dst`` (default 0) receives rank i's ``tensor``; give no list elsewhere."""
     name = "gather"
     g = _group(group, name)
+    fast = g.fast    # the list only on dst (a rank of the world), nothing elsewhere
+    if fast is not None and group is None and group_dst is None and not async_op and algorithm == "auto":
+        root = 0 if dst is None else dst
+        here = root == g.rank
+        if (type(root) is int and (here or gather_list is None)
+                and fast.gather(tensor, gather_list if here else None, root, name)):
+            return None
     where = _where(g)
     inp = as_input(tensor, name, where, "tensor")
     if not _member(g):
@@ -419,6 +429,13 @@ def scatter(tensor: Any, scatter_list: list[Any] | None = None, src: int | None 
     """``tensor`` of rank i receives ``scatter_list[i]`` of ``src`` (default 0); give no list elsewhere."""
     name = "scatter"
     g = _group(group, name)
+    fast = g.fast    # the list only on src (a rank of the world), nothing elsewhere
+    if fast is not None and group is None and group_src is None and not async_op and algorithm == "auto":
+        root = 0 if src is None else src
+        here = root == g.rank
+        if (type(root) is int and (here or scatter_list is None)
+                and fast.scatter(scatter_list if here else None, tensor, root, name)):
+            return None
     where = _where(g)
     out = as_output(tensor, name, where, "tensor")
     if not _member(g):

@@ -76,6 +76,16 @@ def _every_op_and_dtype() -> dict[str, Any]:
     a2a = np.empty((2 * n, 3), np.int32)
     dist.all_to_all_single(a2a, np.arange(6 * n, dtype=np.int32).reshape(2 * n, 3) + 100 * me)
     out["all_to_all"] = a2a.tolist()
+    # the list forms (torch's tensor lists): all_gather, gather to rank 2, scatter from rank 1
+    parts = [np.empty(3, np.float16) for _ in range(n)]
+    dist.all_gather(parts, np.full(3, me + 0.5, np.float16))
+    out["all_gather list"] = [p.tolist() for p in parts]
+    glist = [np.empty(2, np.int8) for _ in range(n)] if me == 2 else None
+    dist.gather(np.array([me, -me], np.int8), glist, dst=2)
+    out["gather list"] = None if glist is None else [p.tolist() for p in glist]
+    got = np.empty(2, np.uint32)
+    dist.scatter(got, [np.full(2, 7 * r, np.uint32) for r in range(n)] if me == 1 else None, src=1)
+    out["scatter list"] = got.tolist()
     out["broadcast"] = b.tolist()
     out["all_gather"] = g.tolist()
     out["fast_calls"] = _calls()
@@ -95,10 +105,14 @@ def test_fast_and_regular_ranks_compute_the_same_bits() -> None:
         assert calls_f > 100, calls_f          # every rank ran most calls fast
         assert fast[r] == mixed[r]             # each rank: the same bytes fast or regular
         # all_reduce (3 elements), broadcast, all_gather: the same on every rank
-        assert {k: v for k, v in mixed[r].items() if not k.endswith(("-7", "all_to_all"))} == \
-            {k: v for k, v in mixed[0].items() if not k.endswith(("-7", "all_to_all"))}
+        per_rank = ("-7", "all_to_all", "gather list", "scatter list")
+        assert {k: v for k, v in mixed[r].items() if not k.endswith(per_rank)} == \
+            {k: v for k, v in mixed[0].items() if not k.endswith(per_rank)}
     assert mixed[0]["broadcast"] == [0, 2, 4, 6, 8]
     assert mixed[0]["all_gather"] == [0.0] * 3 + [1.0] * 3 + [2.0] * 3
+    assert mixed[0]["all_gather list"] == [[0.5] * 3, [1.5] * 3, [2.5] * 3]
+    assert mixed[2]["gather list"] == [[0, 0], [1, -1], [2, -2]] and mixed[0]["gather list"] is None
+    assert [mixed[r]["scatter list"] for r in range(3)] == [[0, 0], [7, 7], [14, 14]]
     for r in range(3):   # block r of every rank j: rows 2r, 2r+1 of j's input (+100 j)
         expect = [[6 * r + 3 * i + c + 100 * j for c in range(3)] for j in range(3) for i in range(2)]
         assert mixed[r]["all_to_all"] == expect
@@ -118,6 +132,11 @@ def _taken_or_not() -> dict[str, Any]:
         seen[name] = _calls() > before
 
     taken("plain", lambda: dist.all_reduce(x))
+    taken("all_gather list", lambda: dist.all_gather([np.empty(4, np.float32) for _ in range(2)], x))
+    taken("gather list", lambda: dist.gather(x, [np.empty(4, np.float32) for _ in range(2)]
+                                             if me == 0 else None, dst=0))
+    taken("complex list", lambda: dist.all_gather([np.empty(1, np.complex64) for _ in range(2)],
+                                                  np.ones(1, np.complex64)))
     taken("avg", lambda: dist.all_reduce(x, op=dist.ReduceOp.AVG))
     taken("ufunc", lambda: dist.all_reduce(x, op=np.maximum))      # is MAX: taken
     taken("user op", lambda: dist.all_reduce(x, op=lambda a, b: np.maximum(a, b)))
@@ -146,7 +165,8 @@ def test_what_takes_the_fast_call() -> None:
     res = run_ranks(_taken_or_not, 2, transport="shm", timeout=90)
     for seen in res:
         assert seen["plain"] and seen["after call_timeout"] and seen["after drain"], seen
-        assert seen["ufunc"], seen
+        assert seen["ufunc"] and seen["all_gather list"] and seen["gather list"], seen
+        assert seen["complex list"] is False, seen   # memoryview cannot cast to complex: regular
         for name in ("avg", "user op", "longdouble", "large", "algorithm", "call_timeout",
                      "async pending"):
             assert seen[name] is False, (name, seen)
@@ -310,6 +330,9 @@ def _world_of_one() -> Any:
     dist.reduce(r, dst=0)
     rs = np.zeros(2, np.int32)
     dist.reduce_scatter_tensor(rs, np.array([5, 6], np.int32))
+    lst = [np.zeros(2)]
+    dist.all_gather(lst, np.array([3.0, 4.0]))
+    rs = np.concatenate([rs, lst[0].astype(np.int32)])
     return {"calls": fast.calls, "x": x.tolist(), "out": out.tolist(), "r": r.tolist(),
             "rs": rs.tolist()}
 
@@ -317,8 +340,8 @@ def _world_of_one() -> Any:
 @pytest.mark.timeout(60)
 def test_a_world_of_one_has_it_too() -> None:
     (res,) = run_ranks(_world_of_one, 1, timeout=30)
-    assert res == {"calls": 6, "x": [0.0, 1.0, 2.0, 3.0], "out": [1, 2, 3], "r": [1.0, 1.0],
-                   "rs": [5, 6]}
+    assert res == {"calls": 7, "x": [0.0, 1.0, 2.0, 3.0], "out": [1, 2, 3], "r": [1.0, 1.0],
+                   "rs": [5, 6, 3, 4]}
 
 
 def _bad_input() -> Any:

@@ -107,6 +107,11 @@ def attach(group: Any, arena: Any = None) -> Any:
     return fast
 
 
+def _array(x: Any) -> Any:
+    """A list form's scratch (a typed memoryview) as a numpy array; arrays and None as they are."""
+    return np.asarray(x) if isinstance(x, memoryview) else x
+
+
 class Hooks:
     """What the C fast call asks Python (see native/_fastcall.c)."""
 
@@ -171,8 +176,10 @@ class Hooks:
                     args = (a, b, fn)
             elif collective == "all_to_all":
                 args = (a, c, b, c)     # send, its counts, recv, its counts
+            elif collective in ("gather", "scatter"):   # c: the root, or a list form's list
+                args = (_array(a), _array(b), (sig >> 36) & signature.NO_ROOT)
             else:
-                args = {"barrier": (), "broadcast": (a, b), "all_gather": (a, b)}.get(collective, (a, b, c))
+                args = {"barrier": (), "broadcast": (a, b), "all_gather": (a, _array(b))}[collective]
             shm_direct.finish_native(comm, status, collective, *args)
         except CollcommError as exc:
             raise self.failed(exc, rec, name, tag, sig) from exc

@@ -55,6 +55,8 @@ typedef struct {
     PyObject *obs_index;        /* the observer's index (records name it) */
     PyObject *algo_id[N_FC];    /* id() of the family function, as records hold it */
     PyObject *pkg;              /* the package's path prefix (str) */
+    PyObject *scratch;          /* a bytearray: the contiguous side of list-form calls */
+    PyObject *list;             /* during a list-form call: the list (borrowed), else NULL */
     uint64_t tag_base, seq_mask;
     uint64_t plain_sig[N_FC];   /* signature bases per collective without op (dtype 0) */
     uint64_t dt_sig[N_DT];      /* the 5-bit signature dtype code of each native dtype */

@@ -101,6 +101,135 @@ static PyObject *Fast_broadcast(Fast *s, PyObject *const *args, Py_ssize_t nargs
     return fast_end(s, status, rec, tag, sig, FC_BROADCAST, args[2], args[0], args[1], Py_None);
 }
 
+/* ------------------------------------------------ the list forms (torch's tensor lists) */
+/* n buffers of a list or tuple, each C-contiguous (writable if asked) with native dtype `dt`
+ * and `kb` bytes, held in *views (PyMem); -1 (no exception) if any is not. */
+static int fast_views(PyObject *seq, int n, int writable, int dt, Py_ssize_t kb, Py_buffer **views)
+{
+    *views = NULL;
+    if (!(PyList_CheckExact(seq) || PyTuple_CheckExact(seq)) || PySequence_Fast_GET_SIZE(seq) != n)
+        return -1;
+    Py_buffer *v = PyMem_Malloc(sizeof(Py_buffer) * (size_t)n);
+    if (v == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (int i = 0; i < n; i++) {
+        int bad = PyObject_GetBuffer(items[i], &v[i], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT |
+                                     (writable ? PyBUF_WRITABLE : 0)) < 0;
+        if (bad)
+            PyErr_Clear();
+        else if (fast_dtype(&v[i]) != dt || v[i].len != kb) {
+            PyBuffer_Release(&v[i]);
+            bad = 1;
+        }
+        if (bad) {
+            while (i-- > 0)
+                PyBuffer_Release(&v[i]);
+            PyMem_Free(v);
+            return -1;
+        }
+    }
+    *views = v;
+    return 0;
+}
+
+static void fast_views_release(Py_buffer *v, int n)
+{
+    if (v == NULL)
+        return;
+    for (int i = 0; i < n; i++)
+        PyBuffer_Release(&v[i]);
+    PyMem_Free(v);
+}
+
+/* The Fast's scratch bytearray, resized to exactly `nbytes` (borrowed; a fresh one when the
+ * old one is still exported); NULL on error. */
+static PyObject *fast_scratch(Fast *s, Py_ssize_t nbytes)
+{
+    if (s->scratch != NULL && PyByteArray_GET_SIZE(s->scratch) != nbytes &&
+        PyByteArray_Resize(s->scratch, nbytes) < 0) {
+        PyErr_Clear();
+        Py_CLEAR(s->scratch);
+    }
+    if (s->scratch == NULL)
+        s->scratch = PyByteArray_FromStringAndSize(NULL, nbytes);
+    return s->scratch;
+}
+
+/* Copy between the scratch and the list's buffers (to_list: scratch -> list). */
+static void fast_views_copy(PyObject *scratch, Py_buffer *v, int n, Py_ssize_t kb, int to_list)
+{
+    char *base = PyByteArray_AS_STRING(scratch);
+    for (int i = 0; i < n; i++) {
+        if (to_list)
+            memcpy(v[i].buf, base + i * kb, kb);
+        else
+            memcpy(base + i * kb, v[i].buf, kb);
+    }
+}
+
+/* The list form of all_gather / gather / scatter: `list` (n buffers of `kb` bytes, struct
+ * format `fmt`) stands for the contiguous buffer at position `at` of args (1: the receive
+ * side, 0: the send side); the call runs with the scratch there (a memoryview cast to
+ * `fmt`), and the result is copied into the list. */
+static PyObject *fast_list_call(Fast *s, PyObject *const *args, Py_ssize_t nargs, int at, int fc,
+                                PyObject *(*entry)(Fast *, PyObject *const *, Py_ssize_t),
+                                int dt, Py_ssize_t kb, const char *fmt)
+{
+    Py_buffer *v;
+    int n = s->size;
+    if (kb <= 0 || kb * n > s->limit[fc] || fast_views(args[at], n, at == 1, dt, kb, &v) < 0)
+        Py_RETURN_NONE;
+    PyObject *scratch = fast_scratch(s, kb * n);
+    PyObject *raw = scratch == NULL ? NULL : PyMemoryView_FromObject(scratch);
+    PyObject *mv = raw == NULL ? NULL : PyObject_CallMethod(raw, "cast", "s", fmt);
+    Py_XDECREF(raw);
+    if (mv == NULL) {          /* a format memoryview cannot take (complex): the regular path */
+        PyErr_Clear();
+        fast_views_release(v, n);
+        Py_RETURN_NONE;
+    }
+    if (at == 0)
+        fast_views_copy(scratch, v, n, kb, 0);
+    PyObject *margs[5];
+    for (Py_ssize_t i = 0; i < nargs && i < 5; i++)
+        margs[i] = args[i];
+    margs[at] = mv;
+    s->list = args[at];
+    PyObject *r = entry(s, margs, nargs);
+    s->list = NULL;
+    if (r == Py_True && at == 1)
+        fast_views_copy(scratch, v, n, kb, 1);
+    fast_views_release(v, n);
+    PyObject *rel = PyObject_CallMethod(mv, "release", NULL);   /* the scratch can resize */
+    if (rel == NULL)
+        PyErr_Clear();
+    Py_XDECREF(rel);
+    Py_DECREF(mv);
+    return r;
+}
+
+/* The native dtype, bytes and struct format of one buffer (-1: not one the fast call takes). */
+static int fast_one(PyObject *obj, Py_ssize_t *nbytes, char *fmt)
+{
+    Py_buffer v;
+    if (PyObject_GetBuffer(obj, &v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyErr_Clear();
+        return -1;
+    }
+    int dt = fast_dtype(&v);
+    *nbytes = v.len;
+    const char *f = v.format != NULL ? v.format : "B";
+    if (strlen(f) >= 8)
+        dt = -1;
+    else
+        strcpy(fmt, f);
+    PyBuffer_Release(&v);
+    return dt;
+}
+
 /* all_gather(send, recv, name) -> True | None: recv holds every rank's send, in rank order */
 static PyObject *Fast_all_gather(Fast *s, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -108,6 +237,13 @@ static PyObject *Fast_all_gather(Fast *s, PyObject *const *args, Py_ssize_t narg
         return NULL;
     if (!fast_open(s) || args[0] == args[1])
         Py_RETURN_NONE;
+    if (s->list == NULL && (PyList_CheckExact(args[1]) || PyTuple_CheckExact(args[1]))) {
+        Py_ssize_t kb;
+        char fmt[8];
+        int dt = fast_one(args[0], &kb, fmt);
+        return dt < 0 ? Py_NewRef(Py_None)
+                      : fast_list_call(s, args, nargs, 1, FC_ALL_GATHER, Fast_all_gather, dt, kb, fmt);
+    }
     Py_buffer sv, rv;
     if (PyObject_GetBuffer(args[1], &rv, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
         PyErr_Clear();
@@ -145,7 +281,8 @@ static PyObject *Fast_all_gather(Fast *s, PyObject *const *args, Py_ssize_t narg
         status = core_call(Core_gather, s, cargs, 5, sig);
         Py_DECREF(root);
     }
-    return fast_end(s, status, rec, tag, sig, FC_ALL_GATHER, args[2], args[0], args[1], Py_None);
+    return fast_end(s, status, rec, tag, sig, FC_ALL_GATHER, args[2], args[0], args[1],
+                    s->list != NULL ? s->list : Py_None);
 }
 
 /* ------------------------------------------------ reduce, reduce_scatter, gather, scatter */
@@ -305,6 +442,9 @@ static PyObject *Fast_reduce_scatter(Fast *s, PyObject *const *args, Py_ssize_t 
     return r;
 }
 
+static PyObject *Fast_gather(Fast *s, PyObject *const *args, Py_ssize_t nargs);
+static PyObject *Fast_scatter(Fast *s, PyObject *const *args, Py_ssize_t nargs);
+
 /* gather(send, recv or None, root, name) / scatter(send or None, recv, root, name):
  * blocks of n × the one rank's size at the root */
 static PyObject *fast_rooted(Fast *s, PyObject *const *args, Py_ssize_t nargs, int fc)
@@ -316,6 +456,14 @@ static PyObject *fast_rooted(Fast *s, PyObject *const *args, Py_ssize_t nargs, i
     PyObject *big = gather ? args[1] : args[0];
     if (!fast_open(s) || root < 0 || (s->rank == root) != (big != Py_None))
         Py_RETURN_NONE;
+    if (s->list == NULL && (PyList_CheckExact(big) || PyTuple_CheckExact(big))) {
+        Py_ssize_t kb;
+        char fmt[8];
+        int dt = fast_one(gather ? args[0] : args[1], &kb, fmt);
+        return dt < 0 ? Py_NewRef(Py_None)
+                      : fast_list_call(s, args, nargs, gather ? 1 : 0, fc,
+                                       gather ? Fast_gather : Fast_scatter, dt, kb, fmt);
+    }
     Pair p;
     int dt = fast_pair(&p, args[0], args[1], 0);
     Py_ssize_t kb = p.len[gather ? 0 : 1], count = kb / p.itemsize;
@@ -330,17 +478,7 @@ static PyObject *fast_rooted(Fast *s, PyObject *const *args, Py_ssize_t nargs, i
                    ((uint64_t)(root & 0x3FFF) << 36) | COUNT_BITS(count);
     PyObject *cargs[5] = {NULL, args[0], args[1], args[2], NULL};
     return fast_run(s, fc, args[3], sig, gather ? Core_gather : Core_scatter, cargs, 5, args[0],
-                    args[1], args[2]);
-}
-
-static PyObject *Fast_gather(Fast *s, PyObject *const *args, Py_ssize_t nargs)
-{
-    return fast_rooted(s, args, nargs, FC_GATHER);
-}
-
-static PyObject *Fast_scatter(Fast *s, PyObject *const *args, Py_ssize_t nargs)
-{
-    return fast_rooted(s, args, nargs, FC_SCATTER);
+                    args[1], s->list != NULL ? s->list : args[2]);
 }
 
 /* all_to_all(send, recv, name) -> True | None: equal blocks along the first dimension
@@ -418,4 +556,14 @@ static PyObject *Fast_barrier(Fast *s, PyObject *const *args, Py_ssize_t nargs)
         status = core_call(Core_barrier, s, cargs, 2, sig);
     }
     return fast_end(s, status, rec, tag, sig, FC_BARRIER, args[0], Py_None, Py_None, Py_None);
+}
+
+static PyObject *Fast_gather(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    return fast_rooted(s, args, nargs, FC_GATHER);
+}
+
+static PyObject *Fast_scatter(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    return fast_rooted(s, args, nargs, FC_SCATTER);
 }
