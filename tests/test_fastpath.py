@@ -428,3 +428,41 @@ def test_without_the_native_core_there_is_none() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          env=dict(os.environ, COLLCOMM_NATIVE="0"))
     assert out.stdout.split() == ["True", "False"], out.stderr
+
+
+def _torch_fast() -> Any:
+    import torch
+    import torch.distributed as tdist
+
+    import collcomm.torch  # noqa: F401 - registers the backend
+
+    tdist.init_process_group("collcomm")
+    me = tdist.get_rank()
+    t = torch.full((3,), me + 1.0)
+    tdist.all_reduce(t)                          # the arena's first call: regular
+    fast = tdist.group.WORLD.core_group.fast
+    before = fast.calls
+    tdist.all_reduce(t, op=tdist.ReduceOp.MAX)
+    b = torch.arange(4) * (me + 1)
+    tdist.broadcast(b, src=1)
+    out = torch.empty(2 * tdist.get_world_size(), dtype=torch.int32)
+    tdist.all_gather_into_tensor(out, torch.full((2,), me, dtype=torch.int32))
+    taken = fast.calls - before
+    bf = torch.ones(2, dtype=torch.bfloat16)
+    tdist.all_reduce(bf)                          # bfloat16: the regular path
+    w = tdist.all_reduce(torch.ones(2), async_op=True)    # async: the regular path
+    w.wait()
+    res = {"t": t.tolist(), "b": b.tolist(), "out": out.tolist(), "taken": taken,
+           "after": fast.calls - before, "bf": bf.float().tolist()}
+    tdist.destroy_process_group()
+    return res
+
+
+@pytest.mark.timeout(120)
+def test_torch_backend_takes_it() -> None:
+    pytest.importorskip("torch")
+    res = run_ranks(_torch_fast, 2, transport="shm", timeout=90, init=False)
+    for out in res:
+        assert out["t"] == [3.0] * 3 and out["b"] == [0, 2, 4, 6] and out["out"] == [0, 0, 1, 1]
+        assert out["taken"] == 3 and out["after"] == 3, out
+        assert out["bf"] == [2.0, 2.0]

@@ -17,6 +17,9 @@ here. Semantics are gloo's:
 * blocking calls (``opts.asyncOp`` false: what torch's Python API passes for
   ``async_op=False``) run in the caller's thread; the others run on the group's worker in
   program order and return a pending :class:`~collcomm.torch.work.CollWork`;
+* a blocking ``all_reduce``, ``broadcast`` or ``all_gather_into_tensor`` of one plain
+  contiguous CPU tensor first goes to the group's fast call (:mod:`collcomm.core.fastpath`:
+  the whole call in C, or nothing and the steps above);
 * every wait is bounded by the group's timeout (``init_process_group(timeout=)`` /
   ``new_group(timeout=)``); ``barrier`` also honours ``opts.timeout``, the one per-call
   timeout torch's Python API sets.
@@ -39,7 +42,8 @@ from ..errors import CollcommError, InvalidArgumentError
 from .errors import translate
 from .p2p import PointToPoint
 from .tensors import (
-    View, copy_out, core_dtype, flat_like, reduce_op, same_kind, scale, view, views,
+    View, copy_out, core_dtype, fast_array, fast_op, flat_like, reduce_op, same_kind, scale, view,
+    views,
 )
 from .work import CollWork, DoneWork, seconds
 
@@ -140,8 +144,22 @@ class ProcessGroupCollcomm(PointToPoint, dist.ProcessGroup):
         return t.detach().contiguous() * factor
 
     # -- all_reduce -------------------------------------------------------------------------
+    def _fast(self, opts: Any) -> Any:
+        """The group's fast call for a blocking call, else None."""
+        fast = self.core_group.fast
+        return fast if fast is not None and not getattr(opts, "asyncOp", True) else None
+
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         opts = opts or dist.AllreduceOptions()
+        fast = self._fast(opts)
+        if fast is not None and len(tensors) == 1:
+            a, op = fast_array(tensors[0]), fast_op(opts.reduceOp)
+            if a is not None and op is not None:
+                try:
+                    if fast.all_reduce(a, a, op, "all_reduce"):
+                        return DoneWork("all_reduce", tensors)
+                except CollcommError as exc:
+                    raise translate(exc) from None
         op, factor = self._op(opts, "all_reduce")
         vs = self._views(tensors, "all_reduce", "tensors", reducing=True)
         g = self.core_group
@@ -181,6 +199,15 @@ class ProcessGroupCollcomm(PointToPoint, dist.ProcessGroup):
     # -- broadcast ---------------------------------------------------------------------------
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         opts = opts or dist.BroadcastOptions()
+        fast = self._fast(opts)
+        if fast is not None and len(tensors) == 1:
+            a = fast_array(tensors[0])
+            if a is not None:
+                try:
+                    if fast.broadcast(a, opts.rootRank, "broadcast"):
+                        return DoneWork("broadcast", tensors)
+                except CollcommError as exc:
+                    raise translate(exc) from None
         vs = self._views(tensors, "broadcast", "tensors")
         g, root = self.core_group, opts.rootRank
         starts = [lambda a, v=v: core.broadcast(g, v.arr, root, dtype=core_dtype(v), async_op=a,
@@ -242,6 +269,15 @@ class ProcessGroupCollcomm(PointToPoint, dist.ProcessGroup):
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
                           opts: Any = None) -> dist.Work:
+        fast = self._fast(opts)
+        if fast is not None:
+            a, b = fast_array(input), fast_array(output)
+            if a is not None and b is not None:
+                try:
+                    if fast.all_gather(a, b, "all_gather_into_tensor"):
+                        return DoneWork("all_gather_into_tensor", [output])
+                except CollcommError as exc:
+                    raise translate(exc) from None
         return self.all_gather_single_coalesced([output], [input], opts, _call="all_gather_into_tensor")
 
     _allgather_base = all_gather_single

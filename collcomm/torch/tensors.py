@@ -88,6 +88,29 @@ def view(t: Any, call: str, where: str, what: str = "tensor", reducing: bool = F
     return View(t, arr, arr.dtype, tmp)
 
 
+def fast_array(t: Any) -> np.ndarray | None:
+    """``t``'s memory as a numpy array when the fast call can take it as it is (a dense,
+    contiguous CPU tensor of a numpy dtype, no autograd, no lazy conj/neg bits); else None
+    (the regular path then says what is wrong, or handles it)."""
+    if (type(t) is not torch.Tensor or not t.is_cpu or t.requires_grad or not t.is_contiguous()
+            or t.dtype == torch.bfloat16 or t.is_conj() or t.is_neg()):
+        return None
+    try:
+        return t.numpy()
+    except (TypeError, RuntimeError):
+        return None
+
+
+def fast_op(op: Any) -> Any:
+    """The collcomm op of a plain torch ``ReduceOp`` (not AVG, not PREMUL_SUM), else None."""
+    try:
+        kind = op.op
+    except AttributeError:
+        kind = op
+    rop = _OPS.get(kind) if isinstance(kind, _RED) else None
+    return None if rop is ReduceOp.AVG else rop
+
+
 def views(ts: Sequence[Any], call: str, where: str, what: str, reducing: bool = False) -> list[View]:
     if not isinstance(ts, (list, tuple)):
         raise _refuse(call, where, what, f"must be a list of tensors, got {type(ts).__name__}")
