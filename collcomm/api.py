@@ -455,6 +455,17 @@ def scatter(tensor: Any, scatter_list: list[Any] | None = None, src: int | None 
 
 
 # ----------------------------------------------------------------------------- point to point
+def _p2p_context(name: str, g: ProcessGroup, peer: int | None) -> str:
+    """What an error of a point-to-point call is prefixed with (``peer``: global, None = any)."""
+    who = "any rank" if peer is None else f"global rank {peer}"
+    return f"{name} {'to' if name == 'isend' else 'from'} {who} on {g.describe()}"
+
+
+def _size_error(context: str, status: Status, buf: Buf) -> MismatchError:
+    return MismatchError(f"{context}: received {status.nbytes} bytes, expected "
+                         f"{buf.arr.nbytes} ({buf.describe()}); sizes must match")
+
+
 class P2PWork:
     """The handle of an ``isend``/``irecv``: ``wait()``, ``is_completed()``, ``source_rank()``."""
 
@@ -468,9 +479,7 @@ class P2PWork:
         self._exc: BaseException | None = None
 
     def _context(self) -> str:
-        peer = "any rank" if self._peer is None else f"global rank {self._peer}"
-        direction = "to" if self.name == "isend" else "from"
-        return f"{self.name} {direction} {peer} on {self._group.describe()}"
+        return _p2p_context(self.name, self._group, self._peer)
 
     def wait(self, timeout: float | None = None) -> bool:
         if self._exc is not None:
@@ -484,9 +493,7 @@ class P2PWork:
                 self._exc = with_context(exc, self._context())
                 raise self._exc from exc
             if self.name == "irecv" and status.nbytes != self._buf.arr.nbytes:
-                self._exc = MismatchError(
-                    f"{self._context()}: received {status.nbytes} bytes, expected "
-                    f"{self._buf.arr.nbytes} ({self._buf.describe()}); sizes must match")
+                self._exc = _size_error(self._context(), status, self._buf)
                 raise self._exc
             self._status = status
         return True
@@ -538,38 +545,69 @@ def _p2p_peer(g: ProcessGroup, name: str, what: str, peer: Any, group_peer: Any,
     return local
 
 
+_P2P_SIGS: dict[Any, int] = {}
+
+
+def _p2p_sig(dtype: Any) -> int:
+    """``signature.p2p(dtype)``, computed once per dtype."""
+    sig = _P2P_SIGS.get(dtype)
+    if sig is None:
+        sig = _P2P_SIGS[dtype] = signature.p2p(dtype)
+    return sig
+
+
+def _isend(tensor: Any, dst: int | None, group: Any, tag: int, group_dst: int | None,
+           name: str) -> tuple[Handle, ProcessGroup, Buf, int]:
+    g = _p2p_group(group, name)
+    buf = as_input(tensor, name, g.describe(), "tensor")
+    peer = _p2p_peer(g, name, "dst", dst, group_dst)
+    assert peer is not None
+    return g.p2p_isend(buf.arr, peer, tag, _p2p_sig(buf.dtype)), g, buf, peer
+
+
+def _irecv(tensor: Any, src: int | None, group: Any, tag: int, group_src: int | None,
+           name: str) -> tuple[Handle, ProcessGroup, Buf, int | None]:
+    g = _p2p_group(group, name)
+    buf = as_output(tensor, name, g.describe(), "tensor")
+    peer = _p2p_peer(g, name, "src", src, group_src, allow_any=True)
+    return g.p2p_irecv(buf.arr, peer, tag, _p2p_sig(buf.dtype)), g, buf, peer
+
+
 def isend(tensor: Any, dst: int | None = None, group: Any = None, tag: int = 0,
           group_dst: int | None = None) -> P2PWork:
     """Start sending ``tensor`` to global rank ``dst``; returns a handle with ``wait()``."""
-    g = _p2p_group(group, "isend")
-    buf = as_input(tensor, "isend", g.describe(), "tensor")
-    peer = _p2p_peer(g, "isend", "dst", dst, group_dst)
-    assert peer is not None
-    h = g.p2p_isend(buf.arr, peer, tag, signature.p2p(buf.dtype))
+    h, g, buf, peer = _isend(tensor, dst, group, tag, group_dst, "isend")
     return P2PWork("isend", h, g, buf, g.to_global(peer))
 
 
 def irecv(tensor: Any, src: int | None = None, group: Any = None, tag: int = 0,
           group_src: int | None = None) -> P2PWork:
     """Start receiving into ``tensor`` from global rank ``src`` (None: any rank of the group)."""
-    g = _p2p_group(group, "irecv")
-    buf = as_output(tensor, "irecv", g.describe(), "tensor")
-    peer = _p2p_peer(g, "irecv", "src", src, group_src, allow_any=True)
-    h = g.p2p_irecv(buf.arr, peer, tag, signature.p2p(buf.dtype))
+    h, g, buf, peer = _irecv(tensor, src, group, tag, group_src, "irecv")
     return P2PWork("irecv", h, g, buf, None if peer is None else g.to_global(peer))
 
 
 def send(tensor: Any, dst: int | None = None, group: Any = None, tag: int = 0,
          group_dst: int | None = None) -> None:
     """Send ``tensor`` to global rank ``dst`` and wait until it left this buffer."""
-    isend(tensor, dst, group, tag, group_dst).wait()
+    h, g, buf, peer = _isend(tensor, dst, group, tag, group_dst, "isend")
+    try:
+        h.wait()
+    except CollcommError as exc:   # what isend(...).wait() raises, without the P2PWork
+        raise with_context(exc, _p2p_context("isend", g, g.to_global(peer))) from exc
 
 
 def recv(tensor: Any, src: int | None = None, group: Any = None, tag: int = 0,
          group_src: int | None = None) -> int:
     """Receive into ``tensor`` from ``src`` (None: any rank); returns the sender's global rank."""
-    work = irecv(tensor, src, group, tag, group_src)
-    return work.source_rank()
+    h, g, buf, peer = _irecv(tensor, src, group, tag, group_src, "irecv")
+    try:
+        status = h.wait()
+    except CollcommError as exc:   # what irecv(...).source_rank() raises, without the P2PWork
+        raise with_context(exc, _p2p_context("irecv", g, None if peer is None else g.to_global(peer))) from exc
+    if status.nbytes != buf.arr.nbytes:
+        raise _size_error(_p2p_context("irecv", g, None if peer is None else g.to_global(peer)), status, buf)
+    return status.source
 
 
 class P2POp:
@@ -606,9 +644,9 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[P2PWork]:
     works = []
     for name, g, buf, peer, tag in prepared:
         if name == "isend":
-            h = g.p2p_isend(buf.arr, peer, tag, signature.p2p(buf.dtype))
+            h = g.p2p_isend(buf.arr, peer, tag, _p2p_sig(buf.dtype))
         else:
-            h = g.p2p_irecv(buf.arr, peer, tag, signature.p2p(buf.dtype))
+            h = g.p2p_irecv(buf.arr, peer, tag, _p2p_sig(buf.dtype))
         works.append(P2PWork(name, h, g, buf, g.to_global(peer)))
     return works
 

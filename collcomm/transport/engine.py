@@ -37,6 +37,7 @@ the other way round; "leaf": nothing else is taken while holding it):
     TcpHub.io (the selector's holder: the I/O thread or a waiting caller; taken holding no
     other lock)  →  TcpChannel.lock (leaf), TcpHub.wlock (leaf), Engine._lock (leaf)
     Heap._lock (leaf)
+    engine._EVENT_LOCK (leaf: only makes a request's event, see Request)
 
 ``Engine._lock`` guards the posted and unexpected lists and ``lost``. Nothing is called
 under it but list edits and copying an early message aside: requests are completed or
@@ -64,6 +65,8 @@ LIVENESS_PERIOD = 0.1
 #: The largest receive whose waiter runs TCP's selector itself (``_block``); a larger one
 #: waits for TCP's I/O thread, which then reads it while the caller is busy elsewhere.
 DRIVE_MAX = 256 << 10
+#: Makes a request's event (``Request._event``); a leaf, taken holding no other lock.
+_EVENT_LOCK = threading.Lock()
 
 
 class Payload(Protocol):
@@ -94,7 +97,14 @@ class Channel(Protocol):
 
 
 class Request(Handle):
-    """A pending send or receive; completed by whichever thread finishes it."""
+    """A pending send or receive; completed by whichever thread finishes it.
+
+    Its ``event`` is made only when a waiter is about to block on it (:meth:`_event`): most
+    small shared-memory requests complete while their waiter spins, and an Event (a lock
+    and a condition) costs more to make and set than the rest of the request. ``complete``
+    and ``fail`` write ``done`` before they read ``event``; ``_event`` stores ``event``
+    before it reads ``done``; so whichever comes second sets it, and no wake-up is lost.
+    """
 
     __slots__ = ("engine", "kind", "buf", "peer", "tag", "mask", "done", "exc", "status", "event",
                  "sig")
@@ -107,20 +117,37 @@ class Request(Handle):
         self.done = False
         self.exc: BaseException | None = None
         self.status: Status | None = None
-        self.event = threading.Event()
+        self.event: threading.Event | None = None   # made by the first waiter that blocks
 
     def complete(self, source: int, nbytes: int) -> None:
         if self.done:
             return
         self.status = Status(source, nbytes, self.tag)
         self.done = True
-        self.event.set()
+        event = self.event
+        if event is not None:
+            event.set()
 
     def fail(self, exc: BaseException) -> None:
         if not self.done:
             self.exc = exc
             self.done = True
-            self.event.set()
+            event = self.event
+            if event is not None:
+                event.set()
+
+    def _event(self) -> threading.Event:
+        """The event to block on, made on first need (``_EVENT_LOCK``: one per request even
+        when two threads wait); set at once if the request completed meanwhile."""
+        event = self.event
+        if event is None:
+            with _EVENT_LOCK:
+                event = self.event
+                if event is None:
+                    event = self.event = threading.Event()
+            if self.done:
+                event.set()
+        return event
 
     def wait(self, timeout: float | None = None, watch: Sequence[int] = ()) -> Status:
         """Wait (see Engine.wait); ``watch``: ranks whose loss also dooms this operation."""
@@ -217,28 +244,33 @@ class Engine(Transport):
     # -- the contract -----------------------------------------------------------------------
     def isend(self, buf: Buffer, dst: int, tag: int, sig: int = 0) -> Handle:
         """The contract's send; ``sig``: the call signature the message carries."""
-        self._check_open()
+        if self._aborted is not None or self._closed:
+            self._check_open()
         req = Request(self, "send", buf, dst, tag, FULL_MASK, sig)
         if dst == self.rank:
             self.arrived(self.rank, tag, len(buf), _Bytes(bytes(buf)), sig)
             req.complete(dst, len(buf))
             self._completed_off_selector()
             return req
-        self._check_peer(dst)
-        lost = self.lost.get(dst)
-        if lost is not None:
-            req.fail(lost)
-            return req
-        self.channels[dst].send(req)
+        channel = self.channels.get(dst)
+        if channel is None:
+            self._check_peer(dst)      # raises: no channel to dst
+        if self.lost:
+            lost = self.lost.get(dst)
+            if lost is not None:
+                req.fail(lost)
+                return req
+        channel.send(req)  # type: ignore[union-attr]
         return req
 
     def irecv(self, buf: Buffer, src: int, tag: int, mask: int = FULL_MASK, sig: int = 0) -> Handle:
         """The contract's receive; ``mask``: match any tag equal to ``tag`` on its bits;
         ``sig``: the call signature expected (a message carrying another fails the receive
         with SignatureMismatchError; 0 on either side: not checked)."""
-        self._check_open()
-        if src != ANY_SOURCE and src != self.rank:
-            self._check_peer(src)
+        if self._aborted is not None or self._closed:
+            self._check_open()
+        if src != ANY_SOURCE and src != self.rank and src not in self.channels:
+            self._check_peer(src)      # raises: no channel to src
         req = Request(self, "recv", buf, src, tag, mask, sig)
         early: Incoming | None = None
         lost: BaseException | None = None
@@ -537,7 +569,7 @@ class Engine(Transport):
             return
         rounds = 0
         sleep = SLEEP_MIN
-        progress, event = self.progress, req.event
+        progress = self.progress
         while not req.done:
             progress()
             if req.done:
@@ -549,7 +581,7 @@ class Engine(Transport):
                 os.sched_yield()
                 time.sleep(0)
             else:
-                event.wait(sleep)
+                req._event().wait(sleep)
                 sleep = min(sleep * 2, SLEEP_MAX)
             now = time.monotonic()
             if now >= next_check:
@@ -572,7 +604,7 @@ class Engine(Transport):
         over at once). The shared-memory channels, if any, are still polled in
         between (50 µs up to 2 ms), and the liveness and timeout checks run every
         ``LIVENESS_PERIOD`` as in :meth:`wait`."""
-        event, polled = req.event, bool(self._polled)
+        event, polled = req._event(), bool(self._polled)
         drive = self._drive if req.kind == "recv" and len(req.buf) <= DRIVE_MAX else None
 
         def ready() -> bool:

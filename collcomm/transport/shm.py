@@ -436,6 +436,12 @@ class ShmChannel:
         and a failure (peer gone, transport closed, timeout) fails ``req`` after releasing it.
         """
         buf, nbytes = req.buf, len(req.buf)
+        if nbytes <= self.eager:     # the common case: inline, the ring has room
+            with self.send_lock:
+                appended = not self.closed and self._try_append(INLINE, req.tag, nbytes, 0, buf, req.sig)
+            if appended:
+                req.complete(self.peer, nbytes)
+                return
         record: tuple[int, int, memoryview | bytes] | None = None   # kind, aux, body
         staged = ""
         engine = self.engine
