@@ -20,7 +20,7 @@ def die_while_joining(victim: int) -> tuple[str, int | None, float]:
 
     if int(os.environ["RANK"]) == victim:
         # it has published itself (JoinWatch) and dies before writing its connection info
-        bootstrap._connect = lambda *a, **k: os._exit(3)  # type: ignore[assignment]
+        bootstrap.connect_transport = lambda *a, **k: os._exit(3)  # type: ignore[assignment]
     start = time.monotonic()
     try:
         collcomm.init_process_group(timeout=60)

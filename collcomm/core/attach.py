@@ -36,7 +36,8 @@ from typing import Any, Sequence
 from ..errors import InvalidArgumentError
 from ..rendezvous import PrefixStore
 from ..rendezvous.auth import job_id, job_token
-from .bootstrap import Identity, Job, _connect, _share_cost_model
+from .bootstrap import Identity, Job
+from .connect import connect_transport, share_cost_model
 from .group import NON_GROUP_MEMBER, ProcessGroup, make_ctx
 
 __all__ = ["Attachment", "attach", "release", "subgroup"]
@@ -93,8 +94,8 @@ def attach(store: Any, rank: int, size: int, timeout: float, name: str = "attach
     jid = kv.get("job", timeout=timeout).decode()
     job = Job(rank, size, Identity(rank, size, rank, "attached"))
     try:
-        _share_cost_model(kv, rank, timeout)
-        job.transport = _connect(job, kv, token, jid, timeout)
+        share_cost_model(kv, rank, timeout)
+        job.transport = connect_transport(job, kv, token, jid, timeout)
     except BaseException:
         job.close()
         raise
