@@ -35,7 +35,12 @@ from .work import Work
 
 T = TypeVar("T")
 
-_local = threading.local()
+class _Local(threading.local):
+    timeout: float | None = None   # the innermost call_timeout of this thread (a class default:
+                                   # reading it never raises, which getattr(..., None) pays for)
+
+
+_local = _Local()
 _POPULATE = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
 
 
@@ -50,7 +55,7 @@ class call_timeout:
         self.seconds = float(seconds)
 
     def __enter__(self) -> "call_timeout":
-        self._saved = getattr(_local, "timeout", None)
+        self._saved = _local.timeout
         _local.timeout = self.seconds
         fastpath.timeout_scope(1)   # fast calls cannot see this thread's timeout: off meanwhile
         return self
@@ -62,7 +67,7 @@ class call_timeout:
 
 def current_timeout(default: float) -> float:
     """The innermost ``call_timeout`` of this thread, else ``default``."""
-    value = getattr(_local, "timeout", None)
+    value = _local.timeout
     return default if value is None else value
 
 
@@ -92,7 +97,10 @@ NON_GROUP_MEMBER: Any = _NonGroupMember()
 
 def as_bytes(arr: np.ndarray) -> memoryview:
     """The bytes of a C-contiguous array as a flat memoryview (no copy)."""
-    return memoryview(arr.reshape(-1).view(np.uint8))
+    try:
+        return memoryview(arr).cast("B")
+    except (TypeError, ValueError):   # a format memoryview cannot cast: numpy's own view
+        return memoryview(arr.reshape(-1).view(np.uint8))
 
 
 class _TimedHandle(Handle):
