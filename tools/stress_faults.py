@@ -106,7 +106,7 @@ def stuck_in(out: str) -> str:
     """Where the hung processes' main threads were, counted: per faulthandler "Current
     thread" block, the innermost frame in collcomm's core/transport/algorithms or in the
     tests (the store's socket helpers below them say little), else the innermost project
-    frame; e.g. "3x collcomm/core/bootstrap.py:156 store_barrier"."""
+    frame; e.g. "3x collcomm/core/joinwatch.py:130 store_barrier"."""
     where: dict[str, int] = {}
     lines = out.splitlines()
     telling = ("collcomm/core/", "collcomm/transport/", "collcomm/algorithms/", "tests/")
