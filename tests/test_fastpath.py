@@ -259,6 +259,8 @@ def _mismatched(kind: str) -> Any:
             dist.all_reduce(x, op=dist.ReduceOp.SUM if me == 0 else dist.ReduceOp.MAX)
         elif kind == "root":
             dist.reduce(x, dst=me)
+        elif kind == "gather list root":   # each rank the root of its own list-form gather
+            dist.gather(x, [np.empty_like(x) for _ in range(2)], dst=me)
         elif kind == "split sizes":      # blocks of 2 against blocks of 3 elements
             k = 2 if me == 0 else 3
             dist.all_to_all_single(np.empty(2 * k), np.ones(2 * k))
@@ -275,14 +277,16 @@ def _mismatched(kind: str) -> Any:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("kind", ["dtype", "count", "op", "collective", "root", "split sizes"])
+@pytest.mark.parametrize("kind", ["dtype", "count", "op", "collective", "root", "split sizes",
+                                  "gather list root"])
 @pytest.mark.parametrize("mixed", [False, True])
 def test_a_mismatch_is_named_on_every_rank(kind: str, mixed: bool) -> None:
     rank_env = {0: {"COLLCOMM_FAST": "0"}} if mixed else None
     res = run_ranks(_mismatched, 2, kind, transport="shm", timeout=60, rank_env=rank_env)
     for text in res:
         assert "rank 0" in text and "rank 1" in text, text
-        assert ("all_to_all" if kind == "split sizes" else "reduce") in text, text
+        want = {"split sizes": "all_to_all", "gather list root": "gather"}.get(kind, "reduce")
+        assert want in text, text
 
 
 def _one_skips() -> Any:

@@ -203,10 +203,16 @@ static PyObject *fast_list_call(Fast *s, PyObject *const *args, Py_ssize_t nargs
     if (r == Py_True && at == 1)
         fast_views_copy(scratch, v, n, kb, 1);
     fast_views_release(v, n);
-    PyObject *rel = PyObject_CallMethod(mv, "release", NULL);   /* the scratch can resize */
+    /* let the scratch resize later: release the view, keeping the call's own error (if
+     * any) as it is (an export still alive in it makes release fail: then a fresh scratch
+     * is made next time) */
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *rel = PyObject_CallMethod(mv, "release", NULL);
     if (rel == NULL)
         PyErr_Clear();
     Py_XDECREF(rel);
+    PyErr_Restore(type, value, tb);
     Py_DECREF(mv);
     return r;
 }
