@@ -13,6 +13,7 @@ import glob
 import os
 import pickle
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -132,6 +133,17 @@ def run_ranks(fn: Callable[..., Any], n: int, *args: Any, env: dict[str, str] | 
                 pass
         for log in logs:
             log.close()
+        if sys.exc_info()[0] is not None:   # failing here: the error text has the outputs
+            shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        return _collect(tmp, n, procs, killed_at, job_id, expect_failure)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)   # every output is in the results or the error
+
+
+def _collect(tmp: str, n: int, procs: list[subprocess.Popen], killed_at: dict[int, float],
+             job_id: str, expect_failure: bool) -> list[Any]:
+    """The ranks' outcomes from ``tmp``; RankFailure for leaked segments or failed ranks."""
     outcomes = []
     for r in range(n):
         path = os.path.join(tmp, f"result-{r}.pkl")
