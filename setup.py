@@ -38,8 +38,8 @@ if sys.platform.startswith("linux"):
         "collcomm.native._shmcore",
         sources=["collcomm/native/_shmcore.c"],
         # #included by _shmcore.c
-        depends=["collcomm/native/_fastcall.c", "collcomm/native/_fastcall_ops.c",
-                 "collcomm/native/_fastcall_type.c"],
+        depends=["collcomm/native/_fastcall.c", "collcomm/native/_fastcall_lists.c",
+                 "collcomm/native/_fastcall_ops.c", "collcomm/native/_fastcall_type.c"],
         # no fused multiply-add: results must match numpy's bit for bit
         extra_compile_args=["-O3", "-ffp-contract=off", "-fno-fast-math"],
         optional=True,

@@ -252,6 +252,8 @@ def _mismatched(kind: str) -> Any:
         x = np.ones(4, np.float32 if me == 0 else np.int32)
     elif kind == "count":
         x = np.ones(4 + me)
+    elif kind == "bytearray count":   # any buffer, not only numpy arrays
+        x = bytearray(4 + me)
     else:
         x = np.ones(4)
     try:
@@ -278,7 +280,7 @@ def _mismatched(kind: str) -> Any:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("kind", ["dtype", "count", "op", "collective", "root", "split sizes",
-                                  "gather list root"])
+                                  "gather list root", "bytearray count"])
 @pytest.mark.parametrize("mixed", [False, True])
 def test_a_mismatch_is_named_on_every_rank(kind: str, mixed: bool) -> None:
     rank_env = {0: {"COLLCOMM_FAST": "0"}} if mixed else None

@@ -108,8 +108,14 @@ def attach(group: Any, arena: Any = None) -> Any:
 
 
 def _array(x: Any) -> Any:
-    """A list form's scratch (a typed memoryview) as a numpy array; arrays and None as they are."""
-    return np.asarray(x) if isinstance(x, memoryview) else x
+    """A buffer the C call took (a list form's typed scratch view, a bytearray, an
+    array.array …) as a numpy array over the same memory; anything else as it is."""
+    if x is None or isinstance(x, np.ndarray):
+        return x
+    try:
+        return np.asarray(memoryview(x))
+    except TypeError:      # an op, a root, a list of counts: not a buffer
+        return x
 
 
 class Hooks:
@@ -160,28 +166,34 @@ class Hooks:
 
     def finish(self, status: int, rec: Any, name: str, tag: int, sig: int, fc: int,
                a: Any, b: Any, c: Any) -> None:
-        """Complete a call the C code handed back with ``status`` (shm_direct's statuses)."""
+        """Complete a call the C code handed back with ``status`` (shm_direct's statuses);
+        ``a``, ``b``, ``c`` are what the C entry passes (see :meth:`_args`)."""
         g = self.group
         comm = self._comm(tag, sig)
         collective = COLLECTIVES[fc]
         try:
-            if collective in ("all_reduce", "reduce", "reduce_scatter"):
-                buf = a if collective == "all_reduce" else b if b is not None else a
-                fn = g.plan.reducer(c if collective != "all_reduce" else b, buf.dtype, name)[0]
-                if collective == "all_reduce":
-                    args: tuple = (a, fn)
-                elif collective == "reduce":
-                    args = (a, b, fn, (sig >> 36) & signature.NO_ROOT)
-                else:
-                    args = (a, b, fn)
-            elif collective == "all_to_all":
-                args = (a, c, b, c)     # send, its counts, recv, its counts
-            elif collective in ("gather", "scatter"):   # c: the root, or a list form's list
-                args = (_array(a), _array(b), (sig >> 36) & signature.NO_ROOT)
-            else:
-                args = {"barrier": (), "broadcast": (a, b), "all_gather": (a, _array(b))}[collective]
+            args = self._args(collective, name, sig, _array(a), _array(b), c)
             shm_direct.finish_native(comm, status, collective, *args)
         except CollcommError as exc:
             raise self.failed(exc, rec, name, tag, sig) from exc
         if rec is not None:
             g.observer.done = rec
+
+    def _args(self, collective: str, name: str, sig: int, a: Any, b: Any, c: Any) -> tuple:
+        """shm_direct's arguments after ``comm`` for what the C entry of ``collective``
+        passed as (a, b, c)."""
+        root = (sig >> 36) & signature.NO_ROOT
+        if collective == "all_reduce":            # (recv, op, -)
+            return a, self._combiner(b, a, name)
+        if collective == "reduce":                # (send, recv or None, op)
+            return a, b, self._combiner(c, a, name), root
+        if collective == "reduce_scatter":        # (send, recv, op)
+            return a, b, self._combiner(c, a, name)
+        if collective == "all_to_all":            # (send, recv, the equal counts)
+            return a, c, b, c
+        if collective in ("gather", "scatter"):   # (send, recv, root or a list form's list)
+            return a, b, root
+        return {"barrier": (), "broadcast": (a, b), "all_gather": (a, b)}[collective]
+
+    def _combiner(self, op: Any, buf: np.ndarray, name: str) -> Any:
+        return self.group.plan.reducer(op, buf.dtype, name)[0]

@@ -322,19 +322,21 @@ static inline int fast_open(Fast *s)
     return s->paused == 0 && fast_timeout_scopes == 0;
 }
 
-/* Core collectives take (arena, ..., sig) as Python objects; call one. */
+/* Core collectives take (arena, ..., sig, ...) as Python objects; call one with the
+ * signature at args[sig_at]. */
 static PyObject *core_call(PyObject *(*fn)(Core *, PyObject *const *, Py_ssize_t), Fast *s,
-                           PyObject **args, Py_ssize_t nargs, uint64_t sig)
+                           PyObject **args, Py_ssize_t nargs, Py_ssize_t sig_at, uint64_t sig)
 {
     PyObject *sigobj = PyLong_FromUnsignedLongLong(sig);
     if (sigobj == NULL)
         return NULL;
     args[0] = s->arena;
-    args[nargs - 1] = sigobj;
+    args[sig_at] = sigobj;
     PyObject *r = fn((Core *)s->core, args, nargs);
     Py_DECREF(sigobj);
     return r;
 }
 
+#include "_fastcall_lists.c"
 #include "_fastcall_ops.c"
 #include "_fastcall_type.c"

@@ -7,291 +7,7 @@
  * group of one (no Core) it only copies what the collective would leave in the output.
  */
 
-/* all_reduce(send, recv, op, name) -> True | None: recv = op over every rank's send
- * (send may be recv: in place). */
-static PyObject *Fast_all_reduce(Fast *s, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (check_args(nargs, 4, "all_reduce") < 0)
-        return NULL;
-    if (!fast_open(s))
-        Py_RETURN_NONE;
-    Py_buffer sv, rv;
-    if (PyObject_GetBuffer(args[1], &rv, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    int same = args[0] == args[1];
-    if (!same && PyObject_GetBuffer(args[0], &sv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyErr_Clear();
-        PyBuffer_Release(&rv);
-        Py_RETURN_NONE;
-    }
-    int dt = fast_dtype(&rv);
-    Py_ssize_t nbytes = rv.len;
-    int fits = dt >= 0 && nbytes > 0 && nbytes <= s->limit[FC_ALL_REDUCE];
-    if (fits && !same)
-        fits = sv.len == nbytes && fast_dtype(&sv) == dt &&
-               (sv.buf == rv.buf || !overlaps(sv.buf, nbytes, rv.buf, nbytes));
-    FastOp *e = fits ? fast_op(s, args[2], dt) : NULL;
-    if (e == NULL) {
-        if (!same)
-            PyBuffer_Release(&sv);
-        PyBuffer_Release(&rv);
-        if (PyErr_Occurred())
-            return NULL;
-        Py_RETURN_NONE;
-    }
-    if (!same && sv.buf != rv.buf)
-        memcpy(rv.buf, sv.buf, nbytes);
-    if (!same)
-        PyBuffer_Release(&sv);
-    Py_ssize_t count = nbytes / rv.itemsize;
-    PyBuffer_Release(&rv);
-    uint64_t sig = e->sig[dt] | ((uint64_t)0x3FFF << 36) | ((uint64_t)count & 0xFFFFFFFFFULL);
-    PyObject *rec;
-    PyObject *tag = fast_begin(s, args[3], sig, FC_ALL_REDUCE, &rec);
-    if (tag == NULL)
-        return NULL;
-    PyObject *status;
-    if (s->core == Py_None) {
-        status = PyLong_FromLong(ST_DONE);
-    } else {
-        PyObject *cargs[4] = {NULL, args[1], PyLong_FromLong(e->code[dt]), NULL};
-        status = cargs[2] == NULL ? NULL : core_call(Core_all_reduce, s, cargs, 4, sig);
-        Py_XDECREF(cargs[2]);
-    }
-    return fast_end(s, status, rec, tag, sig, FC_ALL_REDUCE, args[3], args[1], args[2], Py_None);
-}
-
-/* broadcast(buf, root, name) -> True | None */
-static PyObject *Fast_broadcast(Fast *s, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (check_args(nargs, 3, "broadcast") < 0)
-        return NULL;
-    if (!fast_open(s) || !PyLong_CheckExact(args[1]))
-        Py_RETURN_NONE;
-    long root = PyLong_AsLong(args[1]);
-    if (root < 0 || root >= s->size) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    Py_buffer v;
-    if (PyObject_GetBuffer(args[0], &v, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    int dt = fast_dtype(&v);
-    Py_ssize_t nbytes = v.len, count = v.len / (v.itemsize ? v.itemsize : 1);
-    PyBuffer_Release(&v);
-    if (dt < 0 || nbytes == 0 || nbytes > s->limit[FC_BROADCAST])
-        Py_RETURN_NONE;
-    uint64_t sig = s->plain_sig[FC_BROADCAST] | (s->dt_sig[dt] << 55) |
-                   ((uint64_t)(root & 0x3FFF) << 36) | ((uint64_t)count & 0xFFFFFFFFFULL);
-    PyObject *rec;
-    PyObject *tag = fast_begin(s, args[2], sig, FC_BROADCAST, &rec);
-    if (tag == NULL)
-        return NULL;
-    PyObject *status;
-    if (s->core == Py_None) {
-        status = PyLong_FromLong(ST_DONE);
-    } else {
-        PyObject *cargs[4] = {NULL, args[0], args[1], NULL};
-        status = core_call(Core_broadcast, s, cargs, 4, sig);
-    }
-    return fast_end(s, status, rec, tag, sig, FC_BROADCAST, args[2], args[0], args[1], Py_None);
-}
-
-/* ------------------------------------------------ the list forms (torch's tensor lists) */
-/* n buffers of a list or tuple, each C-contiguous (writable if asked) with native dtype `dt`
- * and `kb` bytes, held in *views (PyMem); -1 (no exception) if any is not. */
-static int fast_views(PyObject *seq, int n, int writable, int dt, Py_ssize_t kb, Py_buffer **views)
-{
-    *views = NULL;
-    if (!(PyList_CheckExact(seq) || PyTuple_CheckExact(seq)) || PySequence_Fast_GET_SIZE(seq) != n)
-        return -1;
-    Py_buffer *v = PyMem_Malloc(sizeof(Py_buffer) * (size_t)n);
-    if (v == NULL) {
-        PyErr_Clear();
-        return -1;
-    }
-    PyObject **items = PySequence_Fast_ITEMS(seq);
-    for (int i = 0; i < n; i++) {
-        int bad = PyObject_GetBuffer(items[i], &v[i], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT |
-                                     (writable ? PyBUF_WRITABLE : 0)) < 0;
-        if (bad)
-            PyErr_Clear();
-        else if (fast_dtype(&v[i]) != dt || v[i].len != kb) {
-            PyBuffer_Release(&v[i]);
-            bad = 1;
-        }
-        if (bad) {
-            while (i-- > 0)
-                PyBuffer_Release(&v[i]);
-            PyMem_Free(v);
-            return -1;
-        }
-    }
-    *views = v;
-    return 0;
-}
-
-static void fast_views_release(Py_buffer *v, int n)
-{
-    if (v == NULL)
-        return;
-    for (int i = 0; i < n; i++)
-        PyBuffer_Release(&v[i]);
-    PyMem_Free(v);
-}
-
-/* The Fast's scratch bytearray, resized to exactly `nbytes` (borrowed; a fresh one when the
- * old one is still exported); NULL on error. */
-static PyObject *fast_scratch(Fast *s, Py_ssize_t nbytes)
-{
-    if (s->scratch != NULL && PyByteArray_GET_SIZE(s->scratch) != nbytes &&
-        PyByteArray_Resize(s->scratch, nbytes) < 0) {
-        PyErr_Clear();
-        Py_CLEAR(s->scratch);
-    }
-    if (s->scratch == NULL)
-        s->scratch = PyByteArray_FromStringAndSize(NULL, nbytes);
-    return s->scratch;
-}
-
-/* Copy between the scratch and the list's buffers (to_list: scratch -> list). */
-static void fast_views_copy(PyObject *scratch, Py_buffer *v, int n, Py_ssize_t kb, int to_list)
-{
-    char *base = PyByteArray_AS_STRING(scratch);
-    for (int i = 0; i < n; i++) {
-        if (to_list)
-            memcpy(v[i].buf, base + i * kb, kb);
-        else
-            memcpy(base + i * kb, v[i].buf, kb);
-    }
-}
-
-/* The list form of all_gather / gather / scatter: `list` (n buffers of `kb` bytes, struct
- * format `fmt`) stands for the contiguous buffer at position `at` of args (1: the receive
- * side, 0: the send side); the call runs with the scratch there (a memoryview cast to
- * `fmt`), and the result is copied into the list. */
-static PyObject *fast_list_call(Fast *s, PyObject *const *args, Py_ssize_t nargs, int at, int fc,
-                                PyObject *(*entry)(Fast *, PyObject *const *, Py_ssize_t),
-                                int dt, Py_ssize_t kb, const char *fmt)
-{
-    Py_buffer *v;
-    int n = s->size;
-    if (kb <= 0 || kb * n > s->limit[fc] || fast_views(args[at], n, at == 1, dt, kb, &v) < 0)
-        Py_RETURN_NONE;
-    PyObject *scratch = fast_scratch(s, kb * n);
-    PyObject *raw = scratch == NULL ? NULL : PyMemoryView_FromObject(scratch);
-    PyObject *mv = raw == NULL ? NULL : PyObject_CallMethod(raw, "cast", "s", fmt);
-    Py_XDECREF(raw);
-    if (mv == NULL) {          /* a format memoryview cannot take (complex): the regular path */
-        PyErr_Clear();
-        fast_views_release(v, n);
-        Py_RETURN_NONE;
-    }
-    if (at == 0)
-        fast_views_copy(scratch, v, n, kb, 0);
-    PyObject *margs[5];
-    for (Py_ssize_t i = 0; i < nargs && i < 5; i++)
-        margs[i] = args[i];
-    margs[at] = mv;
-    s->list = args[at];
-    PyObject *r = entry(s, margs, nargs);
-    s->list = NULL;
-    if (r == Py_True && at == 1)
-        fast_views_copy(scratch, v, n, kb, 1);
-    fast_views_release(v, n);
-    /* let the scratch resize later: release the view, keeping the call's own error (if
-     * any) as it is (an export still alive in it makes release fail: then a fresh scratch
-     * is made next time) */
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyObject *rel = PyObject_CallMethod(mv, "release", NULL);
-    if (rel == NULL)
-        PyErr_Clear();
-    Py_XDECREF(rel);
-    PyErr_Restore(type, value, tb);
-    Py_DECREF(mv);
-    return r;
-}
-
-/* The native dtype, bytes and struct format of one buffer (-1: not one the fast call takes). */
-static int fast_one(PyObject *obj, Py_ssize_t *nbytes, char *fmt)
-{
-    Py_buffer v;
-    if (PyObject_GetBuffer(obj, &v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyErr_Clear();
-        return -1;
-    }
-    int dt = fast_dtype(&v);
-    *nbytes = v.len;
-    const char *f = v.format != NULL ? v.format : "B";
-    if (strlen(f) >= 8)
-        dt = -1;
-    else
-        strcpy(fmt, f);
-    PyBuffer_Release(&v);
-    return dt;
-}
-
-/* all_gather(send, recv, name) -> True | None: recv holds every rank's send, in rank order */
-static PyObject *Fast_all_gather(Fast *s, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (check_args(nargs, 3, "all_gather") < 0)
-        return NULL;
-    if (!fast_open(s) || args[0] == args[1])
-        Py_RETURN_NONE;
-    if (s->list == NULL && (PyList_CheckExact(args[1]) || PyTuple_CheckExact(args[1]))) {
-        Py_ssize_t kb;
-        char fmt[8];
-        int dt = fast_one(args[0], &kb, fmt);
-        return dt < 0 ? Py_NewRef(Py_None)
-                      : fast_list_call(s, args, nargs, 1, FC_ALL_GATHER, Fast_all_gather, dt, kb, fmt);
-    }
-    Py_buffer sv, rv;
-    if (PyObject_GetBuffer(args[1], &rv, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    if (PyObject_GetBuffer(args[0], &sv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyErr_Clear();
-        PyBuffer_Release(&rv);
-        Py_RETURN_NONE;
-    }
-    int dt = fast_dtype(&sv);
-    Py_ssize_t kb = sv.len, count = sv.len / (sv.itemsize ? sv.itemsize : 1);
-    int fits = dt >= 0 && fast_dtype(&rv) == dt && kb > 0 && rv.len <= s->limit[FC_ALL_GATHER] &&
-               rv.len == kb * s->size &&
-               (s->size == 1 || !overlaps(sv.buf, kb, rv.buf, rv.len) ||
-                sv.buf == (char *)rv.buf + s->rank * kb);
-    if (fits && s->core == Py_None && sv.buf != rv.buf)
-        memcpy(rv.buf, sv.buf, kb);
-    PyBuffer_Release(&sv);
-    PyBuffer_Release(&rv);
-    if (!fits)
-        Py_RETURN_NONE;
-    uint64_t sig = s->plain_sig[FC_ALL_GATHER] | (s->dt_sig[dt] << 55) |
-                   ((uint64_t)0x3FFF << 36) | ((uint64_t)count & 0xFFFFFFFFFULL);
-    PyObject *rec;
-    PyObject *tag = fast_begin(s, args[2], sig, FC_ALL_GATHER, &rec);
-    if (tag == NULL)
-        return NULL;
-    PyObject *status;
-    if (s->core == Py_None) {
-        status = PyLong_FromLong(ST_DONE);
-    } else {
-        PyObject *root = PyLong_FromLong(-1);
-        PyObject *cargs[5] = {NULL, args[0], args[1], root, NULL};
-        status = core_call(Core_gather, s, cargs, 5, sig);
-        Py_DECREF(root);
-    }
-    return fast_end(s, status, rec, tag, sig, FC_ALL_GATHER, args[2], args[0], args[1],
-                    s->list != NULL ? s->list : Py_None);
-}
-
-/* ------------------------------------------------ reduce, reduce_scatter, gather, scatter */
+/* ------------------------------------------------ what every entry shares */
 #define TOP4 ((uint64_t)0xF << 60)
 #define COUNT_BITS(c) ((uint64_t)(c) & 0xFFFFFFFFFULL)
 
@@ -353,18 +69,20 @@ static int fast_pair(Pair *p, PyObject *a, PyObject *b, int same_ok)
     return dt;
 }
 
-/* Run Core function `fn` with (arena, cargs..., sig) after the bookkeeping, then end. */
+/* Run Core function `fn` on (arena, cargs...) with the signature at cargs[sig_at] between
+ * the bookkeeping of fast_begin and fast_end (a group of one: nothing to run); `a`, `b`,
+ * `c` are what Hooks.finish gets if the call is handed back. */
 static PyObject *fast_run(Fast *s, int fc, PyObject *name, uint64_t sig,
                           PyObject *(*fn)(Core *, PyObject *const *, Py_ssize_t),
-                          PyObject **cargs, Py_ssize_t nargs, PyObject *a, PyObject *b,
-                          PyObject *c)
+                          PyObject **cargs, Py_ssize_t nargs, Py_ssize_t sig_at, PyObject *a,
+                          PyObject *b, PyObject *c)
 {
     PyObject *rec;
     PyObject *tag = fast_begin(s, name, sig, fc, &rec);
     if (tag == NULL)
         return NULL;
     PyObject *status = s->core == Py_None ? PyLong_FromLong(ST_DONE)
-                                          : core_call(fn, s, cargs, nargs, sig);
+                                          : core_call(fn, s, cargs, nargs, sig_at, sig);
     return fast_end(s, status, rec, tag, sig, fc, name, a, b, c);
 }
 
@@ -380,6 +98,106 @@ static long fast_root(Fast *s, PyObject *obj)
     return root;
 }
 
+/* all_reduce(send, recv, op, name) -> True | None: recv = op over every rank's send
+ * (send may be recv: in place). */
+static PyObject *Fast_all_reduce(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args(nargs, 4, "all_reduce") < 0)
+        return NULL;
+    if (!fast_open(s))
+        Py_RETURN_NONE;
+    Pair p;
+    int dt = fast_pair(&p, args[0], args[1], 1);
+    Py_ssize_t nbytes = p.len[1], count = nbytes / p.itemsize;
+    int fits = dt >= 0 && nbytes > 0 && nbytes <= s->limit[FC_ALL_REDUCE] && p.len[0] == nbytes;
+    FastOp *e = fits ? fast_op(s, args[2], dt) : NULL;
+    if (e != NULL && p.data[0] != p.data[1])
+        memcpy(p.data[1], p.data[0], nbytes);
+    fast_release(&p);
+    if (e == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    uint64_t sig = e->sig[dt] | ((uint64_t)0x3FFF << 36) | COUNT_BITS(count);
+    PyObject *code = PyLong_FromLong(e->code[dt]);
+    if (code == NULL)
+        return NULL;
+    PyObject *cargs[4] = {NULL, args[1], code, NULL};
+    PyObject *r = fast_run(s, FC_ALL_REDUCE, args[3], sig, Core_all_reduce, cargs, 4, 3, args[1],
+                           args[2], Py_None);
+    Py_DECREF(code);
+    return r;
+}
+
+/* broadcast(buf, root, name) -> True | None */
+static PyObject *Fast_broadcast(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args(nargs, 3, "broadcast") < 0)
+        return NULL;
+    long root = fast_root(s, args[1]);
+    if (!fast_open(s) || root < 0)
+        Py_RETURN_NONE;
+    Pair p;
+    int dt = fast_pair(&p, Py_None, args[0], 0);
+    Py_ssize_t nbytes = p.len[1], count = nbytes / p.itemsize;
+    fast_release(&p);
+    if (dt < 0 || nbytes == 0 || nbytes > s->limit[FC_BROADCAST])
+        Py_RETURN_NONE;
+    uint64_t sig = s->plain_sig[FC_BROADCAST] | (s->dt_sig[dt] << 55) |
+                   ((uint64_t)(root & 0x3FFF) << 36) | COUNT_BITS(count);
+    PyObject *cargs[4] = {NULL, args[0], args[1], NULL};
+    return fast_run(s, FC_BROADCAST, args[2], sig, Core_broadcast, cargs, 4, 3, args[0], args[1],
+                    Py_None);
+}
+
+/* all_gather(send, recv, name) -> True | None: recv holds every rank's send, in rank order */
+static PyObject *Fast_all_gather(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args(nargs, 3, "all_gather") < 0)
+        return NULL;
+    if (!fast_open(s) || args[0] == args[1])
+        Py_RETURN_NONE;
+    if (s->list == NULL && (PyList_CheckExact(args[1]) || PyTuple_CheckExact(args[1]))) {
+        Py_ssize_t kb;
+        char fmt[8];
+        int dt = fast_one(args[0], &kb, fmt);
+        return dt < 0 ? Py_NewRef(Py_None)
+                      : fast_list_call(s, args, nargs, 1, FC_ALL_GATHER, Fast_all_gather, dt, kb, fmt);
+    }
+    Py_buffer sv, rv;
+    if (PyObject_GetBuffer(args[1], &rv, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if (PyObject_GetBuffer(args[0], &sv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyErr_Clear();
+        PyBuffer_Release(&rv);
+        Py_RETURN_NONE;
+    }
+    int dt = fast_dtype(&sv);
+    Py_ssize_t kb = sv.len, count = sv.len / (sv.itemsize ? sv.itemsize : 1);
+    int fits = dt >= 0 && fast_dtype(&rv) == dt && kb > 0 && rv.len <= s->limit[FC_ALL_GATHER] &&
+               rv.len == kb * s->size &&
+               (s->size == 1 || !overlaps(sv.buf, kb, rv.buf, rv.len) ||
+                sv.buf == (char *)rv.buf + s->rank * kb);
+    if (fits && s->core == Py_None && sv.buf != rv.buf)
+        memcpy(rv.buf, sv.buf, kb);
+    PyBuffer_Release(&sv);
+    PyBuffer_Release(&rv);
+    if (!fits)
+        Py_RETURN_NONE;
+    uint64_t sig = s->plain_sig[FC_ALL_GATHER] | (s->dt_sig[dt] << 55) |
+                   ((uint64_t)0x3FFF << 36) | COUNT_BITS(count);
+    PyObject *all = PyLong_FromLong(-1);   /* Core_gather's root for all_gather */
+    PyObject *cargs[5] = {NULL, args[0], args[1], all, NULL};
+    PyObject *r = fast_run(s, FC_ALL_GATHER, args[2], sig, Core_gather, cargs, 5, 4, args[0],
+                           args[1], s->list != NULL ? s->list : Py_None);
+    Py_XDECREF(all);
+    return r;
+}
+
+/* ------------------------------------------------ reduce, reduce_scatter, gather, scatter */
 /* reduce(send, recv or None, op, root, name) -> True | None: recv (root only; may be send)
  * gets op over every rank's send */
 static PyObject *Fast_reduce(Fast *s, PyObject *const *args, Py_ssize_t nargs)
@@ -409,7 +227,7 @@ static PyObject *Fast_reduce(Fast *s, PyObject *const *args, Py_ssize_t nargs)
     if (code == NULL)
         return NULL;
     PyObject *cargs[6] = {NULL, args[0], args[1], code, args[3], NULL};
-    PyObject *r = fast_run(s, FC_REDUCE, args[4], sig, Core_reduce, cargs, 6, args[0], args[1],
+    PyObject *r = fast_run(s, FC_REDUCE, args[4], sig, Core_reduce, cargs, 6, 5, args[0], args[1],
                            args[2]);
     Py_DECREF(code);
     return r;
@@ -442,7 +260,7 @@ static PyObject *Fast_reduce_scatter(Fast *s, PyObject *const *args, Py_ssize_t 
     if (code == NULL)
         return NULL;
     PyObject *cargs[5] = {NULL, args[0], args[1], code, NULL};
-    PyObject *r = fast_run(s, FC_REDUCE_SCATTER, args[3], sig, Core_reduce_scatter, cargs, 5,
+    PyObject *r = fast_run(s, FC_REDUCE_SCATTER, args[3], sig, Core_reduce_scatter, cargs, 5, 4,
                            args[0], args[1], args[2]);
     Py_DECREF(code);
     return r;
@@ -483,7 +301,7 @@ static PyObject *fast_rooted(Fast *s, PyObject *const *args, Py_ssize_t nargs, i
     uint64_t sig = s->plain_sig[fc] | (s->dt_sig[dt] << 55) |
                    ((uint64_t)(root & 0x3FFF) << 36) | COUNT_BITS(count);
     PyObject *cargs[5] = {NULL, args[0], args[1], args[2], NULL};
-    return fast_run(s, fc, args[3], sig, gather ? Core_gather : Core_scatter, cargs, 5, args[0],
+    return fast_run(s, fc, args[3], sig, gather ? Core_gather : Core_scatter, cargs, 5, 4, args[0],
                     args[1], s->list != NULL ? s->list : args[2]);
 }
 
@@ -519,21 +337,8 @@ static PyObject *Fast_all_to_all(Fast *s, PyObject *const *args, Py_ssize_t narg
             PyList_SET_ITEM(counts, i, k);
         }
         PyObject *cargs[8] = {NULL, args[0], counts, args[1], counts, isz, NULL, cma};
-        PyObject *rec;
-        PyObject *tag = fast_begin(s, args[2], sig, FC_ALL_TO_ALL, &rec);
-        if (tag != NULL) {
-            PyObject *status;
-            if (s->core == Py_None) {
-                status = PyLong_FromLong(ST_DONE);
-            } else {   /* core_call puts the signature last: here it is the 7th of 8 */
-                PyObject *sigobj = PyLong_FromUnsignedLongLong(sig);
-                cargs[0] = s->arena;
-                cargs[6] = sigobj;
-                status = sigobj == NULL ? NULL : Core_all_to_all((Core *)s->core, cargs, 8);
-                Py_XDECREF(sigobj);
-            }
-            r = fast_end(s, status, rec, tag, sig, FC_ALL_TO_ALL, args[2], args[0], args[1], counts);
-        }
+        r = fast_run(s, FC_ALL_TO_ALL, args[2], sig, Core_all_to_all, cargs, 8, 6, args[0],
+                     args[1], counts);
     }
     Py_XDECREF(counts);
     Py_XDECREF(k);
@@ -549,19 +354,9 @@ static PyObject *Fast_barrier(Fast *s, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     if (!fast_open(s) || s->limit[FC_BARRIER] == 0)
         Py_RETURN_NONE;
-    uint64_t sig = s->plain_sig[FC_BARRIER];
-    PyObject *rec;
-    PyObject *tag = fast_begin(s, args[0], sig, FC_BARRIER, &rec);
-    if (tag == NULL)
-        return NULL;
-    PyObject *status;
-    if (s->core == Py_None) {
-        status = PyLong_FromLong(ST_DONE);
-    } else {
-        PyObject *cargs[2] = {NULL, NULL};
-        status = core_call(Core_barrier, s, cargs, 2, sig);
-    }
-    return fast_end(s, status, rec, tag, sig, FC_BARRIER, args[0], Py_None, Py_None, Py_None);
+    PyObject *cargs[2] = {NULL, NULL};
+    return fast_run(s, FC_BARRIER, args[0], s->plain_sig[FC_BARRIER], Core_barrier, cargs, 2, 1,
+                    Py_None, Py_None, Py_None);
 }
 
 static PyObject *Fast_gather(Fast *s, PyObject *const *args, Py_ssize_t nargs)

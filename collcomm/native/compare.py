@@ -35,6 +35,28 @@ def _switch(world: Any, arena: Any, core: Any, mode: str) -> None:
         world.fast.paused = 0 if mode == "native" else 1
 
 
+def _interleaved(dist: Any, world: Any, arena: Any, core: Any, call: Callable[[], Any],
+                 blocks: int, warmup: int, iters: int, both: bool) -> dict[str, list[float]]:
+    """µs per ``call`` of the slowest rank, one entry per block and mode; the modes (native,
+    and Python when ``both``) alternate block by block, every rank switching at once."""
+    times: dict[str, list[float]] = {"native": [], "python": []}
+    for b in range(blocks):
+        for mode in (("native", "python") if b % 2 == 0 else ("python", "native")) if both else ("native",):
+            dist.barrier()
+            _switch(world, arena, core, mode)
+            for _ in range(warmup):
+                call()
+            dist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                call()
+            mine = np.array([(time.perf_counter() - t0) / iters * 1e6])
+            _switch(world, arena, core, "native")
+            dist.all_reduce(mine, op=dist.ReduceOp.MAX)
+            times[mode].append(float(mine[0]))
+    return times
+
+
 def _size(text: str) -> int:
     units = {"K": 1 << 10, "M": 1 << 20}
     return int(text[:-1]) * units[text[-1].upper()] if text[-1].upper() in units else int(text)
@@ -98,21 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     for op in args.ops.split(","):
         for nbytes in ([0] if op == "barrier" else [_size(s) for s in args.sizes.split(",")]):
             call = _call(dist, op, nbytes, dtype, n)
-            times: dict[str, list[float]] = {"native": [], "python": []}
-            for b in range(args.blocks):
-                for mode in ("native", "python") if b % 2 == 0 else ("python", "native"):
-                    dist.barrier()
-                    _switch(world, arena, core, mode)
-                    for _ in range(5):
-                        call()
-                    dist.barrier()
-                    t0 = time.perf_counter()
-                    for _ in range(args.iters):
-                        call()
-                    mine = np.array([(time.perf_counter() - t0) / args.iters * 1e6])
-                    _switch(world, arena, core, "native")
-                    dist.all_reduce(mine, op=dist.ReduceOp.MAX)
-                    times[mode].append(float(mine[0]))
+            times = _interleaved(dist, world, arena, core, call, args.blocks, 5, args.iters, True)
             rows.append((op, nbytes, statistics.median(times["native"]), statistics.median(times["python"])))
     if me == 0:
         print(f"# collcomm.native.compare: n={n} dtype={dtype.name} blocks={args.blocks} "
@@ -146,21 +154,7 @@ def _layers(dist: Any, world: Any, arena: Any, core: Any, args: Any, me: int) ->
     ]
     rows = []
     for name, call, both in layers:
-        times: dict[str, list[float]] = {"native": [], "python": []}
-        for b in range(args.blocks):
-            for mode in (("native", "python") if b % 2 == 0 else ("python", "native")) if both else ("native",):
-                dist.barrier()
-                _switch(world, arena, core, mode)
-                for _ in range(20):
-                    call()
-                dist.barrier()
-                t0 = time.perf_counter()
-                for _ in range(args.iters * 10):
-                    call()
-                mine = np.array([(time.perf_counter() - t0) / (args.iters * 10) * 1e6])
-                _switch(world, arena, core, "native")
-                dist.all_reduce(mine, op=dist.ReduceOp.MAX)
-                times[mode].append(float(mine[0]))
+        times = _interleaved(dist, world, arena, core, call, args.blocks, 20, args.iters * 10, both)
         rows.append((name, statistics.median(times["native"]),
                      statistics.median(times["python"]) if times["python"] else float("nan")))
     if me == 0:

@@ -583,12 +583,19 @@ class Engine(Transport):
             else:
                 req._event().wait(sleep)
                 sleep = min(sleep * 2, SLEEP_MAX)
-            now = time.monotonic()
-            if now >= next_check:
-                next_check = now + LIVENESS_PERIOD
-                self._check_liveness(req, watch)
-                if now - start > limit and not req.done:
-                    self._time_out(req, limit)
+            next_check = self._checkpoint(req, start, limit, next_check, watch)
+
+    def _checkpoint(self, req: Request, start: float, limit: float, next_check: float,
+                    watch: Sequence[int]) -> float:
+        """Once per ``LIVENESS_PERIOD`` of a wait: the peers' liveness, then the timeout.
+        Returns when the next check is due."""
+        now = time.monotonic()
+        if now >= next_check:
+            next_check = now + LIVENESS_PERIOD
+            self._check_liveness(req, watch)
+            if now - start > limit and not req.done:
+                self._time_out(req, limit)
+        return next_check
 
     def _completed_elsewhere(self, req: Request) -> bool:
         """Whether polling cannot complete ``req``: its peer's channel is not polled (TCP),
@@ -626,12 +633,7 @@ class Engine(Transport):
                 event.wait(max(0.0, until - time.monotonic()))
             if req.done:
                 return
-            now = time.monotonic()
-            if now >= next_check:
-                next_check = now + LIVENESS_PERIOD
-                self._check_liveness(req, watch)
-                if now - start > limit and not req.done:
-                    self._time_out(req, limit)
+            next_check = self._checkpoint(req, start, limit, next_check, watch)
 
     def _check_liveness(self, req: Request, watch: Sequence[int] = ()) -> None:
         peers = list(self.channels.keys()) if req.peer == ANY_SOURCE else [req.peer, *watch]
