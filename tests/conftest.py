@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -30,6 +32,10 @@ def _nothing_left_behind():
     children = psutil.Process(os.getpid()).children(recursive=True)
     for c in children:
         c.kill()
+    # the flight recorder's default dump folder of every harness job (tests that read
+    # dumps set COLLCOMM_FR_DIR themselves): thousands of folders per run otherwise
+    for job in harness.JOBS:
+        shutil.rmtree(os.path.join(tempfile.gettempdir(), f"collcomm-fr-{job}"), ignore_errors=True)
     leaked = [path for job in harness.JOBS for path in harness.shm_files(job)]
     for path in leaked:
         os.unlink(path)

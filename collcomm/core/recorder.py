@@ -41,6 +41,7 @@ import logging
 import os
 import socket
 import sys
+import tempfile
 import threading
 import time
 import weakref
@@ -163,7 +164,7 @@ def fr_dir(job: str = "") -> str:
         from ..rendezvous.auth import job_id
 
         job = job_id()
-    return os.path.join("/tmp", f"collcomm-fr-{job}")
+    return os.path.join(tempfile.gettempdir(), f"collcomm-fr-{job}")
 
 
 _recorder: Recorder | None = None
