@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import secrets
 import shutil
@@ -311,7 +310,6 @@ def build(op: str, algo: str, n: int, count: int, ranks: list[dict[str, Any]]) -
     g = _global_steps(ranks)
     n_frames = max(g.values(), default=0)
     frames = []
-    flows = {m["flow"]: m for r in ranks for m in r["msgs"] if m["kind"] == "send"}
     for f in range(0, n_frames + 1):
         rows, arrows = [], []
         for r in ranks:

@@ -223,7 +223,7 @@ def root_cause(states: list[RankState]) -> Verdict | None:
             how = (f"never made the call {_ranks(voters)} waited in "
                    "(stuck in its own code, or it skipped or reordered a collective)")
             if s.signalled and s.returncode is not None:
-                how += f"; stopped by the launcher afterwards"
+                how += "; stopped by the launcher afterwards"
         else:
             how = (f"{describe_exit(s.returncode)} ({(s.report or {}).get('type', 'error')}); "
                    f"named by {_ranks(voters)}")
