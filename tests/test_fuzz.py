@@ -32,7 +32,7 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize="COLLCOMM_FUZZ
                                        HealthCheck.function_scoped_fixture])
 
 # --------------------------------------------------------------------------- TCP frames
-from collcomm.transport.tcp import BYE, DATA, FRAME, HEARTBEAT  # noqa: E402
+from collcomm.transport.tcp_channel import BYE, DATA, FRAME, HEARTBEAT  # noqa: E402
 
 POST_TAG = 0x1234
 u64 = st.integers(0, 2**64 - 1)
@@ -59,7 +59,8 @@ stream = st.one_of(st.binary(max_size=2048),
 @given(data=stream, post=st.one_of(st.none(), st.integers(0, 700)))
 def test_tcp_frame_decoder_never_crashes_or_hangs(data, post):
     from collcomm.transport.engine import Engine
-    from collcomm.transport.tcp import TcpChannel, TcpHub
+    from collcomm.transport.tcp import TcpHub
+    from collcomm.transport.tcp_channel import TcpChannel
 
     engine = Engine(0, 2, timeout=5.0, job="fuzz")
     hub = TcpHub(engine, b"t")

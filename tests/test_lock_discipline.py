@@ -29,7 +29,8 @@ from collcomm.transport import shm
 from collcomm.transport.base import ANY_SOURCE
 from collcomm.transport.engine import Engine, Request
 from collcomm.transport.shm import HEADER, Inbox, ShmChannel, _round, ring_bytes
-from collcomm.transport.tcp import DATA, FRAME, TcpChannel, TcpHub
+from collcomm.transport.tcp import TcpHub
+from collcomm.transport.tcp_channel import DATA, FRAME, TcpChannel
 
 pytestmark = pytest.mark.timeout(60)
 

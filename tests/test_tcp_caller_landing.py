@@ -16,7 +16,8 @@ import pytest
 from collcomm.errors import ClosedError, CommTimeoutError, PeerLostError
 from collcomm.transport.base import ANY_SOURCE
 from collcomm.transport.engine import Engine
-from collcomm.transport.tcp import BYE, DATA, FRAME, HEARTBEAT, TcpChannel, TcpHub
+from collcomm.transport.tcp import TcpHub
+from collcomm.transport.tcp_channel import BYE, DATA, FRAME, HEARTBEAT, TcpChannel
 
 pytestmark = pytest.mark.timeout(60)
 
