@@ -63,7 +63,7 @@ def test_responder_rejects_a_wrong_token():
 
 
 def test_listeners_bind_where_the_master_is_reached(monkeypatch):
-    from collcomm.rendezvous.tcp_server import bind_address_for, interface_address
+    from collcomm.rendezvous.netaddr import bind_address_for, interface_address
     from collcomm.transport.tcp import TcpHub, advertised_host
 
     assert bind_address_for("127.0.0.1") == "127.0.0.1"

@@ -10,7 +10,8 @@ from . import auth
 from ..errors import AuthError, ClosedError, CommTimeoutError, InvalidArgumentError
 from .base import DEFAULT_TIMEOUT, Store, Value, _WORKERS_KEY, _WORKERS_READY_KEY, _key_bytes, _value_bytes
 from .protocol import _ADD, _CAS, _CHECK, _DELETE, _ERROR, _F64, _GET, _NUM_KEYS, _OP_NAMES, _SET, _TIMEOUT, _WAIT, _encode, _read_frame
-from .tcp_server import TCPStoreServer, bind_address_for
+from .netaddr import bind_address_for
+from .tcp_server import TCPStoreServer
 
 # --------------------------------------------------------------------------- TCP client
 

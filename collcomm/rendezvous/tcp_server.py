@@ -2,7 +2,7 @@
 authenticated (the responder's half of :func:`collcomm.rendezvous.auth.authenticate`)
 before a byte is parsed.
 
-Everything runs on that one thread, the handshakes too (:class:`Responder`, a non-blocking
+Everything runs on that one thread, the handshakes too (:class:`~collcomm.rendezvous.handshake.Responder`, a non-blocking
 state machine): a client that connects and says nothing, or stops halfway, holds one
 socket until its handshake deadline (``auth_timeout``) and costs nobody else anything. At
 most ``max_pending`` handshakes wait at a time (the oldest is dropped for a new one), and a
@@ -12,162 +12,18 @@ accepting for a moment instead of ending the server. No thread is started per co
 from __future__ import annotations
 
 import collections
-import errno
-import hmac
-import os
-import secrets
 import selectors
 import socket
 import struct
 import threading
 import time
 from collections.abc import Iterable
-from typing import Any, Callable
 
 from . import auth
 from ..errors import CollcommError
 from .base import _INTERNAL
+from .handshake import Responder, accept_some
 from .protocol import _ADD, _CAS, _CHECK, _DELETE, _ERROR, _F64, _GET, _NUM_KEYS, _OK, _ProtocolError, _SET, _TIMEOUT, _WAIT, _encode, _try_decode
-
-# --------------------------------------------------------------------------- server
-
-class Responder:
-    """The responder's half of :func:`~collcomm.rendezvous.auth.authenticate` on a
-    non-blocking socket, driven by a selector: call :meth:`step` when the socket is
-    readable or writable. It reads exactly what the protocol says (and then ``extra`` more
-    bytes: what the initiator sends first after the handshake, e.g. the transport's HELLO),
-    never more, so nothing the client sends later is consumed here."""
-
-    __slots__ = ("sock", "peer", "token", "deadline", "extra", "state", "inbuf", "outbuf",
-                 "nonce_i", "nonce_r", "payload")
-
-    HELLO_BYTES = len(auth._MAGIC) + auth.NONCE_BYTES
-
-    def __init__(self, sock: socket.socket, peer: str, token: bytes, deadline: float,
-                 extra: int = 0) -> None:
-        self.sock, self.peer, self.token, self.deadline, self.extra = sock, peer, token, deadline, extra
-        self.state = 0                  # 0: their hello, 1: their proof, 2: extra bytes, 3: flushing
-        self.inbuf = bytearray()
-        self.outbuf = bytearray()
-        self.nonce_i = b""
-        self.nonce_r = secrets.token_bytes(auth.NONCE_BYTES)
-        self.payload = b""              # the ``extra`` bytes, once read
-
-    def _want(self) -> int:
-        return (self.HELLO_BYTES, auth._MAC_BYTES, self.extra, 0)[self.state]
-
-    def wants_write(self) -> bool:
-        return bool(self.outbuf)
-
-    def step(self) -> bool | None:
-        """Advance: True when authenticated (and ``extra`` read, and everything we owe sent),
-        False when the client failed (close it), None when it has to wait for the socket."""
-        try:
-            while True:
-                if self.outbuf:
-                    n = self.sock.send(self.outbuf)
-                    del self.outbuf[:n]
-                    if self.outbuf:
-                        return None
-                if self.state == 3:
-                    return True
-                want = self._want()
-                if len(self.inbuf) < want:
-                    chunk = self.sock.recv(want - len(self.inbuf))
-                    if not chunk:
-                        return False
-                    self.inbuf += chunk
-                    continue
-                data, self.inbuf = bytes(self.inbuf), bytearray()
-                if self.state == 0:
-                    if not hmac.compare_digest(data[:len(auth._MAGIC)], auth._MAGIC):
-                        return False
-                    self.nonce_i = data[len(auth._MAGIC):]
-                    self.outbuf += auth._MAGIC + self.nonce_r
-                    self.state = 1
-                elif self.state == 1:
-                    expected = auth._mac(self.token, b"I", self.nonce_i, self.nonce_r)
-                    if not hmac.compare_digest(data, expected):
-                        return False
-                    self.outbuf += auth._mac(self.token, b"R", self.nonce_i, self.nonce_r)
-                    self.state = 2 if self.extra else 3
-                else:
-                    self.payload = data
-                    self.state = 3
-        except (BlockingIOError, InterruptedError):
-            return None
-        except OSError:
-            return False
-
-
-def accept_some(listener: socket.socket, pending: "collections.OrderedDict[socket.socket, Responder]",
-                token: bytes, timeout: float, max_pending: int, extra: int = 0,
-                register: "Callable[[socket.socket, Responder | None], Any] | None" = None) -> bool:
-    """Accept what ``listener`` has waiting into ``pending`` handshakes (oldest dropped
-    beyond ``max_pending``). Returns False when accepting failed for lack of resources (file
-    descriptors, memory): the caller should stop watching the listener for a moment."""
-    while True:
-        try:
-            sock, addr = listener.accept()
-        except (BlockingIOError, InterruptedError):
-            return True
-        except OSError as exc:
-            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                if pending:                      # make room: the oldest handshake goes
-                    old, _ = pending.popitem(last=False)
-                    if register is not None:
-                        register(old, None)
-                    old.close()
-                return False
-            return True                          # ECONNABORTED & co: that client is gone
-        try:
-            sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except OSError:
-            sock.close()
-            continue
-        while len(pending) >= max_pending:
-            old, _ = pending.popitem(last=False)
-            if register is not None:
-                register(old, None)
-            old.close()
-        peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
-        pending[sock] = Responder(sock, peer, token, time.monotonic() + timeout, extra)
-        if register is not None:
-            register(sock, pending[sock])
-
-
-def bind_address_for(host: str) -> str:
-    """Where a server that clients reach at ``host`` should listen: ``host``'s own address
-    when it is one of this machine's (loopback for a one-host job), else
-    ``COLLCOMM_SOCKET_IFNAME``'s address when set, else every interface."""
-    v6 = ":" in host
-    try:
-        addr = socket.getaddrinfo(host, None, socket.AF_INET6 if v6 else socket.AF_INET,
-                                  socket.SOCK_STREAM)[0][4][0]
-        with socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.bind((addr, 0))                    # fails unless the address is this machine's
-        return addr
-    except (OSError, IndexError, UnicodeError):
-        pass
-    ifname = os.environ.get("COLLCOMM_SOCKET_IFNAME", "")
-    if ifname and not v6:
-        return interface_address(ifname)
-    return "::" if v6 else "0.0.0.0"
-
-
-def interface_address(ifname: str) -> str:
-    """The IPv4 address of network interface ``ifname`` (CollcommError if it has none)."""
-    import fcntl
-
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            packed = fcntl.ioctl(s.fileno(), 0x8915,    # SIOCGIFADDR
-                                 struct.pack("256s", ifname.encode()[:15]))
-        except OSError as exc:
-            raise CollcommError(f"COLLCOMM_SOCKET_IFNAME={ifname!r}: no IPv4 address on that "
-                                f"interface ({exc.strerror})") from None
-    return socket.inet_ntoa(packed[20:24])
 
 
 class _Conn:

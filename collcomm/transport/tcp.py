@@ -55,7 +55,8 @@ import time
 from typing import TYPE_CHECKING, Callable
 
 from ..rendezvous.auth import authenticate
-from ..rendezvous.tcp_server import Responder, accept_some, interface_address
+from ..rendezvous.handshake import Responder, accept_some
+from ..rendezvous.netaddr import interface_address
 from ..errors import ClosedError, CollcommError, CommTimeoutError
 from .tcp_channel import BYE, FRAME, ChannelFailure, TcpChannel
 
