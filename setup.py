@@ -38,7 +38,11 @@ if sys.platform.startswith("linux"):
         "collcomm.native._shmcore",
         sources=["collcomm/native/_shmcore.c"],
         # #included by _shmcore.c
-        depends=["collcomm/native/_fastcall.c", "collcomm/native/_fastcall_lists.c",
+        depends=["collcomm/native/_dtypes.c", "collcomm/native/_kernels.c",
+                 "collcomm/native/_arena_sync.c", "collcomm/native/_call.c",
+                 "collcomm/native/_collectives_reduce.c", "collcomm/native/_collectives_move.c",
+                 "collcomm/native/_core_init.c",
+                 "collcomm/native/_fastcall.c", "collcomm/native/_fastcall_lists.c",
                  "collcomm/native/_fastcall_ops.c", "collcomm/native/_fastcall_type.c"],
         # no fused multiply-add: results must match numpy's bit for bit
         extra_compile_args=["-O3", "-ffp-contract=off", "-fno-fast-math"],

@@ -1,0 +1,220 @@
+/* The arena as the native core sees it, and the counter barrier.
+ *
+ * Included by _shmcore.c. ``Core`` is one rank's view of a group's arena: the mapping, the
+ * geometry and the header words' positions (passed in from the one layout module). Here:
+ * the header word access (acquire loads, relaxed stores of our own words), the GIL
+ * released lazily (only once a wait gets long), and the counter barrier: arrive (bump our
+ * counter, wake sleepers), wait_all (spin, yield, then futex with a Python-side liveness
+ * and timeout check every 100 ms), and enter (publish the call's signature, sync, compare).
+ */
+
+typedef struct {
+    PyObject_HEAD
+    char *base;            /* the arena mapping */
+    Py_ssize_t size;       /* its bytes */
+    Py_buffer mapping;     /* keeps the mapping alive while we point into it */
+    int n, rank;
+    Py_ssize_t header, slot, stride, page, one_shot;
+    int words;             /* 64-bit words of header per rank */
+    int w_counter, w_offset, w_size, w_shared, w_signature, w_sleepers;
+    long long spin_ns;     /* spin this long before yielding */
+    int yields;            /* then sched_yield this many times before blocking */
+    int use_futex;
+    unsigned long long done;      /* calls completed here, syncs included (tests check the path) */
+    unsigned long long finished;  /* calls the Python code finished (ST_PYTHON) */
+} Core;
+
+static PyObject *s_phase, *s_count, *s_check;   /* interned attribute names */
+
+static inline uint64_t *word(Core *c, int r, int w)
+{
+    return (uint64_t *)c->base + (Py_ssize_t)r * c->words + w;
+}
+static inline uint64_t get(Core *c, int r, int w)
+{
+    return __atomic_load_n(word(c, r, w), __ATOMIC_ACQUIRE);
+}
+static inline void put(Core *c, int w, uint64_t v)
+{
+    __atomic_store_n(word(c, c->rank, w), v, __ATOMIC_RELAXED);
+}
+static inline char *slot_at(Core *c, int phase, int r)
+{
+    return c->base + c->header + ((Py_ssize_t)phase * c->n + r) * c->stride;
+}
+
+static inline long long now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static inline void futex_wake_all(uint64_t *addr)
+{
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE, 0x7fffffff, NULL, NULL, 0);
+}
+
+/* -------------------------------------------------------------- the GIL, released lazily */
+typedef struct {
+    PyThreadState *ts;     /* non-NULL: released */
+} Gil;
+static inline void gil_release(Gil *g)
+{
+    if (g->ts == NULL)
+        g->ts = PyEval_SaveThread();
+}
+static inline void gil_take(Gil *g)
+{
+    if (g->ts != NULL) {
+        PyEval_RestoreThread(g->ts);
+        g->ts = NULL;
+    }
+}
+
+/* ------------------------------------------------------------------ the counter barrier */
+/* Bump our counter; wake whoever sleeps on it. Returns the target everybody must reach. */
+static uint64_t arrive(Core *c)
+{
+    uint64_t *mine = word(c, c->rank, c->w_counter);
+    uint64_t target = __atomic_load_n(mine, __ATOMIC_RELAXED) + 1;
+    __atomic_store_n(mine, target, __ATOMIC_SEQ_CST);
+    uint64_t *sleepers = word(c, c->rank, c->w_sleepers);
+    if (c->use_futex && __atomic_load_n(sleepers, __ATOMIC_SEQ_CST)) {
+        __atomic_store_n(sleepers, 0, __ATOMIC_RELAXED);
+        futex_wake_all(mine);
+    }
+    return target;
+}
+
+/* Spin this long holding the GIL (releasing and taking it back costs more than most
+ * waits of a small collective); longer waits release it. */
+#define GIL_SPIN_NS 5000
+
+/* The first rank from `from` on whose counter is below target, or -1. */
+static inline int first_late(Core *c, uint64_t target, int from)
+{
+    for (int r = from; r < c->n; r++)
+        if (get(c, r, c->w_counter) < target)
+            return r;
+    return -1;
+}
+
+/* Wait until every counter has reached `target`: spin (GIL held), then yield, then block
+ * on a futex on the late rank's counter (≤ 1 ms per wait) with the GIL released; every
+ * 100 ms the Python side checks for dead peers and the timeout. 0, or -1 with an
+ * exception set (and the GIL held). */
+static int wait_all(Core *c, PyObject *arena, uint64_t target, Gil *gil)
+{
+    int late = first_late(c, target, 0);
+    if (late < 0)
+        return 0;
+    long long start = now_ns();
+    while (1) {
+        for (int i = 0; i < 64; i++) {
+            cpu_relax();
+            if (get(c, late, c->w_counter) >= target) {
+                late = first_late(c, target, late);
+                if (late < 0)
+                    return 0;
+            }
+        }
+        long long spun = now_ns() - start;
+        if (spun >= c->spin_ns)
+            break;
+        if (spun >= GIL_SPIN_NS)      /* a longer wait: let this process's other threads run */
+            gil_release(gil);
+    }
+    gil_release(gil);
+    for (int i = 0; i < c->yields; i++) {
+        sched_yield();
+        late = first_late(c, target, late);
+        if (late < 0)
+            return 0;
+    }
+    long long next_check = start + 100000000LL;
+    long sleep_ns = 50000;
+    while (1) {
+        if (c->use_futex) {
+            uint64_t *counter = word(c, late, c->w_counter);
+            __atomic_store_n(word(c, late, c->w_sleepers), 1, __ATOMIC_SEQ_CST);
+            uint64_t seen = __atomic_load_n(counter, __ATOMIC_SEQ_CST);
+            if (seen < target) {
+                struct timespec ts = {0, 1000000};
+                syscall(SYS_futex, (uint32_t *)counter, FUTEX_WAIT, (uint32_t)(seen & 0xffffffffu),
+                        &ts, NULL, 0);
+            }
+        } else {
+            struct timespec ts = {0, sleep_ns};
+            nanosleep(&ts, NULL);
+            sleep_ns = sleep_ns * 2 > 1000000 ? 1000000 : sleep_ns * 2;
+        }
+        late = first_late(c, target, late);
+        if (late < 0)
+            return 0;
+        long long now = now_ns();
+        if (now >= next_check) {
+            next_check = now + 100000000LL;
+            gil_take(gil);
+            if (PyErr_CheckSignals() < 0)       /* Ctrl-C: KeyboardInterrupt, as in Python */
+                return -1;
+            PyObject *late_list = PyList_New(0);
+            if (late_list == NULL)
+                return -1;
+            for (int r = 0; r < c->n; r++) {
+                if (get(c, r, c->w_counter) < target) {
+                    PyObject *v = PyLong_FromLong(r);
+                    int bad = v == NULL || PyList_Append(late_list, v) < 0;
+                    Py_XDECREF(v);
+                    if (bad) {
+                        Py_DECREF(late_list);
+                        return -1;
+                    }
+                }
+            }
+            PyObject *t = PyLong_FromUnsignedLongLong(target);
+            PyObject *w = PyFloat_FromDouble((double)(now - start) / 1e9);
+            PyObject *res = NULL;
+            if (t != NULL && w != NULL)
+                res = PyObject_CallMethodObjArgs(arena, s_check, late_list, t, w, NULL);
+            Py_XDECREF(t);
+            Py_XDECREF(w);
+            Py_DECREF(late_list);
+            if (res == NULL)
+                return -1;
+            Py_DECREF(res);
+            late = first_late(c, target, 0);
+            if (late < 0)
+                return 0;
+            gil_release(gil);
+        }
+    }
+}
+
+static int sync_all(Core *c, PyObject *arena, Gil *gil)
+{
+    return wait_all(c, arena, arrive(c), gil);
+}
+
+/* _enter of shm_direct: publish the call's signature, sync, compare everybody's.
+ * 0: same call everywhere; 1: some rank differs; -1: exception. */
+static int enter(Core *c, PyObject *arena, int phase, uint64_t sig, Gil *gil)
+{
+    int w = c->w_signature + phase;
+    put(c, w, sig);
+    if (sync_all(c, arena, gil) < 0)
+        return -1;
+    for (int r = 0; r < c->n; r++)
+        if (get(c, r, w) != sig)
+            return 1;
+    return 0;
+}

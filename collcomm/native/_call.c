@@ -1,0 +1,153 @@
+/* The plumbing every native collective call shares.
+ *
+ * Included by _shmcore.c. A ``Call`` carries one call's state: the arena's phase
+ * (advanced locally, written back by call_end together with the counter), the GIL state,
+ * and the caller's buffers (released by call_end). Also the helpers for a peer's staged
+ * data (checked against its slot), the split of a count into per-rank slices, and the
+ * argument parsing of the METH_FASTCALL entries.
+ */
+
+typedef struct {
+    Core *c;
+    PyObject *arena;
+    int phase;             /* the arena's phase, advanced locally, written back at the end */
+    Gil gil;
+    Py_buffer bufs[2];
+    int nbufs;
+} Call;
+
+static int call_begin(Call *k, Core *c, PyObject *arena)
+{
+    k->c = c;
+    k->arena = arena;
+    k->gil.ts = NULL;
+    k->nbufs = 0;
+    PyObject *p = PyObject_GetAttr(arena, s_phase);
+    if (p == NULL)
+        return -1;
+    long v = PyLong_AsLong(p);
+    Py_DECREF(p);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    k->phase = (int)(v & 1);
+    return 0;
+}
+
+static inline int next_phase(Call *k)
+{
+    k->phase ^= 1;
+    return k->phase;
+}
+
+/* A C-contiguous buffer of `obj` (writable if asked); NULL data for None; -1 (no
+ * exception: the caller refuses the call, before any traffic) if there is none. */
+static int get_buffer(Call *k, PyObject *obj, int writable, char **data, Py_ssize_t *len)
+{
+    if (obj == Py_None) {
+        *data = NULL;
+        *len = 0;
+        return 0;
+    }
+    Py_buffer *view = &k->bufs[k->nbufs];
+    if (PyObject_GetBuffer(obj, view, writable ? (PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+                                               : PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();   /* not contiguous, read-only, ...: the Python code says what is wrong */
+        return -1;
+    }
+    k->nbufs++;
+    *data = (char *)view->buf;
+    *len = view->len;
+    return 0;
+}
+
+/* Write back the arena's phase and counter (the Python Arena keeps them as attributes),
+ * release the buffers; `status` < 0 means an exception is pending (kept). */
+static PyObject *call_end(Call *k, int status)
+{
+    gil_take(&k->gil);
+    for (int i = 0; i < k->nbufs; i++)
+        PyBuffer_Release(&k->bufs[i]);
+    PyObject *type = NULL, *value = NULL, *tb = NULL;
+    if (status < 0)
+        PyErr_Fetch(&type, &value, &tb);
+    PyObject *ph = PyLong_FromLong(k->phase);
+    PyObject *count = PyLong_FromUnsignedLongLong(
+        __atomic_load_n(word(k->c, k->c->rank, k->c->w_counter), __ATOMIC_RELAXED));
+    int bad = ph == NULL || count == NULL || PyObject_SetAttr(k->arena, s_phase, ph) < 0 ||
+              PyObject_SetAttr(k->arena, s_count, count) < 0;
+    Py_XDECREF(ph);
+    Py_XDECREF(count);
+    if (status < 0) {
+        if (bad)
+            PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+        return NULL;
+    }
+    if (bad)
+        return NULL;
+    if (status == ST_DONE)
+        k->c->done++;
+    else if (status == ST_PYTHON)
+        k->c->finished++;
+    return PyLong_FromLong(status);
+}
+
+static inline Py_ssize_t page_offset(Core *c, const char *data, Py_ssize_t nbytes)
+{
+    /* shm_direct._offset: match the buffer's page offset only for large copies */
+    return nbytes < c->one_shot ? 0 : (Py_ssize_t)((uintptr_t)data % (uintptr_t)c->page);
+}
+
+/* Rank r's staged data of this phase, at the offset it announced; NULL if that offset
+ * would not fit the slot (a corrupt header: raise rather than read out of bounds). */
+static char *peer(Call *k, int phase, int r, Py_ssize_t nbytes)
+{
+    Core *c = k->c;
+    uint64_t off = get(c, r, c->w_offset + phase);
+    if (off >= (uint64_t)c->page || (Py_ssize_t)off + nbytes > c->stride) {
+        gil_take(&k->gil);
+        PyErr_Format(PyExc_RuntimeError, "collcomm native core: rank %d announced offset %llu "
+                     "for %zd bytes, outside its slot", r, (unsigned long long)off, nbytes);
+        return NULL;
+    }
+    return slot_at(c, phase, r) + off;
+}
+
+static int any_shared(Core *c, int phase)
+{
+    for (int r = 0; r < c->n; r++)
+        if (get(c, r, c->w_shared + phase))
+            return 1;
+    return 0;
+}
+
+static inline void split(Py_ssize_t count, int n, int i, Py_ssize_t *lo, Py_ssize_t *hi)
+{
+    Py_ssize_t q = count / n, r = count % n;
+    *lo = i * q + (i < r ? i : r);
+    *hi = *lo + q + (i < r ? 1 : 0);
+}
+
+static inline int overlaps(const char *a, Py_ssize_t alen, const char *b, Py_ssize_t blen)
+{
+    return alen > 0 && blen > 0 && a < b + blen && b < a + alen;
+}
+
+#define PARSE_LONG(var, obj)                                  \
+    long var = PyLong_AsLong(obj);                            \
+    if (var == -1 && PyErr_Occurred())                        \
+        return NULL;
+
+#define PARSE_U64(var, obj)                                   \
+    uint64_t var = PyLong_AsUnsignedLongLongMask(obj);        \
+    if (var == (uint64_t)-1 && PyErr_Occurred())              \
+        return NULL;
+
+static int check_args(Py_ssize_t nargs, Py_ssize_t want, const char *name)
+{
+    if (nargs != want) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", name, want, nargs);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,301 @@
+/* The native collectives that only move data: broadcast, gather (and all_gather),
+ * scatter, all_to_all; and barrier and sync.
+ *
+ * Included by _shmcore.c. Like _collectives_reduce.c, each is the single-chunk staged case
+ * of shm_direct.py, step for step; all_to_all first agrees on the largest block (checking
+ * every pair of split sizes), then moves rounds of pieces through the slots.
+ */
+
+/* broadcast(arena, buf, root, sig): one chunk, staged by the root. */
+static PyObject *Core_broadcast(Core *c, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args(nargs, 4, "broadcast") < 0)
+        return NULL;
+    PARSE_LONG(root, args[2]);
+    PARSE_U64(sig, args[3]);
+    Call k;
+    if (call_begin(&k, c, args[0]) < 0)
+        return NULL;
+    char *buf;
+    Py_ssize_t nbytes;
+    if (get_buffer(&k, args[1], 1, &buf, &nbytes) < 0)
+        return call_end(&k, ST_REFUSE);
+    int me = c->rank;
+    if (nbytes > c->slot || nbytes == 0 || root < 0 || root >= c->n)
+        return call_end(&k, ST_REFUSE);
+    int phase = next_phase(&k);
+    if (nbytes > c->one_shot)
+        gil_release(&k.gil);
+    if (me == root) {
+        Py_ssize_t off = page_offset(c, buf, nbytes);
+        put(c, c->w_shared + phase, 0);
+        put(c, c->w_offset + phase, (uint64_t)off);
+        memcpy(slot_at(c, phase, me) + off, buf, nbytes);
+    }
+    int e = enter(c, k.arena, phase, sig, &k.gil);
+    if (e != 0)
+        return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
+    if (me != root) {
+        if (get(c, root, c->w_shared + phase))
+            return call_end(&k, ST_PYTHON);
+        const char *src = peer(&k, phase, root, nbytes);
+        if (src == NULL)
+            return call_end(&k, -1);
+        memcpy(buf, src, nbytes);
+    }
+    return call_end(&k, ST_DONE);
+}
+
+/* gather(arena, send, recv or None, root (-1: all_gather), sig): one chunk, staged. */
+static PyObject *Core_gather(Core *c, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args(nargs, 5, "gather") < 0)
+        return NULL;
+    PARSE_LONG(root, args[3]);
+    PARSE_U64(sig, args[4]);
+    Call k;
+    if (call_begin(&k, c, args[0]) < 0)
+        return NULL;
+    char *send, *recv;
+    Py_ssize_t kb, rbytes;
+    if (get_buffer(&k, args[1], 0, &send, &kb) < 0 ||
+        get_buffer(&k, args[2], 1, &recv, &rbytes) < 0)
+        return call_end(&k, ST_REFUSE);
+    int n = c->n, me = c->rank;
+    int receiver = root < 0 || me == root;
+    if (kb > c->slot || kb == 0 || root >= n || (receiver && (recv == NULL || rbytes != n * kb)))
+        return call_end(&k, ST_REFUSE);
+    if (receiver && recv != NULL) {
+        char *own = recv + me * kb;
+        if (!overlaps(own, kb, send, kb))
+            memcpy(own, send, kb);
+    }
+    int phase = next_phase(&k);
+    Py_ssize_t off = page_offset(c, send, kb);
+    put(c, c->w_shared + phase, 0);
+    put(c, c->w_offset + phase, (uint64_t)off);
+    if (kb > c->one_shot)
+        gil_release(&k.gil);
+    memcpy(slot_at(c, phase, me) + off, send, kb);
+    int e = enter(c, k.arena, phase, sig, &k.gil);
+    if (e != 0)
+        return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
+    if (any_shared(c, phase))
+        return call_end(&k, ST_PYTHON);
+    if (receiver) {
+        for (int r = 0; r < n; r++) {
+            if (r == me)
+                continue;
+            const char *src = peer(&k, phase, r, kb);
+            if (src == NULL)
+                return call_end(&k, -1);
+            memcpy(recv + r * kb, src, kb);
+        }
+    }
+    return call_end(&k, ST_DONE);
+}
+
+/* scatter(arena, send or None, recv, root, sig): one chunk (n blocks fit a slot). */
+static PyObject *Core_scatter(Core *c, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args(nargs, 5, "scatter") < 0)
+        return NULL;
+    PARSE_LONG(root, args[3]);
+    PARSE_U64(sig, args[4]);
+    Call k;
+    if (call_begin(&k, c, args[0]) < 0)
+        return NULL;
+    char *send, *recv;
+    Py_ssize_t sbytes, kb;
+    if (get_buffer(&k, args[1], 0, &send, &sbytes) < 0 ||
+        get_buffer(&k, args[2], 1, &recv, &kb) < 0)
+        return call_end(&k, ST_REFUSE);
+    int n = c->n, me = c->rank;
+    if (kb == 0 || root < 0 || root >= n || n * kb > c->slot ||
+        (me == root && (send == NULL || sbytes != n * kb)))
+        return call_end(&k, ST_REFUSE);
+    if (me == root && !overlaps(send + me * kb, kb, recv, kb))
+        memcpy(recv, send + me * kb, kb);
+    int phase = next_phase(&k);
+    if (n * kb > c->one_shot)
+        gil_release(&k.gil);
+    if (me == root)
+        memcpy(slot_at(c, phase, me), send, n * kb);
+    int e = enter(c, k.arena, phase, sig, &k.gil);
+    if (e != 0)
+        return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
+    if (me != root)
+        memcpy(recv, slot_at(c, phase, root) + me * kb, kb);
+    return call_end(&k, ST_DONE);
+}
+
+/* all_to_all(arena, send, send_counts, recv, recv_counts, itemsize, sig, cma_limit):
+ * agree on the largest block (and check the split sizes pair by pair), then rounds of
+ * staged pieces. cma_limit >= 0: past the agreement, if largest * itemsize > cma_limit
+ * the Python code finishes the call by cross-memory attach (ST_PYTHON). */
+static int read_counts(PyObject *seq, int n, Py_ssize_t *out)
+{
+    PyObject *fast = PySequence_Fast(seq, "counts must be a sequence");
+    if (fast == NULL)
+        return -1;
+    if (PySequence_Fast_GET_SIZE(fast) != n) {
+        Py_DECREF(fast);
+        return 1;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    for (int i = 0; i < n; i++) {
+        out[i] = PyLong_AsSsize_t(items[i]);
+        if (out[i] == -1 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return -1;
+        }
+        if (out[i] < 0) {
+            Py_DECREF(fast);
+            return 1;
+        }
+    }
+    Py_DECREF(fast);
+    return 0;
+}
+
+static PyObject *Core_all_to_all(Core *c, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args(nargs, 8, "all_to_all") < 0)
+        return NULL;
+    PARSE_LONG(isz, args[5]);
+    PARSE_U64(sig, args[6]);
+    PARSE_LONG(cma_limit, args[7]);
+    int n = c->n, me = c->rank;
+    Py_ssize_t *tab = PyMem_Malloc(sizeof(Py_ssize_t) * 4 * (size_t)n);
+    if (tab == NULL)
+        return PyErr_NoMemory();
+    Py_ssize_t *sc = tab, *rc = tab + n, *sd = tab + 2 * n, *rd = tab + 3 * n;
+    int bad = read_counts(args[2], n, sc);
+    if (bad == 0)
+        bad = read_counts(args[4], n, rc);
+    if (bad < 0) {
+        PyMem_Free(tab);
+        return NULL;
+    }
+    Call k;
+    if (call_begin(&k, c, args[0]) < 0) {
+        PyMem_Free(tab);
+        return NULL;
+    }
+    char *send, *recv;
+    Py_ssize_t sbytes, rbytes;
+    if (get_buffer(&k, args[1], 0, &send, &sbytes) < 0 ||
+        get_buffer(&k, args[3], 1, &recv, &rbytes) < 0) {
+        PyMem_Free(tab);
+        return call_end(&k, ST_REFUSE);
+    }
+    Py_ssize_t ssum = 0, rsum = 0, largest = 0;
+    if (!bad) {
+        for (int j = 0; j < n; j++) {
+            sd[j] = ssum;
+            rd[j] = rsum;
+            ssum += sc[j];
+            rsum += rc[j];
+            if (j != me && sc[j] > largest)
+                largest = sc[j];
+        }
+    }
+    Py_ssize_t slot_elems = isz > 0 ? c->slot / isz : 0;
+    if (bad || isz <= 0 || ssum * isz > sbytes || rsum * isz > rbytes || 2 * n * 8 > c->slot ||
+        slot_elems < n) {
+        PyMem_Free(tab);
+        return call_end(&k, ST_REFUSE);
+    }
+    int agree = next_phase(&k);
+    put(c, c->w_size + agree, (uint64_t)largest);
+    int64_t *table = (int64_t *)slot_at(c, agree, me);
+    for (int j = 0; j < n; j++) {
+        table[j] = sc[j];
+        table[n + j] = rc[j];
+    }
+    int e = enter(c, k.arena, agree, sig, &k.gil);
+    if (e != 0) {
+        PyMem_Free(tab);
+        return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
+    }
+    /* every rank checks the whole matrix: what i sends j is what j expects from i */
+    for (int i = 0; i < n; i++) {
+        const int64_t *ti = (const int64_t *)slot_at(c, agree, i);
+        for (int j = 0; j < n; j++) {
+            const int64_t *tj = (const int64_t *)slot_at(c, agree, j);
+            if (ti[j] != tj[n + i]) {
+                PyMem_Free(tab);
+                return call_end(&k, ST_PAIRS);
+            }
+        }
+    }
+    /* our block to ourselves (the check above covered it: sc[me] == rc[me]) */
+    if (sc[me])
+        memmove(recv + rd[me] * isz, send + sd[me] * isz, (size_t)sc[me] * isz);
+    Py_ssize_t all_largest = 0;
+    for (int r = 0; r < n; r++) {
+        Py_ssize_t v = (Py_ssize_t)get(c, r, c->w_size + agree);
+        if (v > all_largest)
+            all_largest = v;
+    }
+    if (cma_limit >= 0 && all_largest * isz > cma_limit) {
+        PyMem_Free(tab);
+        return call_end(&k, ST_PYTHON);
+    }
+    Py_ssize_t piece = c->slot / (isz * n);
+    if (all_largest * isz * n > c->one_shot)
+        gil_release(&k.gil);
+    for (Py_ssize_t lo = 0; lo < all_largest; lo += piece) {
+        int phase = next_phase(&k);
+        char *staged = slot_at(c, phase, me);
+        for (int j = 0; j < n; j++) {
+            if (j == me)
+                continue;
+            Py_ssize_t cnt = sc[j] - lo;
+            cnt = cnt < 0 ? 0 : cnt > piece ? piece : cnt;
+            if (cnt)
+                memcpy(staged + (Py_ssize_t)j * piece * isz, send + (sd[j] + lo) * isz, cnt * isz);
+        }
+        if (sync_all(c, k.arena, &k.gil) < 0) {
+            PyMem_Free(tab);
+            return call_end(&k, -1);
+        }
+        for (int r = 0; r < n; r++) {
+            if (r == me)
+                continue;
+            Py_ssize_t cnt = rc[r] - lo;
+            cnt = cnt < 0 ? 0 : cnt > piece ? piece : cnt;
+            if (cnt)
+                memcpy(recv + (rd[r] + lo) * isz, slot_at(c, phase, r) + (Py_ssize_t)me * piece * isz,
+                       cnt * isz);
+        }
+    }
+    PyMem_Free(tab);
+    return call_end(&k, ST_DONE);
+}
+
+/* barrier(arena, sig): one sync with the signature check. */
+static PyObject *Core_barrier(Core *c, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args(nargs, 2, "barrier") < 0)
+        return NULL;
+    PARSE_U64(sig, args[1]);
+    Call k;
+    if (call_begin(&k, c, args[0]) < 0)
+        return NULL;
+    int phase = next_phase(&k);
+    int e = enter(c, k.arena, phase, sig, &k.gil);
+    return call_end(&k, e < 0 ? -1 : e ? ST_MISMATCH : ST_DONE);
+}
+
+/* sync(arena): the plain counter barrier (Arena.sync). */
+static PyObject *Core_sync(Core *c, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args(nargs, 1, "sync") < 0)
+        return NULL;
+    Call k;
+    if (call_begin(&k, c, args[0]) < 0)
+        return NULL;
+    int e = sync_all(c, k.arena, &k.gil);
+    return call_end(&k, e < 0 ? -1 : ST_DONE);
+}

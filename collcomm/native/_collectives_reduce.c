@@ -1,0 +1,171 @@
+/* The native collectives that combine: all_reduce, reduce, reduce_scatter.
+ *
+ * Included by _shmcore.c. Each one is the single-chunk, staged case of its counterpart in
+ * collcomm/algorithms/shm_direct.py, step for step: stage our data in our slot of the
+ * phase, enter (signature check), combine the slots in the Python code's order (rank
+ * order; in two-shot, our slice of our own slot first) so every rank gets identical bits.
+ * Anything else is refused (ST_REFUSE) before any traffic, or handed back (ST_PYTHON).
+ */
+
+/* all_reduce(arena, buf, code, sig): one chunk (nbytes <= slot), staged (no CMA), our
+ * buffer not in the shared heap. One-shot up to one_shot bytes, else two-shot. */
+static PyObject *Core_all_reduce(Core *c, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args(nargs, 4, "all_reduce") < 0)
+        return NULL;
+    PARSE_LONG(code, args[2]);
+    PARSE_U64(sig, args[3]);
+    int isz;
+    kernel_t fn = kernel_for(code, &isz);
+    Call k;
+    if (call_begin(&k, c, args[0]) < 0)
+        return NULL;
+    char *buf;
+    Py_ssize_t nbytes;
+    if (get_buffer(&k, args[1], 1, &buf, &nbytes) < 0)
+        return call_end(&k, ST_REFUSE);
+    if (fn == NULL || nbytes % isz || nbytes > c->slot || nbytes == 0)
+        return call_end(&k, ST_REFUSE);
+    Py_ssize_t count = nbytes / isz;
+    int n = c->n, me = c->rank, phase = next_phase(&k);
+    Py_ssize_t off = page_offset(c, buf, nbytes);
+    put(c, c->w_shared + phase, 0);
+    put(c, c->w_offset + phase, (uint64_t)off);
+    char *mine = slot_at(c, phase, me) + off;
+    if (nbytes > c->one_shot)
+        gil_release(&k.gil);
+    memcpy(mine, buf, nbytes);
+    int e = enter(c, k.arena, phase, sig, &k.gil);
+    if (e != 0)
+        return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
+    if (any_shared(c, phase))
+        return call_end(&k, ST_PYTHON);
+    if (nbytes <= c->one_shot) {
+        /* every rank reduces all n slots in rank order: identical bits everywhere */
+        for (int r = 0; r < n; r++) {
+            const char *src = r == me ? mine : peer(&k, phase, r, nbytes);
+            if (src == NULL)
+                return call_end(&k, -1);
+            if (r == 0)
+                memcpy(buf, src, nbytes);
+            else
+                fn(buf, src, count);
+        }
+        return call_end(&k, ST_DONE);
+    }
+    /* two-shot: reduce our slice of every slot into our own slot (ours first, then the
+     * others in rank order, as the Python code does), sync, copy every owner's slice out */
+    Py_ssize_t s0, s1;
+    split(count, n, me, &s0, &s1);
+    for (int r = 0; r < n; r++) {
+        if (r == me)
+            continue;
+        const char *src = peer(&k, phase, r, nbytes);
+        if (src == NULL)
+            return call_end(&k, -1);
+        fn(mine + s0 * isz, src + s0 * isz, s1 - s0);
+    }
+    if (sync_all(c, k.arena, &k.gil) < 0)
+        return call_end(&k, -1);
+    for (int r = 0; r < n; r++) {
+        Py_ssize_t r0, r1;
+        split(count, n, r, &r0, &r1);
+        const char *src = r == me ? mine : peer(&k, phase, r, nbytes);
+        if (src == NULL)
+            return call_end(&k, -1);
+        memcpy(buf + r0 * isz, src + r0 * isz, (r1 - r0) * isz);
+    }
+    return call_end(&k, ST_DONE);
+}
+
+/* reduce(arena, send, recv or None, code, root, sig): one chunk, always staged. */
+static PyObject *Core_reduce(Core *c, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args(nargs, 6, "reduce") < 0)
+        return NULL;
+    PARSE_LONG(code, args[3]);
+    PARSE_LONG(root, args[4]);
+    PARSE_U64(sig, args[5]);
+    int isz;
+    kernel_t fn = kernel_for(code, &isz);
+    Call k;
+    if (call_begin(&k, c, args[0]) < 0)
+        return NULL;
+    char *send, *recv;
+    Py_ssize_t nbytes, rbytes;
+    if (get_buffer(&k, args[1], 0, &send, &nbytes) < 0 ||
+        get_buffer(&k, args[2], 1, &recv, &rbytes) < 0)
+        return call_end(&k, ST_REFUSE);
+    int n = c->n, me = c->rank;
+    if (fn == NULL || nbytes % isz || nbytes > c->slot || nbytes == 0 || root < 0 || root >= n ||
+        (me == root && (recv == NULL || rbytes != nbytes)))
+        return call_end(&k, ST_REFUSE);
+    Py_ssize_t count = nbytes / isz;
+    int phase = next_phase(&k);
+    Py_ssize_t off = page_offset(c, send, nbytes);
+    put(c, c->w_offset + phase, (uint64_t)off);
+    char *mine = slot_at(c, phase, me) + off;
+    if (nbytes > c->one_shot)
+        gil_release(&k.gil);
+    memcpy(mine, send, nbytes);
+    int e = enter(c, k.arena, phase, sig, &k.gil);
+    if (e != 0)
+        return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
+    Py_ssize_t s0, s1;
+    split(count, n, me, &s0, &s1);
+    for (int r = 0; r < n; r++) {
+        if (r == me)
+            continue;
+        const char *src = peer(&k, phase, r, nbytes);
+        if (src == NULL)
+            return call_end(&k, -1);
+        fn(mine + s0 * isz, src + s0 * isz, s1 - s0);
+    }
+    if (sync_all(c, k.arena, &k.gil) < 0)
+        return call_end(&k, -1);
+    if (me == root) {
+        for (int r = 0; r < n; r++) {
+            Py_ssize_t r0, r1;
+            split(count, n, r, &r0, &r1);
+            const char *src = r == me ? mine : peer(&k, phase, r, nbytes);
+            if (src == NULL)
+                return call_end(&k, -1);
+            memcpy(recv + r0 * isz, src + r0 * isz, (r1 - r0) * isz);
+        }
+    }
+    return call_end(&k, ST_DONE);
+}
+
+/* reduce_scatter(arena, send, recv, code, sig): one chunk (n blocks fit a slot), staged. */
+static PyObject *Core_reduce_scatter(Core *c, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args(nargs, 5, "reduce_scatter") < 0)
+        return NULL;
+    PARSE_LONG(code, args[3]);
+    PARSE_U64(sig, args[4]);
+    int isz;
+    kernel_t fn = kernel_for(code, &isz);
+    Call k;
+    if (call_begin(&k, c, args[0]) < 0)
+        return NULL;
+    char *send, *recv;
+    Py_ssize_t sbytes, kb;
+    if (get_buffer(&k, args[1], 0, &send, &sbytes) < 0 ||
+        get_buffer(&k, args[2], 1, &recv, &kb) < 0)
+        return call_end(&k, ST_REFUSE);
+    int n = c->n, me = c->rank;
+    if (fn == NULL || kb % isz || kb == 0 || sbytes != n * kb || kb / isz > c->slot / (isz * n))
+        return call_end(&k, ST_REFUSE);
+    Py_ssize_t count = kb / isz;
+    int phase = next_phase(&k);
+    if (sbytes > c->one_shot)
+        gil_release(&k.gil);
+    memcpy(slot_at(c, phase, me), send, sbytes);
+    int e = enter(c, k.arena, phase, sig, &k.gil);
+    if (e != 0)
+        return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
+    memcpy(recv, slot_at(c, phase, 0) + me * kb, kb);
+    for (int r = 1; r < n; r++)
+        fn(recv, slot_at(c, phase, r) + me * kb, count);
+    return call_end(&k, ST_DONE);
+}

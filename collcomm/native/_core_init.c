@@ -1,0 +1,66 @@
+/* Making and freeing a ``Core`` (the type object itself is in _shmcore.c).
+ *
+ * Included by _shmcore.c. Core_init takes the arena mapping and its geometry and refuses a
+ * geometry that does not fit the mapping; the members are read-only counters for tests.
+ */
+
+static int Core_init(Core *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"mapping", "n", "rank", "header", "slot", "stride", "page",
+                             "one_shot", "layout", "spin_ns", "yields", "futex", NULL};
+    PyObject *mapping, *layout;
+    long long spin_ns;
+    int futex;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OiinnnnnOLip", kwlist, &mapping, &self->n,
+                                     &self->rank, &self->header, &self->slot, &self->stride,
+                                     &self->page, &self->one_shot, &layout, &spin_ns,
+                                     &self->yields, &futex))
+        return -1;
+    self->spin_ns = spin_ns;
+    self->use_futex = futex;
+    if (!PyArg_ParseTuple(layout, "iiiiiii;layout: (words, counter, offset, size, shared, "
+                          "signature, sleepers)", &self->words, &self->w_counter,
+                          &self->w_offset, &self->w_size, &self->w_shared, &self->w_signature,
+                          &self->w_sleepers))
+        return -1;
+    if (self->base != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Core already initialised");
+        return -1;
+    }
+    if (PyObject_GetBuffer(mapping, &self->mapping, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    self->base = (char *)self->mapping.buf;
+    self->size = self->mapping.len;
+    int top = self->w_signature > self->w_offset ? self->w_signature : self->w_offset;
+    if (self->n < 2 || self->rank < 0 || self->rank >= self->n || self->words < 1 ||
+        self->page <= 0 || self->slot <= 0 || self->stride < self->slot ||
+        self->header < (Py_ssize_t)self->n * self->words * 8 ||
+        top + 1 >= self->words || self->w_size + 1 >= self->words ||
+        self->w_shared + 1 >= self->words || self->w_sleepers >= self->words ||
+        self->header + 2 * (Py_ssize_t)self->n * self->stride > self->size ||
+        ((uintptr_t)self->base & 7)) {
+        PyBuffer_Release(&self->mapping);
+        self->base = NULL;
+        PyErr_SetString(PyExc_ValueError, "collcomm native core: the arena geometry does not fit "
+                        "its mapping");
+        return -1;
+    }
+    return 0;
+}
+
+static void Core_dealloc(Core *self)
+{
+    if (self->base != NULL)
+        PyBuffer_Release(&self->mapping);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef Core_members[] = {
+    {"done", T_ULONGLONG, offsetof(Core, done), READONLY,
+     "calls completed by the native core (collectives, and the syncs of Arena.sync)"},
+    {"finished", T_ULONGLONG, offsetof(Core, finished), READONLY,
+     "calls the Python code finished (some buffer read in place)"},
+    {"n", T_INT, offsetof(Core, n), READONLY, "ranks"},
+    {"rank", T_INT, offsetof(Core, rank), READONLY, "this rank"},
+    {NULL, 0, 0, 0, NULL},
+};
