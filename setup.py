@@ -43,7 +43,9 @@ if sys.platform.startswith("linux"):
                  "collcomm/native/_collectives_reduce.c", "collcomm/native/_collectives_move.c",
                  "collcomm/native/_core_init.c",
                  "collcomm/native/_fastcall.c", "collcomm/native/_fastcall_lists.c",
-                 "collcomm/native/_fastcall_ops.c", "collcomm/native/_fastcall_type.c"],
+                 "collcomm/native/_fastcall_ops.c", "collcomm/native/_fastcall_type.c",
+                 "collcomm/native/_p2p.c", "collcomm/native/_p2p_engine.c",
+                 "collcomm/native/_p2p_type.c"],
         # no fused multiply-add: results must match numpy's bit for bit
         extra_compile_args=["-O3", "-ffp-contract=off", "-fno-fast-math"],
         optional=True,

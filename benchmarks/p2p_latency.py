@@ -55,7 +55,8 @@ def _mpi4py(args: Any) -> None:
     _run(modes, args, me, comm.Barrier, lambda x: comm.allreduce(x, op=MPI.MAX), "mpi4py (mpiexec)")
 
 
-def _run(modes: dict[str, tuple[Callable[[], None], int]], args: Any, me: int,
+def _run(modes: dict[str, tuple[Callable[[], None], int] | tuple[Callable[[], None], int, Callable[[], None]]],
+         args: Any, me: int,
          barrier: Callable[[], Any], maxall: Callable[[float], float], title: str) -> None:
     import os
 
@@ -64,7 +65,9 @@ def _run(modes: dict[str, tuple[Callable[[], None], int]], args: Any, me: int,
     for b in range(args.blocks):
         order = names if b % 2 == 0 else names[::-1]
         for name in order:
-            step, per = modes[name]
+            step, per, *before = modes[name]
+            for b4 in before:
+                b4()     # e.g. the native path on or off for this block
             barrier()
             for _ in range(50):
                 step()
@@ -123,13 +126,29 @@ def main() -> None:
         for w in dist.batch_isend_irecv([P2POp(dist.isend, s, other), P2POp(dist.irecv, r, other)]):
             w.wait()
 
-    modes: dict[str, tuple[Callable[[], None], int]] = {
-        "api send/recv": (_pingpong(me, lambda: dist.send(s, other), lambda: dist.recv(r, other)), 2),
+    from collcomm.core import p2p as core_p2p
+
+    fast = core_p2p.native(g)
+
+    def native(on: bool) -> Callable[[], None]:
+        def switch() -> None:
+            if fast is not None:
+                fast.paused = 0 if on else 1
+        return switch
+
+    on, off = native(True), native(False)
+    modes: dict[str, Any] = {
+        "api send/recv": (_pingpong(me, lambda: dist.send(s, other), lambda: dist.recv(r, other)), 2, on),
+        "api send/recv [no native]": (_pingpong(me, lambda: dist.send(s, other),
+                                                lambda: dist.recv(r, other)), 2, off),
         "api isend/irecv+wait": (_pingpong(me, lambda: dist.isend(s, other).wait(),
                                            lambda: dist.irecv(r, other).wait()), 2),
         "api batch sendrecv": (batch, 1),
-        "MPI Send/Recv": (_pingpong(me, lambda: world.Send(s, other), lambda: world.Recv(r, other)), 2),
-        "MPI Sendrecv": (lambda: world.Sendrecv(s, other, 0, r, other), 1),
+        "MPI Send/Recv": (_pingpong(me, lambda: world.Send(s, other), lambda: world.Recv(r, other, 0)), 2, on),
+        "MPI Send/Recv [no native]": (_pingpong(me, lambda: world.Send(s, other),
+                                                lambda: world.Recv(r, other, 0)), 2, off),
+        "MPI Sendrecv": (lambda: world.Sendrecv(s, other, 0, r, other, 0), 1, on),
+        "MPI Sendrecv [no native]": (lambda: world.Sendrecv(s, other, 0, r, other, 0), 1, off),
         "group p2p_isend/irecv": (_pingpong(me, lambda: g.p2p_isend(s, other, 0, sig).wait(),
                                             lambda: g.p2p_irecv(r, other, 0, sig).wait()), 2),
         "engine isend/irecv": (_pingpong(me, lambda: eng.isend(sb, other, tag, sig).wait(),
@@ -149,8 +168,12 @@ def main() -> None:
         import pstats
 
         step = modes[args.mode][0]
+        for b4 in modes[args.mode][2:]:
+            b4()
         for _ in range(200):
             step()
+        for b4 in modes[args.mode][2:]:
+            b4()
         dist.barrier()
         prof = cProfile.Profile()
         prof.enable()
@@ -163,6 +186,8 @@ def main() -> None:
     else:
         import os
         _run(modes, args, me, dist.barrier, maxall, f"collcomm ({os.path.dirname(dist.__file__)})")
+    if fast is not None:
+        fast.paused = 0
     dist.destroy_process_group()
 
 

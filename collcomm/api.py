@@ -34,10 +34,11 @@ import numpy as np
 
 from .algorithms import signature
 from .core import collectives as core
+from .core import p2p as core_p2p
 from .core import runtime
 from .buffers import Buf, as_input, as_output, as_outputs, check_like
 from .errors import CollcommError, InvalidArgumentError, MismatchError, with_context
-from .core.group import ProcessGroup
+from .core.group import MAX_USER_TAG, ProcessGroup
 from .ops import ReduceOp
 from .transport.base import Handle, Status
 from .core.work import Work
@@ -557,20 +558,45 @@ def _p2p_sig(dtype: Any) -> int:
 
 
 def _isend(tensor: Any, dst: int | None, group: Any, tag: int, group_dst: int | None,
-           name: str) -> tuple[Handle, ProcessGroup, Buf, int]:
+           name: str, rec: list[Any] | None = None) -> tuple[Handle, ProcessGroup, Buf, int]:
     g = _p2p_group(group, name)
     buf = as_input(tensor, name, g.describe(), "tensor")
     peer = _p2p_peer(g, name, "dst", dst, group_dst)
     assert peer is not None
-    return g.p2p_isend(buf.arr, peer, tag, _p2p_sig(buf.dtype)), g, buf, peer
+    return g.p2p_isend(buf.arr, peer, tag, _p2p_sig(buf.dtype), rec), g, buf, peer
 
 
 def _irecv(tensor: Any, src: int | None, group: Any, tag: int, group_src: int | None,
-           name: str) -> tuple[Handle, ProcessGroup, Buf, int | None]:
+           name: str, rec: list[Any] | None = None) -> tuple[Handle, ProcessGroup, Buf, int | None]:
     g = _p2p_group(group, name)
     buf = as_output(tensor, name, g.describe(), "tensor")
     peer = _p2p_peer(g, name, "src", src, group_src, allow_any=True)
-    return g.p2p_irecv(buf.arr, peer, tag, _p2p_sig(buf.dtype)), g, buf, peer
+    return g.p2p_irecv(buf.arr, peer, tag, _p2p_sig(buf.dtype), rec), g, buf, peer
+
+
+def _native(tensor: Any, peer: Any, group: Any, tag: Any, group_peer: Any,
+            writable: bool, name: str) -> tuple[Any, ProcessGroup, int] | None:
+    """(the group's native p2p entry, the group, the local peer) when a blocking send/recv
+    may go native (core/p2p.py): a numeric C-contiguous numpy array (writable to receive),
+    a global peer of the group other than this rank, a valid tag; else None (every check
+    the regular path makes before it records the call is made here, so a native attempt
+    that does nothing hands its record to the regular path, which cannot refuse it)."""
+    if (type(tensor) is not np.ndarray or group_peer is not None or type(peer) is not int
+            or type(tag) is not int or not 0 <= tag <= MAX_USER_TAG):
+        return None
+    g = runtime.resolve_group(group, name)
+    if type(g) is not ProcessGroup:
+        return None
+    f = core_p2p.native(g)
+    if f is None or tensor.dtype.kind not in "biufc":
+        return None
+    local = g.to_local(peer)
+    if local < 0 or local == g.rank:
+        return None
+    flags = tensor.flags
+    if not flags.c_contiguous or (writable and not flags.writeable):
+        return None
+    return f, g, local
 
 
 def isend(tensor: Any, dst: int | None = None, group: Any = None, tag: int = 0,
@@ -590,7 +616,15 @@ def irecv(tensor: Any, src: int | None = None, group: Any = None, tag: int = 0,
 def send(tensor: Any, dst: int | None = None, group: Any = None, tag: int = 0,
          group_dst: int | None = None) -> None:
     """Send ``tensor`` to global rank ``dst`` and wait until it left this buffer."""
-    h, g, buf, peer = _isend(tensor, dst, group, tag, group_dst, "isend")
+    rec = None
+    fast = _native(tensor, dst, group, tag, group_dst, False, "isend")
+    if fast is not None:     # one C call (native/_p2p.c), or nothing done
+        f, g, local = fast
+        rec = core_p2p.record(g, "isend", local)
+        if f.send(tensor, local, tag, _p2p_sig(tensor.dtype)):
+            core_p2p.finished(rec, True)
+            return
+    h, g, buf, peer = _isend(tensor, dst, group, tag, group_dst, "isend", rec)
     try:
         h.wait()
     except CollcommError as exc:   # what isend(...).wait() raises, without the P2PWork
@@ -600,7 +634,23 @@ def send(tensor: Any, dst: int | None = None, group: Any = None, tag: int = 0,
 def recv(tensor: Any, src: int | None = None, group: Any = None, tag: int = 0,
          group_src: int | None = None) -> int:
     """Receive into ``tensor`` from ``src`` (None: any rank); returns the sender's global rank."""
-    h, g, buf, peer = _irecv(tensor, src, group, tag, group_src, "irecv")
+    rec = None
+    fast = _native(tensor, src, group, tag, group_src, True, "irecv")
+    if fast is not None:     # one C call (native/_p2p.c), or nothing consumed
+        f, g, local = fast
+        rec = core_p2p.record(g, "irecv", local)
+        try:
+            n = f.recv(tensor, local, tag, MAX_USER_TAG, _p2p_sig(tensor.dtype))
+        except CollcommError as exc:   # what the regular wait raises, with its context
+            core_p2p.finished(rec, False)
+            raise with_context(exc, _p2p_context("irecv", g, src)) from exc
+        if n is not None:
+            core_p2p.finished(rec, True)
+            if n != tensor.nbytes:
+                raise _size_error(_p2p_context("irecv", g, src), Status(src, n, tag),
+                                  as_output(tensor, "irecv", g.describe(), "tensor"))
+            return src
+    h, g, buf, peer = _irecv(tensor, src, group, tag, group_src, "irecv", rec)
     try:
         status = h.wait()
     except CollcommError as exc:   # what irecv(...).source_rank() raises, without the P2PWork

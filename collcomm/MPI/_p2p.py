@@ -24,6 +24,7 @@ from ..errors import CollcommError
 from ._consts import ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB_VALUE
 from ._errors import ERR_RANK, ERR_TAG, Exception as MPIException, translate
 from ._msg import simple
+from ._types import _BY_NUMPY
 from ._request import Done, Request, Status, persistent
 
 TAG_BITS = TAG_UB_VALUE
@@ -183,6 +184,10 @@ class PointToPoint:
     _complete = staticmethod(lambda op, status=None: complete(op, status))
 
     def Send(self, buf: Any, dest: int, tag: int = 0) -> None:  # noqa: N802
+        f = p2p.native(self._grp("Send"))
+        if (f is not None and type(buf) is np.ndarray and type(tag) is int and tag <= TAG_BITS
+                and f.send(buf, dest, tag, 0)):
+            return       # one C call (native/_p2p.c); None: it did nothing, go the regular way
         self._complete(self._isend(buf, dest, tag, False, "Send"))
 
     def Ssend(self, buf: Any, dest: int, tag: int = 0) -> None:  # noqa: N802
@@ -200,6 +205,13 @@ class PointToPoint:
 
     def Recv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG,  # noqa: N802
              status: Status | None = None) -> None:
+        f = p2p.native(self._grp("Recv"))
+        if f is not None and type(buf) is np.ndarray and type(tag) is int and 0 <= tag <= TAG_BITS:
+            n = f.recv(buf, source, tag, EXACT, 0)     # specific source, exact tag only
+            if n is not None:
+                if status is not None:
+                    status._set(source, tag, n)
+                return
         self._complete(self._irecv(buf, source, tag, "Recv"), status)
 
     def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:  # noqa: N802
@@ -207,6 +219,21 @@ class PointToPoint:
 
     def Sendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,  # noqa: N802
                  source: int = ANY_SOURCE, recvtag: int = ANY_TAG, status: Status | None = None) -> None:
+        g = self._grp("Sendrecv")
+        f = p2p.native(g)
+        if (f is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray
+                and type(sendtag) is int and sendtag <= TAG_BITS and type(recvtag) is int
+                and 0 <= recvtag <= TAG_BITS and type(source) is int and 0 <= source < g.size
+                and recvbuf.dtype in _BY_NUMPY and recvbuf.flags.writeable
+                and recvbuf.flags.c_contiguous and f.send(sendbuf, dest, sendtag, 0)):
+            # sent (the receive's arguments were valid, so the regular path would have sent
+            # it too); the receive in C, or the regular way if C leaves it
+            n = f.recv(recvbuf, source, recvtag, EXACT, 0)
+            if n is None:
+                self._complete(self._irecv(recvbuf, source, recvtag, "Sendrecv"), status)
+            elif status is not None:
+                status._set(source, recvtag, n)
+            return
         r = self._irecv(recvbuf, source, recvtag, "Sendrecv")
         s = self._isend(sendbuf, dest, sendtag, False, "Sendrecv")
         self._complete(s)

@@ -30,7 +30,7 @@ from ..errors import (CollcommError, InvalidArgumentError, MismatchError, Signat
 from ..transport.base import ABORT_SIG, ANY_SOURCE, Handle, Status, Transport
 from . import fastpath
 from .plan import CallPlan
-from .recorder import observer_for
+from .recorder import _P2PHandle, observer_for
 from .work import Work
 
 T = TypeVar("T")
@@ -511,25 +511,33 @@ class ProcessGroup:
                 f"{op} on {self.describe()}: tag must be an int in [0, {MAX_USER_TAG}], got {tag!r}")
         return (self.ctx << _CTX_SHIFT) | _KIND_P2P | int(tag)
 
-    def p2p_isend(self, arr: np.ndarray, dst: int, tag: int = 0, sig: int = 0) -> Handle:
+    def p2p_isend(self, arr: np.ndarray, dst: int, tag: int = 0, sig: int = 0,
+                  rec: list[Any] | None = None) -> Handle:
         """Send ``arr`` to local rank ``dst`` in the user tag space. ``sig``: what the message
-        is (``signature.p2p(dtype)``); a receive expecting another dtype refuses it."""
+        is (``signature.p2p(dtype)``); a receive expecting another dtype refuses it.
+        ``rec``: the flight recorder's record a native attempt already made (core/p2p.py)."""
         if self.transport is None:
             raise InvalidArgumentError(f"isend on {self.describe()}: no peer to send to")
         h = self.transport.isend(as_bytes(arr), self.ranks[dst], self._p2p_tag(tag, "isend"),
                                  sig=sig)  # type: ignore[call-arg]
+        if rec is not None:
+            return _P2PHandle(_TimedHandle(h, current_timeout(self.timeout)), rec)
         if self.observer is not None:
             return self.observer.p2p("isend", dst, _TimedHandle(h, current_timeout(self.timeout)), arr.nbytes)
         return _TimedHandle(h, current_timeout(self.timeout))
 
-    def p2p_irecv(self, arr: np.ndarray, src: int | None, tag: int = 0, sig: int = 0) -> Handle:
+    def p2p_irecv(self, arr: np.ndarray, src: int | None, tag: int = 0, sig: int = 0,
+                  rec: list[Any] | None = None) -> Handle:
         """Receive into ``arr`` from local rank ``src`` (None: any rank of this group).
-        ``sig``: the message expected (``signature.p2p(dtype)``; 0 accepts any)."""
+        ``sig``: the message expected (``signature.p2p(dtype)``; 0 accepts any); ``rec`` as
+        for :meth:`p2p_isend`."""
         if self.transport is None:
             raise InvalidArgumentError(f"irecv on {self.describe()}: no peer to receive from")
         gsrc = ANY_SOURCE if src is None else self.ranks[src]
         h = self.transport.irecv(as_bytes(arr), gsrc, self._p2p_tag(tag, "irecv"),
                                  sig=sig)  # type: ignore[call-arg]
+        if rec is not None:
+            return _P2PHandle(_TimedHandle(h, current_timeout(self.timeout)), rec)
         if self.observer is not None:
             return self.observer.p2p("irecv", src, _TimedHandle(h, current_timeout(self.timeout)), arr.nbytes)
         return _TimedHandle(h, current_timeout(self.timeout))

@@ -16,9 +16,17 @@ the engine's self-send path).
 
 Ranks are the group's local ranks; statuses carry the global source, the full tag and the
 byte count (:func:`source_tag` maps them back).
+
+:func:`native` gives a group's native point-to-point entry (``collcomm.native``'s ``P2P``,
+see native/_p2p.c): one C call for a blocking small send to, or a blocking receive from, a
+peer on this host with an exact tag, or None having done nothing (the caller then takes
+the regular path, which raises every error). The front ends offer it their blocking
+``send``/``recv`` (``collcomm.send``/``recv``, ``collcomm.MPI`` ``Send``/``Recv``/
+``Sendrecv``). ``COLLCOMM_FAST=0`` or ``COLLCOMM_NATIVE=0`` turn it off.
 """
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -27,9 +35,13 @@ import numpy as np
 from ..errors import InvalidArgumentError
 from ..transport.base import ANY_SOURCE, Handle, Status
 from ..transport.engine import Engine, Incoming
-from .group import MAX_USER_TAG, ProcessGroup, _TimedHandle, as_bytes, current_timeout
+from . import fastpath
+from .recorder import _perf
+from .recorder_records import COMPLETED, ENTERED, FAILED, R_PSTATE, R_PT1, caller
+from .group import _CTX_SHIFT, _KIND_P2P, MAX_USER_TAG, ProcessGroup, _TimedHandle, as_bytes, current_timeout
 
-__all__ = ["MAX_USER_TAG", "Probed", "cancel", "irecv", "isend", "mrecv", "probe", "source_tag", "transport"]
+__all__ = ["MAX_USER_TAG", "Probed", "cancel", "finished", "irecv", "isend", "mrecv", "native", "probe",
+           "record", "source_tag", "transport"]
 
 _FULL = (1 << 64) - 1
 _loopbacks: dict[int, Engine] = {}
@@ -51,6 +63,62 @@ def transport(g: ProcessGroup) -> Any:
         if eng is None:
             eng = _loopbacks[g.global_rank] = Engine(g.global_rank, g.global_rank + 1, g.timeout)
     return eng
+
+
+def native(g: ProcessGroup) -> Any:
+    """The group's native point-to-point entry (made on first use), or None: no native
+    core, ``COLLCOMM_FAST=0``, no transport, or no peer of the group on this host."""
+    try:
+        return g._p2p_native
+    except AttributeError:
+        pass
+    g._p2p_native = f = _make_native(g)
+    return f
+
+
+def _make_native(g: ProcessGroup) -> Any:
+    from .. import native as nat
+    from ..transport.arena import cpus
+    from ..transport.shm import ShmChannel
+
+    t = g.transport
+    if type(t) is not Engine or not fastpath.enabled():
+        return None
+    pipes = []
+    for r in g.ranks:
+        ch = t.channels.get(r)
+        pipes.append(ch.pipe() if type(ch) is ShmChannel else None)
+    if not any(p is not None for p in pipes):
+        return None
+    local = 1 + sum(type(c) is ShmChannel for c in t.channels.values())
+    spin, yields = ((nat.SPIN_NS, nat.YIELDS) if local <= cpus()
+                    else (nat.SPIN_NS_OVERSUBSCRIBED, nat.YIELDS_OVERSUBSCRIBED))
+    spin = int(float(os.environ.get("COLLCOMM_SPIN_US", spin / 1000)) * 1000)
+    yields = int(os.environ.get("COLLCOMM_YIELDS", yields))
+
+    def check(channel: Any, nbytes: int, tag: int, elapsed: float) -> None:
+        t.native_check(channel.peer, nbytes, tag, elapsed, current_timeout(g.timeout))
+
+    return nat.core.P2P(t, check, tuple(pipes), (g.ctx << _CTX_SHIFT) | _KIND_P2P, spin, yields)
+
+
+def record(g: ProcessGroup, op: str, peer: int) -> list[Any] | None:
+    """The flight recorder's record of a user point-to-point call about to run natively
+    (the one ``observer.p2p`` appends: ``op`` isend/irecv with local ``peer``), or None
+    when the group records nothing. Mark it with :func:`finished`; if the native call
+    does nothing, the regular path takes it over (``p2p_isend``/``p2p_irecv``'s ``rec``)."""
+    obs = g.observer
+    if obs is None:
+        return None
+    code, lasti = caller(1)
+    rec = [obs.index, 0, op, 0, 0, code, lasti, _perf(), obs.ranks[peer], ENTERED, 0.0]
+    obs.append(rec)
+    return rec
+
+
+def finished(rec: list[Any] | None, ok: bool) -> None:
+    if rec is not None:
+        rec[R_PSTATE], rec[R_PT1] = (COMPLETED if ok else FAILED), _perf()
 
 
 def _space(g: ProcessGroup, tag: int, op: str) -> int:

@@ -80,6 +80,7 @@ static PyTypeObject CoreType = {
 
 /* ------------------------------------------------------------------ the fast call */
 #include "_fastcall.c"
+#include "_p2p.c"
 
 /* ------------------------------------------------------------------ module functions */
 /* combine(code, acc, other): acc ⊕= other elementwise (the kernels, for tests) */
@@ -151,7 +152,8 @@ PyMODINIT_FUNC PyInit__shmcore(void)
     s_phase = PyUnicode_InternFromString("phase");
     s_count = PyUnicode_InternFromString("count");
     s_check = PyUnicode_InternFromString("_check");
-    if (s_phase == NULL || s_count == NULL || s_check == NULL || fast_module_init(m) < 0) {
+    if (s_phase == NULL || s_count == NULL || s_check == NULL || fast_module_init(m) < 0 ||
+        p2p_module_init(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -166,9 +166,13 @@ class Request(Handle):
         return self.done
 
     def describe(self) -> str:
-        who = "any rank" if self.peer == ANY_SOURCE else f"rank {self.peer}"
-        what = f"{self.kind} of {len(self.buf)} bytes"
-        return f"{what} {'to' if self.kind == 'send' else 'from'} {who} (tag {self.tag:#x})"
+        return describe(self.kind, len(self.buf), self.peer, self.tag)
+
+
+def describe(kind: str, nbytes: int, peer: int, tag: int) -> str:
+    """A send or receive in words, as errors name it."""
+    who = "any rank" if peer == ANY_SOURCE else f"rank {peer}"
+    return f"{kind} of {nbytes} bytes {'to' if kind == 'send' else 'from'} {who} (tag {tag:#x})"
 
 
 class Incoming:
@@ -659,8 +663,28 @@ class Engine(Transport):
         with self._lock:
             if req in self._posted:
                 self._posted.remove(req)
-        peer = None if req.peer == ANY_SOURCE else req.peer
-        req.fail(CommTimeoutError(
-            f"rank {self.rank} timed out after {limit:g} s waiting for the {req.describe()}; "
-            f"rank {req.peer if peer is not None else '(any)'} did not "
-            f"{'receive' if req.kind == 'send' else 'send'} it (did it skip this call?)", peer=peer))
+        req.fail(self._timeout_error(req.kind, len(req.buf), req.peer, req.tag, limit))
+
+    def _timeout_error(self, kind: str, nbytes: int, peer: int, tag: int,
+                       limit: float) -> CommTimeoutError:
+        who = None if peer == ANY_SOURCE else peer
+        return CommTimeoutError(
+            f"rank {self.rank} timed out after {limit:g} s waiting for the "
+            f"{describe(kind, nbytes, peer, tag)}; rank {peer if who is not None else '(any)'} "
+            f"did not {'receive' if kind == 'send' else 'send'} it (did it skip this call?)",
+            peer=who)
+
+    def native_check(self, peer: int, nbytes: int, tag: int, elapsed: float, limit: float) -> None:
+        """A native receive (native/_p2p.c) of ``nbytes`` from ``peer`` has waited
+        ``elapsed`` s (called every ``LIVENESS_PERIOD``, holding the channel's poll_lock):
+        raise what :meth:`wait` would fail its request with: the engine aborted or closed,
+        the peer lost (its liveness checked here), the timeout ``limit`` passed."""
+        if self._aborted is not None or self._closed:
+            self._check_open()
+        ch = self.channels.get(peer)
+        if ch is not None and peer not in self.lost:
+            ch.check_alive()
+        if peer in self.lost:
+            raise self.lost[peer]
+        if elapsed > limit:
+            raise self._timeout_error("recv", nbytes, peer, tag, limit)

@@ -59,7 +59,7 @@ import sys
 import threading
 import time
 import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -336,7 +336,7 @@ class _Ring:
     """One side of an SPSC ring living at ``base`` in ``mm``."""
 
     def __init__(self, mm: mmap.mmap, base: int, ring: int) -> None:
-        self.mm, self.ring = mm, ring
+        self.mm, self.ring, self.base = mm, ring, base
         self.view = memoryview(mm)
         self.ctl = self.view[base:base + CTL_BYTES].cast("Q")   # ctl[0] head, ctl[8] tail
         self.data = self.view[base + CTL_BYTES:base + CTL_BYTES + ring]
@@ -427,6 +427,20 @@ class ShmChannel:
         self.pool: list[tuple[mmap.mmap, int, str]] = []   # (mapping, capacity, name), sender side
         self.mapped: dict[str, mmap.mmap] = {}              # pooled segments of the peer, receiver side
         self.closed = False
+        self._pipe: Any = None
+
+    def pipe(self) -> Any:
+        """This channel's rings seen from C (``collcomm.native``'s ``Pipe``, see
+        native/_p2p.c), made on first use; None without the native core."""
+        if self._pipe is None:
+            from .. import native
+
+            if native.core is None:
+                return None
+            self._pipe = native.core.Pipe(self, self.out.view, self.out.base, self.out.ring,
+                                          self.inp.view, self.inp.base, self.inp.ring,
+                                          self.eager, self.peer)
+        return self._pipe
 
     # -- sending ---------------------------------------------------------------------------
     def send(self, req: "Request") -> None:
@@ -616,29 +630,36 @@ class ShmChannel:
             return
         try:
             head = inp.ctl[0]
-            ring, data = inp.ring, inp.data
             while self.tail != head:
-                off = self.tail % ring
-                length, kind, tag, nbytes, aux, sig = HEADER.unpack_from(data, off)
-                if kind == INLINE:
-                    body = data[off + HEADER.size:off + HEADER.size + nbytes]
-                    self.engine.arrived(self.peer, tag, nbytes, _RingBody(body), sig)
-                elif kind in (SEGMENT, SEGMENT_ONCE):
-                    # the name ends at its NUL: the record's padding holds stale ring bytes
-                    name = bytes(data[off + HEADER.size:off + length]).split(b"\0", 1)[0].decode()
-                    pooled = kind == SEGMENT
-                    mm = self.mapped.get(name) if pooled else None
-                    if mm is None:
-                        mm = self._open_staged(name, pooled, nbytes)
-                        if pooled:
-                            self.mapped[name] = mm
-                    self.engine.arrived(self.peer, tag, nbytes, _SegmentBody(mm, aux, nbytes, pooled), sig)
-                elif kind == PRIVATE:
-                    self._take_private(tag, nbytes, aux, PRIVATE_ID.unpack_from(data, off + HEADER.size)[0], sig)
-                self.tail += length
-                inp.ctl[8] = self.tail
+                self._take_one()
         finally:
             self.poll_lock.release()
+
+    def _take_one(self) -> None:
+        """Hand the record at the ring's tail to the engine and move past it (the caller is
+        the consumer: it holds ``poll_lock``; the native receive calls this for a record
+        that is not the one it waits for)."""
+        inp = self.inp
+        ring, data = inp.ring, inp.data
+        off = self.tail % ring
+        length, kind, tag, nbytes, aux, sig = HEADER.unpack_from(data, off)
+        if kind == INLINE:
+            body = data[off + HEADER.size:off + HEADER.size + nbytes]
+            self.engine.arrived(self.peer, tag, nbytes, _RingBody(body), sig)
+        elif kind in (SEGMENT, SEGMENT_ONCE):
+            # the name ends at its NUL: the record's padding holds stale ring bytes
+            name = bytes(data[off + HEADER.size:off + length]).split(b"\0", 1)[0].decode()
+            pooled = kind == SEGMENT
+            mm = self.mapped.get(name) if pooled else None
+            if mm is None:
+                mm = self._open_staged(name, pooled, nbytes)
+                if pooled:
+                    self.mapped[name] = mm
+            self.engine.arrived(self.peer, tag, nbytes, _SegmentBody(mm, aux, nbytes, pooled), sig)
+        elif kind == PRIVATE:
+            self._take_private(tag, nbytes, aux, PRIVATE_ID.unpack_from(data, off + HEADER.size)[0], sig)
+        self.tail += length
+        inp.ctl[8] = self.tail
 
     def _open_staged(self, name: str, pooled: bool, nbytes: int) -> mmap.mmap:
         try:

@@ -1,0 +1,215 @@
+/* The native point-to-point types: construction, garbage-collector support, method
+ * tables and the module's part of the init (see _p2p.c, which includes this file last). */
+
+/* Pipe(channel, out_view, out_base, out_ring, in_view, in_base, in_ring, eager, peer):
+ * the views are writable memoryviews of the two inboxes, the bases the rings' control
+ * lines (head at word 0, tail at word 8, data after 128 bytes). */
+static int Pipe_init(Pipe *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"channel", "out_view", "out_base", "out_ring", "in_view", "in_base",
+                             "in_ring", "eager", "peer", NULL};
+    PyObject *channel, *out_view, *in_view;
+    Py_ssize_t out_base, in_base, out_ring, in_ring, eager;
+    if (self->channel != NULL) {
+        PyErr_SetString(PyExc_TypeError, "Pipe: already initialised");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOnnOnnnl", kwlist, &channel, &out_view,
+                                     &out_base, &out_ring, &in_view, &in_base, &in_ring, &eager,
+                                     &self->peer))
+        return -1;
+    if (PyObject_GetBuffer(out_view, &self->out, PyBUF_WRITABLE) < 0)
+        return -1;
+    self->has_out = 1;
+    if (PyObject_GetBuffer(in_view, &self->in, PyBUF_WRITABLE) < 0)
+        return -1;
+    self->has_in = 1;
+    if (out_base < 0 || out_ring <= 0 || out_ring % 64 || out_base + 128 + out_ring > self->out.len ||
+        in_base < 0 || in_ring <= 0 || in_ring % 64 || in_base + 128 + in_ring > self->in.len ||
+        out_base % 8 || in_base % 8 || eager < 0) {
+        PyErr_SetString(PyExc_ValueError, "Pipe: the rings do not fit their views");
+        return -1;
+    }
+    self->out_ctl = (uint64_t *)((char *)self->out.buf + out_base);
+    self->out_data = (uint8_t *)self->out.buf + out_base + 128;
+    self->in_ctl = (uint64_t *)((char *)self->in.buf + in_base);
+    self->in_data = (uint8_t *)self->in.buf + in_base + 128;
+    self->out_ring = (uint64_t)out_ring;
+    self->in_ring = (uint64_t)in_ring;
+    self->eager = (uint64_t)eager;
+    PyObject *send_lock = PyObject_GetAttrString(channel, "send_lock");
+    PyObject *poll_lock = PyObject_GetAttrString(channel, "poll_lock");
+    if (send_lock != NULL && poll_lock != NULL) {
+        self->send_acquire = PyObject_GetAttrString(send_lock, "acquire");
+        self->send_release = PyObject_GetAttrString(send_lock, "release");
+        self->poll_acquire = PyObject_GetAttrString(poll_lock, "acquire");
+        self->poll_release = PyObject_GetAttrString(poll_lock, "release");
+        self->take_one = PyObject_GetAttrString(channel, "_take_one");
+    }
+    Py_XDECREF(send_lock);
+    Py_XDECREF(poll_lock);
+    if (PyErr_Occurred())
+        return -1;
+    Py_INCREF(channel);
+    self->channel = channel;
+    return 0;
+}
+
+static int Pipe_traverse(Pipe *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->channel);
+    Py_VISIT(self->send_acquire);
+    Py_VISIT(self->send_release);
+    Py_VISIT(self->poll_acquire);
+    Py_VISIT(self->poll_release);
+    Py_VISIT(self->take_one);
+    return 0;
+}
+
+static int Pipe_clear(Pipe *self)
+{
+    /* the buffers stay until dealloc: a cleared Pipe is never used (has_* kept) */
+    Py_CLEAR(self->channel);
+    Py_CLEAR(self->send_acquire);
+    Py_CLEAR(self->send_release);
+    Py_CLEAR(self->poll_acquire);
+    Py_CLEAR(self->poll_release);
+    Py_CLEAR(self->take_one);
+    return 0;
+}
+
+static void Pipe_dealloc(Pipe *self)
+{
+    PyObject_GC_UnTrack(self);
+    Pipe_clear(self);
+    if (self->has_out)
+        PyBuffer_Release(&self->out);
+    if (self->has_in)
+        PyBuffer_Release(&self->in);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject PipeType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "collcomm.native._shmcore.Pipe",
+    .tp_doc = "One shared-memory channel's rings, seen from C (see _p2p.c).",
+    .tp_basicsize = sizeof(Pipe),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Pipe_init,
+    .tp_traverse = (traverseproc)Pipe_traverse,
+    .tp_clear = (inquiry)Pipe_clear,
+    .tp_dealloc = (destructor)Pipe_dealloc,
+};
+
+/* P2P(engine, check, pipes, tag_base, spin_ns, yields) */
+static int P2P_init(P2P *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"engine", "check", "pipes", "tag_base", "spin_ns", "yields", NULL};
+    PyObject *engine, *check, *pipes;
+    unsigned long long tag_base;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!KLi", kwlist, &engine, &check,
+                                     &PyTuple_Type, &pipes, &tag_base, &self->spin_ns,
+                                     &self->yields))
+        return -1;
+    if (tag_base == 0 || (tag_base & P2P_USER)) {
+        PyErr_SetString(PyExc_ValueError, "P2P: tag_base must be non-zero, its 35 user bits clear");
+        return -1;
+    }
+    PyObject **slots[] = {&self->engine, &self->check, &self->pipes};
+    PyObject *values[] = {engine, check, pipes};
+    for (int i = 0; i < 3; i++) {
+        Py_INCREF(values[i]);
+        Py_XSETREF(*slots[i], values[i]);
+    }
+    self->tag_base = tag_base;
+    return 0;
+}
+
+static int P2P_traverse(P2P *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->engine);
+    Py_VISIT(self->check);
+    Py_VISIT(self->pipes);
+    return 0;
+}
+
+static int P2P_clear(P2P *self)
+{
+    Py_CLEAR(self->engine);
+    Py_CLEAR(self->check);
+    Py_CLEAR(self->pipes);
+    self->paused = 1;     /* a cleared P2P never runs a call again */
+    return 0;
+}
+
+static void P2P_dealloc(P2P *self)
+{
+    PyObject_GC_UnTrack(self);
+    P2P_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *P2P_close(P2P *self, PyObject *unused)
+{
+    P2P_clear(self);
+    Py_RETURN_NONE;
+}
+
+#define P2PM(name, doc) {#name, (PyCFunction)(void (*)(void))P2P_##name, METH_FASTCALL, doc}
+static PyMethodDef P2P_methods[] = {
+    P2PM(send, "send(buf, dst, tag, sig) -> True | None"),
+    P2PM(recv, "recv(buf, src, tag, mask, sig) -> nbytes | None"),
+    {"close", (PyCFunction)P2P_close, METH_NOARGS,
+     "drop every reference; later calls take the regular path"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef P2P_members[] = {
+    {"paused", T_INT, offsetof(P2P, paused), 0, "non-zero: calls take the regular path"},
+    {"sends", T_ULONGLONG, offsetof(P2P, sends), READONLY, "sends completed here"},
+    {"recvs", T_ULONGLONG, offsetof(P2P, recvs), READONLY, "receives completed here"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject P2PType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "collcomm.native._shmcore.P2P",
+    .tp_doc = "A process group's native point-to-point calls over shared memory (see _p2p.c).",
+    .tp_basicsize = sizeof(P2P),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)P2P_init,
+    .tp_traverse = (traverseproc)P2P_traverse,
+    .tp_clear = (inquiry)P2P_clear,
+    .tp_dealloc = (destructor)P2P_dealloc,
+    .tp_methods = P2P_methods,
+    .tp_members = P2P_members,
+};
+
+static int p2p_module_init(PyObject *m)
+{
+    struct { PyObject **slot; const char *name; } names[] = {
+        {&s_p2p_aborted, "_aborted"}, {&s_p2p_closed, "_closed"}, {&s_p2p_lost, "lost"},
+        {&s_p2p_posted, "_posted"}, {&s_p2p_unexpected, "_unexpected"}, {&s_p2p_peer, "peer"},
+        {&s_p2p_tag, "tag"}, {&s_p2p_mask, "mask"}, {&s_p2p_source, "source"},
+        {&s_p2p_waiter, "waiter"}, {&s_p2p_head, "head"}, {&s_p2p_tail, "tail"},
+        {&s_p2p_chclosed, "closed"},
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if ((*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL)
+            return -1;
+    if (PyType_Ready(&PipeType) < 0 || PyType_Ready(&P2PType) < 0)
+        return -1;
+    Py_INCREF(&PipeType);
+    if (PyModule_AddObject(m, "Pipe", (PyObject *)&PipeType) < 0) {
+        Py_DECREF(&PipeType);
+        return -1;
+    }
+    Py_INCREF(&P2PType);
+    if (PyModule_AddObject(m, "P2P", (PyObject *)&P2PType) < 0) {
+        Py_DECREF(&P2PType);
+        return -1;
+    }
+    return 0;
+}
