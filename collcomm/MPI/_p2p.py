@@ -207,7 +207,10 @@ class PointToPoint:
              status: Status | None = None) -> None:
         f = p2p.native(self._grp("Recv"))
         if f is not None and type(buf) is np.ndarray and type(tag) is int and 0 <= tag <= TAG_BITS:
-            n = f.recv(buf, source, tag, EXACT, 0)     # specific source, exact tag only
+            try:
+                n = f.recv(buf, source, tag, EXACT, 0)     # specific source, exact tag only
+            except CollcommError as exc:
+                raise translate(exc) from exc
             if n is not None:
                 if status is not None:
                     status._set(source, tag, n)
@@ -228,7 +231,10 @@ class PointToPoint:
                 and recvbuf.flags.c_contiguous and f.send(sendbuf, dest, sendtag, 0)):
             # sent (the receive's arguments were valid, so the regular path would have sent
             # it too); the receive in C, or the regular way if C leaves it
-            n = f.recv(recvbuf, source, recvtag, EXACT, 0)
+            try:
+                n = f.recv(recvbuf, source, recvtag, EXACT, 0)
+            except CollcommError as exc:
+                raise translate(exc) from exc
             if n is None:
                 self._complete(self._irecv(recvbuf, source, recvtag, "Sendrecv"), status)
             elif status is not None:

@@ -1,0 +1,195 @@
+"""The native point-to-point path (native/_p2p.c, core/p2p.py ``native``) keeps every
+behaviour of the regular path.
+
+One job of two ranks, rank 1 without the native core (``COLLCOMM_NATIVE=0``), so every
+message goes native → Python in one direction and Python → native in the other; on the
+native rank each error is also produced with the native path paused (the regular path
+in the same process) and the texts compared. A second job kills a rank while its peer
+waits in a native receive.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from collcomm import native
+from tests.harness import run_ranks
+
+pytestmark = [pytest.mark.timeout(120),
+              pytest.mark.skipif(native.core is None, reason=f"native core: {native.reason}")]
+
+
+def _err(fn) -> str:  # type: ignore[no-untyped-def]
+    from collcomm.errors import CollcommError
+    from collcomm.MPI import Exception as MPIException
+
+    try:
+        fn()
+    except (CollcommError, MPIException) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return "no error"
+
+
+def _mixed() -> dict:
+    import collcomm as dist
+    from collcomm import MPI
+    from collcomm.core import p2p, runtime
+
+    me = dist.get_rank()
+    other = 1 - me
+    g = runtime.get_world("test")
+    f = p2p.native(g)
+    out: dict = {"native": f is not None}
+    if f is not None:
+        os.environ["COLLCOMM_FAST"] = "0"
+        out["fast0"] = p2p._make_native(g) is None
+        del os.environ["COLLCOMM_FAST"]
+    comm = MPI.COMM_WORLD
+    for sender in (0, 1):
+        got: list = []
+        dist.barrier()
+        if me == sender:
+            # out of order: tag 2 before tag 1; isend (regular) then send: one order
+            dist.send(np.array([2.0], np.float32), other, tag=2)
+            dist.send(np.array([1.0], np.float32), other, tag=1)
+            w = dist.isend(np.array([5.0], np.float32), other, tag=5)
+            dist.send(np.array([6.0], np.float32), other, tag=5)
+            w.wait()
+            for v in (7.0, 8.0, 9.0):
+                dist.send(np.array([v], np.float32), other, tag=6)
+            comm.Send(np.arange(3, dtype=np.int64), other, 11)
+            comm.Ssend(np.arange(2, dtype=np.int64), other, 12)
+            comm.Send(np.arange(4, dtype=np.int64), other, 13)
+        else:
+            a = np.zeros(1, np.float32)
+            for tag in (1, 2, 5, 5):
+                dist.recv(a, other, tag=tag)
+                got.append(float(a[0]))
+            early = np.zeros(1, np.float32)
+            w = dist.irecv(early, other, tag=6)           # posted first: gets 7
+            dist.recv(a, other, tag=6)
+            w.wait()
+            got += [float(early[0]), float(a[0])]
+            got.append(dist.recv(a, None, tag=6))         # any source: 9, from rank `other`
+            got.append(float(a[0]))
+            st = MPI.Status()
+            big = np.zeros(5, np.int64)
+            comm.Recv(big, other, 11, st)                 # a longer buffer: count 3
+            got += [st.Get_source(), st.Get_tag(), st.Get_count(MPI.INT64_T), big.tolist()]
+            comm.Recv(big, other, 12, st)                 # from Ssend: acked
+            got += [st.Get_count(MPI.INT64_T), big[:2].tolist()]
+            small = np.zeros(2, np.int64)
+            got.append(_err(lambda: comm.Recv(small, other, 13)).split(":")[0])
+        out[f"round{sender}"] = got
+        dist.barrier()
+        # Sendrecv both ways at once (the receive matched natively where it can)
+        r = np.zeros(2, np.int32)
+        st = MPI.Status()
+        comm.Sendrecv(np.array([me, 10 + me], np.int32), other, 20, r, other, 20, st)
+        out[f"sendrecv{sender}"] = (r.tolist(), st.Get_source(), st.Get_tag())
+    # errors, native and regular (native paused) on rank 0; rank 1 sends each twice
+    errors: list = []
+    dist.barrier()
+    if me == 1:
+        for _ in range(2):
+            dist.send(np.arange(3, dtype=np.float32), 0, tag=30)     # recv into 5: sizes
+            dist.send(np.arange(5, dtype=np.float32), 0, tag=31)     # recv into 3: too long
+            dist.send(np.arange(2, dtype=np.float32), 0, tag=32)     # recv as int32: dtype
+            comm.Send(np.arange(5, dtype=np.int32), 0, 33)           # MPI Recv into 3: truncate
+    else:
+        for paused in (0, 1):
+            f.paused = paused
+            errors.append([
+                _err(lambda: dist.recv(np.zeros(5, np.float32), 1, tag=30)),
+                _err(lambda: dist.recv(np.zeros(3, np.float32), 1, tag=31)),
+                _err(lambda: dist.recv(np.zeros(2, np.int32), 1, tag=32)),
+                _err(lambda: comm.Recv(np.zeros(3, np.int32), 1, 33)),
+            ])
+            with dist.call_timeout(0.3):
+                errors[-1].append(_err(lambda: dist.recv(np.zeros(1), 1, tag=77)))
+        f.paused = 0
+        out["errors"] = errors
+        out["counts"] = (f.sends, f.recvs)
+        recs: list = []
+        obs = g.observer
+        if obs is not None:
+            ring = list(obs.rec.ring)
+            mine = [r for r in ring if isinstance(r, list) and r[0] == obs.index]
+            recs = [(r[2], r[8], r[9]) for r in mine]
+        out["records"] = recs
+    dist.barrier()
+    return out
+
+
+def test_mixed_native_and_python_ranks() -> None:
+    t0 = time.monotonic()
+    res = run_ranks(_mixed, 2, transport="shm", rank_env={1: {"COLLCOMM_NATIVE": "0"}})
+    n, py = res
+    assert n["native"] and n["fast0"] and not py["native"]
+    for r in (n, py):
+        for sender in (0, 1):
+            if f"round{sender}" in r and r[f"round{sender}"]:
+                got = r[f"round{sender}"]
+                assert got[:6] == [1.0, 2.0, 5.0, 6.0, 7.0, 8.0], got
+                assert got[6:8] == [1 - (r is py), 9.0], got
+                assert got[8:12] == [1 - (r is py), 11, 3, [0, 1, 2, 0, 0]], got
+                assert got[12:14] == [2, [0, 1]], got
+                assert got[14] == "MismatchError", got      # ERR_TRUNCATE
+            rr, src, tag = r[f"sendrecv{sender}"]
+            me = 0 if r is n else 1
+            assert rr == [1 - me, 11 - me] and src == 1 - me and tag == 20
+    native_errs, regular_errs = n["errors"]
+    assert native_errs[:4] == regular_errs[:4]
+    assert "sizes must match" in native_errs[0]
+    assert "larger than the posted receive buffer" in native_errs[1]
+    assert "a receive must use the sender's dtype" in native_errs[2]
+    # the timeout: the same words, naming rank 1 (the time waited aside)
+    for e in (native_errs[4], regular_errs[4]):
+        assert e.startswith("CommTimeoutError: irecv from global rank 1 on"), e
+        assert "timed out after 0.3 s" in e and "rank 1 did not send it" in e, e
+    sends, recvs = n["counts"]
+    assert sends >= 9 and recvs >= 4, n["counts"]
+    ops = [(op, peer) for op, peer, _ in n["records"]]
+    assert ("isend", 1) in ops and ("irecv", 1) in ops
+    assert all(state != 0 for _, _, state in n["records"]), n["records"]   # none left ENTERED
+    assert time.monotonic() - t0 < 60
+
+
+def _lost_while_waiting(stamp: str) -> tuple:
+    import collcomm as dist
+    from collcomm import MPI
+    from collcomm.core import p2p, runtime
+
+    f = p2p.native(runtime.get_world("test"))
+    a = np.zeros(2, np.float64)
+    if dist.get_rank() == 1:
+        dist.send(a, 0, tag=1)
+        dist.barrier()
+        time.sleep(0.3)
+        with open(stamp, "w") as fh:
+            fh.write(repr(time.time()))
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.recv(a, 1, tag=1)
+    dist.barrier()
+    before = f.recvs
+    try:
+        MPI.COMM_WORLD.Recv(a, 1, 2)
+    except Exception as exc:  # noqa: BLE001 - reported
+        return type(exc).__name__, str(exc), time.time(), before
+    return "no error", "", time.time(), before
+
+
+def test_peer_death_while_waiting_natively(tmp_path) -> None:
+    stamp = str(tmp_path / "killed")
+    outcomes = run_ranks(_lost_while_waiting, 2, stamp, transport="shm", timeout=60,
+                         expect_failure=True)
+    assert outcomes[1].exitcode == -9
+    assert outcomes[0].ok, outcomes[0].error
+    kind, text, when, before = outcomes[0].value
+    assert before == 1                      # the first receive was native
+    assert text.startswith("MPI_ERR_PROC_FAILED") and "rank 1" in text and "died" in text, (kind, text)
+    assert when - float(open(stamp).read()) < 5.0
