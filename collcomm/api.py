@@ -624,7 +624,11 @@ def send(tensor: Any, dst: int | None = None, group: Any = None, tag: int = 0,
         if f.send(tensor, local, tag, _p2p_sig(tensor.dtype)):
             core_p2p.finished(rec, True)
             return
-    h, g, buf, peer = _isend(tensor, dst, group, tag, group_dst, "isend", rec)
+    try:
+        h, g, buf, peer = _isend(tensor, dst, group, tag, group_dst, "isend", rec)
+    except CollcommError:
+        core_p2p.finished(rec, False)    # refused at once (e.g. transport closed)
+        raise
     try:
         h.wait()
     except CollcommError as exc:   # what isend(...).wait() raises, without the P2PWork
@@ -650,7 +654,11 @@ def recv(tensor: Any, src: int | None = None, group: Any = None, tag: int = 0,
                 raise _size_error(_p2p_context("irecv", g, src), Status(src, n, tag),
                                   as_output(tensor, "irecv", g.describe(), "tensor"))
             return src
-    h, g, buf, peer = _irecv(tensor, src, group, tag, group_src, "irecv", rec)
+    try:
+        h, g, buf, peer = _irecv(tensor, src, group, tag, group_src, "irecv", rec)
+    except CollcommError:
+        core_p2p.finished(rec, False)
+        raise
     try:
         status = h.wait()
     except CollcommError as exc:   # what irecv(...).source_rank() raises, without the P2PWork

@@ -39,6 +39,12 @@ the other way round; "leaf": nothing else is taken while holding it):
     Heap._lock (leaf)
     engine._EVENT_LOCK (leaf: only makes a request's event, see Request)
 
+The native point-to-point receive (native/_p2p.c) holds a channel's ``poll_lock`` (tried)
+while it waits and calls, holding it, ``ShmChannel._take_one`` (→ ``Engine._lock``) and
+:meth:`Engine.native_check` (→ ``check_alive`` → ``Engine._lock``): the same order.
+It reads ``_posted`` and ``_unexpected`` (holding the GIL, not ``_lock``: a list read is
+atomic) to stay out of the way of any message the engine holds or owes an earlier receive.
+
 ``Engine._lock`` guards the posted and unexpected lists and ``lost``. Nothing is called
 under it but list edits and copying an early message aside: requests are completed or
 failed (``Request.complete`` / ``fail``, which wake their waiters) after it is released,

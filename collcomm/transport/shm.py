@@ -47,6 +47,13 @@ waits *without* it (draining its own inbox, checking the peer and the clock) and
 request, or reports the peer lost, only after releasing it. ``poll_lock`` makes one thread
 at a time the ring's consumer; it is only ever tried, never waited for, so delivering
 messages (which completes receives) under it cannot deadlock anybody.
+
+The native point-to-point path (native/_p2p.c, through :meth:`ShmChannel.pipe`) keeps
+both rules: its send tries ``send_lock`` and writes one INLINE record as
+:meth:`ShmChannel._try_append` does (``head`` in the ring and on the channel); its receive
+tries ``poll_lock``, and while it holds it (waiting with the GIL released, for at most its
+timeout) every record that is not its message goes to :meth:`ShmChannel._take_one`, the
+same consumer step :meth:`ShmChannel.poll` runs, so other receivers still get theirs.
 """
 from __future__ import annotations
 
