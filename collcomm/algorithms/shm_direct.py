@@ -42,6 +42,9 @@ below, from the same point); or the whole call, which the Python code then runs.
 """
 from __future__ import annotations
 
+import functools
+import glob
+import os
 from typing import Any, Sequence
 
 import numpy as np
@@ -63,6 +66,86 @@ from .linear import displacements
 #: syscalls and the closing sync cost more than the staging copy they save (measured).
 CMA_ALL_REDUCE = 2 << 20
 # The header words (OFFSET_WORD ..., per phase), ONE_SHOT, CMA_MIN: see transport/arena_layout.py.
+
+#: A staged broadcast goes in steps of about 1/PIPE_STEPS of the buffer, none smaller than
+#: PIPE_MIN bytes (each step costs a native call and a sync; 2 steps of 128 KiB measured
+#: slower than one of 256 KiB) nor larger than a slot: the root copies step i+1 in while
+#: the others copy step i out.
+PIPE_MIN, PIPE_STEPS = 256 << 10, 8
+
+#: Above this many times the last-level cache (the call's bytes: see _reads_peers), large
+#: one-to-many calls read the peers by cross-memory attach whatever it costs per byte:
+#: staged data no longer stays in the cache and the extra copy goes to memory. Measured
+#: (n = 2, 32 MiB L3, in-process interleaved): all_gather staged won at 4 MiB, lost at
+#: 16 MiB; broadcast won at 16 MiB, tied at 64; all_to_all (staged in C) won at 16 MiB,
+#: lost 10 % at 64.
+STAGE_MAX = {"broadcast": 0.5, "gather": 0.25, "all_gather": 0.25, "all_to_all": 1.0}
+
+
+@functools.lru_cache(maxsize=1)
+def _llc_bytes() -> int:
+    """This host's last-level cache (bytes; 32 MiB when sysfs does not say)."""
+    best = 0
+    try:
+        for index in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*"):
+            with open(os.path.join(index, "size")) as fh:
+                text = fh.read().strip().upper()
+            scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+            best = max(best, int(text.rstrip("KMG")) * scale)
+    except (OSError, ValueError):
+        best = 0
+    return best or 32 << 20
+
+
+def _reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
+    """Does a ``collective`` call of ``nbytes`` (broadcast: the buffer; all_gather / gather:
+    all ranks' blocks together; all_to_all: n x the largest block) read the peers' buffers
+    by cross-memory attach (one copy, by the reader) rather than stage them through the
+    slots (a memcpy in by the writer, one out by the reader)? Every rank decides alike:
+    the inputs are the same everywhere.
+
+    Not at CMA_MIN bytes or less (staging in C is faster there); always above STAGE_MAX
+    x the last-level cache; in between by ``arena.cma_cost``, what a byte read from a peer
+    costs in memcpy'd bytes (measured when the arena is built), counting the bytes the
+    busiest rank copies, n ranks:
+
+    * broadcast, gather: the readers (the root of a gather) copy (n-1)·c·B by CMA, or
+      B per reader and per writer with staging (the root's copy in overlaps the others'
+      copy out): CMA if c ≤ 1;
+    * all_gather: 1 + (n-1)·c blocks by CMA, or n + 1 staged (own, in, n-1 out):
+      CMA if c·(n-1) < n;
+    * all_to_all: 1 + (n-1)·c blocks by CMA, or 2n - 1 staged: CMA if c < 2.
+
+    c is ~1 on most hosts; ~3.3 on the 2-vCPU VM this was measured on (process_vm_readv
+    at 7-10 GB/s against memcpy at 25-33 GB/s for data in the cache), where staging wins
+    until the data leaves the cache."""
+    if not arena.cma or nbytes <= CMA_MIN:
+        return False
+    if nbytes > STAGE_MAX[collective] * _llc_bytes():
+        return True
+    cost = float(getattr(arena, "cma_cost", 1.0))
+    if collective in ("broadcast", "gather"):
+        return cost <= 1.0
+    if collective == "all_gather":
+        return cost * (arena.n - 1) < arena.n
+    return cost < 2.0
+
+
+def _a2a_cma_limit(arena: Arena) -> int:
+    """all_to_all reads by CMA when the largest block of any rank (bytes) exceeds this
+    (the native core's ``cma_limit``; -1: never): see _reads_peers."""
+    if not arena.cma:
+        return -1
+    n = arena.n
+    if _reads_peers(arena, "all_to_all", CMA_MIN + 1):
+        return CMA_MIN // n
+    return int(STAGE_MAX["all_to_all"] * _llc_bytes()) // n
+
+
+def _pipeline_elems(arena: Arena, buf: np.ndarray) -> int:
+    """Elements per step of a staged broadcast (see PIPE_STEPS)."""
+    step = min(arena.slot, max(PIPE_MIN, buf.nbytes // PIPE_STEPS))
+    return max(1, step // buf.dtype.itemsize)
 
 
 def _enter(comm: ShmComm, arena: Arena, phase: int, collective: str, count: int, first: bool) -> None:
@@ -160,15 +243,16 @@ def _shared(comm: ShmComm, arr: np.ndarray) -> tuple[int, int] | None:
 
 
 def _publish(arena: Arena, phase: int, src: np.ndarray, shared: tuple[int, int] | None,
-             lo: int, cma_min: int = CMA_MIN) -> np.ndarray:
+             lo: int, cma: bool) -> np.ndarray:
     """Make ``src`` (elements from ``lo`` of a buffer) readable by the others: announce it
-    in place when it is in the shared heap, or by address (CMA) when it is large and every
-    rank can read every other's memory, else stage a copy. Returns our readable copy."""
+    in place when it is in the shared heap, or by address when ``cma`` (the call reads
+    peers by cross-memory attach: every rank decided alike), else stage a copy. Returns
+    our readable copy."""
     if shared is not None:
         arena.put(SHARED_WORD + phase, shared[0])
         arena.put(OFFSET_WORD + phase, shared[1] + lo * src.dtype.itemsize)
         return src
-    if arena.cma and src.nbytes > cma_min:
+    if cma:
         arena.put(SHARED_WORD + phase, CMA)
         arena.put(OFFSET_WORD + phase, src.__array_interface__["data"][0])
         return src
@@ -233,7 +317,7 @@ def all_reduce(comm: ShmComm, buf: np.ndarray, fn: ReduceFn) -> None:
     for lo in range(0, buf.size, step):
         chunk = buf[lo:lo + step]
         phase = arena.next_phase()
-        mine = _publish(arena, phase, chunk, shared, lo, CMA_ALL_REDUCE)
+        mine = _publish(arena, phase, chunk, shared, lo, arena.cma and chunk.nbytes > CMA_ALL_REDUCE)
         _enter(comm, arena, phase, "all_reduce", buf.size, lo == 0)
         _all_reduce_chunk(comm, arena, phase, chunk, mine, fn, _any_shared(arena, phase))
 
@@ -319,30 +403,48 @@ def broadcast(comm: ShmComm, buf: np.ndarray, root: int) -> None:
     if comm.size == 1 or buf.size == 0:
         return
     arena = _arena(comm, "broadcast")
-    dt = buf.dtype
-    shared = _shared(comm, buf) if comm.rank == root else None
+    dt, me = buf.dtype, comm.rank
+    shared = _shared(comm, buf) if me == root else None
+    cma = _reads_peers(arena, "broadcast", buf.nbytes)
+    # staged: steps of `step` elements, each a copy in by the root, a sync and a copy out
+    # by the others, the root already copying in the next step (the phases alternate) while
+    # they copy out this one. A root whose buffer is read in place (shared heap, CMA)
+    # publishes it whole at the first step; the others see that there and read it all.
+    step = _pipeline_elems(arena, buf) if not cma else buf.size
     core = _native(arena)
-    if (core is not None and shared is None and buf.nbytes <= arena.slot
-            and not (arena.cma and buf.nbytes > CMA_MIN)):
+    lo = 0
+    if core is not None and shared is None and not cma:
         mine = _sig(comm, "broadcast", buf.size)
-        status = core.broadcast(arena, buf, root, mine)
-        if status != _REFUSE:
+        for lo in range(0, buf.size, step):
+            status = core.broadcast(arena, buf[lo:lo + step], root, mine)
+            if status == _DONE:
+                continue
+            if status == _REFUSE and lo == 0:
+                break    # this rank runs it in Python (same steps, same syncs)
+            if status == _REFUSE:
+                raise InvalidArgumentError("broadcast: the native core refused a later step "
+                                           "of a call whose first step it took")
             _broadcast_after(comm, arena, status, mine, buf, root)
             return
-    # read by address (CMA): no slot to fit, so one chunk
-    step = buf.size if arena.cma and buf.nbytes > CMA_MIN else _chunk_elems(arena, dt.itemsize)
+        else:
+            return
     in_place = False
-    for lo in range(0, buf.size, step):
-        chunk = buf[lo:lo + step]
+    for lo in range(0, buf.size, buf.size if shared is not None else step):
+        chunk = buf[lo:lo + step] if shared is None else buf
         phase = arena.next_phase()
-        if comm.rank == root:
-            _publish(arena, phase, chunk, shared, lo)
-        _enter(comm, arena, phase, "broadcast", buf.size, lo == 0)
-        in_place = in_place or bool(arena.get(root, SHARED_WORD + phase))
-        if comm.rank != root:
+        if me == root:
+            _publish(arena, phase, chunk, shared, lo, cma)
+        # every step checks the signature, as each native step does (ranks may mix the two)
+        _enter(comm, arena, phase, "broadcast", buf.size, True)
+        in_place = bool(arena.get(root, SHARED_WORD + phase))
+        if in_place:     # the root's whole buffer, read in place (at the first step)
+            if me != root:
+                _read(comm, arena, phase, root, dt, buf.size, 0, buf)
+            break
+        if me != root:
             _read(comm, arena, phase, root, dt, chunk.size, 0, chunk)
     if in_place:
-        arena.sync()
+        arena.sync()    # nobody may change a buffer read in place until all have read it
 
 
 def _broadcast_after(comm: ShmComm, arena: Arena, status: int, mine: int, buf: np.ndarray,
@@ -373,16 +475,18 @@ def _gather_to(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, root: i
             np.copyto(own, send)
     if n == 1 or k == 0:
         return
-    arena = _arena(comm, "all_gather" if root is None else "gather")
+    name = "all_gather" if root is None else "gather"
+    arena = _arena(comm, name)
     dt = send.dtype
     shared = _shared(comm, send)
-    step = k if arena.cma and send.nbytes > CMA_MIN else _chunk_elems(arena, dt.itemsize)
+    cma = _reads_peers(arena, name, send.nbytes * n)
+    step = k if cma else _chunk_elems(arena, dt.itemsize)
     in_place = False
     for lo in range(0, k, step):
         chunk = send[lo:lo + step]
         count = chunk.size
         phase = arena.next_phase()
-        _publish(arena, phase, chunk, shared, lo)
+        _publish(arena, phase, chunk, shared, lo, cma)
         _enter(comm, arena, phase, "all_gather" if root is None else "gather", k, lo == 0)
         in_place = in_place or _any_shared(arena, phase)
         if root is None or me == root:
@@ -399,7 +503,7 @@ def _gather_native(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, roo
     name = "all_gather" if root is None else "gather"
     arena = _arena(comm, name)
     core = _native(arena)
-    if (core is None or send.nbytes > arena.slot or (arena.cma and send.nbytes > CMA_MIN)
+    if (core is None or send.nbytes > arena.slot or _reads_peers(arena, name, send.nbytes * comm.size)
             or _shared(comm, send) is not None):
         return False
     me, k = comm.rank, send.size
@@ -547,7 +651,7 @@ def all_to_all(comm: ShmComm, send: np.ndarray, send_counts: Sequence[int], recv
         if core is not None:
             mine = _sig(comm, "all_to_all", 0)
             status = core.all_to_all(arena, send, send_counts, recv, recv_counts, send.dtype.itemsize,
-                                     mine, CMA_MIN // n if arena.cma else -1)
+                                     mine, _a2a_cma_limit(arena))
             if status != _REFUSE:
                 _all_to_all_after(comm, arena, status, mine, send, send_counts, recv, recv_counts)
                 return
@@ -566,7 +670,8 @@ def all_to_all(comm: ShmComm, send: np.ndarray, send_counts: Sequence[int], recv
     # after the check (which covers our block to ourselves too): every rank raises alike
     _own_block(send, send_counts, sdispl, recv, recv_counts, rdispl, me)
     largest = max(arena.get(r, SIZE_WORD + agree) for r in range(n))
-    if arena.cma and largest * dt.itemsize > CMA_MIN // n:
+    limit = _a2a_cma_limit(arena)
+    if limit >= 0 and largest * dt.itemsize > limit:
         _all_to_all_cma(comm, arena, send, sdispl, recv, rdispl, recv_counts)
         return
     piece = _chunk_elems(arena, dt.itemsize, n)

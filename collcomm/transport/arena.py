@@ -48,6 +48,8 @@ from .arena_layout import SLEEPERS as SLEEPERS_WORD
 from .shm import PAGE, pid_alive, pid_stopped
 
 SPIN, YIELD = 400, 100
+#: the cross-memory-attach timing at arena build (:meth:`Arena._time_cma`): bytes, tries
+PROBE_BYTES, PROBE_REPS = 256 << 10, 4
 
 
 class _IoVec(ctypes.Structure):
@@ -133,6 +135,9 @@ class Arena:
         self._views: dict[tuple, np.ndarray] = {}
         self._probe_buf = np.full(1, PROBE_MAGIC, dtype=np.uint64)
         self.cma = False          # set by build(): peers can read our memory directly
+        #: set by build() when ``cma``: a byte read from a peer's memory costs this many
+        #: memcpy'd bytes (the same on every rank; see _time_cma)
+        self.cma_cost = 1.0
         self.lost: PeerLostError | None = None
         # more ranks than CPUs: a spinning rank steals the CPU the late rank needs
         self.spin = SPIN if n <= cpus() else SPIN // 20
@@ -214,7 +219,47 @@ class Arena:
                     ok = False
         self.put(PROBE_WORD + 1, 1 if ok else 2)
         self.sync()
-        return all(self.get(r, PROBE_WORD + 1) == 1 for r in range(self.n))
+        if not all(self.get(r, PROBE_WORD + 1) == 1 for r in range(self.n)):
+            return False
+        self.cma_cost = self._time_cma()
+        return True
+
+    def _time_cma(self) -> float:
+        """What a byte read from a peer's memory (``process_vm_readv``) costs, in bytes
+        copied by ``memcpy`` in the same time: the largest of every rank's measurement
+        (all ranks reach the same value). Each rank times reading :data:`PROBE_BYTES` of
+        its next peer's memory, all at once, against a local copy of the same size (best
+        of a few each). ``COLLCOMM_CMA_COST`` (a number) sets it instead of measuring.
+
+        It is ~1 on most hosts but ~3 on some virtual machines (each page pinned and
+        copied on its own), where staging a copy through the arena (two memcpys, split
+        between the sender and the receiver) beats one cross-memory read: the
+        one-to-many collectives of shm_direct decide by it."""
+        given = os.environ.get("COLLCOMM_CMA_COST", "").strip()
+        src = np.ones(PROBE_BYTES // 8, dtype=np.uint64)
+        dst = np.zeros_like(src)
+        # every rank read the probe's addresses before the last sync, its verdicts before
+        # this one: the words are free (a fast rank must not reuse one that a slow one
+        # may still read, so the address goes in the first, the cost in the second)
+        self.put(PROBE_WORD, src.__array_interface__["data"][0])
+        self.sync()
+        if given:
+            cost = float(given)
+        else:
+            peer = (self.rank + 1) % self.n
+            addr = self.get(peer, PROBE_WORD)
+            read = copy = float("inf")
+            for _ in range(PROBE_REPS):
+                t0 = time.perf_counter()
+                self.read_remote(peer, addr, dst)
+                t1 = time.perf_counter()
+                np.copyto(dst, src)
+                t2 = time.perf_counter()
+                read, copy = min(read, t1 - t0), min(copy, t2 - t1)
+            cost = read / max(copy, 1e-9)
+        self.put(PROBE_WORD + 1, max(1, min(int(cost * 100), 1 << 32)))
+        self.sync()   # nobody reads our src any more; everybody's cost is up
+        return max(self.get(r, PROBE_WORD + 1) for r in range(self.n)) / 100
 
     # -- synchronisation ----------------------------------------------------------------------
     def sync(self) -> None:

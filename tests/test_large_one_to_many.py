@@ -1,0 +1,161 @@
+"""Large broadcast, all_gather, gather and all_to_all on the shared-memory arena (issue 8,
+part 3): staged in pipelined steps, or read from the peers' memory by cross-memory attach,
+as ``arena.cma_cost`` decides (see shm_direct._cma_cheap and docs/large-copies.md).
+
+One job per row below runs every case on real ranks. Slots of 256 KiB
+(``COLLCOMM_SHM_SLOT``) make a few-MB buffer take many steps and chunks, so the large-message
+paths run on small, quick buffers. The rows cover world sizes 1-5 and the ways a call can
+go: the measured choice, CMA forced cheap (``COLLCOMM_CMA_COST=0.5``: every large call reads
+by address), no CMA (``COLLCOMM_CMA=0``), no native core (``COLLCOMM_NATIVE=0``), and
+ranks that disagree on the native core (one runs the steps in Python, the others in C).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.harness import run_ranks
+
+SLOT = 256 << 10
+#: element counts: zero, small odd, around the CMA threshold (256 KiB) and the pipeline's
+#: step (128 KiB), and several slots' worth
+COUNTS = (0, 7, 40_001, 65_536, 300_007, 1_100_003)
+DTYPES = ("float32", "int16", "float64")
+
+
+def _cases() -> int:
+    import collcomm as dist
+    from collcomm.errors import MismatchError
+
+    n, me = dist.get_world_size(), dist.get_rank()
+    done = 0
+    for dt in DTYPES:
+        for count in COUNTS:
+            if dt != "float32" and count not in (7, 300_007):
+                continue
+            base = np.arange(count).astype(dt)
+            for root in range(n):                       # broadcast, every root
+                buf = base + me if count else base.copy()
+                dist.broadcast(buf, src=root)
+                assert np.array_equal(buf, base + root if count else base), ("broadcast", dt, count, root)
+                done += 1
+            mine = (base * (me + 1)).astype(dt)         # all_gather, out of place and in place
+            out = np.empty(n * count, dt)
+            dist.all_gather_into_tensor(out, mine)
+            want = np.concatenate([(base * (r + 1)).astype(dt) for r in range(n)])
+            assert np.array_equal(out, want), ("all_gather", dt, count)
+            out2 = np.zeros(n * count, dt)
+            out2[me * count:(me + 1) * count] = mine
+            dist.all_gather_into_tensor(out2, out2[me * count:(me + 1) * count])
+            assert np.array_equal(out2, want), ("all_gather in place", dt, count)
+            for root in range(n):                       # gather, every root
+                parts = [np.empty(count, dt) for _ in range(n)] if me == root else None
+                dist.gather(mine, parts, dst=root)
+                if me == root:
+                    assert np.array_equal(np.concatenate(parts), want), ("gather", dt, count, root)
+            # all_to_all: equal blocks, then uneven ones (rank i sends j (i + j + 1) * q)
+            send = (np.arange(n * count) + 1000 * me).astype(dt)
+            recv = np.empty(n * count, dt)
+            dist.all_to_all_single(recv, send)
+            want = np.concatenate([(np.arange(me * count, (me + 1) * count) + 1000 * r).astype(dt)
+                                   for r in range(n)])
+            assert np.array_equal(recv, want), ("all_to_all", dt, count)
+            q = count // (2 * n) + 1 if count else 0
+            ssplit = [(me + j + 1) * q for j in range(n)]
+            rsplit = [(i + me + 1) * q for i in range(n)]
+            send = (np.arange(sum(ssplit)) + 1000 * me).astype(dt)
+            recv = np.empty(sum(rsplit), dt)
+            dist.all_to_all_single(recv, send, output_split_sizes=rsplit, input_split_sizes=ssplit)
+            want = []
+            for i in range(n):
+                start = sum((i + j + 1) * q for j in range(me))
+                want.append((np.arange(start, start + rsplit[i]) + 1000 * i).astype(dt))
+            assert np.array_equal(recv, np.concatenate(want)), ("all_to_all uneven", dt, count)
+            done += 3
+    if n > 1:   # a call the ranks disagree on raises on every rank, before any traffic
+        for call in (lambda: dist.broadcast(np.zeros(300_007 + me, np.float32), src=0),
+                     lambda: dist.broadcast(np.zeros(300_007, np.float32), src=me % 2),
+                     lambda: dist.all_gather_into_tensor(np.empty(n * (300_007 + me), np.float32),
+                                                         np.zeros(300_007 + me, np.float32)),
+                     lambda: dist.all_to_all_single(np.empty(n * 80_000, np.float32 if me else np.int32),
+                                                    np.zeros(n * 80_000, np.float32 if me else np.int32))):
+            with pytest.raises(MismatchError):
+                call()
+            done += 1
+        buf = np.arange(300_007, dtype=np.float32) + me       # and the group still works
+        dist.broadcast(buf, src=n - 1)
+        assert np.array_equal(buf, np.arange(300_007, dtype=np.float32) + n - 1)
+    return done
+
+
+def _shared_root() -> int:
+    """A broadcast root / all_gather ranks whose buffers are in the shared heap (read in
+    place) while the others' are plain numpy."""
+    import collcomm as dist
+
+    n, me = dist.get_world_size(), dist.get_rank()
+    count = 300_007
+    heap = dist.empty(count, dtype=np.float32)
+    for root in range(n):
+        buf = heap if me == root else np.empty(count, np.float32)
+        buf[:] = np.arange(count) + me
+        dist.broadcast(buf, src=root)
+        assert np.array_equal(buf, np.arange(count, dtype=np.float32) + root)
+    mine = heap if me % 2 else np.empty(count, np.float32)
+    mine[:] = np.arange(count) * (me + 1)
+    out = np.empty(n * count, np.float32)
+    dist.all_gather_into_tensor(out, mine)
+    assert np.array_equal(out, np.concatenate([np.arange(count, dtype=np.float32) * (r + 1)
+                                               for r in range(n)]))
+    return dist.get_rank()
+
+
+def _cost() -> float:
+    from collcomm.core.runtime import get_world
+
+    world = get_world("test")
+    arena = world.run("test", lambda c: c.arena())
+    return arena.cma_cost if arena is not None and arena.cma else -1.0
+
+
+ROWS = [
+    (1, {}),
+    (2, {}),
+    (3, {"COLLCOMM_CMA_COST": "0.5"}),
+    (4, {"COLLCOMM_CMA": "0"}),
+    (5, {}),
+    (2, {"COLLCOMM_NATIVE": "0", "COLLCOMM_CMA_COST": "0.5"}),
+    (3, {"COLLCOMM_NATIVE": "0"}),
+]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n,env", ROWS, ids=[f"n{n}-" + ("-".join(f"{k[9:]}={v}" for k, v in e.items())
+                                                         or "measured") for n, e in ROWS])
+def test_large_one_to_many(n, env):
+    res = run_ranks(_cases, n, env={"COLLCOMM_SHM_SLOT": str(SLOT), **env}, timeout=100)
+    assert len(set(res)) == 1 and res[0] > 0
+
+
+@pytest.mark.timeout(60)
+def test_mixed_native_and_python_ranks_take_the_same_steps():
+    # rank 1 runs the staged steps in Python, the others in C: the same syncs either way
+    res = run_ranks(_cases, 3, env={"COLLCOMM_SHM_SLOT": str(SLOT)}, timeout=100,
+                    rank_env={1: {"COLLCOMM_NATIVE": "0"}})
+    assert len(set(res)) == 1
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("cost", ["0.5", "3"])
+def test_buffers_read_in_place_next_to_plain_ones(cost):
+    assert run_ranks(_shared_root, 3, env={"COLLCOMM_SHM_SLOT": str(SLOT),
+                                           "COLLCOMM_CMA_COST": cost}) == [0, 1, 2]
+
+
+@pytest.mark.timeout(60)
+def test_the_cma_cost_is_measured_and_agreed():
+    costs = run_ranks(_cost, 2)
+    assert len(set(costs)) == 1          # every rank decides alike
+    assert costs[0] == -1.0 or costs[0] > 0
+    assert run_ranks(_cost, 2, rank_env={0: {"COLLCOMM_CMA_COST": "0.25"},
+                                         1: {"COLLCOMM_CMA_COST": "2.5"}}) == [2.5, 2.5]
