@@ -584,10 +584,15 @@ def _native(tensor: Any, peer: Any, group: Any, tag: Any, group_peer: Any,
     if (type(tensor) is not np.ndarray or group_peer is not None or type(peer) is not int
             or type(tag) is not int or not 0 <= tag <= MAX_USER_TAG):
         return None
-    g = runtime.resolve_group(group, name)
-    if type(g) is not ProcessGroup:
-        return None
-    f = core_p2p.native(g)
+    g = runtime._world if group is None else None
+    if g is None:
+        g = runtime.resolve_group(group, name)
+        if type(g) is not ProcessGroup:
+            return None
+    try:
+        f = g._p2p_native
+    except AttributeError:
+        f = core_p2p.native(g)
     if f is None or tensor.dtype.kind not in "biufc":
         return None
     local = g.to_local(peer)

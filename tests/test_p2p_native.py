@@ -119,7 +119,7 @@ def _mixed() -> dict:
         if obs is not None:
             ring = list(obs.rec.ring)
             mine = [r for r in ring if isinstance(r, list) and r[0] == obs.index]
-            recs = [(r[2], r[8], r[9]) for r in mine]
+            recs = [(r[2], r[8], r[9], os.path.basename(r[5].co_filename)) for r in mine]
         out["records"] = recs
     dist.barrier()
     return out
@@ -153,9 +153,10 @@ def test_mixed_native_and_python_ranks() -> None:
         assert "timed out after 0.3 s" in e and "rank 1 did not send it" in e, e
     sends, recvs = n["counts"]
     assert sends >= 9 and recvs >= 4, n["counts"]
-    ops = [(op, peer) for op, peer, _ in n["records"]]
+    ops = [(op, peer) for op, peer, _, _ in n["records"]]
     assert ("isend", 1) in ops and ("irecv", 1) in ops
-    assert all(state != 0 for _, _, state in n["records"]), n["records"]   # none left ENTERED
+    assert all(state != "entered" for _, _, state, _ in n["records"]), n["records"]
+    assert {where for _, _, _, where in n["records"]} == {"test_p2p_native.py"}, n["records"]
     assert time.monotonic() - t0 < 60
 
 

@@ -110,7 +110,7 @@ def record(g: ProcessGroup, op: str, peer: int) -> list[Any] | None:
     obs = g.observer
     if obs is None:
         return None
-    code, lasti = caller(1)
+    code, lasti = caller(2)     # the walk starts at the front end's caller
     rec = [obs.index, 0, op, 0, 0, code, lasti, _perf(), obs.ranks[peer], ENTERED, 0.0]
     obs.append(rec)
     return rec
