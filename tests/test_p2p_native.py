@@ -91,6 +91,28 @@ def _mixed() -> dict:
         st = MPI.Status()
         comm.Sendrecv(np.array([me, 10 + me], np.int32), other, 20, r, other, 20, st)
         out[f"sendrecv{sender}"] = (r.tolist(), st.Get_source(), st.Get_tag())
+    # rank 0 waits natively for tag 40 while a second thread waits for tag 41 (posted
+    # later, from the same peer, which sends 41 first): the native wait hands 41 over;
+    # then a message above the inline limit (a staged record: left to the regular path)
+    dist.barrier()
+    if me == 1:
+        time.sleep(0.2)
+        dist.send(np.array([41], np.int64), 0, tag=41)
+        time.sleep(0.1)
+        dist.send(np.array([40], np.int64), 0, tag=40)
+        dist.send(np.arange(40000, dtype=np.int64), 0, tag=42)
+    else:
+        import threading
+
+        side = np.zeros(1, np.int64)
+        t = threading.Thread(target=lambda: dist.recv(side, 1, tag=41))
+        t.start()
+        a40 = np.zeros(1, np.int64)
+        dist.recv(a40, 1, tag=40)
+        t.join(10)
+        big = np.zeros(40000, np.int64)
+        dist.recv(big, 1, tag=42)
+        out["threads"] = (int(side[0]), int(a40[0]), bool((big == np.arange(40000)).all()))
     # errors, native and regular (native paused) on rank 0; rank 1 sends each twice
     errors: list = []
     dist.barrier()
@@ -142,6 +164,7 @@ def test_mixed_native_and_python_ranks() -> None:
             rr, src, tag = r[f"sendrecv{sender}"]
             me = 0 if r is n else 1
             assert rr == [1 - me, 11 - me] and src == 1 - me and tag == 20
+    assert n["threads"] == (41, 40, True)
     native_errs, regular_errs = n["errors"]
     assert native_errs[:4] == regular_errs[:4]
     assert "sizes must match" in native_errs[0]
