@@ -98,6 +98,23 @@ static inline Py_ssize_t page_offset(Core *c, const char *data, Py_ssize_t nbyte
     return nbytes < c->one_shot ? 0 : (Py_ssize_t)((uintptr_t)data % (uintptr_t)c->page);
 }
 
+/* shm_direct._stage: copy `nbytes` of `data` into our slot of `phase` at its page offset
+ * and announce the offset (with `mark_staged`, also SHARED = 0: the data is in the slot,
+ * not published in place); large copies run without the GIL. Returns our staged copy. */
+static char *stage(Call *k, int phase, const char *data, Py_ssize_t nbytes, int mark_staged)
+{
+    Core *c = k->c;
+    Py_ssize_t off = page_offset(c, data, nbytes);
+    if (mark_staged)
+        put(c, c->w_shared + phase, 0);
+    put(c, c->w_offset + phase, (uint64_t)off);
+    char *mine = slot_at(c, phase, c->rank) + off;
+    if (nbytes > c->one_shot)
+        gil_release(&k->gil);
+    memcpy(mine, data, nbytes);
+    return mine;
+}
+
 /* Rank r's staged data of this phase, at the offset it announced; NULL if that offset
  * would not fit the slot (a corrupt header: raise rather than read out of bounds). */
 static char *peer(Call *k, int phase, int r, Py_ssize_t nbytes)

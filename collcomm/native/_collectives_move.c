@@ -24,14 +24,10 @@ static PyObject *Core_broadcast(Core *c, PyObject *const *args, Py_ssize_t nargs
     if (nbytes > c->slot || nbytes == 0 || root < 0 || root >= c->n)
         return call_end(&k, ST_REFUSE);
     int phase = next_phase(&k);
-    if (nbytes > c->one_shot)
+    if (me == root)
+        stage(&k, phase, buf, nbytes, 1);
+    else if (nbytes > c->one_shot)
         gil_release(&k.gil);
-    if (me == root) {
-        Py_ssize_t off = page_offset(c, buf, nbytes);
-        put(c, c->w_shared + phase, 0);
-        put(c, c->w_offset + phase, (uint64_t)off);
-        memcpy(slot_at(c, phase, me) + off, buf, nbytes);
-    }
     int e = enter(c, k.arena, phase, sig, &k.gil);
     if (e != 0)
         return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
@@ -71,12 +67,7 @@ static PyObject *Core_gather(Core *c, PyObject *const *args, Py_ssize_t nargs)
             memcpy(own, send, kb);
     }
     int phase = next_phase(&k);
-    Py_ssize_t off = page_offset(c, send, kb);
-    put(c, c->w_shared + phase, 0);
-    put(c, c->w_offset + phase, (uint64_t)off);
-    if (kb > c->one_shot)
-        gil_release(&k.gil);
-    memcpy(slot_at(c, phase, me) + off, send, kb);
+    stage(&k, phase, send, kb, 1);
     int e = enter(c, k.arena, phase, sig, &k.gil);
     if (e != 0)
         return call_end(&k, e < 0 ? -1 : ST_MISMATCH);

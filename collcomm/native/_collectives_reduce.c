@@ -7,6 +7,41 @@
  * Anything else is refused (ST_REFUSE) before any traffic, or handed back (ST_PYTHON).
  */
 
+/* Two-shot, first half: reduce our slice of every rank's staged data into our own slot
+ * (ours first, then the others in rank order, as the Python code does). 0, or -1 with an
+ * exception. */
+static int reduce_own_slice(Call *k, int phase, kernel_t fn, int isz, char *mine,
+                            Py_ssize_t count, Py_ssize_t nbytes)
+{
+    Py_ssize_t s0, s1;
+    split(count, k->c->n, k->c->rank, &s0, &s1);
+    for (int r = 0; r < k->c->n; r++) {
+        if (r == k->c->rank)
+            continue;
+        const char *src = peer(k, phase, r, nbytes);
+        if (src == NULL)
+            return -1;
+        fn(mine + s0 * isz, src + s0 * isz, s1 - s0);
+    }
+    return 0;
+}
+
+/* Two-shot, second half (after a sync): every owner's reduced slice into `out`. 0, or -1
+ * with an exception. */
+static int copy_slices(Call *k, int phase, int isz, const char *mine, char *out,
+                       Py_ssize_t count, Py_ssize_t nbytes)
+{
+    for (int r = 0; r < k->c->n; r++) {
+        Py_ssize_t r0, r1;
+        split(count, k->c->n, r, &r0, &r1);
+        const char *src = r == k->c->rank ? mine : peer(k, phase, r, nbytes);
+        if (src == NULL)
+            return -1;
+        memcpy(out + r0 * isz, src + r0 * isz, (r1 - r0) * isz);
+    }
+    return 0;
+}
+
 /* all_reduce(arena, buf, code, sig): one chunk (nbytes <= slot), staged (no CMA), our
  * buffer not in the shared heap. One-shot up to one_shot bytes, else two-shot. */
 static PyObject *Core_all_reduce(Core *c, PyObject *const *args, Py_ssize_t nargs)
@@ -28,13 +63,7 @@ static PyObject *Core_all_reduce(Core *c, PyObject *const *args, Py_ssize_t narg
         return call_end(&k, ST_REFUSE);
     Py_ssize_t count = nbytes / isz;
     int n = c->n, me = c->rank, phase = next_phase(&k);
-    Py_ssize_t off = page_offset(c, buf, nbytes);
-    put(c, c->w_shared + phase, 0);
-    put(c, c->w_offset + phase, (uint64_t)off);
-    char *mine = slot_at(c, phase, me) + off;
-    if (nbytes > c->one_shot)
-        gil_release(&k.gil);
-    memcpy(mine, buf, nbytes);
+    char *mine = stage(&k, phase, buf, nbytes, 1);
     int e = enter(c, k.arena, phase, sig, &k.gil);
     if (e != 0)
         return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
@@ -53,28 +82,10 @@ static PyObject *Core_all_reduce(Core *c, PyObject *const *args, Py_ssize_t narg
         }
         return call_end(&k, ST_DONE);
     }
-    /* two-shot: reduce our slice of every slot into our own slot (ours first, then the
-     * others in rank order, as the Python code does), sync, copy every owner's slice out */
-    Py_ssize_t s0, s1;
-    split(count, n, me, &s0, &s1);
-    for (int r = 0; r < n; r++) {
-        if (r == me)
-            continue;
-        const char *src = peer(&k, phase, r, nbytes);
-        if (src == NULL)
-            return call_end(&k, -1);
-        fn(mine + s0 * isz, src + s0 * isz, s1 - s0);
-    }
-    if (sync_all(c, k.arena, &k.gil) < 0)
+    /* two-shot: our slice of every slot reduced into our slot, sync, every slice out */
+    if (reduce_own_slice(&k, phase, fn, isz, mine, count, nbytes) < 0 ||
+        sync_all(c, k.arena, &k.gil) < 0 || copy_slices(&k, phase, isz, mine, buf, count, nbytes) < 0)
         return call_end(&k, -1);
-    for (int r = 0; r < n; r++) {
-        Py_ssize_t r0, r1;
-        split(count, n, r, &r0, &r1);
-        const char *src = r == me ? mine : peer(&k, phase, r, nbytes);
-        if (src == NULL)
-            return call_end(&k, -1);
-        memcpy(buf + r0 * isz, src + r0 * isz, (r1 - r0) * isz);
-    }
     return call_end(&k, ST_DONE);
 }
 
@@ -102,37 +113,14 @@ static PyObject *Core_reduce(Core *c, PyObject *const *args, Py_ssize_t nargs)
         return call_end(&k, ST_REFUSE);
     Py_ssize_t count = nbytes / isz;
     int phase = next_phase(&k);
-    Py_ssize_t off = page_offset(c, send, nbytes);
-    put(c, c->w_offset + phase, (uint64_t)off);
-    char *mine = slot_at(c, phase, me) + off;
-    if (nbytes > c->one_shot)
-        gil_release(&k.gil);
-    memcpy(mine, send, nbytes);
+    char *mine = stage(&k, phase, send, nbytes, 0);
     int e = enter(c, k.arena, phase, sig, &k.gil);
     if (e != 0)
         return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
-    Py_ssize_t s0, s1;
-    split(count, n, me, &s0, &s1);
-    for (int r = 0; r < n; r++) {
-        if (r == me)
-            continue;
-        const char *src = peer(&k, phase, r, nbytes);
-        if (src == NULL)
-            return call_end(&k, -1);
-        fn(mine + s0 * isz, src + s0 * isz, s1 - s0);
-    }
-    if (sync_all(c, k.arena, &k.gil) < 0)
+    if (reduce_own_slice(&k, phase, fn, isz, mine, count, nbytes) < 0 ||
+        sync_all(c, k.arena, &k.gil) < 0 ||
+        (me == root && copy_slices(&k, phase, isz, mine, recv, count, nbytes) < 0))
         return call_end(&k, -1);
-    if (me == root) {
-        for (int r = 0; r < n; r++) {
-            Py_ssize_t r0, r1;
-            split(count, n, r, &r0, &r1);
-            const char *src = r == me ? mine : peer(&k, phase, r, nbytes);
-            if (src == NULL)
-                return call_end(&k, -1);
-            memcpy(recv + r0 * isz, src + r0 * isz, (r1 - r0) * isz);
-        }
-    }
     return call_end(&k, ST_DONE);
 }
 
