@@ -79,7 +79,7 @@ PIPE_MIN, PIPE_STEPS = 256 << 10, 8
 #: (n = 2, 32 MiB L3, in-process interleaved): all_gather staged won at 4 MiB, lost at
 #: 16 MiB; broadcast won at 16 MiB, tied at 64; all_to_all (staged in C) won at 16 MiB,
 #: lost 10 % at 64.
-STAGE_MAX = {"broadcast": 0.5, "gather": 0.25, "all_gather": 0.25, "all_to_all": 1.0}
+STAGE_MAX = {"broadcast": 0.25, "gather": 0.25, "all_gather": 0.25, "all_to_all": 1.0}
 
 
 @functools.lru_cache(maxsize=1)
@@ -434,9 +434,15 @@ def broadcast(comm: ShmComm, buf: np.ndarray, root: int) -> None:
         phase = arena.next_phase()
         if me == root:
             _publish(arena, phase, chunk, shared, lo, cma)
+        elif cma:        # where the root may write our share (_broadcast_split)
+            arena.put(OFFSET_WORD + phase, buf.__array_interface__["data"][0])
         # every step checks the signature, as each native step does (ranks may mix the two)
         _enter(comm, arena, phase, "broadcast", buf.size, True)
-        in_place = bool(arena.get(root, SHARED_WORD + phase))
+        key = arena.get(root, SHARED_WORD + phase)
+        in_place = bool(key)
+        if key == CMA and getattr(arena, "cma_write", False):
+            _broadcast_split(arena, phase, buf, root)
+            break
         if in_place:     # the root's whole buffer, read in place (at the first step)
             if me != root:
                 _read(comm, arena, phase, root, dt, buf.size, 0, buf)
@@ -445,6 +451,23 @@ def broadcast(comm: ShmComm, buf: np.ndarray, root: int) -> None:
             _read(comm, arena, phase, root, dt, chunk.size, 0, chunk)
     if in_place:
         arena.sync()    # nobody may change a buffer read in place until all have read it
+
+
+def _broadcast_split(arena: Arena, phase: int, buf: np.ndarray, root: int) -> None:
+    """Broadcast by cross-memory attach with the root at work too: it writes the first 1/n
+    of its buffer into every other rank's (process_vm_writev) while each of them reads
+    the rest from the root's. Every rank has published its buffer's address; the caller's
+    closing sync keeps both kinds of buffers untouched until all are done. (n = 2: each
+    rank copies half; measured 1.3-1.6x faster than the receiver reading it all, 4-64 MiB.)"""
+    n, me = arena.n, arena.rank
+    head = buf.size // n
+    if me == root:
+        for i in range(1, n):
+            r = (root + i) % n
+            arena.write_remote(r, arena.get(r, OFFSET_WORD + phase), buf[:head])
+    else:
+        arena.read_remote(root, arena.get(root, OFFSET_WORD + phase) + head * buf.dtype.itemsize,
+                          buf[head:])
 
 
 def _broadcast_after(comm: ShmComm, arena: Arena, status: int, mine: int, buf: np.ndarray,

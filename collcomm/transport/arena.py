@@ -56,11 +56,12 @@ class _IoVec(ctypes.Structure):
     _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
 
 
-def _libc_readv() -> Any:
-    """process_vm_readv from libc (cross-memory attach), or None where there is none."""
+def _libc_readv(name: str = "process_vm_readv") -> Any:
+    """process_vm_readv (or ``name``: process_vm_writev) from libc (cross-memory attach),
+    or None where there is none."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        fn = libc.process_vm_readv
+        fn = getattr(libc, name)
     except (OSError, AttributeError):
         return None
     fn.restype = ctypes.c_ssize_t
@@ -74,6 +75,7 @@ def _libc_readv() -> Any:
 
 
 _READV = _libc_readv()
+_WRITEV = _libc_readv("process_vm_writev")
 
 
 class _TimeSpec(ctypes.Structure):
@@ -135,6 +137,7 @@ class Arena:
         self._views: dict[tuple, np.ndarray] = {}
         self._probe_buf = np.full(1, PROBE_MAGIC, dtype=np.uint64)
         self.cma = False          # set by build(): peers can read our memory directly
+        self.cma_write = False    # set by build(): ... and write it (write_remote)
         #: set by build() when ``cma``: a byte read from a peer's memory costs this many
         #: memcpy'd bytes (the same on every rank; see _time_cma)
         self.cma_cost = 1.0
@@ -174,23 +177,31 @@ class Arena:
     # -- cross-memory attach --------------------------------------------------------------------
     def read_remote(self, r: int, address: int, out: np.ndarray) -> None:
         """Copy ``out.nbytes`` bytes at ``address`` in rank ``r``'s memory into ``out``."""
-        want = out.nbytes
+        self._transfer(_READV, r, address, out, "read")
+
+    def write_remote(self, r: int, address: int, src: np.ndarray) -> None:
+        """Copy ``src`` (contiguous) to ``address`` in rank ``r``'s memory (only where
+        :attr:`cma_write`)."""
+        self._transfer(_WRITEV, r, address, src, "write")
+
+    def _transfer(self, fn: Any, r: int, address: int, local_arr: np.ndarray, what: str) -> None:
+        want = local_arr.nbytes
         if not want:
             return
-        base = out.__array_interface__["data"][0]
+        base = local_arr.__array_interface__["data"][0]
         done = 0
         while done < want:
             local = _IoVec(base + done, want - done)
             remote = _IoVec(address + done, want - done)
-            got = _READV(self.pids[r], ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+            got = fn(self.pids[r], ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
             if got <= 0:
                 err = ctypes.get_errno()
                 if err == errno.ESRCH or not pid_alive(self.pids[r]):
                     g = self.global_ranks[r]
                     raise PeerLostError(f"rank {g} (pid {self.pids[r]}, same host) died; rank "
-                                        f"{self.global_ranks[self.rank]} was reading its memory",
+                                        f"{self.global_ranks[self.rank]} was {what.rstrip('e')}ing its memory",
                                         peer=g)
-                raise CollcommError(f"rank {self.global_ranks[self.rank]} could not read rank "
+                raise CollcommError(f"rank {self.global_ranks[self.rank]} could not {what} rank "
                                     f"{self.global_ranks[r]}'s memory ({os.strerror(err)}) although "
                                     "the arena's probe could; COLLCOMM_CMA=0 stages such copies "
                                     "through the arena's slots instead (already reserved: it needs "
@@ -198,14 +209,15 @@ class Arena:
             done += got
 
     def _probe_cma(self) -> bool:
-        """Can every rank read every other's memory? (All ranks reach the same answer.)"""
+        """Can every rank read every other's memory? (All ranks reach the same answer;
+        :attr:`cma_write` says whether every rank can also write every other's.)"""
         if _READV is None or os.environ.get("COLLCOMM_CMA", "1") == "0":
             ok = False
             self.put(PROBE_WORD, 0)
         else:
             self.put(PROBE_WORD, self._probe_buf.__array_interface__["data"][0])
         self.sync()
-        ok = True
+        ok = write = True
         for r in range(self.n):
             addr = self.get(r, PROBE_WORD)
             if not addr:
@@ -217,10 +229,15 @@ class Arena:
                 if _READV(self.pids[r], ctypes.byref(local), 1, ctypes.byref(remote), 1, 0) != 8 \
                         or int(got[0]) != PROBE_MAGIC:
                     ok = False
-        self.put(PROBE_WORD + 1, 1 if ok else 2)
+                elif write and (_WRITEV is None or _WRITEV(self.pids[r], ctypes.byref(local), 1,
+                                                           ctypes.byref(remote), 1, 0) != 8):
+                    write = False     # (it wrote back the magic word it read)
+        self.put(PROBE_WORD + 1, (1 if write else 3) if ok else 2)
         self.sync()
-        if not all(self.get(r, PROBE_WORD + 1) == 1 for r in range(self.n)):
+        verdicts = [self.get(r, PROBE_WORD + 1) for r in range(self.n)]
+        if 2 in verdicts:
             return False
+        self.cma_write = 3 not in verdicts
         self.cma_cost = self._time_cma()
         return True
 
