@@ -595,12 +595,16 @@ def _native(tensor: Any, peer: Any, group: Any, tag: Any, group_peer: Any,
         f = core_p2p.native(g)
     if f is None or tensor.dtype.kind not in "biufc":
         return None
-    local = g.to_local(peer)
+    if g is runtime._world:
+        local = peer if 0 <= peer < g.size else -1     # the world's ranks are its global ranks
+    else:
+        local = g.to_local(peer)
     if local < 0 or local == g.rank:
         return None
-    flags = tensor.flags
-    if not flags.c_contiguous or (writable and not flags.writeable):
-        return None
+    if writable:      # (a send of a non-contiguous array: C declines, the regular path copies)
+        flags = tensor.flags
+        if not flags.c_contiguous or not flags.writeable:
+            return None
     return f, g, local
 
 
