@@ -75,11 +75,13 @@ PIPE_MIN, PIPE_STEPS = 256 << 10, 8
 
 #: Above this many times the last-level cache (the call's bytes: see _reads_peers), large
 #: one-to-many calls read the peers by cross-memory attach whatever it costs per byte:
-#: staged data no longer stays in the cache and the extra copy goes to memory. Measured
-#: (n = 2, 32 MiB L3, in-process interleaved): all_gather staged won at 4 MiB, lost at
-#: 16 MiB; broadcast won at 16 MiB, tied at 64; all_to_all (staged in C) won at 16 MiB,
-#: lost 10 % at 64.
-STAGE_MAX = {"broadcast": 0.25, "gather": 0.25, "all_gather": 0.25, "all_to_all": 1.0}
+#: the ranks' buffers and slots (3-4x the call's bytes) no longer fit the cache, a byte
+#: read by CMA then costs about what a memcpy'd one does, and staging's extra copy goes
+#: to memory. Measured (n = 2, 32 MiB L3, settings interleaved in one job): staging won
+#: everywhere at 1-4 MiB (all_gather 1.3-3.5x, all_to_all 1.2-2x); broadcast by CMA split
+#: between root and reader won at 16-64 MiB; at 16-64 MiB all_gather and all_to_all went
+#: either way from run to run (load 2-5).
+STAGE_MAX = {"broadcast": 0.25, "gather": 0.25, "all_gather": 0.25, "all_to_all": 0.25}
 
 
 @functools.lru_cache(maxsize=1)
