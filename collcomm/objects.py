@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .api import _group, _local_rank, _member, _no_list_here, _p2p_group, _p2p_peer, _where
+from .api_args import group_of, group_text, is_member, local_rank, no_list_here, p2p_group, p2p_peer
 from .errors import InvalidArgumentError, MismatchError
 from .core.group import ProcessGroup
 from .core.pickled import (  # noqa: F401 - alloc, pack, unpack, Packed re-exported for callers
@@ -43,7 +43,7 @@ def _check_list(xs: Any, collective: str, where: str, what: str, n: int | None =
 def _root(g: ProcessGroup, name: str, what: str, glob: Any, local: Any) -> int:
     if glob is None and local is None:
         glob = 0
-    return _local_rank(g, name, what, glob, local)
+    return local_rank(g, name, what, glob, local)
 
 
 # ----------------------------------------------------------------------------- collectives
@@ -51,9 +51,9 @@ def broadcast_object_list(object_list: list[Any], src: int | None = None, group:
                           device: Any = None, group_src: int | None = None) -> None:
     """Every rank's ``object_list`` becomes (unpickled copies of) ``src``'s, in place."""
     name = "broadcast_object_list"
-    g = _group(group, name)
-    _check_list(object_list, name, _where(g), "object_list")
-    if not _member(g):
+    g = group_of(group, name)
+    _check_list(object_list, name, group_text(g), "object_list")
+    if not is_member(g):
         return None
     root = _root(g, name, "src", src, group_src)
     objs = bcast_objects(g, object_list if g.rank == root else None, root, name, copy_at_root=False)
@@ -69,8 +69,8 @@ def broadcast_object_list(object_list: list[Any], src: int | None = None, group:
 def all_gather_object(object_list: list[Any], obj: Any, group: Any = None) -> None:
     """``object_list[i]`` of every rank becomes rank i's ``obj`` (``object_list`` has group-size entries)."""
     name = "all_gather_object"
-    g = _group(group, name)
-    if not _member(g):
+    g = group_of(group, name)
+    if not is_member(g):
         return None
     _check_list(object_list, name, g.describe(), "object_list", g.size)
     object_list[:] = all_gather_objects(g, obj, name)
@@ -81,14 +81,14 @@ def gather_object(obj: Any, object_gather_list: list[Any] | None = None, dst: in
                   group: Any = None, group_dst: int | None = None) -> None:
     """``object_gather_list[i]`` on ``dst`` (default 0) becomes rank i's ``obj``; pass None elsewhere."""
     name = "gather_object"
-    g = _group(group, name)
-    if not _member(g):
+    g = group_of(group, name)
+    if not is_member(g):
         return None
     root = _root(g, name, "dst", dst, group_dst)
     if g.rank == root:
         _check_list(object_gather_list, name, g.describe(), "object_gather_list", g.size)
     else:
-        _no_list_here(object_gather_list, name, g, "object_gather_list", "destination", root)
+        no_list_here(object_gather_list, name, g, "object_gather_list", "destination", root)
     out = gather_objects(g, obj, root, name)
     if out is not None:
         assert object_gather_list is not None
@@ -101,13 +101,13 @@ def scatter_object_list(scatter_object_output_list: list[Any],
                         group: Any = None, group_src: int | None = None) -> None:
     """``scatter_object_output_list[0]`` of rank i becomes ``scatter_object_input_list[i]`` of ``src``."""
     name = "scatter_object_list"
-    g = _group(group, name)
-    where = _where(g)
+    g = group_of(group, name)
+    where = group_text(g)
     if not isinstance(scatter_object_output_list, list) or len(scatter_object_output_list) < 1:
         raise InvalidArgumentError(
             f"{name} on {where}: scatter_object_output_list must be a non-empty list, got "
             f"{scatter_object_output_list!r:.80}")
-    if not _member(g):
+    if not is_member(g):
         return None
     root = _root(g, name, "src", src, group_src)
     if g.rank == root:
@@ -122,9 +122,9 @@ def send_object_list(object_list: list[Any], dst: int | None = None, group: Any 
                      device: Any = None, group_dst: int | None = None) -> None:
     """Send the objects of ``object_list`` to global rank ``dst`` (received by recv_object_list)."""
     name = "send_object_list"
-    g = _p2p_group(group, name)
+    g = p2p_group(group, name)
     _check_list(object_list, name, g.describe(), "object_list")
-    peer = _p2p_peer(g, name, "dst", dst, group_dst)
+    peer = p2p_peer(g, name, "dst", dst, group_dst)
     send_packed(lambda a, p: g.p2p_isend(a, p), pack(object_list, name), peer)
 
 
@@ -132,9 +132,9 @@ def recv_object_list(object_list: list[Any], src: int | None = None, group: Any 
                      device: Any = None, group_src: int | None = None) -> int:
     """Fill ``object_list`` with the objects ``src`` (None: any rank) sent; returns the sender's global rank."""
     name = "recv_object_list"
-    g = _p2p_group(group, name)
+    g = p2p_group(group, name)
     _check_list(object_list, name, g.describe(), "object_list")
-    peer = _p2p_peer(g, name, "src", src, group_src, allow_any=True)
+    peer = p2p_peer(g, name, "src", src, group_src, allow_any=True)
 
     def irecv(arr: np.ndarray, p: Any) -> Any:
         # after the first message p is the sender's *global* rank (from the status)
@@ -188,9 +188,9 @@ def _fold(values: list[Any], f: Callable[[Any, Any], Any], avg: bool) -> Any:
 def all_reduce_object(obj: Any, op: Any = ReduceOp.SUM, group: Any = None) -> Any:
     """The ``op``-combination of every rank's ``obj`` (rank order), returned on every rank."""
     name = "all_reduce_object"
-    g = _group(group, name)
+    g = group_of(group, name)
     f, avg = python_op(op, name)
-    if not _member(g):
+    if not is_member(g):
         return None
     values: list[Any] = [None] * g.size
     all_gather_object(values, obj, g)
@@ -200,10 +200,10 @@ def all_reduce_object(obj: Any, op: Any = ReduceOp.SUM, group: Any = None) -> An
 def reduce_object(obj: Any, op: Any = ReduceOp.SUM, dst: int = 0, group: Any = None) -> Any:
     """The ``op``-combination of every rank's ``obj`` on global rank ``dst``; None elsewhere."""
     name = "reduce_object"
-    g = _group(group, name)
+    g = group_of(group, name)
     f, avg = python_op(op, name)
-    if not _member(g):
+    if not is_member(g):
         return None
-    root = _local_rank(g, name, "dst", dst, None)
+    root = local_rank(g, name, "dst", dst, None)
     values = gather_objects(g, obj, root, name)
     return None if values is None else _fold(values, f, avg)
