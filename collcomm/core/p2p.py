@@ -34,7 +34,8 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 from ..transport.base import ANY_SOURCE, Handle, Status
-from ..transport.engine import Engine, Incoming
+from ..transport.engine import Engine
+from ..transport.request import Incoming
 from . import fastpath
 from .recorder import _perf
 from .recorder_records import COMPLETED, ENTERED, FAILED, R_PSTATE, R_PT1, caller
