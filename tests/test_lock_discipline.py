@@ -27,8 +27,10 @@ import pytest
 from collcomm.errors import PeerLostError
 from collcomm.transport import shm
 from collcomm.transport.base import ANY_SOURCE
-from collcomm.transport.engine import Engine, Request
-from collcomm.transport.shm import HEADER, Inbox, ShmChannel, _round, ring_bytes
+from collcomm.transport.engine import Engine
+from collcomm.transport.request import Request
+from collcomm.transport.shm import ShmChannel
+from collcomm.transport.shm_ring import HEADER, Inbox, _round, ring_bytes
 from collcomm.transport.tcp import TcpHub
 from collcomm.transport.tcp_channel import DATA, FRAME, TcpChannel
 

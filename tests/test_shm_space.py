@@ -60,7 +60,7 @@ def test_without_cma_a_message_that_fits_nowhere_is_refused_by_name():
 
 
 def test_a_segment_larger_than_dev_shm_is_refused_and_leaves_nothing():
-    from collcomm.transport.shm import SHM_DIR, ShmSpaceError, create_segment, shm_space
+    from collcomm.transport.shm_segments import SHM_DIR, ShmSpaceError, create_segment, shm_space
 
     free, total = shm_space()
     name = f"collcomm-test-{os.getpid()}-too-big"

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping
 from ..errors import ClosedError, PeerLostError
 from ..rendezvous import PrefixStore, store_from_url
 from ..rendezvous.auth import job_id, job_token
-from ..transport.shm import warn_once
+from ..transport.shm_segments import warn_once
 from .connect import connect_transport, share_cost_model
 from .faults import install_fault_report
 from .identity import Identity, default_url, identify

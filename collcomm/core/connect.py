@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgumentError
 from ..transport.engine import Engine
-from ..transport.shm import (ShmChannel, ShmSpaceError, can_read, make_inbox, open_segment, probe_address,
-                             space_text, warn_once)
+from ..transport.peer_process import can_read, probe_address
+from ..transport.shm import ShmChannel
+from ..transport.shm_ring import make_inbox
+from ..transport.shm_segments import ShmSpaceError, open_segment, space_text, warn_once
 from ..transport.tcp import TcpHub, advertised_host
 from .identity import host_id
 from .joinwatch import JoinWatch, store_barrier

@@ -450,8 +450,8 @@ class ProcessGroup:
         if not self.can_share_memory:
             return np.empty(nbytes, dtype=np.uint8)
         from ..transport import heap as heap_mod
-        from ..transport.shm import (PAGE, SHM_DIR, ShmSpaceError, create_segment, mib, space_text,
-                                     unlink_quietly, warn_once)
+        from ..transport.shm_segments import (PAGE, SHM_DIR, ShmSpaceError, create_segment, mib, space_text,
+                                              unlink_quietly, warn_once)
 
         engine: Any = self.transport
         with self._lock:

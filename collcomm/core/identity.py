@@ -16,7 +16,7 @@ from typing import Mapping
 
 from ..errors import InvalidArgumentError
 from ..rendezvous.auth import job_id
-from ..transport.shm import SHM_DIR
+from ..transport.shm_segments import SHM_DIR
 
 
 @dataclass

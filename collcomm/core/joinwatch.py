@@ -36,7 +36,7 @@ class JoinWatch:
 
     def check(self) -> None:
         """Raise PeerLostError if a same-host rank that published has died."""
-        from ..transport.shm import pid_alive
+        from ..transport.peer_process import pid_alive
 
         for r in range(self.size):
             if r in self.known:
@@ -72,7 +72,7 @@ class JoinWatch:
         """The store's host failing the join stays (``patience`` s at most) until every rank
         has left or is known dead, so that a rank arriving late still reaches the store and
         learns who died instead of retrying a vanished store until its timeout."""
-        from ..transport.shm import pid_alive
+        from ..transport.peer_process import pid_alive
 
         deadline = time.monotonic() + patience
         while time.monotonic() < deadline:

@@ -68,7 +68,7 @@ def attach(arena: Any) -> Any:
         return None
     from ..transport import arena as arena_mod
     from ..transport.arena_layout import NATIVE, ONE_SHOT
-    from ..transport.shm import PAGE
+    from ..transport.shm_segments import PAGE
 
     spin, yields = ((SPIN_NS, YIELDS) if arena.n <= arena_mod.cpus()
                     else (SPIN_NS_OVERSUBSCRIBED, YIELDS_OVERSUBSCRIBED))

@@ -1,35 +1,14 @@
-"""Shared-memory channels between ranks on one host.
+"""Shared-memory channels between ranks on one host (:class:`ShmChannel`).
 
 Every rank owns an *inbox*: one POSIX shared-memory segment holding a ring per local
-sender. A ring is single-producer single-consumer: the sender appends records and
-advances ``head``; the receiver reads records and advances ``tail`` (both count bytes
-since the start, on separate cache lines). A record is a 32-byte header
-(length, kind, tag, nbytes, aux) followed by its body, padded to 64 bytes:
-
-* INLINE: the message itself (messages up to ``EAGER_LIMIT``);
-* SEGMENT: the name of a staging segment holding a large message, written there by the
-  sender, whose body starts at the same offset within a page as the sender's buffer did
-  (copies between buffers with different page offsets run up to 4x slower). The sender
-  keeps up to ``POOL_SLOTS`` staging segments per peer (up to ``POOL_MAX`` bytes each,
-  prefaulted) and reuses one once the receiver has cleared its busy word; the receiver
-  keeps them mapped. A message that finds no free pooled segment gets a one-off segment
-  (kind SEGMENT_ONCE) that the receiver unmaps after use;
-* PRIVATE: a large message the sender copied into its own private memory, read by the
-  receiver with ``process_vm_readv`` (cross-memory attach) and released through a
-  watermark word in the ring's control line: the fallback when /dev/shm has no room for
-  a staging segment (see "Space" below);
-* PAD: skip to the end of the ring (a record never wraps).
-
-Space: a tmpfs page that cannot be backed when first touched kills the process with
-SIGBUS, so every segment is backed when it is created (``posix_fallocate`` of every byte
-it will use, after a ``statvfs`` check), never on first touch. When /dev/shm is short
-(``shm_budget``: free space less a margin, ``COLLCOMM_SHM_MARGIN``), each user takes a
-smaller share and says so once (a RuntimeWarning): inbox rings shrink (down to 32 KiB;
-without even that, the rank's local peers talk to it over TCP), the arena's slots shrink
-(arena.py), staging segments are used only while they fit, else the message goes through
-private memory read by cross-memory attach, and shared allocations (``collcomm.empty``)
-fall back to private memory. What fits nowhere is a :class:`ShmSpaceError` naming the
-bytes needed and the bytes free.
+sender. The sender appends records to its ring in the peer's inbox and the peer reads
+them (shm_ring.py: the inbox, the ring and the record format). A message up to the eager
+limit travels inline in its record; a larger one is staged: written into a shared-memory
+segment the record names (pooled, up to ``POOL_SLOTS`` per peer of up to ``POOL_MAX``
+bytes each, or one-off), or, when /dev/shm has no room for that, copied into the sender's
+private memory for the receiver to read by cross-memory attach (peer_process.py).
+shm_segments.py creates the segments, backing each one when it is created so that a full
+/dev/shm is an error (ShmSpaceError) or a smaller share (a warning), never a SIGBUS.
 
 The sender copies eagerly and completes at once, so sends never wait for the receiver,
 except when the ring is full: then the sender drains its own inbox while it waits, so two
@@ -62,351 +41,30 @@ import errno
 import mmap
 import os
 import struct
-import sys
 import threading
 import time
-import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import ClosedError, CollcommError, CommTimeoutError, PeerLostError
+from ..errors import ClosedError, CommTimeoutError, PeerLostError
+from .peer_process import buffer_address, pid_alive, pid_stopped
+from .shm_ring import (BUSY, HEADER, INBOX_HEADER, INLINE, LEFT, PAD, PRIVATE, PRIVATE_ID, RELEASED, SEGMENT,
+                       SEGMENT_ONCE, Inbox, _RingBody, _SegmentBody, _Ring, _round, eager_limit, slot_offset)
+from .shm_segments import (PAGE, SHM_DIR, ShmSpaceError, create_segment, mib, open_segment, shm_budget,
+                           space_text, unlink_quietly, warn_once)
 
 if TYPE_CHECKING:
     from .engine import Engine, Request
 
-SHM_DIR = "/dev/shm"
-HEADER = struct.Struct("<IIQQQQ")  # record length, kind, tag, nbytes, aux, call signature
-INLINE, SEGMENT, PAD, SEGMENT_ONCE, PRIVATE = 1, 2, 3, 4, 5
+#: What other modules take from here: ShmChannel, and (until their import lines name
+#: shm_segments / peer_process) the helpers arena.py and algorithms/shm_direct.py use.
+__all__ = ["PAGE", "SHM_DIR", "ShmChannel", "ShmSpaceError", "create_segment", "mib", "pid_alive",
+           "pid_stopped", "shm_budget", "space_text", "unlink_quietly", "warn_once"]
+
 _CLOSED, _GONE = "closed", "gone"   # why a sender stopped waiting (resolved without the lock)
 POOL_SLOTS = 4
 POOL_MAX = 64 << 20
-BUSY = struct.Struct("<Q")        # first word of a staging segment: 1 while the receiver owes a copy
-ALIGN = 64
-CTL_BYTES = 128                   # head at 0, tail at 64: separate cache lines
-LEFT = 1                          # control word set by the producer when it leaves cleanly
-RELEASED = 9                      # control word set by the consumer: PRIVATE ids below it are released
-INBOX_HEADER = 4096               # word s: 1 if the inbox's owner can read local slot s's memory, 2 if not
-PAGE = 4096
-MiB = 1 << 20
-MIN_RING = 32 << 10
-PRIVATE_ID = struct.Struct("<Q")
-_PROBE_MAGIC = 0x636F6C6C2D70726F
-_PROBE = np.full(1, _PROBE_MAGIC, dtype=np.uint64)   # read by local peers to test cross-memory attach
-
-
-class ShmSpaceError(CollcommError):
-    """/dev/shm has no room for a segment: ``needed`` and ``free`` bytes."""
-
-    def __init__(self, message: str, needed: int = 0, free: int = 0) -> None:
-        super().__init__(message)
-        self.needed, self.free = needed, free
-
-
-def shm_space() -> tuple[int, int]:
-    """(free, total) bytes of the file system under /dev/shm."""
-    try:
-        st = os.statvfs(SHM_DIR)
-    except OSError:
-        return 0, 0
-    return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
-
-
-def shm_margin(total: int) -> int:
-    """Bytes of /dev/shm collcomm leaves free: ``COLLCOMM_SHM_MARGIN``, else 1/32 of the
-    file system, between 1 and 64 MiB."""
-    env = os.environ.get("COLLCOMM_SHM_MARGIN", "")
-    if env.strip():
-        return max(0, int(float(env)))
-    return min(64 * MiB, max(MiB, total // 32))
-
-
-def shm_budget() -> int:
-    """Bytes collcomm may still take from /dev/shm (free space less the margin)."""
-    free, total = shm_space()
-    return max(0, free - shm_margin(total))
-
-
-def mib(n: int) -> str:
-    return f"{n / MiB:.1f} MiB" if n >= MiB // 10 else f"{n / 1024:.0f} KiB"
-
-
-def space_text() -> str:
-    free, total = shm_space()
-    return f"{mib(free)} free of {mib(total)} in {SHM_DIR}"
-
-
-_warned: set[str] = set()
-
-
-def warn_once(key: str, message: str) -> None:
-    """One RuntimeWarning per process and ``key``: what collcomm chose instead, and why."""
-    if key in _warned:
-        return
-    _warned.add(key)
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-    frame = sys._getframe(1)
-    while frame.f_back is not None and (frame.f_code.co_filename.startswith(package)
-                                        or frame.f_code.co_filename.startswith("<frozen ")):
-        frame = frame.f_back      # attribute it to the user's line that led here
-    warnings.warn_explicit(f"collcomm: {message}", RuntimeWarning, frame.f_code.co_filename,
-                           frame.f_lineno, module=frame.f_globals.get("__name__", "collcomm"),
-                           registry=frame.f_globals.setdefault("__warningregistry__", {}))
-
-
-def reserve(fd: int, size: int, what: str, ranges: "list[tuple[int, int]] | None" = None) -> None:
-    """Back ``ranges`` (default: all ``size`` bytes) of the file ``fd`` with memory now
-    (``posix_fallocate``), so touching them later can never SIGBUS. ShmSpaceError when
-    the file system is full; where it cannot reserve (no fallocate), a statvfs check."""
-    for off, length in ranges or [(0, size)]:
-        if length <= 0:
-            continue
-        try:
-            os.posix_fallocate(fd, off, length)
-        except OSError as exc:
-            free, total = shm_space()
-            if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS) and free >= size:
-                return
-            if exc.errno not in (errno.ENOSPC, errno.EFBIG, errno.ENOMEM, errno.EOPNOTSUPP,
-                                 errno.EINVAL, errno.ENOSYS):
-                raise
-            raise ShmSpaceError(f"{what} needs {mib(size)} of shared memory but {SHM_DIR} has "
-                                f"{mib(free)} free (of {mib(total)}); give it more room (e.g. "
-                                "docker run --shm-size=1g) or use COLLCOMM_TRANSPORT=tcp",
-                                needed=size, free=free) from exc
-
-
-def ring_bytes(local_size: int) -> int:
-    """Ring capacity per sender: 1 MiB, less when many ranks share the host."""
-    per = (16 << 20) // max(1, local_size)
-    return max(64 << 10, min(1 << 20, per)) // ALIGN * ALIGN
-
-
-def eager_limit(ring: int) -> int:
-    return min(64 << 10, ring // 4)
-
-
-def _round(n: int) -> int:
-    return (n + ALIGN - 1) // ALIGN * ALIGN
-
-
-def create_segment(name: str, size: int, populate: bool = False, what: str = "",
-                   ranges: "list[tuple[int, int]] | None" = None) -> mmap.mmap:
-    """Create segment ``name`` of ``size`` bytes, its memory reserved (``ranges`` of it, by
-    default all: see :func:`reserve`); ShmSpaceError, and no file left, when it does not fit."""
-    path = os.path.join(SHM_DIR, name)
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-    except OSError as exc:
-        if exc.errno != errno.ENOSPC:
-            raise
-        free, _ = shm_space()
-        raise ShmSpaceError(f"{what or 'segment ' + name}: {SHM_DIR} is full ({exc})",
-                            needed=size, free=free) from exc
-    try:
-        os.ftruncate(fd, size)
-        try:
-            reserve(fd, size, what or f"segment {name}", ranges)
-        except BaseException:
-            unlink_quietly(name)
-            raise
-        flags = mmap.MAP_SHARED | (getattr(mmap, "MAP_POPULATE", 0) if populate else 0)
-        return mmap.mmap(fd, size, flags=flags)
-    finally:
-        os.close(fd)
-
-
-def open_segment(name: str, unlink: bool = False, populate: bool = False) -> mmap.mmap:
-    path = os.path.join(SHM_DIR, name)
-    fd = os.open(path, os.O_RDWR)
-    try:
-        if unlink:
-            os.unlink(path)
-        flags = mmap.MAP_SHARED | (getattr(mmap, "MAP_POPULATE", 0) if populate else 0)
-        return mmap.mmap(fd, os.fstat(fd).st_size, flags=flags)
-    finally:
-        os.close(fd)
-
-
-def unlink_quietly(name: str) -> None:
-    try:
-        os.unlink(os.path.join(SHM_DIR, name))
-    except FileNotFoundError:
-        pass
-
-
-def buffer_address(buf: memoryview) -> int:
-    return np.frombuffer(buf, dtype=np.uint8).ctypes.data if len(buf) else 0
-
-
-def pid_stopped(pid: int) -> bool:
-    """True while ``pid`` is stopped (SIGSTOP, a debugger: /proc state T or t)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2:][:1] in (b"T", b"t")
-
-
-def pid_alive(pid: int) -> bool:
-    """False once ``pid`` has exited (a zombie counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    state = stat[stat.rfind(b")") + 2:][:1]
-    return state not in (b"Z", b"X")
-
-
-class Inbox:
-    """This rank's receiving segment: one ring per local sender (``own``: this rank's own
-    slot, never written, so never backed)."""
-
-    def __init__(self, name: str, n_slots: int, ring: int, own: int = -1) -> None:
-        self.name, self.ring = name, ring
-        self.size = INBOX_HEADER + n_slots * (CTL_BYTES + ring)
-        ranges = [(0, INBOX_HEADER)] + [(slot_offset(s, ring), CTL_BYTES + ring)
-                                        for s in range(n_slots) if s != own]
-        self.mm = create_segment(name, self.size, what=f"the shared-memory inbox {name}",
-                                 ranges=ranges)
-        self.linked = True
-
-    def set_can_read(self, slot: int, ok: bool) -> None:
-        """Record whether this rank can read local slot ``slot``'s memory directly."""
-        if 0 <= slot < INBOX_HEADER // 8:
-            struct.pack_into("<Q", self.mm, 8 * slot, 1 if ok else 2)
-
-    def unlink(self) -> None:
-        if self.linked:
-            unlink_quietly(self.name)
-            self.linked = False
-
-    def close(self) -> None:
-        self.unlink()
-
-
-def slot_offset(slot: int, ring: int) -> int:
-    return INBOX_HEADER + slot * (CTL_BYTES + ring)
-
-
-def make_inbox(name: str, local_size: int, own: int) -> "Inbox | None":
-    """This rank's inbox with the largest rings /dev/shm has room for (every rank of the
-    host makes one at the same time: each takes at most 1/(2 x ranks) of the budget), down
-    to ``MIN_RING``; None when not even that fits (the caller then talks TCP)."""
-    want = ring = ring_bytes(local_size)
-    peers = max(1, local_size - 1)
-    share = shm_budget() // (2 * max(1, local_size))
-    while ring > MIN_RING and INBOX_HEADER + peers * (CTL_BYTES + ring) > share:
-        ring //= 2
-    while True:
-        try:
-            inbox = Inbox(name, local_size, ring, own)
-            break
-        except ShmSpaceError as exc:
-            if ring <= MIN_RING:
-                warn_once("inbox", f"no room in {SHM_DIR} for this rank's shared-memory inbox "
-                                   f"({exc.needed and mib(exc.needed)} needed, {space_text()}): the "
-                                   "ranks of this host talk to it over TCP (loopback)")
-                return None
-            ring //= 2
-    if ring < want:
-        warn_once("inbox", f"{space_text()}: shared-memory rings of {mib(ring)} instead of "
-                           f"{mib(want)} per peer (messages above {mib(eager_limit(ring))} are "
-                           "staged); give /dev/shm more room for full speed")
-    return inbox
-
-
-def probe_address() -> int:
-    """Address of this process's cross-memory-attach probe word (see :func:`can_read`).
-    Peers may read us from now on (arena's import sets PR_SET_PTRACER under Yama)."""
-    from . import arena  # noqa: F401
-
-    return int(_PROBE.ctypes.data)
-
-
-def can_read(pid: int, address: int) -> bool:
-    """Can this process read process ``pid``'s memory (``process_vm_readv``)? Tried on the
-    peer's probe word (``COLLCOMM_CMA=0``: no)."""
-    from .arena import _IoVec, _READV   # arena sets PR_SET_PTRACER so peers may read us
-
-    if _READV is None or not address or os.environ.get("COLLCOMM_CMA", "1") == "0":
-        return False
-    got = np.zeros(1, dtype=np.uint64)
-    local, remote = _IoVec(got.ctypes.data, 8), _IoVec(address, 8)
-    return (_READV(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0) == 8
-            and int(got[0]) == _PROBE_MAGIC)
-
-
-class _Ring:
-    """One side of an SPSC ring living at ``base`` in ``mm``."""
-
-    def __init__(self, mm: mmap.mmap, base: int, ring: int) -> None:
-        self.mm, self.ring, self.base = mm, ring, base
-        self.view = memoryview(mm)
-        self.ctl = self.view[base:base + CTL_BYTES].cast("Q")   # ctl[0] head, ctl[8] tail
-        self.data = self.view[base + CTL_BYTES:base + CTL_BYTES + ring]
-
-
-class _RingBody:
-    """An inline body still in the ring (valid until the consumer moves on)."""
-
-    __slots__ = ("view",)
-
-    def __init__(self, view: memoryview) -> None:
-        self.view = view
-
-    def copy_into(self, dst: memoryview) -> None:
-        dst[:] = self.view
-
-    def detach(self) -> "_Detached":
-        return _Detached(bytes(self.view))
-
-    def release(self) -> None:
-        pass
-
-
-class _Detached:
-    __slots__ = ("data",)
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def copy_into(self, dst: memoryview) -> None:
-        dst[:] = self.data
-
-    def detach(self) -> "_Detached":
-        return self
-
-    def release(self) -> None:
-        self.data = b""
-
-
-class _SegmentBody:
-    """A large body in a staging segment: on release a pooled one is handed back to the
-    sender (busy word cleared), a one-off one is unmapped."""
-
-    __slots__ = ("mm", "offset", "nbytes", "pooled")
-
-    def __init__(self, mm: mmap.mmap, offset: int, nbytes: int, pooled: bool) -> None:
-        self.mm, self.offset, self.nbytes, self.pooled = mm, offset, nbytes, pooled
-
-    def copy_into(self, dst: memoryview) -> None:
-        with memoryview(self.mm) as view:
-            dst[:] = view[self.offset:self.offset + self.nbytes]
-
-    def detach(self) -> "_SegmentBody":
-        return self
-
-    def release(self) -> None:
-        if self.mm is None:
-            return
-        if self.pooled:
-            BUSY.pack_into(self.mm, 0, 0)
-        else:
-            self.mm.close()
-        self.mm = None  # type: ignore[assignment]
 
 
 class ShmChannel:

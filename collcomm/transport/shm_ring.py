@@ -1,0 +1,187 @@
+"""The rings of a shared-memory inbox, and the records they carry.
+
+Every rank owns an *inbox* (:class:`Inbox`): one POSIX shared-memory segment holding a
+ring per local sender, after a header page (word s: whether the owner can read local slot
+s's memory). A ring (:class:`_Ring`) is single-producer single-consumer: the sender
+appends records and advances ``head``; the receiver reads records and advances ``tail``
+(both count bytes since the start, on separate cache lines of the ring's control block). A
+record is a 32-byte header (length, kind, tag, nbytes, aux) followed by its body, padded
+to 64 bytes:
+
+* INLINE: the message itself (messages up to ``EAGER_LIMIT``);
+* SEGMENT: the name of a staging segment holding a large message, written there by the
+  sender, whose body starts at the same offset within a page as the sender's buffer did
+  (copies between buffers with different page offsets run up to 4x slower). The sender
+  keeps up to ``POOL_SLOTS`` staging segments per peer (up to ``POOL_MAX`` bytes each,
+  prefaulted; shm.py) and reuses one once the receiver has cleared its busy word; the receiver
+  keeps them mapped. A message that finds no free pooled segment gets a one-off segment
+  (kind SEGMENT_ONCE) that the receiver unmaps after use;
+* PRIVATE: a large message the sender copied into its own private memory, read by the
+  receiver with ``process_vm_readv`` (cross-memory attach) and released through a
+  watermark word in the ring's control line: the fallback when /dev/shm has no room for
+  a staging segment (see shm_segments.py);
+* PAD: skip to the end of the ring (a record never wraps).
+
+The receiver hands a body to the engine as a payload: :class:`_RingBody` (inline, still in
+the ring), :class:`_SegmentBody` (in a staging segment). Writing and reading records is
+the channel's work (shm.ShmChannel).
+"""
+from __future__ import annotations
+
+import mmap
+import struct
+
+from .shm_segments import (SHM_DIR, ShmSpaceError, create_segment, mib, shm_budget, space_text, unlink_quietly,
+                           warn_once)
+
+HEADER = struct.Struct("<IIQQQQ")  # record length, kind, tag, nbytes, aux, call signature
+INLINE, SEGMENT, PAD, SEGMENT_ONCE, PRIVATE = 1, 2, 3, 4, 5
+BUSY = struct.Struct("<Q")        # first word of a staging segment: 1 while the receiver owes a copy
+ALIGN = 64
+CTL_BYTES = 128                   # head at 0, tail at 64: separate cache lines
+LEFT = 1                          # control word set by the producer when it leaves cleanly
+RELEASED = 9                      # control word set by the consumer: PRIVATE ids below it are released
+INBOX_HEADER = 4096               # word s: 1 if the inbox's owner can read local slot s's memory, 2 if not
+MIN_RING = 32 << 10
+PRIVATE_ID = struct.Struct("<Q")
+
+
+def ring_bytes(local_size: int) -> int:
+    """Ring capacity per sender: 1 MiB, less when many ranks share the host."""
+    per = (16 << 20) // max(1, local_size)
+    return max(64 << 10, min(1 << 20, per)) // ALIGN * ALIGN
+
+
+def eager_limit(ring: int) -> int:
+    return min(64 << 10, ring // 4)
+
+
+def _round(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+class Inbox:
+    """This rank's receiving segment: one ring per local sender (``own``: this rank's own
+    slot, never written, so never backed)."""
+
+    def __init__(self, name: str, n_slots: int, ring: int, own: int = -1) -> None:
+        self.name, self.ring = name, ring
+        self.size = INBOX_HEADER + n_slots * (CTL_BYTES + ring)
+        ranges = [(0, INBOX_HEADER)] + [(slot_offset(s, ring), CTL_BYTES + ring)
+                                        for s in range(n_slots) if s != own]
+        self.mm = create_segment(name, self.size, what=f"the shared-memory inbox {name}",
+                                 ranges=ranges)
+        self.linked = True
+
+    def set_can_read(self, slot: int, ok: bool) -> None:
+        """Record whether this rank can read local slot ``slot``'s memory directly."""
+        if 0 <= slot < INBOX_HEADER // 8:
+            struct.pack_into("<Q", self.mm, 8 * slot, 1 if ok else 2)
+
+    def unlink(self) -> None:
+        if self.linked:
+            unlink_quietly(self.name)
+            self.linked = False
+
+    def close(self) -> None:
+        self.unlink()
+
+
+def slot_offset(slot: int, ring: int) -> int:
+    return INBOX_HEADER + slot * (CTL_BYTES + ring)
+
+
+def make_inbox(name: str, local_size: int, own: int) -> "Inbox | None":
+    """This rank's inbox with the largest rings /dev/shm has room for (every rank of the
+    host makes one at the same time: each takes at most 1/(2 x ranks) of the budget), down
+    to ``MIN_RING``; None when not even that fits (the caller then talks TCP)."""
+    want = ring = ring_bytes(local_size)
+    peers = max(1, local_size - 1)
+    share = shm_budget() // (2 * max(1, local_size))
+    while ring > MIN_RING and INBOX_HEADER + peers * (CTL_BYTES + ring) > share:
+        ring //= 2
+    while True:
+        try:
+            inbox = Inbox(name, local_size, ring, own)
+            break
+        except ShmSpaceError as exc:
+            if ring <= MIN_RING:
+                warn_once("inbox", f"no room in {SHM_DIR} for this rank's shared-memory inbox "
+                                   f"({exc.needed and mib(exc.needed)} needed, {space_text()}): the "
+                                   "ranks of this host talk to it over TCP (loopback)")
+                return None
+            ring //= 2
+    if ring < want:
+        warn_once("inbox", f"{space_text()}: shared-memory rings of {mib(ring)} instead of "
+                           f"{mib(want)} per peer (messages above {mib(eager_limit(ring))} are "
+                           "staged); give /dev/shm more room for full speed")
+    return inbox
+
+
+class _Ring:
+    """One side of an SPSC ring living at ``base`` in ``mm``."""
+
+    def __init__(self, mm: mmap.mmap, base: int, ring: int) -> None:
+        self.mm, self.ring, self.base = mm, ring, base
+        self.view = memoryview(mm)
+        self.ctl = self.view[base:base + CTL_BYTES].cast("Q")   # ctl[0] head, ctl[8] tail
+        self.data = self.view[base + CTL_BYTES:base + CTL_BYTES + ring]
+
+
+class _RingBody:
+    """An inline body still in the ring (valid until the consumer moves on)."""
+
+    __slots__ = ("view",)
+
+    def __init__(self, view: memoryview) -> None:
+        self.view = view
+
+    def copy_into(self, dst: memoryview) -> None:
+        dst[:] = self.view
+
+    def detach(self) -> "_Detached":
+        return _Detached(bytes(self.view))
+
+    def release(self) -> None:
+        pass
+
+
+class _Detached:
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def copy_into(self, dst: memoryview) -> None:
+        dst[:] = self.data
+
+    def detach(self) -> "_Detached":
+        return self
+
+    def release(self) -> None:
+        self.data = b""
+
+
+class _SegmentBody:
+    """A large body in a staging segment: on release a pooled one is handed back to the
+    sender (busy word cleared), a one-off one is unmapped."""
+
+    __slots__ = ("mm", "offset", "nbytes", "pooled")
+
+    def __init__(self, mm: mmap.mmap, offset: int, nbytes: int, pooled: bool) -> None:
+        self.mm, self.offset, self.nbytes, self.pooled = mm, offset, nbytes, pooled
+
+    def copy_into(self, dst: memoryview) -> None:
+        with memoryview(self.mm) as view:
+            dst[:] = view[self.offset:self.offset + self.nbytes]
+
+    def detach(self) -> "_SegmentBody":
+        return self
+
+    def release(self) -> None:
+        if self.mm is None:
+            return
+        if self.pooled:
+            BUSY.pack_into(self.mm, 0, 0)
+        else:
+            self.mm.close()
+        self.mm = None  # type: ignore[assignment]
