@@ -24,7 +24,8 @@ from .errors import (
     AuthError, ClosedError, CollcommError, CommTimeoutError, InvalidArgumentError, MismatchError,
     PeerLostError,
 )
-from .core.group import NON_GROUP_MEMBER, ProcessGroup, call_timeout
+from .core.group import NON_GROUP_MEMBER, ProcessGroup
+from .core.timeouts import call_timeout
 from .objects import (
     all_gather_object, all_reduce_object, broadcast_object_list, gather_object, recv_object_list,
     reduce_object, scatter_object_list, send_object_list,

@@ -22,7 +22,8 @@ from .api_args import p2p_group, p2p_peer
 from .buffers import Buf, as_input, as_output
 from .core import p2p as core_p2p
 from .core import runtime
-from .core.group import MAX_USER_TAG, ProcessGroup
+from .core.group import ProcessGroup
+from .core.tags import MAX_USER_TAG
 from .errors import CollcommError, InvalidArgumentError, MismatchError, with_context
 from .transport.base import Handle, Status
 

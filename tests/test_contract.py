@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from collcomm.algorithms import contract
-from collcomm.core.group import GroupComm
+from collcomm.core.call_comm import GroupComm
 from collcomm.core.tracing import TracingArena, TracingComm
 from collcomm.transport import arena as arena_mod
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-from ..core.group import ProcessGroup, make_ctx
+from ..core.group import ProcessGroup
+from ..core.tags import make_ctx
 from ..errors import CollcommError
 from . import _env
 from ._attrs import _KEYVALS, Attributes

@@ -2,7 +2,7 @@
 
 Every family needs only :class:`Comm` (``rank``, ``size``, ``isend``, ``irecv``: see
 :mod:`.base` for the matching rules). The rest are capabilities a process group's comm
-(:class:`collcomm.core.group.GroupComm`, and the tracing wrapper around it) offers and a
+(:class:`collcomm.core.call_comm.GroupComm`, and the tracing wrapper around it) offers and a
 bare point-to-point comm (the in-process test double, a user's own) may lack:
 
 * :class:`Scratch` — reusable temporaries; *optional*: :func:`.base.scratch` allocates

@@ -38,7 +38,8 @@ from ..rendezvous import PrefixStore
 from ..rendezvous.auth import job_id, job_token
 from .bootstrap import Identity, Job
 from .connect import connect_transport, share_cost_model
-from .group import NON_GROUP_MEMBER, ProcessGroup, make_ctx
+from .group import NON_GROUP_MEMBER, ProcessGroup
+from .tags import make_ctx
 
 __all__ = ["Attachment", "attach", "release", "subgroup"]
 

@@ -29,7 +29,8 @@ import numpy as np
 from .. import ops
 from ..algorithms import signature
 from ..errors import InvalidArgumentError
-from .group import GroupComm, ProcessGroup
+from .call_comm import GroupComm
+from .group import ProcessGroup
 from .work import Work
 
 After = Callable[[], None] | None

@@ -145,7 +145,8 @@ class Hooks:
         return native.code_for(fn, dtype), signature.make("all_reduce", dtype, 0, 0, op_name)
 
     def _comm(self, tag: int, sig: int) -> Any:
-        from .group import GroupComm, current_timeout
+        from .call_comm import GroupComm
+        from .timeouts import current_timeout
 
         g = self.group
         return GroupComm(g, tag, current_timeout(g.timeout), sig)

@@ -8,79 +8,34 @@ space under the same ``ctx``). Calls run in program order: synchronous ones inli
 caller's thread, ``async_op=True`` ones on the group's worker thread; a synchronous call
 first waits for the group's pending asynchronous ones.
 
-Tag layout (64 bits): ``ctx`` (28 bits) | kind (1 bit: 0 collective, 1 point-to-point) |
-sequence number or user tag (35 bits).
+Tag layout: :mod:`.tags`. The comm a call's algorithm runs on: :mod:`.call_comm`;
+``call_timeout`` scopes: :mod:`.timeouts`.
 """
 from __future__ import annotations
 
-import hashlib
 import itertools
 import mmap
 import os
 import queue
-import struct
 import threading
 from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 
 from ..algorithms import signature
-from ..errors import (CollcommError, InvalidArgumentError, MismatchError, SignatureMismatchError,
-                      with_context)
-from ..transport.base import ABORT_SIG, ANY_SOURCE, Handle, Status, Transport
+from ..errors import CollcommError, InvalidArgumentError, with_context
+from ..transport.base import ANY_SOURCE, Handle, Transport
 from . import fastpath
+from .call_comm import GroupComm, TimedHandle, as_bytes
 from .plan import CallPlan
 from .recorder import _P2PHandle, observer_for
+from .tags import CTX_SHIFT, KIND_P2P, MAX_USER_TAG, make_ctx
+from .timeouts import current_timeout
 from .work import Work
 
 T = TypeVar("T")
 
-class _Local(threading.local):
-    timeout: float | None = None   # the innermost call_timeout of this thread (a class default:
-                                   # reading it never raises, which getattr(..., None) pays for)
-
-
-_local = _Local()
 _POPULATE = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-
-
-class call_timeout:
-    """``with collcomm.call_timeout(5.0): ...`` bounds every wait of the collectives and
-    point-to-point calls started in the block (this thread), overriding the group's and
-    the job's timeout."""
-
-    def __init__(self, seconds: float) -> None:
-        if not seconds > 0:
-            raise InvalidArgumentError(f"call_timeout: seconds must be > 0, got {seconds!r}")
-        self.seconds = float(seconds)
-
-    def __enter__(self) -> "call_timeout":
-        self._saved = _local.timeout
-        _local.timeout = self.seconds
-        fastpath.timeout_scope(1)   # fast calls cannot see this thread's timeout: off meanwhile
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        _local.timeout = self._saved
-        fastpath.timeout_scope(-1)
-
-
-def current_timeout(default: float) -> float:
-    """The innermost ``call_timeout`` of this thread, else ``default``."""
-    value = _local.timeout
-    return default if value is None else value
-
-
-_SEQ_BITS = 35
-_KIND_P2P = 1 << _SEQ_BITS
-_CTX_SHIFT = _SEQ_BITS + 1
-MAX_USER_TAG = (1 << _SEQ_BITS) - 1
-
-
-def make_ctx(*parts: object) -> int:
-    """A 28-bit context id derived from ``parts`` (the same on every rank that agrees on them)."""
-    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
-    return (struct.unpack("<Q", digest)[0] & ((1 << 28) - 1)) or 1
 
 
 class _NonGroupMember:
@@ -93,160 +48,6 @@ class _NonGroupMember:
 
 
 NON_GROUP_MEMBER: Any = _NonGroupMember()
-
-
-def as_bytes(arr: np.ndarray) -> memoryview:
-    """The bytes of a C-contiguous array as a flat memoryview (no copy)."""
-    try:
-        return memoryview(arr).cast("B")
-    except (TypeError, ValueError):   # a format memoryview cannot cast: numpy's own view
-        return memoryview(arr.reshape(-1).view(np.uint8))
-
-
-class _TimedHandle(Handle):
-    """A transport handle whose ``wait()`` defaults to the call's timeout.
-
-    For a collective's messages it also watches the other members of the group (a lost
-    member fails the wait) and insists that a receive gets exactly the bytes it posted for
-    (anything else means the ranks are not in the same collective).
-    """
-
-    __slots__ = ("_h", "_timeout", "_watch", "_expect", "_peer", "_comm")
-
-    def __init__(self, h: Handle, timeout: float | None, watch: Sequence[int] = (),
-                 expect: int | None = None, peer: int = -1, comm: "GroupComm | None" = None) -> None:
-        self._h, self._timeout, self._watch, self._expect, self._peer = h, timeout, watch, expect, peer
-        self._comm = comm   # the collective call it belongs to (told when it must be abandoned)
-
-    def wait(self, timeout: float | None = None) -> Status:
-        t = self._timeout if timeout is None else timeout
-        try:
-            st = self._h.wait(t, self._watch) if self._watch else self._h.wait(t)  # type: ignore[call-arg]
-        except SignatureMismatchError as exc:
-            if self._comm is not None:
-                self._comm.abandon()
-            raise signature_mismatch(exc) from None
-        if self._expect is not None and st.nbytes != self._expect:
-            if self._comm is not None:
-                self._comm.abandon()
-            raise MismatchError(
-                f"received {st.nbytes} bytes from rank {st.source} where {self._expect} were "
-                "expected: the ranks are not in the same collective call (or disagree on its "
-                "sizes)")
-        return st
-
-    def test(self) -> bool:
-        try:
-            return self._h.test()
-        except SignatureMismatchError as exc:
-            if self._comm is not None:
-                self._comm.abandon()
-            raise signature_mismatch(exc) from None
-
-
-def signature_mismatch(exc: SignatureMismatchError) -> MismatchError:
-    """The transport's raw signature mismatch in words: both calls and what differs."""
-    if (exc.mine >> 60) == (exc.theirs >> 60) == signature.make("p2p") >> 60:
-        return MismatchError(
-            f"rank {exc.rank} expected {signature.describe(exc.mine)} but rank {exc.peer} sent "
-            f"{signature.describe(exc.theirs)}: a receive must use the sender's dtype (its bytes "
-            "are never reinterpreted)")
-    if exc.abandoned and exc.theirs == exc.mine:
-        return MismatchError(
-            f"rank {exc.peer} abandoned {signature.describe(exc.mine)}, which rank {exc.rank} is "
-            "in too: it found a rank in a different call (its own error names both sides)")
-    return MismatchError(
-        f"rank {exc.rank} called {signature.describe(exc.mine)} but rank {exc.peer} called "
-        f"{signature.describe(exc.theirs)} (differs in {signature.differences(exc.mine, exc.theirs)}): "
-        "every rank must make the same collective calls in the same order, with the same "
-        "dtype, count, root and op")
-
-
-class GroupComm:
-    """The :class:`~collcomm.algorithms.base.Comm` of one collective call on one group.
-
-    ``can_share_memory`` says whether every rank of the group is on this host with shared
-    memory (the same answer on every rank); ``arena()`` then gives the group's arena
-    (created collectively by the first call that asks, inside that call).
-    """
-
-    __slots__ = ("rank", "size", "_ranks", "_transport", "_tag", "_timeout", "_group",
-                 "can_share_memory", "spans_hosts", "n_hosts", "link", "sig", "_abandoned")
-
-    def __init__(self, group: "ProcessGroup", tag: int, timeout: float | None, sig: int = 0) -> None:
-        self.sig = sig   # the call's signature word (see algorithms/signature.py); 0: unknown
-        self._abandoned = False
-        self.rank, self.size = group.rank, group.size
-        self._ranks, self._transport = group.ranks, group.transport
-        self._tag, self._timeout = tag, timeout
-        self._group = group
-        self.can_share_memory = group.can_share_memory
-        self.spans_hosts, self.n_hosts, self.link = group.spans_hosts, group.n_hosts, group.link
-
-    @property
-    def hosts(self) -> list[str]:
-        """The host of each rank of the group, in rank order."""
-        return self._group.hosts
-
-    def hierarchy(self) -> tuple["GroupComm", "GroupComm | None"]:
-        """(this host's ranks of the group, the hosts' leaders or None if this rank is not
-        one): comms for one step each of a hierarchical algorithm inside this call."""
-        local, leaders = self._group._hierarchy()
-        timeout = self._timeout
-        lc = GroupComm(local, local._next_tag(), timeout, self.sig)
-        return lc, (GroupComm(leaders, leaders._next_tag(), timeout, self.sig)
-                    if leaders is not None else None)
-
-    def scratch(self, nbytes: int, slot: int = 0) -> np.ndarray:
-        """At least ``nbytes`` of temporary space, reused by the group's later calls (one
-        buffer per slot; a group runs one call at a time, so nothing else uses it)."""
-        return self._group._scratch(nbytes, slot)
-
-    def shared(self, arr: np.ndarray) -> tuple[int, int] | None:
-        """(heap key, byte offset) if ``arr`` lies in a shared allocation that every rank of
-        this group has mapped; else None."""
-        heap = getattr(self._transport, "heap", None)
-        if heap is None or not len(heap):
-            return None
-        found = heap.lookup(arr)
-        if found is None or not found[0].members.issuperset(self._ranks):
-            return None
-        return found[0].key, found[1]
-
-    def peer_bytes(self, key: int, peer: int) -> np.ndarray:
-        """Local rank ``peer``'s segment of shared allocation ``key`` (uint8)."""
-        return self._transport.heap.peer(key, self._ranks[peer])  # type: ignore[union-attr]
-
-    def arena(self) -> Any:
-        arena = self._group._get_arena(self)
-        if arena is not None:
-            arena.timeout = self._timeout if self._timeout is not None else self._group.timeout
-        return arena
-
-    def isend(self, arr: np.ndarray, peer: int) -> Handle:
-        assert self._transport is not None, "a group of one never sends"
-        h = self._transport.isend(as_bytes(arr), self._ranks[peer], self._tag, sig=self.sig)  # type: ignore[call-arg]
-        return _TimedHandle(h, self._timeout, self._ranks, comm=self)
-
-    def irecv(self, arr: np.ndarray, peer: int) -> Handle:
-        assert self._transport is not None, "a group of one never receives"
-        h = self._transport.irecv(as_bytes(arr), self._ranks[peer], self._tag, sig=self.sig)  # type: ignore[call-arg]
-        return _TimedHandle(h, self._timeout, self._ranks, arr.nbytes, comm=self)
-
-    def abandon(self) -> None:
-        """This rank leaves the call after a signature mismatch: every other member is told
-        (an ABORT message on the call's tag carrying our signature), so a rank waiting for
-        us in this call fails at once instead of at its timeout. Sent once, not waited for."""
-        if self._abandoned or self._transport is None or not self.sig:
-            return
-        self._abandoned = True
-        body = memoryview(self.sig.to_bytes(8, "little"))
-        for r in self._ranks:
-            if r != self._ranks[self.rank]:
-                try:
-                    self._transport.isend(body, r, self._tag, sig=ABORT_SIG)  # type: ignore[call-arg]
-                except CollcommError:
-                    pass   # a lost peer: nothing to tell
 
 
 class ProcessGroup:
@@ -264,7 +65,7 @@ class ProcessGroup:
         self.timeout = timeout
         self._description = f"group {name!r} (rank {self.rank} of {self.size}, global rank {global_rank})"
         self._seq = itertools.count(1)
-        self._tag_base = ctx << _CTX_SHIFT
+        self._tag_base = ctx << CTX_SHIFT
         self._splits = 0
         self._lock = threading.Lock()
         self._queue: "queue.Queue[tuple[Work, Callable[[], Any]] | None]" = queue.Queue()
@@ -509,7 +310,7 @@ class ProcessGroup:
         if not isinstance(tag, (int, np.integer)) or not 0 <= int(tag) <= MAX_USER_TAG:
             raise InvalidArgumentError(
                 f"{op} on {self.describe()}: tag must be an int in [0, {MAX_USER_TAG}], got {tag!r}")
-        return (self.ctx << _CTX_SHIFT) | _KIND_P2P | int(tag)
+        return (self.ctx << CTX_SHIFT) | KIND_P2P | int(tag)
 
     def p2p_isend(self, arr: np.ndarray, dst: int, tag: int = 0, sig: int = 0,
                   rec: list[Any] | None = None) -> Handle:
@@ -521,10 +322,10 @@ class ProcessGroup:
         h = self.transport.isend(as_bytes(arr), self.ranks[dst], self._p2p_tag(tag, "isend"),
                                  sig=sig)  # type: ignore[call-arg]
         if rec is not None:
-            return _P2PHandle(_TimedHandle(h, current_timeout(self.timeout)), rec)
+            return _P2PHandle(TimedHandle(h, current_timeout(self.timeout)), rec)
         if self.observer is not None:
-            return self.observer.p2p("isend", dst, _TimedHandle(h, current_timeout(self.timeout)), arr.nbytes)
-        return _TimedHandle(h, current_timeout(self.timeout))
+            return self.observer.p2p("isend", dst, TimedHandle(h, current_timeout(self.timeout)), arr.nbytes)
+        return TimedHandle(h, current_timeout(self.timeout))
 
     def p2p_irecv(self, arr: np.ndarray, src: int | None, tag: int = 0, sig: int = 0,
                   rec: list[Any] | None = None) -> Handle:
@@ -537,10 +338,10 @@ class ProcessGroup:
         h = self.transport.irecv(as_bytes(arr), gsrc, self._p2p_tag(tag, "irecv"),
                                  sig=sig)  # type: ignore[call-arg]
         if rec is not None:
-            return _P2PHandle(_TimedHandle(h, current_timeout(self.timeout)), rec)
+            return _P2PHandle(TimedHandle(h, current_timeout(self.timeout)), rec)
         if self.observer is not None:
-            return self.observer.p2p("irecv", src, _TimedHandle(h, current_timeout(self.timeout)), arr.nbytes)
-        return _TimedHandle(h, current_timeout(self.timeout))
+            return self.observer.p2p("irecv", src, TimedHandle(h, current_timeout(self.timeout)), arr.nbytes)
+        return TimedHandle(h, current_timeout(self.timeout))
 
     # -- sub-groups ----------------------------------------------------------------------
     def subgroup(self, ranks: Sequence[int], ctx: int, name: str) -> "ProcessGroup | Any":

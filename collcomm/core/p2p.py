@@ -39,7 +39,10 @@ from ..transport.request import Incoming
 from . import fastpath
 from .recorder import _perf
 from .recorder_records import COMPLETED, ENTERED, FAILED, R_PSTATE, R_PT1, caller
-from .group import _CTX_SHIFT, _KIND_P2P, MAX_USER_TAG, ProcessGroup, _TimedHandle, as_bytes, current_timeout
+from .call_comm import TimedHandle, as_bytes
+from .group import ProcessGroup
+from .tags import CTX_SHIFT, KIND_P2P, MAX_USER_TAG
+from .timeouts import current_timeout
 
 __all__ = ["MAX_USER_TAG", "Probed", "cancel", "finished", "irecv", "isend", "mrecv", "native", "probe",
            "record", "source_tag", "transport"]
@@ -100,7 +103,7 @@ def _make_native(g: ProcessGroup) -> Any:
     def check(channel: Any, nbytes: int, tag: int, elapsed: float) -> None:
         t.native_check(channel.peer, nbytes, tag, elapsed, current_timeout(g.timeout))
 
-    return nat.core.P2P(t, check, tuple(pipes), (g.ctx << _CTX_SHIFT) | _KIND_P2P, spin, yields)
+    return nat.core.P2P(t, check, tuple(pipes), (g.ctx << CTX_SHIFT) | KIND_P2P, spin, yields)
 
 
 def record(g: ProcessGroup, op: str, peer: int) -> list[Any] | None:
@@ -146,7 +149,7 @@ def _bytes(arr: np.ndarray) -> memoryview:
 def isend(g: ProcessGroup, arr: np.ndarray, dst: int, tag: int, op: str = "isend") -> Handle:
     """Send ``arr`` to local rank ``dst`` with user tag ``tag``."""
     h = transport(g).isend(_bytes(arr), g.ranks[dst], _space(g, tag, op))
-    return _TimedHandle(h, current_timeout(g.timeout))
+    return TimedHandle(h, current_timeout(g.timeout))
 
 
 def irecv(g: ProcessGroup, arr: np.ndarray, src: int | None, tag: int, mask: int = MAX_USER_TAG,
@@ -155,7 +158,7 @@ def irecv(g: ProcessGroup, arr: np.ndarray, src: int | None, tag: int, mask: int
     equals ``tag`` on the bits of ``mask``."""
     gsrc = ANY_SOURCE if src is None else g.ranks[src]
     h = transport(g).irecv(_bytes(arr), gsrc, _space(g, tag, op), _mask(mask))
-    return _TimedHandle(h, current_timeout(g.timeout))
+    return TimedHandle(h, current_timeout(g.timeout))
 
 
 class Probed:
@@ -186,7 +189,7 @@ def probe(g: ProcessGroup, src: int | None, tag: int, mask: int = MAX_USER_TAG, 
 def mrecv(g: ProcessGroup, message: Probed, arr: np.ndarray) -> Handle:
     """Receive the message :func:`probe` claimed into ``arr``."""
     h = transport(g).mrecv(message._raw, as_bytes(arr))
-    return _TimedHandle(h, current_timeout(g.timeout))
+    return TimedHandle(h, current_timeout(g.timeout))
 
 
 def cancel(g: ProcessGroup, handle: Handle) -> bool:

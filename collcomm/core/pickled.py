@@ -28,7 +28,8 @@ import numpy as np
 
 from .. import algorithms
 from ..errors import InvalidArgumentError, MismatchError
-from .group import GroupComm, ProcessGroup
+from .call_comm import GroupComm
+from .group import ProcessGroup
 
 __all__ = ["OUT_OF_BAND_MIN", "Packed", "all_gather_objects", "all_gather_packed", "all_to_all_objects",
            "alloc", "bcast_objects", "bcast_packed", "dumps", "gather_objects", "loads", "pack",

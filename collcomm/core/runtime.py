@@ -13,7 +13,8 @@ import threading
 from typing import Any, Sequence
 
 from ..errors import InvalidArgumentError
-from .group import NON_GROUP_MEMBER, ProcessGroup, make_ctx
+from .group import NON_GROUP_MEMBER, ProcessGroup
+from .tags import make_ctx
 
 DEFAULT_TIMEOUT = 300.0
 

@@ -19,7 +19,8 @@ from .. import ops
 from ..algorithms import scan as scan_algorithm
 from ..algorithms import signature
 from ..errors import InvalidArgumentError
-from .group import GroupComm, ProcessGroup
+from .call_comm import GroupComm
+from .group import ProcessGroup
 from .work import Work
 
 __all__ = ["exscan", "scan"]

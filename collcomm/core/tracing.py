@@ -1,6 +1,6 @@
 """Tracing: every message and arena step of a call, as Chrome trace events.
 
-:class:`TracingComm` wraps the :class:`~collcomm.core.group.GroupComm` of one call and
+:class:`TracingComm` wraps the :class:`~collcomm.core.call_comm.GroupComm` of one call and
 records each ``isend``/``irecv`` (peer, bytes, step, post and completion times) and each
 ``sync`` of the shared-memory arena (it wraps what ``arena()`` returns). Algorithms are
 plain functions over a Comm, so the wrapper sees every step of every family without any

@@ -38,7 +38,7 @@
 #define P2P_INLINE 1
 #define P2P_PAD 3
 #define P2P_ABORT_SIG (0xFULL << 60)     /* transport.base.ABORT_SIG */
-#define P2P_USER ((1ULL << 35) - 1)      /* core.group.MAX_USER_TAG */
+#define P2P_USER ((1ULL << 35) - 1)      /* core.tags.MAX_USER_TAG */
 #define P2P_CHECK_NS 100000000LL
 
 static PyObject *s_p2p_aborted, *s_p2p_closed, *s_p2p_lost, *s_p2p_posted, *s_p2p_unexpected,

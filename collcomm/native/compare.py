@@ -136,7 +136,7 @@ def _layers(dist: Any, world: Any, arena: Any, core: Any, args: Any, me: int) ->
     from collcomm import native
     from collcomm.algorithms import shm_direct
     from collcomm.core import collectives
-    from collcomm.core.group import GroupComm
+    from collcomm.core.call_comm import GroupComm
 
     x = np.zeros(2, np.float32)
     fn = world.plan.reducer(dist.ReduceOp.SUM, x.dtype, "compare")[0]

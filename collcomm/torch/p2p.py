@@ -21,7 +21,8 @@ import torch
 import torch.distributed as dist
 
 from ..algorithms import signature
-from ..core.group import MAX_USER_TAG, ProcessGroup
+from ..core.group import ProcessGroup
+from ..core.tags import MAX_USER_TAG
 from ..errors import CollcommError, CommTimeoutError
 from .errors import BackendTimeoutError, translate
 from .tensors import RAW, View

@@ -1,0 +1,50 @@
+"""Per-call timeouts: ``collcomm.call_timeout`` scopes and the timeout a wait uses.
+
+A ``call_timeout(seconds)`` block bounds every wait of the collectives and point-to-point
+calls its thread starts, overriding the group's and the job's timeout; scopes nest (the
+innermost wins) and are per thread. While any scope is open anywhere, the fast call is
+off (:func:`collcomm.core.fastpath.timeout_scope`): it cannot see a thread's scope.
+"""
+from __future__ import annotations
+
+import threading
+
+from ..errors import InvalidArgumentError
+from . import fastpath
+
+__all__ = ["call_timeout", "current_timeout"]
+
+
+class _Local(threading.local):
+    timeout: float | None = None   # the innermost call_timeout of this thread (a class default:
+                                   # reading it never raises, which getattr(..., None) pays for)
+
+
+_local = _Local()
+
+
+class call_timeout:
+    """``with collcomm.call_timeout(5.0): ...`` bounds every wait of the collectives and
+    point-to-point calls started in the block (this thread), overriding the group's and
+    the job's timeout."""
+
+    def __init__(self, seconds: float) -> None:
+        if not seconds > 0:
+            raise InvalidArgumentError(f"call_timeout: seconds must be > 0, got {seconds!r}")
+        self.seconds = float(seconds)
+
+    def __enter__(self) -> "call_timeout":
+        self._saved = _local.timeout
+        _local.timeout = self.seconds
+        fastpath.timeout_scope(1)   # fast calls cannot see this thread's timeout: off meanwhile
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _local.timeout = self._saved
+        fastpath.timeout_scope(-1)
+
+
+def current_timeout(default: float) -> float:
+    """The innermost ``call_timeout`` of this thread, else ``default``."""
+    value = _local.timeout
+    return default if value is None else value
