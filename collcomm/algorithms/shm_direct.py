@@ -17,7 +17,8 @@ Per chunk of K bytes on n ranks:
   rank i reduces slice i of all slots into its own slot, sync, every rank copies each
   owner's reduced slice out. 2 syncs; copies K in, reads K + writes K/n, copies K out.
 * reduce: as the large all_reduce, but only the root copies out (2 syncs).
-* broadcast: the root copies in, sync, the others copy out (1 sync).
+* broadcast: the root copies in, sync, the others copy out (1 sync); large buffers in
+  steps (see below), the root copying step i+1 in while the others copy step i out.
 * all_gather / gather: copy in, sync, every rank (the root) copies all slots out.
 * reduce_scatter: copy in the n blocks, sync, rank i reduces block i of all slots.
 * scatter: the root copies in the n blocks, sync, rank i copies block i out.
@@ -31,6 +32,15 @@ staging a copy; the rank announces the heap key and offset in its header words. 
 call always takes the two-shot path and ends with one more sync, since nobody may change a
 buffer that others read in place until they are done. all_reduce on shared buffers then
 moves ~2K bytes per rank instead of ~3K.
+
+Large one-to-many calls (broadcast, all_gather / gather, all_to_all above ``CMA_MIN``):
+either staged as above or read straight from the peers' buffers by cross-memory attach
+(CMA: the rank announces its buffer's address; one copy, by the reader, and one more sync
+at the end). :func:`_reads_peers` picks, the same on every rank: CMA above a quarter of
+the last-level cache, and in between only where the arena measured a byte read by CMA to
+cost little enough against a memcpy (``arena.cma_cost``: ~3.3 on the VM this was measured
+on, where staging wins). A CMA broadcast puts the root to work too: it writes the first
+1/n of its buffer into every other rank's while they read the rest (docs/large-copies.md).
 
 Native core: when collcomm/native's C extension is built (and ``COLLCOMM_NATIVE`` is not
 "0"), each collective below first offers the call to it: it runs the same steps in C for
@@ -414,7 +424,6 @@ def broadcast(comm: ShmComm, buf: np.ndarray, root: int) -> None:
     # publishes it whole at the first step; the others see that there and read it all.
     step = _pipeline_elems(arena, buf) if not cma else buf.size
     core = _native(arena)
-    lo = 0
     if core is not None and shared is None and not cma:
         mine = _sig(comm, "broadcast", buf.size)
         for lo in range(0, buf.size, step):

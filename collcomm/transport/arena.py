@@ -22,8 +22,11 @@ waits, and these same checks (``_check``) called from it every 100 ms.
 
 Cross-memory attach (CMA): when every rank can read every other's memory with
 ``process_vm_readv`` (probed when the arena is built; ``COLLCOMM_CMA=0`` turns it off),
-large chunks are not staged at all: a rank publishes its buffer's address and the others
-copy straight out of it, one copy instead of two, as Open MPI does.
+large chunks need not be staged: a rank publishes its buffer's address and the others
+copy straight out of it, one copy instead of two, as Open MPI does. The probe also says
+whether every rank can write every other's memory (``process_vm_writev``:
+:attr:`Arena.cma_write`) and times a read against a memcpy (:attr:`Arena.cma_cost`),
+by which shm_direct chooses between the two ways.
 
 Shared memory per group: ``P × n × (C + 4096)`` bytes plus one page per 64 ranks; with
 the default ``C`` = 4 MiB (``COLLCOMM_SHM_SLOT``) that is 16 MiB for 2 ranks, 32 MiB for 4.

@@ -22,8 +22,10 @@ word  meaning
 9-11  unused
 12    somebody sleeps on this rank's counter (futex): wake them when it moves
 13    the rank left cleanly (destroy_process_group), not a crash
-14    cross-memory-attach probe: the address of a magic word (:data:`PROBE_MAGIC`)
-15    cross-memory-attach probe: 1 this rank could read every other's memory, 2 not
+14    cross-memory-attach probe: the address of a magic word (:data:`PROBE_MAGIC`),
+      then of a buffer to time reads of (Arena._time_cma)
+15    cross-memory-attach probe: 1 this rank could read and write every other's
+      memory, 3 only read, 2 not; then its measured read cost × 100
 ====  ==========================================================================
 """
 from __future__ import annotations
