@@ -255,7 +255,15 @@ class Arena:
         copied on its own), where staging a copy through the arena (two memcpys, split
         between the sender and the receiver) beats one cross-memory read: the
         one-to-many collectives of shm_direct decide by it."""
-        given = os.environ.get("COLLCOMM_CMA_COST", "").strip()
+        given: float | None = None
+        text = os.environ.get("COLLCOMM_CMA_COST", "").strip()
+        if text:
+            try:
+                given = float(text)
+            except ValueError:
+                from .shm import warn_once
+                warn_once("cma_cost", f"COLLCOMM_CMA_COST={text!r} is not a number; measuring "
+                                      "the cost of cross-memory reads instead")
         src = np.ones(PROBE_BYTES // 8, dtype=np.uint64)
         dst = np.zeros_like(src)
         # every rank read the probe's addresses before the last sync, its verdicts before
@@ -263,8 +271,8 @@ class Arena:
         # may still read, so the address goes in the first, the cost in the second)
         self.put(PROBE_WORD, src.__array_interface__["data"][0])
         self.sync()
-        if given:
-            cost = float(given)
+        if given is not None and given > 0:
+            cost = given
         else:
             peer = (self.rank + 1) % self.n
             addr = self.get(peer, PROBE_WORD)
