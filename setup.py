@@ -42,6 +42,7 @@ if sys.platform.startswith("linux"):
                  "collcomm/native/_arena_sync.c", "collcomm/native/_call.c",
                  "collcomm/native/_collectives_reduce.c", "collcomm/native/_collectives_move.c",
                  "collcomm/native/_core_init.c",
+                 "collcomm/native/_record.c",
                  "collcomm/native/_fastcall.c", "collcomm/native/_fastcall_lists.c",
                  "collcomm/native/_fastcall_ops.c", "collcomm/native/_fastcall_type.c",
                  "collcomm/native/_p2p.c", "collcomm/native/_p2p_engine.c",

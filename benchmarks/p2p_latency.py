@@ -8,7 +8,9 @@ round trip (one-way latency, OSU style), in µs, median over blocks of the slowe
 The modes run in interleaved blocks (the order turning every block), so every one sees
 the same machine load: on a shared machine only the ratios mean much.
 
-* ``api send/recv``: ``collcomm.send`` / ``collcomm.recv``;
+* ``api send/recv``: ``collcomm.send`` / ``collcomm.recv``; ``[no recorder]``: the same
+  with the flight recorder's point-to-point records off for the block (the recorder's
+  cost is the difference), ``[no native]``: with the native path paused;
 * ``api isend/irecv+wait``: ``collcomm.isend(...).wait()`` / ``collcomm.irecv(...).wait()``;
 * ``api batch sendrecv``: both ranks ``batch_isend_irecv([isend, irecv])`` then wait both
   (an exchange: the time is the whole exchange, not half of it);
@@ -86,6 +88,45 @@ def _run(modes: dict[str, tuple[Callable[[], None], int] | tuple[Callable[[], No
             print(f"  {name:<28} {statistics.median(ts):8.2f}  [{min(ts):7.2f}]")
 
 
+def _burst(args: Any, me: int, dist: Any, s: Any, r: Any,
+           switches: dict[str, Callable[[], None]]) -> None:
+    """Per-call CPU cost of ``collcomm.send`` / ``recv`` without the wait: rank 0 sends a
+    burst of ``--burst`` messages (they fit the ring), then rank 1 receives them, all
+    queued already; thread CPU time per call, median over blocks, each switch (recorder
+    on / off ...) in interleaved blocks."""
+    import os
+
+    n, other = args.burst, 1 - me
+    times: dict[str, list[float]] = {k: [] for k in switches}
+    names = list(switches)
+    for b in range(args.blocks * 3):
+        for name in (names if b % 2 == 0 else names[::-1]):
+            switches[name]()
+            dist.barrier()
+            if me == 0:
+                t0 = time.thread_time()
+                for _ in range(n):
+                    dist.send(s, other)
+                times[name].append((time.thread_time() - t0) / n * 1e6)
+            dist.barrier()
+            if me == 1:
+                t0 = time.thread_time()
+                for _ in range(n):
+                    dist.recv(r, other)
+                times[name].append((time.thread_time() - t0) / n * 1e6)
+            dist.barrier()
+    import numpy as np
+
+    mine = np.array([statistics.median(times[k]) for k in names])
+    theirs = mine.copy()                 # rank 0: the sends, rank 1: the receives
+    dist.broadcast(theirs, src=1)
+    if me == 0:
+        print(f"# p2p_latency burst: {args.bytes} B, {n} calls a block, {args.blocks * 3} blocks; "
+              f"load {os.getloadavg()[0]:.2f}; thread CPU µs per call, median over blocks")
+        for i, k in enumerate(names):
+            print(f"  {k:<30} send {mine[i]:6.3f}   recv (queued) {theirs[i]:6.3f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--blocks", type=int, default=7)
@@ -95,6 +136,8 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--mode", default="api send/recv", help="the mode --profile profiles")
     ap.add_argument("--mpi4py", action="store_true")
+    ap.add_argument("--burst", type=int, default=0,
+                    help="N: the per-call CPU cost of send/recv in bursts of N (recorder on/off)")
     args = ap.parse_args()
     if args.mpi4py:
         _mpi4py(args)
@@ -130,29 +173,39 @@ def main() -> None:
 
     fast = getattr(core_p2p, "native", lambda g: None)(g)   # None: a tree without it (A/B)
 
-    def native(on: bool) -> Callable[[], None]:
+    obs = g.observer
+
+    def native(on: bool, record: bool = True) -> Callable[[], None]:
+        """The native path on or off, and the flight recorder's point-to-point records
+        (``record`` False: the group's observer removed for the block, and the native
+        entry's C records off where it has them), for the next block."""
         def switch() -> None:
             if fast is not None:
                 fast.paused = 0 if on else 1
+                if hasattr(fast, "record"):
+                    fast.record = 1 if record else 0
+            g.observer = obs if record else None
         return switch
 
     on, off = native(True), native(False)
     modes: dict[str, Any] = {
         "api send/recv": (_pingpong(me, lambda: dist.send(s, other), lambda: dist.recv(r, other)), 2, on),
+        "api send/recv [no recorder]": (_pingpong(me, lambda: dist.send(s, other),
+                                                  lambda: dist.recv(r, other)), 2, native(True, False)),
         "api send/recv [no native]": (_pingpong(me, lambda: dist.send(s, other),
                                                 lambda: dist.recv(r, other)), 2, off),
         "api isend/irecv+wait": (_pingpong(me, lambda: dist.isend(s, other).wait(),
-                                           lambda: dist.irecv(r, other).wait()), 2),
-        "api batch sendrecv": (batch, 1),
+                                           lambda: dist.irecv(r, other).wait()), 2, on),
+        "api batch sendrecv": (batch, 1, on),
         "MPI Send/Recv": (_pingpong(me, lambda: world.Send(s, other), lambda: world.Recv(r, other, 0)), 2, on),
         "MPI Send/Recv [no native]": (_pingpong(me, lambda: world.Send(s, other),
                                                 lambda: world.Recv(r, other, 0)), 2, off),
         "MPI Sendrecv": (lambda: world.Sendrecv(s, other, 0, r, other, 0), 1, on),
         "MPI Sendrecv [no native]": (lambda: world.Sendrecv(s, other, 0, r, other, 0), 1, off),
         "group p2p_isend/irecv": (_pingpong(me, lambda: g.p2p_isend(s, other, 0, sig).wait(),
-                                            lambda: g.p2p_irecv(r, other, 0, sig).wait()), 2),
+                                            lambda: g.p2p_irecv(r, other, 0, sig).wait()), 2, on),
         "engine isend/irecv": (_pingpong(me, lambda: eng.isend(sb, other, tag, sig).wait(),
-                                         lambda: eng.irecv(rb, other, tag, sig=sig).wait()), 2),
+                                         lambda: eng.irecv(rb, other, tag, sig=sig).wait()), 2, on),
     }
     if args.modes:
         keep = args.modes.split(",")
@@ -163,7 +216,11 @@ def main() -> None:
         dist.all_reduce(a, op=dist.ReduceOp.MAX)
         return float(a[0])
 
-    if args.profile:
+    if args.burst:
+        _burst(args, me, dist, s, r, {"api, recorder": on, "api, no recorder": native(True, False),
+                                      "api [no native], recorder": off,
+                                      "api [no native], no recorder": native(False, False)})
+    elif args.profile:
         import cProfile
         import pstats
 
@@ -186,8 +243,7 @@ def main() -> None:
     else:
         import os
         _run(modes, args, me, dist.barrier, maxall, f"collcomm ({os.path.dirname(dist.__file__)})")
-    if fast is not None:
-        fast.paused = 0
+    on()
     dist.destroy_process_group()
 
 

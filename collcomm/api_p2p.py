@@ -4,8 +4,8 @@
 Peers are global ranks (``dst``/``src``) or ranks of the group (``group_dst``/
 ``group_src``); ``src=None`` on a receive takes any source. A blocking ``send``/``recv``
 of a plain array to a rank of this host is offered first to the group's native
-point-to-point entry (:func:`collcomm.core.p2p.native`), after every argument check and
-the flight recorder's record; when it declines, the call goes through the group's
+point-to-point entry (:func:`collcomm.core.p2p.native`), after every argument check,
+which writes the flight recorder's record in C; when it declines, the call goes through the group's
 engine like ``isend``/``irecv``, whose handles are :class:`P2PWork`. Errors carry the
 call, the peer and the group (``isend to global rank 1 on group 'WORLD' ...``), and a
 receive of a different byte count than its buffer's is a
@@ -135,7 +135,7 @@ def _native(tensor: Any, peer: Any, group: Any, tag: Any, group_peer: Any,
     may go native (core/p2p.py): a numeric C-contiguous numpy array (writable to receive),
     a global peer of the group other than this rank, a valid tag; else None (every check
     the regular path makes before it records the call is made here, so a native attempt
-    that does nothing hands its record to the regular path, which cannot refuse it)."""
+    that recorded the call hands its record to the regular path, which cannot refuse it)."""
     if (type(tensor) is not np.ndarray or group_peer is not None or type(peer) is not int
             or type(tag) is not int or not 0 <= tag <= MAX_USER_TAG):
         return None
@@ -180,19 +180,12 @@ def irecv(tensor: Any, src: int | None = None, group: Any = None, tag: int = 0,
 def send(tensor: Any, dst: int | None = None, group: Any = None, tag: int = 0,
          group_dst: int | None = None) -> None:
     """Send ``tensor`` to global rank ``dst`` and wait until it left this buffer."""
-    rec = None
     fast = _native(tensor, dst, group, tag, group_dst, False, "isend")
-    if fast is not None:     # one C call (native/_p2p.c), or nothing done
+    if fast is not None:     # one C call (native/_p2p.c) with its record, or nothing done
         f, g, local = fast
-        rec = core_p2p.record(g, "isend", local)
-        if f.send(tensor, local, tag, _p2p_sig(tensor.dtype)):
-            core_p2p.finished(rec, True)
+        if f.send(tensor, local, tag, _p2p_sig(tensor.dtype), True):
             return
-    try:
-        h, g, buf, peer = _isend(tensor, dst, group, tag, group_dst, "isend", rec)
-    except CollcommError:
-        core_p2p.finished(rec, False)    # refused at once (e.g. transport closed)
-        raise
+    h, g, buf, peer = _isend(tensor, dst, group, tag, group_dst, "isend")   # (records itself)
     try:
         h.wait()
     except CollcommError as exc:   # what isend(...).wait() raises, without the P2PWork
@@ -204,20 +197,18 @@ def recv(tensor: Any, src: int | None = None, group: Any = None, tag: int = 0,
     """Receive into ``tensor`` from ``src`` (None: any rank); returns the sender's global rank."""
     rec = None
     fast = _native(tensor, src, group, tag, group_src, True, "irecv")
-    if fast is not None:     # one C call (native/_p2p.c), or nothing consumed
+    if fast is not None:     # one C call (native/_p2p.c) with its record, or nothing consumed
         f, g, local = fast
-        rec = core_p2p.record(g, "irecv", local)
         try:
-            n = f.recv(tensor, local, tag, MAX_USER_TAG, _p2p_sig(tensor.dtype))
+            n = f.recv(tensor, local, tag, MAX_USER_TAG, _p2p_sig(tensor.dtype), True)
         except CollcommError as exc:   # what the regular wait raises, with its context
-            core_p2p.finished(rec, False)
             raise with_context(exc, _p2p_context("irecv", g, src)) from exc
-        if n is not None:
-            core_p2p.finished(rec, True)
+        if type(n) is int:
             if n != tensor.nbytes:
                 raise _size_error(_p2p_context("irecv", g, src), Status(src, n, tag),
                                   as_output(tensor, "irecv", g.describe(), "tensor"))
             return src
+        rec = n              # None, or the record C made before it left the message to us
     try:
         h, g, buf, peer = _irecv(tensor, src, group, tag, group_src, "irecv", rec)
     except CollcommError:

@@ -116,15 +116,32 @@ def _mixed() -> dict:
     # errors, native and regular (native paused) on rank 0; rank 1 sends each twice
     errors: list = []
     dist.barrier()
+    # and the flight recorder's records of those calls (written in C natively, in Python
+    # paused), compared field by field; a send recorded each way at the end
+    from collcomm.core.recorder_records import where
+
+    def p2p_records() -> list:
+        obs = g.observer
+        return [] if obs is None else [r for r in list(obs.rec.ring)
+                                       if isinstance(r, list) and r[0] == obs.index]
+
+    def fields(r: list) -> tuple:
+        return (type(r).__name__, len(r), r[1], r[2], r[3], r[4], where(r[5], r[6]), r[8],
+                r[9], type(r[7]).__name__, type(r[10]).__name__, 0 < r[7] <= r[10])
+
     if me == 1:
         for _ in range(2):
             dist.send(np.arange(3, dtype=np.float32), 0, tag=30)     # recv into 5: sizes
             dist.send(np.arange(5, dtype=np.float32), 0, tag=31)     # recv into 3: too long
             dist.send(np.arange(2, dtype=np.float32), 0, tag=32)     # recv as int32: dtype
             comm.Send(np.arange(5, dtype=np.int32), 0, 33)           # MPI Recv into 3: truncate
+        for _ in range(2):
+            dist.recv(np.zeros(2), 0, tag=60)
     else:
+        by_path = []
         for paused in (0, 1):
             f.paused = paused
+            before = len(p2p_records())
             errors.append([
                 _err(lambda: dist.recv(np.zeros(5, np.float32), 1, tag=30)),
                 _err(lambda: dist.recv(np.zeros(3, np.float32), 1, tag=31)),
@@ -133,8 +150,11 @@ def _mixed() -> dict:
             ])
             with dist.call_timeout(0.3):
                 errors[-1].append(_err(lambda: dist.recv(np.zeros(1), 1, tag=77)))
+            dist.send(np.arange(2.0), 1, tag=60)
+            by_path.append([fields(r) for r in p2p_records()[before:]])
         f.paused = 0
         out["errors"] = errors
+        out["error_records"] = by_path
         out["counts"] = (f.sends, f.recvs)
         recs: list = []
         obs = g.observer
@@ -176,6 +196,11 @@ def test_mixed_native_and_python_ranks() -> None:
         assert "timed out after 0.3 s" in e and "rank 1 did not send it" in e, e
     sends, recvs = n["counts"]
     assert sends >= 9 and recvs >= 4, n["counts"]
+    native_recs, regular_recs = n["error_records"]
+    assert native_recs == regular_recs, (native_recs, regular_recs)
+    assert [(r[3], r[8]) for r in native_recs] == [
+        ("irecv", "completed"), ("irecv", "failed"), ("irecv", "failed"), ("irecv", "failed"),
+        ("isend", "completed")], native_recs
     ops = [(op, peer) for op, peer, _, _ in n["records"]]
     assert ("isend", 1) in ops and ("irecv", 1) in ops
     assert all(state != "entered" for _, _, state, _ in n["records"]), n["records"]

@@ -22,7 +22,9 @@ see native/_p2p.c): one C call for a blocking small send to, or a blocking recei
 peer on this host with an exact tag, or None having done nothing (the caller then takes
 the regular path, which raises every error). The front ends offer it their blocking
 ``send``/``recv`` (``collcomm.send``/``recv``, ``collcomm.MPI`` ``Send``/``Recv``/
-``Sendrecv``). ``COLLCOMM_FAST=0`` or ``COLLCOMM_NATIVE=0`` turn it off.
+``Sendrecv``). ``COLLCOMM_FAST=0`` or ``COLLCOMM_NATIVE=0`` turn it off. Asked to
+(``record`` True: ``collcomm.send``/``recv``), it writes the flight recorder's record of
+the call in C, the list ``observer.p2p`` writes (native/_record.c).
 """
 from __future__ import annotations
 
@@ -38,14 +40,14 @@ from ..transport.engine import Engine
 from ..transport.request import Incoming
 from . import fastpath
 from .recorder import _perf
-from .recorder_records import COMPLETED, ENTERED, FAILED, R_PSTATE, R_PT1, caller
+from .recorder_records import COMPLETED, FAILED, PACKAGE_PREFIX, R_PSTATE, R_PT1
 from .call_comm import TimedHandle, as_bytes
 from .group import ProcessGroup
 from .tags import CTX_SHIFT, KIND_P2P, MAX_USER_TAG
 from .timeouts import current_timeout
 
 __all__ = ["MAX_USER_TAG", "Probed", "cancel", "finished", "irecv", "isend", "mrecv", "native", "probe",
-           "record", "source_tag", "transport"]
+           "source_tag", "transport"]
 
 _FULL = (1 << 64) - 1
 _loopbacks: dict[int, Engine] = {}
@@ -103,24 +105,14 @@ def _make_native(g: ProcessGroup) -> Any:
     def check(channel: Any, nbytes: int, tag: int, elapsed: float) -> None:
         t.native_check(channel.peer, nbytes, tag, elapsed, current_timeout(g.timeout))
 
-    return nat.core.P2P(t, check, tuple(pipes), (g.ctx << CTX_SHIFT) | KIND_P2P, spin, yields)
-
-
-def record(g: ProcessGroup, op: str, peer: int) -> list[Any] | None:
-    """The flight recorder's record of a user point-to-point call about to run natively
-    (the one ``observer.p2p`` appends: ``op`` isend/irecv with local ``peer``), or None
-    when the group records nothing. Mark it with :func:`finished`; if the native call
-    does nothing, the regular path takes it over (``p2p_isend``/``p2p_irecv``'s ``rec``)."""
-    obs = g.observer
-    if obs is None:
-        return None
-    code, lasti = caller(2)     # the walk starts at the front end's caller
-    rec = [obs.index, 0, op, 0, 0, code, lasti, _perf(), obs.ranks[peer], ENTERED, 0.0]
-    obs.append(rec)
-    return rec
+    obs = g.observer       # the records of collcomm.send/recv are written in C (_record.c)
+    return nat.core.P2P(t, check, tuple(pipes), (g.ctx << CTX_SHIFT) | KIND_P2P, spin, yields,
+                        append=obs.append if obs is not None else None,
+                        obs_index=obs.index if obs is not None else 0, pkg=PACKAGE_PREFIX)
 
 
 def finished(rec: list[Any] | None, ok: bool) -> None:
+    """Mark a point-to-point record (one the native entry handed over) completed or failed."""
     if rec is not None:
         rec[R_PSTATE], rec[R_PT1] = (COMPLETED if ok else FAILED), _perf()
 

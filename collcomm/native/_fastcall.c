@@ -7,8 +7,8 @@
  *     if fast is not None and fast.all_reduce(send, recv, op, name): return
  *
  * The call either returns True — it ran completely, exactly as the regular path would:
- * the group's next sequence number taken, a flight-recorder record appended and marked
- * completed, the call's full signature (collective, dtype, count, root, op) checked by
+ * the group's next sequence number taken, a flight-recorder record appended (_record.c)
+ * and marked completed, the call's full signature (collective, dtype, count, root, op) checked by
  * every rank in the arena — or None, having done nothing at all (not a contiguous
  * native-endian buffer of a numeric dtype, larger than `limit`, an op or dtype the native
  * kernels do not cover bit-identically, a paused group, a `call_timeout` scope open
@@ -37,24 +37,15 @@ typedef struct {
 } FastOp;
 
 typedef struct {
-    PyObject *code;             /* a code object (strong reference) */
-    int inside;                 /* it lies inside the collcomm package */
-} CodeSeen;
-
-#define CODE_CACHE 64
-
-typedef struct {
     PyObject_HEAD
     PyObject *core;             /* the Core, or None in a group of one */
     PyObject *arena;            /* the Arena, or None */
     PyObject *group;            /* the ProcessGroup (for its timeout) */
     PyObject *seq;              /* the group's sequence counter (an iterator) */
     PyObject *hooks;            /* learn / failed / finish (collcomm.core.fastpath) */
-    PyObject *append;           /* the flight recorder ring's append, or None */
+    RecWriter rw;               /* the flight recorder's records (_record.c) */
     PyObject *observer;         /* the group's observer (``done`` is set), or None */
-    PyObject *obs_index;        /* the observer's index (records name it) */
     PyObject *algo_id[N_FC];    /* id() of the family function, as records hold it */
-    PyObject *pkg;              /* the package's path prefix (str) */
     PyObject *scratch;          /* a bytearray: the contiguous side of list-form calls */
     PyObject *list;             /* during a list-form call: the list (borrowed), else NULL */
     uint64_t tag_base, seq_mask;
@@ -64,10 +55,8 @@ typedef struct {
     int size, rank;
     Py_ssize_t a2a_cma;         /* all_to_all's cma_limit argument (shm_direct: -1 or CMA_MIN/n) */
     int paused;                 /* > 0: every call takes the regular path */
-    int record;                 /* 0: no flight-recorder records (to measure what they cost) */
     int n_ops;
     FastOp ops[FAST_OPS];
-    CodeSeen seen[CODE_CACHE];
     unsigned long long calls;   /* calls run here (tests check the path) */
 } Fast;
 
@@ -142,90 +131,6 @@ static FastOp *fast_op(Fast *s, PyObject *op, int dt)
     return e->code[dt] >= 0 ? e : NULL;
 }
 
-/* Is `code` collcomm's own (cached per code object)? */
-static int fast_inside(Fast *s, PyCodeObject *code)
-{
-    CodeSeen *c = &s->seen[((uintptr_t)code >> 4) % CODE_CACHE];
-    if (c->code == (PyObject *)code)
-        return c->inside;
-    PyObject *file = code->co_filename;
-    int inside = PyUnicode_Tailmatch(file, s->pkg, 0, PY_SSIZE_T_MAX, -1) == 1;
-    Py_INCREF(code);
-    Py_XSETREF(c->code, (PyObject *)code);
-    c->inside = inside;
-    return inside;
-}
-
-/* The record of a call, appended to the ring: (observer index, tag, name, signature,
- * id(family), caller's code, caller's instruction offset, perf_counter time); the caller
- * is the first frame outside collcomm (at most 8 frames up). NULL with an exception on
- * error. */
-static PyObject *fast_record(Fast *s, PyObject *tag, PyObject *name, uint64_t sig, int fc)
-{
-    PyFrameObject *f = PyEval_GetFrame();
-    Py_XINCREF(f);
-    PyCodeObject *code = NULL;
-    int lasti = 0;
-    for (int i = 0; f != NULL && i < 8; i++) {
-        code = PyFrame_GetCode(f);
-        if (!fast_inside(s, code))
-            break;
-        PyFrameObject *back = PyFrame_GetBack(f);
-        if (back == NULL)
-            break;
-        Py_DECREF(code);
-        code = NULL;
-        Py_DECREF(f);
-        f = back;
-    }
-    if (f != NULL) {
-        if (code == NULL)
-            code = PyFrame_GetCode(f);
-#if PY_VERSION_HEX >= 0x030B0000
-        lasti = PyFrame_GetLasti(f);
-#else
-        lasti = f->f_lasti * 2;
-#endif
-        Py_DECREF(f);
-    }
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    PyObject *rec = PyTuple_New(8);
-    if (rec == NULL) {
-        Py_XDECREF(code);
-        return NULL;
-    }
-    Py_INCREF(s->obs_index);
-    PyTuple_SET_ITEM(rec, 0, s->obs_index);
-    Py_INCREF(tag);
-    PyTuple_SET_ITEM(rec, 1, tag);
-    Py_INCREF(name);
-    PyTuple_SET_ITEM(rec, 2, name);
-    PyObject *sigobj = PyLong_FromUnsignedLongLong(sig);
-    PyTuple_SET_ITEM(rec, 3, sigobj);
-    Py_INCREF(s->algo_id[fc]);
-    PyTuple_SET_ITEM(rec, 4, s->algo_id[fc]);
-    if (code == NULL) {
-        Py_INCREF(Py_None);
-        PyTuple_SET_ITEM(rec, 5, Py_None);
-    } else {
-        PyTuple_SET_ITEM(rec, 5, (PyObject *)code);
-    }
-    PyTuple_SET_ITEM(rec, 6, PyLong_FromLong(lasti));
-    PyTuple_SET_ITEM(rec, 7, PyFloat_FromDouble((double)ts.tv_sec + ts.tv_nsec * 1e-9));
-    if (sigobj == NULL || PyTuple_GET_ITEM(rec, 6) == NULL || PyTuple_GET_ITEM(rec, 7) == NULL) {
-        Py_DECREF(rec);
-        return NULL;
-    }
-    PyObject *r = PyObject_CallOneArg(s->append, rec);
-    if (r == NULL) {
-        Py_DECREF(rec);
-        return NULL;
-    }
-    Py_DECREF(r);
-    return rec;
-}
-
 /* What every call does before its traffic: the next sequence number (as the tag), the
  * record, the arena's timeout. Returns the tag (new reference) and sets *rec (new
  * reference or NULL when recording is off); NULL with an exception on error. */
@@ -243,8 +148,8 @@ static PyObject *fast_begin(Fast *s, PyObject *name, uint64_t sig, int fc, PyObj
     PyObject *tag = PyLong_FromUnsignedLongLong(s->tag_base | (seq & s->seq_mask));
     if (tag == NULL)
         return NULL;
-    if (s->record && s->append != Py_None) {
-        *rec = fast_record(s, tag, name, sig, fc);
+    if (rec_on(&s->rw)) {
+        *rec = rec_collective(&s->rw, tag, name, sig, s->algo_id[fc]);
         if (*rec == NULL) {
             Py_DECREF(tag);
             return NULL;

@@ -36,16 +36,17 @@ static int Fast_init(Fast *self, PyObject *args, PyObject *kwds)
         self->dt_sig[i] = PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(dts, i));
     if (PyErr_Occurred())
         return -1;
+    if (rec_init(&self->rw, append, obs_index, pkg) < 0)
+        return -1;
     PyObject **slots[] = {&self->core, &self->arena, &self->group, &self->seq, &self->hooks,
-                          &self->append, &self->observer, &self->obs_index, &self->pkg};
-    PyObject *values[] = {core, arena, group, seq, hooks, append, observer, obs_index, pkg};
-    for (int i = 0; i < 9; i++) {
+                          &self->observer};
+    PyObject *values[] = {core, arena, group, seq, hooks, observer};
+    for (int i = 0; i < 6; i++) {
         Py_INCREF(values[i]);
         Py_XSETREF(*slots[i], values[i]);
     }
     self->tag_base = tag_base;
     self->seq_mask = seq_mask;
-    self->record = 1;
     return 0;
 }
 
@@ -56,7 +57,7 @@ static int Fast_traverse(Fast *self, visitproc visit, void *arg)
     Py_VISIT(self->group);
     Py_VISIT(self->seq);
     Py_VISIT(self->hooks);
-    Py_VISIT(self->append);
+    rec_traverse(&self->rw, visit, arg);
     Py_VISIT(self->observer);
     Py_VISIT(self->scratch);
     for (int i = 0; i < self->n_ops; i++)
@@ -71,18 +72,14 @@ static int Fast_clear(Fast *self)
     Py_CLEAR(self->group);
     Py_CLEAR(self->seq);
     Py_CLEAR(self->hooks);
-    Py_CLEAR(self->append);
+    rec_clear(&self->rw);
     Py_CLEAR(self->observer);
-    Py_CLEAR(self->obs_index);
-    Py_CLEAR(self->pkg);
     Py_CLEAR(self->scratch);
     for (int i = 0; i < N_FC; i++)
         Py_CLEAR(self->algo_id[i]);
     for (int i = 0; i < self->n_ops; i++)
         Py_CLEAR(self->ops[i].op);
     self->n_ops = 0;
-    for (int i = 0; i < CODE_CACHE; i++)
-        Py_CLEAR(self->seen[i].code);
     self->paused = 1;     /* a cleared Fast never runs a call again */
     return 0;
 }
@@ -131,7 +128,7 @@ static PyMemberDef Fast_members[] = {
     {"a2a_cma", T_PYSSIZET, offsetof(Fast, a2a_cma), 0,
      "all_to_all's cross-memory-attach limit (shm_direct passes CMA_MIN // n, or -1)"},
     {"calls", T_ULONGLONG, offsetof(Fast, calls), READONLY, "calls completed here"},
-    {"record", T_INT, offsetof(Fast, record), 0,
+    {"record", T_INT, offsetof(Fast, rw.on), 0,
      "1 (default): append flight-recorder records; 0: not (to measure their cost)"},
     {NULL, 0, 0, 0, NULL},
 };
@@ -158,7 +155,7 @@ static int fast_module_init(PyObject *m)
     s_learn = PyUnicode_InternFromString("learn");
     s_failed = PyUnicode_InternFromString("failed");
     s_finish = PyUnicode_InternFromString("finish");
-    if (s_done == NULL || s_timeout == NULL || s_learn == NULL || s_failed == NULL ||
+    if (rec_module_init() < 0 || s_done == NULL || s_timeout == NULL || s_learn == NULL || s_failed == NULL ||
         s_finish == NULL || PyType_Ready(&FastType) < 0)
         return -1;
     Py_INCREF(&FastType);

@@ -32,6 +32,16 @@
  * growing to 1 ms, with the GIL released; every 100 ms the hook ``check(channel, nbytes,
  * tag, elapsed)`` checks Ctrl-C, the engine, the peer's liveness and the timeout and
  * raises the Python path's errors (a message in the ring meanwhile wins over its error).
+ *
+ * The flight recorder (``record`` True as the last argument, collcomm.send/recv): the
+ * call's record is the list Observer.p2p appends (_record.c; op isend/irecv, the peer's
+ * global rank, the caller's code and offset), written here only for a call that runs
+ * here. A send that completes (or fails) appends it ended; a receive appends it as
+ * "entered" before it waits and marks it "completed" or "failed" when it returns. A
+ * receive that leaves the message to the regular path (after its record was made)
+ * returns the record (a list) instead of None: the caller hands it to the regular path,
+ * which marks it (ProcessGroup.p2p_irecv's ``rec``). A call that declines before that
+ * makes no record: the regular path makes its own. Either way one record per call.
  */
 
 #define P2P_HDR 40                       /* shm.HEADER.size: "<IIQQQQ" */
@@ -63,6 +73,7 @@ typedef struct {
     long long spin_ns;
     int yields, paused;
     unsigned long long sends, recvs;     /* calls done here (tests check the path) */
+    RecWriter rw;                        /* the flight recorder's records (_record.c) */
 } P2P;
 
 static PyTypeObject PipeType, P2PType;
@@ -179,10 +190,12 @@ static int pipe_append(Pipe *p, const void *body, uint64_t n, uint64_t tag, uint
 
 static PyObject *P2P_send(P2P *s, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "send(buf, dst, tag, sig)");
+    if (nargs != 4 && nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "send(buf, dst, tag, sig[, record])");
         return NULL;
     }
+    int record = nargs == 5 && args[4] == Py_True && rec_on(&s->rw);
+    double t0 = record ? rec_now() : 0.0;
     Pipe *p = s->paused ? NULL : p2p_pipe(s, args[1]);
     uint64_t tag = p == NULL ? 0 : p2p_tag(s, args[2]);
     if (tag == 0 || !p->has_out || !PyLong_Check(args[3]))
@@ -217,6 +230,21 @@ static PyObject *P2P_send(P2P *s, PyObject *const *args, Py_ssize_t nargs)
         }
     }
     PyBuffer_Release(&b);
+    if (record && result != Py_None) {   /* done or failed here: its record, ended */
+        PyObject *t, *v, *tb;
+        PyErr_Fetch(&t, &v, &tb);
+        PyObject *rec = rec_p2p(&s->rw, s_rec_isend, p->peer,
+                                result == NULL ? s_rec_failed : s_rec_completed, t0, rec_now());
+        if (rec == NULL && result != NULL) {
+            Py_XDECREF(t);
+            Py_XDECREF(v);
+            Py_XDECREF(tb);
+            return NULL;
+        }
+        Py_XDECREF(rec);
+        PyErr_Clear();
+        PyErr_Restore(t, v, tb);
+    }
     return Py_XNewRef(result);
 }
 
@@ -313,10 +341,12 @@ static long long pipe_recv(P2P *s, Pipe *p, uint8_t *dst, uint64_t cap, uint64_t
 
 static PyObject *P2P_recv(P2P *s, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "recv(buf, src, tag, mask, sig)");
+    if (nargs != 5 && nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "recv(buf, src, tag, mask, sig[, record])");
         return NULL;
     }
+    int record = nargs == 6 && args[5] == Py_True && rec_on(&s->rw);
+    double t0 = record ? rec_now() : 0.0;
     Pipe *p = s->paused ? NULL : p2p_pipe(s, args[1]);
     uint64_t tag = p == NULL ? 0 : p2p_tag(s, args[2]);
     if (tag == 0 || !p->has_in || !PyLong_Check(args[3]) || !PyLong_Check(args[4]))
@@ -339,7 +369,13 @@ static PyObject *P2P_recv(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     if (got < 0)
         result = NULL;
     else if (got) {
+        PyObject *rec = NULL;
         int claim = p2p_engine_claims(s->engine, p->peer, tag, mask);
+        if (claim == 0 && record) {       /* it waits here: recorded as entered first */
+            rec = rec_p2p(&s->rw, s_rec_irecv, p->peer, s_rec_entered, t0, 0.0);
+            if (rec == NULL)
+                claim = -1;
+        }
         long long n = claim < 0 ? -1 : claim ? -2
                     : pipe_recv(s, p, (uint8_t *)b.buf, (uint64_t)b.len, tag, mask, sig);
         p2p_release(p->poll_release);
@@ -348,6 +384,13 @@ static PyObject *P2P_recv(P2P *s, PyObject *const *args, Py_ssize_t nargs)
         else if (n >= 0) {
             result = PyLong_FromLongLong(n);
             s->recvs++;
+        }
+        if (rec != NULL) {
+            if (n == -2)
+                result = Py_NewRef(rec);   /* left to the regular path, with its record */
+            else
+                rec_p2p_end(rec, result != NULL);
+            Py_DECREF(rec);
         }
     }
     PyBuffer_Release(&b);

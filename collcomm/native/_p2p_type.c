@@ -102,15 +102,24 @@ static PyTypeObject PipeType = {
     .tp_dealloc = (destructor)Pipe_dealloc,
 };
 
-/* P2P(engine, check, pipes, tag_base, spin_ns, yields) */
+/* P2P(engine, check, pipes, tag_base, spin_ns, yields, append=None, obs_index=0, pkg=""):
+ * append, obs_index, pkg: the flight recorder's (see _record.c; None: no records) */
 static int P2P_init(P2P *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"engine", "check", "pipes", "tag_base", "spin_ns", "yields", NULL};
-    PyObject *engine, *check, *pipes;
+    static char *kwlist[] = {"engine", "check", "pipes", "tag_base", "spin_ns", "yields",
+                             "append", "obs_index", "pkg", NULL};
+    PyObject *engine, *check, *pipes, *append = Py_None, *obs_index = NULL, *pkg = NULL;
     unsigned long long tag_base;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!KLi", kwlist, &engine, &check,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!KLi|OOO", kwlist, &engine, &check,
                                      &PyTuple_Type, &pipes, &tag_base, &self->spin_ns,
-                                     &self->yields))
+                                     &self->yields, &append, &obs_index, &pkg))
+        return -1;
+    PyObject *zero = PyLong_FromLong(0), *empty = PyUnicode_FromString("");
+    int bad = zero == NULL || empty == NULL ||
+              rec_init(&self->rw, append, obs_index ? obs_index : zero, pkg ? pkg : empty) < 0;
+    Py_XDECREF(zero);
+    Py_XDECREF(empty);
+    if (bad)
         return -1;
     if (tag_base == 0 || (tag_base & P2P_USER)) {
         PyErr_SetString(PyExc_ValueError, "P2P: tag_base must be non-zero, its 35 user bits clear");
@@ -131,7 +140,7 @@ static int P2P_traverse(P2P *self, visitproc visit, void *arg)
     Py_VISIT(self->engine);
     Py_VISIT(self->check);
     Py_VISIT(self->pipes);
-    return 0;
+    return rec_traverse(&self->rw, visit, arg);
 }
 
 static int P2P_clear(P2P *self)
@@ -139,6 +148,7 @@ static int P2P_clear(P2P *self)
     Py_CLEAR(self->engine);
     Py_CLEAR(self->check);
     Py_CLEAR(self->pipes);
+    rec_clear(&self->rw);
     self->paused = 1;     /* a cleared P2P never runs a call again */
     return 0;
 }
@@ -158,8 +168,9 @@ static PyObject *P2P_close(P2P *self, PyObject *unused)
 
 #define P2PM(name, doc) {#name, (PyCFunction)(void (*)(void))P2P_##name, METH_FASTCALL, doc}
 static PyMethodDef P2P_methods[] = {
-    P2PM(send, "send(buf, dst, tag, sig) -> True | None"),
-    P2PM(recv, "recv(buf, src, tag, mask, sig) -> nbytes | None"),
+    P2PM(send, "send(buf, dst, tag, sig[, record]) -> True | None"),
+    P2PM(recv, "recv(buf, src, tag, mask, sig[, record]) -> nbytes | None | the record "
+               "(left to the regular path after it was recorded)"),
     {"close", (PyCFunction)P2P_close, METH_NOARGS,
      "drop every reference; later calls take the regular path"},
     {NULL, NULL, 0, NULL},
@@ -169,6 +180,8 @@ static PyMemberDef P2P_members[] = {
     {"paused", T_INT, offsetof(P2P, paused), 0, "non-zero: calls take the regular path"},
     {"sends", T_ULONGLONG, offsetof(P2P, sends), READONLY, "sends completed here"},
     {"recvs", T_ULONGLONG, offsetof(P2P, recvs), READONLY, "receives completed here"},
+    {"record", T_INT, offsetof(P2P, rw.on), 0,
+     "1 (default): calls asked to record append flight-recorder records; 0: not (to measure)"},
     {NULL, 0, 0, 0, NULL},
 };
 

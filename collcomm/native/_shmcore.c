@@ -79,6 +79,7 @@ static PyTypeObject CoreType = {
 };
 
 /* ------------------------------------------------------------------ the fast call */
+#include "_record.c"            /* the flight recorder's records, written from C */
 #include "_fastcall.c"
 #include "_p2p.c"
 

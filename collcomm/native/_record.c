@@ -1,0 +1,227 @@
+/* The flight recorder's records, written from C (collcomm/core/recorder.py has the ring and
+ * the layout, collcomm/core/recorder_records.py the R_* indices and the states).
+ *
+ * Included by _shmcore.c before the fast call. One ``RecWriter`` lives in each object
+ * that records calls (the collectives' ``Fast``, a group's point-to-point ``P2P``): the
+ * ring's ``append`` (bound once), the group's observer index, collcomm's package path
+ * prefix and a per-code-object cache of "this code is collcomm's own" for the walk to
+ * the caller. It writes exactly what the Python observer writes:
+ *
+ * - a collective's record (``rec_collective``): the tuple ``Observer.call`` appends,
+ *   (observer index, tag, name, signature, id(family), caller's code, caller's
+ *   instruction offset, perf_counter time);
+ * - a point-to-point record (``rec_p2p``): the list ``Observer.p2p`` appends,
+ *   [observer index, 0, op, 0, 0, code, offset, t0, global peer, state, t1] with state
+ *   "entered" (t1 0.0) until ``rec_p2p_end`` marks it "completed" or "failed" (t1 then).
+ *
+ * The caller is the first frame outside collcomm (at most 8 frames up), as
+ * recorder_records.caller() finds it; times are CLOCK_MONOTONIC, the clock of
+ * time.perf_counter on Linux.
+ */
+
+typedef struct {
+    PyObject *code;             /* a code object (strong reference) */
+    int inside;                 /* it lies inside the collcomm package */
+} CodeSeen;
+
+#define CODE_CACHE 64
+
+typedef struct {
+    PyObject *append;           /* the recorder ring's append, or NULL: no records */
+    PyObject *index;            /* the observer's index (records name their group by it) */
+    PyObject *pkg;              /* the package's path prefix (str) */
+    int on;                     /* 0: no records (to measure what they cost) */
+    CodeSeen seen[CODE_CACHE];
+} RecWriter;
+
+static PyObject *s_rec_entered, *s_rec_completed, *s_rec_failed, *s_rec_isend, *s_rec_irecv;
+
+/* Set the writer up (append None: it records nothing). 0, or -1 with an exception. */
+static int rec_init(RecWriter *w, PyObject *append, PyObject *index, PyObject *pkg)
+{
+    if (append != Py_None && !PyCallable_Check(append)) {
+        PyErr_SetString(PyExc_TypeError, "the recorder's append must be callable or None");
+        return -1;
+    }
+    if (append != Py_None && !PyUnicode_Check(pkg)) {
+        PyErr_SetString(PyExc_TypeError, "the package prefix must be a str");
+        return -1;
+    }
+    Py_XSETREF(w->append, append == Py_None ? NULL : Py_NewRef(append));
+    Py_XSETREF(w->index, Py_NewRef(index));
+    Py_XSETREF(w->pkg, Py_NewRef(pkg));
+    w->on = 1;
+    return 0;
+}
+
+static inline int rec_on(const RecWriter *w)
+{
+    return w->on && w->append != NULL;
+}
+
+static int rec_traverse(RecWriter *w, visitproc visit, void *arg)
+{
+    Py_VISIT(w->append);
+    return 0;
+}
+
+static void rec_clear(RecWriter *w)
+{
+    Py_CLEAR(w->append);
+    Py_CLEAR(w->index);
+    Py_CLEAR(w->pkg);
+    for (int i = 0; i < CODE_CACHE; i++)
+        Py_CLEAR(w->seen[i].code);
+}
+
+/* Is `code` collcomm's own (cached per code object)? */
+static int rec_inside(RecWriter *w, PyCodeObject *code)
+{
+    CodeSeen *c = &w->seen[((uintptr_t)code >> 4) % CODE_CACHE];
+    if (c->code == (PyObject *)code)
+        return c->inside;
+    int inside = PyUnicode_Tailmatch(code->co_filename, w->pkg, 0, PY_SSIZE_T_MAX, -1) == 1;
+    Py_INCREF(code);
+    Py_XSETREF(c->code, (PyObject *)code);
+    c->inside = inside;
+    return inside;
+}
+
+/* The caller's code object (new reference; NULL, no exception: no Python frame) and its
+ * instruction offset: the first frame outside collcomm, at most 8 frames up. */
+static PyCodeObject *rec_caller(RecWriter *w, int *lasti)
+{
+    PyFrameObject *f = PyEval_GetFrame();
+    Py_XINCREF(f);
+    PyCodeObject *code = NULL;
+    *lasti = 0;
+    for (int i = 0; f != NULL && i < 8; i++) {
+        code = PyFrame_GetCode(f);
+        if (!rec_inside(w, code))
+            break;
+        PyFrameObject *back = PyFrame_GetBack(f);
+        if (back == NULL)
+            break;
+        Py_DECREF(code);
+        code = NULL;
+        Py_DECREF(f);
+        f = back;
+    }
+    if (f != NULL) {
+        if (code == NULL)
+            code = PyFrame_GetCode(f);
+#if PY_VERSION_HEX >= 0x030B0000
+        *lasti = PyFrame_GetLasti(f);
+#else
+        *lasti = f->f_lasti * 2;
+#endif
+        Py_DECREF(f);
+    }
+    return code;
+}
+
+/* time.perf_counter() */
+static inline double rec_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Fill items 0..7 of `rec` (a new tuple or list of at least 8 items): index, seq, op, sig,
+ * algo, the caller's code and offset, t0; then append it to the ring. `rec` is returned
+ * (a new reference), or NULL with an exception (rec released). */
+static PyObject *rec_fill(RecWriter *w, PyObject *rec, PyObject *seq, PyObject *op, uint64_t sig,
+                          PyObject *algo, double t0)
+{
+    int tuple = PyTuple_Check(rec);
+#define REC_SET(i, v) (tuple ? (void)PyTuple_SET_ITEM(rec, i, v) : (void)PyList_SET_ITEM(rec, i, v))
+    int lasti;
+    PyCodeObject *code = rec_caller(w, &lasti);
+    PyObject *sigobj = PyLong_FromUnsignedLongLong(sig), *lastio = PyLong_FromLong(lasti),
+             *t0o = PyFloat_FromDouble(t0);
+    REC_SET(0, Py_NewRef(w->index));
+    REC_SET(1, Py_NewRef(seq));
+    REC_SET(2, Py_NewRef(op));
+    REC_SET(3, sigobj);
+    REC_SET(4, Py_NewRef(algo));
+    REC_SET(5, code == NULL ? Py_NewRef(Py_None) : (PyObject *)code);
+    REC_SET(6, lastio);
+    REC_SET(7, t0o);
+#undef REC_SET
+    if (sigobj == NULL || lastio == NULL || t0o == NULL) {
+        Py_DECREF(rec);
+        return NULL;
+    }
+    PyObject *r = PyObject_CallOneArg(w->append, rec);
+    if (r == NULL) {
+        Py_DECREF(rec);
+        return NULL;
+    }
+    Py_DECREF(r);
+    return rec;
+}
+
+/* A collective's record (Observer.call's tuple), appended; the caller's time now. A new
+ * reference, or NULL with an exception. */
+static PyObject *rec_collective(RecWriter *w, PyObject *tag, PyObject *name, uint64_t sig,
+                                PyObject *algo_id)
+{
+    double t0 = rec_now();
+    PyObject *rec = PyTuple_New(8);
+    return rec == NULL ? NULL : rec_fill(w, rec, tag, name, sig, algo_id, t0);
+}
+
+/* A point-to-point record (Observer.p2p's list) of `op` with global rank `peer`, in
+ * `state` (s_rec_*) since t0, ended at t1 (0.0 while entered), appended. A new reference,
+ * or NULL with an exception. */
+static PyObject *rec_p2p(RecWriter *w, PyObject *op, long peer, PyObject *state, double t0,
+                         double t1)
+{
+    PyObject *rec = PyList_New(11);
+    if (rec == NULL)
+        return NULL;
+    /* It only ever holds numbers, strings and a code object (the states and end time
+     * written later too): it can be in no cycle, so the collector need not walk the
+     * ring's 2000 of them (as it need not for the collectives' tuples) */
+    PyObject_GC_UnTrack(rec);
+    PyObject *peero = PyLong_FromLong(peer), *t1o = PyFloat_FromDouble(t1);
+    PyList_SET_ITEM(rec, 8, peero);
+    PyList_SET_ITEM(rec, 9, Py_NewRef(state));
+    PyList_SET_ITEM(rec, 10, t1o);
+    if (peero == NULL || t1o == NULL) {
+        Py_DECREF(rec);                        /* (a list's dealloc skips NULL items) */
+        return NULL;
+    }
+    PyObject *zero = PyLong_FromLong(0);       /* (small ints are cached) */
+    rec = rec_fill(w, rec, zero, op, 0, zero, t0);
+    Py_DECREF(zero);
+    return rec;
+}
+
+/* Mark a point-to-point record completed (ok) or failed, ended now; keeps a pending
+ * exception. Failing to make the float leaves it as it was. */
+static void rec_p2p_end(PyObject *rec, int ok)
+{
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyObject *t1 = PyFloat_FromDouble(rec_now());
+    if (t1 != NULL) {
+        PyList_SetItem(rec, 9, Py_NewRef(ok ? s_rec_completed : s_rec_failed));
+        PyList_SetItem(rec, 10, t1);
+    }
+    PyErr_Clear();
+    PyErr_Restore(t, v, tb);
+}
+
+static int rec_module_init(void)
+{
+    struct { PyObject **slot; const char *name; } names[] = {
+        {&s_rec_entered, "entered"}, {&s_rec_completed, "completed"}, {&s_rec_failed, "failed"},
+        {&s_rec_isend, "isend"}, {&s_rec_irecv, "irecv"},
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if ((*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL)
+            return -1;
+    return 0;
+}
