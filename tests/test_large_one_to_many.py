@@ -1,6 +1,6 @@
 """Large broadcast, all_gather, gather and all_to_all on the shared-memory arena (issue 8,
 part 3): staged in pipelined steps, or read from the peers' memory by cross-memory attach,
-as the size and ``arena.cma_cost`` decide (see shm_direct._reads_peers and docs/large-copies.md).
+as the size and ``arena.cma_cost`` decide (see shm_large.reads_peers and docs/large-copies.md).
 
 One job per row below runs every case on real ranks. Slots of 256 KiB
 (``COLLCOMM_SHM_SLOT``) make a few-MB buffer take many steps and chunks, so the large-message

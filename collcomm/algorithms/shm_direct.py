@@ -36,7 +36,7 @@ moves ~2K bytes per rank instead of ~3K.
 Large one-to-many calls (broadcast, all_gather / gather, all_to_all above ``CMA_MIN``):
 either staged as above or read straight from the peers' buffers by cross-memory attach
 (CMA: the rank announces its buffer's address; one copy, by the reader, and one more sync
-at the end). :func:`_reads_peers` picks, the same on every rank: CMA above a quarter of
+at the end). :func:`.shm_large.reads_peers` picks, the same on every rank: CMA above a quarter of
 the last-level cache, and in between only where the arena measured a byte read by CMA to
 cost little enough against a memcpy (``arena.cma_cost``: ~3.3 on the VM this was measured
 on, where staging wins). A CMA broadcast puts the root to work too: it writes the first
@@ -52,9 +52,6 @@ below, from the same point); or the whole call, which the Python code then runs.
 """
 from __future__ import annotations
 
-import functools
-import glob
-import os
 from typing import Any, Sequence
 
 import numpy as np
@@ -71,94 +68,12 @@ from . import signature
 from .base import ReduceFn
 from .contract import Arena, NativeCore, ShmComm
 from .linear import displacements
+from .shm_large import a2a_cma_limit, broadcast_split, pipeline_elems, reads_peers
 
 #: all_reduce reads its peers by CMA only for chunks this large: below, the two extra
 #: syscalls and the closing sync cost more than the staging copy they save (measured).
 CMA_ALL_REDUCE = 2 << 20
 # The header words (OFFSET_WORD ..., per phase), ONE_SHOT, CMA_MIN: see transport/arena_layout.py.
-
-#: A staged broadcast goes in steps of about 1/PIPE_STEPS of the buffer, none smaller than
-#: PIPE_MIN bytes (each step costs a native call and a sync; 2 steps of 128 KiB measured
-#: slower than one of 256 KiB) nor larger than a slot: the root copies step i+1 in while
-#: the others copy step i out.
-PIPE_MIN, PIPE_STEPS = 256 << 10, 8
-
-#: Above this many times the last-level cache (the call's bytes: see _reads_peers), large
-#: one-to-many calls read the peers by cross-memory attach whatever it costs per byte:
-#: the ranks' buffers and slots (3-4x the call's bytes) no longer fit the cache, a byte
-#: read by CMA then costs about what a memcpy'd one does, and staging's extra copy goes
-#: to memory. Measured (n = 2, 32 MiB L3, settings interleaved in one job): staging won
-#: everywhere at 1-4 MiB (all_gather 1.3-3.5x, all_to_all 1.2-2x); broadcast by CMA split
-#: between root and reader won at 16-64 MiB; at 16-64 MiB all_gather and all_to_all went
-#: either way from run to run (load 2-5).
-STAGE_MAX = {"broadcast": 0.25, "gather": 0.25, "all_gather": 0.25, "all_to_all": 0.25}
-
-
-@functools.lru_cache(maxsize=1)
-def _llc_bytes() -> int:
-    """This host's last-level cache (bytes; 32 MiB when sysfs does not say)."""
-    best = 0
-    try:
-        for index in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*"):
-            with open(os.path.join(index, "size")) as fh:
-                text = fh.read().strip().upper()
-            scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-            best = max(best, int(text.rstrip("KMG")) * scale)
-    except (OSError, ValueError):
-        best = 0
-    return best or 32 << 20
-
-
-def _reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
-    """Does a ``collective`` call of ``nbytes`` (broadcast: the buffer; all_gather / gather:
-    all ranks' blocks together; all_to_all: n x the largest block) read the peers' buffers
-    by cross-memory attach (one copy, by the reader) rather than stage them through the
-    slots (a memcpy in by the writer, one out by the reader)? Every rank decides alike:
-    the inputs are the same everywhere.
-
-    Not at CMA_MIN bytes or less (staging in C is faster there); always above STAGE_MAX
-    x the last-level cache; in between by ``arena.cma_cost``, what a byte read from a peer
-    costs in memcpy'd bytes (measured when the arena is built), counting the bytes the
-    busiest rank copies, n ranks:
-
-    * broadcast, gather: the readers (the root of a gather) copy (n-1)·c·B by CMA, or
-      B per reader and per writer with staging (the root's copy in overlaps the others'
-      copy out): CMA if c ≤ 1;
-    * all_gather: 1 + (n-1)·c blocks by CMA, or n + 1 staged (own, in, n-1 out):
-      CMA if c·(n-1) < n;
-    * all_to_all: 1 + (n-1)·c blocks by CMA, or 2n - 1 staged: CMA if c < 2.
-
-    c is ~1 on most hosts; ~3.3 on the 2-vCPU VM this was measured on (process_vm_readv
-    at 7-10 GB/s against memcpy at 25-33 GB/s for data in the cache), where staging wins
-    until the data leaves the cache."""
-    if not arena.cma or nbytes <= CMA_MIN:
-        return False
-    if nbytes > STAGE_MAX[collective] * _llc_bytes():
-        return True
-    cost = float(getattr(arena, "cma_cost", 1.0))
-    if collective in ("broadcast", "gather"):
-        return cost <= 1.0
-    if collective == "all_gather":
-        return cost * (arena.n - 1) < arena.n
-    return cost < 2.0
-
-
-def _a2a_cma_limit(arena: Arena) -> int:
-    """all_to_all reads by CMA when the largest block of any rank (bytes) exceeds this
-    (the native core's ``cma_limit``; -1: never): see _reads_peers."""
-    if not arena.cma:
-        return -1
-    n = arena.n
-    if _reads_peers(arena, "all_to_all", CMA_MIN + 1):
-        return CMA_MIN // n
-    return int(STAGE_MAX["all_to_all"] * _llc_bytes()) // n
-
-
-def _pipeline_elems(arena: Arena, buf: np.ndarray) -> int:
-    """Elements per step of a staged broadcast (see PIPE_STEPS)."""
-    step = min(arena.slot, max(PIPE_MIN, buf.nbytes // PIPE_STEPS))
-    return max(1, step // buf.dtype.itemsize)
-
 
 def _enter(comm: ShmComm, arena: Arena, phase: int, collective: str, count: int, first: bool) -> None:
     """A call's sync; at its first one every rank checks that all are in the same call:
@@ -417,12 +332,12 @@ def broadcast(comm: ShmComm, buf: np.ndarray, root: int) -> None:
     arena = _arena(comm, "broadcast")
     dt, me = buf.dtype, comm.rank
     shared = _shared(comm, buf) if me == root else None
-    cma = _reads_peers(arena, "broadcast", buf.nbytes)
+    cma = reads_peers(arena, "broadcast", buf.nbytes)
     # staged: steps of `step` elements, each a copy in by the root, a sync and a copy out
     # by the others, the root already copying in the next step (the phases alternate) while
     # they copy out this one. A root whose buffer is read in place (shared heap, CMA)
     # publishes it whole at the first step; the others see that there and read it all.
-    step = _pipeline_elems(arena, buf) if not cma else buf.size
+    step = pipeline_elems(arena, buf) if not cma else buf.size
     core = _native(arena)
     if core is not None and shared is None and not cma:
         mine = _sig(comm, "broadcast", buf.size)
@@ -445,14 +360,14 @@ def broadcast(comm: ShmComm, buf: np.ndarray, root: int) -> None:
         phase = arena.next_phase()
         if me == root:
             _publish(arena, phase, chunk, shared, lo, cma)
-        elif cma:        # where the root may write our share (_broadcast_split)
+        elif cma:        # where the root may write our share (broadcast_split)
             arena.put(OFFSET_WORD + phase, buf.__array_interface__["data"][0])
         # every step checks the signature, as each native step does (ranks may mix the two)
         _enter(comm, arena, phase, "broadcast", buf.size, True)
         key = arena.get(root, SHARED_WORD + phase)
         in_place = bool(key)
         if key == CMA and getattr(arena, "cma_write", False):
-            _broadcast_split(arena, phase, buf, root)
+            broadcast_split(arena, phase, buf, root)
             break
         if in_place:     # the root's whole buffer, read in place (at the first step)
             if me != root:
@@ -462,23 +377,6 @@ def broadcast(comm: ShmComm, buf: np.ndarray, root: int) -> None:
             _read(comm, arena, phase, root, dt, chunk.size, 0, chunk)
     if in_place:
         arena.sync()    # nobody may change a buffer read in place until all have read it
-
-
-def _broadcast_split(arena: Arena, phase: int, buf: np.ndarray, root: int) -> None:
-    """Broadcast by cross-memory attach with the root at work too: it writes the first 1/n
-    of its buffer into every other rank's (process_vm_writev) while each of them reads
-    the rest from the root's. Every rank has published its buffer's address; the caller's
-    closing sync keeps both kinds of buffers untouched until all are done. (n = 2: each
-    rank copies half; measured 1.3-1.6x faster than the receiver reading it all, 4-64 MiB.)"""
-    n, me = arena.n, arena.rank
-    head = buf.size // n
-    if me == root:
-        for i in range(1, n):
-            r = (root + i) % n
-            arena.write_remote(r, arena.get(r, OFFSET_WORD + phase), buf[:head])
-    else:
-        arena.read_remote(root, arena.get(root, OFFSET_WORD + phase) + head * buf.dtype.itemsize,
-                          buf[head:])
 
 
 def _broadcast_after(comm: ShmComm, arena: Arena, status: int, mine: int, buf: np.ndarray,
@@ -513,7 +411,7 @@ def _gather_to(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, root: i
     arena = _arena(comm, name)
     dt = send.dtype
     shared = _shared(comm, send)
-    cma = _reads_peers(arena, name, send.nbytes * n)
+    cma = reads_peers(arena, name, send.nbytes * n)
     step = k if cma else _chunk_elems(arena, dt.itemsize)
     in_place = False
     for lo in range(0, k, step):
@@ -537,7 +435,7 @@ def _gather_native(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, roo
     name = "all_gather" if root is None else "gather"
     arena = _arena(comm, name)
     core = _native(arena)
-    if (core is None or send.nbytes > arena.slot or _reads_peers(arena, name, send.nbytes * comm.size)
+    if (core is None or send.nbytes > arena.slot or reads_peers(arena, name, send.nbytes * comm.size)
             or _shared(comm, send) is not None):
         return False
     me, k = comm.rank, send.size
@@ -685,7 +583,7 @@ def all_to_all(comm: ShmComm, send: np.ndarray, send_counts: Sequence[int], recv
         if core is not None:
             mine = _sig(comm, "all_to_all", 0)
             status = core.all_to_all(arena, send, send_counts, recv, recv_counts, send.dtype.itemsize,
-                                     mine, _a2a_cma_limit(arena))
+                                     mine, a2a_cma_limit(arena))
             if status != _REFUSE:
                 _all_to_all_after(comm, arena, status, mine, send, send_counts, recv, recv_counts)
                 return
@@ -704,7 +602,7 @@ def all_to_all(comm: ShmComm, send: np.ndarray, send_counts: Sequence[int], recv
     # after the check (which covers our block to ourselves too): every rank raises alike
     _own_block(send, send_counts, sdispl, recv, recv_counts, rdispl, me)
     largest = max(arena.get(r, SIZE_WORD + agree) for r in range(n))
-    limit = _a2a_cma_limit(arena)
+    limit = a2a_cma_limit(arena)
     if limit >= 0 and largest * dt.itemsize > limit:
         _all_to_all_cma(comm, arena, send, sdispl, recv, rdispl, recv_counts)
         return

@@ -1,0 +1,128 @@
+"""Large one-to-many calls on the arena: how shm_direct moves them, and which way.
+
+broadcast, all_gather / gather and all_to_all above ``CMA_MIN`` go one of two ways:
+
+* **staged** through the arena's slots, as every smaller call: the writer copies in, the
+  readers copy out (two memcpys per byte, on different cores). A broadcast goes in steps
+  (:func:`pipeline_elems`), each one native call, so the root copies step i+1 in while
+  the others copy step i out;
+* **read by cross-memory attach** (CMA): each rank announces its buffer's address and the
+  readers copy straight out of it (one ``process_vm_readv`` per byte), one more sync at the
+  end; a broadcast puts the root to work too (:func:`broadcast_split`).
+
+:func:`reads_peers` picks, the same on every rank, from the call's size, the last-level
+cache and ``arena.cma_cost`` (a CMA byte in memcpy'd bytes, measured when the arena is
+built; see transport/arena.py). Where it was measured (2-vCPU VM, CMA 3.2-3.4x a memcpy)
+staging wins from 256 KiB up to a quarter of the cache; docs/large-copies.md has the
+measurements.
+"""
+from __future__ import annotations
+
+import functools
+import glob
+import os
+
+import numpy as np
+
+from ..transport.arena_layout import CMA_MIN
+from ..transport.arena_layout import OFFSET as OFFSET_WORD
+from .contract import Arena
+
+#: A staged broadcast goes in steps of about 1/PIPE_STEPS of the buffer, none smaller than
+#: PIPE_MIN bytes (each step costs a native call and a sync; 2 steps of 128 KiB measured
+#: slower than one of 256 KiB) nor larger than a slot: the root copies step i+1 in while
+#: the others copy step i out.
+PIPE_MIN, PIPE_STEPS = 256 << 10, 8
+
+#: Above this many times the last-level cache (the call's bytes: see reads_peers), large
+#: one-to-many calls read the peers by cross-memory attach whatever it costs per byte:
+#: the ranks' buffers and slots (3-4x the call's bytes) no longer fit the cache, a byte
+#: read by CMA then costs about what a memcpy'd one does, and staging's extra copy goes
+#: to memory. Measured (n = 2, 32 MiB L3, settings interleaved in one job): staging won
+#: everywhere at 1-4 MiB (all_gather 1.3-3.5x, all_to_all 1.2-2x); broadcast by CMA split
+#: between root and reader won at 16-64 MiB; at 16-64 MiB all_gather and all_to_all went
+#: either way from run to run (load 2-5).
+STAGE_MAX = {"broadcast": 0.25, "gather": 0.25, "all_gather": 0.25, "all_to_all": 0.25}
+
+
+@functools.lru_cache(maxsize=1)
+def llc_bytes() -> int:
+    """This host's last-level cache (bytes; 32 MiB when sysfs does not say)."""
+    best = 0
+    try:
+        for index in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*"):
+            with open(os.path.join(index, "size")) as fh:
+                text = fh.read().strip().upper()
+            scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+            best = max(best, int(text.rstrip("KMG")) * scale)
+    except (OSError, ValueError):
+        best = 0
+    return best or 32 << 20
+
+
+def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
+    """Does a ``collective`` call of ``nbytes`` (broadcast: the buffer; all_gather / gather:
+    all ranks' blocks together; all_to_all: n x the largest block) read the peers' buffers
+    by cross-memory attach (one copy, by the reader) rather than stage them through the
+    slots (a memcpy in by the writer, one out by the reader)? Every rank decides alike:
+    the inputs are the same everywhere.
+
+    Not at CMA_MIN bytes or less (staging in C is faster there); always above STAGE_MAX
+    x the last-level cache; in between by ``arena.cma_cost``, what a byte read from a peer
+    costs in memcpy'd bytes (measured when the arena is built), counting the bytes the
+    busiest rank copies, n ranks:
+
+    * broadcast, gather: the readers (the root of a gather) copy (n-1)·c·B by CMA, or
+      B per reader and per writer with staging (the root's copy in overlaps the others'
+      copy out): CMA if c ≤ 1;
+    * all_gather: 1 + (n-1)·c blocks by CMA, or n + 1 staged (own, in, n-1 out):
+      CMA if c·(n-1) < n;
+    * all_to_all: 1 + (n-1)·c blocks by CMA, or 2n - 1 staged: CMA if c < 2.
+
+    c is ~1 on most hosts; ~3.3 on the 2-vCPU VM this was measured on (process_vm_readv
+    at 7-10 GB/s against memcpy at 25-33 GB/s for data in the cache), where staging wins
+    until the data leaves the cache."""
+    if not arena.cma or nbytes <= CMA_MIN:
+        return False
+    if nbytes > STAGE_MAX[collective] * llc_bytes():
+        return True
+    cost = float(getattr(arena, "cma_cost", 1.0))
+    if collective in ("broadcast", "gather"):
+        return cost <= 1.0
+    if collective == "all_gather":
+        return cost * (arena.n - 1) < arena.n
+    return cost < 2.0
+
+
+def a2a_cma_limit(arena: Arena) -> int:
+    """all_to_all reads by CMA when the largest block of any rank (bytes) exceeds this
+    (the native core's ``cma_limit``; -1: never): see reads_peers."""
+    if not arena.cma:
+        return -1
+    n = arena.n
+    if reads_peers(arena, "all_to_all", CMA_MIN + 1):
+        return CMA_MIN // n
+    return int(STAGE_MAX["all_to_all"] * llc_bytes()) // n
+
+
+def pipeline_elems(arena: Arena, buf: np.ndarray) -> int:
+    """Elements per step of a staged broadcast (see PIPE_STEPS)."""
+    step = min(arena.slot, max(PIPE_MIN, buf.nbytes // PIPE_STEPS))
+    return max(1, step // buf.dtype.itemsize)
+
+
+def broadcast_split(arena: Arena, phase: int, buf: np.ndarray, root: int) -> None:
+    """Broadcast by cross-memory attach with the root at work too: it writes the first 1/n
+    of its buffer into every other rank's (process_vm_writev) while each of them reads
+    the rest from the root's. Every rank has published its buffer's address; the caller's
+    closing sync keeps both kinds of buffers untouched until all are done. (n = 2: each
+    rank copies half; measured 1.3-1.6x faster than the receiver reading it all, 4-64 MiB.)"""
+    n, me = arena.n, arena.rank
+    head = buf.size // n
+    if me == root:
+        for i in range(1, n):
+            r = (root + i) % n
+            arena.write_remote(r, arena.get(r, OFFSET_WORD + phase), buf[:head])
+    else:
+        arena.read_remote(root, arena.get(root, OFFSET_WORD + phase) + head * buf.dtype.itemsize,
+                          buf[head:])
