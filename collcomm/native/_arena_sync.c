@@ -16,7 +16,7 @@ typedef struct {
     int n, rank;
     Py_ssize_t header, slot, stride, page, one_shot;
     int words;             /* 64-bit words of header per rank */
-    int w_counter, w_offset, w_size, w_shared, w_signature, w_sleepers;
+    int w_counter, w_offset, w_size, w_shared, w_signature, w_sleepers, w_phase;
     long long spin_ns;     /* spin this long before yielding */
     int yields;            /* then sched_yield this many times before blocking */
     int use_futex;
@@ -24,7 +24,7 @@ typedef struct {
     unsigned long long finished;  /* calls the Python code finished (ST_PYTHON) */
 } Core;
 
-static PyObject *s_phase, *s_count, *s_check;   /* interned attribute names */
+static PyObject *s_check;   /* interned attribute name */
 
 static inline uint64_t *word(Core *c, int r, int w)
 {

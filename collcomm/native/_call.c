@@ -22,14 +22,7 @@ static int call_begin(Call *k, Core *c, PyObject *arena)
     k->arena = arena;
     k->gil.ts = NULL;
     k->nbufs = 0;
-    PyObject *p = PyObject_GetAttr(arena, s_phase);
-    if (p == NULL)
-        return -1;
-    long v = PyLong_AsLong(p);
-    Py_DECREF(p);
-    if (v == -1 && PyErr_Occurred())
-        return -1;
-    k->phase = (int)(v & 1);
+    k->phase = (int)(get(c, c->rank, c->w_phase) & 1);   /* shared with the Python code */
     return 0;
 }
 
@@ -60,30 +53,15 @@ static int get_buffer(Call *k, PyObject *obj, int writable, char **data, Py_ssiz
     return 0;
 }
 
-/* Write back the arena's phase and counter (the Python Arena keeps them as attributes),
- * release the buffers; `status` < 0 means an exception is pending (kept). */
+/* Write back this rank's phase (a header word the Python Arena reads too), release the
+ * buffers; `status` < 0 means an exception is pending (kept). */
 static PyObject *call_end(Call *k, int status)
 {
+    put(k->c, k->c->w_phase, (uint64_t)k->phase);
     gil_take(&k->gil);
     for (int i = 0; i < k->nbufs; i++)
         PyBuffer_Release(&k->bufs[i]);
-    PyObject *type = NULL, *value = NULL, *tb = NULL;
     if (status < 0)
-        PyErr_Fetch(&type, &value, &tb);
-    PyObject *ph = PyLong_FromLong(k->phase);
-    PyObject *count = PyLong_FromUnsignedLongLong(
-        __atomic_load_n(word(k->c, k->c->rank, k->c->w_counter), __ATOMIC_RELAXED));
-    int bad = ph == NULL || count == NULL || PyObject_SetAttr(k->arena, s_phase, ph) < 0 ||
-              PyObject_SetAttr(k->arena, s_count, count) < 0;
-    Py_XDECREF(ph);
-    Py_XDECREF(count);
-    if (status < 0) {
-        if (bad)
-            PyErr_Clear();
-        PyErr_Restore(type, value, tb);
-        return NULL;
-    }
-    if (bad)
         return NULL;
     if (status == ST_DONE)
         k->c->done++;

@@ -150,10 +150,8 @@ PyMODINIT_FUNC PyInit__shmcore(void)
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL)
         return NULL;
-    s_phase = PyUnicode_InternFromString("phase");
-    s_count = PyUnicode_InternFromString("count");
     s_check = PyUnicode_InternFromString("_check");
-    if (s_phase == NULL || s_count == NULL || s_check == NULL || fast_module_init(m) < 0 ||
+    if (s_check == NULL || fast_module_init(m) < 0 ||
         p2p_module_init(m) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -46,6 +46,7 @@ from .. import native
 from ..errors import ClosedError, CollcommError, CommTimeoutError, PeerLostError
 from .arena_layout import LEFT as LEFT_WORD
 from .arena_layout import LINE, PHASES, PROBE_MAGIC, WORDS
+from .arena_layout import PHASE as PHASE_WORD
 from .arena_layout import PROBE as PROBE_WORD
 from .arena_layout import SLEEPERS as SLEEPERS_WORD
 from .shm import PAGE, pid_alive, pid_stopped
@@ -135,8 +136,7 @@ class Arena:
         self.header = (n * LINE + PAGE - 1) // PAGE * PAGE
         self.bytes = np.frombuffer(mm, dtype=np.uint8)
         self.address = self.bytes.__array_interface__["data"][0]
-        self.count = int(self.words[rank * WORDS])
-        self.phase = 0
+        self._me = rank * WORDS   # this rank's first header word
         self._views: dict[tuple, np.ndarray] = {}
         self._probe_buf = np.full(1, PROBE_MAGIC, dtype=np.uint64)
         self.cma = False          # set by build(): peers can read our memory directly
@@ -158,9 +158,21 @@ class Arena:
         return int(self.words[rank * WORDS + word])
 
     # -- slots ------------------------------------------------------------------------------
+    @property
+    def phase(self) -> int:
+        """The slot set (0 or 1) this rank's last call wrote: a header word, so the native
+        core and the Python code flip the same one."""
+        return self.words[self._me + PHASE_WORD]
+
     def next_phase(self) -> int:
-        self.phase ^= 1
-        return self.phase
+        phase = self.words[self._me + PHASE_WORD] ^ 1
+        self.words[self._me + PHASE_WORD] = phase
+        return phase
+
+    @property
+    def count(self) -> int:
+        """This rank's arrival counter (header word 0)."""
+        return self.words[self._me]
 
     def slot_base(self, phase: int, rank: int) -> int:
         return self.header + (phase * self.n + rank) * (self.slot + PAGE)
@@ -295,10 +307,9 @@ class Arena:
         if self.native_core is not None:
             self.native_core.sync(self)
             return
-        self.count += 1
-        target = self.count
         words, stride, n = self.words, WORDS, self.n
-        me = self.rank * stride
+        me = self._me
+        target = words[me] + 1
         words[me] = target
         if words[me + SLEEPERS_WORD] and _FUTEX is not None:   # somebody sleeps on us: wake
             words[me + SLEEPERS_WORD] = 0

@@ -19,7 +19,9 @@ word  meaning
 5, 6  per phase: the heap key of a buffer published in place, :data:`CMA` for a buffer
       read from the rank's memory by address, 0 for data staged in the slot
 7, 8  per phase: the signature of the call (collcomm.algorithms.signature)
-9-11  unused
+9     this rank's phase: which of the two slot sets its last call wrote (flipped by
+      every call, the native core's and the Python code's alike)
+10, 11  unused
 12    somebody sleeps on this rank's counter (futex): wake them when it moves
 13    the rank left cleanly (destroy_process_group), not a crash
 14    cross-memory-attach probe: the address of a magic word (:data:`PROBE_MAGIC`),
@@ -39,6 +41,7 @@ OFFSET = 1                 # + phase
 SIZE = 3                   # + phase
 SHARED = 5                 # + phase
 SIGNATURE = 7              # + phase
+PHASE = 9
 SLEEPERS = 12
 LEFT = 13
 PROBE = 14                 # and 15
@@ -57,8 +60,8 @@ ONE_SHOT = 64 << 10
 CMA_MIN = 256 << 10
 
 #: The words the native core needs, in the order it takes them.
-NATIVE = (WORDS, COUNTER, OFFSET, SIZE, SHARED, SIGNATURE, SLEEPERS)
+NATIVE = (WORDS, COUNTER, OFFSET, SIZE, SHARED, SIGNATURE, SLEEPERS, PHASE)
 
 _used = [COUNTER, OFFSET, OFFSET + 1, SIZE, SIZE + 1, SHARED, SHARED + 1, SIGNATURE, SIGNATURE + 1,
-         SLEEPERS, LEFT, PROBE, PROBE + 1]
+         PHASE, SLEEPERS, LEFT, PROBE, PROBE + 1]
 assert len(set(_used)) == len(_used) and max(_used) < WORDS, "arena header words overlap"
