@@ -160,7 +160,8 @@ def test_arena_has_what_shm_direct_uses(arena):
 def test_tracing_arena_keeps_the_contract(arena):
     comm = TracingComm(standin(contract.FullComm, rank=0, size=2, sig=0))
     assert problems(TracingArena(arena, comm), contract.Arena) == []
-    inner = standin(contract.Arena, n=2, rank=0, slot=4096, phase=0, cma=False, global_ranks=[0, 1])
+    inner = standin(contract.Arena, n=2, rank=0, slot=4096, phase=0, cma=False, cma_write=False,
+                     cma_cost=1.0, global_ranks=[0, 1])
     assert problems(TracingArena(inner, comm), contract.Arena) == []
 
 

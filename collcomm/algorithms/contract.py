@@ -99,6 +99,8 @@ class Arena(Protocol):
     slot: int                     # bytes per slot
     phase: int                    # the current slot phase (0 or 1)
     cma: bool                     # every rank can read every other's memory (read_remote)
+    cma_write: bool               # ... and write it (write_remote)
+    cma_cost: float               # a byte read by CMA costs this many memcpy'd bytes (agreed)
     global_ranks: Sequence[int]   # global rank of each rank (for error messages)
     native_core: NativeCore | None
 
@@ -121,6 +123,10 @@ class Arena(Protocol):
 
     def read_remote(self, r: int, address: int, out: np.ndarray) -> None:
         """Copy ``out.nbytes`` at ``address`` in rank ``r``'s memory into ``out`` (CMA)."""
+        ...
+
+    def write_remote(self, r: int, address: int, src: np.ndarray) -> None:
+        """Copy ``src`` to ``address`` in rank ``r``'s memory (CMA; only where ``cma_write``)."""
         ...
 
 

@@ -366,7 +366,7 @@ def broadcast(comm: ShmComm, buf: np.ndarray, root: int) -> None:
         _enter(comm, arena, phase, "broadcast", buf.size, True)
         key = arena.get(root, SHARED_WORD + phase)
         in_place = bool(key)
-        if key == CMA and getattr(arena, "cma_write", False):
+        if key == CMA and arena.cma_write:
             broadcast_split(arena, phase, buf, root)
             break
         if in_place:     # the root's whole buffer, read in place (at the first step)

@@ -86,7 +86,7 @@ def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
         return False
     if nbytes > STAGE_MAX[collective] * llc_bytes():
         return True
-    cost = float(getattr(arena, "cma_cost", 1.0))
+    cost = arena.cma_cost
     if collective in ("broadcast", "gather"):
         return cost <= 1.0
     if collective == "all_gather":
