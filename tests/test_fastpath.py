@@ -10,6 +10,8 @@ COLLCOMM_ALGO_*, tracing, buffers it cannot take).
 """
 from __future__ import annotations
 
+import hashlib
+
 import os
 from typing import Any
 
@@ -88,6 +90,14 @@ def _every_op_and_dtype() -> dict[str, Any]:
     out["scatter list"] = got.tolist()
     out["broadcast"] = b.tolist()
     out["all_gather"] = g.tolist()
+    # staged sizes above the one-shot size (128-240 KB: two-shot all_reduce, one step)
+    big = np.arange(30_000, dtype=np.float64) * (me + 1) / 7
+    dist.all_reduce(big)
+    bb = np.arange(30_001, dtype=np.int32) * (me + 3)
+    dist.broadcast(bb, src=2)
+    bg = np.empty(20_000 * n, np.float32)
+    dist.all_gather_into_tensor(bg, np.full(20_000, me + 0.25, np.float32))
+    out["staged sizes"] = [hashlib.sha256(a.tobytes()).hexdigest() for a in (big, bb, bg)]
     out["fast_calls"] = _calls()
     return out
 
@@ -141,7 +151,8 @@ def _taken_or_not() -> dict[str, Any]:
     taken("ufunc", lambda: dist.all_reduce(x, op=np.maximum))      # is MAX: taken
     taken("user op", lambda: dist.all_reduce(x, op=lambda a, b: np.maximum(a, b)))
     taken("longdouble", lambda: dist.all_reduce(np.ones(2, np.longdouble)))
-    taken("large", lambda: dist.all_reduce(np.ones(1 << 15, np.float32)))
+    taken("staged", lambda: dist.all_reduce(np.ones(1 << 15, np.float32)))   # 128 KiB
+    taken("large", lambda: dist.all_reduce(np.ones((1 << 16) + 16, np.float32)))   # > 256 KiB
     taken("algorithm", lambda: dist.all_reduce(x, algorithm="ring"))
     with dist.call_timeout(30):
         taken("call_timeout", lambda: dist.all_reduce(x))
@@ -166,6 +177,7 @@ def test_what_takes_the_fast_call() -> None:
     for seen in res:
         assert seen["plain"] and seen["after call_timeout"] and seen["after drain"], seen
         assert seen["ufunc"] and seen["all_gather list"] and seen["gather list"], seen
+        assert seen["staged"], seen
         assert seen["complex list"] is False, seen   # memoryview cannot cast to complex: regular
         for name in ("avg", "user op", "longdouble", "large", "algorithm", "call_timeout",
                      "async pending"):

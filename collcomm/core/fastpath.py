@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from .. import native, ops
-from ..algorithms import shm_direct, signature
+from ..algorithms import shm_direct, shm_large, signature
 from ..errors import CollcommError, InvalidArgumentError, with_context
 from ..transport.arena_layout import CMA_MIN, ONE_SHOT
 from . import recorder as recorder_mod
@@ -47,8 +47,13 @@ COLLECTIVES = ("all_reduce", "broadcast", "barrier", "all_gather", "reduce", "re
 _DTYPES = [np.dtype(t) for t in ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32",
                                  "int64", "uint64", "float16", "float32", "float64", "complex64",
                                  "complex128")]
-#: the largest message a Fast takes (bytes): the one-shot size of the arena
+#: the largest message a Fast of a group of one takes (bytes): the one-shot size
 LIMIT = ONE_SHOT
+#: ... and of a group with an arena: every shm_direct collective up to CMA_MIN bytes is one
+#: native call on staged data whatever the cost of cross-memory attach (shm_large.
+#: reads_peers), so the fast call runs exactly the regular path's native call there, less
+#: its 10-20 µs of Python at 128-256 KiB (docs/large-copies.md); never above a slot
+STAGED_MAX = CMA_MIN
 _SEQ_MASK = (1 << 35) - 1
 
 
@@ -62,20 +67,20 @@ def timeout_scope(delta: int) -> None:
         native.core.timeout_scope(delta)
 
 
-def _limit(group: Any, collective: str) -> int:
-    """The largest size (bytes) up to which the plan picks shm_direct for ``collective``
-    (0: never), checked per power-of-two size class."""
+def _limit(group: Any, collective: str, most: int) -> int:
+    """``most`` (bytes) if the plan picks shm_direct for ``collective`` at every
+    power-of-two size up to it, else 0 (never)."""
     if group.size == 1:
-        return LIMIT
+        return most
     if collective == "barrier":
         return 1 if group.plan.algorithm("barrier", 0) is shm_direct.barrier else 0
     want = getattr(shm_direct, collective)
     nbytes = 1
-    while nbytes <= LIMIT:
+    while nbytes <= most:
         if group.plan.algorithm(collective, nbytes) is not want:
             return 0
         nbytes *= 2
-    return LIMIT
+    return most
 
 
 def attach(group: Any, arena: Any = None) -> Any:
@@ -89,7 +94,8 @@ def attach(group: Any, arena: Any = None) -> Any:
         if core is None:
             return None
     try:
-        limits = tuple(_limit(group, c) for c in COLLECTIVES)
+        most = LIMIT if arena is None else min(STAGED_MAX, arena.slot)
+        limits = tuple(_limit(group, c, most) for c in COLLECTIVES)
     except InvalidArgumentError:   # an unknown COLLCOMM_ALGO_* name: the regular path says so
         return None
     pkg = recorder_mod.PACKAGE_PREFIX
@@ -103,7 +109,7 @@ def attach(group: Any, arena: Any = None) -> Any:
                          else signature.make(c, None, 0, 0) for c in COLLECTIVES),
         dtype_sigs=tuple(signature.dtype_code(d) for d in _DTYPES) + (signature.dtype_code("bfloat16"),),
         limits=limits, size=group.size, rank=group.rank)
-    fast.a2a_cma = CMA_MIN // group.size if getattr(arena, "cma", False) else -1
+    fast.a2a_cma = -1 if arena is None else shm_large.a2a_cma_limit(arena)   # as shm_direct's
     return fast
 
 
