@@ -97,7 +97,13 @@ def _every_op_and_dtype() -> dict[str, Any]:
     dist.broadcast(bb, src=2)
     bg = np.empty(20_000 * n, np.float32)
     dist.all_gather_into_tensor(bg, np.full(20_000, me + 0.25, np.float32))
-    out["staged sizes"] = [hashlib.sha256(a.tobytes()).hexdigest() for a in (big, bb, bg)]
+    # ... and up to a slot where shm_direct stages them in one native call (1.2 MB)
+    lg = np.empty(100_000 * n, np.float32)
+    dist.all_gather_into_tensor(lg, np.arange(100_000, dtype=np.float32) + me)
+    rs = np.empty(100_000, np.float64)
+    dist.reduce_scatter_tensor(rs, np.arange(100_000 * n, dtype=np.float64) * (me + 1) / 3)
+    out["staged sizes"] = [hashlib.sha256(a.tobytes()).hexdigest() for a in (big, bb, bg, lg)]
+    out["reduce_scatter 1.2 MB-7"] = hashlib.sha256(rs.tobytes()).hexdigest()   # per rank
     out["fast_calls"] = _calls()
     return out
 

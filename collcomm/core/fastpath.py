@@ -52,7 +52,8 @@ LIMIT = ONE_SHOT
 #: ... and of a group with an arena: every shm_direct collective up to CMA_MIN bytes is one
 #: native call on staged data whatever the cost of cross-memory attach (shm_large.
 #: reads_peers), so the fast call runs exactly the regular path's native call there, less
-#: its 10-20 µs of Python at 128-256 KiB (docs/large-copies.md); never above a slot
+#: its 10-40 µs of Python at 128 KiB - 1 MiB (docs/large-copies.md); never above a slot.
+#: Some go further: see _staged_max.
 STAGED_MAX = CMA_MIN
 _SEQ_MASK = (1 << 35) - 1
 
@@ -65,6 +66,31 @@ def timeout_scope(delta: int) -> None:
     """A ``call_timeout`` scope opened (+1) or closed (-1) in some thread."""
     if native.core is not None:
         native.core.timeout_scope(delta)
+
+
+def _staged_max(arena: Any, collective: str, n: int) -> int:
+    """The largest call (bytes, as the C entry measures it: all_gather / gather / scatter /
+    reduce_scatter / all_to_all their whole buffer) that shm_direct's regular path runs as
+    the same single native call on staged data: the fast call takes no more.
+
+    all_reduce and broadcast stop at STAGED_MAX: above it a buffer in the shared heap is
+    read in place (no copy in), and a broadcast goes in several native steps; gather and
+    all_gather go on while shm_large stages them (CMA costs more than two memcpys here, up
+    to a quarter of the cache) and each block fits a slot; reduce, scatter, reduce_scatter
+    (without CMA: with it, blocks up to CMA_MIN) and all_to_all (whose native call makes
+    its own rounds and CMA choice) up to a slot."""
+    slot = arena.slot
+    if collective in ("all_reduce", "broadcast"):
+        return min(slot, STAGED_MAX)
+    if collective in ("all_gather", "gather"):
+        top = n * slot
+        if arena.cma:
+            top = min(top, CMA_MIN if shm_large.reads_peers(arena, collective, CMA_MIN + 1)
+                      else int(shm_large.STAGE_MAX[collective] * shm_large.llc_bytes()))
+        return top
+    if collective == "reduce_scatter" and arena.cma:
+        return min(slot, n * CMA_MIN)
+    return slot
 
 
 def _limit(group: Any, collective: str, most: int) -> int:
@@ -94,8 +120,8 @@ def attach(group: Any, arena: Any = None) -> Any:
         if core is None:
             return None
     try:
-        most = LIMIT if arena is None else min(STAGED_MAX, arena.slot)
-        limits = tuple(_limit(group, c, most) for c in COLLECTIVES)
+        limits = tuple(_limit(group, c, LIMIT if arena is None else
+                              _staged_max(arena, c, group.size)) for c in COLLECTIVES)
     except InvalidArgumentError:   # an unknown COLLCOMM_ALGO_* name: the regular path says so
         return None
     pkg = recorder_mod.PACKAGE_PREFIX
