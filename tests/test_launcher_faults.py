@@ -181,6 +181,24 @@ def test_clean_exit_of_a_peer_is_left(tmp_path):
     assert "died" not in res.stderr.split("collcomm run: rank 2 (pid", 1)[1].splitlines()[0]
 
 
+def test_named_stopped_rank_that_exits_between_polls_is_said_resumed(capsys):
+    """A resumed rank can finish before the next poll sees it running; its exit still says
+    "resumed" (CI once missed the line). One killed while stopped (SIGKILL) did not resume."""
+    import types
+    from collcomm.tools.rank_procs import Output, Rank, check_stopped
+    for code, said in ((0, True), (1, True), (-signal.SIGKILL, False)):
+        r = Rank(rank=1, local_rank=1, proc=types.SimpleNamespace(pid=4242))  # type: ignore[arg-type]
+        r.stop_seen = r.stopped_since = 1.0
+        r.stop_named = True
+        r.returncode = code
+        check_stopped(r, 2.0, Output())
+        err = capsys.readouterr().err
+        assert ("rank 1 (pid 4242) resumed" in err) is said, (code, err)
+        assert not r.stop_named and r.stop_seen is None
+        check_stopped(r, 3.0, Output())  # said once
+        assert capsys.readouterr().err == ""
+
+
 @pytest.mark.timeout(90)
 def test_stopped_rank_named_at_once_and_resumed(tmp_path):
     prog = write_prog(tmp_path, """

@@ -128,6 +128,12 @@ def process_state(pid: int) -> str:
 
 def check_stopped(r: Rank, now: float, output: Output) -> None:
     if r.returncode is not None:
+        # A named rank that exited between two polls ran again first, unless SIGKILL ended it
+        # while stopped: say it resumed, as if a poll had seen it running.
+        if r.stop_named and r.returncode != -signal.SIGKILL:
+            output.write(sys.stderr, f"collcomm run: rank {r.rank} (pid {r.proc.pid}) "
+                                     "resumed\n".encode())
+        r.stop_seen, r.stopped_since, r.stop_named = None, None, False
         return
     if process_state(r.proc.pid) == "T":
         if r.stop_seen is None:
