@@ -73,7 +73,7 @@ def run_ranks(fn: Callable[..., Any], n: int, *args: Any, env: dict[str, str] | 
     the list of :class:`Outcome` instead of raising when a rank fails. ``kill``: {rank: t}
     SIGKILLs that rank t seconds after every rank has joined the job (with ``init``; else
     after the start), so a slow start on a loaded machine never moves the kill into
-    ``init_process_group``; the victim's ``Outcome.killed_at`` says when it happened. ``rank_env``: extra variables per rank
+    ``init_process_group``; earlier once every other rank has exited; the victim's ``Outcome.killed_at`` says when it happened. ``rank_env``: extra variables per rank
     (e.g. ``COLLCOMM_HOST_ID`` to make ranks of one machine look like several hosts).
     """
     job_id = secrets.token_hex(6)
@@ -112,7 +112,8 @@ def run_ranks(fn: Callable[..., Any], n: int, *args: Any, env: dict[str, str] | 
                     os.path.exists(os.path.join(tmp, f"joined-{r}")) for r in range(n)):
                 joined_at = now
             for r, t in list(pending_kills.items()):
-                if joined_at is not None and now - joined_at >= t:
+                alone = all(p.poll() is not None for q, p in enumerate(procs) if q != r)
+                if joined_at is not None and (now - joined_at >= t or alone):
                     procs[r].send_signal(signal.SIGKILL)
                     killed_at[r] = time.monotonic()
                     del pending_kills[r]
