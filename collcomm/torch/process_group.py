@@ -41,10 +41,8 @@ from ..core.work import Work as CoreWork
 from ..errors import CollcommError, InvalidArgumentError
 from .errors import translate
 from .p2p import PointToPoint
-from .tensors import (
-    View, copy_out, core_dtype, fast_array, fast_op, flat_like, reduce_op, same_kind, scale, view,
-    views,
-)
+from . import fast as fast_calls
+from .tensors import View, copy_out, core_dtype, flat_like, reduce_op, same_kind, scale, view, views
 from .work import CollWork, DoneWork, seconds
 
 __all__ = ["BACKEND_NAME", "ProcessGroupCollcomm"]
@@ -152,14 +150,8 @@ class ProcessGroupCollcomm(PointToPoint, dist.ProcessGroup):
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         opts = opts or dist.AllreduceOptions()
         fast = self._fast(opts)
-        if fast is not None and len(tensors) == 1:
-            a, op = fast_array(tensors[0]), fast_op(opts.reduceOp)
-            if a is not None and op is not None:
-                try:
-                    if fast.all_reduce(a, a, op, "all_reduce"):
-                        return DoneWork("all_reduce", tensors)
-                except CollcommError as exc:
-                    raise translate(exc) from None
+        if fast is not None and fast_calls.all_reduce(fast, tensors, opts.reduceOp):
+            return DoneWork("all_reduce", tensors)
         op, factor = self._op(opts, "all_reduce")
         vs = self._views(tensors, "all_reduce", "tensors", reducing=True)
         g = self.core_group
@@ -200,14 +192,8 @@ class ProcessGroupCollcomm(PointToPoint, dist.ProcessGroup):
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         opts = opts or dist.BroadcastOptions()
         fast = self._fast(opts)
-        if fast is not None and len(tensors) == 1:
-            a = fast_array(tensors[0])
-            if a is not None:
-                try:
-                    if fast.broadcast(a, opts.rootRank, "broadcast"):
-                        return DoneWork("broadcast", tensors)
-                except CollcommError as exc:
-                    raise translate(exc) from None
+        if fast is not None and fast_calls.broadcast(fast, tensors, opts.rootRank):
+            return DoneWork("broadcast", tensors)
         vs = self._views(tensors, "broadcast", "tensors")
         g, root = self.core_group, opts.rootRank
         starts = [lambda a, v=v: core.broadcast(g, v.arr, root, dtype=core_dtype(v), async_op=a,
@@ -218,8 +204,11 @@ class ProcessGroupCollcomm(PointToPoint, dist.ProcessGroup):
     # -- reduce ------------------------------------------------------------------------------
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         opts = opts or dist.ReduceOptions()
-        op, factor = self._op(opts, "reduce")
         g, root = self.core_group, opts.rootRank
+        fast = self._fast(opts)
+        if fast is not None and fast_calls.reduce(fast, tensors, opts.reduceOp, root, g.rank):
+            return DoneWork("reduce", tensors)
+        op, factor = self._op(opts, "reduce")
         is_root = g.rank == root
         starts = []
         for i, t in enumerate(tensors):
@@ -252,6 +241,9 @@ class ProcessGroupCollcomm(PointToPoint, dist.ProcessGroup):
     def allgather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
                   opts: Any = None, _call: str = "all_gather") -> dist.Work:
         opts = opts or dist.AllgatherOptions()
+        fast = self._fast(opts) if _call == "all_gather" else None
+        if fast is not None and fast_calls.all_gather(fast, output_tensors, input_tensors):
+            return DoneWork(_call, output_tensors)
         ins = self._views(input_tensors, _call, "input_tensors")
         if not isinstance(output_tensors, (list, tuple)) or len(output_tensors) != len(ins):
             raise self._fail(_call, "output_tensors must hold one list of tensors per input tensor")
@@ -270,14 +262,8 @@ class ProcessGroupCollcomm(PointToPoint, dist.ProcessGroup):
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
                           opts: Any = None) -> dist.Work:
         fast = self._fast(opts)
-        if fast is not None:
-            a, b = fast_array(input), fast_array(output)
-            if a is not None and b is not None:
-                try:
-                    if fast.all_gather(a, b, "all_gather_into_tensor"):
-                        return DoneWork("all_gather_into_tensor", [output])
-                except CollcommError as exc:
-                    raise translate(exc) from None
+        if fast is not None and fast_calls.all_gather_single(fast, output, input):
+            return DoneWork("all_gather_into_tensor", [output])
         return self.all_gather_single_coalesced([output], [input], opts, _call="all_gather_into_tensor")
 
     _allgather_base = all_gather_single
@@ -302,6 +288,9 @@ class ProcessGroupCollcomm(PointToPoint, dist.ProcessGroup):
                opts: Any = None) -> dist.Work:
         opts = opts or dist.GatherOptions()
         g, root = self.core_group, opts.rootRank
+        fast = self._fast(opts)
+        if fast is not None and fast_calls.gather(fast, output_tensors, input_tensors, root, g.rank):
+            return DoneWork("gather", output_tensors)
         inp = self._view(input_tensors[0], "gather", "tensor")
         if g.rank == root and 0 <= root < g.size:
             outs = self._views(output_tensors[0] if output_tensors else [], "gather", "gather_list")
@@ -319,6 +308,9 @@ class ProcessGroupCollcomm(PointToPoint, dist.ProcessGroup):
                 opts: Any = None) -> dist.Work:
         opts = opts or dist.ScatterOptions()
         g, root = self.core_group, opts.rootRank
+        fast = self._fast(opts)
+        if fast is not None and fast_calls.scatter(fast, output_tensors, input_tensors, root, g.rank):
+            return DoneWork("scatter", output_tensors)
         out = self._view(output_tensors[0], "scatter", "tensor")
         send = None
         if g.rank == root and 0 <= root < g.size:
@@ -352,6 +344,9 @@ class ProcessGroupCollcomm(PointToPoint, dist.ProcessGroup):
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
                               opts: Any = None) -> dist.Work:
+        fast = self._fast(opts)
+        if fast is not None and fast_calls.reduce_scatter_single(fast, output, input, opts.reduceOp):
+            return DoneWork("reduce_scatter_tensor", [output])
         return self.reduce_scatter_single_coalesced([output], [input], opts,
                                                     _call="reduce_scatter_tensor")
 
@@ -392,6 +387,10 @@ class ProcessGroupCollcomm(PointToPoint, dist.ProcessGroup):
                           opts: Any = None) -> dist.Work:
         opts = opts or dist.AllToAllOptions()
         call = "all_to_all_single"
+        fast = self._fast(opts)
+        if fast is not None and fast_calls.all_to_all_single(fast, output, input, output_split_sizes,
+                                                             input_split_sizes):
+            return DoneWork(call, [output])
         vo, vi = self._view(output, call, "output"), self._view(input, call, "input")
         send_counts = self._split_counts(vi, input_split_sizes, call, "input")
         recv_counts = self._split_counts(vo, output_split_sizes, call, "output")
@@ -424,6 +423,9 @@ class ProcessGroupCollcomm(PointToPoint, dist.ProcessGroup):
     def barrier(self, opts: Any = None) -> dist.Work:
         opts = opts or dist.BarrierOptions()
         g, limit = self.core_group, seconds(getattr(opts, "timeout", None))
+        fast = self._fast(opts)
+        if fast is not None and fast_calls.barrier(fast, limit):
+            return DoneWork("barrier", [])
         start: Start = lambda a: core.barrier(g, async_op=a, timeout=limit)  # noqa: E731
         return self._run("barrier", opts, [], [start])
 

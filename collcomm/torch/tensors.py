@@ -101,14 +101,22 @@ def fast_array(t: Any) -> np.ndarray | None:
         return None
 
 
+#: the fast call's ops by RedOpType value (None: AVG; PREMUL_SUM and later are past the end)
+_FAST_OPS = [None] * (max(int(k) for k in _OPS) + 1)
+for _kind, _rop in _OPS.items():
+    _FAST_OPS[int(_kind)] = None if _rop is ReduceOp.AVG else _rop
+
+
 def fast_op(op: Any) -> Any:
     """The collcomm op of a plain torch ``ReduceOp`` (not AVG, not PREMUL_SUM), else None."""
     try:
         kind = op.op
     except AttributeError:
         kind = op
-    rop = _OPS.get(kind) if isinstance(kind, _RED) else None
-    return None if rop is ReduceOp.AVG else rop
+    if type(kind) is not _RED:
+        return None
+    i = int(kind)
+    return _FAST_OPS[i] if i < len(_FAST_OPS) else None
 
 
 def views(ts: Sequence[Any], call: str, where: str, what: str, reducing: bool = False) -> list[View]:

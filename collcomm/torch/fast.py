@@ -1,0 +1,127 @@
+"""The torch backend's fast calls: a blocking call of plain CPU tensors in one C call.
+
+Each function here offers one torch call to the group's fast call
+(:mod:`collcomm.core.fastpath`) and says whether it was done. It is, only when every
+tensor is a dense, contiguous CPU tensor of a numpy dtype (:func:`fast_array`), the op a
+plain one (:func:`fast_op`: no AVG, no PREMUL_SUM), the sizes the even ones the fast call
+takes, and the fast call itself accepts the call (it declines anything unusual by doing
+nothing). Otherwise nothing has happened and the backend's regular path runs, and raises
+every argument error with its own text: the fast call checks the full call signature
+across ranks as the regular path does, so a rank on one path and a rank on the other
+meet in the same native call.
+
+The names given to the fast call are the regular path's, so the flight recorder's records
+and the error texts are the same either way.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ..errors import CollcommError
+from .errors import translate
+from .tensors import fast_array, fast_op
+
+__all__ = ["all_gather", "all_reduce", "all_to_all_single", "barrier", "broadcast", "gather",
+           "reduce", "reduce_scatter_single", "scatter"]
+
+
+def _arrays(tensors: Any) -> list[Any] | None:
+    """The numpy arrays of a list of tensors the fast call can take as they are, else None."""
+    if type(tensors) is not list:
+        return None
+    arrays = []
+    for t in tensors:
+        a = fast_array(t)
+        if a is None:
+            return None
+        arrays.append(a)
+    return arrays
+
+
+def _done(call: Any, *args: Any) -> bool:
+    try:
+        return bool(call(*args))
+    except CollcommError as exc:
+        raise translate(exc) from None
+
+
+def all_reduce(fast: Any, tensors: Sequence[Any], op: Any) -> bool:
+    if len(tensors) != 1:
+        return False
+    a, rop = fast_array(tensors[0]), fast_op(op)
+    return a is not None and rop is not None and _done(fast.all_reduce, a, a, rop, "all_reduce")
+
+
+def broadcast(fast: Any, tensors: Sequence[Any], root: int) -> bool:
+    if len(tensors) != 1:
+        return False
+    a = fast_array(tensors[0])
+    return a is not None and _done(fast.broadcast, a, root, "broadcast")
+
+
+def reduce(fast: Any, tensors: Sequence[Any], op: Any, root: int, rank: int) -> bool:
+    """In place on the root; the other ranks' tensors stay as they are (gloo's reduce)."""
+    if len(tensors) != 1:
+        return False
+    a, rop = fast_array(tensors[0]), fast_op(op)
+    return (a is not None and rop is not None
+            and _done(fast.reduce, a, a if rank == root else None, rop, root, "reduce"))
+
+
+def all_gather(fast: Any, outputs: Sequence[Any], inputs: Sequence[Any]) -> bool:
+    """torch's list form: one input tensor, one output tensor per rank."""
+    if len(inputs) != 1 or len(outputs) != 1:
+        return False
+    a, outs = fast_array(inputs[0]), _arrays(outputs[0])
+    return a is not None and outs is not None and _done(fast.all_gather, a, outs, "all_gather")
+
+
+def all_gather_single(fast: Any, output: Any, input: Any) -> bool:  # noqa: A002 - torch's name
+    a, b = fast_array(input), fast_array(output)
+    return a is not None and b is not None and _done(fast.all_gather, a, b, "all_gather_into_tensor")
+
+
+def reduce_scatter_single(fast: Any, output: Any, input: Any, op: Any) -> bool:  # noqa: A002
+    a, b, rop = fast_array(input), fast_array(output), fast_op(op)
+    return (a is not None and b is not None and rop is not None
+            and _done(fast.reduce_scatter, a, b, rop, "reduce_scatter_tensor"))
+
+
+def all_to_all_single(fast: Any, output: Any, input: Any, out_splits: Sequence[int],  # noqa: A002
+                      in_splits: Sequence[int]) -> bool:
+    """Only the even split (no split sizes given): uneven ones are all_to_all_v."""
+    if out_splits or in_splits:
+        return False
+    a, b = fast_array(input), fast_array(output)
+    return a is not None and b is not None and _done(fast.all_to_all, a, b, "all_to_all_single")
+
+
+def gather(fast: Any, outputs: Sequence[Any], inputs: Sequence[Any], root: int, rank: int) -> bool:
+    """The root gives one output tensor per rank; the others give none."""
+    if len(inputs) != 1:
+        return False
+    a = fast_array(inputs[0])
+    if a is None:
+        return False
+    if rank != root:
+        return not outputs and _done(fast.gather, a, None, root, "gather")
+    outs = _arrays(outputs[0]) if len(outputs) == 1 else None
+    return outs is not None and _done(fast.gather, a, outs, root, "gather")
+
+
+def scatter(fast: Any, outputs: Sequence[Any], inputs: Sequence[Any], root: int, rank: int) -> bool:
+    """The root gives one input tensor per rank; the others give none."""
+    if len(outputs) != 1:
+        return False
+    b = fast_array(outputs[0])
+    if b is None:
+        return False
+    if rank != root:
+        return not inputs and _done(fast.scatter, None, b, root, "scatter")
+    ins = _arrays(inputs[0]) if len(inputs) == 1 else None
+    return ins is not None and _done(fast.scatter, ins, b, root, "scatter")
+
+
+def barrier(fast: Any, limit: float | None) -> bool:
+    """Only without a per-call timeout (the fast call waits for the group's)."""
+    return limit is None and _done(fast.barrier, "barrier")

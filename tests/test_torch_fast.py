@@ -1,0 +1,127 @@
+"""The torch backend's fast calls (collcomm/torch/fast.py): every blocking call of plain
+CPU tensors that the group's fast call takes gives the same results as the regular path,
+a rank on the fast call and a rank on the regular path (``COLLCOMM_FAST=0``) meet in one
+job, the fast call is really taken, and what it declines (uneven splits, AVG, bfloat16,
+non-contiguous tensors, bad lists) goes the regular way with the regular errors."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.harness import run_ranks
+
+pytest.importorskip("torch")
+
+
+def _every_call() -> dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+
+    import collcomm.torch  # noqa: F401 - registers the backend
+
+    dist.init_process_group("collcomm")
+    me, n = dist.get_rank(), dist.get_world_size()
+    dist.barrier()                            # the arena's first call goes the regular way
+    fast = dist.group.WORLD.core_group.fast
+    before = fast.calls if fast is not None else 0
+    bad: list[str] = []
+    calls = 0
+
+    def same(what: str, got: Any, want: Any) -> None:
+        if not np.array_equal(np.asarray(got), np.asarray(want)):
+            bad.append(f"rank {me}: {what}: got {np.asarray(got).tolist()}, want {np.asarray(want).tolist()}")
+
+    def mine(r: int, count: int, dtype: Any) -> Any:
+        return torch.arange(count, dtype=dtype) + 10 * r + 1
+
+    for dtype in (torch.float32, torch.int64, torch.int8):
+        for count in (0, 1, 5):
+            for root in range(n):
+                t = mine(me, count, dtype)
+                dist.reduce(t, dst=root, op=dist.ReduceOp.SUM)
+                same(f"reduce {dtype} {count} root {root}", t,
+                     sum(mine(r, count, dtype) for r in range(n)) if me == root else mine(me, count, dtype))
+                outs = [torch.full((count,), -1, dtype=dtype) for _ in range(n)] if me == root else None
+                dist.gather(mine(me, count, dtype), gather_list=outs, dst=root)
+                if me == root:
+                    for r in range(n):
+                        same(f"gather {dtype} {count} root {root} [{r}]", outs[r], mine(r, count, dtype))
+                out = torch.full((count,), -1, dtype=dtype)
+                ins = [mine(r, count, dtype) * 2 for r in range(n)] if me == root else None
+                dist.scatter(out, scatter_list=ins, src=root)
+                same(f"scatter {dtype} {count} root {root}", out, mine(me, count, dtype) * 2)
+                calls += 3 if count else 0     # an empty call goes the regular way
+            t = mine(me, count, dtype)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            same(f"all_reduce MAX {dtype} {count}", t, mine(n - 1, count, dtype))
+            lst = [torch.empty(count, dtype=dtype) for _ in range(n)]
+            dist.all_gather(lst, mine(me, count, dtype))
+            for r in range(n):
+                same(f"all_gather {dtype} {count} [{r}]", lst[r], mine(r, count, dtype))
+            full = torch.cat([mine(r, n * count, dtype) for r in range(n)])
+            rs = torch.empty(count, dtype=dtype)
+            dist.reduce_scatter_tensor(rs, mine(me, n * count, dtype))
+            same(f"reduce_scatter_tensor {dtype} {count}", rs,
+                 sum(mine(r, n * count, dtype) for r in range(n))[me * count:(me + 1) * count])
+            a2a = torch.empty(n * count, dtype=dtype)
+            dist.all_to_all_single(a2a, mine(me, n * count, dtype))
+            same(f"all_to_all_single {dtype} {count}", a2a,
+                 torch.cat([full[r * n * count + me * count:r * n * count + (me + 1) * count]
+                            for r in range(n)]))
+            dist.barrier()
+            calls += 5 if count else 1
+    taken = (fast.calls - before) if fast is not None else None
+
+    # what the fast call declines goes the regular way, with the same results
+    t = torch.ones(4) * (me + 1)
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    same("AVG", t, torch.ones(4) * (n + 1) / 2)
+    x = torch.arange(6 * n, dtype=torch.float32).reshape(2, 3 * n)[:, ::3].contiguous().t()
+    dist.reduce(x, dst=0)                                    # non-contiguous
+    splits = [1] * n
+    a2a = torch.empty(n)
+    dist.all_to_all_single(a2a, torch.arange(n, dtype=torch.float32) + 10 * me, splits, splits)
+    same("all_to_all_single with splits", a2a, torch.tensor([10.0 * r + me for r in range(n)]))
+    bf = torch.ones(3, dtype=torch.bfloat16)
+    dist.reduce_scatter_tensor(torch.empty(1, dtype=torch.bfloat16), torch.ones(n, dtype=torch.bfloat16))
+
+    # a bad list on a root that is alone in the call: raised before any traffic
+    errors = []
+    for call in ("gather", "scatter"):
+        try:
+            if call == "gather":
+                dist.gather(torch.ones(2), gather_list=[torch.ones(2)] * (n + 1), dst=me)
+            else:
+                dist.scatter(torch.ones(2), scatter_list=[torch.ones(3)] * n, src=me)
+            bad.append(f"rank {me}: {call} with a bad list did not raise")
+        except ValueError as exc:
+            errors.append(re.sub(r"rank \d+", "rank R", str(exc)))
+
+    # a mismatched root: every rank raises, on either path
+    mismatch = None
+    try:
+        dist.reduce(torch.ones(2), dst=me % 2)
+    except dist.DistBackendError as exc:
+        mismatch = type(exc).__name__
+    dist.destroy_process_group()
+    return {"bad": bad, "taken": taken, "calls": calls, "errors": errors,
+            "mismatch": mismatch, "bf": bf.float().tolist()}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n,regular", [(1, None), (3, 1)])
+def test_torch_fast_calls_match_the_regular_path(n: int, regular: int | None) -> None:
+    env = {regular: {"COLLCOMM_FAST": "0"}} if regular is not None else None
+    res = run_ranks(_every_call, n, transport="shm", timeout=100, init=False, rank_env=env)
+    for r, out in enumerate(res):
+        assert not out["bad"], "\n".join(out["bad"][:20])
+        if r == regular:
+            assert out["taken"] is None
+        else:   # every call above was one fast call (the first dtype's barrier included)
+            assert out["taken"] == out["calls"], out
+    assert len({tuple(o["errors"]) for o in res}) == 1 and len(res[0]["errors"]) == 2, res
+    if n > 1:
+        assert all(o["mismatch"] == "BackendMismatchError" for o in res), res
