@@ -24,7 +24,8 @@ here. Semantics are gloo's:
   ``new_group(timeout=)``); ``barrier`` also honours ``opts.timeout``, the one per-call
   timeout torch's Python API sets.
 
-Point to point and ``monitored_barrier`` are in :mod:`collcomm.torch.p2p`.
+Point to point and ``monitored_barrier`` are in :mod:`collcomm.torch.p2p`; gather, scatter and
+all-to-all in :mod:`collcomm.torch.data_moves`.
 """
 from __future__ import annotations
 
@@ -42,15 +43,13 @@ from ..errors import CollcommError, InvalidArgumentError
 from .errors import translate
 from .p2p import PointToPoint
 from . import fast as fast_calls
-from .tensors import View, copy_out, core_dtype, flat_like, reduce_op, same_kind, scale, view, views
-from .work import CollWork, DoneWork, seconds
+from .data_moves import DataMoves
+from .tensors import View, copy_out, core_dtype, finisher, flat_like, reduce_op, same_kind, scale, view, views
+from .work import CollWork, DoneWork, Start, seconds
 
 __all__ = ["BACKEND_NAME", "ProcessGroupCollcomm"]
 
 BACKEND_NAME = "collcomm"
-
-Start = Callable[[bool], "CoreWork | None"]
-
 
 def _then(*steps: Callable[[], None] | None) -> Callable[[], None] | None:
     todo = [s for s in steps if s is not None]
@@ -65,11 +64,7 @@ def _then(*steps: Callable[[], None] | None) -> Callable[[], None] | None:
     return run
 
 
-def _finisher(v: View) -> Callable[[], None] | None:
-    return v.finish if v.tmp is not None else None
-
-
-class ProcessGroupCollcomm(PointToPoint, dist.ProcessGroup):
+class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
     """The object ``init_process_group("collcomm")`` / ``new_group(backend="collcomm")`` make.
 
     ``core_group`` is the collcomm :class:`~collcomm.core.group.ProcessGroup` underneath.
@@ -159,7 +154,7 @@ class ProcessGroupCollcomm(PointToPoint, dist.ProcessGroup):
             if factor is not None:
                 (v.tmp if v.tmp is not None else v.tensor).mul_(factor)
         starts = [lambda a, v=v: core.all_reduce(g, v.arr, op, dtype=v.dtype, async_op=a,
-                                                 name="all_reduce", after=_finisher(v))
+                                                 name="all_reduce", after=finisher(v))
                   for v in vs]
         return self._run("all_reduce", opts, tensors, starts)
 
@@ -197,7 +192,7 @@ class ProcessGroupCollcomm(PointToPoint, dist.ProcessGroup):
         vs = self._views(tensors, "broadcast", "tensors")
         g, root = self.core_group, opts.rootRank
         starts = [lambda a, v=v: core.broadcast(g, v.arr, root, dtype=core_dtype(v), async_op=a,
-                                                name="broadcast", after=_finisher(v))
+                                                name="broadcast", after=finisher(v))
                   for v in vs]
         return self._run("broadcast", opts, tensors, starts)
 
@@ -221,7 +216,7 @@ class ProcessGroupCollcomm(PointToPoint, dist.ProcessGroup):
                     send = self._view(self._premul(t, factor), "reduce", f"tensors[{i}]", True)
             starts.append(lambda a, v=v, send=send: core.reduce(
                 g, send.arr, v.arr if is_root else None, op, root, dtype=v.dtype, async_op=a,
-                name="reduce", after=_finisher(v) if is_root else None))
+                name="reduce", after=finisher(v) if is_root else None))
         return self._run("reduce", opts, tensors, starts)
 
     # -- all_gather --------------------------------------------------------------------------
@@ -278,49 +273,10 @@ class ProcessGroupCollcomm(PointToPoint, dist.ProcessGroup):
             vo, vi = self._view(o, _call, f"output[{i}]"), self._view(t, _call, f"input[{i}]")
             starts.append(lambda a, vo=vo, vi=vi: core.all_gather(
                 g, vi.arr, vo.arr, dtype=core_dtype(vi), async_op=a, name=_call,
-                after=_finisher(vo)))
+                after=finisher(vo)))
         return self._run(_call, opts, list(outputs), starts)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
-
-    # -- gather / scatter ----------------------------------------------------------------------
-    def gather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
-               opts: Any = None) -> dist.Work:
-        opts = opts or dist.GatherOptions()
-        g, root = self.core_group, opts.rootRank
-        fast = self._fast(opts)
-        if fast is not None and fast_calls.gather(fast, output_tensors, input_tensors, root, g.rank):
-            return DoneWork("gather", output_tensors)
-        inp = self._view(input_tensors[0], "gather", "tensor")
-        if g.rank == root and 0 <= root < g.size:
-            outs = self._views(output_tensors[0] if output_tensors else [], "gather", "gather_list")
-            self._per_rank(outs, "gather", "gather_list", inp.numel)
-            same_kind(outs, inp, "gather", self._where, "gather_list")
-            flat = flat_like(inp, g.size * inp.numel // scale(inp))
-            start: Start = lambda a: core.gather(g, inp.arr, flat, root, dtype=core_dtype(inp),  # noqa: E731
-                                                 async_op=a, after=copy_out(outs, flat))
-        else:
-            start = lambda a: core.gather(g, inp.arr, None, root, dtype=core_dtype(inp),  # noqa: E731
-                                          async_op=a)
-        return self._run("gather", opts, output_tensors, [start])
-
-    def scatter(self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]],
-                opts: Any = None) -> dist.Work:
-        opts = opts or dist.ScatterOptions()
-        g, root = self.core_group, opts.rootRank
-        fast = self._fast(opts)
-        if fast is not None and fast_calls.scatter(fast, output_tensors, input_tensors, root, g.rank):
-            return DoneWork("scatter", output_tensors)
-        out = self._view(output_tensors[0], "scatter", "tensor")
-        send = None
-        if g.rank == root and 0 <= root < g.size:
-            ins = self._views(input_tensors[0] if input_tensors else [], "scatter", "scatter_list")
-            self._per_rank(ins, "scatter", "scatter_list", out.numel)
-            same_kind(ins, out, "scatter", self._where, "scatter_list")
-            send = np.concatenate([v.arr for v in ins]) if ins else flat_like(out, 0)
-        start: Start = lambda a: core.scatter(g, send, out.arr, root, dtype=core_dtype(out),  # noqa: E731
-                                              async_op=a, after=_finisher(out))
-        return self._run("scatter", opts, output_tensors, [start])
 
     # -- reduce_scatter ------------------------------------------------------------------------
     def reduce_scatter(self, output_tensors: list[torch.Tensor],
@@ -339,7 +295,7 @@ class ProcessGroupCollcomm(PointToPoint, dist.ProcessGroup):
                 flat.mul_(factor)
             send = self._view(flat, "reduce_scatter", "input_list", reducing=True)
             starts.append(lambda a, out=out, send=send: core.reduce_scatter(
-                g, send.arr, out.arr, op, dtype=out.dtype, async_op=a, after=_finisher(out)))
+                g, send.arr, out.arr, op, dtype=out.dtype, async_op=a, after=finisher(out)))
         return self._run("reduce_scatter", opts, output_tensors, starts)
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
@@ -365,59 +321,10 @@ class ProcessGroupCollcomm(PointToPoint, dist.ProcessGroup):
                             reducing=True)
             starts.append(lambda a, vo=vo, vi=vi: core.reduce_scatter(
                 g, vi.arr, vo.arr, op, dtype=vo.dtype, async_op=a, name=_call,
-                after=_finisher(vo)))
+                after=finisher(vo)))
         return self._run(_call, opts, list(outputs), starts)
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
-
-    # -- all_to_all ----------------------------------------------------------------------------
-    def _split_counts(self, v: View, splits: Sequence[int], call: str, what: str) -> list[int]:
-        n, s = self.size(), scale(v)
-        if not splits:
-            if v.numel % n:
-                raise self._fail(call, f"{what} has {v.tensor.numel()} elements, which the {n} "
-                                       "ranks cannot split evenly (give split sizes)")
-            return [v.numel // n] * n
-        shape = v.tensor.shape
-        row = int(np.prod(shape[1:], dtype=np.int64)) if len(shape) > 1 else 1
-        return [int(c) * row * s for c in splits]
-
-    def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
-                          output_split_sizes: list[int], input_split_sizes: list[int],
-                          opts: Any = None) -> dist.Work:
-        opts = opts or dist.AllToAllOptions()
-        call = "all_to_all_single"
-        fast = self._fast(opts)
-        if fast is not None and fast_calls.all_to_all_single(fast, output, input, output_split_sizes,
-                                                             input_split_sizes):
-            return DoneWork(call, [output])
-        vo, vi = self._view(output, call, "output"), self._view(input, call, "input")
-        send_counts = self._split_counts(vi, input_split_sizes, call, "input")
-        recv_counts = self._split_counts(vo, output_split_sizes, call, "output")
-        g = self.core_group
-        start: Start = lambda a: core.all_to_all(  # noqa: E731
-            g, vi.arr, send_counts, vo.arr, recv_counts, dtype=core_dtype(vi), async_op=a,
-            name=call, after=_finisher(vo))
-        return self._run(call, opts, [output], [start])
-
-    alltoall_base = all_to_all_single
-
-    def alltoall(self, output_tensors: list[torch.Tensor], input_tensors: list[torch.Tensor],
-                 opts: Any = None) -> dist.Work:
-        opts = opts or dist.AllToAllOptions()
-        call = "all_to_all"
-        outs = self._views(output_tensors, call, "output_tensor_list")
-        ins = self._views(input_tensors, call, "input_tensor_list")
-        self._per_rank(outs, call, "output_tensor_list")
-        self._per_rank(ins, call, "input_tensor_list")
-        same_kind(outs + ins, ins[0], call, self._where, "tensors") if ins else None
-        send = np.concatenate([v.arr for v in ins])
-        flat = np.empty(sum(v.numel for v in outs), dtype=send.dtype)
-        g = self.core_group
-        start: Start = lambda a: core.all_to_all(  # noqa: E731
-            g, send, [v.numel for v in ins], flat, [v.numel for v in outs],
-            dtype=core_dtype(ins[0]), async_op=a, name=call, after=copy_out(outs, flat))
-        return self._run(call, opts, output_tensors, [start])
 
     # -- barrier -------------------------------------------------------------------------------
     def barrier(self, opts: Any = None) -> dist.Work:

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from ..errors import InvalidArgumentError
 from ..ops import ReduceOp
 
-__all__ = ["View", "flat_like", "reduce_op", "view", "views"]
+__all__ = ["View", "finisher", "flat_like", "reduce_op", "view", "views"]
 
 BFLOAT16 = "bfloat16"
 RAW = "raw"        # bytes of a dtype numpy cannot name: data movement only
@@ -99,6 +99,11 @@ def fast_array(t: Any) -> np.ndarray | None:
         return t.numpy()
     except (TypeError, RuntimeError):
         return None
+
+
+def finisher(v: View) -> Callable[[], None] | None:
+    """What copies ``v``'s temporary back into its tensor at the end of a call, if any."""
+    return v.finish if v.tmp is not None else None
 
 
 #: the fast call's ops by RedOpType value (None: AVG; PREMUL_SUM and later are past the end)

@@ -35,6 +35,10 @@ from .errors import translate
 __all__ = ["CollWork", "DoneWork", "P2PWork", "seconds"]
 
 
+#: one core call of a torch call: started inline (False) or on the worker (True)
+Start = Callable[[bool], "CoreWork | None"]
+
+
 def seconds(timeout: Any) -> float | None:
     """torch's timeouts (``timedelta``, 0 = none given) as seconds or None."""
     if timeout is None:
