@@ -52,6 +52,9 @@ __all__ = [
 ]
 
 BACKEND = "collcomm"
+#: the list forms the fast call takes as such (torch's tensor lists; anything else, even a
+#: contiguous array, goes the regular way, which refuses what is not a list)
+_LISTS = (list, tuple)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -344,12 +347,12 @@ def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int | None = 
     """``gather_list[i]`` on ``dst`` (default 0) receives rank i's ``tensor``; give no list elsewhere."""
     name = "gather"
     g = group_of(group, name)
-    fast = g.fast    # the list only on dst (a rank of the world), nothing elsewhere
+    fast = g.fast    # a list or tuple only on dst (a rank of the world), nothing elsewhere
     if fast is not None and group is None and group_dst is None and not async_op and algorithm == "auto":
         root = 0 if dst is None else dst
-        here = root == g.rank
-        if (type(root) is int and (here or gather_list is None)
-                and fast.gather(tensor, gather_list if here else None, root, name)):
+        if (type(root) is int
+                and (type(gather_list) in _LISTS if root == g.rank else gather_list is None)
+                and fast.gather(tensor, gather_list, root, name)):
             return None
     where = group_text(g)
     inp = as_input(tensor, name, where, "tensor")
@@ -377,12 +380,12 @@ def scatter(tensor: Any, scatter_list: list[Any] | None = None, src: int | None 
     """``tensor`` of rank i receives ``scatter_list[i]`` of ``src`` (default 0); give no list elsewhere."""
     name = "scatter"
     g = group_of(group, name)
-    fast = g.fast    # the list only on src (a rank of the world), nothing elsewhere
+    fast = g.fast    # a list or tuple only on src (a rank of the world), nothing elsewhere
     if fast is not None and group is None and group_src is None and not async_op and algorithm == "auto":
         root = 0 if src is None else src
-        here = root == g.rank
-        if (type(root) is int and (here or scatter_list is None)
-                and fast.scatter(scatter_list if here else None, tensor, root, name)):
+        if (type(root) is int
+                and (type(scatter_list) in _LISTS if root == g.rank else scatter_list is None)
+                and fast.scatter(scatter_list, tensor, root, name)):
             return None
     where = group_text(g)
     out = as_output(tensor, name, where, "tensor")

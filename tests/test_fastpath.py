@@ -284,6 +284,11 @@ def _mismatched(kind: str) -> Any:
         elif kind == "split sizes":      # blocks of 2 against blocks of 3 elements
             k = 2 if me == 0 else 3
             dist.all_to_all_single(np.empty(2 * k), np.ones(2 * k))
+        elif kind == "barrier":           # a barrier against a list-form gather to rank 1
+            if me == 0:
+                dist.barrier()
+            else:
+                dist.gather(x, [np.empty_like(x) for _ in range(2)], dst=1)
         elif kind == "collective":
             if me == 0:
                 dist.all_reduce(x)
@@ -298,15 +303,17 @@ def _mismatched(kind: str) -> Any:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("kind", ["dtype", "count", "op", "collective", "root", "split sizes",
-                                  "gather list root", "bytearray count"])
+                                  "gather list root", "bytearray count", "barrier"])
 @pytest.mark.parametrize("mixed", [False, True])
 def test_a_mismatch_is_named_on_every_rank(kind: str, mixed: bool) -> None:
     rank_env = {0: {"COLLCOMM_FAST": "0"}} if mixed else None
     res = run_ranks(_mismatched, 2, kind, transport="shm", timeout=60, rank_env=rank_env)
     for text in res:
         assert "rank 0" in text and "rank 1" in text, text
-        want = {"split sizes": "all_to_all", "gather list root": "gather"}.get(kind, "reduce")
+        want = {"split sizes": "all_to_all", "gather list root": "gather", "barrier": "gather"}.get(kind, "reduce")
         assert want in text, text
+        if kind == "barrier":            # each rank names both calls, whichever path it took
+            assert "called barrier" in text and "called gather" in text, text
 
 
 def _one_skips() -> Any:

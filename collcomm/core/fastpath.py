@@ -205,12 +205,35 @@ class Hooks:
         comm = self._comm(tag, sig)
         collective = COLLECTIVES[fc]
         try:
-            args = self._args(collective, name, sig, _array(a), _array(b), c)
-            shm_direct.finish_native(comm, status, collective, *args)
+            if collective in ("gather", "scatter") and isinstance(c, (list, tuple)):
+                self._finish_list(comm, status, collective, sig, a if collective == "gather" else b, c)
+            else:
+                args = self._args(collective, name, sig, _array(a), _array(b), c)
+                shm_direct.finish_native(comm, status, collective, *args)
         except CollcommError as exc:
             raise self.failed(exc, rec, name, tag, sig) from exc
         if rec is not None:
             g.observer.done = rec
+
+    def _finish_list(self, comm: Any, status: int, collective: str, sig: int, one: Any,
+                     items: Any) -> None:
+        """finish for a list form of gather / scatter at the root (native/_fastcall_lists.c):
+        ``one`` is the root's own buffer (gather's send, scatter's receive), ``items`` the list,
+        which stands for the contiguous buffer shm_direct takes. Our own block is already in
+        place (gather: in ``items[rank]``; scatter: in ``one``)."""
+        root = (sig >> 36) & signature.NO_ROOT
+        one = _array(one).reshape(-1)
+        k, me = one.size, comm.rank
+        if collective == "scatter":
+            send = np.concatenate([_array(x).reshape(-1) for x in items]).astype(one.dtype, copy=False)
+            shm_direct.finish_native(comm, status, collective, send, one, root)
+            return
+        recv = np.empty(k * len(items), one.dtype)
+        recv[me * k:(me + 1) * k] = one
+        shm_direct.finish_native(comm, status, collective, one, recv, root)
+        for r, x in enumerate(items):
+            if r != me:
+                memoryview(x).cast("B")[:] = recv[r * k:(r + 1) * k].view(np.uint8)
 
     def _args(self, collective: str, name: str, sig: int, a: Any, b: Any, c: Any) -> tuple:
         """shm_direct's arguments after ``comm`` for what the C entry of ``collective``
@@ -224,7 +247,7 @@ class Hooks:
             return a, b, self._combiner(c, a, name)
         if collective == "all_to_all":            # (send, recv, the equal counts)
             return a, c, b, c
-        if collective in ("gather", "scatter"):   # (send, recv, root or a list form's list)
+        if collective in ("gather", "scatter"):   # (send, recv, root)
             return a, b, root
         return {"barrier": (), "broadcast": (a, b), "all_gather": (a, b)}[collective]
 

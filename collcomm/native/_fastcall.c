@@ -242,6 +242,10 @@ static PyObject *core_call(PyObject *(*fn)(Core *, PyObject *const *, Py_ssize_t
     return r;
 }
 
+/* a signature's top four bits (the collective) and its count field */
+#define TOP4 ((uint64_t)0xF << 60)
+#define COUNT_BITS(c) ((uint64_t)(c) & 0xFFFFFFFFFULL)
+
 #include "_fastcall_lists.c"
 #include "_fastcall_ops.c"
 #include "_fastcall_type.c"

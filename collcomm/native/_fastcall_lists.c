@@ -1,8 +1,12 @@
 /* The fast call's list forms: torch's lists of tensors (one buffer per rank) stand for the
- * one contiguous buffer the Core collectives take. The call runs on a per-Fast scratch
- * bytearray, viewed with the list's struct format, and the result is copied into the list
- * (or the list into the scratch first, for scatter). Included by _fastcall.c before the
- * collectives that use it (_fastcall_ops.c).
+ * one contiguous buffer the Core collectives take.
+ *
+ * gather and scatter (the list only on the root) run the Core protocol of
+ * _collectives_move.c step for step here, reading the peers' slots straight into the
+ * list's buffers (gather) or staging the list's buffers straight into the root's slot
+ * (scatter): no scratch, no extra copy. all_gather's list runs on a per-Fast scratch
+ * bytearray, viewed with the list's struct format, and the result is copied into the list.
+ * Included by _fastcall.c before the collectives that use it (_fastcall_ops.c).
  */
 
 /* n buffers of a list or tuple, each C-contiguous (writable if asked) with native dtype `dt`
@@ -137,4 +141,134 @@ static int fast_one(PyObject *obj, Py_ssize_t *nbytes, char *fmt)
         strcpy(fmt, f);
     PyBuffer_Release(&v);
     return dt;
+}
+
+/* Whether any two of the n buffers overlap (sorted by address, neighbours compared). */
+static int cmp_views(const void *a, const void *b)
+{
+    const char *x = (*(Py_buffer *const *)a)->buf, *y = (*(Py_buffer *const *)b)->buf;
+    return x < y ? -1 : x > y;
+}
+
+static int views_overlap(Py_buffer *v, int n)
+{
+    if (n < 2)
+        return 0;
+    if (n == 2)
+        return overlaps(v[0].buf, v[0].len, v[1].buf, v[1].len);
+    Py_buffer **order = PyMem_Malloc(sizeof(Py_buffer *) * (size_t)n);
+    if (order == NULL)
+        return 1;
+    for (int i = 0; i < n; i++)
+        order[i] = &v[i];
+    qsort(order, (size_t)n, sizeof(Py_buffer *), cmp_views);
+    int bad = 0;
+    for (int i = 1; i < n && !bad; i++)
+        bad = (char *)order[i - 1]->buf + order[i - 1]->len > (char *)order[i]->buf;
+    PyMem_Free(order);
+    return bad;
+}
+
+/* Core_gather at the root with the receive side a list of n buffers of kb bytes: the same
+ * staging, sync and signature check, the peers' blocks copied into v[r]. Our own block is
+ * copied after staging (so a send that overlaps it is read first). Returns the status
+ * (DONE, MISMATCH, PYTHON: some rank published in place, Hooks.finish reads the rest) or
+ * NULL with an exception. */
+static PyObject *list_gather(Fast *s, const char *send, Py_buffer *v, Py_ssize_t kb, uint64_t sig)
+{
+    int me = s->rank;
+    if (s->core == Py_None) {
+        memmove(v[me].buf, send, kb);
+        return PyLong_FromLong(ST_DONE);
+    }
+    Core *c = (Core *)s->core;
+    Call k;
+    call_begin(&k, c, s->arena);
+    int phase = next_phase(&k);
+    stage(&k, phase, send, kb, 1);
+    if (v[me].buf != send)
+        memmove(v[me].buf, send, kb);
+    int e = enter(c, k.arena, phase, sig, &k.gil);
+    if (e != 0)
+        return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
+    if (any_shared(c, phase))
+        return call_end(&k, ST_PYTHON);
+    for (int r = 0; r < c->n; r++) {
+        if (r == me)
+            continue;
+        const char *src = peer(&k, phase, r, kb);
+        if (src == NULL)
+            return call_end(&k, -1);
+        memcpy(v[r].buf, src, kb);
+    }
+    return call_end(&k, ST_DONE);
+}
+
+/* Core_scatter at the root with the send side a list of n buffers of kb bytes: the list
+ * staged into our slot (before our own block is copied out, so a receive buffer that
+ * overlaps the list changes nothing), then the sync and signature check. */
+static PyObject *list_scatter(Fast *s, Py_buffer *v, char *recv, Py_ssize_t kb, uint64_t sig)
+{
+    int me = s->rank;
+    if (s->core == Py_None) {
+        memmove(recv, v[me].buf, kb);
+        return PyLong_FromLong(ST_DONE);
+    }
+    Core *c = (Core *)s->core;
+    Call k;
+    call_begin(&k, c, s->arena);
+    int phase = next_phase(&k);
+    if (c->n * kb > c->one_shot)
+        gil_release(&k.gil);
+    char *slot = slot_at(c, phase, me);
+    for (int r = 0; r < c->n; r++)
+        memcpy(slot + r * kb, v[r].buf, kb);
+    if (v[me].buf != recv)
+        memmove(recv, v[me].buf, kb);
+    int e = enter(c, k.arena, phase, sig, &k.gil);
+    return call_end(&k, e < 0 ? -1 : e ? ST_MISMATCH : ST_DONE);
+}
+
+/* gather(send, list, root, name) at the root / scatter(list, recv, root, name) at the root:
+ * one call straight between the list's buffers and the arena. None (nothing done) unless
+ * the one buffer is C-contiguous (writable for scatter) of a native dtype, the list (or
+ * tuple) holds exactly n C-contiguous buffers (writable for gather) of that dtype and size,
+ * gather's list buffers do not overlap one another, and n blocks fit the limit: else the
+ * regular path runs and raises every error with its text. A call handed back (mismatch,
+ * a peer's buffer read in place) gets the list as its receive (gather) or send (scatter)
+ * side: Hooks.finish completes it. */
+static PyObject *fast_rooted_list(Fast *s, PyObject *const *args, int fc, long root)
+{
+    int gather = fc == FC_GATHER, n = s->size;
+    PyObject *list = gather ? args[1] : args[0];
+    Py_buffer one, *v;
+    if (PyObject_GetBuffer(gather ? args[0] : args[1], &one, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT |
+                           (gather ? 0 : PyBUF_WRITABLE)) < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    int dt = fast_dtype(&one);
+    Py_ssize_t kb = one.len, count = kb / (one.itemsize ? one.itemsize : 1);
+    if (dt < 0 || kb <= 0 || kb * n > s->limit[fc] ||
+        fast_views(list, n, gather, dt, kb, &v) < 0) {
+        PyBuffer_Release(&one);
+        Py_RETURN_NONE;
+    }
+    if (gather && views_overlap(v, n)) {
+        fast_views_release(v, n);
+        PyBuffer_Release(&one);
+        Py_RETURN_NONE;
+    }
+    uint64_t sig = s->plain_sig[fc] | (s->dt_sig[dt] << 55) |
+                   ((uint64_t)(root & 0x3FFF) << 36) | COUNT_BITS(count);
+    PyObject *rec, *r = NULL;
+    PyObject *tag = fast_begin(s, args[3], sig, fc, &rec);
+    if (tag != NULL) {
+        PyObject *status = gather ? list_gather(s, one.buf, v, kb, sig)
+                                  : list_scatter(s, v, one.buf, kb, sig);
+        r = fast_end(s, status, rec, tag, sig, fc, args[3], args[0], args[1], list);
+    }
+    fast_views_release(v, n);
+    PyBuffer_Release(&one);
+    return r;
 }

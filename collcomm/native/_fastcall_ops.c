@@ -8,8 +8,6 @@
  */
 
 /* ------------------------------------------------ what every entry shares */
-#define TOP4 ((uint64_t)0xF << 60)
-#define COUNT_BITS(c) ((uint64_t)(c) & 0xFFFFFFFFFULL)
 
 /* Two buffers, `a` read and `b` written, either possibly None: their data, bytes and the
  * one native dtype they share (-1: refuse — not buffers, not contiguous, different or
@@ -280,14 +278,8 @@ static PyObject *fast_rooted(Fast *s, PyObject *const *args, Py_ssize_t nargs, i
     PyObject *big = gather ? args[1] : args[0];
     if (!fast_open(s) || root < 0 || (s->rank == root) != (big != Py_None))
         Py_RETURN_NONE;
-    if (s->list == NULL && (PyList_CheckExact(big) || PyTuple_CheckExact(big))) {
-        Py_ssize_t kb;
-        char fmt[8];
-        int dt = fast_one(gather ? args[0] : args[1], &kb, fmt);
-        return dt < 0 ? Py_NewRef(Py_None)
-                      : fast_list_call(s, args, nargs, gather ? 1 : 0, fc,
-                                       gather ? Fast_gather : Fast_scatter, dt, kb, fmt);
-    }
+    if (PyList_CheckExact(big) || PyTuple_CheckExact(big))
+        return fast_rooted_list(s, args, fc, root);
     Pair p;
     int dt = fast_pair(&p, args[0], args[1], 0);
     Py_ssize_t kb = p.len[gather ? 0 : 1], count = kb / p.itemsize;
@@ -302,7 +294,7 @@ static PyObject *fast_rooted(Fast *s, PyObject *const *args, Py_ssize_t nargs, i
                    ((uint64_t)(root & 0x3FFF) << 36) | COUNT_BITS(count);
     PyObject *cargs[5] = {NULL, args[0], args[1], args[2], NULL};
     return fast_run(s, fc, args[3], sig, gather ? Core_gather : Core_scatter, cargs, 5, 4, args[0],
-                    args[1], s->list != NULL ? s->list : args[2]);
+                    args[1], args[2]);
 }
 
 /* all_to_all(send, recv, name) -> True | None: equal blocks along the first dimension
