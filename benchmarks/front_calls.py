@@ -51,6 +51,8 @@ def main() -> None:
         ("gather MPI", lambda: comm.Gather(x, flat if me == 0 else None, 0)),
         ("scatter list functional", lambda: dist.scatter(y, ins if me == 0 else None, src=0)),
         ("scatter MPI", lambda: comm.Scatter(flat if me == 0 else None, y, 0)),
+        ("all_gather list functional", lambda: dist.all_gather(outs, x)),
+        ("all_gather MPI", lambda: comm.Allgather(x, flat)),
         ("broadcast functional", lambda: dist.broadcast(x, src=0)),
         ("broadcast MPI", lambda: comm.Bcast(x, 0)),
         ("reduce functional", lambda: dist.reduce(x, dst=0)),

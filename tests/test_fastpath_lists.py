@@ -1,6 +1,6 @@
-"""The fast call's list forms: torch's ``gather(tensor, gather_list, dst)`` and
-``scatter(tensor, scatter_list, src)`` run as one C call straight between the list's
-buffers and the arena (collcomm/native/_fastcall_lists.c).
+"""The fast call's list forms: torch's ``all_gather(tensor_list, tensor)``,
+``gather(tensor, gather_list, dst)`` and ``scatter(tensor, scatter_list, src)`` run as one C
+call straight between the list's buffers and the arena (collcomm/native/_fastcall_lists.c).
 
 Every root, world sizes 1-4, odd counts, several dtypes, lists and tuples, against the
 expected values; fast and regular ranks in one job; every wrong list refused with the
@@ -61,6 +61,11 @@ def _lists() -> dict[str, Any]:
                 dist.scatter(got, slist, src=root)
                 if not np.array_equal(got, _value(dt, me, k, 2 * k)):
                     bad.append(("scatter", dt, k, root))
+            # all_gather: a list on every rank
+            alist = kind(np.empty(k, dt) for _ in range(n))
+            dist.all_gather(alist, _value(dt, me, k, 3 * k))
+            if not all(np.array_equal(alist[r], _value(dt, r, k, 3 * k)) for r in range(n)):
+                bad.append(("all_gather", dt, k))
     # in place: the root's tensor is its own entry of the list
     glist = [np.full(2, -1.0) for _ in range(n)] if me == 0 else None
     dist.gather(glist[0] if me == 0 else np.full(2, float(me)), glist, dst=0)
@@ -71,6 +76,11 @@ def _lists() -> dict[str, Any]:
     dist.scatter(got, slist, src=0)
     if got.tolist() != [10.0 * me] * 2:
         bad.append(("scatter in place", got.tolist()))
+    alist = [np.full(3, -1, np.int32) for _ in range(n)]
+    alist[me][:] = me * 5
+    dist.all_gather(alist, alist[me])
+    if [a.tolist() for a in alist] != [[5 * r] * 3 for r in range(n)]:
+        bad.append(("all_gather in place", [a.tolist() for a in alist]))
     # a gather list whose buffers alias: the regular path's result (the last copy wins)
     shared = np.zeros(2)
     glist = [shared] * n if me == 0 else None
@@ -87,7 +97,7 @@ def test_list_forms_every_root_size_and_dtype(n: int, regular: tuple[int, ...]) 
     """A world of n; the ranks in ``regular`` take the regular path (COLLCOMM_FAST=0)."""
     res = run_ranks(_lists, n, transport="shm", timeout=90,
                     rank_env={r: {"COLLCOMM_FAST": "0"} for r in regular})
-    calls = len(DTYPES) * 2 * n * 2 + 3
+    calls = len(DTYPES) * 2 * (2 * n + 1) + 4
     for r, out in enumerate(res):
         assert out["bad"] == [], (r, out["bad"])
         if r in regular:
@@ -119,6 +129,10 @@ def _wrong_lists() -> list[Any]:
         "gather strided": lambda: dist.gather(x, [np.empty(6, np.float32)[::2] for _ in range(n)], dst=0),
         "gather read-only": lambda: dist.gather(x, [np.empty(3, np.float32) for _ in range(n - 1)] + [ro], dst=0),
         "gather not a list": lambda: dist.gather(x, np.empty((n, 3), np.float32), dst=0),
+        "all_gather short": lambda: dist.all_gather([np.empty(3, np.float32)] * (n - 1), x),
+        "all_gather dtype": lambda: dist.all_gather([np.empty(3, np.float32)] * (n - 1) + [np.empty(3, np.int64)], x),
+        "all_gather read-only": lambda: dist.all_gather([np.empty(3, np.float32)] * (n - 1) + [ro], x),
+        "all_gather not a list": lambda: dist.all_gather(np.empty(3 * n, np.float32), x),
         "scatter short": lambda: dist.scatter(x, [x] * (n - 1), src=0),
         "scatter dtype": lambda: dist.scatter(x, [x] * (n - 1) + [np.ones(3, np.int32)], src=0),
         "scatter numel": lambda: dist.scatter(x, [x] * (n - 1) + [np.ones(4, np.float32)], src=0),
@@ -161,7 +175,7 @@ def _check_wrong(root: list[Any], other: list[Any]) -> None:
     """Every wrong list refused, fast or not, with the same text (_wrong_lists)."""
     *root, total = root
     assert total == [1.0, 1.0]
-    assert len(root) == 13
+    assert len(root) == 17
     for name, fast_text, regular_text in root:
         assert fast_text.startswith("InvalidArgumentError") and "rank 0" in fast_text, (name, fast_text)
         assert fast_text == regular_text, (name, fast_text, regular_text)

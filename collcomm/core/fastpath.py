@@ -140,8 +140,8 @@ def attach(group: Any, arena: Any = None) -> Any:
 
 
 def _array(x: Any) -> Any:
-    """A buffer the C call took (a list form's typed scratch view, a bytearray, an
-    array.array …) as a numpy array over the same memory; anything else as it is."""
+    """A buffer the C call took (a bytearray, an array.array …) as a numpy array over the
+    same memory; anything else as it is."""
     if x is None or isinstance(x, np.ndarray):
         return x
     try:
@@ -205,8 +205,8 @@ class Hooks:
         comm = self._comm(tag, sig)
         collective = COLLECTIVES[fc]
         try:
-            if collective in ("gather", "scatter") and isinstance(c, (list, tuple)):
-                self._finish_list(comm, status, collective, sig, a if collective == "gather" else b, c)
+            if collective in ("all_gather", "gather", "scatter") and isinstance(c, (list, tuple)):
+                self._finish_list(comm, status, collective, sig, b if collective == "scatter" else a, c)
             else:
                 args = self._args(collective, name, sig, _array(a), _array(b), c)
                 shm_direct.finish_native(comm, status, collective, *args)
@@ -217,10 +217,11 @@ class Hooks:
 
     def _finish_list(self, comm: Any, status: int, collective: str, sig: int, one: Any,
                      items: Any) -> None:
-        """finish for a list form of gather / scatter at the root (native/_fastcall_lists.c):
-        ``one`` is the root's own buffer (gather's send, scatter's receive), ``items`` the list,
-        which stands for the contiguous buffer shm_direct takes. Our own block is already in
-        place (gather: in ``items[rank]``; scatter: in ``one``)."""
+        """finish for a list form (native/_fastcall_lists.c: all_gather, gather and scatter
+        at the root): ``one`` is this rank's own buffer (the gathers' send, scatter's
+        receive), ``items`` the list, which stands for the contiguous buffer shm_direct
+        takes. Our own block is already in place (gathers: in ``items[rank]``; scatter: in
+        ``one``)."""
         root = (sig >> 36) & signature.NO_ROOT
         one = _array(one).reshape(-1)
         k, me = one.size, comm.rank
@@ -230,7 +231,8 @@ class Hooks:
             return
         recv = np.empty(k * len(items), one.dtype)
         recv[me * k:(me + 1) * k] = one
-        shm_direct.finish_native(comm, status, collective, one, recv, root)
+        shm_direct.finish_native(comm, status, collective, one, recv,
+                                 *(() if collective == "all_gather" else (root,)))
         for r, x in enumerate(items):
             if r != me:
                 memoryview(x).cast("B")[:] = recv[r * k:(r + 1) * k].view(np.uint8)

@@ -46,8 +46,6 @@ typedef struct {
     RecWriter rw;               /* the flight recorder's records (_record.c) */
     PyObject *observer;         /* the group's observer (``done`` is set), or None */
     PyObject *algo_id[N_FC];    /* id() of the family function, as records hold it */
-    PyObject *scratch;          /* a bytearray: the contiguous side of list-form calls */
-    PyObject *list;             /* during a list-form call: the list (borrowed), else NULL */
     uint64_t tag_base, seq_mask;
     uint64_t plain_sig[N_FC];   /* signature bases per collective without op (dtype 0) */
     uint64_t dt_sig[N_DT];      /* the 5-bit signature dtype code of each native dtype */
