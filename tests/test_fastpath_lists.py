@@ -88,7 +88,26 @@ def _lists() -> dict[str, Any]:
     if me == 0 and shared.tolist() != [float(n)] * 2:
         bad.append(("aliased", shared.tolist()))
     calls = -1 if fast is None else fast.calls - before
-    return {"bad": bad, "calls": calls, "wrong": _wrong_lists() if n == 2 and fast is not None else None}
+    # sends in the shared heap: a regular rank publishes its buffer in place, the fast root
+    # (or every fast rank, all_gather) hands the call back and Hooks.finish reads the rest
+    from collcomm.core import fastpath
+
+    handed: list[str] = []
+    finish = fastpath.Hooks._finish_list
+    fastpath.Hooks._finish_list = lambda self, comm, status, collective, *rest: (    # type: ignore
+        handed.append(collective), finish(self, comm, status, collective, *rest))[1]
+    send = dist.empty(4, np.float64)
+    send[:] = me + 0.5
+    glist = [np.zeros(4) for _ in range(n)] if me == 0 else None
+    dist.gather(send, glist, dst=0)
+    if me == 0 and [g.tolist() for g in glist] != [[r + 0.5] * 4 for r in range(n)]:
+        bad.append(("gather heap", [g.tolist() for g in glist]))
+    alist = tuple(np.zeros(4) for _ in range(n))
+    dist.all_gather(alist, send)
+    if [a.tolist() for a in alist] != [[r + 0.5] * 4 for r in range(n)]:
+        bad.append(("all_gather heap", [a.tolist() for a in alist]))
+    fastpath.Hooks._finish_list = finish    # type: ignore
+    return {"bad": bad, "calls": calls, "handed": handed, "wrong": _wrong_lists() if n == 2 and fast is not None else None}
 
 
 @pytest.mark.timeout(120)
@@ -104,6 +123,9 @@ def test_list_forms_every_root_size_and_dtype(n: int, regular: tuple[int, ...]) 
             assert out["calls"] == -1
         else:   # all fast but the aliased list's gather on the root (rank 0)
             assert out["calls"] == calls - (1 if r == 0 and n > 1 else 0), (r, out["calls"])
+    if regular:   # the heap sends: the fast root's gather and every fast rank's all_gather
+        assert res[0]["handed"] == ["gather", "all_gather"], res[0]["handed"]
+        assert all(res[r]["handed"] == ["all_gather"] for r in range(1, n) if r not in regular), res
     if n == 2:
         _check_wrong(res[0]["wrong"], res[1]["wrong"])
 
