@@ -184,7 +184,7 @@ def test_what_takes_the_fast_call() -> None:
         assert seen["plain"] and seen["after call_timeout"] and seen["after drain"], seen
         assert seen["ufunc"] and seen["all_gather list"] and seen["gather list"], seen
         assert seen["staged"], seen
-        assert seen["complex list"] is False, seen   # memoryview cannot cast to complex: regular
+        assert seen["complex list"], seen   # list forms move raw bytes: complex dtypes too
         for name in ("avg", "user op", "longdouble", "large", "algorithm", "call_timeout",
                      "async pending"):
             assert seen[name] is False, (name, seen)
@@ -284,6 +284,11 @@ def _mismatched(kind: str) -> Any:
         elif kind == "split sizes":      # blocks of 2 against blocks of 3 elements
             k = 2 if me == 0 else 3
             dist.all_to_all_single(np.empty(2 * k), np.ones(2 * k))
+        elif kind == "barrier":           # a barrier against a list-form gather to rank 1
+            if me == 0:
+                dist.barrier()
+            else:
+                dist.gather(x, [np.empty_like(x) for _ in range(2)], dst=1)
         elif kind == "collective":
             if me == 0:
                 dist.all_reduce(x)
@@ -298,15 +303,17 @@ def _mismatched(kind: str) -> Any:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("kind", ["dtype", "count", "op", "collective", "root", "split sizes",
-                                  "gather list root", "bytearray count"])
+                                  "gather list root", "bytearray count", "barrier"])
 @pytest.mark.parametrize("mixed", [False, True])
 def test_a_mismatch_is_named_on_every_rank(kind: str, mixed: bool) -> None:
     rank_env = {0: {"COLLCOMM_FAST": "0"}} if mixed else None
     res = run_ranks(_mismatched, 2, kind, transport="shm", timeout=60, rank_env=rank_env)
     for text in res:
         assert "rank 0" in text and "rank 1" in text, text
-        want = {"split sizes": "all_to_all", "gather list root": "gather"}.get(kind, "reduce")
+        want = {"split sizes": "all_to_all", "gather list root": "gather", "barrier": "gather"}.get(kind, "reduce")
         assert want in text, text
+        if kind == "barrier":            # each rank names both calls, whichever path it took
+            assert "called barrier" in text and "called gather" in text, text
 
 
 def _one_skips() -> Any:
@@ -491,3 +498,35 @@ def test_torch_backend_takes_it() -> None:
         assert out["t"] == [3.0] * 3 and out["b"] == [0, 2, 4, 6] and out["out"] == [0, 0, 1, 1]
         assert out["taken"] == 3 and out["after"] == 3, out
         assert out["bf"] == [2.0, 2.0]
+
+
+def _barrier_peer_killed() -> Any:
+    import time
+
+    import collcomm as dist
+    from collcomm.errors import CollcommError
+
+    dist.barrier()
+    before = _calls()
+    dist.barrier()                       # fast on both ranks
+    if dist.get_rank() == 1:
+        time.sleep(30)                   # killed by the harness meanwhile
+        return "not killed"
+    start = time.monotonic()
+    try:
+        dist.barrier()                   # the peer never comes: it was killed
+    except CollcommError as exc:
+        return type(exc).__name__, str(exc), _calls() - before, time.monotonic() - start
+    return "no error"
+
+
+@pytest.mark.timeout(120)
+def test_a_fast_barrier_notices_a_killed_peer() -> None:
+    res = run_ranks(_barrier_peer_killed, 2, transport="shm", timeout=60, expect_failure=True,
+                    kill={1: 1.5}, env={"COLLCOMM_TIMEOUT": "20"})
+    o = res[0]
+    assert o.ok, (o.error_type, o.error, o.output)
+    kind, text, calls, waited = o.value
+    assert calls == 1, o.value           # the first barrier fast; the third failed in it
+    assert kind == "PeerLostError" and "barrier" in text and "rank 1" in text, o.value
+    assert waited < 10, o.value

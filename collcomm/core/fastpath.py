@@ -140,8 +140,8 @@ def attach(group: Any, arena: Any = None) -> Any:
 
 
 def _array(x: Any) -> Any:
-    """A buffer the C call took (a list form's typed scratch view, a bytearray, an
-    array.array …) as a numpy array over the same memory; anything else as it is."""
+    """A buffer the C call took (a bytearray, an array.array …) as a numpy array over the
+    same memory; anything else as it is."""
     if x is None or isinstance(x, np.ndarray):
         return x
     try:
@@ -205,12 +205,37 @@ class Hooks:
         comm = self._comm(tag, sig)
         collective = COLLECTIVES[fc]
         try:
-            args = self._args(collective, name, sig, _array(a), _array(b), c)
-            shm_direct.finish_native(comm, status, collective, *args)
+            if collective in ("all_gather", "gather", "scatter") and isinstance(c, (list, tuple)):
+                self._finish_list(comm, status, collective, sig, b if collective == "scatter" else a, c)
+            else:
+                args = self._args(collective, name, sig, _array(a), _array(b), c)
+                shm_direct.finish_native(comm, status, collective, *args)
         except CollcommError as exc:
             raise self.failed(exc, rec, name, tag, sig) from exc
         if rec is not None:
             g.observer.done = rec
+
+    def _finish_list(self, comm: Any, status: int, collective: str, sig: int, one: Any,
+                     items: Any) -> None:
+        """finish for a list form (native/_fastcall_lists.c: all_gather, gather and scatter
+        at the root): ``one`` is this rank's own buffer (the gathers' send, scatter's
+        receive), ``items`` the list, which stands for the contiguous buffer shm_direct
+        takes. Our own block is already in place (gathers: in ``items[rank]``; scatter: in
+        ``one``)."""
+        root = (sig >> 36) & signature.NO_ROOT
+        one = _array(one).reshape(-1)
+        k, me = one.size, comm.rank
+        if collective == "scatter":
+            send = np.concatenate([_array(x).reshape(-1) for x in items]).astype(one.dtype, copy=False)
+            shm_direct.finish_native(comm, status, collective, send, one, root)
+            return
+        recv = np.empty(k * len(items), one.dtype)
+        recv[me * k:(me + 1) * k] = one
+        shm_direct.finish_native(comm, status, collective, one, recv,
+                                 *(() if collective == "all_gather" else (root,)))
+        for r, x in enumerate(items):
+            if r != me:
+                memoryview(x).cast("B")[:] = recv[r * k:(r + 1) * k].view(np.uint8)
 
     def _args(self, collective: str, name: str, sig: int, a: Any, b: Any, c: Any) -> tuple:
         """shm_direct's arguments after ``comm`` for what the C entry of ``collective``
@@ -224,7 +249,7 @@ class Hooks:
             return a, b, self._combiner(c, a, name)
         if collective == "all_to_all":            # (send, recv, the equal counts)
             return a, c, b, c
-        if collective in ("gather", "scatter"):   # (send, recv, root or a list form's list)
+        if collective in ("gather", "scatter"):   # (send, recv, root)
             return a, b, root
         return {"barrier": (), "broadcast": (a, b), "all_gather": (a, b)}[collective]
 

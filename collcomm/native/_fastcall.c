@@ -46,8 +46,6 @@ typedef struct {
     RecWriter rw;               /* the flight recorder's records (_record.c) */
     PyObject *observer;         /* the group's observer (``done`` is set), or None */
     PyObject *algo_id[N_FC];    /* id() of the family function, as records hold it */
-    PyObject *scratch;          /* a bytearray: the contiguous side of list-form calls */
-    PyObject *list;             /* during a list-form call: the list (borrowed), else NULL */
     uint64_t tag_base, seq_mask;
     uint64_t plain_sig[N_FC];   /* signature bases per collective without op (dtype 0) */
     uint64_t dt_sig[N_DT];      /* the 5-bit signature dtype code of each native dtype */
@@ -241,6 +239,10 @@ static PyObject *core_call(PyObject *(*fn)(Core *, PyObject *const *, Py_ssize_t
     Py_DECREF(sigobj);
     return r;
 }
+
+/* a signature's top four bits (the collective) and its count field */
+#define TOP4 ((uint64_t)0xF << 60)
+#define COUNT_BITS(c) ((uint64_t)(c) & 0xFFFFFFFFFULL)
 
 #include "_fastcall_lists.c"
 #include "_fastcall_ops.c"

@@ -1,8 +1,11 @@
 /* The fast call's list forms: torch's lists of tensors (one buffer per rank) stand for the
- * one contiguous buffer the Core collectives take. The call runs on a per-Fast scratch
- * bytearray, viewed with the list's struct format, and the result is copied into the list
- * (or the list into the scratch first, for scatter). Included by _fastcall.c before the
- * collectives that use it (_fastcall_ops.c).
+ * one contiguous buffer the Core collectives take.
+ *
+ * all_gather (a list on every rank), gather and scatter (the list only on the root) run
+ * the Core protocol of _collectives_move.c step for step here, reading the peers' slots
+ * straight into the list's buffers (gather, all_gather) or staging the list's buffers
+ * straight into the root's slot (scatter): no scratch, no extra copy. Included by
+ * _fastcall.c before the collectives that use it (_fastcall_ops.c).
  */
 
 /* n buffers of a list or tuple, each C-contiguous (writable if asked) with native dtype `dt`
@@ -47,94 +50,134 @@ static void fast_views_release(Py_buffer *v, int n)
     PyMem_Free(v);
 }
 
-/* The Fast's scratch bytearray, resized to exactly `nbytes` (borrowed; a fresh one when the
- * old one is still exported); NULL on error. */
-static PyObject *fast_scratch(Fast *s, Py_ssize_t nbytes)
+/* Whether any two of the n buffers overlap (sorted by address, neighbours compared). */
+static int cmp_views(const void *a, const void *b)
 {
-    if (s->scratch != NULL && PyByteArray_GET_SIZE(s->scratch) != nbytes &&
-        PyByteArray_Resize(s->scratch, nbytes) < 0) {
+    const char *x = (*(Py_buffer *const *)a)->buf, *y = (*(Py_buffer *const *)b)->buf;
+    return x < y ? -1 : x > y;
+}
+
+static int views_overlap(Py_buffer *v, int n)
+{
+    if (n < 2)
+        return 0;
+    if (n == 2)
+        return overlaps(v[0].buf, v[0].len, v[1].buf, v[1].len);
+    Py_buffer **order = PyMem_Malloc(sizeof(Py_buffer *) * (size_t)n);
+    if (order == NULL)
+        return 1;
+    for (int i = 0; i < n; i++)
+        order[i] = &v[i];
+    qsort(order, (size_t)n, sizeof(Py_buffer *), cmp_views);
+    int bad = 0;
+    for (int i = 1; i < n && !bad; i++)
+        bad = (char *)order[i - 1]->buf + order[i - 1]->len > (char *)order[i]->buf;
+    PyMem_Free(order);
+    return bad;
+}
+
+/* Core_gather at the root (or any rank, for all_gather) with the receive side a list of n
+ * buffers of kb bytes: the same
+ * staging, sync and signature check, the peers' blocks copied into v[r]. Our own block is
+ * copied after staging (so a send that overlaps it is read first). Returns the status
+ * (DONE, MISMATCH, PYTHON: some rank published in place, Hooks.finish reads the rest) or
+ * NULL with an exception. */
+static PyObject *list_gather(Fast *s, const char *send, Py_buffer *v, Py_ssize_t kb, uint64_t sig)
+{
+    int me = s->rank;
+    if (s->core == Py_None) {
+        memmove(v[me].buf, send, kb);
+        return PyLong_FromLong(ST_DONE);
+    }
+    Core *c = (Core *)s->core;
+    Call k;
+    call_begin(&k, c, s->arena);
+    int phase = next_phase(&k);
+    stage(&k, phase, send, kb, 1);
+    if (v[me].buf != send)
+        memmove(v[me].buf, send, kb);
+    int e = enter(c, k.arena, phase, sig, &k.gil);
+    if (e != 0)
+        return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
+    if (any_shared(c, phase))
+        return call_end(&k, ST_PYTHON);
+    for (int r = 0; r < c->n; r++) {
+        if (r == me)
+            continue;
+        const char *src = peer(&k, phase, r, kb);
+        if (src == NULL)
+            return call_end(&k, -1);
+        memcpy(v[r].buf, src, kb);
+    }
+    return call_end(&k, ST_DONE);
+}
+
+/* Core_scatter at the root with the send side a list of n buffers of kb bytes: the list
+ * staged into our slot (before our own block is copied out, so a receive buffer that
+ * overlaps the list changes nothing), then the sync and signature check. */
+static PyObject *list_scatter(Fast *s, Py_buffer *v, char *recv, Py_ssize_t kb, uint64_t sig)
+{
+    int me = s->rank;
+    if (s->core == Py_None) {
+        memmove(recv, v[me].buf, kb);
+        return PyLong_FromLong(ST_DONE);
+    }
+    Core *c = (Core *)s->core;
+    Call k;
+    call_begin(&k, c, s->arena);
+    int phase = next_phase(&k);
+    if (c->n * kb > c->one_shot)
+        gil_release(&k.gil);
+    char *slot = slot_at(c, phase, me);
+    for (int r = 0; r < c->n; r++)
+        memcpy(slot + r * kb, v[r].buf, kb);
+    if (v[me].buf != recv)
+        memmove(recv, v[me].buf, kb);
+    int e = enter(c, k.arena, phase, sig, &k.gil);
+    return call_end(&k, e < 0 ? -1 : e ? ST_MISMATCH : ST_DONE);
+}
+
+/* all_gather(send, list, name) / gather(send, list, root, name) at the root /
+ * scatter(list, recv, root, name) at the root: one call straight between the list's
+ * buffers and the arena. None (nothing done) unless the one buffer is C-contiguous
+ * (writable for scatter) of a native dtype, the list (or tuple) holds exactly n
+ * C-contiguous buffers (writable for the gathers) of that dtype and size, a gather's list
+ * buffers do not overlap one another, and n blocks fit the limit: else the regular path
+ * runs and raises every error with its text. A call handed back (mismatch, a peer's buffer
+ * read in place) gets the list as its receive (gathers) or send (scatter) side:
+ * Hooks.finish completes it. `root` is -1 for all_gather. */
+static PyObject *fast_list(Fast *s, PyObject *const *args, int fc, long root, PyObject *name)
+{
+    int gather = fc != FC_SCATTER, n = s->size;
+    PyObject *list = gather ? args[1] : args[0];
+    Py_buffer one, *v;
+    if (PyObject_GetBuffer(gather ? args[0] : args[1], &one, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT |
+                           (gather ? 0 : PyBUF_WRITABLE)) < 0) {
         PyErr_Clear();
-        Py_CLEAR(s->scratch);
-    }
-    if (s->scratch == NULL)
-        s->scratch = PyByteArray_FromStringAndSize(NULL, nbytes);
-    return s->scratch;
-}
-
-/* Copy between the scratch and the list's buffers (to_list: scratch -> list). */
-static void fast_views_copy(PyObject *scratch, Py_buffer *v, int n, Py_ssize_t kb, int to_list)
-{
-    char *base = PyByteArray_AS_STRING(scratch);
-    for (int i = 0; i < n; i++) {
-        if (to_list)
-            memcpy(v[i].buf, base + i * kb, kb);
-        else
-            memcpy(base + i * kb, v[i].buf, kb);
-    }
-}
-
-/* The list form of all_gather / gather / scatter: `list` (n buffers of `kb` bytes, struct
- * format `fmt`) stands for the contiguous buffer at position `at` of args (1: the receive
- * side, 0: the send side); the call runs with the scratch there (a memoryview cast to
- * `fmt`), and the result is copied into the list. */
-static PyObject *fast_list_call(Fast *s, PyObject *const *args, Py_ssize_t nargs, int at, int fc,
-                                PyObject *(*entry)(Fast *, PyObject *const *, Py_ssize_t),
-                                int dt, Py_ssize_t kb, const char *fmt)
-{
-    Py_buffer *v;
-    int n = s->size;
-    if (kb <= 0 || kb * n > s->limit[fc] || fast_views(args[at], n, at == 1, dt, kb, &v) < 0)
         Py_RETURN_NONE;
-    PyObject *scratch = fast_scratch(s, kb * n);
-    PyObject *raw = scratch == NULL ? NULL : PyMemoryView_FromObject(scratch);
-    PyObject *mv = raw == NULL ? NULL : PyObject_CallMethod(raw, "cast", "s", fmt);
-    Py_XDECREF(raw);
-    if (mv == NULL) {          /* a format memoryview cannot take (complex): the regular path */
-        PyErr_Clear();
+    }
+    int dt = fast_dtype(&one);
+    Py_ssize_t kb = one.len, count = kb / (one.itemsize ? one.itemsize : 1);
+    if (dt < 0 || kb <= 0 || kb * n > s->limit[fc] ||
+        fast_views(list, n, gather, dt, kb, &v) < 0) {
+        PyBuffer_Release(&one);
+        Py_RETURN_NONE;
+    }
+    if (gather && views_overlap(v, n)) {
         fast_views_release(v, n);
+        PyBuffer_Release(&one);
         Py_RETURN_NONE;
     }
-    if (at == 0)
-        fast_views_copy(scratch, v, n, kb, 0);
-    PyObject *margs[5];
-    for (Py_ssize_t i = 0; i < nargs && i < 5; i++)
-        margs[i] = args[i];
-    margs[at] = mv;
-    s->list = args[at];
-    PyObject *r = entry(s, margs, nargs);
-    s->list = NULL;
-    if (r == Py_True && at == 1)
-        fast_views_copy(scratch, v, n, kb, 1);
-    fast_views_release(v, n);
-    /* let the scratch resize later: release the view, keeping the call's own error (if
-     * any) as it is (an export still alive in it makes release fail: then a fresh scratch
-     * is made next time) */
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyObject *rel = PyObject_CallMethod(mv, "release", NULL);
-    if (rel == NULL)
-        PyErr_Clear();
-    Py_XDECREF(rel);
-    PyErr_Restore(type, value, tb);
-    Py_DECREF(mv);
-    return r;
-}
-
-/* The native dtype, bytes and struct format of one buffer (-1: not one the fast call takes). */
-static int fast_one(PyObject *obj, Py_ssize_t *nbytes, char *fmt)
-{
-    Py_buffer v;
-    if (PyObject_GetBuffer(obj, &v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyErr_Clear();
-        return -1;
+    uint64_t sig = s->plain_sig[fc] | (s->dt_sig[dt] << 55) |
+                   ((uint64_t)(root & 0x3FFF) << 36) | COUNT_BITS(count);
+    PyObject *rec, *r = NULL;
+    PyObject *tag = fast_begin(s, name, sig, fc, &rec);
+    if (tag != NULL) {
+        PyObject *status = gather ? list_gather(s, one.buf, v, kb, sig)
+                                  : list_scatter(s, v, one.buf, kb, sig);
+        r = fast_end(s, status, rec, tag, sig, fc, name, args[0], args[1], list);
     }
-    int dt = fast_dtype(&v);
-    *nbytes = v.len;
-    const char *f = v.format != NULL ? v.format : "B";
-    if (strlen(f) >= 8)
-        dt = -1;
-    else
-        strcpy(fmt, f);
-    PyBuffer_Release(&v);
-    return dt;
+    fast_views_release(v, n);
+    PyBuffer_Release(&one);
+    return r;
 }

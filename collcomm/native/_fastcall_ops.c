@@ -8,8 +8,6 @@
  */
 
 /* ------------------------------------------------ what every entry shares */
-#define TOP4 ((uint64_t)0xF << 60)
-#define COUNT_BITS(c) ((uint64_t)(c) & 0xFFFFFFFFFULL)
 
 /* Two buffers, `a` read and `b` written, either possibly None: their data, bytes and the
  * one native dtype they share (-1: refuse — not buffers, not contiguous, different or
@@ -158,13 +156,8 @@ static PyObject *Fast_all_gather(Fast *s, PyObject *const *args, Py_ssize_t narg
         return NULL;
     if (!fast_open(s) || args[0] == args[1])
         Py_RETURN_NONE;
-    if (s->list == NULL && (PyList_CheckExact(args[1]) || PyTuple_CheckExact(args[1]))) {
-        Py_ssize_t kb;
-        char fmt[8];
-        int dt = fast_one(args[0], &kb, fmt);
-        return dt < 0 ? Py_NewRef(Py_None)
-                      : fast_list_call(s, args, nargs, 1, FC_ALL_GATHER, Fast_all_gather, dt, kb, fmt);
-    }
+    if (PyList_CheckExact(args[1]) || PyTuple_CheckExact(args[1]))
+        return fast_list(s, args, FC_ALL_GATHER, -1, args[2]);
     Py_buffer sv, rv;
     if (PyObject_GetBuffer(args[1], &rv, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
         PyErr_Clear();
@@ -192,7 +185,7 @@ static PyObject *Fast_all_gather(Fast *s, PyObject *const *args, Py_ssize_t narg
     PyObject *all = PyLong_FromLong(-1);   /* Core_gather's root for all_gather */
     PyObject *cargs[5] = {NULL, args[0], args[1], all, NULL};
     PyObject *r = fast_run(s, FC_ALL_GATHER, args[2], sig, Core_gather, cargs, 5, 4, args[0],
-                           args[1], s->list != NULL ? s->list : Py_None);
+                           args[1], Py_None);
     Py_XDECREF(all);
     return r;
 }
@@ -280,14 +273,8 @@ static PyObject *fast_rooted(Fast *s, PyObject *const *args, Py_ssize_t nargs, i
     PyObject *big = gather ? args[1] : args[0];
     if (!fast_open(s) || root < 0 || (s->rank == root) != (big != Py_None))
         Py_RETURN_NONE;
-    if (s->list == NULL && (PyList_CheckExact(big) || PyTuple_CheckExact(big))) {
-        Py_ssize_t kb;
-        char fmt[8];
-        int dt = fast_one(gather ? args[0] : args[1], &kb, fmt);
-        return dt < 0 ? Py_NewRef(Py_None)
-                      : fast_list_call(s, args, nargs, gather ? 1 : 0, fc,
-                                       gather ? Fast_gather : Fast_scatter, dt, kb, fmt);
-    }
+    if (PyList_CheckExact(big) || PyTuple_CheckExact(big))
+        return fast_list(s, args, fc, root, args[3]);
     Pair p;
     int dt = fast_pair(&p, args[0], args[1], 0);
     Py_ssize_t kb = p.len[gather ? 0 : 1], count = kb / p.itemsize;
@@ -302,7 +289,7 @@ static PyObject *fast_rooted(Fast *s, PyObject *const *args, Py_ssize_t nargs, i
                    ((uint64_t)(root & 0x3FFF) << 36) | COUNT_BITS(count);
     PyObject *cargs[5] = {NULL, args[0], args[1], args[2], NULL};
     return fast_run(s, fc, args[3], sig, gather ? Core_gather : Core_scatter, cargs, 5, 4, args[0],
-                    args[1], s->list != NULL ? s->list : args[2]);
+                    args[1], args[2]);
 }
 
 /* all_to_all(send, recv, name) -> True | None: equal blocks along the first dimension
@@ -354,9 +341,22 @@ static PyObject *Fast_barrier(Fast *s, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     if (!fast_open(s) || s->limit[FC_BARRIER] == 0)
         Py_RETURN_NONE;
-    PyObject *cargs[2] = {NULL, NULL};
-    return fast_run(s, FC_BARRIER, args[0], s->plain_sig[FC_BARRIER], Core_barrier, cargs, 2, 1,
-                    Py_None, Py_None, Py_None);
+    uint64_t sig = s->plain_sig[FC_BARRIER];
+    PyObject *rec;
+    PyObject *tag = fast_begin(s, args[0], sig, FC_BARRIER, &rec);
+    if (tag == NULL)
+        return NULL;
+    PyObject *status;
+    if (s->core == Py_None) {
+        status = PyLong_FromLong(ST_DONE);
+    } else {   /* Core_barrier, step for step, without its argument objects */
+        Call k;
+        call_begin(&k, (Core *)s->core, s->arena);
+        int phase = next_phase(&k);
+        int e = enter(k.c, k.arena, phase, sig, &k.gil);
+        status = call_end(&k, e < 0 ? -1 : e ? ST_MISMATCH : ST_DONE);
+    }
+    return fast_end(s, status, rec, tag, sig, FC_BARRIER, args[0], Py_None, Py_None, Py_None);
 }
 
 static PyObject *Fast_gather(Fast *s, PyObject *const *args, Py_ssize_t nargs)

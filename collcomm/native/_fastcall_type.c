@@ -59,7 +59,6 @@ static int Fast_traverse(Fast *self, visitproc visit, void *arg)
     Py_VISIT(self->hooks);
     rec_traverse(&self->rw, visit, arg);
     Py_VISIT(self->observer);
-    Py_VISIT(self->scratch);
     for (int i = 0; i < self->n_ops; i++)
         Py_VISIT(self->ops[i].op);
     return 0;
@@ -74,7 +73,6 @@ static int Fast_clear(Fast *self)
     Py_CLEAR(self->hooks);
     rec_clear(&self->rw);
     Py_CLEAR(self->observer);
-    Py_CLEAR(self->scratch);
     for (int i = 0; i < N_FC; i++)
         Py_CLEAR(self->algo_id[i]);
     for (int i = 0; i < self->n_ops; i++)
