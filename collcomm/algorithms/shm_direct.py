@@ -340,19 +340,11 @@ def broadcast(comm: ShmComm, buf: np.ndarray, root: int) -> None:
     step = pipeline_elems(arena, buf) if not cma else buf.size
     core = _native(arena)
     if core is not None and shared is None and not cma:
+        # every step in one native call (the same steps and syncs as the loop below)
         mine = _sig(comm, "broadcast", buf.size)
-        for lo in range(0, buf.size, step):
-            status = core.broadcast(arena, buf[lo:lo + step], root, mine)
-            if status == _DONE:
-                continue
-            if status == _REFUSE and lo == 0:
-                break    # this rank runs it in Python (same steps, same syncs)
-            if status == _REFUSE:
-                raise InvalidArgumentError("broadcast: the native core refused a later step "
-                                           "of a call whose first step it took")
+        status = core.broadcast(arena, buf, root, mine, step * dt.itemsize)
+        if status != _REFUSE:   # refused: this rank runs it in Python (same steps, same syncs)
             _broadcast_after(comm, arena, status, mine, buf, root)
-            return
-        else:
             return
     in_place = False
     for lo in range(0, buf.size, buf.size if shared is not None else step):

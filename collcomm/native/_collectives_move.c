@@ -6,13 +6,25 @@
  * every pair of split sizes), then moves rounds of pieces through the slots.
  */
 
-/* broadcast(arena, buf, root, sig): one chunk, staged by the root. */
+/* broadcast(arena, buf, root, sig[, step]): staged by the root; without `step`, one chunk
+ * (at most a slot); with it, in steps of `step` bytes (at most a slot, a multiple of the
+ * itemsize: shm_large.pipeline_elems), each step exactly one step of shm_direct.broadcast's
+ * Python loop (copy in, sync with the signature check, copy out), so the root copies step
+ * i+1 in while the others copy step i out, all in one call with the GIL released. A root
+ * whose buffer is published in place (shared heap) does so at the first step: the others
+ * then return ST_PYTHON there, as in the one-chunk case. */
 static PyObject *Core_broadcast(Core *c, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (check_args(nargs, 4, "broadcast") < 0)
+    if (nargs != 5 && check_args(nargs, 4, "broadcast") < 0)
         return NULL;
     PARSE_LONG(root, args[2]);
     PARSE_U64(sig, args[3]);
+    Py_ssize_t step = -1;
+    if (nargs == 5) {
+        step = PyLong_AsSsize_t(args[4]);
+        if (step == -1 && PyErr_Occurred())
+            return NULL;
+    }
     Call k;
     if (call_begin(&k, c, args[0]) < 0)
         return NULL;
@@ -21,23 +33,34 @@ static PyObject *Core_broadcast(Core *c, PyObject *const *args, Py_ssize_t nargs
     if (get_buffer(&k, args[1], 1, &buf, &nbytes) < 0)
         return call_end(&k, ST_REFUSE);
     int me = c->rank;
-    if (nbytes > c->slot || nbytes == 0 || root < 0 || root >= c->n)
+    if (step < 0)
+        step = nbytes;
+    if (step > c->slot || step <= 0 || nbytes == 0 || root < 0 || root >= c->n)
         return call_end(&k, ST_REFUSE);
-    int phase = next_phase(&k);
-    if (me == root)
-        stage(&k, phase, buf, nbytes, 1);
-    else if (nbytes > c->one_shot)
-        gil_release(&k.gil);
-    int e = enter(c, k.arena, phase, sig, &k.gil);
-    if (e != 0)
-        return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
-    if (me != root) {
-        if (get(c, root, c->w_shared + phase))
-            return call_end(&k, ST_PYTHON);
-        const char *src = peer(&k, phase, root, nbytes);
-        if (src == NULL)
-            return call_end(&k, -1);
-        memcpy(buf, src, nbytes);
+    for (Py_ssize_t lo = 0; lo < nbytes; lo += step) {
+        Py_ssize_t len = nbytes - lo < step ? nbytes - lo : step;
+        int phase = next_phase(&k);
+        if (me == root)
+            stage(&k, phase, buf + lo, len, 1);
+        else if (nbytes > c->one_shot)
+            gil_release(&k.gil);
+        int e = enter(c, k.arena, phase, sig, &k.gil);
+        if (e != 0)
+            return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
+        if (me != root) {
+            if (get(c, root, c->w_shared + phase)) {
+                if (lo == 0)
+                    return call_end(&k, ST_PYTHON);
+                gil_take(&k.gil);
+                PyErr_SetString(PyExc_RuntimeError, "collcomm native core: the broadcast's root "
+                                "published its buffer in place after the first step");
+                return call_end(&k, -1);
+            }
+            const char *src = peer(&k, phase, root, len);
+            if (src == NULL)
+                return call_end(&k, -1);
+            memcpy(buf + lo, src, len);
+        }
     }
     return call_end(&k, ST_DONE);
 }
