@@ -339,10 +339,14 @@ def broadcast(comm: ShmComm, buf: np.ndarray, root: int) -> None:
     # publishes it whole at the first step; the others see that there and read it all.
     step = pipeline_elems(arena, buf) if not cma else buf.size
     core = _native(arena)
-    if core is not None and shared is None and not cma:
-        # every step in one native call (the same steps and syncs as the loop below)
+    if core is not None and shared is None and (not cma or arena.cma_write):
+        # one native call: every staged step, or the split CMA step and the closing sync
+        # (the same steps and syncs as the loop below)
         mine = _sig(comm, "broadcast", buf.size)
-        status = core.broadcast(arena, buf, root, mine, step * dt.itemsize)
+        if cma:
+            status = core.broadcast(arena, buf, root, mine, dt.itemsize, CMA, arena.pids)
+        else:
+            status = core.broadcast(arena, buf, root, mine, step * dt.itemsize)
         if status != _REFUSE:   # refused: this rank runs it in Python (same steps, same syncs)
             _broadcast_after(comm, arena, status, mine, buf, root)
             return
@@ -376,8 +380,12 @@ def _broadcast_after(comm: ShmComm, arena: Arena, status: int, mine: int, buf: n
     """The rest of a broadcast the native core returned ``status`` for (not REFUSE)."""
     if status == _MISMATCH:
         _mismatch(arena, mine)
-    if status == _PYTHON:   # the root's buffer is read in place
-        _read(comm, arena, arena.phase, root, buf.dtype, buf.size, 0, buf)
+    if status == _PYTHON:   # the root's buffer is read in place, or a CMA transfer to redo
+        phase = arena.phase
+        if arena.get(root, SHARED_WORD + phase) == CMA and arena.cma_write:
+            broadcast_split(arena, phase, buf, root)
+        elif comm.rank != root:
+            _read(comm, arena, phase, root, buf.dtype, buf.size, 0, buf)
         arena.sync()
 
 

@@ -6,8 +6,83 @@
  * every pair of split sizes), then moves rounds of pieces through the slots.
  */
 
-/* broadcast(arena, buf, root, sig[, step]): staged by the root; without `step`, one chunk
- * (at most a slot); with it, in steps of `step` bytes (at most a slot, a multiple of the
+#include <sys/uio.h>
+
+/* Move `len` bytes between `local` and `remote` in process `pid` (process_vm_readv, or
+ * process_vm_writev if `write`), looping over partial transfers; 0, or -1 (errno kept: the
+ * caller hands the call back to the Python code, which raises the arena's errors). */
+static int cma_move(pid_t pid, char *local, uint64_t remote, Py_ssize_t len, int write)
+{
+    Py_ssize_t done = 0;
+    while (done < len) {
+        struct iovec l = {local + done, (size_t)(len - done)};
+        struct iovec r = {(void *)(uintptr_t)(remote + (uint64_t)done), (size_t)(len - done)};
+        ssize_t got = write ? process_vm_writev(pid, &l, 1, &r, 1, 0)
+                            : process_vm_readv(pid, &l, 1, &r, 1, 0);
+        if (got <= 0)
+            return -1;
+        done += got;
+    }
+    return 0;
+}
+
+/* broadcast by cross-memory attach, split (shm_large.broadcast_split; only where every rank
+ * may write every other's memory): the Python loop's one CMA step, then its closing sync.
+ * Every rank announces its buffer's address (the root also SHARED = `cma_key`), sync with
+ * the signature check; the root writes the first count/n elements into every other rank's
+ * buffer while each of them reads the rest from the root's; sync. After the first sync,
+ * anything else (a root published in place, a failed transfer) is handed back (ST_PYTHON):
+ * shm_direct._broadcast_after finishes from there (a transfer redone copies the same bytes). */
+static PyObject *broadcast_cma(Call *k, char *buf, Py_ssize_t nbytes, long root, uint64_t sig,
+                               Py_ssize_t itemsize, uint64_t cma_key, PyObject *pids_obj)
+{
+    Core *c = k->c;
+    int n = c->n, me = c->rank;
+    pid_t pids[64];
+    PyObject *fast = PySequence_Fast(pids_obj, "pids must be a sequence");
+    if (fast == NULL)
+        return call_end(k, -1);
+    int bad = PySequence_Fast_GET_SIZE(fast) != n || n > 64;
+    for (int r = 0; !bad && r < n; r++) {
+        long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, r));
+        if (v == -1 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return call_end(k, -1);
+        }
+        pids[r] = (pid_t)v;
+    }
+    Py_DECREF(fast);
+    if (bad || itemsize <= 0 || nbytes % itemsize)
+        return call_end(k, ST_REFUSE);
+    int phase = next_phase(k);
+    if (me == root)
+        put(c, c->w_shared + phase, cma_key);
+    put(c, c->w_offset + phase, (uint64_t)(uintptr_t)buf);
+    gil_release(&k->gil);
+    int e = enter(c, k->arena, phase, sig, &k->gil);
+    if (e != 0)
+        return call_end(k, e < 0 ? -1 : ST_MISMATCH);
+    if (get(c, root, c->w_shared + phase) != cma_key)
+        return call_end(k, ST_PYTHON);
+    Py_ssize_t head = (nbytes / itemsize) / n * itemsize;
+    if (me == root) {
+        for (int i = 1; i < n; i++) {
+            int r = (int)((root + i) % n);
+            if (head && cma_move(pids[r], buf, get(c, r, c->w_offset + phase), head, 1) < 0)
+                return call_end(k, ST_PYTHON);
+        }
+    } else if (cma_move(pids[root], buf + head, get(c, root, c->w_offset + phase) + (uint64_t)head,
+                        nbytes - head, 0) < 0) {
+        return call_end(k, ST_PYTHON);
+    }
+    if (sync_all(c, k->arena, &k->gil) < 0)
+        return call_end(k, -1);
+    return call_end(k, ST_DONE);
+}
+
+/* broadcast(arena, buf, root, sig[, step[, cma_key, pids]]): with `cma_key` (arena_layout.CMA)
+ * and `pids` (every rank's), by cross-memory attach, split (broadcast_cma; `step` is then
+ * the itemsize). Else staged by the root; without `step`, one chunk (at most a slot); with it, in steps of `step` bytes (at most a slot, a multiple of the
  * itemsize: shm_large.pipeline_elems), each step exactly one step of shm_direct.broadcast's
  * Python loop (copy in, sync with the signature check, copy out), so the root copies step
  * i+1 in while the others copy step i out, all in one call with the GIL released. A root
@@ -15,12 +90,18 @@
  * then return ST_PYTHON there, as in the one-chunk case. */
 static PyObject *Core_broadcast(Core *c, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5 && check_args(nargs, 4, "broadcast") < 0)
+    if (nargs != 5 && nargs != 7 && check_args(nargs, 4, "broadcast") < 0)
         return NULL;
     PARSE_LONG(root, args[2]);
     PARSE_U64(sig, args[3]);
     Py_ssize_t step = -1;
-    if (nargs == 5) {
+    uint64_t cma_key = 0;
+    if (nargs == 7) {
+        cma_key = PyLong_AsUnsignedLongLongMask(args[5]);
+        if (cma_key == (uint64_t)-1 && PyErr_Occurred())
+            return NULL;
+    }
+    if (nargs >= 5) {
         step = PyLong_AsSsize_t(args[4]);
         if (step == -1 && PyErr_Occurred())
             return NULL;
@@ -33,6 +114,11 @@ static PyObject *Core_broadcast(Core *c, PyObject *const *args, Py_ssize_t nargs
     if (get_buffer(&k, args[1], 1, &buf, &nbytes) < 0)
         return call_end(&k, ST_REFUSE);
     int me = c->rank;
+    if (nargs == 7) {   /* (..., itemsize, cma_key, pids): by cross-memory attach, split */
+        if (nbytes == 0 || root < 0 || root >= c->n || cma_key == 0)
+            return call_end(&k, ST_REFUSE);
+        return broadcast_cma(&k, buf, nbytes, root, sig, step, cma_key, args[6]);
+    }
     if (step < 0)
         step = nbytes;
     if (step > c->slot || step <= 0 || nbytes == 0 || root < 0 || root >= c->n)
