@@ -583,7 +583,7 @@ def all_to_all(comm: ShmComm, send: np.ndarray, send_counts: Sequence[int], recv
         if core is not None:
             mine = _sig(comm, "all_to_all", 0)
             status = core.all_to_all(arena, send, send_counts, recv, recv_counts, send.dtype.itemsize,
-                                     mine, a2a_cma_limit(arena))
+                                     mine, a2a_cma_limit(arena), arena.pids)
             if status != _REFUSE:
                 _all_to_all_after(comm, arena, status, mine, send, send_counts, recv, recv_counts)
                 return

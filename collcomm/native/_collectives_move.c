@@ -26,6 +26,42 @@ static int cma_move(pid_t pid, char *local, uint64_t remote, Py_ssize_t len, int
     return 0;
 }
 
+/* Every rank's pid from `obj` (a sequence of n ints) into pids[64]: 0; 1 if it does not
+ * fit (the caller hands the call to the Python code); -1 with an exception. */
+static int read_pids(PyObject *obj, int n, pid_t *pids)
+{
+    PyObject *fast = PySequence_Fast(obj, "pids must be a sequence");
+    if (fast == NULL)
+        return -1;
+    if (PySequence_Fast_GET_SIZE(fast) != n || n > 64) {
+        Py_DECREF(fast);
+        return 1;
+    }
+    for (int r = 0; r < n; r++) {
+        long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, r));
+        if (v == -1 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return -1;
+        }
+        pids[r] = (pid_t)v;
+    }
+    Py_DECREF(fast);
+    return 0;
+}
+
+/* A cross-memory transfer with rank r failed (errno `err`): raise the arena's error for it
+ * (Arena.cma_failed: PeerLostError if r died). Returns -1 with the exception set. */
+static int cma_raise(Call *k, int r, const char *what, int err)
+{
+    gil_take(&k->gil);
+    PyObject *res = PyObject_CallMethod(k->arena, "cma_failed", "isi", r, what, err);
+    if (res != NULL) {
+        Py_DECREF(res);
+        PyErr_Format(PyExc_RuntimeError, "collcomm native core: could not %s rank %d's memory", what, r);
+    }
+    return -1;
+}
+
 /* broadcast by cross-memory attach, split (shm_large.broadcast_split; only where every rank
  * may write every other's memory): the Python loop's one CMA step, then its closing sync.
  * Every rank announces its buffer's address (the root also SHARED = `cma_key`), sync with
@@ -39,19 +75,9 @@ static PyObject *broadcast_cma(Call *k, char *buf, Py_ssize_t nbytes, long root,
     Core *c = k->c;
     int n = c->n, me = c->rank;
     pid_t pids[64];
-    PyObject *fast = PySequence_Fast(pids_obj, "pids must be a sequence");
-    if (fast == NULL)
+    int bad = read_pids(pids_obj, n, pids);
+    if (bad < 0)
         return call_end(k, -1);
-    int bad = PySequence_Fast_GET_SIZE(fast) != n || n > 64;
-    for (int r = 0; !bad && r < n; r++) {
-        long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, r));
-        if (v == -1 && PyErr_Occurred()) {
-            Py_DECREF(fast);
-            return call_end(k, -1);
-        }
-        pids[r] = (pid_t)v;
-    }
-    Py_DECREF(fast);
     if (bad || itemsize <= 0 || nbytes % itemsize)
         return call_end(k, ST_REFUSE);
     int phase = next_phase(k);
@@ -229,10 +255,12 @@ static PyObject *Core_scatter(Core *c, PyObject *const *args, Py_ssize_t nargs)
     return call_end(&k, ST_DONE);
 }
 
-/* all_to_all(arena, send, send_counts, recv, recv_counts, itemsize, sig, cma_limit):
+/* all_to_all(arena, send, send_counts, recv, recv_counts, itemsize, sig, cma_limit[, pids]):
  * agree on the largest block (and check the split sizes pair by pair), then rounds of
  * staged pieces. cma_limit >= 0: past the agreement, if largest * itemsize > cma_limit
- * the Python code finishes the call by cross-memory attach (ST_PYTHON). */
+ * the call ends by cross-memory attach: with `pids` (every rank's) here, as
+ * shm_direct._all_to_all_cma does it (the same words and syncs), else the Python code
+ * finishes it (ST_PYTHON). */
 static int read_counts(PyObject *seq, int n, Py_ssize_t *out)
 {
     PyObject *fast = PySequence_Fast(seq, "counts must be a sequence");
@@ -260,7 +288,7 @@ static int read_counts(PyObject *seq, int n, Py_ssize_t *out)
 
 static PyObject *Core_all_to_all(Core *c, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (check_args(nargs, 8, "all_to_all") < 0)
+    if (nargs != 9 && check_args(nargs, 8, "all_to_all") < 0)
         return NULL;
     PARSE_LONG(isz, args[5]);
     PARSE_U64(sig, args[6]);
@@ -339,8 +367,42 @@ static PyObject *Core_all_to_all(Core *c, PyObject *const *args, Py_ssize_t narg
             all_largest = v;
     }
     if (cma_limit >= 0 && all_largest * isz > cma_limit) {
+        pid_t pids[64];
+        int got = nargs == 9 ? read_pids(args[8], n, pids) : 1;
+        if (got != 0) {
+            PyMem_Free(tab);
+            return call_end(&k, got < 0 ? -1 : ST_PYTHON);
+        }
+        /* shm_direct._all_to_all_cma: our send displacements in our slot, our send
+         * buffer's address (SHARED = arena_layout.CMA = 1), sync, read our block from each
+         * sender, sync (nobody touches a send buffer until all have read it) */
+        int phase = next_phase(&k);
+        int64_t *disp = (int64_t *)slot_at(c, phase, me);
+        for (int j = 0; j < n; j++)
+            disp[j] = sd[j];
+        put(c, c->w_shared + phase, 1);
+        put(c, c->w_offset + phase, ssum ? (uint64_t)(uintptr_t)send : 0);
+        gil_release(&k.gil);
+        if (sync_all(c, k.arena, &k.gil) < 0) {
+            PyMem_Free(tab);
+            return call_end(&k, -1);
+        }
+        for (int r = 0; r < n; r++) {
+            if (r == me || rc[r] == 0)
+                continue;
+            int64_t start = ((const int64_t *)slot_at(c, phase, r))[me];
+            if (cma_move(pids[r], recv + rd[r] * isz, get(c, r, c->w_offset + phase) +
+                         (uint64_t)(start * isz), rc[r] * isz, 0) < 0) {
+                int err = errno;
+                PyMem_Free(tab);
+                cma_raise(&k, r, "read", err);
+                return call_end(&k, -1);
+            }
+        }
         PyMem_Free(tab);
-        return call_end(&k, ST_PYTHON);
+        if (sync_all(c, k.arena, &k.gil) < 0)
+            return call_end(&k, -1);
+        return call_end(&k, ST_DONE);
     }
     Py_ssize_t piece = c->slot / (isz * n);
     if (all_largest * isz * n > c->one_shot)
