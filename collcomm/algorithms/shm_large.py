@@ -4,7 +4,7 @@ broadcast, all_gather / gather and all_to_all above ``CMA_MIN`` go one of two wa
 
 * **staged** through the arena's slots, as every smaller call: the writer copies in, the
   readers copy out (two memcpys per byte, on different cores). A broadcast goes in steps
-  (:func:`pipeline_elems`), each one native call, so the root copies step i+1 in while
+  (:func:`pipeline_elems`), all in one native call, so the root copies step i+1 in while
   the others copy step i out;
 * **read by cross-memory attach** (CMA): each rank announces its buffer's address and the
   readers copy straight out of it (one ``process_vm_readv`` per byte), one more sync at the
@@ -13,8 +13,8 @@ broadcast, all_gather / gather and all_to_all above ``CMA_MIN`` go one of two wa
 :func:`reads_peers` picks, the same on every rank, from the call's size, the last-level
 cache and ``arena.cma_cost`` (a CMA byte in memcpy'd bytes, measured when the arena is
 built; see transport/arena.py). Where it was measured (2-vCPU VM, CMA 3.2-3.4x a memcpy)
-staging wins from 256 KiB up to a quarter of the cache; docs/large-copies.md has the
-measurements.
+staging wins from 256 KiB up to a quarter of the cache, except a broadcast at n = 2,
+which goes split by CMA (see BCAST_STAGED); docs/large-copies.md has the measurements.
 """
 from __future__ import annotations
 
