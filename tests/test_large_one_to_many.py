@@ -172,3 +172,20 @@ def test_mixed_ranks_staged_and_split_broadcast():
                         timeout=100, rank_env={1: {"COLLCOMM_NATIVE": "0"}})
         assert len(set(res)) == 1
         assert res[0][1] in (-1.0, float(cost))
+
+
+def test_cma_failure_errors():
+    # what Arena.read_remote raises and the native core raises through (Arena.cma_failed):
+    # a dead peer (ESRCH) is PeerLostError; any other failure names COLLCOMM_CMA=0
+    import errno
+    import os
+    from types import SimpleNamespace
+
+    from collcomm.errors import CollcommError, PeerLostError
+    from collcomm.transport.arena import Arena
+
+    fake = SimpleNamespace(pids=[os.getpid(), os.getpid()], global_ranks=[4, 7], rank=0)
+    with pytest.raises(PeerLostError, match="rank 7"):
+        Arena.cma_failed(fake, 1, "read", errno.ESRCH)
+    with pytest.raises(CollcommError, match="COLLCOMM_CMA=0"):
+        Arena.cma_failed(fake, 1, "write", errno.EPERM)
