@@ -159,3 +159,33 @@ def test_mixed_native_and_python_ranks_take_the_same_steps_and_agree_on_the_cost
                               1: {"COLLCOMM_NATIVE": "0", "COLLCOMM_CMA_COST": "2.5"}})
     assert len(set(res)) == 1
     assert res[0][1] == -1.0 or res[0][1] >= 2.5
+
+
+@pytest.mark.timeout(60)
+def test_mixed_ranks_staged_and_split_broadcast():
+    # n = 2, rank 1 in Python: told a high CMA cost, the broadcasts above CMA_MIN stage in
+    # steps (one native call on rank 0, the Python loop on rank 1); told a low one, they go
+    # split by CMA (rank 0 in C: broadcast_cma, rank 1: broadcast_split), where the ranks
+    # may write each other's memory
+    for cost in ("5", "0.5"):
+        res = run_ranks(_cases, 2, False, env={"COLLCOMM_SHM_SLOT": str(SLOT), "COLLCOMM_CMA_COST": cost},
+                        timeout=100, rank_env={1: {"COLLCOMM_NATIVE": "0"}})
+        assert len(set(res)) == 1
+        assert res[0][1] in (-1.0, float(cost))
+
+
+def test_cma_failure_errors():
+    # what Arena.read_remote raises and the native core raises through (Arena.cma_failed):
+    # a dead peer (ESRCH) is PeerLostError; any other failure names COLLCOMM_CMA=0
+    import errno
+    import os
+    from types import SimpleNamespace
+
+    from collcomm.errors import CollcommError, PeerLostError
+    from collcomm.transport.arena import Arena
+
+    fake = SimpleNamespace(pids=[os.getpid(), os.getpid()], global_ranks=[4, 7], rank=0)
+    with pytest.raises(PeerLostError, match="rank 7"):
+        Arena.cma_failed(fake, 1, "read", errno.ESRCH)
+    with pytest.raises(CollcommError, match="COLLCOMM_CMA=0"):
+        Arena.cma_failed(fake, 1, "write", errno.EPERM)

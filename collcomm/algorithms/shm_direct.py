@@ -339,20 +339,16 @@ def broadcast(comm: ShmComm, buf: np.ndarray, root: int) -> None:
     # publishes it whole at the first step; the others see that there and read it all.
     step = pipeline_elems(arena, buf) if not cma else buf.size
     core = _native(arena)
-    if core is not None and shared is None and not cma:
+    if core is not None and shared is None and (not cma or arena.cma_write):
+        # one native call: every staged step, or the split CMA step and the closing sync
+        # (the same steps and syncs as the loop below)
         mine = _sig(comm, "broadcast", buf.size)
-        for lo in range(0, buf.size, step):
-            status = core.broadcast(arena, buf[lo:lo + step], root, mine)
-            if status == _DONE:
-                continue
-            if status == _REFUSE and lo == 0:
-                break    # this rank runs it in Python (same steps, same syncs)
-            if status == _REFUSE:
-                raise InvalidArgumentError("broadcast: the native core refused a later step "
-                                           "of a call whose first step it took")
-            _broadcast_after(comm, arena, status, mine, buf, root)
-            return
+        if cma:
+            status = core.broadcast(arena, buf, root, mine, dt.itemsize, CMA, arena.pids)
         else:
+            status = core.broadcast(arena, buf, root, mine, step * dt.itemsize)
+        if status != _REFUSE:   # refused: this rank runs it in Python (same steps, same syncs)
+            _broadcast_after(comm, arena, status, mine, buf, root)
             return
     in_place = False
     for lo in range(0, buf.size, buf.size if shared is not None else step):
@@ -384,8 +380,12 @@ def _broadcast_after(comm: ShmComm, arena: Arena, status: int, mine: int, buf: n
     """The rest of a broadcast the native core returned ``status`` for (not REFUSE)."""
     if status == _MISMATCH:
         _mismatch(arena, mine)
-    if status == _PYTHON:   # the root's buffer is read in place
-        _read(comm, arena, arena.phase, root, buf.dtype, buf.size, 0, buf)
+    if status == _PYTHON:   # the root's buffer is read in place, or a CMA transfer to redo
+        phase = arena.phase
+        if arena.get(root, SHARED_WORD + phase) == CMA and arena.cma_write:
+            broadcast_split(arena, phase, buf, root)
+        elif comm.rank != root:
+            _read(comm, arena, phase, root, buf.dtype, buf.size, 0, buf)
         arena.sync()
 
 
@@ -583,7 +583,7 @@ def all_to_all(comm: ShmComm, send: np.ndarray, send_counts: Sequence[int], recv
         if core is not None:
             mine = _sig(comm, "all_to_all", 0)
             status = core.all_to_all(arena, send, send_counts, recv, recv_counts, send.dtype.itemsize,
-                                     mine, a2a_cma_limit(arena))
+                                     mine, a2a_cma_limit(arena), arena.pids)
             if status != _REFUSE:
                 _all_to_all_after(comm, arena, status, mine, send, send_counts, recv, recv_counts)
                 return

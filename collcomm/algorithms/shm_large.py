@@ -4,7 +4,7 @@ broadcast, all_gather / gather and all_to_all above ``CMA_MIN`` go one of two wa
 
 * **staged** through the arena's slots, as every smaller call: the writer copies in, the
   readers copy out (two memcpys per byte, on different cores). A broadcast goes in steps
-  (:func:`pipeline_elems`), each one native call, so the root copies step i+1 in while
+  (:func:`pipeline_elems`), all in one native call, so the root copies step i+1 in while
   the others copy step i out;
 * **read by cross-memory attach** (CMA): each rank announces its buffer's address and the
   readers copy straight out of it (one ``process_vm_readv`` per byte), one more sync at the
@@ -13,8 +13,8 @@ broadcast, all_gather / gather and all_to_all above ``CMA_MIN`` go one of two wa
 :func:`reads_peers` picks, the same on every rank, from the call's size, the last-level
 cache and ``arena.cma_cost`` (a CMA byte in memcpy'd bytes, measured when the arena is
 built; see transport/arena.py). Where it was measured (2-vCPU VM, CMA 3.2-3.4x a memcpy)
-staging wins from 256 KiB up to a quarter of the cache; docs/large-copies.md has the
-measurements.
+staging wins from 256 KiB up to a quarter of the cache, except a broadcast at n = 2,
+which goes split by CMA (see BCAST_STAGED); docs/large-copies.md has the measurements.
 """
 from __future__ import annotations
 
@@ -42,6 +42,15 @@ PIPE_MIN, PIPE_STEPS = 256 << 10, 8
 #: everywhere at 1-4 MiB (all_gather 1.3-3.5x, all_to_all 1.2-2x); broadcast by CMA split
 #: between root and reader won at 16-64 MiB; at 16-64 MiB all_gather and all_to_all went
 #: either way from run to run (load 2-5).
+#: What a byte of a staged broadcast costs its busiest rank (a reader), in memcpy'd
+#: bytes, against the split CMA broadcast's c·(n-1)/n (reads_peers). Not 1: the reader
+#: copies out of slots the root's core has just written, and every step is a sync of all
+#: ranks, which waits on the slowest. Measured (2-vCPU VM, c = 3.2-3.4, interleaved in one
+#: job, docs/large-copies.md): at n = 2 (c·(n-1)/n ≈ 1.65) the split broadcast took
+#: 0.4-0.55x the staged time from 512 KiB to 4 MiB; at n = 3 and 4 (2.2, 2.5) staged was
+#: 1.5-1.8x faster at 1 MiB and level at 4 MiB.
+BCAST_STAGED = 2.0
+
 STAGE_MAX = {"broadcast": 0.25, "gather": 0.25, "all_gather": 0.25, "all_to_all": 0.25}
 
 
@@ -72,9 +81,14 @@ def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
     costs in memcpy'd bytes (measured when the arena is built), counting the bytes the
     busiest rank copies, n ranks:
 
-    * broadcast, gather: the readers (the root of a gather) copy (n-1)·c·B by CMA, or
-      B per reader and per writer with staging (the root's copy in overlaps the others'
-      copy out): CMA if c ≤ 1;
+    * broadcast, split (every rank may write every other's memory, ``arena.cma_write``):
+      the root writes (n-1)·B/n, each reader reads (n-1)·B/n, so the busiest rank moves
+      c·(n-1)·B/n by CMA; staged, each reader copies B out of the root's slots, data the
+      root's core has just written, in a pipeline whose every step is a sync of all
+      ranks: CMA if c·(n-1)/n < BCAST_STAGED (see there);
+    * broadcast without writes, gather: the readers (the root of a gather) copy
+      (n-1)·c·B by CMA, or B per reader and per writer with staging (the root's copy in
+      overlaps the others' copy out): CMA if c ≤ 1;
     * all_gather: 1 + (n-1)·c blocks by CMA, or n + 1 staged (own, in, n-1 out):
       CMA if c·(n-1) < n;
     * all_to_all: 1 + (n-1)·c blocks by CMA, or 2n - 1 staged: CMA if c < 2.
@@ -87,6 +101,8 @@ def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
     if nbytes > STAGE_MAX[collective] * llc_bytes():
         return True
     cost = arena.cma_cost
+    if collective == "broadcast" and arena.cma_write:
+        return cost * (arena.n - 1) < BCAST_STAGED * arena.n
     if collective in ("broadcast", "gather"):
         return cost <= 1.0
     if collective == "all_gather":

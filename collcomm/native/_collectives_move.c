@@ -6,13 +6,132 @@
  * every pair of split sizes), then moves rounds of pieces through the slots.
  */
 
-/* broadcast(arena, buf, root, sig): one chunk, staged by the root. */
+#include <sys/uio.h>
+
+/* Move `len` bytes between `local` and `remote` in process `pid` (process_vm_readv, or
+ * process_vm_writev if `write`), looping over partial transfers; 0, or -1 (errno kept: the
+ * caller hands the call back to the Python code, which raises the arena's errors). */
+static int cma_move(pid_t pid, char *local, uint64_t remote, Py_ssize_t len, int write)
+{
+    Py_ssize_t done = 0;
+    while (done < len) {
+        struct iovec l = {local + done, (size_t)(len - done)};
+        struct iovec r = {(void *)(uintptr_t)(remote + (uint64_t)done), (size_t)(len - done)};
+        ssize_t got = write ? process_vm_writev(pid, &l, 1, &r, 1, 0)
+                            : process_vm_readv(pid, &l, 1, &r, 1, 0);
+        if (got <= 0)
+            return -1;
+        done += got;
+    }
+    return 0;
+}
+
+/* Every rank's pid from `obj` (a sequence of n ints) into pids[64]: 0; 1 if it does not
+ * fit (the caller hands the call to the Python code); -1 with an exception. */
+static int read_pids(PyObject *obj, int n, pid_t *pids)
+{
+    PyObject *fast = PySequence_Fast(obj, "pids must be a sequence");
+    if (fast == NULL)
+        return -1;
+    if (PySequence_Fast_GET_SIZE(fast) != n || n > 64) {
+        Py_DECREF(fast);
+        return 1;
+    }
+    for (int r = 0; r < n; r++) {
+        long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, r));
+        if (v == -1 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return -1;
+        }
+        pids[r] = (pid_t)v;
+    }
+    Py_DECREF(fast);
+    return 0;
+}
+
+/* A cross-memory transfer with rank r failed (errno `err`): raise the arena's error for it
+ * (Arena.cma_failed: PeerLostError if r died). Returns -1 with the exception set. */
+static int cma_raise(Call *k, int r, const char *what, int err)
+{
+    gil_take(&k->gil);
+    PyObject *res = PyObject_CallMethod(k->arena, "cma_failed", "isi", r, what, err);
+    if (res != NULL) {
+        Py_DECREF(res);
+        PyErr_Format(PyExc_RuntimeError, "collcomm native core: could not %s rank %d's memory", what, r);
+    }
+    return -1;
+}
+
+/* broadcast by cross-memory attach, split (shm_large.broadcast_split; only where every rank
+ * may write every other's memory): the Python loop's one CMA step, then its closing sync.
+ * Every rank announces its buffer's address (the root also SHARED = `cma_key`), sync with
+ * the signature check; the root writes the first count/n elements into every other rank's
+ * buffer while each of them reads the rest from the root's; sync. After the first sync,
+ * anything else (a root published in place, a failed transfer) is handed back (ST_PYTHON):
+ * shm_direct._broadcast_after finishes from there (a transfer redone copies the same bytes). */
+static PyObject *broadcast_cma(Call *k, char *buf, Py_ssize_t nbytes, long root, uint64_t sig,
+                               Py_ssize_t itemsize, uint64_t cma_key, PyObject *pids_obj)
+{
+    Core *c = k->c;
+    int n = c->n, me = c->rank;
+    pid_t pids[64];
+    int bad = read_pids(pids_obj, n, pids);
+    if (bad < 0)
+        return call_end(k, -1);
+    if (bad || itemsize <= 0 || nbytes % itemsize)
+        return call_end(k, ST_REFUSE);
+    int phase = next_phase(k);
+    if (me == root)
+        put(c, c->w_shared + phase, cma_key);
+    put(c, c->w_offset + phase, (uint64_t)(uintptr_t)buf);
+    gil_release(&k->gil);
+    int e = enter(c, k->arena, phase, sig, &k->gil);
+    if (e != 0)
+        return call_end(k, e < 0 ? -1 : ST_MISMATCH);
+    if (get(c, root, c->w_shared + phase) != cma_key)
+        return call_end(k, ST_PYTHON);
+    Py_ssize_t head = (nbytes / itemsize) / n * itemsize;
+    if (me == root) {
+        for (int i = 1; i < n; i++) {
+            int r = (int)((root + i) % n);
+            if (head && cma_move(pids[r], buf, get(c, r, c->w_offset + phase), head, 1) < 0)
+                return call_end(k, ST_PYTHON);
+        }
+    } else if (cma_move(pids[root], buf + head, get(c, root, c->w_offset + phase) + (uint64_t)head,
+                        nbytes - head, 0) < 0) {
+        return call_end(k, ST_PYTHON);
+    }
+    if (sync_all(c, k->arena, &k->gil) < 0)
+        return call_end(k, -1);
+    return call_end(k, ST_DONE);
+}
+
+/* broadcast(arena, buf, root, sig[, step[, cma_key, pids]]): with `cma_key` (arena_layout.CMA)
+ * and `pids` (every rank's), by cross-memory attach, split (broadcast_cma; `step` is then
+ * the itemsize). Else staged by the root; without `step`, one chunk (at most a slot); with it, in steps of `step` bytes (at most a slot, a multiple of the
+ * itemsize: shm_large.pipeline_elems), each step exactly one step of shm_direct.broadcast's
+ * Python loop (copy in, sync with the signature check, copy out), so the root copies step
+ * i+1 in while the others copy step i out, all in one call with the GIL released. A root
+ * whose buffer is published in place (shared heap) does so at the first step: the others
+ * then return ST_PYTHON there, as in the one-chunk case. */
 static PyObject *Core_broadcast(Core *c, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (check_args(nargs, 4, "broadcast") < 0)
+    if (nargs != 5 && nargs != 7 && check_args(nargs, 4, "broadcast") < 0)
         return NULL;
     PARSE_LONG(root, args[2]);
     PARSE_U64(sig, args[3]);
+    Py_ssize_t step = -1;
+    uint64_t cma_key = 0;
+    if (nargs == 7) {
+        cma_key = PyLong_AsUnsignedLongLongMask(args[5]);
+        if (cma_key == (uint64_t)-1 && PyErr_Occurred())
+            return NULL;
+    }
+    if (nargs >= 5) {
+        step = PyLong_AsSsize_t(args[4]);
+        if (step == -1 && PyErr_Occurred())
+            return NULL;
+    }
     Call k;
     if (call_begin(&k, c, args[0]) < 0)
         return NULL;
@@ -21,23 +140,39 @@ static PyObject *Core_broadcast(Core *c, PyObject *const *args, Py_ssize_t nargs
     if (get_buffer(&k, args[1], 1, &buf, &nbytes) < 0)
         return call_end(&k, ST_REFUSE);
     int me = c->rank;
-    if (nbytes > c->slot || nbytes == 0 || root < 0 || root >= c->n)
+    if (nargs == 7) {   /* (..., itemsize, cma_key, pids): by cross-memory attach, split */
+        if (nbytes == 0 || root < 0 || root >= c->n || cma_key == 0)
+            return call_end(&k, ST_REFUSE);
+        return broadcast_cma(&k, buf, nbytes, root, sig, step, cma_key, args[6]);
+    }
+    if (step < 0)
+        step = nbytes;
+    if (step > c->slot || step <= 0 || nbytes == 0 || root < 0 || root >= c->n)
         return call_end(&k, ST_REFUSE);
-    int phase = next_phase(&k);
-    if (me == root)
-        stage(&k, phase, buf, nbytes, 1);
-    else if (nbytes > c->one_shot)
-        gil_release(&k.gil);
-    int e = enter(c, k.arena, phase, sig, &k.gil);
-    if (e != 0)
-        return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
-    if (me != root) {
-        if (get(c, root, c->w_shared + phase))
-            return call_end(&k, ST_PYTHON);
-        const char *src = peer(&k, phase, root, nbytes);
-        if (src == NULL)
-            return call_end(&k, -1);
-        memcpy(buf, src, nbytes);
+    for (Py_ssize_t lo = 0; lo < nbytes; lo += step) {
+        Py_ssize_t len = nbytes - lo < step ? nbytes - lo : step;
+        int phase = next_phase(&k);
+        if (me == root)
+            stage(&k, phase, buf + lo, len, 1);
+        else if (nbytes > c->one_shot)
+            gil_release(&k.gil);
+        int e = enter(c, k.arena, phase, sig, &k.gil);
+        if (e != 0)
+            return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
+        if (me != root) {
+            if (get(c, root, c->w_shared + phase)) {
+                if (lo == 0)
+                    return call_end(&k, ST_PYTHON);
+                gil_take(&k.gil);
+                PyErr_SetString(PyExc_RuntimeError, "collcomm native core: the broadcast's root "
+                                "published its buffer in place after the first step");
+                return call_end(&k, -1);
+            }
+            const char *src = peer(&k, phase, root, len);
+            if (src == NULL)
+                return call_end(&k, -1);
+            memcpy(buf + lo, src, len);
+        }
     }
     return call_end(&k, ST_DONE);
 }
@@ -120,10 +255,12 @@ static PyObject *Core_scatter(Core *c, PyObject *const *args, Py_ssize_t nargs)
     return call_end(&k, ST_DONE);
 }
 
-/* all_to_all(arena, send, send_counts, recv, recv_counts, itemsize, sig, cma_limit):
+/* all_to_all(arena, send, send_counts, recv, recv_counts, itemsize, sig, cma_limit[, pids]):
  * agree on the largest block (and check the split sizes pair by pair), then rounds of
  * staged pieces. cma_limit >= 0: past the agreement, if largest * itemsize > cma_limit
- * the Python code finishes the call by cross-memory attach (ST_PYTHON). */
+ * the call ends by cross-memory attach: with `pids` (every rank's) here, as
+ * shm_direct._all_to_all_cma does it (the same words and syncs), else the Python code
+ * finishes it (ST_PYTHON). */
 static int read_counts(PyObject *seq, int n, Py_ssize_t *out)
 {
     PyObject *fast = PySequence_Fast(seq, "counts must be a sequence");
@@ -151,7 +288,7 @@ static int read_counts(PyObject *seq, int n, Py_ssize_t *out)
 
 static PyObject *Core_all_to_all(Core *c, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (check_args(nargs, 8, "all_to_all") < 0)
+    if (nargs != 9 && check_args(nargs, 8, "all_to_all") < 0)
         return NULL;
     PARSE_LONG(isz, args[5]);
     PARSE_U64(sig, args[6]);
@@ -230,8 +367,42 @@ static PyObject *Core_all_to_all(Core *c, PyObject *const *args, Py_ssize_t narg
             all_largest = v;
     }
     if (cma_limit >= 0 && all_largest * isz > cma_limit) {
+        pid_t pids[64];
+        int got = nargs == 9 ? read_pids(args[8], n, pids) : 1;
+        if (got != 0) {
+            PyMem_Free(tab);
+            return call_end(&k, got < 0 ? -1 : ST_PYTHON);
+        }
+        /* shm_direct._all_to_all_cma: our send displacements in our slot, our send
+         * buffer's address (SHARED = arena_layout.CMA = 1), sync, read our block from each
+         * sender, sync (nobody touches a send buffer until all have read it) */
+        int phase = next_phase(&k);
+        int64_t *disp = (int64_t *)slot_at(c, phase, me);
+        for (int j = 0; j < n; j++)
+            disp[j] = sd[j];
+        put(c, c->w_shared + phase, 1);
+        put(c, c->w_offset + phase, ssum ? (uint64_t)(uintptr_t)send : 0);
+        gil_release(&k.gil);
+        if (sync_all(c, k.arena, &k.gil) < 0) {
+            PyMem_Free(tab);
+            return call_end(&k, -1);
+        }
+        for (int r = 0; r < n; r++) {
+            if (r == me || rc[r] == 0)
+                continue;
+            int64_t start = ((const int64_t *)slot_at(c, phase, r))[me];
+            if (cma_move(pids[r], recv + rd[r] * isz, get(c, r, c->w_offset + phase) +
+                         (uint64_t)(start * isz), rc[r] * isz, 0) < 0) {
+                int err = errno;
+                PyMem_Free(tab);
+                cma_raise(&k, r, "read", err);
+                return call_end(&k, -1);
+            }
+        }
         PyMem_Free(tab);
-        return call_end(&k, ST_PYTHON);
+        if (sync_all(c, k.arena, &k.gil) < 0)
+            return call_end(&k, -1);
+        return call_end(&k, ST_DONE);
     }
     Py_ssize_t piece = c->slot / (isz * n);
     if (all_largest * isz * n > c->one_shot)

@@ -210,18 +210,22 @@ class Arena:
             remote = _IoVec(address + done, want - done)
             got = fn(self.pids[r], ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
             if got <= 0:
-                err = ctypes.get_errno()
-                if err == errno.ESRCH or not pid_alive(self.pids[r]):
-                    g = self.global_ranks[r]
-                    raise PeerLostError(f"rank {g} (pid {self.pids[r]}, same host) died; rank "
-                                        f"{self.global_ranks[self.rank]} was {what.rstrip('e')}ing its memory",
-                                        peer=g)
-                raise CollcommError(f"rank {self.global_ranks[self.rank]} could not {what} rank "
-                                    f"{self.global_ranks[r]}'s memory ({os.strerror(err)}) although "
-                                    "the arena's probe could; COLLCOMM_CMA=0 stages such copies "
-                                    "through the arena's slots instead (already reserved: it needs "
-                                    "no more /dev/shm)")
+                self.cma_failed(r, what, ctypes.get_errno())
             done += got
+
+    def cma_failed(self, r: int, what: str, err: int) -> None:
+        """Raise what a failed cross-memory ``what`` ("read" / "write") of rank ``r``'s
+        memory means (errno ``err``); also called by the native core."""
+        if err == errno.ESRCH or not pid_alive(self.pids[r]):
+            g = self.global_ranks[r]
+            raise PeerLostError(f"rank {g} (pid {self.pids[r]}, same host) died; rank "
+                                f"{self.global_ranks[self.rank]} was {what.rstrip('e')}ing its memory",
+                                peer=g)
+        raise CollcommError(f"rank {self.global_ranks[self.rank]} could not {what} rank "
+                            f"{self.global_ranks[r]}'s memory ({os.strerror(err)}) although "
+                            "the arena's probe could; COLLCOMM_CMA=0 stages such copies "
+                            "through the arena's slots instead (already reserved: it needs "
+                            "no more /dev/shm)")
 
     def _probe_cma(self) -> bool:
         """Can every rank read every other's memory? (All ranks reach the same answer;
