@@ -162,6 +162,11 @@ class PointToPoint:
         if d is None:
             return Done(None, PROC_NULL, ANY_TAG, 0)
         arr, _ = simple(buf, call, "buf")
+        if not sync and arr.dtype.kind in "biufc" and d != g.rank:
+            f = p2p.native(g)     # sent at once natively (the ring had room), or nothing done
+            h = None if f is None else p2p.native_isend(f, g, arr, d, t, 0, False)
+            if h is not None:
+                return _Send([h])
         try:
             handles = [p2p.isend(g, arr, d, (SYNC if sync else 0) | t, call)]
             if sync:
@@ -176,6 +181,11 @@ class PointToPoint:
             return Done(None, PROC_NULL, ANY_TAG, 0)
         s, (t, mask) = _source(g, source, call), _rtag(tag, call)
         arr, _ = simple(buf, call, "buf", writable=True)
+        if s is not None and s != g.rank and arr.dtype.kind in "biufc" and arr.flags.c_contiguous:
+            f = p2p.native(g)     # deferred to its wait, which receives natively if it can
+            h = None if f is None else p2p.defer(f, g, arr, s, t, mask, 0, False)
+            if h is not None:
+                return _Recv(g, h)
         try:
             return _Recv(g, p2p.irecv(g, arr, s, t, mask, call))
         except CollcommError as exc:

@@ -53,7 +53,7 @@
 
 static PyObject *s_p2p_aborted, *s_p2p_closed, *s_p2p_lost, *s_p2p_posted, *s_p2p_unexpected,
     *s_p2p_peer, *s_p2p_tag, *s_p2p_mask, *s_p2p_source, *s_p2p_waiter, *s_p2p_head,
-    *s_p2p_tail, *s_p2p_chclosed;
+    *s_p2p_tail, *s_p2p_chclosed, *s_p2p_deferred;
 
 typedef struct {
     PyObject_HEAD
@@ -341,11 +341,12 @@ static long long pipe_recv(P2P *s, Pipe *p, uint8_t *dst, uint64_t cap, uint64_t
 
 static PyObject *P2P_recv(P2P *s, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5 && nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "recv(buf, src, tag, mask, sig[, record])");
+    if (nargs < 5 || nargs > 7) {
+        PyErr_SetString(PyExc_TypeError, "recv(buf, src, tag, mask, sig[, record[, own]])");
         return NULL;
     }
-    int record = nargs == 6 && args[5] == Py_True && rec_on(&s->rw);
+    int record = nargs >= 6 && args[5] == Py_True && rec_on(&s->rw);
+    int own = nargs == 7 && args[6] == Py_True;
     double t0 = record ? rec_now() : 0.0;
     Pipe *p = s->paused ? NULL : p2p_pipe(s, args[1]);
     uint64_t tag = p == NULL ? 0 : p2p_tag(s, args[2]);
@@ -359,6 +360,8 @@ static PyObject *P2P_recv(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     }
     mask = ~P2P_USER | (mask & P2P_USER);   /* context and kind bits always compared */
     int busy = p2p_engine_busy(s->engine);
+    if (!busy && !own)           /* receives deferred before this one: theirs first */
+        busy = p2p_engine_deferred(s->engine);
     if (busy)
         return busy < 0 ? NULL : Py_NewRef(Py_None);
     Py_buffer b;
@@ -395,6 +398,37 @@ static PyObject *P2P_recv(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     }
     PyBuffer_Release(&b);
     return result == Py_None ? Py_NewRef(Py_None) : result;
+}
+
+/* -------------------------------------------------------------- note */
+/* note(op, dst): the flight recorder's record of a non-blocking call (op 0: isend, 1:
+ * irecv; dst: the local peer, -1 for any source) as Observer.p2p writes it: "entered",
+ * started now, at the caller's code outside collcomm; None when not recording. The
+ * caller marks it ended (core.p2p.finished) when the call is waited for. */
+static PyObject *P2P_note(P2P *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyLong_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "note(op, peer)");
+        return NULL;
+    }
+    if (!rec_on(&s->rw))
+        Py_RETURN_NONE;
+    int recv = PyObject_IsTrue(args[0]);
+    if (recv < 0)
+        return NULL;
+    long peer = -1;
+    long i = PyLong_AsLong(args[1]);
+    if (i == -1 && PyErr_Occurred())
+        return NULL;
+    if (i >= 0) {
+        if (s->pipes == NULL || i >= PyTuple_GET_SIZE(s->pipes))
+            Py_RETURN_NONE;
+        PyObject *p = PyTuple_GET_ITEM(s->pipes, i);
+        if (Py_TYPE(p) != &PipeType)
+            Py_RETURN_NONE;
+        peer = ((Pipe *)p)->peer;
+    }
+    return rec_p2p(&s->rw, recv ? s_rec_irecv : s_rec_isend, peer, s_rec_entered, rec_now(), 0.0);
 }
 
 #include "_p2p_type.c"

@@ -169,8 +169,10 @@ static PyObject *P2P_close(P2P *self, PyObject *unused)
 #define P2PM(name, doc) {#name, (PyCFunction)(void (*)(void))P2P_##name, METH_FASTCALL, doc}
 static PyMethodDef P2P_methods[] = {
     P2PM(send, "send(buf, dst, tag, sig[, record]) -> True | None"),
-    P2PM(recv, "recv(buf, src, tag, mask, sig[, record]) -> nbytes | None | the record "
-               "(left to the regular path after it was recorded)"),
+    P2PM(recv, "recv(buf, src, tag, mask, sig[, record[, own]]) -> nbytes | None | the record "
+               "(left to the regular path after it was recorded); own: the native wait of a "
+               "deferred receive (the receives deferred after it do not stop it)"),
+    P2PM(note, "note(recv, peer) -> the 'entered' record of an isend/irecv, or None"),
     {"close", (PyCFunction)P2P_close, METH_NOARGS,
      "drop every reference; later calls take the regular path"},
     {NULL, NULL, 0, NULL},
@@ -207,7 +209,7 @@ static int p2p_module_init(PyObject *m)
         {&s_p2p_posted, "_posted"}, {&s_p2p_unexpected, "_unexpected"}, {&s_p2p_peer, "peer"},
         {&s_p2p_tag, "tag"}, {&s_p2p_mask, "mask"}, {&s_p2p_source, "source"},
         {&s_p2p_waiter, "waiter"}, {&s_p2p_head, "head"}, {&s_p2p_tail, "tail"},
-        {&s_p2p_chclosed, "closed"},
+        {&s_p2p_chclosed, "closed"}, {&s_p2p_deferred, "_deferred"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL)

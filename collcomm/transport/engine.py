@@ -91,6 +91,10 @@ class Engine(EngineWaiting, Transport):
         self._aborted: BaseException | None = None
         self._closed = False
         self._news = threading.Event()          # set when a message joins the unexpected list
+        # receives whose posting is deferred to their wait (core/p2p.py Deferred), in
+        # posting order; every receive posted here comes after them (post_deferred)
+        self._deferred: list[Any] = []
+        self._defer_lock = threading.Lock()
 
     # -- setup ---------------------------------------------------------------------------
     def add_channel(self, channel: Channel, polled: bool) -> None:
@@ -133,6 +137,13 @@ class Engine(EngineWaiting, Transport):
         """The contract's receive; ``mask``: match any tag equal to ``tag`` on its bits;
         ``sig``: the call signature expected (a message carrying another fails the receive
         with SignatureMismatchError; 0 on either side: not checked)."""
+        if self._deferred:
+            self.post_deferred()     # receives issued before this one are posted first
+        return self._post_recv(buf, src, tag, mask, sig)
+
+    def _post_recv(self, buf: Buffer, src: int, tag: int, mask: int = FULL_MASK,
+                   sig: int = 0) -> Request:
+        """Post a receive (:meth:`irecv` without the deferred receives' turn first)."""
         if self._aborted is not None or self._closed:
             self._check_open()
         if src != ANY_SOURCE and src != self.rank and src not in self.channels:
@@ -161,6 +172,35 @@ class Engine(EngineWaiting, Transport):
         elif lost is not None:
             req.fail(lost)
         return req
+
+    # -- deferred receives (core/p2p.py Deferred) ---------------------------------------------
+    def defer(self, d: Any) -> None:
+        """Hold a receive whose posting waits for its wait (it then runs natively, or
+        ``d.post()`` posts it here). Until then a receive posted here, a probe or a
+        native receive (native/_p2p.c declines while any is held) posts it first."""
+        self._deferred.append(d)
+
+    def post_deferred(self, upto: Any = None) -> bool:
+        """Post the deferred receives in their order (``d.post()``): all of them, or only
+        those before ``upto``, which is then taken out unposted (True) for its caller to
+        complete, or False if it is no longer held (posted or withdrawn meanwhile)."""
+        with self._defer_lock:
+            if upto is not None and upto not in self._deferred:
+                return False
+            while self._deferred:
+                d = self._deferred.pop(0)
+                if d is upto:
+                    return True
+                d.post()
+        return False
+
+    def withdraw_deferred(self, d: Any) -> bool:
+        """Take a deferred receive out unposted (MPI_Cancel); False if it was posted."""
+        with self._defer_lock:
+            if d in self._deferred:
+                self._deferred.remove(d)
+                return True
+        return False
 
     # -- a probed message (MPI_Mrecv; Engine.probe is in engine_wait.py) -----------------------
     def mrecv(self, message: Incoming, buf: Buffer) -> Handle:
