@@ -6,7 +6,9 @@ Peers are global ranks (``dst``/``src``) or ranks of the group (``group_dst``/
 of a plain array to a rank of this host is offered first to the group's native
 point-to-point entry (:func:`collcomm.core.p2p.native`), after every argument check,
 which writes the flight recorder's record in C; when it declines, the call goes through the group's
-engine like ``isend``/``irecv``, whose handles are :class:`P2PWork`. Errors carry the
+engine like ``isend``/``irecv``, whose handles are :class:`P2PWork`. ``isend``, ``irecv``
+and ``batch_isend_irecv`` use the native entry too: a send done at once (a completed
+handle), a receive deferred to its ``wait()`` (core/p2p.py ``Deferred``). Errors carry the
 call, the peer and the group (``isend to global rank 1 on group 'WORLD' ...``), and a
 receive of a different byte count than its buffer's is a
 :class:`~collcomm.errors.MismatchError`.

@@ -9,7 +9,10 @@ catches them.
 
 ``PROC_NULL`` as a peer completes at once (status source ``PROC_NULL``, tag ``ANY_TAG``,
 count 0); a bad rank raises ``ERR_RANK``, a bad tag ``ERR_TAG``, a message longer than the
-receive buffer ``ERR_TRUNCATE``. Sends complete without the receiver (every send is
+receive buffer ``ERR_TRUNCATE``. ``Isend`` (not synchronous) of a small array to a rank of
+this host is sent at once natively, ``Irecv`` from one deferred to its completion, which
+receives natively when it can (:mod:`collcomm.core.p2p`, ``native_isend``/``defer``).
+Sends complete without the receiver (every send is
 eager), so ``Bsend``/``Rsend`` are ``Send`` and need no attached buffer. ``Cancel`` of a
 receive that nothing matched yet withdraws it (``Status.Is_cancelled()``).
 """

@@ -25,6 +25,13 @@ the regular path, which raises every error). The front ends offer it their block
 ``Sendrecv``). ``COLLCOMM_FAST=0`` or ``COLLCOMM_NATIVE=0`` turn it off. Asked to
 (``record`` True: ``collcomm.send``/``recv``), it writes the flight recorder's record of
 the call in C, the list ``observer.p2p`` writes (native/_record.c).
+
+The non-blocking calls use it too (``collcomm.isend``/``irecv``/``batch_isend_irecv``,
+``collcomm.MPI`` ``Isend``/``Irecv``): :func:`native_isend` sends at once (an inline record
+the ring has room for; the regular path's shared-memory send completes at once too) and
+gives a completed handle (:class:`Sent`); :func:`defer` gives a receive whose posting waits
+for its ``wait()``, which then receives natively (:class:`Deferred`, with the argument for
+its matching order). Anything else, or anything C declines, takes the regular path.
 """
 from __future__ import annotations
 

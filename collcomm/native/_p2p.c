@@ -18,11 +18,13 @@
  * the channel closed, a peer lost, a buffer that is not C-contiguous numeric): the caller
  * then takes the Python path, which raises every error with its text.
  *
- * ``recv(buf, src, tag, mask, sig)``: the byte count of the message received into buf,
- * or None having consumed nothing that the receive matches. It runs only while the
- * engine cannot hold a message for it: poll_lock taken (tried), no early (unexpected)
- * message from src that the receive matches, no posted receive that would match a message
- * from src with this tag (MPI's non-overtaking order). Then it reads the ring in order:
+ * ``recv(buf, src, tag, mask, sig[, record[, own]])``: the byte count of the message
+ * received into buf, or None having consumed nothing that the receive matches. It runs
+ * only while the engine cannot hold a message for it: poll_lock taken (tried), no early
+ * (unexpected) message from src that the receive matches, no posted receive that would
+ * match a message from src with this tag (MPI's non-overtaking order), no deferred receive
+ * (engine._deferred, core/p2p.py Deferred: posted earlier, waiting for its wait) unless
+ * ``own`` is True (the wait of a deferred receive, which posted those before it first). Then it reads the ring in order:
  * PAD is skipped; a record the receive does not match (another tag, a collective's
  * message) goes to ``_take_one`` unchanged, which hands it to the engine as poll() does;
  * the first record it matches is taken if it is INLINE, of exactly this tag, fits the
@@ -42,6 +44,8 @@
  * returns the record (a list) instead of None: the caller hands it to the regular path,
  * which marks it (ProcessGroup.p2p_irecv's ``rec``). A call that declines before that
  * makes no record: the regular path makes its own. Either way one record per call.
+ * ``note(recv, peer)`` makes the "entered" record of a non-blocking call (isend/irecv),
+ * which core/p2p.py marks ended when it is waited for.
  */
 
 #define P2P_HDR 40                       /* shm.HEADER.size: "<IIQQQQ" */

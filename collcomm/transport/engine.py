@@ -42,13 +42,19 @@ the other way round; "leaf": nothing else is taken while holding it):
     TcpHub.io (the selector's holder: the I/O thread or a waiting caller; taken holding no
     other lock)  →  TcpChannel.lock (leaf), TcpHub.wlock (leaf), Engine._lock (leaf)
     Heap._lock (leaf)
+    Engine._defer_lock (taken holding no other lock: posting the deferred receives)  →  Engine._lock (leaf)
     request._EVENT_LOCK (leaf: only makes a request's event, see Request)
 
 The native point-to-point receive (native/_p2p.c) holds a channel's ``poll_lock`` (tried)
 while it waits and calls, holding it, ``ShmChannel._take_one`` (→ ``Engine._lock``) and
 :meth:`Engine.native_check` (→ ``check_alive`` → ``Engine._lock``): the same order.
 It reads ``_posted`` and ``_unexpected`` (holding the GIL, not ``_lock``: a list read is
-atomic) to stay out of the way of any message the engine holds or owes an earlier receive.
+atomic) to stay out of the way of any message the engine holds or owes an earlier receive,
+and ``_deferred``: receives (core/p2p.py ``Deferred``: a non-blocking receive from a peer on
+this host) whose posting waits for their ``wait()``, which receives natively. They count as
+posted before anything later: :meth:`irecv` and :meth:`probe` post them first, in order
+(:meth:`post_deferred`), and a native receive declines while any is held (but the one a
+deferred receive's own wait makes, after posting those deferred before it).
 
 ``Engine._lock`` guards the posted and unexpected lists and ``lost``. Nothing is called
 under it but list edits and copying an early message aside: requests are completed or
