@@ -46,8 +46,6 @@ def _size_error(context: str, status: Status, buf: Buf) -> MismatchError:
 class P2PWork:
     """The handle of an ``isend``/``irecv``: ``wait()``, ``is_completed()``, ``source_rank()``."""
 
-    __slots__ = ("name", "_handle", "_group", "_buf", "_peer", "_status", "_exc")
-
     def __init__(self, name: str, handle: Handle, g: ProcessGroup, buf: Buf | np.ndarray,
                  peer: int | None) -> None:
         self.name = name
@@ -277,6 +275,9 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[P2PWork]:
     if not isinstance(p2p_op_list, (list, tuple)) or not all(isinstance(p, P2POp) for p in p2p_op_list):
         raise InvalidArgumentError(
             f"batch_isend_irecv: expected a list of P2POp, got {p2p_op_list!r:.200}")
+    works = _native_batch(p2p_op_list)
+    if works is not None:
+        return works
     prepared = []
     for i, p in enumerate(p2p_op_list):
         name = p.op.__name__
@@ -307,4 +308,37 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[P2PWork]:
             else:
                 h = g.p2p_irecv(buf.arr, peer, tag, _p2p_sig(buf.dtype))
         works.append(P2PWork(name, h, g, buf, g.to_global(peer)))
+    return works
+
+
+def _native_batch(ops: list[P2POp] | tuple[P2POp, ...]) -> list[P2PWork] | None:
+    """``batch_isend_irecv`` when every op is a plain array to or from a rank of this host
+    (``_native`` checks each as the regular path would, so none of them can be refused):
+    each send done at once natively, each receive deferred to its wait (the regular path
+    for one C declines); None having started nothing when any op is not such."""
+    fast = []
+    for p in ops:
+        recv = p.op is irecv
+        nat = _native(p.tensor, p.peer, p.group, p.tag, p.group_peer, recv, "batch_isend_irecv")
+        if nat is None:
+            return None
+        fast.append(nat)
+    works = []
+    for p, (f, g, local) in zip(ops, fast):
+        arr = p.tensor
+        sig = _p2p_sig(arr.dtype)
+        if p.op is irecv:
+            h = core_p2p.defer(f, g, arr, local, p.tag, MAX_USER_TAG, sig, g.observer is not None)
+            if h is None:
+                buf = as_output(arr, "batch_isend_irecv", g.describe(), "tensor")
+                h = g.p2p_irecv(buf.arr, local, p.tag, sig)
+            works.append(P2PWork("irecv", h, g, arr, p.peer))
+        else:
+            h = core_p2p.native_isend(f, g, arr, local, p.tag, sig, g.observer is not None)
+            if h is None:
+                buf = as_input(arr, "batch_isend_irecv", g.describe(), "tensor")
+                h = g.p2p_isend(buf.arr, local, p.tag, sig)
+                works.append(P2PWork("isend", h, g, buf, p.peer))
+            else:
+                works.append(P2PWork("isend", h, g, arr, p.peer))
     return works
