@@ -335,6 +335,8 @@ def _nonblocking() -> dict:
                 polls += 1
             w.wait()
             got.append((float(d[0]), polls > 0))
+            if not paused and f is not None:     # completed by a native test(), never posted
+                out["test_native"] = getattr(w._handle, "h", "posted") is None
             x = np.zeros(1, np.int64)
             st = MPI.Status()
             r11 = comm.Irecv(x, other, 11)           # from Ssend: acked when matched
@@ -411,6 +413,7 @@ def test_nonblocking_native_with_python_rank() -> None:
     res = run_ranks(_nonblocking, 2, transport="shm", timeout=50, rank_env={1: {"COLLCOMM_NATIVE": "0"}})
     assert res[0]["native"] and not res[1]["native"]
     _check_nonblocking(res)
+    assert res[0]["test_native"] is True
     sends, recvs = res[0]["counts"]
     assert sends >= 3 and recvs >= 10, res[0]["counts"]
 

@@ -172,9 +172,10 @@ class Deferred(Handle):
     Its own wait first posts the receives deferred before it, takes itself out, and
     receives natively (``own``: the receives deferred after it do not stop it; those
     posted before it, and the early messages, do, as for any native receive); when C
-    declines, it is posted then, still before every later receive. ``test()``, a wait with
-    a timeout or under another call timeout than the one it started under, and
-    ``cancel()`` of a posted one post it and take the regular path.
+    declines, it is posted then, still before every later receive. ``test()`` tries the same
+    without waiting (it stays deferred while nothing came). A wait with a timeout or under
+    another call timeout than the one it started under posts it and takes the regular
+    path, and so does anything C declines.
     """
 
     __slots__ = ("f", "g", "eng", "arr", "local", "utag", "umask", "sig", "tag", "limit", "rec",
@@ -233,8 +234,29 @@ class Deferred(Handle):
         return self.h.wait(timeout)
 
     def test(self) -> bool:
+        """Done? Still deferred, it first tries natively without waiting (C: ``block``
+        False), holding the deferred receives' lock, the receives deferred before it
+        posted first; it stays deferred (first in line) if nothing came for it."""
         if self.status is not None:
             return True
+        if self.h is None and self.exc is None:
+            eng = self.eng
+            with eng._defer_lock:
+                held = eng._deferred
+                if self in held:
+                    while held[0] is not self:
+                        held.pop(0).post()
+                    n = self.f.recv(self.arr, self.local, self.utag, self.umask, self.sig, False,
+                                    True, False)
+                    if n is False:
+                        return False
+                    del held[0]
+                    if n is None:
+                        self.post()              # C left it: the regular path, in its turn
+                    else:
+                        self.status = Status(self.g.ranks[self.local], n, self.tag)
+                        finished(self.rec, True)
+                        return True
         self._posted()
         if self.exc is not None:
             finished(self.rec, False)

@@ -24,7 +24,10 @@
  * (unexpected) message from src that the receive matches, no posted receive that would
  * match a message from src with this tag (MPI's non-overtaking order), no deferred receive
  * (engine._deferred, core/p2p.py Deferred: posted earlier, waiting for its wait) unless
- * ``own`` is True (the wait of a deferred receive, which posted those before it first). Then it reads the ring in order:
+ * ``own`` is True (the wait of a deferred receive, which posted those before it first).
+ * ``block`` False (a deferred receive's test()): False at once when the ring holds no
+ * record (the records before the first it matches are still handed to the engine); no
+ * record is made. Then it reads the ring in order:
  * PAD is skipped; a record the receive does not match (another tag, a collective's
  * message) goes to ``_take_one`` unchanged, which hands it to the engine as poll() does;
  * the first record it matches is taken if it is INLINE, of exactly this tag, fits the
@@ -256,7 +259,7 @@ static PyObject *P2P_send(P2P *s, PyObject *const *args, Py_ssize_t nargs)
 /* Receive from the ring (poll_lock held, GIL held on entry and return): the byte count,
  * -2 to leave it to Python, -1 with an exception. */
 static long long pipe_recv(P2P *s, Pipe *p, uint8_t *dst, uint64_t cap, uint64_t tag,
-                           uint64_t mask, uint64_t sig)
+                           uint64_t mask, uint64_t sig, int block)
 {
     Gil gil = {NULL};
     uint64_t tail = __atomic_load_n(&p->in_ctl[8], __ATOMIC_RELAXED);   /* ours alone */
@@ -302,6 +305,10 @@ static long long pipe_recv(P2P *s, Pipe *p, uint8_t *dst, uint64_t cap, uint64_t
             tail = __atomic_load_n(&p->in_ctl[8], __ATOMIC_RELAXED);
             continue;
         }
+        if (!block) {                                     /* nothing yet: -3 */
+            gil_take(&gil);
+            return -3;
+        }
         long long now = now_ns();
         if (start == 0) {
             start = now;
@@ -345,12 +352,13 @@ static long long pipe_recv(P2P *s, Pipe *p, uint8_t *dst, uint64_t cap, uint64_t
 
 static PyObject *P2P_recv(P2P *s, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs < 5 || nargs > 7) {
-        PyErr_SetString(PyExc_TypeError, "recv(buf, src, tag, mask, sig[, record[, own]])");
+    if (nargs < 5 || nargs > 8) {
+        PyErr_SetString(PyExc_TypeError, "recv(buf, src, tag, mask, sig[, record[, own[, block]]])");
         return NULL;
     }
-    int record = nargs >= 6 && args[5] == Py_True && rec_on(&s->rw);
-    int own = nargs == 7 && args[6] == Py_True;
+    int block = nargs < 8 || args[7] != Py_False;
+    int record = block && nargs >= 6 && args[5] == Py_True && rec_on(&s->rw);
+    int own = nargs >= 7 && args[6] == Py_True;
     double t0 = record ? rec_now() : 0.0;
     Pipe *p = s->paused ? NULL : p2p_pipe(s, args[1]);
     uint64_t tag = p == NULL ? 0 : p2p_tag(s, args[2]);
@@ -384,10 +392,12 @@ static PyObject *P2P_recv(P2P *s, PyObject *const *args, Py_ssize_t nargs)
                 claim = -1;
         }
         long long n = claim < 0 ? -1 : claim ? -2
-                    : pipe_recv(s, p, (uint8_t *)b.buf, (uint64_t)b.len, tag, mask, sig);
+                    : pipe_recv(s, p, (uint8_t *)b.buf, (uint64_t)b.len, tag, mask, sig, block);
         p2p_release(p->poll_release);
         if (n == -1)
             result = NULL;
+        else if (n == -3)
+            result = Py_NewRef(Py_False);     /* (block False) nothing for it yet */
         else if (n >= 0) {
             result = PyLong_FromLongLong(n);
             s->recvs++;

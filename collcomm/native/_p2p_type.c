@@ -169,7 +169,8 @@ static PyObject *P2P_close(P2P *self, PyObject *unused)
 #define P2PM(name, doc) {#name, (PyCFunction)(void (*)(void))P2P_##name, METH_FASTCALL, doc}
 static PyMethodDef P2P_methods[] = {
     P2PM(send, "send(buf, dst, tag, sig[, record]) -> True | None"),
-    P2PM(recv, "recv(buf, src, tag, mask, sig[, record[, own]]) -> nbytes | None | the record "
+    P2PM(recv, "recv(buf, src, tag, mask, sig[, record[, own[, block]]]) -> nbytes | None | "
+               "False (block False: nothing yet) | the record "
                "(left to the regular path after it was recorded); own: the native wait of a "
                "deferred receive (the receives deferred after it do not stop it)"),
     P2PM(note, "note(recv, peer) -> the 'entered' record of an isend/irecv, or None"),
