@@ -297,6 +297,9 @@ def _nonblocking() -> dict:
             comm.Ssend(np.array([11], np.int64), 0, 11)
             comm.Send(np.array([12], np.int64), 0, 12)
             comm.Send(np.array([13], np.int64), 0, 13)
+            time.sleep(0.3)                  # while rank 0 waits in a thread (below)
+            one(1.0, 50)
+            one(2.0, 50)
         else:
             a, b = np.zeros(1, np.float32), np.zeros(1, np.float32)
             w = dist.irecv(a, other, tag=3)
@@ -319,7 +322,7 @@ def _nonblocking() -> dict:
             w.wait()
             got.append((seen, float(c[0]), before))
             dist.barrier()
-            time.sleep(0.2)                  # the sender is held by a full ring meanwhile
+            time.sleep(0.1)                  # the sender is held by a full ring meanwhile
             bufs = [np.zeros(250, np.float32) for _ in range(1100)]
             ws = dist.batch_isend_irecv([dist.P2POp(dist.irecv, x, other, tag=9) for x in bufs])
             for w in ws:
@@ -351,8 +354,21 @@ def _nonblocking() -> dict:
             r12 = comm.Irecv(y, other, MPI.ANY_TAG)  # wildcard: gets 12 (sent before 13)
             MPI.Request.Waitall([r13, r12])
             got.append((int(x[0]), int(y[0])))
+            # a thread waits on a deferred irecv (natively) while this thread receives from
+            # the same peer and tag: the irecv, posted first, gets the first message
+            import threading
+
+            a50, b50 = np.zeros(1, np.float32), np.zeros(1, np.float32)
+            w = dist.irecv(a50, other, tag=50)
+            t = threading.Thread(target=w.wait)
+            t.start()
+            time.sleep(0.1)
+            dist.recv(b50, other, tag=50)
+            t.join(10)
+            w.wait()
+            got.append((float(a50[0]), float(b50[0])))
             # a timeout of a deferred receive, the regular path's words
-            with dist.call_timeout(0.3):
+            with dist.call_timeout(0.2):
                 w = dist.irecv(np.zeros(1), other, tag=77)
             got.append(_err(w.wait).split(" on ")[0] + " | " + _err(w.wait).split(": ", 2)[-1])
         out[f"got{paused}"] = got
@@ -403,8 +419,9 @@ def _check_nonblocking(res: list) -> None:
             assert got[3][:2] == (False, 8.0), got
             assert got[4] is True and got[5] == (10.0, True), got
             assert got[6] == (11, 1, 11, 1) and got[7] is True and got[8] == (13, 12), got
-            assert got[9].startswith("CommTimeoutError: irecv from global rank 1 | rank 0 timed out "
-                                     "after 0.3 s"), got
+            assert got[9] == (1.0, 2.0), got
+            assert got[10].startswith("CommTimeoutError: irecv from global rank 1 | rank 0 timed out "
+                                      "after 0.2 s"), got
             assert r["records0"] == r["records1"]
 
 

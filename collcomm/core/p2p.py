@@ -169,17 +169,20 @@ class Deferred(Handle):
     before anything that comes later: a receive posted in the engine (``Engine.irecv``),
     a probe, or a native receive (C declines while the engine holds a deferred receive)
     first posts every deferred receive, in order (``post``, the regular path's receive).
-    Its own wait first posts the receives deferred before it, takes itself out, and
-    receives natively (``own``: the receives deferred after it do not stop it; those
-    posted before it, and the early messages, do, as for any native receive); when C
-    declines, it is posted then, still before every later receive. ``test()`` tries the same
+    Its own wait posts the receives deferred before it and, staying first in line
+    (``waiting``: ``Engine.begin_native``/``end_native``), receives natively (``own``: the
+    receives deferred after it do not stop it; those posted before it, and the early
+    messages, do, as for any native receive); when C declines, it is posted then, before
+    anything later. Another thread that must post meanwhile stops that native wait (C's
+    ``steal``) and waits for it to end, so no later receive is ever posted, nor a message
+    polled into the engine matched by one, before it. ``test()`` tries the same
     without waiting (it stays deferred while nothing came). A wait with a timeout or under
     another call timeout than the one it started under posts it and takes the regular
     path, and so does anything C declines.
     """
 
     __slots__ = ("f", "g", "eng", "arr", "local", "utag", "umask", "sig", "tag", "limit", "rec",
-                 "h", "req", "status", "exc")
+                 "h", "req", "status", "exc", "waiting")
 
     def __init__(self, f: Any, g: ProcessGroup, eng: Engine, arr: np.ndarray, local: int, tag: int,
                  mask: int, sig: int, rec: list[Any] | None) -> None:
@@ -191,10 +194,12 @@ class Deferred(Handle):
         self.req: Any = None        # its engine request
         self.status: Status | None = None
         self.exc: BaseException | None = None
+        self.waiting = False        # its wait is receiving natively (Engine.begin_native)
 
     def post(self) -> None:
-        """Post it in the engine (the regular path's receive); called in posting order
-        (``Engine.post_deferred``). An engine that refuses (aborted, closed) fails it."""
+        """Post it in the engine (the regular path's receive); called in posting order,
+        holding the engine's ``_defer_lock``. An engine that refuses (aborted, closed)
+        fails it."""
         try:
             self.req = self.eng._post_recv(_bytes(self.arr), self.g.ranks[self.local], self.tag,
                                            _mask(self.umask), self.sig)
@@ -204,30 +209,28 @@ class Deferred(Handle):
         h: Any = TimedHandle(self.req, self.limit)
         self.h = h if self.rec is None else _P2PHandle(h, self.rec)
 
-    def _posted(self) -> None:
-        if self.h is None and self.exc is None and self.eng.post_deferred(self):
-            self.post()
+    def _done(self, n: int) -> Status:
+        self.status = Status(self.g.ranks[self.local], n, self.tag)
+        finished(self.rec, True)
+        return self.status
 
     def wait(self, timeout: float | None = None) -> Status:
         if self.status is not None:
             return self.status
         if (self.h is None and self.exc is None and timeout is None
-                and current_timeout(self.g.timeout) == self.limit and self.eng.post_deferred(self)):
+                and current_timeout(self.g.timeout) == self.limit and self.eng.begin_native(self)):
+            n: Any = None
             try:
                 n = self.f.recv(self.arr, self.local, self.utag, self.umask, self.sig, False, True)
             except CollcommError as exc:      # the peer lost, the timeout, the engine closed
                 self.exc = exc
-            except BaseException:             # Ctrl-C: still pending, now posted
-                self.post()
-                raise
-            else:
-                if n is not None:
-                    self.status = Status(self.g.ranks[self.local], n, self.tag)
-                    finished(self.rec, True)
-                    return self.status
-                self.post()                   # C left it: the regular path, in its turn
-        else:
-            self._posted()
+                n = False
+            finally:                          # (Ctrl-C: still pending, now posted)
+                self.eng.end_native(self, n is None)
+            if type(n) is int:
+                return self._done(n)
+        elif self.h is None and self.exc is None:
+            self.eng.post_deferred(self)
         if self.exc is not None:
             finished(self.rec, False)
             raise self.exc
@@ -235,7 +238,7 @@ class Deferred(Handle):
 
     def test(self) -> bool:
         """Done? Still deferred, it first tries natively without waiting (C: ``block``
-        False), holding the deferred receives' lock, the receives deferred before it
+        False), holding the engine's ``_defer_lock``, the receives deferred before it
         posted first; it stays deferred (first in line) if nothing came for it."""
         if self.status is not None:
             return True
@@ -244,20 +247,17 @@ class Deferred(Handle):
             with eng._defer_lock:
                 held = eng._deferred
                 if self in held:
-                    while held[0] is not self:
-                        held.pop(0).post()
+                    if any(d.waiting for d in held):
+                        return False     # one before it is receiving natively: not yet
+                    eng._post_before(self)
                     n = self.f.recv(self.arr, self.local, self.utag, self.umask, self.sig, False,
                                     True, False)
                     if n is False:
                         return False
                     del held[0]
-                    if n is None:
-                        self.post()              # C left it: the regular path, in its turn
-                    else:
-                        self.status = Status(self.g.ranks[self.local], n, self.tag)
-                        finished(self.rec, True)
-                        return True
-        self._posted()
+                    if n is not None:
+                        return self._done(n) is not None
+                    self.post()                  # C left it: the regular path, in its turn
         if self.exc is not None:
             finished(self.rec, False)
             raise self.exc

@@ -27,7 +27,8 @@
  * ``own`` is True (the wait of a deferred receive, which posted those before it first).
  * ``block`` False (a deferred receive's test()): False at once when the ring holds no
  * record (the records before the first it matches are still handed to the engine); no
- * record is made. Then it reads the ring in order:
+ * record is made. ``steal`` (a member another thread sets, Engine._post_before): a receive
+ * waiting on an empty ring leaves it to the regular path (None) at once. Then it reads the ring in order:
  * PAD is skipped; a record the receive does not match (another tag, a collective's
  * message) goes to ``_take_one`` unchanged, which hands it to the engine as poll() does;
  * the first record it matches is taken if it is INLINE, of exactly this tag, fits the
@@ -79,6 +80,7 @@ typedef struct {
     uint64_t tag_base;
     long long spin_ns;
     int yields, paused;
+    int steal;                           /* set by another thread: a waiting receive leaves */
     unsigned long long sends, recvs;     /* calls done here (tests check the path) */
     RecWriter rw;                        /* the flight recorder's records (_record.c) */
 } P2P;
@@ -308,6 +310,10 @@ static long long pipe_recv(P2P *s, Pipe *p, uint8_t *dst, uint64_t cap, uint64_t
         if (!block) {                                     /* nothing yet: -3 */
             gil_take(&gil);
             return -3;
+        }
+        if (__atomic_load_n(&s->steal, __ATOMIC_RELAXED)) {   /* another thread must post */
+            gil_take(&gil);
+            return -2;
         }
         long long now = now_ns();
         if (start == 0) {

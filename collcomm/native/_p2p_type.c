@@ -181,6 +181,8 @@ static PyMethodDef P2P_methods[] = {
 
 static PyMemberDef P2P_members[] = {
     {"paused", T_INT, offsetof(P2P, paused), 0, "non-zero: calls take the regular path"},
+    {"steal", T_INT, offsetof(P2P, steal), 0,
+     "non-zero: a receive waiting on an empty ring leaves (another thread must post first)"},
     {"sends", T_ULONGLONG, offsetof(P2P, sends), READONLY, "sends completed here"},
     {"recvs", T_ULONGLONG, offsetof(P2P, recvs), READONLY, "receives completed here"},
     {"record", T_INT, offsetof(P2P, rw.on), 0,

@@ -42,7 +42,9 @@ the other way round; "leaf": nothing else is taken while holding it):
     TcpHub.io (the selector's holder: the I/O thread or a waiting caller; taken holding no
     other lock)  →  TcpChannel.lock (leaf), TcpHub.wlock (leaf), Engine._lock (leaf)
     Heap._lock (leaf)
-    Engine._defer_lock (taken holding no other lock: posting the deferred receives)  →  Engine._lock (leaf)
+    Engine._defer_lock (a Condition; taken holding no other lock: posting the deferred
+    receives; the native attempt of a deferred receive's test() holds it)  →
+    ShmChannel.poll_lock (only tried)  →  Engine._lock (leaf)
     request._EVENT_LOCK (leaf: only makes a request's event, see Request)
 
 The native point-to-point receive (native/_p2p.c) holds a channel's ``poll_lock`` (tried)
@@ -100,7 +102,7 @@ class Engine(EngineWaiting, Transport):
         # receives whose posting is deferred to their wait (core/p2p.py Deferred), in
         # posting order; every receive posted here comes after them (post_deferred)
         self._deferred: list[Any] = []
-        self._defer_lock = threading.Lock()
+        self._defer_lock = threading.Condition()   # guards _deferred; notified when a native wait ends
 
     # -- setup ---------------------------------------------------------------------------
     def add_channel(self, channel: Channel, polled: bool) -> None:
@@ -181,29 +183,71 @@ class Engine(EngineWaiting, Transport):
 
     # -- deferred receives (core/p2p.py Deferred) ---------------------------------------------
     def defer(self, d: Any) -> None:
-        """Hold a receive whose posting waits for its wait (it then runs natively, or
-        ``d.post()`` posts it here). Until then a receive posted here, a probe or a
-        native receive (native/_p2p.c declines while any is held) posts it first."""
+        """Hold a receive whose posting waits for its wait (core/p2p.py ``Deferred``).
+        Until then a receive posted here, a probe or a native receive (native/_p2p.c
+        declines while any is held) posts it first (``d.post()``, in order)."""
         self._deferred.append(d)
 
+    def _post_before(self, upto: Any) -> None:
+        """Post the deferred receives before ``upto`` (all of them for None), holding
+        ``_defer_lock``. One whose own wait is receiving natively in another thread
+        (``d.waiting``) is asked to stop (``d.f.steal``: its C loop leaves at its next
+        look at an empty ring, within about 1 ms) and waited for: its thread then posts it
+        or completes it, and nothing later is posted before that."""
+        held = self._deferred
+        while held and held[0] is not upto:
+            d = held[0]
+            if d.waiting:
+                d.f.steal = 1
+                self._defer_lock.wait(0.01)
+                continue
+            del held[0]
+            d.post()
+
     def post_deferred(self, upto: Any = None) -> bool:
-        """Post the deferred receives in their order (``d.post()``): all of them, or only
-        those before ``upto``, which is then taken out unposted (True) for its caller to
-        complete, or False if it is no longer held (posted or withdrawn meanwhile)."""
+        """Post the deferred receives in their order: all of them, or those up to and
+        including ``upto``; True if ``upto`` was posted here (False: posted or withdrawn
+        before)."""
         with self._defer_lock:
-            if upto is not None and upto not in self._deferred:
+            if upto is None:
+                self._post_before(None)
                 return False
-            while self._deferred:
-                d = self._deferred.pop(0)
-                if d is upto:
-                    return True
-                d.post()
-        return False
+            if upto not in self._deferred:
+                return False
+            self._post_before(upto)
+            del self._deferred[0]
+            upto.post()
+            return True
+
+    def begin_native(self, d: Any) -> bool:
+        """The wait of deferred receive ``d`` is about to receive natively: post those
+        deferred before it and mark it ``waiting`` (it stays first in line, so nothing
+        later is posted before :meth:`end_native`). False if it is no longer held."""
+        with self._defer_lock:
+            if d not in self._deferred:
+                return False
+            self._post_before(d)
+            d.waiting = True
+            return True
+
+    def end_native(self, d: Any, post: bool) -> None:
+        """The native wait of ``d`` is over: take it out (posting it here if ``post``:
+        C left it to the regular path), in its turn, and wake the threads waiting to
+        post after it."""
+        with self._defer_lock:
+            try:
+                self._deferred.remove(d)
+                if post:
+                    d.post()
+            finally:
+                d.waiting = False
+                d.f.steal = 0
+                self._defer_lock.notify_all()
 
     def withdraw_deferred(self, d: Any) -> bool:
         """Take a deferred receive out unposted (MPI_Cancel); False if it was posted."""
         with self._defer_lock:
-            if d in self._deferred:
+            if d in self._deferred and not d.waiting:
                 self._deferred.remove(d)
                 return True
         return False
