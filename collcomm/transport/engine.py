@@ -212,6 +212,9 @@ class Engine(EngineWaiting, Transport):
             if upto is None:
                 self._post_before(None)
                 return False
+            while upto.waiting:      # its own wait receives natively in another thread
+                upto.f.steal = 1
+                self._defer_lock.wait(0.01)
             if upto not in self._deferred:
                 return False
             self._post_before(upto)
@@ -224,7 +227,7 @@ class Engine(EngineWaiting, Transport):
         deferred before it and mark it ``waiting`` (it stays first in line, so nothing
         later is posted before :meth:`end_native`). False if it is no longer held."""
         with self._defer_lock:
-            if d not in self._deferred:
+            if d.waiting or d not in self._deferred:   # (waited for in another thread too)
                 return False
             self._post_before(d)
             d.waiting = True
