@@ -198,7 +198,7 @@ class Deferred(Handle):
 
     def post(self) -> None:
         """Post it in the engine (the regular path's receive); called in posting order,
-        holding the engine's ``_defer_lock``. An engine that refuses (aborted, closed)
+        holding the engine's ``_defer_mutex``. An engine that refuses (aborted, closed)
         fails it."""
         try:
             self.req = self.eng._post_recv(_bytes(self.arr), self.g.ranks[self.local], self.tag,
@@ -238,13 +238,13 @@ class Deferred(Handle):
 
     def test(self) -> bool:
         """Done? Still deferred, it first tries natively without waiting (C: ``block``
-        False), holding the engine's ``_defer_lock``, the receives deferred before it
+        False), holding the engine's ``_defer_mutex``, the receives deferred before it
         posted first; it stays deferred (first in line) if nothing came for it."""
         if self.status is not None:
             return True
         if self.h is None and self.exc is None:
             eng = self.eng
-            with eng._defer_lock:
+            with eng._defer_mutex:
                 held = eng._deferred
                 if self in held:
                     if any(d.waiting for d in held):

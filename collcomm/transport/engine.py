@@ -42,7 +42,7 @@ the other way round; "leaf": nothing else is taken while holding it):
     TcpHub.io (the selector's holder: the I/O thread or a waiting caller; taken holding no
     other lock)  →  TcpChannel.lock (leaf), TcpHub.wlock (leaf), Engine._lock (leaf)
     Heap._lock (leaf)
-    Engine._defer_lock (a Condition; taken holding no other lock: posting the deferred
+    Engine._defer_mutex (with its Condition _defer_lock; taken holding no other lock: posting the deferred
     receives; the native attempt of a deferred receive's test() holds it)  →
     ShmChannel.poll_lock (only tried)  →  Engine._lock (leaf)
     request._EVENT_LOCK (leaf: only makes a request's event, see Request)
@@ -102,7 +102,9 @@ class Engine(EngineWaiting, Transport):
         # receives whose posting is deferred to their wait (core/p2p.py Deferred), in
         # posting order; every receive posted here comes after them (post_deferred)
         self._deferred: list[Any] = []
-        self._defer_lock = threading.Condition()   # guards _deferred; notified when a native wait ends
+        self._defer_mutex = threading.Lock()       # guards _deferred (taken directly: a C lock)
+        self._defer_lock = threading.Condition(self._defer_mutex)   # waited on to post after a native wait
+        self._stealing = 0                          # threads waiting on it
 
     # -- setup ---------------------------------------------------------------------------
     def add_channel(self, channel: Channel, polled: bool) -> None:
@@ -199,22 +201,30 @@ class Engine(EngineWaiting, Transport):
             d = held[0]
             if d.waiting:
                 d.f.steal = 1
-                self._defer_lock.wait(0.01)
+                self._steal_wait()
                 continue
             del held[0]
             d.post()
+
+    def _steal_wait(self) -> None:
+        """Wait (holding ``_defer_mutex``) for a native wait to end (:meth:`end_native`)."""
+        self._stealing += 1
+        try:
+            self._defer_lock.wait(0.01)
+        finally:
+            self._stealing -= 1
 
     def post_deferred(self, upto: Any = None) -> bool:
         """Post the deferred receives in their order: all of them, or those up to and
         including ``upto``; True if ``upto`` was posted here (False: posted or withdrawn
         before)."""
-        with self._defer_lock:
+        with self._defer_mutex:
             if upto is None:
                 self._post_before(None)
                 return False
             while upto.waiting:      # its own wait receives natively in another thread
                 upto.f.steal = 1
-                self._defer_lock.wait(0.01)
+                self._steal_wait()
             if upto not in self._deferred:
                 return False
             self._post_before(upto)
@@ -226,7 +236,7 @@ class Engine(EngineWaiting, Transport):
         """The wait of deferred receive ``d`` is about to receive natively: post those
         deferred before it and mark it ``waiting`` (it stays first in line, so nothing
         later is posted before :meth:`end_native`). False if it is no longer held."""
-        with self._defer_lock:
+        with self._defer_mutex:
             if d.waiting or d not in self._deferred:   # (waited for in another thread too)
                 return False
             self._post_before(d)
@@ -237,7 +247,7 @@ class Engine(EngineWaiting, Transport):
         """The native wait of ``d`` is over: take it out (posting it here if ``post``:
         C left it to the regular path), in its turn, and wake the threads waiting to
         post after it."""
-        with self._defer_lock:
+        with self._defer_mutex:
             try:
                 self._deferred.remove(d)
                 if post:
@@ -245,11 +255,12 @@ class Engine(EngineWaiting, Transport):
             finally:
                 d.waiting = False
                 d.f.steal = 0
-                self._defer_lock.notify_all()
+                if self._stealing:
+                    self._defer_lock.notify_all()
 
     def withdraw_deferred(self, d: Any) -> bool:
         """Take a deferred receive out unposted (MPI_Cancel); False if it was posted."""
-        with self._defer_lock:
+        with self._defer_mutex:
             if d in self._deferred and not d.waiting:
                 self._deferred.remove(d)
                 return True
