@@ -14,6 +14,8 @@ the same machine load: on a shared machine only the ratios mean much.
 * ``api isend/irecv+wait``: ``collcomm.isend(...).wait()`` / ``collcomm.irecv(...).wait()``;
 * ``api batch sendrecv``: both ranks ``batch_isend_irecv([isend, irecv])`` then wait both
   (an exchange: the time is the whole exchange, not half of it);
+* ``MPI Isend/Irecv+Waitall``: both ranks ``Waitall([Irecv, Isend])`` (an exchange);
+  ``[no native]`` on the non-blocking modes: the native path paused (the Python engine);
 * ``MPI Send/Recv``, ``MPI Sendrecv`` (exchange): ``collcomm.MPI.COMM_WORLD``;
 * ``group p2p_isend/irecv``: the core (``ProcessGroup.p2p_isend`` / ``p2p_irecv``, wait);
 * ``engine isend/irecv``: the transport alone (``Engine.isend`` / ``irecv``, ``wait``).
@@ -53,6 +55,8 @@ def _mpi4py(args: Any) -> None:
     modes = {
         "mpi4py Send/Recv": (_pingpong(me, lambda: comm.Send(s, other, 0), lambda: comm.Recv(r, other, 0)), 2),
         "mpi4py Sendrecv": (lambda: comm.Sendrecv(s, other, 0, r, other, 0), 1),
+        "mpi4py Isend/Irecv+Waitall": (lambda: MPI.Request.Waitall([comm.Irecv(r, other, 0),
+                                                                    comm.Isend(s, other, 0)]), 1),
     }
     _run(modes, args, me, comm.Barrier, lambda x: comm.allreduce(x, op=MPI.MAX), "mpi4py (mpiexec)")
 
@@ -169,6 +173,9 @@ def main() -> None:
         for w in dist.batch_isend_irecv([P2POp(dist.isend, s, other), P2POp(dist.irecv, r, other)]):
             w.wait()
 
+    def mpi_exchange() -> None:
+        CCMPI.Request.Waitall([world.Irecv(r, other, 0), world.Isend(s, other, 0)])
+
     from collcomm.core import p2p as core_p2p
 
     fast = getattr(core_p2p, "native", lambda g: None)(g)   # None: a tree without it (A/B)
@@ -197,6 +204,11 @@ def main() -> None:
         "api isend/irecv+wait": (_pingpong(me, lambda: dist.isend(s, other).wait(),
                                            lambda: dist.irecv(r, other).wait()), 2, on),
         "api batch sendrecv": (batch, 1, on),
+        "api batch sendrecv [no native]": (batch, 1, off),
+        "api isend/irecv+wait [no native]": (_pingpong(me, lambda: dist.isend(s, other).wait(),
+                                                       lambda: dist.irecv(r, other).wait()), 2, off),
+        "MPI Isend/Irecv+Waitall": (mpi_exchange, 1, on),
+        "MPI Isend/Irecv+Waitall [no native]": (mpi_exchange, 1, off),
         "MPI Send/Recv": (_pingpong(me, lambda: world.Send(s, other), lambda: world.Recv(r, other, 0)), 2, on),
         "MPI Send/Recv [no native]": (_pingpong(me, lambda: world.Send(s, other),
                                                 lambda: world.Recv(r, other, 0)), 2, off),

@@ -6,7 +6,9 @@ Peers are global ranks (``dst``/``src``) or ranks of the group (``group_dst``/
 of a plain array to a rank of this host is offered first to the group's native
 point-to-point entry (:func:`collcomm.core.p2p.native`), after every argument check,
 which writes the flight recorder's record in C; when it declines, the call goes through the group's
-engine like ``isend``/``irecv``, whose handles are :class:`P2PWork`. Errors carry the
+engine like ``isend``/``irecv``, whose handles are :class:`P2PWork`. ``isend``, ``irecv``
+and ``batch_isend_irecv`` use the native entry too: a send done at once (a completed
+handle), a receive deferred to its ``wait()`` (core/p2p.py ``Deferred``). Errors carry the
 call, the peer and the group (``isend to global rank 1 on group 'WORLD' ...``), and a
 receive of a different byte count than its buffer's is a
 :class:`~collcomm.errors.MismatchError`.
@@ -44,7 +46,8 @@ def _size_error(context: str, status: Status, buf: Buf) -> MismatchError:
 class P2PWork:
     """The handle of an ``isend``/``irecv``: ``wait()``, ``is_completed()``, ``source_rank()``."""
 
-    def __init__(self, name: str, handle: Handle, g: ProcessGroup, buf: Buf, peer: int | None) -> None:
+    def __init__(self, name: str, handle: Handle, g: ProcessGroup, buf: Buf | np.ndarray,
+                 peer: int | None) -> None:
         self.name = name
         self._handle = handle
         self._group = g
@@ -52,6 +55,12 @@ class P2PWork:
         self._peer = peer        # global rank, None = any
         self._status: Status | None = None
         self._exc: BaseException | None = None
+
+    def _size_error(self, status: Status) -> MismatchError:
+        buf = self._buf
+        if type(buf) is np.ndarray:     # (a native call's: its Buf made only for the error)
+            buf = as_output(buf, "irecv", self._group.describe(), "tensor")
+        return _size_error(self._context(), status, buf)
 
     def _context(self) -> str:
         return _p2p_context(self.name, self._group, self._peer)
@@ -67,8 +76,9 @@ class P2PWork:
                     raise with_context(exc, self._context()) from exc  # retryable: keep handle
                 self._exc = with_context(exc, self._context())
                 raise self._exc from exc
-            if self.name == "irecv" and status.nbytes != self._buf.arr.nbytes:
-                self._exc = _size_error(self._context(), status, self._buf)
+            if self.name == "irecv" and status.nbytes != (
+                    self._buf.nbytes if type(self._buf) is np.ndarray else self._buf.arr.nbytes):
+                self._exc = self._size_error(status)
                 raise self._exc
             self._status = status
         return True
@@ -165,14 +175,34 @@ def _native(tensor: Any, peer: Any, group: Any, tag: Any, group_peer: Any,
 
 def isend(tensor: Any, dst: int | None = None, group: Any = None, tag: int = 0,
           group_dst: int | None = None) -> P2PWork:
-    """Start sending ``tensor`` to global rank ``dst``; returns a handle with ``wait()``."""
+    """Start sending ``tensor`` to global rank ``dst``; returns a handle with ``wait()``.
+
+    A small array to a rank of this host is sent at once natively when its ring has room
+    (one C call; the handle is then complete and the array free to reuse, as the regular
+    path's is after a shared-memory send)."""
+    fast = _native(tensor, dst, group, tag, group_dst, False, "isend")
+    if fast is not None:
+        f, g, local = fast
+        h = core_p2p.native_isend(f, g, tensor, local, tag, _p2p_sig(tensor.dtype), g.observer is not None)
+        if h is not None:
+            return P2PWork("isend", h, g, tensor, dst)
     h, g, buf, peer = _isend(tensor, dst, group, tag, group_dst, "isend")
     return P2PWork("isend", h, g, buf, g.to_global(peer))
 
 
 def irecv(tensor: Any, src: int | None = None, group: Any = None, tag: int = 0,
           group_src: int | None = None) -> P2PWork:
-    """Start receiving into ``tensor`` from global rank ``src`` (None: any rank of the group)."""
+    """Start receiving into ``tensor`` from global rank ``src`` (None: any rank of the group).
+
+    A receive of a numeric array from a rank of this host is deferred to its wait, which
+    receives natively when it can (core/p2p.py ``Deferred``: still matched in posting order)."""
+    fast = _native(tensor, src, group, tag, group_src, True, "irecv")
+    if fast is not None:
+        f, g, local = fast
+        h = core_p2p.defer(f, g, tensor, local, tag, MAX_USER_TAG, _p2p_sig(tensor.dtype),
+                           g.observer is not None)
+        if h is not None:
+            return P2PWork("irecv", h, g, tensor, src)
     h, g, buf, peer = _irecv(tensor, src, group, tag, group_src, "irecv")
     return P2PWork("irecv", h, g, buf, None if peer is None else g.to_global(peer))
 
@@ -245,6 +275,9 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[P2PWork]:
     if not isinstance(p2p_op_list, (list, tuple)) or not all(isinstance(p, P2POp) for p in p2p_op_list):
         raise InvalidArgumentError(
             f"batch_isend_irecv: expected a list of P2POp, got {p2p_op_list!r:.200}")
+    works = _native_batch(p2p_op_list)
+    if works is not None:
+        return works
     prepared = []
     for i, p in enumerate(p2p_op_list):
         name = p.op.__name__
@@ -256,9 +289,56 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[P2PWork]:
         prepared.append((name, g, buf, peer, p.tag))
     works = []
     for name, g, buf, peer, tag in prepared:
-        if name == "isend":
-            h = g.p2p_isend(buf.arr, peer, tag, _p2p_sig(buf.dtype))
-        else:
-            h = g.p2p_irecv(buf.arr, peer, tag, _p2p_sig(buf.dtype))
+        h = None
+        if isinstance(buf.dtype, np.dtype) and buf.dtype.kind in "biufc" and peer != g.rank:
+            try:       # natively: a send done at once, a receive deferred to its wait
+                f = g._p2p_native
+            except AttributeError:
+                f = core_p2p.native(g)
+            if f is not None:
+                if name == "isend":
+                    h = core_p2p.native_isend(f, g, buf.arr, peer, tag, _p2p_sig(buf.dtype),
+                                              g.observer is not None)
+                else:
+                    h = core_p2p.defer(f, g, buf.arr, peer, tag, MAX_USER_TAG, _p2p_sig(buf.dtype),
+                                       g.observer is not None)
+        if h is None:
+            if name == "isend":
+                h = g.p2p_isend(buf.arr, peer, tag, _p2p_sig(buf.dtype))
+            else:
+                h = g.p2p_irecv(buf.arr, peer, tag, _p2p_sig(buf.dtype))
         works.append(P2PWork(name, h, g, buf, g.to_global(peer)))
+    return works
+
+
+def _native_batch(ops: list[P2POp] | tuple[P2POp, ...]) -> list[P2PWork] | None:
+    """``batch_isend_irecv`` when every op is a plain array to or from a rank of this host
+    (``_native`` checks each as the regular path would, so none of them can be refused):
+    each send done at once natively, each receive deferred to its wait (the regular path
+    for one C declines); None having started nothing when any op is not such."""
+    fast = []
+    for p in ops:
+        recv = p.op is irecv
+        nat = _native(p.tensor, p.peer, p.group, p.tag, p.group_peer, recv, "batch_isend_irecv")
+        if nat is None:
+            return None
+        fast.append(nat)
+    works = []
+    for p, (f, g, local) in zip(ops, fast):
+        arr = p.tensor
+        sig = _p2p_sig(arr.dtype)
+        if p.op is irecv:
+            h = core_p2p.defer(f, g, arr, local, p.tag, MAX_USER_TAG, sig, g.observer is not None)
+            if h is None:
+                buf = as_output(arr, "batch_isend_irecv", g.describe(), "tensor")
+                h = g.p2p_irecv(buf.arr, local, p.tag, sig)
+            works.append(P2PWork("irecv", h, g, arr, p.peer))
+        else:
+            h = core_p2p.native_isend(f, g, arr, local, p.tag, sig, g.observer is not None)
+            if h is None:
+                buf = as_input(arr, "batch_isend_irecv", g.describe(), "tensor")
+                h = g.p2p_isend(buf.arr, local, p.tag, sig)
+                works.append(P2PWork("isend", h, g, buf, p.peer))
+            else:
+                works.append(P2PWork("isend", h, g, arr, p.peer))
     return works

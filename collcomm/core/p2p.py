@@ -25,6 +25,13 @@ the regular path, which raises every error). The front ends offer it their block
 ``Sendrecv``). ``COLLCOMM_FAST=0`` or ``COLLCOMM_NATIVE=0`` turn it off. Asked to
 (``record`` True: ``collcomm.send``/``recv``), it writes the flight recorder's record of
 the call in C, the list ``observer.p2p`` writes (native/_record.c).
+
+The non-blocking calls use it too (``collcomm.isend``/``irecv``/``batch_isend_irecv``,
+``collcomm.MPI`` ``Isend``/``Irecv``): :func:`native_isend` sends at once (an inline record
+the ring has room for; the regular path's shared-memory send completes at once too) and
+gives a completed handle (:class:`Sent`); :func:`defer` gives a receive whose posting waits
+for its ``wait()``, which then receives natively (:class:`Deferred`, with the argument for
+its matching order). Anything else, or anything C declines, takes the regular path.
 """
 from __future__ import annotations
 
@@ -34,20 +41,20 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
+from ..errors import ClosedError, CollcommError, InvalidArgumentError
 from ..transport.base import ANY_SOURCE, Handle, Status
 from ..transport.engine import Engine
-from ..transport.request import Incoming
+from ..transport.request import Incoming, describe
 from . import fastpath
-from .recorder import _perf
-from .recorder_records import COMPLETED, FAILED, PACKAGE_PREFIX, R_PSTATE, R_PT1
+from .recorder import _P2PHandle, _perf
+from .recorder_records import COMPLETED, ENTERED, FAILED, PACKAGE_PREFIX, R_PSTATE, R_PT1
 from .call_comm import TimedHandle, as_bytes
 from .group import ProcessGroup
 from .tags import CTX_SHIFT, KIND_P2P, MAX_USER_TAG
 from .timeouts import current_timeout
 
-__all__ = ["MAX_USER_TAG", "Probed", "cancel", "finished", "irecv", "isend", "mrecv", "native", "probe",
-           "source_tag", "transport"]
+__all__ = ["Deferred", "MAX_USER_TAG", "Probed", "Sent", "cancel", "defer", "finished", "irecv", "isend",
+           "mrecv", "native", "native_isend", "probe", "source_tag", "transport"]
 
 _FULL = (1 << 64) - 1
 _loopbacks: dict[int, Engine] = {}
@@ -79,6 +86,8 @@ def native(g: ProcessGroup) -> Any:
     except AttributeError:
         pass
     g._p2p_native = f = _make_native(g)
+    if f is None:
+        g._p2p_shm = ()
     return f
 
 
@@ -105,6 +114,7 @@ def _make_native(g: ProcessGroup) -> Any:
     def check(channel: Any, nbytes: int, tag: int, elapsed: float) -> None:
         t.native_check(channel.peer, nbytes, tag, elapsed, current_timeout(g.timeout))
 
+    g._p2p_shm = tuple(p is not None for p in pipes)   # local ranks a deferred receive may wait for
     obs = g.observer       # the records of collcomm.send/recv are written in C (_record.c)
     return nat.core.P2P(t, check, tuple(pipes), (g.ctx << CTX_SHIFT) | KIND_P2P, spin, yields,
                         append=obs.append if obs is not None else None,
@@ -115,6 +125,169 @@ def finished(rec: list[Any] | None, ok: bool) -> None:
     """Mark a point-to-point record (one the native entry handed over) completed or failed."""
     if rec is not None:
         rec[R_PSTATE], rec[R_PT1] = (COMPLETED if ok else FAILED), _perf()
+
+
+class Sent(Handle):
+    """The handle of a non-blocking send the native entry completed at once (its bytes are
+    in the peer's ring: the buffer is free again). ``rec``: its flight-recorder record,
+    "entered" until waited for, as the regular path's (recorder._P2PHandle) is."""
+
+    __slots__ = ("status", "rec")
+
+    def __init__(self, status: Status, rec: list[Any] | None) -> None:
+        self.status, self.rec = status, rec
+
+    def wait(self, timeout: float | None = None) -> Status:
+        if self.rec is not None:
+            finished(self.rec, True)
+        return self.status
+
+    def test(self) -> bool:
+        if self.rec is not None and self.rec[R_PSTATE] == ENTERED:
+            finished(self.rec, True)
+        return True
+
+
+def native_isend(f: Any, g: ProcessGroup, arr: np.ndarray, dst: int, tag: int, sig: int,
+                 record: bool) -> Sent | None:
+    """A non-blocking send of ``arr`` to local rank ``dst`` done natively at once (one C
+    call: an inline record the ring had room for), as a completed handle; or None having
+    done nothing (the caller takes the regular path). ``record``: with its "entered"
+    flight-recorder record, as ``ProcessGroup.p2p_isend`` makes."""
+    if not f.send(arr, dst, tag, sig):
+        return None
+    return Sent(Status(g.ranks[dst], arr.nbytes, (g.ctx << CTX_SHIFT) | KIND_P2P | tag),
+                f.note(False, dst) if record else None)
+
+
+class Deferred(Handle):
+    """A receive from a peer on this host whose posting is deferred to its ``wait()``,
+    which then receives natively (native/_p2p.c, one C call) when it can.
+
+    Matching order (MPI's: receives match in the order they were posted): the engine
+    holds it in ``Engine._deferred`` (posting order) until then, and counts it as posted
+    before anything that comes later: a receive posted in the engine (``Engine.irecv``),
+    a probe, or a native receive (C declines while the engine holds a deferred receive)
+    first posts every deferred receive, in order (``post``, the regular path's receive).
+    Its own wait posts the receives deferred before it and, staying first in line
+    (``waiting``: ``Engine.begin_native``/``end_native``), receives natively (``own``: the
+    receives deferred after it do not stop it; those posted before it, and the early
+    messages, do, as for any native receive); when C declines, it is posted then, before
+    anything later. Another thread that must post meanwhile stops that native wait (C's
+    ``steal``) and waits for it to end, so no later receive is ever posted, nor a message
+    polled into the engine matched by one, before it. ``test()`` tries the same
+    without waiting (it stays deferred while nothing came). A wait with a timeout or under
+    another call timeout than the one it started under posts it and takes the regular
+    path, and so does anything C declines.
+    """
+
+    __slots__ = ("f", "g", "eng", "arr", "local", "utag", "umask", "sig", "tag", "limit", "rec",
+                 "h", "req", "status", "exc", "waiting")
+
+    def __init__(self, f: Any, g: ProcessGroup, eng: Engine, arr: np.ndarray, local: int, tag: int,
+                 mask: int, sig: int, rec: list[Any] | None) -> None:
+        self.f, self.g, self.eng, self.arr, self.local = f, g, eng, arr, local
+        self.utag, self.umask, self.sig, self.rec = tag, mask, sig, rec
+        self.tag = (g.ctx << CTX_SHIFT) | KIND_P2P | tag
+        self.limit = current_timeout(g.timeout)
+        self.h: Any = None          # the regular path's handle, once posted
+        self.req: Any = None        # its engine request
+        self.status: Status | None = None
+        self.exc: BaseException | None = None
+        self.waiting = False        # its wait is receiving natively (Engine.begin_native)
+
+    def post(self) -> None:
+        """Post it in the engine (the regular path's receive); called in posting order,
+        holding the engine's ``_defer_mutex``. An engine that refuses (aborted, closed)
+        fails it."""
+        try:
+            self.req = self.eng._post_recv(_bytes(self.arr), self.g.ranks[self.local], self.tag,
+                                           _mask(self.umask), self.sig)
+        except CollcommError as exc:
+            self.exc = exc
+            return
+        h: Any = TimedHandle(self.req, self.limit)
+        self.h = h if self.rec is None else _P2PHandle(h, self.rec)
+
+    def _done(self, n: int) -> Status:
+        self.status = Status(self.g.ranks[self.local], n, self.tag)
+        finished(self.rec, True)
+        return self.status
+
+    def wait(self, timeout: float | None = None) -> Status:
+        if self.status is not None:
+            return self.status
+        if (self.h is None and self.exc is None and timeout is None
+                and current_timeout(self.g.timeout) == self.limit and self.eng.begin_native(self)):
+            n: Any = None
+            try:
+                n = self.f.recv(self.arr, self.local, self.utag, self.umask, self.sig, False, True)
+            except CollcommError as exc:      # the peer lost, the timeout, the engine closed
+                self.exc = exc
+                n = False
+            finally:                          # (Ctrl-C: still pending, now posted)
+                self.eng.end_native(self, n is None)
+            if type(n) is int:
+                return self._done(n)
+        elif self.h is None and self.exc is None:
+            self.eng.post_deferred(self)
+        if self.exc is not None:
+            finished(self.rec, False)
+            raise self.exc
+        return self.h.wait(timeout)
+
+    def test(self) -> bool:
+        """Done? Still deferred, it first tries natively without waiting (C: ``block``
+        False), holding the engine's ``_defer_mutex``, the receives deferred before it
+        posted first; it stays deferred (first in line) if nothing came for it."""
+        if self.status is not None:
+            return True
+        if self.h is None and self.exc is None:
+            eng = self.eng
+            with eng._defer_mutex:
+                held = eng._deferred
+                if self in held:
+                    if any(d.waiting for d in held):
+                        return False     # one before it is receiving natively: not yet
+                    eng._post_before(self)
+                    n = self.f.recv(self.arr, self.local, self.utag, self.umask, self.sig, False,
+                                    True, False)
+                    if n is False:
+                        return False
+                    del held[0]
+                    if n is not None:
+                        return self._done(n) is not None
+                    self.post()                  # C left it: the regular path, in its turn
+        if self.exc is not None:
+            finished(self.rec, False)
+            raise self.exc
+        return bool(self.h.test())
+
+    def cancel(self) -> bool:
+        """Withdraw it if nothing matched it yet (its wait then raises ClosedError)."""
+        if self.h is None and self.exc is None and self.status is None:
+            if self.eng.withdraw_deferred(self):
+                self.exc = ClosedError(f"rank {self.eng.rank}: the "
+                                       f"{describe('recv', self.arr.nbytes, self.g.ranks[self.local], self.tag)}"
+                                       " was cancelled")
+                return True
+        return self.req is not None and bool(self.eng.cancel(self.req))
+
+
+def defer(f: Any, g: ProcessGroup, arr: np.ndarray, src: int, tag: int, mask: int, sig: int,
+          record: bool) -> Deferred | None:
+    """A receive into ``arr`` from local rank ``src`` (a peer on this host) deferred to its
+    wait (:class:`Deferred`), or None (no shared-memory channel to ``src``, the engine
+    closed, aborted or missing a peer: the caller takes the regular path, which raises or
+    fails as always). ``record``: with its "entered" flight-recorder record."""
+    eng = g.transport
+    if (eng._aborted is not None or eng._closed or eng.lost  # type: ignore[union-attr]
+            or not g._p2p_shm[src]):
+        return None
+    d = Deferred(f, g, eng, arr, src, tag, mask, sig,  # type: ignore[arg-type]
+                 f.note(True, src) if record else None)
+    eng.defer(d)  # type: ignore[union-attr]
+    return d
 
 
 def _space(g: ProcessGroup, tag: int, op: str) -> int:
@@ -186,6 +359,8 @@ def mrecv(g: ProcessGroup, message: Probed, arr: np.ndarray) -> Handle:
 
 def cancel(g: ProcessGroup, handle: Handle) -> bool:
     """Withdraw a receive nothing has matched yet (its wait then raises ClosedError)."""
+    if type(handle) is Deferred:
+        return handle.cancel()
     return bool(transport(g).cancel(getattr(handle, "_h", handle)))
 
 

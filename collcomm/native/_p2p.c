@@ -18,11 +18,17 @@
  * the channel closed, a peer lost, a buffer that is not C-contiguous numeric): the caller
  * then takes the Python path, which raises every error with its text.
  *
- * ``recv(buf, src, tag, mask, sig)``: the byte count of the message received into buf,
- * or None having consumed nothing that the receive matches. It runs only while the
- * engine cannot hold a message for it: poll_lock taken (tried), no early (unexpected)
- * message from src that the receive matches, no posted receive that would match a message
- * from src with this tag (MPI's non-overtaking order). Then it reads the ring in order:
+ * ``recv(buf, src, tag, mask, sig[, record[, own]])``: the byte count of the message
+ * received into buf, or None having consumed nothing that the receive matches. It runs
+ * only while the engine cannot hold a message for it: poll_lock taken (tried), no early
+ * (unexpected) message from src that the receive matches, no posted receive that would
+ * match a message from src with this tag (MPI's non-overtaking order), no deferred receive
+ * (engine._deferred, core/p2p.py Deferred: posted earlier, waiting for its wait) unless
+ * ``own`` is True (the wait of a deferred receive, which posted those before it first).
+ * ``block`` False (a deferred receive's test()): False at once when the ring holds no
+ * record (the records before the first it matches are still handed to the engine); no
+ * record is made. ``steal`` (a member another thread sets, Engine._post_before): a receive
+ * waiting on an empty ring leaves it to the regular path (None) at once. Then it reads the ring in order:
  * PAD is skipped; a record the receive does not match (another tag, a collective's
  * message) goes to ``_take_one`` unchanged, which hands it to the engine as poll() does;
  * the first record it matches is taken if it is INLINE, of exactly this tag, fits the
@@ -42,6 +48,8 @@
  * returns the record (a list) instead of None: the caller hands it to the regular path,
  * which marks it (ProcessGroup.p2p_irecv's ``rec``). A call that declines before that
  * makes no record: the regular path makes its own. Either way one record per call.
+ * ``note(recv, peer)`` makes the "entered" record of a non-blocking call (isend/irecv),
+ * which core/p2p.py marks ended when it is waited for.
  */
 
 #define P2P_HDR 40                       /* shm.HEADER.size: "<IIQQQQ" */
@@ -53,7 +61,7 @@
 
 static PyObject *s_p2p_aborted, *s_p2p_closed, *s_p2p_lost, *s_p2p_posted, *s_p2p_unexpected,
     *s_p2p_peer, *s_p2p_tag, *s_p2p_mask, *s_p2p_source, *s_p2p_waiter, *s_p2p_head,
-    *s_p2p_tail, *s_p2p_chclosed;
+    *s_p2p_tail, *s_p2p_chclosed, *s_p2p_deferred;
 
 typedef struct {
     PyObject_HEAD
@@ -72,6 +80,7 @@ typedef struct {
     uint64_t tag_base;
     long long spin_ns;
     int yields, paused;
+    int steal;                           /* set by another thread: a waiting receive leaves */
     unsigned long long sends, recvs;     /* calls done here (tests check the path) */
     RecWriter rw;                        /* the flight recorder's records (_record.c) */
 } P2P;
@@ -252,7 +261,7 @@ static PyObject *P2P_send(P2P *s, PyObject *const *args, Py_ssize_t nargs)
 /* Receive from the ring (poll_lock held, GIL held on entry and return): the byte count,
  * -2 to leave it to Python, -1 with an exception. */
 static long long pipe_recv(P2P *s, Pipe *p, uint8_t *dst, uint64_t cap, uint64_t tag,
-                           uint64_t mask, uint64_t sig)
+                           uint64_t mask, uint64_t sig, int block)
 {
     Gil gil = {NULL};
     uint64_t tail = __atomic_load_n(&p->in_ctl[8], __ATOMIC_RELAXED);   /* ours alone */
@@ -298,6 +307,14 @@ static long long pipe_recv(P2P *s, Pipe *p, uint8_t *dst, uint64_t cap, uint64_t
             tail = __atomic_load_n(&p->in_ctl[8], __ATOMIC_RELAXED);
             continue;
         }
+        if (!block) {                                     /* nothing yet: -3 */
+            gil_take(&gil);
+            return -3;
+        }
+        if (__atomic_load_n(&s->steal, __ATOMIC_RELAXED)) {   /* another thread must post */
+            gil_take(&gil);
+            return -2;
+        }
         long long now = now_ns();
         if (start == 0) {
             start = now;
@@ -341,11 +358,13 @@ static long long pipe_recv(P2P *s, Pipe *p, uint8_t *dst, uint64_t cap, uint64_t
 
 static PyObject *P2P_recv(P2P *s, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5 && nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "recv(buf, src, tag, mask, sig[, record])");
+    if (nargs < 5 || nargs > 8) {
+        PyErr_SetString(PyExc_TypeError, "recv(buf, src, tag, mask, sig[, record[, own[, block]]])");
         return NULL;
     }
-    int record = nargs == 6 && args[5] == Py_True && rec_on(&s->rw);
+    int block = nargs < 8 || args[7] != Py_False;
+    int record = block && nargs >= 6 && args[5] == Py_True && rec_on(&s->rw);
+    int own = nargs >= 7 && args[6] == Py_True;
     double t0 = record ? rec_now() : 0.0;
     Pipe *p = s->paused ? NULL : p2p_pipe(s, args[1]);
     uint64_t tag = p == NULL ? 0 : p2p_tag(s, args[2]);
@@ -359,6 +378,8 @@ static PyObject *P2P_recv(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     }
     mask = ~P2P_USER | (mask & P2P_USER);   /* context and kind bits always compared */
     int busy = p2p_engine_busy(s->engine);
+    if (!busy && !own)           /* receives deferred before this one: theirs first */
+        busy = p2p_engine_deferred(s->engine);
     if (busy)
         return busy < 0 ? NULL : Py_NewRef(Py_None);
     Py_buffer b;
@@ -377,10 +398,12 @@ static PyObject *P2P_recv(P2P *s, PyObject *const *args, Py_ssize_t nargs)
                 claim = -1;
         }
         long long n = claim < 0 ? -1 : claim ? -2
-                    : pipe_recv(s, p, (uint8_t *)b.buf, (uint64_t)b.len, tag, mask, sig);
+                    : pipe_recv(s, p, (uint8_t *)b.buf, (uint64_t)b.len, tag, mask, sig, block);
         p2p_release(p->poll_release);
         if (n == -1)
             result = NULL;
+        else if (n == -3)
+            result = Py_NewRef(Py_False);     /* (block False) nothing for it yet */
         else if (n >= 0) {
             result = PyLong_FromLongLong(n);
             s->recvs++;
@@ -395,6 +418,37 @@ static PyObject *P2P_recv(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     }
     PyBuffer_Release(&b);
     return result == Py_None ? Py_NewRef(Py_None) : result;
+}
+
+/* -------------------------------------------------------------- note */
+/* note(op, dst): the flight recorder's record of a non-blocking call (op 0: isend, 1:
+ * irecv; dst: the local peer, -1 for any source) as Observer.p2p writes it: "entered",
+ * started now, at the caller's code outside collcomm; None when not recording. The
+ * caller marks it ended (core.p2p.finished) when the call is waited for. */
+static PyObject *P2P_note(P2P *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyLong_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "note(op, peer)");
+        return NULL;
+    }
+    if (!rec_on(&s->rw))
+        Py_RETURN_NONE;
+    int recv = PyObject_IsTrue(args[0]);
+    if (recv < 0)
+        return NULL;
+    long peer = -1;
+    long i = PyLong_AsLong(args[1]);
+    if (i == -1 && PyErr_Occurred())
+        return NULL;
+    if (i >= 0) {
+        if (s->pipes == NULL || i >= PyTuple_GET_SIZE(s->pipes))
+            Py_RETURN_NONE;
+        PyObject *p = PyTuple_GET_ITEM(s->pipes, i);
+        if (Py_TYPE(p) != &PipeType)
+            Py_RETURN_NONE;
+        peer = ((Pipe *)p)->peer;
+    }
+    return rec_p2p(&s->rw, recv ? s_rec_irecv : s_rec_isend, peer, s_rec_entered, rec_now(), 0.0);
 }
 
 #include "_p2p_type.c"

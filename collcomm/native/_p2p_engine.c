@@ -85,3 +85,17 @@ static int p2p_engine_claims(PyObject *eng, long src, uint64_t tag, uint64_t mas
     return claim;
 }
 
+
+/* 1 if the engine holds deferred receives (engine._deferred non-empty: receives posted
+ * before this one whose native wait is still to come, see core/p2p.py Deferred), 0 if
+ * not, -1 on error. A new receive leaves them to the regular path, which posts them
+ * first (Engine.irecv), so it cannot overtake them. */
+static int p2p_engine_deferred(PyObject *eng)
+{
+    PyObject *lst = PyObject_GetAttr(eng, s_p2p_deferred);
+    if (lst == NULL)
+        return -1;
+    int held = !PyList_Check(lst) || PyList_GET_SIZE(lst) != 0;
+    Py_DECREF(lst);
+    return held;
+}

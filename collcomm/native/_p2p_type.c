@@ -169,8 +169,11 @@ static PyObject *P2P_close(P2P *self, PyObject *unused)
 #define P2PM(name, doc) {#name, (PyCFunction)(void (*)(void))P2P_##name, METH_FASTCALL, doc}
 static PyMethodDef P2P_methods[] = {
     P2PM(send, "send(buf, dst, tag, sig[, record]) -> True | None"),
-    P2PM(recv, "recv(buf, src, tag, mask, sig[, record]) -> nbytes | None | the record "
-               "(left to the regular path after it was recorded)"),
+    P2PM(recv, "recv(buf, src, tag, mask, sig[, record[, own[, block]]]) -> nbytes | None | "
+               "False (block False: nothing yet) | the record "
+               "(left to the regular path after it was recorded); own: the native wait of a "
+               "deferred receive (the receives deferred after it do not stop it)"),
+    P2PM(note, "note(recv, peer) -> the 'entered' record of an isend/irecv, or None"),
     {"close", (PyCFunction)P2P_close, METH_NOARGS,
      "drop every reference; later calls take the regular path"},
     {NULL, NULL, 0, NULL},
@@ -178,6 +181,8 @@ static PyMethodDef P2P_methods[] = {
 
 static PyMemberDef P2P_members[] = {
     {"paused", T_INT, offsetof(P2P, paused), 0, "non-zero: calls take the regular path"},
+    {"steal", T_INT, offsetof(P2P, steal), 0,
+     "non-zero: a receive waiting on an empty ring leaves (another thread must post first)"},
     {"sends", T_ULONGLONG, offsetof(P2P, sends), READONLY, "sends completed here"},
     {"recvs", T_ULONGLONG, offsetof(P2P, recvs), READONLY, "receives completed here"},
     {"record", T_INT, offsetof(P2P, rw.on), 0,
@@ -207,7 +212,7 @@ static int p2p_module_init(PyObject *m)
         {&s_p2p_posted, "_posted"}, {&s_p2p_unexpected, "_unexpected"}, {&s_p2p_peer, "peer"},
         {&s_p2p_tag, "tag"}, {&s_p2p_mask, "mask"}, {&s_p2p_source, "source"},
         {&s_p2p_waiter, "waiter"}, {&s_p2p_head, "head"}, {&s_p2p_tail, "tail"},
-        {&s_p2p_chclosed, "closed"},
+        {&s_p2p_chclosed, "closed"}, {&s_p2p_deferred, "_deferred"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL)

@@ -42,13 +42,21 @@ the other way round; "leaf": nothing else is taken while holding it):
     TcpHub.io (the selector's holder: the I/O thread or a waiting caller; taken holding no
     other lock)  →  TcpChannel.lock (leaf), TcpHub.wlock (leaf), Engine._lock (leaf)
     Heap._lock (leaf)
+    Engine._defer_mutex (with its Condition _defer_lock; taken holding no other lock: posting the deferred
+    receives; the native attempt of a deferred receive's test() holds it)  →
+    ShmChannel.poll_lock (only tried)  →  Engine._lock (leaf)
     request._EVENT_LOCK (leaf: only makes a request's event, see Request)
 
 The native point-to-point receive (native/_p2p.c) holds a channel's ``poll_lock`` (tried)
 while it waits and calls, holding it, ``ShmChannel._take_one`` (→ ``Engine._lock``) and
 :meth:`Engine.native_check` (→ ``check_alive`` → ``Engine._lock``): the same order.
 It reads ``_posted`` and ``_unexpected`` (holding the GIL, not ``_lock``: a list read is
-atomic) to stay out of the way of any message the engine holds or owes an earlier receive.
+atomic) to stay out of the way of any message the engine holds or owes an earlier receive,
+and ``_deferred``: receives (core/p2p.py ``Deferred``: a non-blocking receive from a peer on
+this host) whose posting waits for their ``wait()``, which receives natively. They count as
+posted before anything later: :meth:`irecv` and :meth:`probe` post them first, in order
+(:meth:`post_deferred`), and a native receive declines while any is held (but the one a
+deferred receive's own wait makes, after posting those deferred before it).
 
 ``Engine._lock`` guards the posted and unexpected lists and ``lost``. Nothing is called
 under it but list edits and copying an early message aside: requests are completed or
@@ -91,6 +99,12 @@ class Engine(EngineWaiting, Transport):
         self._aborted: BaseException | None = None
         self._closed = False
         self._news = threading.Event()          # set when a message joins the unexpected list
+        # receives whose posting is deferred to their wait (core/p2p.py Deferred), in
+        # posting order; every receive posted here comes after them (post_deferred)
+        self._deferred: list[Any] = []
+        self._defer_mutex = threading.Lock()       # guards _deferred (taken directly: a C lock)
+        self._defer_lock = threading.Condition(self._defer_mutex)   # waited on to post after a native wait
+        self._stealing = 0                          # threads waiting on it
 
     # -- setup ---------------------------------------------------------------------------
     def add_channel(self, channel: Channel, polled: bool) -> None:
@@ -133,6 +147,13 @@ class Engine(EngineWaiting, Transport):
         """The contract's receive; ``mask``: match any tag equal to ``tag`` on its bits;
         ``sig``: the call signature expected (a message carrying another fails the receive
         with SignatureMismatchError; 0 on either side: not checked)."""
+        if self._deferred:
+            self.post_deferred()     # receives issued before this one are posted first
+        return self._post_recv(buf, src, tag, mask, sig)
+
+    def _post_recv(self, buf: Buffer, src: int, tag: int, mask: int = FULL_MASK,
+                   sig: int = 0) -> Request:
+        """Post a receive (:meth:`irecv` without the deferred receives' turn first)."""
         if self._aborted is not None or self._closed:
             self._check_open()
         if src != ANY_SOURCE and src != self.rank and src not in self.channels:
@@ -161,6 +182,89 @@ class Engine(EngineWaiting, Transport):
         elif lost is not None:
             req.fail(lost)
         return req
+
+    # -- deferred receives (core/p2p.py Deferred) ---------------------------------------------
+    def defer(self, d: Any) -> None:
+        """Hold a receive whose posting waits for its wait (core/p2p.py ``Deferred``).
+        Until then a receive posted here, a probe or a native receive (native/_p2p.c
+        declines while any is held) posts it first (``d.post()``, in order)."""
+        self._deferred.append(d)
+
+    def _post_before(self, upto: Any) -> None:
+        """Post the deferred receives before ``upto`` (all of them for None), holding
+        ``_defer_lock``. One whose own wait is receiving natively in another thread
+        (``d.waiting``) is asked to stop (``d.f.steal``: its C loop leaves at its next
+        look at an empty ring, within about 1 ms) and waited for: its thread then posts it
+        or completes it, and nothing later is posted before that."""
+        held = self._deferred
+        while held and held[0] is not upto:
+            d = held[0]
+            if d.waiting:
+                d.f.steal = 1
+                self._steal_wait()
+                continue
+            del held[0]
+            d.post()
+
+    def _steal_wait(self) -> None:
+        """Wait (holding ``_defer_mutex``) for a native wait to end (:meth:`end_native`)."""
+        self._stealing += 1
+        try:
+            self._defer_lock.wait(0.01)
+        finally:
+            self._stealing -= 1
+
+    def post_deferred(self, upto: Any = None) -> bool:
+        """Post the deferred receives in their order: all of them, or those up to and
+        including ``upto``; True if ``upto`` was posted here (False: posted or withdrawn
+        before)."""
+        with self._defer_mutex:
+            if upto is None:
+                self._post_before(None)
+                return False
+            while upto.waiting:      # its own wait receives natively in another thread
+                upto.f.steal = 1
+                self._steal_wait()
+            if upto not in self._deferred:
+                return False
+            self._post_before(upto)
+            del self._deferred[0]
+            upto.post()
+            return True
+
+    def begin_native(self, d: Any) -> bool:
+        """The wait of deferred receive ``d`` is about to receive natively: post those
+        deferred before it and mark it ``waiting`` (it stays first in line, so nothing
+        later is posted before :meth:`end_native`). False if it is no longer held."""
+        with self._defer_mutex:
+            if d.waiting or d not in self._deferred:   # (waited for in another thread too)
+                return False
+            self._post_before(d)
+            d.waiting = True
+            return True
+
+    def end_native(self, d: Any, post: bool) -> None:
+        """The native wait of ``d`` is over: take it out (posting it here if ``post``:
+        C left it to the regular path), in its turn, and wake the threads waiting to
+        post after it."""
+        with self._defer_mutex:
+            try:
+                self._deferred.remove(d)
+                if post:
+                    d.post()
+            finally:
+                d.waiting = False
+                d.f.steal = 0
+                if self._stealing:
+                    self._defer_lock.notify_all()
+
+    def withdraw_deferred(self, d: Any) -> bool:
+        """Take a deferred receive out unposted (MPI_Cancel); False if it was posted."""
+        with self._defer_mutex:
+            if d in self._deferred and not d.waiting:
+                self._deferred.remove(d)
+                return True
+        return False
 
     # -- a probed message (MPI_Mrecv; Engine.probe is in engine_wait.py) -----------------------
     def mrecv(self, message: Incoming, buf: Buffer) -> Handle:

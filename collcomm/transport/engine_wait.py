@@ -47,6 +47,8 @@ class EngineWaiting:
     _drive: Any
     _resume: Any
     _news: threading.Event
+    _deferred: list[Any]
+    post_deferred: Any
 
     # -- waiting for a request ---------------------------------------------------------------
     def progress(self) -> None:
@@ -200,6 +202,8 @@ class EngineWaiting:
         self._check_open()
         if src != ANY_SOURCE and src != self.rank:
             self._check_peer(src)
+        if self._deferred:
+            self.post_deferred()   # (type: Engine's) a deferred receive matches before a probe sees
         limit = self.timeout if timeout is None else timeout
         start = time.monotonic()
         next_check = start + LIVENESS_PERIOD
