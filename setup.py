@@ -40,7 +40,8 @@ if sys.platform.startswith("linux"):
         # #included by _shmcore.c
         depends=["collcomm/native/_dtypes.c", "collcomm/native/_kernels.c",
                  "collcomm/native/_arena_sync.c", "collcomm/native/_call.c",
-                 "collcomm/native/_collectives_reduce.c", "collcomm/native/_collectives_move.c",
+                 "collcomm/native/_collectives_reduce.c", "collcomm/native/_cma.c",
+                 "collcomm/native/_collectives_move.c",
                  "collcomm/native/_core_init.c",
                  "collcomm/native/_record.c",
                  "collcomm/native/_fastcall.c", "collcomm/native/_fastcall_lists.c",

@@ -46,6 +46,7 @@
 #include "_arena_sync.c"        /* Core; header words; the GIL; the counter barrier */
 #include "_call.c"              /* one call's state, buffers, peers' data, argument parsing */
 #include "_collectives_reduce.c" /* all_reduce, reduce, reduce_scatter */
+#include "_cma.c"               /* cross-memory attach helpers; the split CMA broadcast */
 #include "_collectives_move.c"  /* broadcast, gather, scatter, all_to_all, barrier, sync */
 #include "_core_init.c"         /* Core_init, Core_dealloc, Core_members */
 

@@ -1,0 +1,106 @@
+/* Cross-memory attach for the native collectives: moving bytes to or from a peer process
+ * (process_vm_readv/writev), every rank's pid, the arena's error for a failed transfer,
+ * and the split CMA broadcast (shm_large.broadcast_split). all_to_all's CMA exchange, in
+ * _collectives_move.c, uses the same helpers.
+ *
+ * Included by _shmcore.c before _collectives_move.c.
+ */
+#include <sys/uio.h>
+
+/* Move `len` bytes between `local` and `remote` in process `pid` (process_vm_readv, or
+ * process_vm_writev if `write`), looping over partial transfers; 0, or -1 (errno kept: the
+ * caller hands the call back to the Python code, which raises the arena's errors). */
+static int cma_move(pid_t pid, char *local, uint64_t remote, Py_ssize_t len, int write)
+{
+    Py_ssize_t done = 0;
+    while (done < len) {
+        struct iovec l = {local + done, (size_t)(len - done)};
+        struct iovec r = {(void *)(uintptr_t)(remote + (uint64_t)done), (size_t)(len - done)};
+        ssize_t got = write ? process_vm_writev(pid, &l, 1, &r, 1, 0)
+                            : process_vm_readv(pid, &l, 1, &r, 1, 0);
+        if (got <= 0)
+            return -1;
+        done += got;
+    }
+    return 0;
+}
+
+/* Every rank's pid from `obj` (a sequence of n ints) into pids[64]: 0; 1 if it does not
+ * fit (the caller hands the call to the Python code); -1 with an exception. */
+static int read_pids(PyObject *obj, int n, pid_t *pids)
+{
+    PyObject *fast = PySequence_Fast(obj, "pids must be a sequence");
+    if (fast == NULL)
+        return -1;
+    if (PySequence_Fast_GET_SIZE(fast) != n || n > 64) {
+        Py_DECREF(fast);
+        return 1;
+    }
+    for (int r = 0; r < n; r++) {
+        long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, r));
+        if (v == -1 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return -1;
+        }
+        pids[r] = (pid_t)v;
+    }
+    Py_DECREF(fast);
+    return 0;
+}
+
+/* A cross-memory transfer with rank r failed (errno `err`): raise the arena's error for it
+ * (Arena.cma_failed: PeerLostError if r died). Returns -1 with the exception set. */
+static int cma_raise(Call *k, int r, const char *what, int err)
+{
+    gil_take(&k->gil);
+    PyObject *res = PyObject_CallMethod(k->arena, "cma_failed", "isi", r, what, err);
+    if (res != NULL) {
+        Py_DECREF(res);
+        PyErr_Format(PyExc_RuntimeError, "collcomm native core: could not %s rank %d's memory", what, r);
+    }
+    return -1;
+}
+
+/* broadcast by cross-memory attach, split (shm_large.broadcast_split; only where every rank
+ * may write every other's memory): the Python loop's one CMA step, then its closing sync.
+ * Every rank announces its buffer's address (the root also SHARED = `cma_key`), sync with
+ * the signature check; the root writes the first count/n elements into every other rank's
+ * buffer while each of them reads the rest from the root's; sync. After the first sync,
+ * anything else (a root published in place, a failed transfer) is handed back (ST_PYTHON):
+ * shm_direct._broadcast_after finishes from there (a transfer redone copies the same bytes). */
+static PyObject *broadcast_cma(Call *k, char *buf, Py_ssize_t nbytes, long root, uint64_t sig,
+                               Py_ssize_t itemsize, uint64_t cma_key, PyObject *pids_obj)
+{
+    Core *c = k->c;
+    int n = c->n, me = c->rank;
+    pid_t pids[64];
+    int bad = read_pids(pids_obj, n, pids);
+    if (bad < 0)
+        return call_end(k, -1);
+    if (bad || itemsize <= 0 || nbytes % itemsize)
+        return call_end(k, ST_REFUSE);
+    int phase = next_phase(k);
+    if (me == root)
+        put(c, c->w_shared + phase, cma_key);
+    put(c, c->w_offset + phase, (uint64_t)(uintptr_t)buf);
+    gil_release(&k->gil);
+    int e = enter(c, k->arena, phase, sig, &k->gil);
+    if (e != 0)
+        return call_end(k, e < 0 ? -1 : ST_MISMATCH);
+    if (get(c, root, c->w_shared + phase) != cma_key)
+        return call_end(k, ST_PYTHON);
+    Py_ssize_t head = (nbytes / itemsize) / n * itemsize;
+    if (me == root) {
+        for (int i = 1; i < n; i++) {
+            int r = (int)((root + i) % n);
+            if (head && cma_move(pids[r], buf, get(c, r, c->w_offset + phase), head, 1) < 0)
+                return call_end(k, ST_PYTHON);
+        }
+    } else if (cma_move(pids[root], buf + head, get(c, root, c->w_offset + phase) + (uint64_t)head,
+                        nbytes - head, 0) < 0) {
+        return call_end(k, ST_PYTHON);
+    }
+    if (sync_all(c, k->arena, &k->gil) < 0)
+        return call_end(k, -1);
+    return call_end(k, ST_DONE);
+}
