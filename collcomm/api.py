@@ -130,9 +130,7 @@ def get_process_group_ranks(group: Any) -> list[int]:
 # ----------------------------------------------------------------------------- collectives
 def barrier(group: Any = None, async_op: bool = False, device_ids: Any = None, *, algorithm: str = "auto") -> Work | None:
     """Return only when every rank of ``group`` has entered the barrier."""
-    g = runtime._world     # the world without a call (the fast call's ~0.1 µs); else checked
-    if group is not None or g is None:
-        g = group_of(group, "barrier")
+    g = group_of(group, "barrier")
     fast = g.fast
     if fast is not None and not async_op and algorithm == "auto" and fast.barrier("barrier"):
         return None
@@ -155,9 +153,7 @@ def broadcast(tensor: Any, src: int | None = None, group: Any = None, async_op: 
               group_src: int | None = None, *, algorithm: str = "auto") -> Work | None:
     """Copy ``tensor`` of rank ``src`` into ``tensor`` of every rank of the group (in place)."""
     name = "broadcast"
-    g = runtime._world
-    if group is not None or g is None:
-        g = group_of(group, name)
+    g = group_of(group, name)
     fast = g.fast    # the fast call (core/fastpath.py); src is local only in the world
     if (fast is not None and group is None and group_src is None and not async_op
             and algorithm == "auto" and fast.broadcast(tensor, src, name)):
@@ -173,9 +169,7 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Any = None,
                async_op: bool = False, *, algorithm: str = "auto") -> Work | None:
     """Every rank's ``tensor`` becomes the elementwise ``op`` over all ranks (in place)."""
     name = "all_reduce"
-    g = runtime._world
-    if group is not None or g is None:
-        g = group_of(group, name)
+    g = group_of(group, name)
     fast = g.fast    # the fast call (core/fastpath.py): done, or nothing done
     if fast is not None and not async_op and algorithm == "auto" and fast.all_reduce(tensor, tensor, op, name):
         return None
@@ -189,9 +183,7 @@ def reduce(tensor: Any, dst: int | None = None, op: Any = ReduceOp.SUM, group: A
            async_op: bool = False, group_dst: int | None = None, *, algorithm: str = "auto") -> Work | None:
     """``tensor`` on ``dst`` becomes the elementwise ``op`` over all ranks; others keep theirs."""
     name = "reduce"
-    g = runtime._world
-    if group is not None or g is None:
-        g = group_of(group, name)
+    g = group_of(group, name)
     fast = g.fast    # src/dst are local ranks only in the world
     if (fast is not None and group is None and group_dst is None and type(dst) is int
             and not async_op and algorithm == "auto"
@@ -210,9 +202,7 @@ def all_gather(tensor_list: list[Any], tensor: Any, group: Any = None,
                async_op: bool = False, *, algorithm: str = "auto") -> Work | None:
     """``tensor_list[i]`` of every rank receives rank i's ``tensor``."""
     name = "all_gather"
-    g = runtime._world
-    if group is not None or g is None:
-        g = group_of(group, name)
+    g = group_of(group, name)
     fast = g.fast
     if (fast is not None and not async_op and algorithm == "auto" and type(tensor_list) in _LISTS
             and fast.all_gather(tensor, tensor_list, name)):
@@ -231,9 +221,7 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: Any = N
                            async_op: bool = False, *, algorithm: str = "auto") -> Work | None:
     """``output_tensor`` (world_size × input's elements) receives every rank's input, in rank order."""
     name = "all_gather_into_tensor"
-    g = runtime._world
-    if group is not None or g is None:
-        g = group_of(group, name)
+    g = group_of(group, name)
     fast = g.fast
     if (fast is not None and not async_op and algorithm == "auto"
             and fast.all_gather(input_tensor, output_tensor, name)):
@@ -252,9 +240,7 @@ def reduce_scatter(output: Any, input_list: list[Any], op: Any = ReduceOp.SUM, g
                    async_op: bool = False, *, algorithm: str = "auto") -> Work | None:
     """Reduce ``input_list[i]`` over all ranks into ``output`` of rank i."""
     name = "reduce_scatter"
-    g = runtime._world
-    if group is not None or g is None:
-        g = group_of(group, name)
+    g = group_of(group, name)
     where = group_text(g)
     out = as_output(output, name, where, "output")
     if not is_member(g):
@@ -268,9 +254,7 @@ def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM, group
                           async_op: bool = False, *, algorithm: str = "auto") -> Work | None:
     """Reduce ``input`` (world_size × output's elements) over all ranks; chunk i → ``output`` of rank i."""
     name = "reduce_scatter_tensor"
-    g = runtime._world
-    if group is not None or g is None:
-        g = group_of(group, name)
+    g = group_of(group, name)
     fast = g.fast
     if (fast is not None and not async_op and algorithm == "auto"
             and fast.reduce_scatter(input, output, op, name)):
@@ -293,9 +277,7 @@ def all_to_all(output_tensor_list: list[Any], input_tensor_list: list[Any], grou
                async_op: bool = False, *, algorithm: str = "auto") -> Work | None:
     """``output_tensor_list[j]`` of rank i receives ``input_tensor_list[i]`` of rank j."""
     name = "all_to_all"
-    g = runtime._world
-    if group is not None or g is None:
-        g = group_of(group, name)
+    g = group_of(group, name)
     where = group_text(g)
     if not is_member(g):
         return None
@@ -336,9 +318,7 @@ def all_to_all_single(output: Any, input: Any, output_split_sizes: list[int] | N
                       async_op: bool = False, *, algorithm: str = "auto") -> Work | None:
     """Split ``input`` along dim 0, send block j to rank j; ``output`` gets rank j's block in slot j."""
     name = "all_to_all_single"
-    g = runtime._world
-    if group is not None or g is None:
-        g = group_of(group, name)
+    g = group_of(group, name)
     fast = g.fast    # equal blocks only
     if (fast is not None and output_split_sizes is None and input_split_sizes is None
             and not async_op and algorithm == "auto" and fast.all_to_all(input, output, name)):
@@ -367,9 +347,7 @@ def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int | None = 
            group: Any = None, async_op: bool = False, group_dst: int | None = None, *, algorithm: str = "auto") -> Work | None:
     """``gather_list[i]`` on ``dst`` (default 0) receives rank i's ``tensor``; give no list elsewhere."""
     name = "gather"
-    g = runtime._world
-    if group is not None or g is None:
-        g = group_of(group, name)
+    g = group_of(group, name)
     fast = g.fast    # a list or tuple only on dst (a rank of the world), nothing elsewhere
     if fast is not None and group is None and group_dst is None and not async_op and algorithm == "auto":
         root = 0 if dst is None else dst
@@ -402,9 +380,7 @@ def scatter(tensor: Any, scatter_list: list[Any] | None = None, src: int | None 
             group: Any = None, async_op: bool = False, group_src: int | None = None, *, algorithm: str = "auto") -> Work | None:
     """``tensor`` of rank i receives ``scatter_list[i]`` of ``src`` (default 0); give no list elsewhere."""
     name = "scatter"
-    g = runtime._world
-    if group is not None or g is None:
-        g = group_of(group, name)
+    g = group_of(group, name)
     fast = g.fast    # a list or tuple only on src (a rank of the world), nothing elsewhere
     if fast is not None and group is None and group_src is None and not async_op and algorithm == "auto":
         root = 0 if src is None else src

@@ -173,6 +173,16 @@ def _native(tensor: Any, peer: Any, group: Any, tag: Any, group_peer: Any,
     return f, g, local
 
 
+def _start_native(f: Any, g: ProcessGroup, name: str, arr: np.ndarray, local: int, tag: int) -> Any:
+    """``name`` ("isend" / "irecv") of ``arr`` with local rank ``local`` through the native
+    entry ``f``: a send done at once, a receive deferred to its wait (core/p2p.py); None
+    having done nothing (the caller takes the regular path)."""
+    sig, record = _p2p_sig(arr.dtype), g.observer is not None
+    if name == "isend":
+        return core_p2p.native_isend(f, g, arr, local, tag, sig, record)
+    return core_p2p.defer(f, g, arr, local, tag, MAX_USER_TAG, sig, record)
+
+
 def isend(tensor: Any, dst: int | None = None, group: Any = None, tag: int = 0,
           group_dst: int | None = None) -> P2PWork:
     """Start sending ``tensor`` to global rank ``dst``; returns a handle with ``wait()``.
@@ -183,7 +193,7 @@ def isend(tensor: Any, dst: int | None = None, group: Any = None, tag: int = 0,
     fast = _native(tensor, dst, group, tag, group_dst, False, "isend")
     if fast is not None:
         f, g, local = fast
-        h = core_p2p.native_isend(f, g, tensor, local, tag, _p2p_sig(tensor.dtype), g.observer is not None)
+        h = _start_native(f, g, "isend", tensor, local, tag)
         if h is not None:
             return P2PWork("isend", h, g, tensor, dst)
     h, g, buf, peer = _isend(tensor, dst, group, tag, group_dst, "isend")
@@ -199,8 +209,7 @@ def irecv(tensor: Any, src: int | None = None, group: Any = None, tag: int = 0,
     fast = _native(tensor, src, group, tag, group_src, True, "irecv")
     if fast is not None:
         f, g, local = fast
-        h = core_p2p.defer(f, g, tensor, local, tag, MAX_USER_TAG, _p2p_sig(tensor.dtype),
-                           g.observer is not None)
+        h = _start_native(f, g, "irecv", tensor, local, tag)
         if h is not None:
             return P2PWork("irecv", h, g, tensor, src)
     h, g, buf, peer = _irecv(tensor, src, group, tag, group_src, "irecv")
@@ -291,17 +300,9 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[P2PWork]:
     for name, g, buf, peer, tag in prepared:
         h = None
         if isinstance(buf.dtype, np.dtype) and buf.dtype.kind in "biufc" and peer != g.rank:
-            try:       # natively: a send done at once, a receive deferred to its wait
-                f = g._p2p_native
-            except AttributeError:
-                f = core_p2p.native(g)
+            f = core_p2p.native(g)
             if f is not None:
-                if name == "isend":
-                    h = core_p2p.native_isend(f, g, buf.arr, peer, tag, _p2p_sig(buf.dtype),
-                                              g.observer is not None)
-                else:
-                    h = core_p2p.defer(f, g, buf.arr, peer, tag, MAX_USER_TAG, _p2p_sig(buf.dtype),
-                                       g.observer is not None)
+                h = _start_native(f, g, name, buf.arr, peer, tag)
         if h is None:
             if name == "isend":
                 h = g.p2p_isend(buf.arr, peer, tag, _p2p_sig(buf.dtype))
@@ -326,19 +327,14 @@ def _native_batch(ops: list[P2POp] | tuple[P2POp, ...]) -> list[P2PWork] | None:
     works = []
     for p, (f, g, local) in zip(ops, fast):
         arr = p.tensor
-        sig = _p2p_sig(arr.dtype)
-        if p.op is irecv:
-            h = core_p2p.defer(f, g, arr, local, p.tag, MAX_USER_TAG, sig, g.observer is not None)
-            if h is None:
-                buf = as_output(arr, "batch_isend_irecv", g.describe(), "tensor")
-                h = g.p2p_irecv(buf.arr, local, p.tag, sig)
-            works.append(P2PWork("irecv", h, g, arr, p.peer))
-        else:
-            h = core_p2p.native_isend(f, g, arr, local, p.tag, sig, g.observer is not None)
-            if h is None:
-                buf = as_input(arr, "batch_isend_irecv", g.describe(), "tensor")
-                h = g.p2p_isend(buf.arr, local, p.tag, sig)
-                works.append(P2PWork("isend", h, g, buf, p.peer))
-            else:
-                works.append(P2PWork("isend", h, g, arr, p.peer))
+        name = p.op.__name__
+        h = _start_native(f, g, name, arr, local, p.tag)
+        if h is None and name == "irecv":
+            buf = as_output(arr, "batch_isend_irecv", g.describe(), "tensor")
+            h = g.p2p_irecv(buf.arr, local, p.tag, _p2p_sig(arr.dtype))
+        elif h is None:
+            buf = as_input(arr, "batch_isend_irecv", g.describe(), "tensor")
+            h = g.p2p_isend(buf.arr, local, p.tag, _p2p_sig(arr.dtype))
+            arr = buf        # (the handle keeps the Buf it sent, as the regular path's does)
+        works.append(P2PWork(name, h, g, arr, p.peer))
     return works

@@ -256,7 +256,8 @@ class Deferred(Handle):
                         return False
                     del held[0]
                     if n is not None:
-                        return self._done(n) is not None
+                        self._done(n)
+                        return True
                     self.post()                  # C left it: the regular path, in its turn
         if self.exc is not None:
             finished(self.rec, False)

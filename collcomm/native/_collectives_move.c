@@ -336,18 +336,22 @@ static PyObject *Core_all_to_all(Core *c, PyObject *const *args, Py_ssize_t narg
     return call_end(&k, ST_DONE);
 }
 
-/* barrier(arena, sig): one sync with the signature check. */
+/* barrier(arena, sig): one sync with the signature check (barrier_call: the fast call's too). */
+static PyObject *barrier_call(Core *c, PyObject *arena, uint64_t sig)
+{
+    Call k;
+    call_begin(&k, c, arena);
+    int phase = next_phase(&k);
+    int e = enter(c, k.arena, phase, sig, &k.gil);
+    return call_end(&k, e < 0 ? -1 : e ? ST_MISMATCH : ST_DONE);
+}
+
 static PyObject *Core_barrier(Core *c, PyObject *const *args, Py_ssize_t nargs)
 {
     if (check_args(nargs, 2, "barrier") < 0)
         return NULL;
     PARSE_U64(sig, args[1]);
-    Call k;
-    if (call_begin(&k, c, args[0]) < 0)
-        return NULL;
-    int phase = next_phase(&k);
-    int e = enter(c, k.arena, phase, sig, &k.gil);
-    return call_end(&k, e < 0 ? -1 : e ? ST_MISMATCH : ST_DONE);
+    return barrier_call(c, args[0], sig);
 }
 
 /* sync(arena): the plain counter barrier (Arena.sync). */

@@ -346,16 +346,9 @@ static PyObject *Fast_barrier(Fast *s, PyObject *const *args, Py_ssize_t nargs)
     PyObject *tag = fast_begin(s, args[0], sig, FC_BARRIER, &rec);
     if (tag == NULL)
         return NULL;
-    PyObject *status;
-    if (s->core == Py_None) {
-        status = PyLong_FromLong(ST_DONE);
-    } else {   /* Core_barrier, step for step, without its argument objects */
-        Call k;
-        call_begin(&k, (Core *)s->core, s->arena);
-        int phase = next_phase(&k);
-        int e = enter(k.c, k.arena, phase, sig, &k.gil);
-        status = call_end(&k, e < 0 ? -1 : e ? ST_MISMATCH : ST_DONE);
-    }
+    /* Core_barrier's call without its argument objects */
+    PyObject *status = s->core == Py_None ? PyLong_FromLong(ST_DONE)
+                                          : barrier_call((Core *)s->core, s->arena, sig);
     return fast_end(s, status, rec, tag, sig, FC_BARRIER, args[0], Py_None, Py_None, Py_None);
 }
 

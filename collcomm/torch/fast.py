@@ -96,30 +96,32 @@ def all_to_all_single(fast: Any, output: Any, input: Any, out_splits: Sequence[i
     return a is not None and b is not None and _done(fast.all_to_all, a, b, "all_to_all_single")
 
 
+def _rooted(singles: Sequence[Any], lists: Sequence[Any], root: int,
+            rank: int) -> tuple[Any, list[Any] | None] | None:
+    """gather's / scatter's arrays: (this rank's one tensor, the root's list of one tensor
+    per rank, None elsewhere), or None when the fast call cannot take them (torch passes
+    ``[tensor]`` and ``[list]`` on the root, ``[]`` elsewhere)."""
+    if len(singles) != 1:
+        return None
+    one = fast_array(singles[0])
+    if one is None:
+        return None
+    if rank != root:
+        return None if lists else (one, None)
+    items = _arrays(lists[0]) if len(lists) == 1 else None
+    return None if items is None else (one, items)
+
+
 def gather(fast: Any, outputs: Sequence[Any], inputs: Sequence[Any], root: int, rank: int) -> bool:
     """The root gives one output tensor per rank; the others give none."""
-    if len(inputs) != 1:
-        return False
-    a = fast_array(inputs[0])
-    if a is None:
-        return False
-    if rank != root:
-        return not outputs and _done(fast.gather, a, None, root, "gather")
-    outs = _arrays(outputs[0]) if len(outputs) == 1 else None
-    return outs is not None and _done(fast.gather, a, outs, root, "gather")
+    got = _rooted(inputs, outputs, root, rank)
+    return got is not None and _done(fast.gather, got[0], got[1], root, "gather")
 
 
 def scatter(fast: Any, outputs: Sequence[Any], inputs: Sequence[Any], root: int, rank: int) -> bool:
     """The root gives one input tensor per rank; the others give none."""
-    if len(outputs) != 1:
-        return False
-    b = fast_array(outputs[0])
-    if b is None:
-        return False
-    if rank != root:
-        return not inputs and _done(fast.scatter, None, b, root, "scatter")
-    ins = _arrays(inputs[0]) if len(inputs) == 1 else None
-    return ins is not None and _done(fast.scatter, ins, b, root, "scatter")
+    got = _rooted(outputs, inputs, root, rank)
+    return got is not None and _done(fast.scatter, got[1], got[0], root, "scatter")
 
 
 def barrier(fast: Any, limit: float | None) -> bool:
