@@ -111,15 +111,7 @@ class P2PWork:
 
 
 
-_P2P_SIGS: dict[Any, int] = {}
-
-
-def _p2p_sig(dtype: Any) -> int:
-    """``signature.p2p(dtype)``, computed once per dtype."""
-    sig = _P2P_SIGS.get(dtype)
-    if sig is None:
-        sig = _P2P_SIGS[dtype] = signature.p2p(dtype)
-    return sig
+_p2p_sig = signature.p2p      # (cached per dtype)
 
 
 def _isend(tensor: Any, dst: int | None, group: Any, tag: int, group_dst: int | None,

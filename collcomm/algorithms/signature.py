@@ -77,10 +77,16 @@ def make(collective: str, dtype: Any = None, count: int = 0, root: int | None = 
             | (r << 36) | (count & _COUNT_MASK))
 
 
+_P2P: dict[Any, int] = {}
+
+
 def p2p(dtype: Any) -> int:
     """The signature of a point-to-point message of ``dtype`` (its size is checked apart:
-    MPI lets a receive be larger than the message, torch does not)."""
-    return make("p2p", dtype)
+    MPI lets a receive be larger than the message, torch does not); computed once per dtype."""
+    sig = _P2P.get(dtype)
+    if sig is None:
+        sig = _P2P[dtype] = make("p2p", dtype)
+    return sig
 
 
 def with_count(base: int, count: int, root: int | None = None) -> int:

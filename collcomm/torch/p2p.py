@@ -7,6 +7,13 @@ sender through ``_source_rank()`` (what ``dist.recv(src=None)`` returns); a mess
 another dtype than the receiving tensor's is refused (``BackendMismatchError``). torch's
 ``batch_isend_irecv`` issues these one by one.
 
+A plain contiguous CPU tensor to or from a peer of this host takes the native
+point-to-point path first (:mod:`collcomm.core.p2p`, native/_p2p.c), as the functional
+``collcomm.isend``/``irecv`` do: a send written into the peer's ring at once (an already
+completed ``Work``), a receive deferred to its ``wait()``, which receives natively and is
+still matched in posting order. Whatever it declines (no native core, a peer on another
+host, a full ring, a large message, any source) goes the regular way below, with its errors.
+
 ``monitored_barrier`` is gloo's: every other rank reports to rank 0, which waits for each
 within the timeout and names the late ones, then releases them. It uses the reserved tag
 :data:`MONITORED_BARRIER_TAG` (the highest of the group's point-to-point tags).
@@ -21,11 +28,12 @@ import torch
 import torch.distributed as dist
 
 from ..algorithms import signature
+from ..core import p2p as core_p2p
 from ..core.group import ProcessGroup
 from ..core.tags import MAX_USER_TAG
 from ..errors import CollcommError, CommTimeoutError
 from .errors import BackendTimeoutError, translate
-from .tensors import RAW, View
+from .tensors import RAW, View, fast_array
 from .work import P2PWork, seconds
 
 __all__ = ["MONITORED_BARRIER_TAG", "PointToPoint"]
@@ -47,7 +55,31 @@ class PointToPoint:
     _where: str
     _view: Callable[..., View]          # ProcessGroupCollcomm's
 
+    def _native(self, tensors: list[torch.Tensor], peer: Any, tag: Any, receiving: bool) -> Any:
+        """The native start of a send (a completed handle) or a receive (a deferred one)
+        of ``tensors[0]`` with local rank ``peer``, or None having done nothing: not a plain
+        contiguous CPU tensor, not a valid peer of this host other than this rank, not a
+        valid tag, no native core (the regular path then runs, with its errors)."""
+        g = self.core_group
+        try:
+            f = g._p2p_native
+        except AttributeError:
+            f = core_p2p.native(g)
+        if (f is None or len(tensors) != 1 or type(peer) is not int or not 0 <= peer < g.size
+                or peer == g.rank or type(tag) is not int or not 0 <= tag <= MAX_USER_TAG):
+            return None
+        arr = fast_array(tensors[0])
+        if arr is None:
+            return None
+        sig, record = signature.p2p(arr.dtype), g.observer is not None
+        if receiving:
+            return core_p2p.defer(f, g, arr, peer, tag, MAX_USER_TAG, sig, record)
+        return core_p2p.native_isend(f, g, arr, peer, tag, sig, record)
+
     def send(self, tensors: list[torch.Tensor], dstRank: int, tag: int = 0) -> dist.Work:  # noqa: N803
+        h = self._native(tensors, dstRank, tag, False)
+        if h is not None:
+            return P2PWork("send", h, self.core_group.to_local, tensors)
         v = self._view(tensors[0], "send", "tensor")
         try:
             h = self.core_group.p2p_isend(v.arr, dstRank, tag, _sig(v))
@@ -56,6 +88,9 @@ class PointToPoint:
         return P2PWork("send", h, self.core_group.to_local, tensors)
 
     def recv(self, tensors: list[torch.Tensor], srcRank: int, tag: int = 0) -> dist.Work:  # noqa: N803
+        h = self._native(tensors, srcRank, tag, True)
+        if h is not None:
+            return P2PWork("recv", h, self.core_group.to_local, tensors)
         return self._recv(tensors, srcRank, tag)
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> dist.Work:
