@@ -22,9 +22,11 @@ typedef struct {
     int use_futex;
     unsigned long long done;      /* calls completed here, syncs included (tests check the path) */
     unsigned long long finished;  /* calls the Python code finished (ST_PYTHON) */
+    PyObject *timeout_of;  /* during a fast call: its group (borrowed), whose timeout the
+                              arena takes before its first check (see wait_all) */
 } Core;
 
-static PyObject *s_check;   /* interned attribute name */
+static PyObject *s_check, *s_timeout;   /* interned attribute names */
 
 static inline uint64_t *word(Core *c, int r, int w)
 {
@@ -167,6 +169,16 @@ static int wait_all(Core *c, PyObject *arena, uint64_t target, Gil *gil)
             gil_take(gil);
             if (PyErr_CheckSignals() < 0)       /* Ctrl-C: KeyboardInterrupt, as in Python */
                 return -1;
+            if (c->timeout_of != NULL) {
+                /* a fast call sets the arena's timeout (what _check compares with) only
+                 * when a wait gets this long, not per call as GroupComm.arena() does */
+                PyObject *tmo = PyObject_GetAttr(c->timeout_of, s_timeout);
+                int bad = tmo == NULL || PyObject_SetAttr(arena, s_timeout, tmo) < 0;
+                Py_XDECREF(tmo);
+                if (bad)
+                    return -1;
+                c->timeout_of = NULL;
+            }
             PyObject *late_list = PyList_New(0);
             if (late_list == NULL)
                 return -1;
