@@ -130,7 +130,9 @@ def get_process_group_ranks(group: Any) -> list[int]:
 # ----------------------------------------------------------------------------- collectives
 def barrier(group: Any = None, async_op: bool = False, device_ids: Any = None, *, algorithm: str = "auto") -> Work | None:
     """Return only when every rank of ``group`` has entered the barrier."""
-    g = group_of(group, "barrier")
+    g = runtime._world if group is None else None     # group_of's common case, inline
+    if g is None:
+        g = group_of(group, "barrier")
     fast = g.fast
     if fast is not None and not async_op and algorithm == "auto" and fast.barrier("barrier"):
         return None
