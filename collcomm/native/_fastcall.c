@@ -240,7 +240,7 @@ static inline int fast_open(Fast *s)
 static PyObject *core_call(PyObject *(*fn)(Core *, PyObject *const *, Py_ssize_t), Fast *s,
                            PyObject **args, Py_ssize_t nargs, Py_ssize_t sig_at, uint64_t sig)
 {
-    PyObject *sigobj = PyLong_FromUnsignedLongLong(sig);
+    PyObject *sigobj = rec_sig(&s->rw, sig);   /* (the record's int, reused) */
     if (sigobj == NULL)
         return NULL;
     args[0] = s->arena;
