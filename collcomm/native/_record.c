@@ -41,6 +41,8 @@
 typedef struct {
     PyObject *code;             /* a code object (strong reference) */
     int inside;                 /* it lies inside the collcomm package */
+    int lasti;                  /* the offset last recorded for it as a caller, */
+    PyObject *lasti_obj;        /* ... as an int (reused while the call site repeats) */
 } CodeSeen;
 
 #define CODE_CACHE 64
@@ -91,8 +93,10 @@ static void rec_clear(RecWriter *w)
     Py_CLEAR(w->append);
     Py_CLEAR(w->index);
     Py_CLEAR(w->pkg);
-    for (int i = 0; i < CODE_CACHE; i++)
+    for (int i = 0; i < CODE_CACHE; i++) {
         Py_CLEAR(w->seen[i].code);
+        Py_CLEAR(w->seen[i].lasti_obj);
+    }
     for (int i = 0; i < 16; i++)
         Py_CLEAR(w->sigs[i]);
 }
@@ -121,8 +125,26 @@ static int rec_inside(RecWriter *w, PyCodeObject *code)
     int inside = PyUnicode_Tailmatch(code->co_filename, w->pkg, 0, PY_SSIZE_T_MAX, -1) == 1;
     Py_INCREF(code);
     Py_XSETREF(c->code, (PyObject *)code);
+    Py_CLEAR(c->lasti_obj);
     c->inside = inside;
     return inside;
+}
+
+/* The caller's instruction offset as an int (new reference; NULL with an exception),
+ * the one made last time when `code` called from the same place */
+static PyObject *rec_lasti(RecWriter *w, PyCodeObject *code, int lasti)
+{
+    CodeSeen *c = &w->seen[((uintptr_t)code >> 4) % CODE_CACHE];
+    if (code == NULL || c->code != (PyObject *)code)
+        return PyLong_FromLong(lasti);
+    if (c->lasti_obj == NULL || c->lasti != lasti) {
+        PyObject *o = PyLong_FromLong(lasti);
+        if (o == NULL)
+            return NULL;
+        Py_XSETREF(c->lasti_obj, o);
+        c->lasti = lasti;
+    }
+    return Py_NewRef(c->lasti_obj);
 }
 
 /* The caller's code object (new reference; NULL, no exception: no Python frame) and its
@@ -206,7 +228,7 @@ static PyObject *rec_fill(RecWriter *w, PyObject *rec, PyObject *seq, PyObject *
 #define REC_SET(i, v) (tuple ? (void)PyTuple_SET_ITEM(rec, i, v) : (void)PyList_SET_ITEM(rec, i, v))
     int lasti;
     PyCodeObject *code = rec_caller(w, &lasti);
-    PyObject *sigobj = rec_sig(w, sig), *lastio = PyLong_FromLong(lasti),
+    PyObject *sigobj = rec_sig(w, sig), *lastio = rec_lasti(w, code, lasti),
              *t0o = PyFloat_FromDouble(t0);
     REC_SET(0, Py_NewRef(w->index));
     REC_SET(1, Py_NewRef(seq));
