@@ -130,7 +130,12 @@ def get_process_group_ranks(group: Any) -> list[int]:
 # ----------------------------------------------------------------------------- collectives
 def barrier(group: Any = None, async_op: bool = False, device_ids: Any = None, *, algorithm: str = "auto") -> Work | None:
     """Return only when every rank of ``group`` has entered the barrier."""
-    g = runtime._world if group is None else None     # group_of's common case, inline
+    if group is None:                  # group_of's common cases, inline (the same checks)
+        g = runtime._world
+    elif type(group) is runtime.ProcessGroup and not group._closed and runtime._world is not None:
+        g = group
+    else:
+        g = None
     if g is None:
         g = group_of(group, "barrier")
     fast = g.fast
