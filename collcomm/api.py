@@ -130,7 +130,14 @@ def get_process_group_ranks(group: Any) -> list[int]:
 # ----------------------------------------------------------------------------- collectives
 def barrier(group: Any = None, async_op: bool = False, device_ids: Any = None, *, algorithm: str = "auto") -> Work | None:
     """Return only when every rank of ``group`` has entered the barrier."""
-    g = group_of(group, "barrier")
+    if group is None:                  # group_of's common cases, inline (the same checks)
+        g = runtime._world
+    elif type(group) is runtime.ProcessGroup and not group._closed and runtime._world is not None:
+        g = group
+    else:
+        g = None
+    if g is None:
+        g = group_of(group, "barrier")
     fast = g.fast
     if fast is not None and not async_op and algorithm == "auto" and fast.barrier("barrier"):
         return None

@@ -8,6 +8,16 @@
  * and timeout check every 100 ms), and enter (publish the call's signature, sync, compare).
  */
 
+/* A buffer the fast call (_fastcall.c) has already asked its object for, handed to the
+ * Core call it makes next: call_begin takes the pair, get_buffer (_call.c) uses a view
+ * of the same object instead of asking again (a numpy array's buffer costs ~50-90 ns) */
+typedef struct {
+    PyObject *obj;         /* borrowed; NULL: none */
+    char *data;
+    Py_ssize_t len;
+    int writable;
+} Handed;
+
 typedef struct {
     PyObject_HEAD
     char *base;            /* the arena mapping */
@@ -22,9 +32,12 @@ typedef struct {
     int use_futex;
     unsigned long long done;      /* calls completed here, syncs included (tests check the path) */
     unsigned long long finished;  /* calls the Python code finished (ST_PYTHON) */
+    PyObject *timeout_of;  /* during a fast call: its group (borrowed), whose timeout the
+                              arena takes before its first check (see wait_all) */
+    Handed handed[2];      /* buffers a fast call holds, for the Core call it makes next */
 } Core;
 
-static PyObject *s_check;   /* interned attribute name */
+static PyObject *s_check, *s_timeout;   /* interned attribute names */
 
 static inline uint64_t *word(Core *c, int r, int w)
 {
@@ -118,7 +131,9 @@ static int wait_all(Core *c, PyObject *arena, uint64_t target, Gil *gil)
     int late = first_late(c, target, 0);
     if (late < 0)
         return 0;
-    long long start = now_ns();
+    /* the clock is first read after 64 pauses: most waits of a small call end sooner, and
+     * a read costs ~20 ns (the spin budget starts then; 64 pauses are well under it) */
+    long long start = -1;
     while (1) {
         for (int i = 0; i < 64; i++) {
             cpu_relax();
@@ -128,7 +143,10 @@ static int wait_all(Core *c, PyObject *arena, uint64_t target, Gil *gil)
                     return 0;
             }
         }
-        long long spun = now_ns() - start;
+        long long now = now_ns();
+        if (start < 0)
+            start = now;
+        long long spun = now - start;
         if (spun >= c->spin_ns)
             break;
         if (spun >= GIL_SPIN_NS)      /* a longer wait: let this process's other threads run */
@@ -167,6 +185,16 @@ static int wait_all(Core *c, PyObject *arena, uint64_t target, Gil *gil)
             gil_take(gil);
             if (PyErr_CheckSignals() < 0)       /* Ctrl-C: KeyboardInterrupt, as in Python */
                 return -1;
+            if (c->timeout_of != NULL) {
+                /* a fast call sets the arena's timeout (what _check compares with) only
+                 * when a wait gets this long, not per call as GroupComm.arena() does */
+                PyObject *tmo = PyObject_GetAttr(c->timeout_of, s_timeout);
+                int bad = tmo == NULL || PyObject_SetAttr(arena, s_timeout, tmo) < 0;
+                Py_XDECREF(tmo);
+                if (bad)
+                    return -1;
+                c->timeout_of = NULL;
+            }
             PyObject *late_list = PyList_New(0);
             if (late_list == NULL)
                 return -1;

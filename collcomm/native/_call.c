@@ -14,6 +14,7 @@ typedef struct {
     Gil gil;
     Py_buffer bufs[2];
     int nbufs;
+    Handed handed[2];      /* the fast call's views (taken from the Core by call_begin) */
 } Call;
 
 static int call_begin(Call *k, Core *c, PyObject *arena)
@@ -23,6 +24,9 @@ static int call_begin(Call *k, Core *c, PyObject *arena)
     k->gil.ts = NULL;
     k->nbufs = 0;
     k->phase = (int)(get(c, c->rank, c->w_phase) & 1);   /* shared with the Python code */
+    k->handed[0] = c->handed[0];
+    k->handed[1] = c->handed[1];
+    c->handed[0].obj = c->handed[1].obj = NULL;
     return 0;
 }
 
@@ -32,8 +36,9 @@ static inline int next_phase(Call *k)
     return k->phase;
 }
 
-/* A C-contiguous buffer of `obj` (writable if asked); NULL data for None; -1 (no
- * exception: the caller refuses the call, before any traffic) if there is none. */
+/* A C-contiguous buffer of `obj` (writable if asked; the fast call's view of it when it
+ * handed one); NULL data for None; -1 (no exception: the caller refuses the call, before
+ * any traffic) if there is none. */
 static int get_buffer(Call *k, PyObject *obj, int writable, char **data, Py_ssize_t *len)
 {
     if (obj == Py_None) {
@@ -41,6 +46,12 @@ static int get_buffer(Call *k, PyObject *obj, int writable, char **data, Py_ssiz
         *len = 0;
         return 0;
     }
+    for (int i = 0; i < 2; i++)
+        if (k->handed[i].obj == obj && (k->handed[i].writable || !writable)) {
+            *data = k->handed[i].data;        /* held by the fast call until we return */
+            *len = k->handed[i].len;
+            return 0;
+        }
     Py_buffer *view = &k->bufs[k->nbufs];
     if (PyObject_GetBuffer(obj, view, writable ? (PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
                                                : PyBUF_C_CONTIGUOUS) < 0) {

@@ -45,6 +45,8 @@ typedef struct {
     PyObject *hooks;            /* learn / failed / finish (collcomm.core.fastpath) */
     RecWriter rw;               /* the flight recorder's records (_record.c) */
     PyObject *observer;         /* the group's observer (``done`` is set), or None */
+    Py_ssize_t done_at;         /* > 0: ``done`` is a slot of the observer's type at this offset */
+    PyTypeObject *obs_type;     /* ... that type (borrowed: the observer holds it) */
     PyObject *algo_id[N_FC];    /* id() of the family function, as records hold it */
     uint64_t tag_base, seq_mask;
     uint64_t plain_sig[N_FC];   /* signature bases per collective without op (dtype 0) */
@@ -58,7 +60,7 @@ typedef struct {
     unsigned long long calls;   /* calls run here (tests check the path) */
 } Fast;
 
-static PyObject *s_done, *s_timeout, *s_learn, *s_failed, *s_finish;
+static PyObject *s_done, *s_learn, *s_failed, *s_finish;
 
 /* The native dtype of a buffer from its struct format, or -1. */
 static int fast_dtype(const Py_buffer *v)
@@ -130,8 +132,9 @@ static FastOp *fast_op(Fast *s, PyObject *op, int dt)
 }
 
 /* What every call does before its traffic: the next sequence number (as the tag), the
- * record, the arena's timeout. Returns the tag (new reference) and sets *rec (new
- * reference or NULL when recording is off); NULL with an exception on error. */
+ * record, the group whose timeout applies (the Core's timeout_of, until fast_end).
+ * Returns the tag (new reference) and sets *rec (new reference or NULL when recording
+ * is off); NULL with an exception on error. */
 static PyObject *fast_begin(Fast *s, PyObject *name, uint64_t sig, int fc, PyObject **rec)
 {
     *rec = NULL;
@@ -153,17 +156,22 @@ static PyObject *fast_begin(Fast *s, PyObject *name, uint64_t sig, int fc, PyObj
             return NULL;
         }
     }
-    if (s->arena != Py_None) {
-        PyObject *t = PyObject_GetAttr(s->group, s_timeout);
-        int bad = t == NULL || PyObject_SetAttr(s->arena, s_timeout, t) < 0;
-        Py_XDECREF(t);
-        if (bad) {
-            Py_DECREF(tag);
-            Py_CLEAR(*rec);
-            return NULL;
-        }
-    }
+    if (s->core != Py_None)     /* the group's timeout: the arena takes it if a wait is long */
+        ((Core *)s->core)->timeout_of = s->group;
     return tag;
+}
+
+/* observer.done = rec: the slot written directly when Fast_init found a plain one
+ * (what the member descriptor's __set__ does), else through setattr. 0, or -1 with an
+ * exception. */
+static int fast_set_done(Fast *s, PyObject *rec)
+{
+    if (s->done_at > 0 && Py_TYPE(s->observer) == s->obs_type) {
+        PyObject **slot = (PyObject **)((char *)s->observer + s->done_at);
+        Py_XSETREF(*slot, Py_NewRef(rec));
+        return 0;
+    }
+    return PyObject_SetAttr(s->observer, s_done, rec);
 }
 
 /* The end of a call: `status` is the Core's result (NULL: an exception is set). Hands
@@ -173,6 +181,8 @@ static PyObject *fast_end(Fast *s, PyObject *status, PyObject *rec, PyObject *ta
 {
     PyObject *recobj = rec != NULL ? rec : Py_None;
     PyObject *out = NULL;
+    if (s->core != Py_None)
+        ((Core *)s->core)->timeout_of = NULL;
     if (status == NULL) {
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);
@@ -195,7 +205,7 @@ static PyObject *fast_end(Fast *s, PyObject *status, PyObject *rec, PyObject *ta
         Py_DECREF(status);
         if (st == ST_DONE) {
             s->calls++;
-            if (rec == NULL || PyObject_SetAttr(s->observer, s_done, rec) == 0) {
+            if (rec == NULL || fast_set_done(s, rec) == 0) {
                 out = Py_True;
                 Py_INCREF(out);
             }
@@ -230,7 +240,7 @@ static inline int fast_open(Fast *s)
 static PyObject *core_call(PyObject *(*fn)(Core *, PyObject *const *, Py_ssize_t), Fast *s,
                            PyObject **args, Py_ssize_t nargs, Py_ssize_t sig_at, uint64_t sig)
 {
-    PyObject *sigobj = PyLong_FromUnsignedLongLong(sig);
+    PyObject *sigobj = rec_sig(&s->rw, sig);   /* (the record's int, reused) */
     if (sigobj == NULL)
         return NULL;
     args[0] = s->arena;

@@ -12,10 +12,11 @@
 /* Two buffers, `a` read and `b` written, either possibly None: their data, bytes and the
  * one native dtype they share (-1: refuse — not buffers, not contiguous, different or
  * unsupported dtypes, overlapping unless `same_ok` and identical). Released by the caller
- * through fast_release. */
+ * through fast_release; fast_run hands them to the Core call (Handed, _arena_sync.c). */
 typedef struct {
     Py_buffer v[2];
-    int held[2];
+    int held[2], writable[2];
+    PyObject *obj[2];
     char *data[2];
     Py_ssize_t len[2], itemsize;
 } Pair;
@@ -31,7 +32,7 @@ static int fast_pair(Pair *p, PyObject *a, PyObject *b, int same_ok)
 {
     PyObject *obj[2] = {a, b};
     int dt = -2;
-    p->held[0] = p->held[1] = 0;
+    p->held[0] = p->held[1] = p->writable[0] = p->writable[1] = 0;
     p->itemsize = 1;
     for (int i = 0; i < 2; i++) {
         p->data[i] = NULL;
@@ -50,6 +51,8 @@ static int fast_pair(Pair *p, PyObject *a, PyObject *b, int same_ok)
             return -1;
         }
         p->held[i] = 1;
+        p->obj[i] = obj[i];
+        p->writable[i] = written;
         int d = fast_dtype(&p->v[i]);
         if (d < 0 || (dt != -2 && d != dt))
             return -1;
@@ -68,19 +71,32 @@ static int fast_pair(Pair *p, PyObject *a, PyObject *b, int same_ok)
 }
 
 /* Run Core function `fn` on (arena, cargs...) with the signature at cargs[sig_at] between
- * the bookkeeping of fast_begin and fast_end (a group of one: nothing to run); `a`, `b`,
- * `c` are what Hooks.finish gets if the call is handed back. */
+ * the bookkeeping of fast_begin and fast_end (a group of one: nothing to run), handing it
+ * the views `p` holds, which are released before fast_end; `a`, `b`, `c` are what
+ * Hooks.finish gets if the call is handed back. */
 static PyObject *fast_run(Fast *s, int fc, PyObject *name, uint64_t sig,
                           PyObject *(*fn)(Core *, PyObject *const *, Py_ssize_t),
                           PyObject **cargs, Py_ssize_t nargs, Py_ssize_t sig_at, PyObject *a,
-                          PyObject *b, PyObject *c)
+                          PyObject *b, PyObject *c, Pair *p)
 {
     PyObject *rec;
     PyObject *tag = fast_begin(s, name, sig, fc, &rec);
-    if (tag == NULL)
+    if (tag == NULL) {
+        fast_release(p);
         return NULL;
-    PyObject *status = s->core == Py_None ? PyLong_FromLong(ST_DONE)
-                                          : core_call(fn, s, cargs, nargs, sig_at, sig);
+    }
+    PyObject *status;
+    if (s->core == Py_None) {
+        status = PyLong_FromLong(ST_DONE);
+    } else {
+        Core *core = (Core *)s->core;
+        for (int i = 0; i < 2; i++)
+            core->handed[i] = (Handed){p->held[i] ? p->obj[i] : NULL, p->data[i], p->len[i],
+                                       p->writable[i]};
+        status = core_call(fn, s, cargs, nargs, sig_at, sig);
+        core->handed[0].obj = core->handed[1].obj = NULL;   /* (if it never took them) */
+    }
+    fast_release(p);
     return fast_end(s, status, rec, tag, sig, fc, name, a, b, c);
 }
 
@@ -111,19 +127,17 @@ static PyObject *Fast_all_reduce(Fast *s, PyObject *const *args, Py_ssize_t narg
     FastOp *e = fits ? fast_op(s, args[2], dt) : NULL;
     if (e != NULL && p.data[0] != p.data[1])
         memcpy(p.data[1], p.data[0], nbytes);
-    fast_release(&p);
-    if (e == NULL) {
-        if (PyErr_Occurred())
+    PyObject *code = e == NULL ? NULL : PyLong_FromLong(e->code[dt]);
+    if (code == NULL) {
+        fast_release(&p);
+        if (e != NULL || PyErr_Occurred())
             return NULL;
         Py_RETURN_NONE;
     }
     uint64_t sig = e->sig[dt] | ((uint64_t)0x3FFF << 36) | COUNT_BITS(count);
-    PyObject *code = PyLong_FromLong(e->code[dt]);
-    if (code == NULL)
-        return NULL;
     PyObject *cargs[4] = {NULL, args[1], code, NULL};
     PyObject *r = fast_run(s, FC_ALL_REDUCE, args[3], sig, Core_all_reduce, cargs, 4, 3, args[1],
-                           args[2], Py_None);
+                           args[2], Py_None, &p);
     Py_DECREF(code);
     return r;
 }
@@ -139,14 +153,15 @@ static PyObject *Fast_broadcast(Fast *s, PyObject *const *args, Py_ssize_t nargs
     Pair p;
     int dt = fast_pair(&p, Py_None, args[0], 0);
     Py_ssize_t nbytes = p.len[1], count = nbytes / p.itemsize;
-    fast_release(&p);
-    if (dt < 0 || nbytes == 0 || nbytes > s->limit[FC_BROADCAST])
+    if (dt < 0 || nbytes == 0 || nbytes > s->limit[FC_BROADCAST]) {
+        fast_release(&p);
         Py_RETURN_NONE;
+    }
     uint64_t sig = s->plain_sig[FC_BROADCAST] | (s->dt_sig[dt] << 55) |
                    ((uint64_t)(root & 0x3FFF) << 36) | COUNT_BITS(count);
     PyObject *cargs[4] = {NULL, args[0], args[1], NULL};
     return fast_run(s, FC_BROADCAST, args[2], sig, Core_broadcast, cargs, 4, 3, args[0], args[1],
-                    Py_None);
+                    Py_None, &p);
 }
 
 /* all_gather(send, recv, name) -> True | None: recv holds every rank's send, in rank order */
@@ -158,34 +173,41 @@ static PyObject *Fast_all_gather(Fast *s, PyObject *const *args, Py_ssize_t narg
         Py_RETURN_NONE;
     if (PyList_CheckExact(args[1]) || PyTuple_CheckExact(args[1]))
         return fast_list(s, args, FC_ALL_GATHER, -1, args[2]);
-    Py_buffer sv, rv;
-    if (PyObject_GetBuffer(args[1], &rv, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+    Pair p = {.held = {0, 0}, .writable = {0, 1}, .obj = {args[0], args[1]}};
+    Py_buffer *sv = &p.v[0], *rv = &p.v[1];
+    if (PyObject_GetBuffer(args[1], rv, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
         PyErr_Clear();
         Py_RETURN_NONE;
     }
-    if (PyObject_GetBuffer(args[0], &sv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+    p.held[1] = 1;
+    if (PyObject_GetBuffer(args[0], sv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
         PyErr_Clear();
-        PyBuffer_Release(&rv);
+        fast_release(&p);
         Py_RETURN_NONE;
     }
-    int dt = fast_dtype(&sv);
-    Py_ssize_t kb = sv.len, count = sv.len / (sv.itemsize ? sv.itemsize : 1);
-    int fits = dt >= 0 && fast_dtype(&rv) == dt && kb > 0 && rv.len <= s->limit[FC_ALL_GATHER] &&
-               rv.len == kb * s->size &&
-               (s->size == 1 || !overlaps(sv.buf, kb, rv.buf, rv.len) ||
-                sv.buf == (char *)rv.buf + s->rank * kb);
-    if (fits && s->core == Py_None && sv.buf != rv.buf)
-        memcpy(rv.buf, sv.buf, kb);
-    PyBuffer_Release(&sv);
-    PyBuffer_Release(&rv);
-    if (!fits)
+    p.held[0] = 1;
+    int dt = fast_dtype(sv);
+    Py_ssize_t kb = sv->len, count = sv->len / (sv->itemsize ? sv->itemsize : 1);
+    int fits = dt >= 0 && fast_dtype(rv) == dt && kb > 0 && rv->len <= s->limit[FC_ALL_GATHER] &&
+               rv->len == kb * s->size &&
+               (s->size == 1 || !overlaps(sv->buf, kb, rv->buf, rv->len) ||
+                sv->buf == (char *)rv->buf + s->rank * kb);
+    if (fits && s->core == Py_None && sv->buf != rv->buf)
+        memcpy(rv->buf, sv->buf, kb);
+    if (!fits) {
+        fast_release(&p);
         Py_RETURN_NONE;
+    }
+    for (int i = 0; i < 2; i++) {
+        p.data[i] = p.v[i].buf;
+        p.len[i] = p.v[i].len;
+    }
     uint64_t sig = s->plain_sig[FC_ALL_GATHER] | (s->dt_sig[dt] << 55) |
                    ((uint64_t)0x3FFF << 36) | COUNT_BITS(count);
-    PyObject *all = PyLong_FromLong(-1);   /* Core_gather's root for all_gather */
+    PyObject *all = PyLong_FromLong(-1);   /* Core_gather's root for all_gather (a cached int) */
     PyObject *cargs[5] = {NULL, args[0], args[1], all, NULL};
     PyObject *r = fast_run(s, FC_ALL_GATHER, args[2], sig, Core_gather, cargs, 5, 4, args[0],
-                           args[1], Py_None);
+                           args[1], Py_None, &p);
     Py_XDECREF(all);
     return r;
 }
@@ -207,21 +229,19 @@ static PyObject *Fast_reduce(Fast *s, PyObject *const *args, Py_ssize_t nargs)
                (args[1] == Py_None || p.len[1] == nbytes);
     if (fits && s->core == Py_None && p.data[1] != p.data[0])
         memcpy(p.data[1], p.data[0], nbytes);
-    fast_release(&p);
     FastOp *e = fits ? fast_op(s, args[2], dt) : NULL;
-    if (e == NULL) {
-        if (PyErr_Occurred())
+    PyObject *code = e == NULL ? NULL : PyLong_FromLong(e->code[dt]);
+    if (code == NULL) {
+        fast_release(&p);
+        if (e != NULL || PyErr_Occurred())
             return NULL;
         Py_RETURN_NONE;
     }
     uint64_t sig = s->plain_sig[FC_REDUCE] | (e->sig[dt] & ~TOP4) |
                    ((uint64_t)(root & 0x3FFF) << 36) | COUNT_BITS(count);
-    PyObject *code = PyLong_FromLong(e->code[dt]);
-    if (code == NULL)
-        return NULL;
     PyObject *cargs[6] = {NULL, args[0], args[1], code, args[3], NULL};
     PyObject *r = fast_run(s, FC_REDUCE, args[4], sig, Core_reduce, cargs, 6, 5, args[0], args[1],
-                           args[2]);
+                           args[2], &p);
     Py_DECREF(code);
     return r;
 }
@@ -240,21 +260,19 @@ static PyObject *Fast_reduce_scatter(Fast *s, PyObject *const *args, Py_ssize_t 
     int fits = dt >= 0 && kb > 0 && p.len[0] == kb * s->size && p.len[0] <= s->limit[FC_REDUCE_SCATTER];
     if (fits && s->core == Py_None)
         memcpy(p.data[1], p.data[0], kb);
-    fast_release(&p);
     FastOp *e = fits ? fast_op(s, args[2], dt) : NULL;
-    if (e == NULL) {
-        if (PyErr_Occurred())
+    PyObject *code = e == NULL ? NULL : PyLong_FromLong(e->code[dt]);
+    if (code == NULL) {
+        fast_release(&p);
+        if (e != NULL || PyErr_Occurred())
             return NULL;
         Py_RETURN_NONE;
     }
     uint64_t sig = s->plain_sig[FC_REDUCE_SCATTER] | (e->sig[dt] & ~TOP4) |
                    ((uint64_t)0x3FFF << 36) | COUNT_BITS(count);
-    PyObject *code = PyLong_FromLong(e->code[dt]);
-    if (code == NULL)
-        return NULL;
     PyObject *cargs[5] = {NULL, args[0], args[1], code, NULL};
     PyObject *r = fast_run(s, FC_REDUCE_SCATTER, args[3], sig, Core_reduce_scatter, cargs, 5, 4,
-                           args[0], args[1], args[2]);
+                           args[0], args[1], args[2], &p);
     Py_DECREF(code);
     return r;
 }
@@ -282,14 +300,15 @@ static PyObject *fast_rooted(Fast *s, PyObject *const *args, Py_ssize_t nargs, i
                (big == Py_None || p.len[gather ? 1 : 0] == kb * s->size);
     if (fits && s->core == Py_None)
         memcpy(p.data[1], p.data[0], kb);
-    fast_release(&p);
-    if (!fits)
+    if (!fits) {
+        fast_release(&p);
         Py_RETURN_NONE;
+    }
     uint64_t sig = s->plain_sig[fc] | (s->dt_sig[dt] << 55) |
                    ((uint64_t)(root & 0x3FFF) << 36) | COUNT_BITS(count);
     PyObject *cargs[5] = {NULL, args[0], args[1], args[2], NULL};
     return fast_run(s, fc, args[3], sig, gather ? Core_gather : Core_scatter, cargs, 5, 4, args[0],
-                    args[1], args[2]);
+                    args[1], args[2], &p);
 }
 
 /* all_to_all(send, recv, name) -> True | None: equal blocks along the first dimension
@@ -311,9 +330,10 @@ static PyObject *Fast_all_to_all(Fast *s, PyObject *const *args, Py_ssize_t narg
            nbytes <= s->limit[FC_ALL_TO_ALL];
     if (fits && s->core == Py_None)
         memcpy(p.data[1], p.data[0], nbytes);
-    fast_release(&p);
-    if (!fits)
+    if (!fits) {
+        fast_release(&p);
         Py_RETURN_NONE;
+    }
     uint64_t sig = s->plain_sig[FC_ALL_TO_ALL] | (s->dt_sig[dt] << 55);
     PyObject *counts = PyList_New(n), *k = PyLong_FromSsize_t(count),
              *isz = PyLong_FromSsize_t(p.itemsize), *cma = PyLong_FromSsize_t(s->a2a_cma);
@@ -325,7 +345,9 @@ static PyObject *Fast_all_to_all(Fast *s, PyObject *const *args, Py_ssize_t narg
         }
         PyObject *cargs[8] = {NULL, args[0], counts, args[1], counts, isz, NULL, cma};
         r = fast_run(s, FC_ALL_TO_ALL, args[2], sig, Core_all_to_all, cargs, 8, 6, args[0],
-                     args[1], counts);
+                     args[1], counts, &p);
+    } else {
+        fast_release(&p);
     }
     Py_XDECREF(counts);
     Py_XDECREF(k);

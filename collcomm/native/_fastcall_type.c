@@ -47,6 +47,16 @@ static int Fast_init(Fast *self, PyObject *args, PyObject *kwds)
     }
     self->tag_base = tag_base;
     self->seq_mask = seq_mask;
+    /* the observer's ``done``: a writable object slot (Observer's __slots__) is written
+     * directly by fast_set_done; anything else goes through setattr */
+    self->done_at = 0;
+    self->obs_type = Py_TYPE(observer);
+    PyObject *descr = observer == Py_None ? NULL : _PyType_Lookup(Py_TYPE(observer), s_done);
+    if (descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+        PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
+        if (m->type == T_OBJECT_EX && !(m->flags & READONLY) && m->offset > 0)
+            self->done_at = m->offset;
+    }
     return 0;
 }
 
@@ -149,11 +159,10 @@ static PyTypeObject FastType = {
 static int fast_module_init(PyObject *m)
 {
     s_done = PyUnicode_InternFromString("done");
-    s_timeout = PyUnicode_InternFromString("timeout");
     s_learn = PyUnicode_InternFromString("learn");
     s_failed = PyUnicode_InternFromString("failed");
     s_finish = PyUnicode_InternFromString("finish");
-    if (rec_module_init() < 0 || s_done == NULL || s_timeout == NULL || s_learn == NULL || s_failed == NULL ||
+    if (rec_module_init() < 0 || s_done == NULL || s_learn == NULL || s_failed == NULL ||
         s_finish == NULL || PyType_Ready(&FastType) < 0)
         return -1;
     Py_INCREF(&FastType);

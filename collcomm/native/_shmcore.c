@@ -152,7 +152,8 @@ PyMODINIT_FUNC PyInit__shmcore(void)
     if (m == NULL)
         return NULL;
     s_check = PyUnicode_InternFromString("_check");
-    if (s_check == NULL || fast_module_init(m) < 0 ||
+    s_timeout = PyUnicode_InternFromString("timeout");
+    if (s_check == NULL || s_timeout == NULL || fast_module_init(m) < 0 ||
         p2p_module_init(m) < 0) {
         Py_DECREF(m);
         return NULL;

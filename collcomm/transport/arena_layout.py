@@ -12,16 +12,17 @@ only by that rank. A rank's header line holds :data:`WORDS` 64-bit words:
 word  meaning
 ====  ==========================================================================
 0     the rank's arrival counter (the barrier: every rank waits until all reach it)
-1, 2  per phase: the byte offset of the rank's data in its slot (the page offset of
+1, 2  per phase: the signature of the call (collcomm.algorithms.signature)
+3, 4  per phase: the byte offset of the rank's data in its slot (the page offset of
       its buffer, for copies of :data:`ONE_SHOT` bytes or more), or, with 5/6 set,
       its offset in the shared heap allocation / its address (:data:`CMA`)
-3, 4  per phase: a size the rank announces (all_to_all: its largest block)
 5, 6  per phase: the heap key of a buffer published in place, :data:`CMA` for a buffer
       read from the rank's memory by address, 0 for data staged in the slot
-7, 8  per phase: the signature of the call (collcomm.algorithms.signature)
-9     this rank's phase: which of the two slot sets its last call wrote (flipped by
+7     unused
+8, 9  per phase: a size the rank announces (all_to_all: its largest block)
+10    this rank's phase: which of the two slot sets its last call wrote (flipped by
       every call, the native core's and the Python code's alike)
-10, 11  unused
+11    unused
 12    somebody sleeps on this rank's counter (futex): wake them when it moves
 13    the rank left cleanly (destroy_process_group), not a crash
 14    cross-memory-attach probe: the address of a magic word (:data:`PROBE_MAGIC`),
@@ -29,6 +30,14 @@ word  meaning
 15    cross-memory-attach probe: 1 this rank could read and write every other's
       memory, 3 only read, 2 not; then its measured read cost × 100
 ====  ==========================================================================
+
+Words 0-7 are the first 64-byte cache line of the rank's 128: everything the other ranks
+read in every small call (counter, signature, offset, shared key) comes with the one
+line the counter brings, in either phase. The phase word, which the rank rewrites at the
+end of every call, sits on the second line, which the others read only for all_to_all's
+sizes, the sleepers flag and the rare departure and probe words. (With the signatures at
+7/8 and the phase at 9, the second phase's signature shared a line with the phase word:
+one more line moved per call in every other call.)
 """
 from __future__ import annotations
 
@@ -37,11 +46,11 @@ WORDS = LINE // 8          # 64-bit words per rank
 PHASES = 2                 # slots alternate between two phases
 
 COUNTER = 0
-OFFSET = 1                 # + phase
-SIZE = 3                   # + phase
+SIGNATURE = 1              # + phase
+OFFSET = 3                 # + phase
 SHARED = 5                 # + phase
-SIGNATURE = 7              # + phase
-PHASE = 9
+SIZE = 8                   # + phase
+PHASE = 10
 SLEEPERS = 12
 LEFT = 13
 PROBE = 14                 # and 15

@@ -1,0 +1,110 @@
+"""The fast call's flight-recorder records are the regular path's, field for field.
+
+The fast call (collcomm/native/_fastcall.c) writes its records from C (_record.c): the
+caller found by its own frame walk, the signature int reused while a collective repeats
+it. Here each call site runs one call instruction twice, once through the fast call and
+once with the fast call paused (the Python observer records it), and the two records
+must agree on everything but the sequence number and the time: the caller's code object
+and instruction offset (from a function, a lambda, a comprehension, a generator, a
+coroutine, a method), the op, the signature, the algorithm. In a world of one (no
+launcher needed beyond the harness) and at n = 2 with the arena.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+from collcomm import native
+from tests.harness import run_ranks
+
+pytestmark = pytest.mark.skipif(native.core is None, reason=f"native core: {native.reason}")
+
+
+def _sites() -> dict[str, Any]:
+    import collcomm as dist
+    from collcomm.core import recorder, runtime
+    from collcomm.core.recorder_records import (R_ALGO, R_CODE, R_LASTI, R_OP, R_SIG,
+                                               algorithm_name, line_of)
+
+    g = runtime.get_world("test")
+    dist.barrier()                 # the arena (and so the fast call) comes with the first call
+    fast = g.fast
+    x = np.ones(3, np.float32)
+    out_ag = np.empty(3 * g.size, np.float32)
+
+    def plain() -> None:
+        dist.barrier()
+
+    def reduce() -> None:
+        dist.all_reduce(x)
+
+    def gathered() -> None:
+        dist.all_gather_into_tensor(out_ag, x)
+
+    def comprehension() -> None:
+        [dist.barrier() for _ in range(1)]
+
+    def generator() -> Any:
+        yield dist.barrier()
+
+    async def coroutine() -> None:
+        dist.barrier()
+
+    def run_coroutine() -> None:
+        try:
+            coroutine().send(None)
+        except StopIteration:
+            pass
+
+    class Holder:
+        def method(self) -> None:
+            dist.all_reduce(x)
+
+    sites: dict[str, Callable[[], Any]] = {
+        "function": plain, "all_reduce": reduce, "all_gather": gathered,
+        "lambda": lambda: dist.barrier(), "comprehension": comprehension,
+        "generator": lambda: next(generator()), "coroutine": run_coroutine,
+        "method": Holder().method,
+    }
+    rec = recorder.recorder()
+    result: dict[str, Any] = {}
+    for name, site in sites.items():
+        seen = []
+        for paused in (0, 1):
+            fast.paused = paused
+            before = fast.calls
+            site()
+            r = rec.records()[-1]
+            code = r[R_CODE]
+            seen.append({"fast": fast.calls - before, "code": (code.co_name, code.co_filename,
+                                                                code.co_firstlineno),
+                         "lasti": r[R_LASTI], "line": line_of(code, r[R_LASTI]), "op": r[R_OP],
+                         "sig": r[R_SIG], "algo": algorithm_name(r[R_ALGO])})
+        fast.paused = 0
+        result[name] = seen
+    return result
+
+
+def _check(res: dict[str, Any], one: bool) -> None:
+    for name, (fast, regular) in res.items():
+        assert fast.pop("fast") == 1 and regular.pop("fast") == 0, (name, fast, regular)
+        if one:   # a group of one: the fast record says shm_direct, the regular one names the
+            # family the plan picks (dissemination for barrier), as before this test existed
+            assert fast.pop("algo") == "shm_direct", (name, fast)
+            regular.pop("algo")
+        assert fast == regular, name
+        assert fast["code"][1].endswith("test_fastpath_record.py"), (name, fast)
+
+
+@pytest.mark.timeout(60)
+def test_fast_records_match_the_regular_ones_in_a_world_of_one() -> None:
+    (res,) = run_ranks(_sites, 1, timeout=45)
+    _check(res, True)
+
+
+@pytest.mark.timeout(90)
+def test_fast_records_match_the_regular_ones_with_an_arena() -> None:
+    for res in run_ranks(_sites, 2, transport="shm", timeout=75):
+        _check(res, True)
