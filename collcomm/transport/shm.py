@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from .engine import Engine, Request
 
 #: What other modules take from here: ShmChannel, and (until their import lines name
-#: shm_segments / peer_process) the helpers arena.py and algorithms/shm_direct.py use.
+#: shm_segments / peer_process) the helpers arena.py and algorithms/shm_stage.py use.
 __all__ = ["PAGE", "SHM_DIR", "ShmChannel", "ShmSpaceError", "create_segment", "mib", "pid_alive",
            "pid_stopped", "shm_budget", "space_text", "unlink_quietly", "warn_once"]
 
