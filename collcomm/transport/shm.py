@@ -349,7 +349,7 @@ class ShmChannel:
     def _take_private(self, tag: int, nbytes: int, address: int, ident: int, sig: int) -> None:
         """Read a PRIVATE message out of the sender's memory now (straight into the posted
         receive when there is one), then release the sender's copy (poll_lock held)."""
-        from .arena import _IoVec, _READV
+        from .arena_cma import _IoVec, _READV
 
         engine = self.engine
         view, token = engine.arriving(self.peer, tag, nbytes, sig)
