@@ -16,11 +16,12 @@ passed it before any message is sent. Ranks (``src``, ``dst``, ``peer``) are glo
 ``group_src``/``group_dst``/``group_peer`` give a rank of ``group`` instead (torch 2.6+).
 
 Outputs are written in place, into the caller's memory: they must be contiguous and
-writable (see :mod:`collcomm.buffers`). Lists of output tensors are filled from one
-contiguous receive buffer (one copy per element).
+writable (see :mod:`collcomm.buffers`).
 
-Point-to-point (``send``/``recv``/``isend``/``irecv``/``batch_isend_irecv``) is in
-:mod:`collcomm.api_p2p`; the argument helpers both use in :mod:`collcomm.api_args`.
+The collectives that take lists of tensors (``all_gather``, ``reduce_scatter``,
+``all_to_all``, ``gather``, ``scatter``) are in :mod:`collcomm.api_lists`, point-to-point
+(``send``/``recv``/``isend``/``irecv``/``batch_isend_irecv``) in :mod:`collcomm.api_p2p`,
+both re-exported here; the argument helpers they share in :mod:`collcomm.api_args`.
 
 Example (2 ranks)::
 
@@ -30,13 +31,14 @@ Example (2 ranks)::
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from .api_args import group_of, group_text, is_member, local_rank, no_list_here
+from .api_args import group_of, group_text, is_member, local_rank
+from .api_lists import all_gather, all_to_all, gather, reduce_scatter, scatter
 from .api_p2p import P2POp, P2PWork, batch_isend_irecv, irecv, isend, recv, send  # noqa: F401
-from .buffers import Buf, as_input, as_output, as_outputs, check_like
+from .buffers import as_input, as_output, check_like
 from .core import collectives as core
 from .core import runtime
 from .core.work import Work
@@ -52,23 +54,6 @@ __all__ = [
 ]
 
 BACKEND = "collcomm"
-#: the list forms the fast call takes as such (torch's tensor lists; anything else, even a
-#: contiguous array, goes the regular way, which refuses what is not a list)
-_LISTS = (list, tuple)
-
-
-# ----------------------------------------------------------------------------- helpers
-def _copy_out(outs: Sequence[Buf], flat: np.ndarray) -> None:
-    pos = 0
-    for b in outs:
-        np.copyto(b.arr, flat[pos:pos + b.numel])
-        pos += b.numel
-
-
-def _concat(bufs: Sequence[Buf], dtype: np.dtype) -> np.ndarray:
-    if not bufs:
-        return np.empty(0, dtype=dtype)
-    return np.concatenate([b.arr for b in bufs]).astype(dtype, copy=False)
 
 
 # ----------------------------------------------------------------------------- queries
@@ -205,25 +190,6 @@ def reduce(tensor: Any, dst: int | None = None, op: Any = ReduceOp.SUM, group: A
                        algorithm=algorithm)
 
 
-def all_gather(tensor_list: list[Any], tensor: Any, group: Any = None,
-               async_op: bool = False, *, algorithm: str = "auto") -> Work | None:
-    """``tensor_list[i]`` of every rank receives rank i's ``tensor``."""
-    name = "all_gather"
-    g = group_of(group, name)
-    fast = g.fast
-    if (fast is not None and not async_op and algorithm == "auto" and type(tensor_list) in _LISTS
-            and fast.all_gather(tensor, tensor_list, name)):
-        return None
-    where = group_text(g)
-    inp = as_input(tensor, name, where, "tensor")
-    if not is_member(g):
-        return None
-    outs = as_outputs(tensor_list, g.size, name, where, "tensor_list", inp, "tensor")
-    recv = np.empty(inp.numel * g.size, dtype=inp.arr.dtype)
-    return core.all_gather(g, inp.arr, recv, dtype=inp.dtype, async_op=async_op, algorithm=algorithm,
-                           after=lambda: _copy_out(outs, recv))
-
-
 def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: Any = None,
                            async_op: bool = False, *, algorithm: str = "auto") -> Work | None:
     """``output_tensor`` (world_size × input's elements) receives every rank's input, in rank order."""
@@ -241,20 +207,6 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: Any = N
     check_like(out, inp, name, where, "output_tensor", "input_tensor", inp.numel * g.size)
     return core.all_gather(g, inp.arr, out.arr, dtype=inp.dtype, async_op=async_op,
                            algorithm=algorithm, name=name)
-
-
-def reduce_scatter(output: Any, input_list: list[Any], op: Any = ReduceOp.SUM, group: Any = None,
-                   async_op: bool = False, *, algorithm: str = "auto") -> Work | None:
-    """Reduce ``input_list[i]`` over all ranks into ``output`` of rank i."""
-    name = "reduce_scatter"
-    g = group_of(group, name)
-    where = group_text(g)
-    out = as_output(output, name, where, "output")
-    if not is_member(g):
-        return None
-    ins = as_outputs(input_list, g.size, name, where, "input_list", out, "output", writable=False)
-    return core.reduce_scatter(g, _concat(ins, out.arr.dtype), out.arr, op, dtype=out.dtype,
-                               async_op=async_op, algorithm=algorithm)
 
 
 def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM, group: Any = None,
@@ -278,28 +230,6 @@ def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM, group
     check_like(out, inp, name, where, "output", "input", inp.numel // g.size)
     return core.reduce_scatter(g, inp.arr, out.arr, op, dtype=out.dtype, async_op=async_op,
                                algorithm=algorithm, name=name)
-
-
-def all_to_all(output_tensor_list: list[Any], input_tensor_list: list[Any], group: Any = None,
-               async_op: bool = False, *, algorithm: str = "auto") -> Work | None:
-    """``output_tensor_list[j]`` of rank i receives ``input_tensor_list[i]`` of rank j."""
-    name = "all_to_all"
-    g = group_of(group, name)
-    where = group_text(g)
-    if not is_member(g):
-        return None
-    ins = as_outputs(input_tensor_list, g.size, name, where, "input_tensor_list", writable=False)
-    outs = as_outputs(output_tensor_list, g.size, name, where, "output_tensor_list")
-    for i, b in enumerate(ins + outs):
-        check_like(b, outs[0], name, where,
-                   f"input_tensor_list[{i}]" if i < len(ins) else f"output_tensor_list[{i - len(ins)}]",
-                   "output_tensor_list[0]", b.numel)
-    send_counts = [b.numel for b in ins]
-    recv_counts = [b.numel for b in outs]
-    send = _concat(ins, outs[0].arr.dtype)
-    recv = np.empty(sum(recv_counts), dtype=outs[0].arr.dtype)
-    return core.all_to_all(g, send, send_counts, recv, recv_counts, dtype=outs[0].dtype,
-                           async_op=async_op, algorithm=algorithm, after=lambda: _copy_out(outs, recv))
 
 
 def _splits(sizes: Any, n0: int, n: int, name: str, where: str, what: str, tensor_what: str) -> list[int]:
@@ -348,66 +278,3 @@ def all_to_all_single(output: Any, input: Any, output_split_sizes: list[int] | N
     recv_counts = [s * out_per for s in out_split]
     return core.all_to_all(g, inp.arr, send_counts, out.arr, recv_counts, dtype=out.dtype,
                            async_op=async_op, algorithm=algorithm, name=name)
-
-
-def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int | None = None,
-           group: Any = None, async_op: bool = False, group_dst: int | None = None, *, algorithm: str = "auto") -> Work | None:
-    """``gather_list[i]`` on ``dst`` (default 0) receives rank i's ``tensor``; give no list elsewhere."""
-    name = "gather"
-    g = group_of(group, name)
-    fast = g.fast    # a list or tuple only on dst (a rank of the world), nothing elsewhere
-    if fast is not None and group is None and group_dst is None and not async_op and algorithm == "auto":
-        root = 0 if dst is None else dst
-        if (type(root) is int
-                and (type(gather_list) in _LISTS if root == g.rank else gather_list is None)
-                and fast.gather(tensor, gather_list, root, name)):
-            return None
-    where = group_text(g)
-    inp = as_input(tensor, name, where, "tensor")
-    if not is_member(g):
-        return None
-    if dst is None and group_dst is None:
-        dst = 0
-    root = local_rank(g, name, "dst", dst, group_dst)
-    if g.rank == root:
-        outs = as_outputs(gather_list, g.size, name, where, "gather_list", inp, "tensor")
-    else:
-        no_list_here(gather_list, name, g, "gather_list", "destination", root)
-        outs = []
-
-    if not outs:
-        return core.gather(g, inp.arr, None, root, dtype=inp.dtype, async_op=async_op,
-                           algorithm=algorithm)
-    recv = np.empty(inp.numel * g.size, dtype=inp.arr.dtype)
-    return core.gather(g, inp.arr, recv, root, dtype=inp.dtype, async_op=async_op,
-                       algorithm=algorithm, after=lambda: _copy_out(outs, recv))
-
-
-def scatter(tensor: Any, scatter_list: list[Any] | None = None, src: int | None = None,
-            group: Any = None, async_op: bool = False, group_src: int | None = None, *, algorithm: str = "auto") -> Work | None:
-    """``tensor`` of rank i receives ``scatter_list[i]`` of ``src`` (default 0); give no list elsewhere."""
-    name = "scatter"
-    g = group_of(group, name)
-    fast = g.fast    # a list or tuple only on src (a rank of the world), nothing elsewhere
-    if fast is not None and group is None and group_src is None and not async_op and algorithm == "auto":
-        root = 0 if src is None else src
-        if (type(root) is int
-                and (type(scatter_list) in _LISTS if root == g.rank else scatter_list is None)
-                and fast.scatter(scatter_list, tensor, root, name)):
-            return None
-    where = group_text(g)
-    out = as_output(tensor, name, where, "tensor")
-    if not is_member(g):
-        return None
-    if src is None and group_src is None:
-        src = 0
-    root = local_rank(g, name, "src", src, group_src)
-    if g.rank == root:
-        ins = as_outputs(scatter_list, g.size, name, where, "scatter_list", out, "tensor", writable=False)
-    else:
-        no_list_here(scatter_list, name, g, "scatter_list", "source", root)
-        ins = []
-
-    send = _concat(ins, out.arr.dtype) if g.rank == root else None
-    return core.scatter(g, send, out.arr, root, dtype=out.dtype, async_op=async_op,
-                        algorithm=algorithm)

@@ -67,7 +67,7 @@ class Hierarchy(Protocol):
 
 class NativeCore(Protocol):
     """The native core of an arena (collcomm/native/_shmcore.c); each returns a status
-    (see shm_direct: done, mismatch, finish in Python, split sizes differ, refuse)."""
+    (see shm_stage: done, mismatch, finish in Python, split sizes differ, refuse)."""
 
     def all_reduce(self, arena: Arena, buf: np.ndarray, code: int, sig: int, /) -> int: ...
 

@@ -83,11 +83,11 @@ static PyObject *call_end(Call *k, int status)
 
 static inline Py_ssize_t page_offset(Core *c, const char *data, Py_ssize_t nbytes)
 {
-    /* shm_direct._offset: match the buffer's page offset only for large copies */
+    /* shm_stage._offset: match the buffer's page offset only for large copies */
     return nbytes < c->one_shot ? 0 : (Py_ssize_t)((uintptr_t)data % (uintptr_t)c->page);
 }
 
-/* shm_direct._stage: copy `nbytes` of `data` into our slot of `phase` at its page offset
+/* shm_stage.stage: copy `nbytes` of `data` into our slot of `phase` at its page offset
  * and announce the offset (with `mark_staged`, also SHARED = 0: the data is in the slot,
  * not published in place); large copies run without the GIL. Returns our staged copy. */
 static char *stage(Call *k, int phase, const char *data, Py_ssize_t nbytes, int mark_staged)

@@ -67,7 +67,7 @@ static int cma_raise(Call *k, int r, const char *what, int err)
  * the signature check; the root writes the first count/n elements into every other rank's
  * buffer while each of them reads the rest from the root's; sync. After the first sync,
  * anything else (a root published in place, a failed transfer) is handed back (ST_PYTHON):
- * shm_direct._broadcast_after finishes from there (a transfer redone copies the same bytes). */
+ * shm_move.broadcast_after finishes from there (a transfer redone copies the same bytes). */
 static PyObject *broadcast_cma(Call *k, char *buf, Py_ssize_t nbytes, long root, uint64_t sig,
                                Py_ssize_t itemsize, uint64_t cma_key, PyObject *pids_obj)
 {

@@ -2,7 +2,7 @@
  * scatter, all_to_all; and barrier and sync.
  *
  * Included by _shmcore.c. Like _collectives_reduce.c, each is the single-chunk staged case
- * of shm_direct.py, step for step; all_to_all first agrees on the largest block (checking
+ * of shm_move.py, step for step; all_to_all first agrees on the largest block (checking
  * every pair of split sizes), then moves rounds of pieces through the slots.
  */
 
@@ -159,7 +159,7 @@ static PyObject *Core_scatter(Core *c, PyObject *const *args, Py_ssize_t nargs)
  * agree on the largest block (and check the split sizes pair by pair), then rounds of
  * staged pieces. cma_limit >= 0: past the agreement, if largest * itemsize > cma_limit
  * the call ends by cross-memory attach: with `pids` (every rank's) here, as
- * shm_direct._all_to_all_cma does it (the same words and syncs), else the Python code
+ * shm_move._all_to_all_cma does it (the same words and syncs), else the Python code
  * finishes it (ST_PYTHON). */
 static int read_counts(PyObject *seq, int n, Py_ssize_t *out)
 {
@@ -273,7 +273,7 @@ static PyObject *Core_all_to_all(Core *c, PyObject *const *args, Py_ssize_t narg
             PyMem_Free(tab);
             return call_end(&k, got < 0 ? -1 : ST_PYTHON);
         }
-        /* shm_direct._all_to_all_cma: our send displacements in our slot, our send
+        /* shm_move._all_to_all_cma: our send displacements in our slot, our send
          * buffer's address (SHARED = arena_layout.CMA = 1), sync, read our block from each
          * sender, sync (nobody touches a send buffer until all have read it) */
         int phase = next_phase(&k);

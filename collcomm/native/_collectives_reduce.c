@@ -1,7 +1,7 @@
 /* The native collectives that combine: all_reduce, reduce, reduce_scatter.
  *
  * Included by _shmcore.c. Each one is the single-chunk, staged case of its counterpart in
- * collcomm/algorithms/shm_direct.py, step for step: stage our data in our slot of the
+ * collcomm/algorithms/shm_reduce.py, step for step: stage our data in our slot of the
  * phase, enter (signature check), combine the slots in the Python code's order (rank
  * order; in two-shot, our slice of our own slot first) so every rank gets identical bits.
  * Anything else is refused (ST_REFUSE) before any traffic, or handed back (ST_PYTHON).

@@ -1,5 +1,6 @@
 /* The native point-to-point types: construction, garbage-collector support, method
- * tables and the module's part of the init (see _p2p.c, which includes this file last). */
+ * tables and the module's part of the init (see _p2p.c; _shmcore.c includes this file
+ * after _p2p.c and _p2p_calls.c). */
 
 /* Pipe(channel, out_view, out_base, out_ring, in_view, in_base, in_ring, eager, peer):
  * the views are writable memoryviews of the two inboxes, the bases the rings' control

@@ -82,7 +82,9 @@ static PyTypeObject CoreType = {
 /* ------------------------------------------------------------------ the fast call */
 #include "_record.c"            /* the flight recorder's records, written from C */
 #include "_fastcall.c"
-#include "_p2p.c"
+#include "_p2p.c"               /* native point-to-point: Pipe, P2P; the rings from C */
+#include "_p2p_calls.c"         /* P2P.send, P2P.recv, P2P.note */
+#include "_p2p_type.c"          /* the two types: init, gc, methods, module init */
 
 /* ------------------------------------------------------------------ module functions */
 /* combine(code, acc, other): acc ⊕= other elementwise (the kernels, for tests) */

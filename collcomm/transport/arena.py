@@ -20,13 +20,9 @@ Where collcomm's native core is built (:mod:`collcomm.native`), the same barrier
 C (:attr:`Arena.native_core`): the same words and steps, the GIL released while it
 waits, and these same checks (``_check``) called from it every 100 ms.
 
-Cross-memory attach (CMA): when every rank can read every other's memory with
-``process_vm_readv`` (probed when the arena is built; ``COLLCOMM_CMA=0`` turns it off),
-large chunks need not be staged: a rank publishes its buffer's address and the others
-copy straight out of it, one copy instead of two, as Open MPI does. The probe also says
-whether every rank can write every other's memory (``process_vm_writev``:
-:attr:`Arena.cma_write`) and times a read against a memcpy (:attr:`Arena.cma_cost`),
-by which shm_direct chooses between the two ways.
+Cross-memory attach (CMA: reading a peer's buffer directly instead of staging it, probed
+and timed when the arena is built) is the Arena's base class
+:class:`~.arena_cma.CrossMemoryAttach`, in arena_cma.py with libc's bindings for it.
 
 Shared memory per group: ``P × n × (C + 4096)`` bytes plus one page per 64 ranks; with
 the default ``C`` = 4 MiB (``COLLCOMM_SHM_SLOT``) that is 16 MiB for 2 ranks, 32 MiB for 4.
@@ -34,7 +30,6 @@ the default ``C`` = 4 MiB (``COLLCOMM_SHM_SLOT``) that is 16 MiB for 2 ranks, 32
 from __future__ import annotations
 
 import ctypes
-import errno
 import mmap
 import os
 import time
@@ -43,43 +38,15 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .. import native
-from ..errors import ClosedError, CollcommError, CommTimeoutError, PeerLostError
+from ..errors import ClosedError, CommTimeoutError, PeerLostError
+from .arena_cma import CrossMemoryAttach
 from .arena_layout import LEFT as LEFT_WORD
 from .arena_layout import LINE, PHASES, PROBE_MAGIC, WORDS
 from .arena_layout import PHASE as PHASE_WORD
-from .arena_layout import PROBE as PROBE_WORD
 from .arena_layout import SLEEPERS as SLEEPERS_WORD
 from .shm import PAGE, pid_alive, pid_stopped
 
 SPIN, YIELD = 400, 100
-#: the cross-memory-attach timing at arena build (:meth:`Arena._time_cma`): bytes, tries
-PROBE_BYTES, PROBE_REPS = 256 << 10, 4
-
-
-class _IoVec(ctypes.Structure):
-    _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
-
-
-def _libc_readv(name: str = "process_vm_readv") -> Any:
-    """process_vm_readv (or ``name``: process_vm_writev) from libc (cross-memory attach),
-    or None where there is none."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = getattr(libc, name)
-    except (OSError, AttributeError):
-        return None
-    fn.restype = ctypes.c_ssize_t
-    fn.argtypes = [ctypes.c_int, ctypes.POINTER(_IoVec), ctypes.c_ulong,
-                   ctypes.POINTER(_IoVec), ctypes.c_ulong, ctypes.c_ulong]
-    try:  # under Yama's ptrace_scope=1 a sibling may read us only if we say so
-        libc.prctl(0x59616D61, ctypes.c_ulong(-1), 0, 0, 0)   # PR_SET_PTRACER, PR_SET_PTRACER_ANY
-    except AttributeError:
-        pass
-    return fn
-
-
-_READV = _libc_readv()
-_WRITEV = _libc_readv("process_vm_writev")
 
 
 class _TimeSpec(ctypes.Structure):
@@ -123,7 +90,7 @@ def arena_size(n: int, slot: int) -> int:
     return header + PHASES * n * (slot + PAGE)
 
 
-class Arena:
+class Arena(CrossMemoryAttach):
     """This rank's view of a group's arena (see module docstring)."""
 
     def __init__(self, mm: mmap.mmap, n: int, rank: int, slot: int, pids: Sequence[int],
@@ -188,122 +155,6 @@ class Arena:
             start = self.slot_base(phase, rank) + offset
             view = self._views[key] = self.bytes[start:start + count * dtype.itemsize].view(dtype)
         return view
-
-    # -- cross-memory attach --------------------------------------------------------------------
-    def read_remote(self, r: int, address: int, out: np.ndarray) -> None:
-        """Copy ``out.nbytes`` bytes at ``address`` in rank ``r``'s memory into ``out``."""
-        self._transfer(_READV, r, address, out, "read")
-
-    def write_remote(self, r: int, address: int, src: np.ndarray) -> None:
-        """Copy ``src`` (contiguous) to ``address`` in rank ``r``'s memory (only where
-        :attr:`cma_write`)."""
-        self._transfer(_WRITEV, r, address, src, "write")
-
-    def _transfer(self, fn: Any, r: int, address: int, local_arr: np.ndarray, what: str) -> None:
-        want = local_arr.nbytes
-        if not want:
-            return
-        base = local_arr.__array_interface__["data"][0]
-        done = 0
-        while done < want:
-            local = _IoVec(base + done, want - done)
-            remote = _IoVec(address + done, want - done)
-            got = fn(self.pids[r], ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
-            if got <= 0:
-                self.cma_failed(r, what, ctypes.get_errno())
-            done += got
-
-    def cma_failed(self, r: int, what: str, err: int) -> None:
-        """Raise what a failed cross-memory ``what`` ("read" / "write") of rank ``r``'s
-        memory means (errno ``err``); also called by the native core."""
-        if err == errno.ESRCH or not pid_alive(self.pids[r]):
-            g = self.global_ranks[r]
-            raise PeerLostError(f"rank {g} (pid {self.pids[r]}, same host) died; rank "
-                                f"{self.global_ranks[self.rank]} was {what.rstrip('e')}ing its memory",
-                                peer=g)
-        raise CollcommError(f"rank {self.global_ranks[self.rank]} could not {what} rank "
-                            f"{self.global_ranks[r]}'s memory ({os.strerror(err)}) although "
-                            "the arena's probe could; COLLCOMM_CMA=0 stages such copies "
-                            "through the arena's slots instead (already reserved: it needs "
-                            "no more /dev/shm)")
-
-    def _probe_cma(self) -> bool:
-        """Can every rank read every other's memory? (All ranks reach the same answer;
-        :attr:`cma_write` says whether every rank can also write every other's.)"""
-        if _READV is None or os.environ.get("COLLCOMM_CMA", "1") == "0":
-            ok = False
-            self.put(PROBE_WORD, 0)
-        else:
-            self.put(PROBE_WORD, self._probe_buf.__array_interface__["data"][0])
-        self.sync()
-        ok = write = True
-        for r in range(self.n):
-            addr = self.get(r, PROBE_WORD)
-            if not addr:
-                ok = False
-            elif r != self.rank:
-                got = np.zeros(1, dtype=np.uint64)
-                local = _IoVec(got.__array_interface__["data"][0], 8)
-                remote = _IoVec(addr, 8)
-                if _READV(self.pids[r], ctypes.byref(local), 1, ctypes.byref(remote), 1, 0) != 8 \
-                        or int(got[0]) != PROBE_MAGIC:
-                    ok = False
-                elif write and (_WRITEV is None or _WRITEV(self.pids[r], ctypes.byref(local), 1,
-                                                           ctypes.byref(remote), 1, 0) != 8):
-                    write = False     # (it wrote back the magic word it read)
-        self.put(PROBE_WORD + 1, (1 if write else 3) if ok else 2)
-        self.sync()
-        verdicts = [self.get(r, PROBE_WORD + 1) for r in range(self.n)]
-        if 2 in verdicts:
-            return False
-        self.cma_write = 3 not in verdicts
-        self.cma_cost = self._time_cma()
-        return True
-
-    def _time_cma(self) -> float:
-        """What a byte read from a peer's memory (``process_vm_readv``) costs, in bytes
-        copied by ``memcpy`` in the same time: the largest of every rank's measurement
-        (all ranks reach the same value). Each rank times reading :data:`PROBE_BYTES` of
-        its next peer's memory, all at once, against a local copy of the same size (best
-        of a few each). ``COLLCOMM_CMA_COST`` (a number) sets it instead of measuring.
-
-        It is ~1 on most hosts but ~3 on some virtual machines (each page pinned and
-        copied on its own), where staging a copy through the arena (two memcpys, split
-        between the sender and the receiver) beats one cross-memory read: the
-        one-to-many collectives of shm_direct decide by it."""
-        given: float | None = None
-        text = os.environ.get("COLLCOMM_CMA_COST", "").strip()
-        if text:
-            try:
-                given = float(text)
-            except ValueError:
-                from .shm import warn_once
-                warn_once("cma_cost", f"COLLCOMM_CMA_COST={text!r} is not a number; measuring "
-                                      "the cost of cross-memory reads instead")
-        src = np.ones(PROBE_BYTES // 8, dtype=np.uint64)
-        dst = np.zeros_like(src)
-        # every rank read the probe's addresses before the last sync, its verdicts before
-        # this one: the words are free (a fast rank must not reuse one that a slow one
-        # may still read, so the address goes in the first, the cost in the second)
-        self.put(PROBE_WORD, src.__array_interface__["data"][0])
-        self.sync()
-        if given is not None and given > 0:
-            cost = given
-        else:
-            peer = (self.rank + 1) % self.n
-            addr = self.get(peer, PROBE_WORD)
-            read = copy = float("inf")
-            for _ in range(PROBE_REPS):
-                t0 = time.perf_counter()
-                self.read_remote(peer, addr, dst)
-                t1 = time.perf_counter()
-                np.copyto(dst, src)
-                t2 = time.perf_counter()
-                read, copy = min(read, t1 - t0), min(copy, t2 - t1)
-            cost = read / max(copy, 1e-9)
-        self.put(PROBE_WORD + 1, max(1, min(int(cost * 100), 1 << 32)))
-        self.sync()   # nobody reads our src any more; everybody's cost is up
-        return max(self.get(r, PROBE_WORD + 1) for r in range(self.n)) / 100
 
     # -- synchronisation ----------------------------------------------------------------------
     def sync(self) -> None:

@@ -2,7 +2,7 @@
 state), and may this process read its memory (cross-memory attach, ``process_vm_readv``:
 :func:`probe_address` publishes a word for peers to try, :func:`can_read` tries a peer's).
 The shared-memory channels read PRIVATE messages this way (shm.py), the arena its peers'
-buffers (arena.py, which sets PR_SET_PTRACER under Yama so peers may read us).
+buffers (arena.py; arena_cma.py sets PR_SET_PTRACER under Yama so peers may read us).
 """
 from __future__ import annotations
 
@@ -42,8 +42,8 @@ def pid_alive(pid: int) -> bool:
 
 def probe_address() -> int:
     """Address of this process's cross-memory-attach probe word (see :func:`can_read`).
-    Peers may read us from now on (arena's import sets PR_SET_PTRACER under Yama)."""
-    from . import arena  # noqa: F401
+    Peers may read us from now on (arena_cma's import sets PR_SET_PTRACER under Yama)."""
+    from . import arena_cma  # noqa: F401
 
     return int(_PROBE.ctypes.data)
 
@@ -51,7 +51,7 @@ def probe_address() -> int:
 def can_read(pid: int, address: int) -> bool:
     """Can this process read process ``pid``'s memory (``process_vm_readv``)? Tried on the
     peer's probe word (``COLLCOMM_CMA=0``: no)."""
-    from .arena import _IoVec, _READV   # arena sets PR_SET_PTRACER so peers may read us
+    from .arena_cma import _IoVec, _READV   # arena_cma sets PR_SET_PTRACER so peers may read us
 
     if _READV is None or not address or os.environ.get("COLLCOMM_CMA", "1") == "0":
         return False

@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from .engine import Engine, Request
 
 #: What other modules take from here: ShmChannel, and (until their import lines name
-#: shm_segments / peer_process) the helpers arena.py and algorithms/shm_direct.py use.
+#: shm_segments / peer_process) the helpers arena.py and algorithms/shm_stage.py use.
 __all__ = ["PAGE", "SHM_DIR", "ShmChannel", "ShmSpaceError", "create_segment", "mib", "pid_alive",
            "pid_stopped", "shm_budget", "space_text", "unlink_quietly", "warn_once"]
 
@@ -349,7 +349,7 @@ class ShmChannel:
     def _take_private(self, tag: int, nbytes: int, address: int, ident: int, sig: int) -> None:
         """Read a PRIVATE message out of the sender's memory now (straight into the posted
         receive when there is one), then release the sender's copy (poll_lock held)."""
-        from .arena import _IoVec, _READV
+        from .arena_cma import _IoVec, _READV
 
         engine = self.engine
         view, token = engine.arriving(self.peer, tag, nbytes, sig)

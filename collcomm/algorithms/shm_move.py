@@ -1,0 +1,299 @@
+"""shm_direct's data moves: broadcast, all_gather / gather, scatter and all_to_all(v).
+
+The steps (see :mod:`.shm_direct` for the whole family): the writer publishes its data
+(:func:`.shm_stage.publish`: staged in its slot, in place in the shared heap, or by
+address), a sync, the readers copy out what is theirs. A staged broadcast goes in steps,
+the root copying step i+1 in while the others copy step i out; large one-to-many calls
+may instead read the peers' buffers by cross-memory attach (:mod:`.shm_large` picks, and
+splits a broadcast between the root and the readers). all_to_all(v) first agrees on the
+largest block and checks that every pair's split sizes match (:func:`_check_pairs`).
+Each first offers the call to the native core.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import MismatchError
+from ..transport.arena_layout import CMA
+from ..transport.arena_layout import OFFSET as OFFSET_WORD
+from ..transport.arena_layout import SHARED as SHARED_WORD
+from ..transport.arena_layout import SIZE as SIZE_WORD
+from .contract import Arena, ShmComm
+from .linear import displacements
+from .shm_large import a2a_cma_limit, broadcast_split, pipeline_elems, reads_peers
+from .shm_stage import (
+    DONE, MISMATCH, PAIRS, PYTHON, REFUSE, any_in_place, arena_of, call_sig, chunk_elems, enter,
+    heap_location, native_core, publish, raise_mismatch, read_peer,
+)
+
+
+def broadcast(comm: ShmComm, buf: np.ndarray, root: int) -> None:
+    if comm.size == 1 or buf.size == 0:
+        return
+    arena = arena_of(comm, "broadcast")
+    dt, me = buf.dtype, comm.rank
+    shared = heap_location(comm, buf) if me == root else None
+    cma = reads_peers(arena, "broadcast", buf.nbytes)
+    # staged: steps of `step` elements, each a copy in by the root, a sync and a copy out
+    # by the others, the root already copying in the next step (the phases alternate) while
+    # they copy out this one. A root whose buffer is read in place (shared heap, CMA)
+    # publishes it whole at the first step; the others see that there and read it all.
+    step = pipeline_elems(arena, buf) if not cma else buf.size
+    core = native_core(arena)
+    if core is not None and shared is None and (not cma or arena.cma_write):
+        # one native call: every staged step, or the split CMA step and the closing sync
+        # (the same steps and syncs as the loop below)
+        mine = call_sig(comm, "broadcast", buf.size)
+        if cma:
+            status = core.broadcast(arena, buf, root, mine, dt.itemsize, CMA, arena.pids)
+        else:
+            status = core.broadcast(arena, buf, root, mine, step * dt.itemsize)
+        if status != REFUSE:   # refused: this rank runs it in Python (same steps, same syncs)
+            broadcast_after(comm, arena, status, mine, buf, root)
+            return
+    in_place = False
+    for lo in range(0, buf.size, buf.size if shared is not None else step):
+        chunk = buf[lo:lo + step] if shared is None else buf
+        phase = arena.next_phase()
+        if me == root:
+            publish(arena, phase, chunk, shared, lo, cma)
+        elif cma:        # where the root may write our share (broadcast_split)
+            arena.put(OFFSET_WORD + phase, buf.__array_interface__["data"][0])
+        # every step checks the signature, as each native step does (ranks may mix the two)
+        enter(comm, arena, phase, "broadcast", buf.size, True)
+        key = arena.get(root, SHARED_WORD + phase)
+        in_place = bool(key)
+        if key == CMA and arena.cma_write:
+            broadcast_split(arena, phase, buf, root)
+            break
+        if in_place:     # the root's whole buffer, read in place (at the first step)
+            if me != root:
+                read_peer(comm, arena, phase, root, dt, buf.size, 0, buf)
+            break
+        if me != root:
+            read_peer(comm, arena, phase, root, dt, chunk.size, 0, chunk)
+    if in_place:
+        arena.sync()    # nobody may change a buffer read in place until all have read it
+
+
+def broadcast_after(comm: ShmComm, arena: Arena, status: int, mine: int, buf: np.ndarray,
+                     root: int) -> None:
+    """The rest of a broadcast the native core returned ``status`` for (not REFUSE)."""
+    if status == MISMATCH:
+        raise_mismatch(arena, mine)
+    if status == PYTHON:   # the root's buffer is read in place, or a CMA transfer to redo
+        phase = arena.phase
+        if arena.get(root, SHARED_WORD + phase) == CMA and arena.cma_write:
+            broadcast_split(arena, phase, buf, root)
+        elif comm.rank != root:
+            read_peer(comm, arena, phase, root, buf.dtype, buf.size, 0, buf)
+        arena.sync()
+
+
+def all_gather(comm: ShmComm, send: np.ndarray, recv: np.ndarray) -> None:
+    _gather_to(comm, send, recv, None)
+
+
+def gather(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, root: int) -> None:
+    _gather_to(comm, send, recv, root)
+
+
+def _gather_to(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, root: int | None) -> None:
+    n, me, k = comm.size, comm.rank, send.size
+    if n > 1 and k and _gather_native(comm, send, recv, root):
+        return
+    if recv is not None and (root is None or me == root):
+        own = recv[me * k:(me + 1) * k]
+        if k and not np.shares_memory(own, send):
+            np.copyto(own, send)
+    if n == 1 or k == 0:
+        return
+    name = "all_gather" if root is None else "gather"
+    arena = arena_of(comm, name)
+    dt = send.dtype
+    shared = heap_location(comm, send)
+    cma = reads_peers(arena, name, send.nbytes * n)
+    step = k if cma else chunk_elems(arena, dt.itemsize)
+    in_place = False
+    for lo in range(0, k, step):
+        chunk = send[lo:lo + step]
+        count = chunk.size
+        phase = arena.next_phase()
+        publish(arena, phase, chunk, shared, lo, cma)
+        enter(comm, arena, phase, "all_gather" if root is None else "gather", k, lo == 0)
+        in_place = in_place or any_in_place(arena, phase)
+        if root is None or me == root:
+            assert recv is not None
+            for r in range(n):
+                if r != me:
+                    read_peer(comm, arena, phase, r, dt, count, 0, recv[r * k + lo:r * k + lo + count])
+    if in_place:
+        arena.sync()
+
+
+def _gather_native(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, root: int | None) -> bool:
+    """all_gather / gather on the native core; False: run the Python code."""
+    name = "all_gather" if root is None else "gather"
+    arena = arena_of(comm, name)
+    core = native_core(arena)
+    if (core is None or send.nbytes > arena.slot or reads_peers(arena, name, send.nbytes * comm.size)
+            or heap_location(comm, send) is not None):
+        return False
+    me, k = comm.rank, send.size
+    receiver = root is None or me == root
+    mine = call_sig(comm, name, k)
+    status = core.gather(arena, send, recv if receiver else None, -1 if root is None else root, mine)
+    if status != REFUSE:
+        gather_after(comm, arena, status, mine, send, recv if receiver else None)
+    return status != REFUSE
+
+
+def gather_after(comm: ShmComm, arena: Arena, status: int, mine: int, send: np.ndarray,
+                  recv: np.ndarray | None) -> None:
+    """The rest of a gather / all_gather the native core returned ``status`` for (not
+    REFUSE); ``recv`` is None on a rank that receives nothing."""
+    if status == MISMATCH:
+        raise_mismatch(arena, mine)
+    if status == PYTHON:   # some rank's buffer is read in place
+        phase, k = arena.phase, send.size
+        if recv is not None:
+            for r in range(comm.size):
+                if r != comm.rank:
+                    read_peer(comm, arena, phase, r, send.dtype, k, 0, recv[r * k:(r + 1) * k])
+        arena.sync()
+
+
+def scatter(comm: ShmComm, send: np.ndarray | None, recv: np.ndarray, root: int) -> None:
+    n, me, k = comm.size, comm.rank, recv.size
+    if n > 1 and k:
+        arena = arena_of(comm, "scatter")
+        core = native_core(arena)
+        if core is not None and k <= chunk_elems(arena, recv.dtype.itemsize, n):
+            mine = call_sig(comm, "scatter", k)
+            status = core.scatter(arena, send if me == root else None, recv, root, mine)
+            if status == DONE:
+                return
+            if status == MISMATCH:
+                raise_mismatch(arena, mine)
+    if me == root and send is not None and k:
+        own = send[me * k:(me + 1) * k]
+        if not np.shares_memory(own, recv):
+            np.copyto(recv, own)
+    if n == 1 or k == 0:
+        return
+    arena = arena_of(comm, "scatter")
+    dt = recv.dtype
+    step = chunk_elems(arena, dt.itemsize, n)
+    for lo in range(0, k, step):
+        count = min(step, k - lo)
+        phase = arena.next_phase()
+        if me == root:
+            assert send is not None
+            staged = arena.slot_array(phase, me, dt, n * count).reshape(n, count)
+            np.copyto(staged, send.reshape(n, k)[:, lo:lo + count])
+        enter(comm, arena, phase, "scatter", k, lo == 0)
+        if me != root:
+            np.copyto(recv[lo:lo + count], arena.slot_array(phase, root, dt, n * count).reshape(n, count)[me])
+
+
+def all_to_all_after(comm: ShmComm, arena: Arena, status: int, mine: int, send: np.ndarray,
+                      send_counts: Sequence[int], recv: np.ndarray, recv_counts: Sequence[int]) -> None:
+    """The rest of an all_to_all the native core returned ``status`` for (not REFUSE)."""
+    if status == MISMATCH:
+        raise_mismatch(arena, mine)
+    if status == PAIRS:
+        _check_pairs(comm, arena, arena.phase)
+        raise_mismatch(arena, mine)
+    if status == PYTHON:   # blocks large enough to read by address
+        _all_to_all_cma(comm, arena, send, displacements(send_counts), recv,
+                        displacements(recv_counts), recv_counts)
+
+
+def all_to_all(comm: ShmComm, send: np.ndarray, send_counts: Sequence[int], recv: np.ndarray,
+               recv_counts: Sequence[int]) -> None:
+    n, me = comm.size, comm.rank
+    if n > 1:
+        arena = arena_of(comm, "all_to_all")
+        core = native_core(arena)
+        if core is not None:
+            mine = call_sig(comm, "all_to_all", 0)
+            status = core.all_to_all(arena, send, send_counts, recv, recv_counts, send.dtype.itemsize,
+                                     mine, a2a_cma_limit(arena), arena.pids)
+            if status != REFUSE:
+                all_to_all_after(comm, arena, status, mine, send, send_counts, recv, recv_counts)
+                return
+    sdispl, rdispl = displacements(send_counts), displacements(recv_counts)
+    if n == 1:
+        _own_block(send, send_counts, sdispl, recv, recv_counts, rdispl, me)
+        return
+    arena = arena_of(comm, "all_to_all")
+    dt = send.dtype
+    agree = arena.next_phase()
+    arena.put(SIZE_WORD + agree, max((c for j, c in enumerate(send_counts) if j != me), default=0))
+    counts = arena.slot_array(agree, me, np.dtype(np.int64), 2 * n)
+    counts[:n], counts[n:] = send_counts, recv_counts
+    enter(comm, arena, agree, "all_to_all", 0, True)
+    _check_pairs(comm, arena, agree)
+    # after the check (which covers our block to ourselves too): every rank raises alike
+    _own_block(send, send_counts, sdispl, recv, recv_counts, rdispl, me)
+    largest = max(arena.get(r, SIZE_WORD + agree) for r in range(n))
+    limit = a2a_cma_limit(arena)
+    if limit >= 0 and largest * dt.itemsize > limit:
+        _all_to_all_cma(comm, arena, send, sdispl, recv, rdispl, recv_counts)
+        return
+    piece = chunk_elems(arena, dt.itemsize, n)
+    for lo in range(0, largest, piece):
+        phase = arena.next_phase()
+        staged = arena.slot_array(phase, me, dt, n * piece).reshape(n, piece)
+        for j in range(n):
+            if j != me:
+                c = min(piece, max(0, send_counts[j] - lo))
+                if c:
+                    np.copyto(staged[j, :c], send[sdispl[j] + lo:sdispl[j] + lo + c])
+        arena.sync()
+        for r in range(n):
+            c = min(piece, max(0, recv_counts[r] - lo))
+            if r != me and c:
+                src = arena.slot_array(phase, r, dt, n * piece).reshape(n, piece)[me, :c]
+                np.copyto(recv[rdispl[r] + lo:rdispl[r] + lo + c], src)
+
+
+def _own_block(send: np.ndarray, send_counts: Sequence[int], sdispl: Sequence[int], recv: np.ndarray,
+               recv_counts: Sequence[int], rdispl: Sequence[int], me: int) -> None:
+    if send_counts[me]:
+        np.copyto(recv[rdispl[me]:rdispl[me] + recv_counts[me]], send[sdispl[me]:sdispl[me] + send_counts[me]])
+
+
+def _all_to_all_cma(comm: ShmComm, arena: Arena, send: np.ndarray, sdispl: Sequence[int], recv: np.ndarray,
+                    rdispl: Sequence[int], recv_counts: Sequence[int]) -> None:
+    """all_to_all(v) past the agreement, one copy: read our block straight from each
+    sender's buffer, at the displacement it left in its slot."""
+    n, me, dt = comm.size, comm.rank, send.dtype
+    phase = arena.next_phase()
+    np.copyto(arena.slot_array(phase, me, np.dtype(np.int64), n), np.asarray(sdispl[:n], dtype=np.int64))
+    arena.put(SHARED_WORD + phase, CMA)
+    arena.put(OFFSET_WORD + phase, send.__array_interface__["data"][0] if send.size else 0)
+    arena.sync()
+    for r in range(n):
+        c = recv_counts[r]
+        if r != me and c:
+            start = int(arena.slot_array(phase, r, np.dtype(np.int64), n)[me])
+            read_peer(comm, arena, phase, r, dt, 0, start, recv[rdispl[r]:rdispl[r] + c])
+    arena.sync()
+
+
+def _check_pairs(comm: ShmComm, arena: Arena, phase: int) -> None:
+    """all_to_all(v): what rank i sends rank j must be what j expects from i, for every pair.
+    Each rank published its send and receive counts in its slot; every rank checks the
+    whole matrix, so all reach the same verdict (a rank that raised alone would leave the
+    others waiting in this call)."""
+    n, ranks = comm.size, arena.global_ranks
+    table = np.stack([arena.slot_array(phase, r, np.dtype(np.int64), 2 * n) for r in range(n)])
+    sends, recvs = table[:, :n], table[:, n:]
+    bad = np.argwhere(sends != recvs.T)
+    if len(bad):
+        text = "; ".join(f"rank {ranks[i]} sends {int(sends[i, j])} elements to rank {ranks[j]}, "
+                         f"which expects {int(recvs[j, i])}" for i, j in bad[:8])
+        raise MismatchError(f"all_to_all: the split sizes do not match: {text}")

@@ -1,0 +1,198 @@
+"""shm_direct's reductions: all_reduce, reduce and reduce_scatter on the arena.
+
+The steps (see :mod:`.shm_direct` for the whole family): every rank stages its chunk in
+its slot (all_reduce may publish it in place or by address instead:
+:func:`.shm_stage.publish`), syncs, and reduces what it owns from the others' data in rank
+order, so every rank gets identical bits. all_reduce is one-shot up to ``ONE_SHOT``
+bytes (every rank reduces all n slots), two-shot above (rank i reduces slice i, a sync,
+everybody copies each owner's slice out); reduce is the two-shot one with only the root
+copying out; reduce_scatter reduces block i of every slot on rank i. Large chunks may be
+read from the peers' memory by cross-memory attach (:data:`CMA_ALL_REDUCE`; reduce_scatter
+above ``CMA_MIN``). Each first offers the call to the native core.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import native
+from ..transport.arena_layout import CMA, CMA_MIN, ONE_SHOT
+from ..transport.arena_layout import OFFSET as OFFSET_WORD
+from ..transport.arena_layout import SHARED as SHARED_WORD
+from .base import ReduceFn
+from .contract import Arena, ShmComm
+from .shm_stage import (
+    DONE, MISMATCH, PYTHON, REFUSE, any_in_place, arena_of, call_sig, chunk_elems, enter, heap_location,
+    native_core, peer_data, peer_operand, peer_slot, publish, raise_mismatch, read_peer, split_bounds,
+    stage,
+)
+
+#: all_reduce reads its peers by CMA only for chunks this large: below, the two extra
+#: syscalls and the closing sync cost more than the staging copy they save (measured).
+CMA_ALL_REDUCE = 2 << 20
+
+
+def all_reduce(comm: ShmComm, buf: np.ndarray, fn: ReduceFn) -> None:
+    if comm.size == 1 or buf.size == 0:
+        return
+    arena = arena_of(comm, "all_reduce")
+    shared = heap_location(comm, buf)
+    core = native_core(arena)
+    if (core is not None and shared is None and buf.nbytes <= arena.slot
+            and not (arena.cma and buf.nbytes > CMA_ALL_REDUCE)):
+        code = native.code_for(fn, buf.dtype)
+        if code >= 0:
+            mine = call_sig(comm, "all_reduce", buf.size)
+            status = core.all_reduce(arena, buf, code, mine)
+            if status != REFUSE:
+                all_reduce_after(comm, arena, status, mine, buf, fn)
+                return
+    step = chunk_elems(arena, buf.dtype.itemsize)
+    for lo in range(0, buf.size, step):
+        chunk = buf[lo:lo + step]
+        phase = arena.next_phase()
+        mine = publish(arena, phase, chunk, shared, lo, arena.cma and chunk.nbytes > CMA_ALL_REDUCE)
+        enter(comm, arena, phase, "all_reduce", buf.size, lo == 0)
+        _all_reduce_chunk(comm, arena, phase, chunk, mine, fn, any_in_place(arena, phase))
+
+
+def all_reduce_after(comm: ShmComm, arena: Arena, status: int, mine: int, buf: np.ndarray,
+                      fn: ReduceFn) -> None:
+    """The rest of an all_reduce the native core returned ``status`` for (not REFUSE)."""
+    if status == MISMATCH:
+        raise_mismatch(arena, mine)
+    if status == PYTHON:   # some rank's buffer is read in place: finish here
+        phase = arena.phase
+        _all_reduce_chunk(comm, arena, phase, buf, peer_slot(arena, phase, comm.rank, buf.dtype,
+                                                         buf.size), fn, True)
+
+
+def _all_reduce_chunk(comm: ShmComm, arena: Arena, phase: int, chunk: np.ndarray, mine: np.ndarray,
+                      fn: ReduceFn, in_place: bool) -> None:
+    """One chunk of all_reduce, after its first sync (``mine``: our published data)."""
+    n, me, dt, count = comm.size, comm.rank, chunk.dtype, chunk.size
+    if chunk.nbytes <= ONE_SHOT and not in_place:
+        slots = [mine if r == me else peer_data(comm, arena, phase, r, dt, count) for r in range(n)]
+        np.copyto(chunk, slots[0])
+        for r in range(1, n):
+            fn(chunk, slots[r])
+        return
+    s0, s1 = split_bounds(count, n, me)
+    acc = mine[s0:s1]
+    for r in range(n):
+        if r != me:
+            fn(acc, peer_operand(comm, arena, phase, r, dt, count, s0, s1))
+    arena.sync()
+    for r in range(n):
+        r0, r1 = split_bounds(count, n, r)
+        if r != me:
+            read_peer(comm, arena, phase, r, dt, count, r0, chunk[r0:r1])
+        elif mine is not chunk:
+            np.copyto(chunk[r0:r1], mine[r0:r1])
+    if in_place:
+        arena.sync()  # nobody may change a buffer read in place until all have read it
+
+
+def reduce(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, fn: ReduceFn, root: int) -> None:
+    if comm.size == 1:
+        if recv is not None and recv is not send and send.size:
+            np.copyto(recv, send)
+        return
+    if send.size == 0:
+        return
+    arena = arena_of(comm, "reduce")
+    n, me, dt = comm.size, comm.rank, send.dtype
+    core = native_core(arena)
+    if core is not None and send.nbytes <= arena.slot:
+        code = native.code_for(fn, dt)
+        if code >= 0:
+            mine = call_sig(comm, "reduce", send.size)
+            status = core.reduce(arena, send, recv, code, root, mine)
+            if status == DONE:
+                return
+            if status == MISMATCH:
+                raise_mismatch(arena, mine)
+    step = chunk_elems(arena, dt.itemsize)
+    for lo in range(0, send.size, step):
+        chunk = send[lo:lo + step]
+        count = chunk.size
+        phase = arena.next_phase()
+        mine = stage(arena, phase, chunk)
+        enter(comm, arena, phase, "reduce", send.size, lo == 0)
+        s0, s1 = split_bounds(count, n, me)
+        acc = mine[s0:s1]
+        for r in range(n):
+            if r != me:
+                fn(acc, peer_slot(arena, phase, r, dt, count)[s0:s1])
+        arena.sync()
+        if me == root:
+            assert recv is not None
+            out = recv[lo:lo + count]
+            for r in range(n):
+                r0, r1 = split_bounds(count, n, r)
+                np.copyto(out[r0:r1], peer_slot(arena, phase, r, dt, count)[r0:r1] if r != me else mine[r0:r1])
+
+
+def reduce_scatter(comm: ShmComm, send: np.ndarray, recv: np.ndarray, fn: ReduceFn) -> None:
+    n, me, k = comm.size, comm.rank, recv.size
+    if n == 1:
+        if k:
+            np.copyto(recv, send[:k])
+        return
+    if k == 0:
+        return
+    arena = arena_of(comm, "reduce_scatter")
+    dt = send.dtype
+    core = native_core(arena)
+    if (core is not None and not (arena.cma and recv.nbytes > CMA_MIN)
+            and k <= chunk_elems(arena, dt.itemsize, n)):
+        code = native.code_for(fn, dt)
+        if code >= 0:
+            mine = call_sig(comm, "reduce_scatter", k)
+            status = core.reduce_scatter(arena, send, recv, code, mine)
+            if status == DONE:
+                return
+            if status == MISMATCH:
+                raise_mismatch(arena, mine)
+    if arena.cma and recv.nbytes > CMA_MIN:
+        _reduce_scatter_cma(comm, arena, send, recv, fn)
+        return
+    step = chunk_elems(arena, dt.itemsize, n)
+    blocks = send.reshape(n, k)
+    for lo in range(0, k, step):
+        count = min(step, k - lo)
+        phase = arena.next_phase()
+        staged = arena.slot_array(phase, me, dt, n * count).reshape(n, count)
+        np.copyto(staged, blocks[:, lo:lo + count])
+        enter(comm, arena, phase, "reduce_scatter", k, lo == 0)
+        out = recv[lo:lo + count]
+        np.copyto(out, arena.slot_array(phase, 0, dt, n * count).reshape(n, count)[me])
+        for r in range(1, n):
+            fn(out, arena.slot_array(phase, r, dt, n * count).reshape(n, count)[me])
+
+
+def _reduce_scatter_cma(comm: ShmComm, arena: Arena, send: np.ndarray, recv: np.ndarray, fn: ReduceFn) -> None:
+    """Every rank reads block ``rank`` of each other's send buffer straight from its memory
+    (through our slot as scratch) and reduces in rank order; one sync in, one out."""
+    n, me, k, dt = comm.size, comm.rank, recv.size, send.dtype
+    phase = arena.next_phase()
+    arena.put(SHARED_WORD + phase, CMA)
+    arena.put(OFFSET_WORD + phase, send.__array_interface__["data"][0])
+    enter(comm, arena, phase, "reduce_scatter", k, True)
+    step = chunk_elems(arena, dt.itemsize)
+    base = me * k
+    for lo in range(0, k, step):
+        out = recv[lo:lo + step]
+        hi = lo + out.size
+        for r in range(n):
+            if r == me:
+                block = send[base + lo:base + hi]
+            elif r == 0:
+                read_peer(comm, arena, phase, 0, dt, n * k, base + lo, out)
+                continue
+            else:
+                block = peer_operand(comm, arena, phase, r, dt, n * k, base + lo, base + hi)
+            if r == 0:
+                np.copyto(out, block)
+            else:
+                fn(out, block)
+    arena.sync()  # nobody may change a send buffer the others read until all have read it
