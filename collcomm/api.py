@@ -115,12 +115,7 @@ def get_process_group_ranks(group: Any) -> list[int]:
 # ----------------------------------------------------------------------------- collectives
 def barrier(group: Any = None, async_op: bool = False, device_ids: Any = None, *, algorithm: str = "auto") -> Work | None:
     """Return only when every rank of ``group`` has entered the barrier."""
-    if group is None:                  # group_of's common cases, inline (the same checks)
-        g = runtime._world
-    elif type(group) is runtime.ProcessGroup and not group._closed and runtime._world is not None:
-        g = group
-    else:
-        g = None
+    g = runtime._world if group is None else None    # (the world: group_of's first case)
     if g is None:
         g = group_of(group, "barrier")
     fast = g.fast

@@ -19,10 +19,12 @@ __all__ = ["group_of", "group_text", "is_member", "local_rank", "no_list_here", 
 
 def group_of(group: Any, collective: str) -> Any:
     """The group ``collective`` runs on (``None``: the world); raises before init."""
-    if group is None:
-        world = runtime._world     # the common case without resolve_group's calls
-        if world is not None:
+    world = runtime._world         # the common cases without resolve_group's calls (the
+    if world is not None:          # same checks: initialised, a live group)
+        if group is None:
             return world
+        if type(group) is ProcessGroup and not group._closed:
+            return group
     return runtime.resolve_group(group, collective)
 
 

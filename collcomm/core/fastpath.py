@@ -199,7 +199,7 @@ class Hooks:
 
     def finish(self, status: int, rec: Any, name: str, tag: int, sig: int, fc: int,
                a: Any, b: Any, c: Any) -> None:
-        """Complete a call the C code handed back with ``status`` (shm_direct's statuses);
+        """Complete a call the C code handed back with ``status`` (shm_stage's statuses);
         ``a``, ``b``, ``c`` are what the C entry passes (see :meth:`_args`)."""
         g = self.group
         comm = self._comm(tag, sig)

@@ -233,7 +233,7 @@ static int sync_all(Core *c, PyObject *arena, Gil *gil)
     return wait_all(c, arena, arrive(c), gil);
 }
 
-/* _enter of shm_direct: publish the call's signature, sync, compare everybody's.
+/* shm_stage.enter (the Python path): publish the call's signature, sync, compare everybody's.
  * 0: same call everywhere; 1: some rank differs; -1: exception. */
 static int enter(Core *c, PyObject *arena, int phase, uint64_t sig, Gil *gil)
 {
