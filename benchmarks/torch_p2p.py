@@ -20,10 +20,9 @@ gives both their rendezvous) for a side-by-side reference.
 from __future__ import annotations
 
 import argparse
-import os
-import statistics
-import time
 from typing import Any, Callable
+
+from p2p_latency import _run      # the interleaved blocks, the same table (this folder)
 
 
 def main() -> None:
@@ -77,29 +76,14 @@ def main() -> None:
         "batch_isend_irecv": (batch, 1),
         "recv any source": (any_source, 2),
     }
-    times: dict[str, list[float]] = {m: [] for m in modes}
-    names = list(modes)
     worst = torch.zeros(1, dtype=torch.float64)
-    for b in range(args.blocks):
-        for name in (names if b % 2 == 0 else names[::-1]):
-            step, per = modes[name]
-            dist.barrier()
-            for _ in range(50):
-                step()
-            dist.barrier()
-            t0 = time.perf_counter()
-            for _ in range(args.iters):
-                step()
-            worst[0] = (time.perf_counter() - t0) / args.iters / per * 1e6
-            dist.all_reduce(worst, op=dist.ReduceOp.MAX)
-            times[name].append(float(worst[0]))
-    if me == 0:
-        print(f"# torch_p2p {args.backend}: {args.bytes} B, blocks={args.blocks} iters={args.iters}; "
-              f"load {os.getloadavg()[0]:.2f}; µs (one-way for ping-pongs, whole exchange for "
-              "batch_isend_irecv), median [min] over blocks")
-        for name in names:
-            ts = times[name]
-            print(f"  {name:<22} {statistics.median(ts):8.2f}  [{min(ts):7.2f}]")
+
+    def maxall(mine: float) -> float:
+        worst[0] = mine
+        dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+        return float(worst[0])
+
+    _run(modes, args, me, dist.barrier, maxall, f"torch_p2p {args.backend}")
     dist.destroy_process_group()
 
 
