@@ -2,6 +2,7 @@
 group, the rank and the late or lost peer, where internals used to leak raw OS errors."""
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -10,13 +11,27 @@ import pytest
 from tests.harness import run_ranks
 
 
-def work_wait_names_the_late_rank():
+def said(meet: str, what: str) -> None:
+    """This rank says ``what`` happened (a file in the folder ``meet``)."""
+    open(os.path.join(meet, what), "w").close()
+
+
+def await_said(meet: str, whats: list[str], limit: float) -> None:
+    """Until every one of ``whats`` was said, ``limit`` seconds at most (polled)."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline and not all(
+            os.path.exists(os.path.join(meet, w)) for w in whats):
+        time.sleep(0.01)
+
+
+def work_wait_names_the_late_rank(meet):
     import collcomm as dist
 
     rank, n = dist.get_rank(), dist.get_world_size()
     x = np.ones(4)
     if rank == n - 1:
-        time.sleep(4.0)                 # late: the others' Work.wait(1.5) times out first
+        # late: comes once the others' Work.wait(1.5) timed out (4 s at most)
+        await_said(meet, [f"timed-out-{r}" for r in range(n - 1)], 4.0)
         dist.all_reduce(x)
         return "late", None, x.tolist()
     work = dist.all_reduce(x, async_op=True)
@@ -25,13 +40,14 @@ def work_wait_names_the_late_rank():
         return "no timeout", None, None
     except dist.CommTimeoutError as exc:
         msg, peer = str(exc), exc.peer
+    said(meet, f"timed-out-{rank}")
     work.wait()                         # the call went on and completes once the late rank comes
     return msg, peer, x.tolist()
 
 
 @pytest.mark.timeout(90)
-def test_work_wait_timeout_names_group_and_late_rank():
-    out = run_ranks(work_wait_names_the_late_rank, 3, timeout=60)
+def test_work_wait_timeout_names_group_and_late_rank(tmp_path):
+    out = run_ranks(work_wait_names_the_late_rank, 3, str(tmp_path), timeout=60)
     for msg, peer, x in out[:2]:
         assert "Work.wait timed out after 1.5 s" in msg, msg
         assert "group 'WORLD'" in msg and "rank" in msg, msg
@@ -41,12 +57,12 @@ def test_work_wait_timeout_names_group_and_late_rank():
     assert out[2][2] == [3.0] * 4
 
 
-def late_for_the_arena(delay):
+def late_for_the_arena(delay, meet):
     import collcomm as dist
 
     rank = dist.get_rank()
-    if rank == 1:
-        time.sleep(delay)
+    if rank == 1:   # comes once rank 0 gave up (``delay`` at most)
+        await_said(meet, ["gave-up-0"], delay)
     x = np.ones(4)
     try:
         with dist.call_timeout(1.5):
@@ -54,16 +70,17 @@ def late_for_the_arena(delay):
         result = ("ok", "")
     except Exception as exc:  # noqa: BLE001 - the test looks at what it was
         result = (type(exc).__name__, str(exc), isinstance(exc, dist.CollcommError))
-    if rank == 0:
-        time.sleep(delay + 2)           # still here when rank 1 comes
+    said(meet, f"gave-up-{rank}")
+    if rank == 0:                       # still here when rank 1 comes, until it is done
+        await_said(meet, ["gave-up-1"], delay + 2)
     return result
 
 
 @pytest.mark.timeout(90)
-def test_a_rank_late_for_the_arena_gets_a_collcomm_error():
+def test_a_rank_late_for_the_arena_gets_a_collcomm_error(tmp_path):
     # rank 0 creates the group's arena, times out waiting for rank 1 and removes it; rank 1
     # then finds no segment: it used to get a raw FileNotFoundError on /dev/shm/...-arena-...
-    out = run_ranks(late_for_the_arena, 2, 4.0, transport="shm", timeout=60)
+    out = run_ranks(late_for_the_arena, 2, 4.0, str(tmp_path), transport="shm", timeout=60)
     assert out[0][0] == "CommTimeoutError" and "rank 1" in out[0][1], out[0]
     kind, msg, is_collcomm = out[1]
     assert is_collcomm and kind != "FileNotFoundError", out[1]

@@ -36,11 +36,28 @@ TRANSPORTS = ["shm", "tcp"]
 
 
 # -- rank bodies (module level: the ranks import them) ------------------------------------
-def allreduce_until_lost(nbytes: int, hold: float = 0.0, limit: float = 30.0):
+def hold(meet: str | None, count: int, limit: float) -> None:
+    """Say this rank is done (a file in the folder ``meet``), then stay until ``count``
+    ranks said so, ``limit`` seconds at most: no rank leaves (which its peers could see as a
+    lost peer) before every rank it waits for has its own outcome. Polls, so it costs no
+    more than the slowest rank, however loaded the machine."""
+    if meet is None:
+        return
+    open(os.path.join(meet, f"done-{dist.get_rank()}"), "w").close()
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if sum(name.startswith("done-") for name in os.listdir(meet)) >= count:
+            return
+        time.sleep(0.01)
+
+
+def allreduce_until_lost(nbytes: int, hold_s: float = 0.0, limit: float = 30.0,
+                         meet: str | None = None):
     """Loop all_reduce of ``nbytes`` until a peer is lost; report when and what was raised.
 
-    ``hold``: stay alive that long after raising, so that no other rank learns of the loss
-    from *this* rank leaving (each survivor must see the victim's death by itself)."""
+    ``hold_s``, ``meet``: after raising, stay until every survivor raised, ``hold_s`` at most
+    (see :func:`hold`), so that no other rank learns of the loss from *this* rank leaving
+    (each survivor must see the victim's death by itself)."""
     rank, n = dist.get_rank(), dist.get_world_size()
     a = np.empty(nbytes // 8, dtype=np.float64)
     loops = 0
@@ -53,13 +70,17 @@ def allreduce_until_lost(nbytes: int, hold: float = 0.0, limit: float = 30.0):
             loops += 1
     except PeerLostError as exc:
         when = time.monotonic()
-        time.sleep(hold)
+        if meet:
+            hold(meet, n - 1, hold_s)  # n - 1: every rank but the victim
+        else:
+            time.sleep(hold_s)
         return when, exc.peer, str(exc), loops, start
     return "no error", loops
 
 
-def broadcast_until_lost(src: int, hold: float, limit: float = 30.0):
+def broadcast_until_lost(src: int, hold_s: float, limit: float = 30.0, meet: str | None = None):
     """Loop a small broadcast from ``src`` until a peer is lost (see allreduce_until_lost)."""
+    n = dist.get_world_size()
     a = np.zeros(1024, dtype=np.float64)
     loops = 0
     start = time.monotonic()
@@ -69,22 +90,25 @@ def broadcast_until_lost(src: int, hold: float, limit: float = 30.0):
             loops += 1
     except PeerLostError as exc:
         when = time.monotonic()
-        time.sleep(hold)
+        if meet:
+            hold(meet, n - 1, hold_s)  # n - 1: every rank but the victim
+        else:
+            time.sleep(hold_s)
         return when, exc.peer, str(exc), loops, start
     return "no error", loops
 
 
-def skip_one_collective(skipper: int, timeout: float, later: str):
+def skip_one_collective(skipper: int, timeout: float, later: str, meet: str | None = None):
     """Every rank but ``skipper`` calls all_reduce under call_timeout(timeout).
 
-    ``later`` says what the skipper does afterwards: "sleep" (outlives the others' timeout,
-    then returns) or "late" (enters the all_reduce after the others gave up, with its own
-    timeout: it must fail, not hang)."""
-    rank = dist.get_rank()
+    ``later`` says what the skipper does afterwards: "sleep" (outlives the others' timeout:
+    stays until they all timed out, ``meet``, then returns) or "late" (enters the
+    all_reduce after the others gave up, with its own timeout: it must fail, not hang)."""
+    rank, n = dist.get_rank(), dist.get_world_size()
     dist.barrier()
     if rank == skipper:
         if later == "sleep":
-            time.sleep(timeout + 1.5)
+            hold(meet, n, timeout + 1.5)
             return "skipped"
         time.sleep(timeout + 0.3)
         start = time.monotonic()
@@ -103,19 +127,20 @@ def skip_one_collective(skipper: int, timeout: float, later: str):
     except CommTimeoutError as exc:
         took = time.monotonic() - start
         if later == "sleep":
-            time.sleep(1.0)  # let the skipper finish its sleep first: nobody sees a lost peer
+            hold(meet, n, 3.0)  # until all timed out, the skipper still there: no lost peer
         else:
             time.sleep(0.5)
         return took, exc.peer, str(exc)
     return "no error"
 
 
-def stuck_collective(how: str, seconds: float, sleeper: int = 1):
-    """Rank ``sleeper`` stays out of a broadcast; the others are bounded by ``how``'s timeout."""
-    rank = dist.get_rank()
+def stuck_collective(how: str, seconds: float, meet: str, sleeper: int = 1):
+    """Rank ``sleeper`` stays out of a broadcast until the others, bounded by ``how``'s
+    timeout, all gave up (``seconds + 2`` at most; see :func:`hold`)."""
+    rank, n = dist.get_rank(), dist.get_world_size()
     a = np.zeros(10, dtype=np.int64)
     if rank == sleeper:
-        time.sleep(seconds + 2.0)
+        hold(meet, n, seconds + 2.0)
         return "slept"
     start = time.monotonic()
     try:
@@ -129,36 +154,36 @@ def stuck_collective(how: str, seconds: float, sleeper: int = 1):
             dist.broadcast(a, src=sleeper)
     except CommTimeoutError as exc:
         took = time.monotonic() - start
-        time.sleep(seconds + 2.0 - took + 0.2)  # outlive the sleeper: it must not see us leave
+        hold(meet, n, seconds + 2.0)  # until every rank is done: nobody sees another leave
         return took, exc.peer, str(exc)
     return "no error"
 
 
-def init_with_timeout(seconds: float):
+def init_with_timeout(seconds: float, meet: str):
     dist.init_process_group(timeout=datetime.timedelta(seconds=seconds))
-    return stuck_collective("job", seconds)
+    return stuck_collective("job", seconds, meet)
 
 
-def group_timeout_needs_new_group(seconds: float):
+def group_timeout_needs_new_group(seconds: float, meet: str):
     """new_group must be called by every rank (it is collective in torch): do it first."""
-    rank = dist.get_rank()
-    g = dist.new_group(list(range(dist.get_world_size())), timeout=seconds)
+    rank, n = dist.get_rank(), dist.get_world_size()
+    g = dist.new_group(list(range(n)), timeout=seconds)
     a = np.zeros(10, dtype=np.int64)
     if rank == 1:
-        time.sleep(seconds + 2.0)
+        hold(meet, n, seconds + 2.0)
         return "slept"
     start = time.monotonic()
     try:
         dist.broadcast(a, src=1, group=g)
     except CommTimeoutError as exc:
         took = time.monotonic() - start
-        time.sleep(seconds + 2.0 - took + 0.2)
+        hold(meet, n, seconds + 2.0)
         # the world (default timeout) is unaffected by the group's timeout
         return took, exc.peer, str(exc), dist.get_world_size()
     return "no error"
 
 
-def bad_output_on_one_rank(bad: int, timeout: float):
+def bad_output_on_one_rank(bad: int, timeout: float, meet: str):
     """Rank ``bad`` passes an output of the wrong size to all_gather_into_tensor."""
     rank, n = dist.get_rank(), dist.get_world_size()
     inp = np.full(4, rank, dtype=np.int32)
@@ -169,11 +194,11 @@ def bad_output_on_one_rank(bad: int, timeout: float):
             dist.all_gather_into_tensor(out, inp)
     except InvalidArgumentError as exc:
         took = time.monotonic() - start
-        time.sleep(timeout + 1.5)  # stay alive: the others must time out, not lose a peer
+        hold(meet, n, timeout + 1.5)  # stay alive: the others must time out, not lose a peer
         return "invalid", took, str(exc), bool((out == 0).all())
     except CommTimeoutError as exc:
         took = time.monotonic() - start
-        time.sleep(0.5)
+        hold(meet, n, timeout + 1.5)
         return "timeout", took, exc.peer, str(exc)
     return "no error"
 
@@ -263,24 +288,24 @@ def test_sigkill_mid_all_reduce(transport, n, victim):
 
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_sigkill_every_survivor_names_the_victim(transport):
-    """Survivors stay in the job 5.5 s after raising: each must see the victim's death itself
-    (each raises within 5 s of the kill, or the test fails anyway, so none leaves before the
-    last one has raised)."""
+def test_sigkill_every_survivor_names_the_victim(transport, tmp_path):
+    """Survivors stay in the job after raising until every survivor raised (5.5 s at most:
+    each must raise within 5 s of the kill anyway): each must see the victim's death itself."""
     t_kill = 1.0
-    outcomes = run_ranks(allreduce_until_lost, 4, 4 << 20, 5.5, transport=transport, timeout=60,
-                         expect_failure=True, kill={2: t_kill})
+    outcomes = run_ranks(allreduce_until_lost, 4, 4 << 20, 5.5, 30.0, str(tmp_path),
+                         transport=transport, timeout=60, expect_failure=True, kill={2: t_kill})
     _check_lost(outcomes, 2, outcomes[2].killed_at, strict=True)
 
 
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_sigkill_broadcast_root_indirect_child(transport):
+def test_sigkill_broadcast_root_indirect_child(transport, tmp_path):
     """Broadcast from rank 2 over 4 ranks (binomial tree: 2 → 0 → 1): rank 1 waits only on
-    rank 0, which raises at once and stays; rank 1 must still raise within 5 s."""
+    rank 0, which raises at once and stays (until rank 1 raised too, 5.5 s at most); rank 1
+    must still raise within 5 s."""
     t_kill = 1.0
-    outcomes = run_ranks(broadcast_until_lost, 4, 2, 5.5, transport=transport, timeout=60,
-                         expect_failure=True, kill={2: t_kill})
+    outcomes = run_ranks(broadcast_until_lost, 4, 2, 5.5, 30.0, str(tmp_path),
+                         transport=transport, timeout=60, expect_failure=True, kill={2: t_kill})
     _check_lost(outcomes, 2, outcomes[2].killed_at, strict=True, collective="broadcast")
 
 
@@ -340,10 +365,10 @@ def test_sigkill_through_launcher(tmp_path, transport):
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("n", [2, 3])
-def test_skipped_collective_times_out_naming_the_skipper(transport, n):
+def test_skipped_collective_times_out_naming_the_skipper(transport, n, tmp_path):
     skipper = n - 1
-    outcomes = run_ranks(skip_one_collective, n, skipper, 1.0, "sleep", transport=transport,
-                         timeout=45, expect_failure=True)
+    outcomes = run_ranks(skip_one_collective, n, skipper, 1.0, "sleep", str(tmp_path),
+                         transport=transport, timeout=45, expect_failure=True)
     assert all(o.ok for o in outcomes), [(o.error_type, o.error, o.output) for o in outcomes]
     assert outcomes[skipper].value == "skipped"
     named = []
@@ -375,9 +400,9 @@ def test_skipper_entering_a_later_collective_does_not_hang(transport):
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_call_timeout_bounds_a_collective(transport):
-    outcomes = run_ranks(stuck_collective, 3, "call", 0.5, transport=transport, timeout=45,
-                         expect_failure=True)
+def test_call_timeout_bounds_a_collective(transport, tmp_path):
+    outcomes = run_ranks(stuck_collective, 3, "call", 0.5, str(tmp_path), transport=transport,
+                         timeout=45, expect_failure=True)
     assert all(o.ok for o in outcomes), [(o.error_type, o.error, o.output) for o in outcomes]
     for o in (outcomes[0], outcomes[2]):
         took, peer, msg = o.value
@@ -387,9 +412,9 @@ def test_call_timeout_bounds_a_collective(transport):
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_group_timeout(transport):
-    outcomes = run_ranks(group_timeout_needs_new_group, 3, 0.7, transport=transport, timeout=45,
-                         expect_failure=True)
+def test_group_timeout(transport, tmp_path):
+    outcomes = run_ranks(group_timeout_needs_new_group, 3, 0.7, str(tmp_path),
+                         transport=transport, timeout=45, expect_failure=True)
     assert all(o.ok for o in outcomes), [(o.error_type, o.error, o.output) for o in outcomes]
     for o in (outcomes[0], outcomes[2]):
         took, peer, msg, _ = o.value
@@ -399,9 +424,9 @@ def test_group_timeout(transport):
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_job_timeout_from_init_argument(transport):
-    outcomes = run_ranks(init_with_timeout, 3, 3.0, transport=transport, timeout=45,
-                         init=False, expect_failure=True)
+def test_job_timeout_from_init_argument(transport, tmp_path):
+    outcomes = run_ranks(init_with_timeout, 3, 3.0, str(tmp_path), transport=transport,
+                         timeout=45, init=False, expect_failure=True)
     assert all(o.ok for o in outcomes), [(o.error_type, o.error, o.output) for o in outcomes]
     for o in (outcomes[0], outcomes[2]):
         took, peer, msg = o.value
@@ -411,9 +436,9 @@ def test_job_timeout_from_init_argument(transport):
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_job_timeout_from_env(transport):
-    outcomes = run_ranks(stuck_collective, 3, "job", 3.0, transport=transport, timeout=45,
-                         env={"COLLCOMM_TIMEOUT": "3"}, expect_failure=True)
+def test_job_timeout_from_env(transport, tmp_path):
+    outcomes = run_ranks(stuck_collective, 3, "job", 3.0, str(tmp_path), transport=transport,
+                         timeout=45, env={"COLLCOMM_TIMEOUT": "3"}, expect_failure=True)
     assert all(o.ok for o in outcomes), [(o.error_type, o.error, o.output) for o in outcomes]
     for o in (outcomes[0], outcomes[2]):
         took, peer, msg = o.value
@@ -424,10 +449,10 @@ def test_job_timeout_from_env(transport):
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("n", [2, 3])
-def test_bad_input_on_one_rank(transport, n):
+def test_bad_input_on_one_rank(transport, n, tmp_path):
     bad = 1
-    outcomes = run_ranks(bad_output_on_one_rank, n, bad, 1.0, transport=transport, timeout=45,
-                         expect_failure=True)
+    outcomes = run_ranks(bad_output_on_one_rank, n, bad, 1.0, str(tmp_path), transport=transport,
+                         timeout=45, expect_failure=True)
     assert all(o.ok for o in outcomes), [(o.error_type, o.error, o.output) for o in outcomes]
     kind, took, msg, untouched = outcomes[bad].value
     assert kind == "invalid" and took < 0.5 and untouched

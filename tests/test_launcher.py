@@ -32,10 +32,27 @@ def write_prog(tmp_path: Path, body: str, name: str = "prog.py") -> str:
     return str(path)
 
 
-def run(args: list[str], timeout: float = 60, extra_path: str | None = None
-        ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "collcomm", "run", *args], env=_env(extra_path),
+def run(args: list[str], timeout: float = 60, extra_path: str | None = None,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "collcomm", "run", *args],
+                          env={**_env(extra_path), **(env or {})},
                           capture_output=True, text=True, timeout=timeout)
+
+
+#: Ranks that never join collcomm leave no report: waiting for them to say why they fail
+#: (the launcher's settle, 5 s by default) only delays the summary.
+NO_SETTLE = {"COLLCOMM_RUN_SETTLE": "0"}
+
+#: Program lines: this rank says it started (after its PID lines), then waits until every
+#: rank of the job (3) did, so that a rank failing next never beats a slow start.
+_ALL_STARTED = """
+        import pathlib
+        _folder = pathlib.Path(r"{folder}")
+        (_folder / ("started-" + os.environ["RANK"])).touch()
+        _deadline = time.monotonic() + 40
+        while len(list(_folder.glob("started-*"))) < 3 and time.monotonic() < _deadline:
+            time.sleep(0.01)
+"""
 
 
 def alive(pids: list[int]) -> list[int]:
@@ -136,13 +153,13 @@ def test_exit_code_propagates_and_others_stopped(tmp_path):
     prog = write_prog(tmp_path, """
         import os, sys, time
         print("PID", os.getpid(), flush=True)
+    """ + _ALL_STARTED.format(folder=tmp_path) + """
         if os.environ["RANK"] == "1":
-            time.sleep(0.5)
             sys.exit(3)
         time.sleep(60)
     """)
     t0 = time.monotonic()
-    res = run(["-n", "3", "--grace", "1", prog])
+    res = run(["-n", "3", "--grace", "1", prog], env=NO_SETTLE)
     assert res.returncode == 3
     assert time.monotonic() - t0 < 20
     assert re.search(r"collcomm run: rank 1 \(pid \d+\) failed first: exit code 3", res.stderr)
@@ -159,7 +176,7 @@ def test_exception_summary_shows_traceback_tail(tmp_path):
             deep()
         time.sleep(60)
     """)
-    res = run(["-n", "3", "--grace", "1", prog])
+    res = run(["-n", "3", "--grace", "1", prog], env=NO_SETTLE)
     assert res.returncode == 1
     summary = res.stderr.split("collcomm run: rank 2", 1)[1]
     assert "failed first: exit code 1" in summary
@@ -173,18 +190,69 @@ def test_rank_sigkilled_stops_everything(tmp_path):
         # a grandchild in the rank's process group must not survive either
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
         print("PID", os.getpid(), "PID", child.pid, flush=True)
-        time.sleep(1.0)
+    """ + _ALL_STARTED.format(folder=tmp_path) + """
         if os.environ["RANK"] == "1":
             os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(60)
     """)
     t0 = time.monotonic()
-    res = run(["-n", "3", "--grace", "1", prog])
+    res = run(["-n", "3", "--grace", "1", prog], env=NO_SETTLE)
     assert res.returncode == 137
     assert time.monotonic() - t0 < 20
     assert re.search(r"rank 1 \(pid \d+\) failed first: killed by signal SIGKILL", res.stderr)
     pids = pids_in(res.stdout)
     assert len(pids) == 6 and not alive(pids)
+
+
+@pytest.mark.timeout(90)
+def test_settle_from_the_environment(tmp_path, monkeypatch):
+    """COLLCOMM_RUN_SETTLE: how long the others get, after a rank failed, to fail on their
+    own. Rank 1 exits 3; ranks 0 and 2 would exit 4 and 5 on their own ``argv[1]`` s later
+    (and say when SIGTERM came instead)."""
+    prog = write_prog(tmp_path, """
+        import os, signal, sys, time
+        def stopped(signum, frame):
+            print("TERM", time.monotonic(), flush=True)
+            os._exit(143)
+        signal.signal(signal.SIGTERM, stopped)
+        print("PID", os.getpid(), flush=True)
+    """ + _ALL_STARTED.format(folder=tmp_path) + """
+        if os.environ["RANK"] == "1":
+            print("EXIT", time.monotonic(), flush=True)
+            sys.exit(3)
+        time.sleep(float(sys.argv[1]))
+        sys.exit(4 if os.environ["RANK"] == "0" else 5)
+    """)
+    # a long settle: both get to fail on their own and the summary says so
+    res = run(["-n", "3", "--grace", "1", prog, "0.5"], env={"COLLCOMM_RUN_SETTLE": "40"})
+    assert res.returncode == 3, res.stderr
+    assert "collcomm run: rank 0 failed too (exit code 4)" in res.stderr, res.stderr
+    assert "collcomm run: rank 2 failed too (exit code 5)" in res.stderr, res.stderr
+    assert "TERM" not in res.stdout
+    # none: they are stopped at once (the default would give them 5 s)
+    for f in tmp_path.glob("started-*"):
+        f.unlink()
+    res = run(["-n", "3", "--grace", "1", prog, "30"], env=NO_SETTLE)
+    assert res.returncode == 3, res.stderr
+    assert "collcomm run: ranks 0, 2 were stopped by the launcher" in res.stderr, res.stderr
+    exited = float(re.findall(r"\[1\] EXIT (\S+)", res.stdout)[0])
+    terms = [float(t) for t in re.findall(r"\[[02]\] TERM (\S+)", res.stdout)]
+    assert len(terms) == 2 and max(terms) - exited < 4.0, res.stdout
+    assert not alive(pids_in(res.stdout))
+    # anything but seconds >= 0 is a usage error, before any rank starts
+    from collcomm.errors import InvalidArgumentError
+    from collcomm.tools.launcher import LaunchConfig, settle_s
+    cfg = LaunchConfig(nproc=1, program=prog)
+    for good, seconds in (("", 5.0), ("0", 0.0), (" 2.5 ", 2.5)):
+        monkeypatch.setenv("COLLCOMM_RUN_SETTLE", good)
+        assert settle_s(cfg) == seconds
+    for bad in ("-1", "soon", "inf", "nan"):
+        monkeypatch.setenv("COLLCOMM_RUN_SETTLE", bad)
+        with pytest.raises(InvalidArgumentError, match="COLLCOMM_RUN_SETTLE"):
+            settle_s(cfg)
+    res = run(["-n", "3", prog, "0"], env={"COLLCOMM_RUN_SETTLE": "soon"})
+    assert res.returncode == 2 and "COLLCOMM_RUN_SETTLE='soon'" in res.stderr, res.stderr
+    assert "PID" not in res.stdout
 
 
 @pytest.mark.timeout(60)

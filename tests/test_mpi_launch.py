@@ -6,6 +6,7 @@ exception on one rank ends the whole job promptly with that rank's traceback, an
 """
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import subprocess
@@ -30,6 +31,9 @@ comm.Allreduce(x, y, op=MPI.MAX)
 req = comm.isend({"me": rank}, rank, tag=7)           # a message to oneself works everywhere
 mine = comm.recv(source=rank, tag=7); req.wait()
 print(f"RESULT {rank} {size} {total} {y.tolist()} {mine}", flush=True)
+if rank == 0:
+    from collcomm.rendezvous.auth import job_id
+    print(f"JOB {job_id()}", flush=True)
 if mode == "raise":
     comm.Barrier()
     if rank == 1:
@@ -155,7 +159,20 @@ def test_mpiexec(prog):
     res = subprocess.run(base + ["ok"], capture_output=True, text=True, timeout=60, env=_clean_env())
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     assert _results(res.stdout, 3) == [f"RESULT {r} 3 6 [2, 2, 2] {{'me': {r}}}" for r in range(3)]
+    _no_rendezvous_file_left(res.stdout)
     start = time.monotonic()
     res = subprocess.run(base + ["raise"], capture_output=True, text=True, timeout=60, env=_clean_env())
     assert res.returncode != 0 and "rank 1 gives up" in res.stdout + res.stderr
     assert "DONE" not in res.stdout and time.monotonic() - start < 40
+    # the job met in a file (/tmp/collcomm-rdzv-<job>): the aborting rank removes it, as
+    # the others are stopped without closing it
+    _no_rendezvous_file_left(res.stdout)
+
+
+def _no_rendezvous_file_left(stdout: str) -> None:
+    jobs = [line.split()[1] for line in stdout.splitlines() if line.startswith("JOB ")]
+    assert len(jobs) == 1, stdout[-2000:]
+    left = glob.glob(f"/tmp/collcomm-rdzv-{jobs[0]}*")
+    for path in left:
+        os.unlink(path)
+    assert not left, f"rendezvous file left behind: {left}"

@@ -357,28 +357,37 @@ def test_mismatches_raise_the_python_paths_errors() -> None:
             assert same(got) == same(want), (r, what, got, want)
 
 
-def _skip_rank(victim: int) -> str:
+def _await_file(path: str, limit: float) -> None:
+    """Until ``path`` exists (another rank's word that something happened), ``limit`` s at most."""
+    deadline = time.monotonic() + limit
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _skip_rank(victim: int, gave_up: str) -> str:
     import collcomm as dist
 
     me = dist.get_rank()
     x = np.ones(2, dtype=np.float32)
     dist.all_reduce(x)
     if me == victim:
-        time.sleep(3.0)          # skips the next call; leaves after the others gave up
+        _await_file(gave_up, 3.0)  # skips the next call; leaves after the others gave up
         return "skipped"
     t0 = time.monotonic()
     try:
         with dist.call_timeout(1.0):
             dist.all_reduce(x)
     except dist.CommTimeoutError as exc:
-        return f"{time.monotonic() - t0:.2f} {exc}"
+        took = time.monotonic() - t0
+        open(gave_up, "w").close()
+        return f"{took:.2f} {exc}"
     return "no error"
 
 
 @needs_core
 @pytest.mark.timeout(120)
-def test_timeout_names_the_late_rank() -> None:
-    res = run_ranks(_skip_rank, 2, 1, transport="shm", timeout=60)
+def test_timeout_names_the_late_rank(tmp_path) -> None:
+    res = run_ranks(_skip_rank, 2, 1, str(tmp_path / "gave-up"), transport="shm", timeout=60)
     elapsed, text = res[0].split(" ", 1)
     assert 0.9 < float(elapsed) < 3.0, res[0]
     assert "timed out after 1 s in shared memory" in text and "still waiting for rank 1" in text, text
@@ -497,9 +506,10 @@ def test_heap_buffer_on_one_rank_only(fast: str) -> None:
         assert out["finished"] == (0 if r == 0 else 3), out
 
 
-def _interrupted_rank() -> str:
-    """Rank 0 waits in a barrier that rank 1 enters only after 2 s; a SIGINT after 0.3 s
-    must end rank 0's wait with KeyboardInterrupt (as in the Python path)."""
+def _interrupted_rank(done: str) -> str:
+    """Rank 0 waits in a barrier that rank 1 never enters (it waits until rank 0 is done, 2 s
+    at most); a SIGINT after 0.3 s must end rank 0's wait with KeyboardInterrupt (as in the
+    Python path)."""
     import signal
     import threading
 
@@ -507,7 +517,7 @@ def _interrupted_rank() -> str:
 
     if dist.get_rank() == 1:
         dist.barrier()
-        time.sleep(2.0)
+        _await_file(done, 2.0)
         return "slept"
     dist.barrier()
     threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
@@ -516,14 +526,18 @@ def _interrupted_rank() -> str:
         with dist.call_timeout(10):
             dist.barrier()
     except KeyboardInterrupt:
-        return f"interrupted after {time.monotonic() - t0:.2f} s"
+        took = time.monotonic() - t0
+        open(done, "w").close()
+        return f"interrupted after {took:.2f} s"
+    open(done, "w").close()
     return "not interrupted"
 
 
 @needs_core
 @pytest.mark.timeout(120)
-def test_ctrl_c_ends_a_wait() -> None:
-    got = run_ranks(_interrupted_rank, 2, transport="shm", timeout=60, expect_failure=True)[0]
+def test_ctrl_c_ends_a_wait(tmp_path) -> None:
+    got = run_ranks(_interrupted_rank, 2, str(tmp_path / "done"), transport="shm", timeout=60,
+                    expect_failure=True)[0]
     assert got.ok and got.value.startswith("interrupted"), (got.value, got.error)
     assert float(got.value.split()[2]) < 1.5, got.value
 

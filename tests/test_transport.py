@@ -85,19 +85,29 @@ def any_source():
     return None
 
 
-def late_waiter(nbytes):
-    """Rank 0 sends and only waits 1.5 s later; rank 1's receive must finish long before."""
+def _await_file(path, limit):
+    """Until ``path`` exists (another rank's word that something happened), ``limit`` s at most."""
+    deadline = time.monotonic() + limit
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def late_waiter(nbytes, received):
+    """Rank 0 sends and waits only once rank 1 has received (1.5 s later at most); rank 1's
+    receive must finish long before 1.5 s."""
     t = _t()
     a = np.ones(nbytes, dtype=np.uint8)
     if t.rank == 0:
         h = t.isend(_mv(a), 1, 3)
-        time.sleep(1.5)
+        _await_file(received, 1.5)
         h.wait()
         return None
     b = np.zeros(nbytes, dtype=np.uint8)
     start = time.monotonic()
     t.irecv(_mv(b), 0, 3).wait()
-    return time.monotonic() - start, bool((b == 1).all())
+    took = time.monotonic() - start
+    open(received, "w").close()
+    return took, bool((b == 1).all())
 
 
 def late_receiver(nbytes):
@@ -154,17 +164,21 @@ def overflow():
     return "no error"
 
 
-def silent_peer():
-    """Rank 1 never sends: rank 0's receive times out naming rank 1."""
+def silent_peer(gave_up):
+    """Rank 1 never sends (and stays until rank 0 gave up, 2 s at most): rank 0's receive
+    times out naming rank 1."""
     t = _t()
     if t.rank == 1:
-        time.sleep(2.0)
+        _await_file(gave_up, 2.0)
         return None
     start = time.monotonic()
     try:
         t.irecv(_mv(np.zeros(4, dtype=np.uint8)), 1, 9).wait(timeout=0.5)
     except CommTimeoutError as exc:
-        return time.monotonic() - start, exc.peer, str(exc)
+        took = time.monotonic() - start
+        open(gave_up, "w").close()
+        return took, exc.peer, str(exc)
+    open(gave_up, "w").close()
     return "no error"
 
 
@@ -227,8 +241,9 @@ def test_any_source(transport):
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_progress_without_wait(transport):
-    took, ok = run_ranks(late_waiter, 2, 8 << 20, transport=transport)[1]
+def test_progress_without_wait(transport, tmp_path):
+    took, ok = run_ranks(late_waiter, 2, 8 << 20, str(tmp_path / "received"),
+                         transport=transport)[1]
     assert ok and took < 1.0, took
     assert run_ranks(late_receiver, 2, 8 << 20, transport=transport) == [True, True]
 
@@ -254,8 +269,8 @@ def test_overflow_is_a_mismatch(transport):
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_timeout_names_the_peer(transport):
-    took, peer, msg = run_ranks(silent_peer, 2, transport=transport)[0]
+def test_timeout_names_the_peer(transport, tmp_path):
+    took, peer, msg = run_ranks(silent_peer, 2, str(tmp_path / "gave-up"), transport=transport)[0]
     assert peer == 1 and 0.4 < took < 3.0 and "rank 1" in msg and "timed out" in msg
 
 

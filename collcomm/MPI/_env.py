@@ -10,9 +10,10 @@ leaves at exit, as with mpi4py); ``Is_initialized`` answers as mpi4py does after
 
 When a job of several ranks is joined here, an uncaught exception on any rank ends the
 job promptly, as ``python -m mpi4py`` does with ``MPI_Abort``: the traceback is printed
-(and reported to ``collcomm run``), then :func:`abort` stops the ranks of this host and
-exits with status 1 without the clean goodbye, so ranks elsewhere see it lost within about
-a second even when no launcher stops them (``collcomm run``, ``mpiexec``, ``srun`` do).
+(and reported to ``collcomm run``), then :func:`abort` stops the ranks of this host, removes
+the job's rendezvous file if it met in one, and exits with status 1 without the clean
+goodbye, so ranks elsewhere see it lost within about a second even when no launcher stops
+them (``collcomm run``, ``mpiexec``, ``srun`` do).
 """
 from __future__ import annotations
 
@@ -84,8 +85,23 @@ def abort(errorcode: int) -> None:
                 os.kill(pid, signal.SIGTERM)
             except OSError:
                 pass
+    _remove_rendezvous_file(job)
     code = int(errorcode) & 0xFF
     os._exit(code if code else 1)
+
+
+def _remove_rendezvous_file(job: Any) -> None:
+    """The job ends here: remove its rendezvous file (a file store, such as
+    ``/tmp/collcomm-rdzv-<job>`` under mpiexec or srun). The last rank to close it would,
+    but the other ranks are stopped now without closing it, and this one exits without."""
+    from ..rendezvous.file_store import FileStore
+
+    store = getattr(job, "store", None)
+    if isinstance(store, FileStore):
+        try:
+            store.cleanup()
+        except Exception:  # noqa: BLE001 - exiting anyway
+            pass
 
 
 # ----------------------------------------------------------------------------- init / finalize

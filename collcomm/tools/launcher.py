@@ -17,7 +17,7 @@ What one call of :func:`launch` does, in order:
    rank's stderr.
 3. It waits, watching every rank's process state: a rank stopped (SIGSTOP, state ``T``) is
    named at once on stderr. When a rank fails (non-zero exit or a signal), the others get up
-   to ``SETTLE_S`` to fail on their own and say why (see
+   to ``SETTLE_S`` (``COLLCOMM_RUN_SETTLE``) to fail on their own and say why (see
    :mod:`collcomm.tools.rootcause`), then SIGTERM (and SIGCONT, for a stopped rank) on their
    process groups, SIGKILL after ``grace`` seconds. The summary names the root cause, not
    the first rank the launcher happened to poll: the first genuine failure, else a stopped
@@ -59,7 +59,10 @@ __all__ = ["LaunchConfig", "launch", "rank_env", "shm_segments", "program_argv"]
 
 #: After the first failure, seconds the other ranks get to fail on their own (and report);
 #: the wait ends as soon as every rank still running is stopped or named by a report.
+#: ``COLLCOMM_RUN_SETTLE`` (seconds, >= 0) replaces it, e.g. 0 for programs whose ranks
+#: never say why they fail (no collcomm), where waiting only delays the summary.
 SETTLE_S = 5.0
+SETTLE_ENV = "COLLCOMM_RUN_SETTLE"
 
 
 @dataclass
@@ -80,6 +83,7 @@ class LaunchConfig:
     prefix: bool = True
     grace: float = 3.0
     trace: str | None = None      # COLLCOMM_TRACE for every rank (merged at the end)
+    settle: float | None = None   # None: COLLCOMM_RUN_SETTLE, else SETTLE_S
 
 
 # --------------------------------------------------------------------------- the program
@@ -130,6 +134,24 @@ def _argv(cfg: LaunchConfig) -> list[str]:
 
 # --------------------------------------------------------------------------- setup
 
+def settle_s(cfg: LaunchConfig) -> float:
+    """Seconds the other ranks get after the first failure (see ``SETTLE_S``)."""
+    if cfg.settle is not None:
+        value, where = cfg.settle, "settle"
+    else:
+        text = os.environ.get(SETTLE_ENV, "").strip()
+        if not text:
+            return SETTLE_S
+        where = f"{SETTLE_ENV}={text!r}"
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+    if not value >= 0 or value == float("inf"):
+        raise InvalidArgumentError(f"{where}: expected seconds >= 0 (default {SETTLE_S:g})")
+    return float(value)
+
+
 def _validate(cfg: LaunchConfig) -> None:
     if cfg.nproc < 1:
         raise InvalidArgumentError(f"-n must be at least 1, got {cfg.nproc}")
@@ -138,6 +160,7 @@ def _validate(cfg: LaunchConfig) -> None:
                                    f"got {cfg.node_rank} with --nnodes {cfg.nnodes}")
     if cfg.grace < 0:
         raise InvalidArgumentError(f"--grace must be >= 0, got {cfg.grace}")
+    settle_s(cfg)
     for name in ("master_port", "store_port"):
         if not 0 <= getattr(cfg, name) < 65536:
             raise InvalidArgumentError(f"--{name.replace('_', '-')} must be in [0, 65535]")
@@ -251,9 +274,9 @@ def _explained(ranks: list[Rank], report_dir: str) -> bool:
 
 
 def _watch(ranks: list[Rank], interrupts: _Interrupts, wake: threading.Event,
-           output: Output, report_dir: str) -> bool:
+           output: Output, report_dir: str, settle: float = SETTLE_S) -> bool:
     """Wait until every rank exited 0 (False), one failed (True) or we are interrupted;
-    then, after a failure, give the others up to ``SETTLE_S`` to fail on their own and
+    then, after a failure, give the others up to ``settle`` seconds to fail on their own and
     report (less when the ones left are stopped or named by the others' reports)."""
     settle_until: float | None = None
     while True:
@@ -266,7 +289,7 @@ def _watch(ranks: list[Rank], interrupts: _Interrupts, wake: threading.Event,
         if all(r.returncode is not None for r in ranks):
             return any(r.returncode != 0 for r in ranks)
         if settle_until is None and any(r.returncode not in (None, 0) for r in ranks):
-            settle_until = now + SETTLE_S
+            settle_until = now + settle
         if settle_until is not None and (now >= settle_until or _explained(ranks, report_dir)):
             return True
         wake.wait(POLL_S)
@@ -294,7 +317,7 @@ def launch(cfg: LaunchConfig) -> int:
                                report_dir=report_dir)
                 env.update(_observe_env(cfg, job_id))
                 ranks.append(start_rank(argv, local, env, cfg.prefix, output, wake))
-            failed = _watch(ranks, interrupts, wake, output, report_dir)
+            failed = _watch(ranks, interrupts, wake, output, report_dir, settle_s(cfg))
             interrupted = interrupts.signum
             if interrupted is not None:
                 stop(ranks, interrupted, cfg.grace)
