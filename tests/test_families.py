@@ -79,9 +79,13 @@ def data(rank: int, count: int, dtype: Any, salt: int = 0) -> np.ndarray:
     return np.full(count, (rank * 13 + salt * 5) % 7 - 3, dtype=dtype)
 
 
+@functools.lru_cache(maxsize=32)
 def reference(n: int, count: int, dtype: Any, op: str, salt: int = 0) -> np.ndarray:
+    """The expected reduction; read-only, as the loops over roots ask for it again and again."""
     ufunc = OPS[op][1]
-    return functools.reduce(ufunc, [data(r, count, dtype, salt) for r in range(n)]).astype(dtype)
+    ref = functools.reduce(ufunc, [data(r, count, dtype, salt) for r in range(n)]).astype(dtype)
+    ref.flags.writeable = False
+    return ref
 
 
 def a2a_counts(n: int, uniform: int | None, scale: int = 1) -> list[list[int]]:
