@@ -278,6 +278,7 @@ def spawn(fn: Any, n: int, *args: Any, env: dict[str, str] | None = None,
     import glob
     import pickle
     import secrets
+    import shutil
     import signal
     import subprocess
     import sys
@@ -341,6 +342,7 @@ def spawn(fn: Any, n: int, *args: Any, env: dict[str, str] | None = None,
                                 error="rank produced no result")
         o.exitcode, o.output = procs[r].returncode, harness._read(os.path.join(tmp, f"out-{r}.txt"))
         outcomes.append(o)
+    shutil.rmtree(tmp, ignore_errors=True)   # every output is in the outcomes
     leaked = glob.glob(f"/dev/shm/collcomm-{job_id}-*")
     for path in leaked:
         os.unlink(path)

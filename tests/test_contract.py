@@ -261,20 +261,32 @@ def test_algorithms_import_graph_is_acyclic():
 
 
 def test_each_module_imports_alone():
-    """One fresh interpreter; before each module every collcomm module is forgotten."""
+    """Fresh interpreters (two at a time: the import is all CPU, and a second core would idle);
+    before each module every collcomm module is forgotten."""
     mods = sorted(f"collcomm.algorithms.{p.stem}" for p in ALGORITHMS.glob("*.py") if p.stem != "__init__")
-    code = (
-        "import importlib, sys\n"
-        f"for name in {mods!r}:\n"
-        "    for m in [m for m in sys.modules if m == 'collcomm' or m.startswith('collcomm.')]:\n"
-        "        del sys.modules[m]\n"
-        "    importlib.import_module(name)\n"
-        "    h = sys.modules['collcomm.algorithms.hierarchical']\n"
-        "    r = sys.modules['collcomm.algorithms.registry']\n"
-        "    assert h._best is r.best, name + ': hierarchical has no step chooser'\n"
-        "print('ok', len(" f"{mods!r}" "))\n")
     root = ALGORITHMS.parent.parent
-    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
-                         timeout=120, env={**os.environ, "PYTHONPATH": str(root)})
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.strip() == f"ok {len(mods)}"
+    procs = []
+    for part in (mods[0::2], mods[1::2]):
+        code = (
+            "import importlib, sys\n"
+            f"for name in {part!r}:\n"
+            "    for m in [m for m in sys.modules if m == 'collcomm' or m.startswith('collcomm.')]:\n"
+            "        del sys.modules[m]\n"
+            "    importlib.import_module(name)\n"
+            "    h = sys.modules['collcomm.algorithms.hierarchical']\n"
+            "    r = sys.modules['collcomm.algorithms.registry']\n"
+            "    assert h._best is r.best, name + ': hierarchical has no step chooser'\n"
+            "print('ok', len(" f"{part!r}" "))\n")
+        procs.append((part, subprocess.Popen(
+            [sys.executable, "-c", code], cwd=root, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(root)})))
+    try:
+        for part, proc in procs:
+            out, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, err[-3000:]
+            assert out.strip() == f"ok {len(part)}"
+    finally:
+        for _, proc in procs:
+            proc.kill()
+            proc.wait()
+    assert sum(len(part) for part, _ in procs) == len(mods) > 10

@@ -142,8 +142,9 @@ def test_torchrun_rank_failure_is_reported(tmp_path):
     """)
     t0 = time.monotonic()
     res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                          "--nproc_per_node", "2", prog], env=clean_env(), capture_output=True,
-                         text=True, timeout=100)
+                          "--nproc_per_node", "2", prog],
+                         env=clean_env(COLLCOMM_FR_DIR=str(tmp_path / "fr")),  # not in /tmp
+                         capture_output=True, text=True, timeout=100)
     assert res.returncode != 0
     assert time.monotonic() - t0 < 60
 

@@ -335,7 +335,8 @@ _LAUNCHED = """
 def test_sigkill_through_launcher(tmp_path, transport):
     prog = tmp_path / "prog.py"
     prog.write_text(textwrap.dedent(_LAUNCHED))
-    env = dict(os.environ, PYTHONPATH=ROOT, COLLCOMM_TRANSPORT=transport)
+    env = dict(os.environ, PYTHONPATH=ROOT, COLLCOMM_TRANSPORT=transport,
+               COLLCOMM_FR_DIR=str(tmp_path / "fr"))   # the dumps: not in /tmp/collcomm-fr-<job>
     for name in ("COLLCOMM_STORE", "COLLCOMM_TOKEN", "COLLCOMM_JOB_ID", "RANK", "WORLD_SIZE",
                  "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"):
         env.pop(name, None)

@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -34,9 +35,12 @@ def write_prog(tmp_path: Path, body: str, name: str = "prog.py") -> str:
 
 def run(args: list[str], timeout: float = 60, extra_path: str | None = None,
         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "collcomm", "run", *args],
-                          env={**_env(extra_path), **(env or {})},
-                          capture_output=True, text=True, timeout=timeout)
+    """``collcomm run ARGS``; its ranks' flight-recorder dumps (of a failed job) go to a
+    folder removed afterwards (else /tmp/collcomm-fr-<job> stays, for the user to read)."""
+    with tempfile.TemporaryDirectory(prefix="collcomm-fr-test-") as fr:
+        return subprocess.run([sys.executable, "-m", "collcomm", "run", *args],
+                              env={**_env(extra_path), "COLLCOMM_FR_DIR": fr, **(env or {})},
+                              capture_output=True, text=True, timeout=timeout)
 
 
 #: Ranks that never join collcomm leave no report: waiting for them to say why they fail

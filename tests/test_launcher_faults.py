@@ -110,11 +110,13 @@ def test_verdict_left_and_remote():
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
 @pytest.mark.parametrize("cell", fault_matrix.CELLS)
-def test_fault_cell_names_the_victim(cell, transport):
+def test_fault_cell_names_the_victim(cell, transport, tmp_path):
     victim = 1 + fault_matrix.CELLS.index(cell) % 3
     t = fault_matrix.run_trial(cell, transport, victim, n=4, at=10, trial_timeout=60,
                                env_extra={"COLLCOMM_TIMEOUT": "3",
-                                          "COLLCOMM_HEARTBEAT_TIMEOUT": "2"})
+                                          "COLLCOMM_HEARTBEAT_TIMEOUT": "2",
+                                          # the dumps: not in /tmp/collcomm-fr-<job>
+                                          "COLLCOMM_FR_DIR": str(tmp_path / "fr")})
     detail = "\n".join(t["stderr_tail"])
     assert not t["hung"] and t["faulted"], detail
     assert t["named"] == victim, (t["named_how"], detail)
@@ -158,6 +160,7 @@ def test_traceback_trimmed_and_printed_once(tmp_path):
     # COLLCOMM_DEBUG=1: the full trace, collcomm's frames included
     env = _env()
     env["COLLCOMM_DEBUG"] = "1"
+    env["COLLCOMM_FR_DIR"] = str(tmp_path / "fr")   # the dumps: not in /tmp/collcomm-fr-<job>
     res = subprocess.run([sys.executable, "-m", "collcomm", "run", "-n", "3", "--grace", "1", prog],
                          env=env, capture_output=True, text=True, timeout=60)
     assert res.returncode == 1 and "collcomm/core/" in res.stderr

@@ -85,8 +85,9 @@ def test_plain_python_is_a_world_of_one(prog):
 @pytest.mark.timeout(90)
 def test_collcomm_run_uncaught_exception_ends_the_job(prog):
     start = time.monotonic()
+    fr = os.path.join(os.path.dirname(prog), "fr")   # the dumps: not in /tmp/collcomm-fr-<job>
     res = subprocess.run([sys.executable, "-m", "collcomm", "run", "-n", "3", prog, "raise"], capture_output=True,
-                         text=True, timeout=80, env=_clean_env())
+                         text=True, timeout=80, env=_clean_env(COLLCOMM_FR_DIR=fr))
     elapsed = time.monotonic() - start
     out = res.stdout + res.stderr
     assert res.returncode != 0 and "rank 1 gives up" in out, out[-3000:]
@@ -161,7 +162,9 @@ def test_mpiexec(prog):
     assert _results(res.stdout, 3) == [f"RESULT {r} 3 6 [2, 2, 2] {{'me': {r}}}" for r in range(3)]
     _no_rendezvous_file_left(res.stdout)
     start = time.monotonic()
-    res = subprocess.run(base + ["raise"], capture_output=True, text=True, timeout=60, env=_clean_env())
+    fr = os.path.join(os.path.dirname(prog), "fr")   # the dumps: not in /tmp/collcomm-fr-<job>
+    res = subprocess.run(base + ["raise"], capture_output=True, text=True, timeout=60,
+                         env=_clean_env(COLLCOMM_FR_DIR=fr))
     assert res.returncode != 0 and "rank 1 gives up" in res.stdout + res.stderr
     assert "DONE" not in res.stdout and time.monotonic() - start < 40
     # the job met in a file (/tmp/collcomm-rdzv-<job>): the aborting rank removes it, as

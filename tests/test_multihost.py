@@ -147,7 +147,8 @@ def _start(cluster: netns.Cluster, tmp: Path, prog: str, extra_env: dict[str, st
     token = secrets.token_hex(16)
     env = _env()
     env.update({"COLLCOMM_TOKEN": token, "COLLCOMM_HEARTBEAT_TIMEOUT": str(HEARTBEAT_S),
-                **extra_env})
+                # the dumps of a failed job (one folder, as by default): not in /tmp
+                "COLLCOMM_FR_DIR": str(tmp / "fr"), **extra_env})
     env.pop("COLLCOMM_HOST_ID", None)
     env.pop("COLLCOMM_TRANSPORT", None)
     procs = []

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import shutil
 import tempfile
 import time
 from typing import Any, Callable
@@ -340,14 +341,14 @@ def every_call(how: str, path: str) -> dict:
             dist.barrier(group=gloo)
             continue
         c.same(f"{name} (collcomm vs gloo)", mine, theirs)
-    _only_collcomm(dist, c, r, n)
+    _only_collcomm(dist, c, r, n, os.path.join(os.path.dirname(path), "timed-out"))
     _sub_groups(dist, c, r, n, gloo)
     _errors(dist, c, r, n)
     dist.destroy_process_group()
     return {"bad": c.bad, "gloo_lacks": c.gloo_lacks, "checks": c.count}
 
 
-def _only_collcomm(dist: Any, c: Checks, r: int, n: int) -> None:
+def _only_collcomm(dist: Any, c: Checks, r: int, n: int, timed_out: str) -> None:
     """What gloo has not: AVG, PREMUL_SUM, reduce leaving inputs alone, uneven all_gather,
     strided tensors (gloo reads a strided tensor's storage as if it were contiguous),
     Work.wait(timeout) that times out and later succeeds, monitored_barrier."""
@@ -397,8 +398,10 @@ def _only_collcomm(dist: Any, c: Checks, r: int, n: int) -> None:
            [torch.full((2,), float(p)) for p in range(n)])
     if n > 1:
         t = torch.ones(4)
-        if r == 1:
-            time.sleep(1.0)
+        if r == 1:   # asleep until rank 0's wait timed out (1 s at most)
+            deadline = time.monotonic() + 1.0
+            while not os.path.exists(timed_out) and time.monotonic() < deadline:
+                time.sleep(0.01)
         w = dist.all_reduce(t, async_op=True)
         if r == 0:
             try:
@@ -406,6 +409,7 @@ def _only_collcomm(dist: Any, c: Checks, r: int, n: int) -> None:
                 c.bad.append("Work.wait(0.1 s) returned while rank 1 was still asleep")
             except dist.DistBackendError as exc:
                 c.true(f"Work.wait timeout is a TimeoutError: {exc!r}", isinstance(exc, TimeoutError))
+            open(timed_out, "w").close()
         c.true("Work.wait() after a timed-out wait", w.wait() and torch.equal(t, torch.full((4,), float(n))))
     if n > 1 and r < 2:      # a receive into another dtype is refused, not reinterpreted
         if r == 0:
@@ -487,8 +491,12 @@ def _check(res: list[dict]) -> None:
     (1, "shm", "env"), (2, "tcp", "tcp"), (3, "tcp", "device-map"), (4, "shm", "file"),
 ])
 def test_every_call_against_gloo(n: int, transport: str, how: str) -> None:
-    path = os.path.join(tempfile.mkdtemp(prefix="collcomm-torch-"), "rdzv")
-    res = run_ranks(every_call, n, how, path, init=False, transport=transport, timeout=140)
+    folder = tempfile.mkdtemp(prefix="collcomm-torch-")
+    try:
+        res = run_ranks(every_call, n, how, os.path.join(folder, "rdzv"), init=False,
+                        transport=transport, timeout=140)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     _check(res)
     # gloo lacks nothing we compare with it, except (some versions) reduce_scatter, and
     # all_gather_coalesced unless there are as many inputs as ranks (closed form: below)
