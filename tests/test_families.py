@@ -71,12 +71,14 @@ KNOWN_BUGS: list[tuple[Callable[[str, int, str, str, str], bool], str]] = []
 
 
 def data(rank: int, count: int, dtype: Any, salt: int = 0) -> np.ndarray:
-    """Small integer values, different per rank (|x| <= 3 so products stay small).
-
-    The formula is ``(arange(count) * 7 + rank * 13 + salt * 5) % 7 - 3``; ``i * 7`` adds
-    nothing modulo 7, so every element is the same: computed as such, as it was a third of
-    a rank's time (test_data_formula checks it is the same array)."""
-    return np.full(count, (rank * 13 + salt * 5) % 7 - 3, dtype=dtype)
+    """Small integer values (|x| <= 3 so products stay small), different per rank and along
+    the vector, so a block or chunk moved to the wrong place shows: element i is
+    ``(i + rank * 13 + salt * 5) % 7 - 3``, made by repeating its 7-value cycle (the
+    modulo over a whole large vector was a third of a rank's time); test_data_formula
+    checks it against the formula."""
+    start = (rank * 13 + salt * 5) % 7
+    cycle = (np.arange(start, start + 7) % 7 - 3).astype(dtype)
+    return np.resize(cycle, count) if count else np.empty(0, dtype=dtype)
 
 
 @functools.lru_cache(maxsize=32)
@@ -701,16 +703,17 @@ def _rank_main(mode: str, only: tuple[str, ...] | None = None) -> dict[str, Any]
 # ---------------------------------------------------------------------- the pytest side
 
 def test_data_formula():
-    """data() is the formula it always was, computed the short way."""
+    """data() is its formula, computed the short way, and varies along the vector."""
     for rank in range(6):
         for salt in (0, 1, 4, 9):
             for count in (0, 1, 7, 1001):
                 for dtype in DTYPES:
-                    x = (np.arange(count, dtype=np.int64) * 7 + rank * 13 + salt * 5) % 7 - 3
+                    x = (np.arange(count, dtype=np.int64) + rank * 13 + salt * 5) % 7 - 3
                     want = np.ascontiguousarray(x.astype(dtype))
                     got = data(rank, count, dtype, salt)
                     assert got.dtype == want.dtype and np.array_equal(got, want)
                     assert got.flags.writeable and got.flags.c_contiguous
+                    assert count < 7 or len(set(got.tolist())) == 7
 
 
 _JOBS: dict[tuple[str, str], Any] = {}
