@@ -440,7 +440,7 @@ def test_nonblocking_both_native() -> None:
     res = run_ranks(_nonblocking, 2, transport="shm", timeout=50)
     assert res[0]["native"] and res[1]["native"]
     _check_nonblocking(res)
-    assert res[0]["exchange0"][4] == ["Sent", "Deferred"], res[0]["exchange0"]
+    assert res[0]["exchange0"][4] == ["SentWork", "RecvWork"], res[0]["exchange0"]
     sends, recvs = res[1]["counts"]
     assert sends >= 1000, res[1]["counts"]     # the burst went native until the ring was full
 
@@ -473,7 +473,7 @@ def test_peer_death_while_deferred_irecv_waits(tmp_path) -> None:
     assert outcomes[1].exitcode == -9
     assert outcomes[0].ok, outcomes[0].error
     kind, name, text, when = outcomes[0].value
-    assert kind == "Deferred"
+    assert kind == "RecvWork"
     assert name == "PeerLostError" and text.startswith("irecv from global rank 1 on"), (name, text)
     assert "died" in text, text
     assert when - float(open(stamp).read()) < 5.0
