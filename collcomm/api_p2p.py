@@ -8,7 +8,9 @@ point-to-point entry (:func:`collcomm.core.p2p.native`), after every argument ch
 which writes the flight recorder's record in C; when it declines, the call goes through the group's
 engine like ``isend``/``irecv``, whose handles are :class:`P2PWork`. ``isend``, ``irecv``
 and ``batch_isend_irecv`` use the native entry too: a send done at once (a completed
-handle), a receive deferred to its ``wait()`` (core/p2p.py ``Deferred``). Errors carry the
+handle), a receive deferred to its ``wait()`` (core/p2p.py ``Deferred``); their works are
+in api_p2p_work.py, and a batch on the world group starts in one C call
+(``P2P.batch``). Errors carry the
 call, the peer and the group (``isend to global rank 1 on group 'WORLD' ...``), and a
 receive of a different byte count than its buffer's is a
 :class:`~collcomm.errors.MismatchError`.
@@ -26,7 +28,7 @@ from .core import p2p as core_p2p
 from .core import runtime
 from .core.group import ProcessGroup
 from .core.tags import MAX_USER_TAG
-from .api_p2p_work import P2PWork, _p2p_context, _size_error, start_native
+from .api_p2p_work import P2PWork, RecvWork, SentWork, _p2p_context, _size_error, start_native
 from .errors import CollcommError, InvalidArgumentError, with_context
 from .transport.base import Handle, Status
 
@@ -34,6 +36,7 @@ __all__ = ["P2POp", "P2PWork", "batch_isend_irecv", "irecv", "isend", "recv", "s
 
 
 _p2p_sig = signature.p2p      # (cached per dtype)
+_SIGS = signature._P2P        # (its cache, which P2P.batch reads)
 
 
 def _isend(tensor: Any, dst: int | None, group: Any, tag: int, group_dst: int | None,
@@ -223,7 +226,20 @@ def _native_batch(ops: list[P2POp] | tuple[P2POp, ...]) -> list[P2PWork] | None:
     (``_native`` checks each as the regular path would, so none of them can be refused):
     each send done at once natively, each receive deferred to its wait (the regular path
     for one C declines); None having started nothing when any op is not such (or the
-    list is no list of P2POp: the regular path raises)."""
+    list is no list of P2POp: the regular path raises). On the world group the whole
+    batch is one C call (``P2P.batch``, native/_p2p_batch.c: the same checks, works,
+    records and order) when it takes it: it starts the ops up to the first send it cannot
+    write, the rest start here one by one."""
+    g = runtime._world
+    f = None if g is None else getattr(g, "_p2p_native", False)
+    if f is False:
+        f = core_p2p.native(g)      # (made on first use)
+    if f is not None:
+        works = f.batch(ops, P2POp, irecv, np.ndarray, _SIGS, SentWork, RecvWork, g,
+                        g.observer is not None)
+        if works is not None:        # every op checked: on the world, local rank = global
+            works.extend(_start(f, g, p.peer, p) for p in ops[len(works):])
+            return works
     if type(ops) is not list and type(ops) is not tuple:
         return None
     fast = []
@@ -234,13 +250,14 @@ def _native_batch(ops: list[P2POp] | tuple[P2POp, ...]) -> list[P2PWork] | None:
         if nat is None:
             return None
         fast.append(nat)
-    works = []
-    for p, (f, g, local) in zip(ops, fast):
-        arr, recv = p.tensor, p.op is irecv
-        w = start_native(f, g, local, recv, arr, p.tag, _p2p_sig(arr.dtype))
-        if w is None:
-            name = "irecv" if recv else "isend"
-            buf = (as_output if recv else as_input)(arr, "batch_isend_irecv", g.describe(), "tensor")
-            w = _regular(name, g, buf, local, p.tag)
-        works.append(w)
-    return works or None
+    return [_start(f, g, local, p) for p, (f, g, local) in zip(ops, fast)] or None
+
+
+def _start(f: Any, g: ProcessGroup, local: int, p: P2POp) -> P2PWork:
+    """One op of a checked batch: natively, else (C declined it) on the regular path."""
+    arr, recv = p.tensor, p.op is irecv
+    w = start_native(f, g, local, recv, arr, p.tag, _p2p_sig(arr.dtype))
+    if w is None:
+        buf = (as_output if recv else as_input)(arr, "batch_isend_irecv", g.describe(), "tensor")
+        w = _regular("irecv" if recv else "isend", g, buf, local, p.tag)
+    return w

@@ -391,7 +391,13 @@ def _nonblocking() -> dict:
         entered = [fields(x) for x in records()[-2:]]
         w_s.wait()
         w_r.wait()
-        out[f"records{paused}"] = (entered, [fields(x) for x in records()[-2:]])
+        done = [fields(x) for x in records()[-2:]]
+        ws = dist.batch_isend_irecv([dist.P2POp(dist.isend, s, other, tag=23),
+                                     dist.P2POp(dist.irecv, r, other, tag=23)])
+        b_entered = [fields(x) for x in records()[-2:]]
+        for w in ws:
+            w.wait()
+        out[f"records{paused}"] = (entered, done, b_entered, [fields(x) for x in records()[-2:]])
     if f is not None:
         f.paused = 0
         out["counts"] = (f.sends, f.recvs)
@@ -404,7 +410,11 @@ def _check_nonblocking(res: list) -> None:
         for paused in (0, 1):
             rr, src, dst, r2, kinds = r[f"exchange{paused}"]
             assert rr == [1 - rank, 11 - rank] and src == dst == 1 - rank and r2 == rr, r
-            entered, done = r[f"records{paused}"]
+            entered, done, b_entered, b_done = r[f"records{paused}"]
+            for a, b in ((b_entered, entered), (b_done, done)):   # a batch: the same records
+                assert [x[:3] for x in a] == [x[:3] for x in b], (a, b)
+                assert all(x[3].split(":")[0].endswith("test_p2p_native.py") for x in a), a
+            assert all(x[4] for x in b_done), b_done
             if entered:
                 assert [e[:3] for e in entered] == [("isend", 1 - rank, "entered"),
                                                     ("irecv", 1 - rank, "entered")], entered

@@ -173,7 +173,8 @@ class Deferred(Handle):
     (``waiting``: ``Engine.begin_native``/``end_native``), receives natively (``own``: the
     receives deferred after it do not stop it; those posted before it, and the early
     messages, do, as for any native receive); when C declines, it is posted then, before
-    anything later. Another thread that must post meanwhile stops that native wait (C's
+    anything later. First in line already and the line's mutex free, those three steps are
+    one C call (``P2P.own``, native/_p2p_own.c). Another thread that must post meanwhile stops that native wait (C's
     ``steal``) and waits for it to end, so no later receive is ever posted, nor a message
     polled into the engine matched by one, before it. ``test()`` tries the same
     without waiting (it stays deferred while nothing came). A wait with a timeout or under

@@ -43,9 +43,41 @@ static int own_names(void)
     return 0;
 }
 
-/* Release the mutex, keeping a pending exception. */
+/* The engine's mutex tried (1 taken, 0 busy, -1 error), taken (waiting for it: 0, -1),
+ * released (keeping a pending exception); directly where it is a plain _thread.lock (see
+ * p2p_try in _p2p.c), else through its methods. */
+static int own_try(PyObject *mutex)
+{
+    if (p2p_lock_type != NULL && Py_TYPE(mutex) == p2p_lock_type) {
+        P2PLock *l = (P2PLock *)mutex;
+        if (!PyThread_acquire_lock(l->lock_lock, NOWAIT_LOCK))
+            return 0;
+        l->locked = 1;
+        return 1;
+    }
+    PyObject *got = PyObject_CallMethodOneArg(mutex, s_own_acquire, Py_False);
+    int v = got == NULL ? -1 : PyObject_IsTrue(got);
+    Py_XDECREF(got);
+    return v;
+}
+
+static int own_acquire(PyObject *mutex)
+{
+    int got = own_try(mutex);
+    if (got != 0)
+        return got < 0 ? -1 : 0;
+    PyObject *r = PyObject_CallMethodNoArgs(mutex, s_own_acquire);   /* (the GIL released) */
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
 static void own_release(PyObject *mutex)
 {
+    if (p2p_lock_type != NULL && Py_TYPE(mutex) == p2p_lock_type && ((P2PLock *)mutex)->locked) {
+        ((P2PLock *)mutex)->locked = 0;
+        PyThread_release_lock(((P2PLock *)mutex)->lock_lock);
+        return;
+    }
     PyObject *t, *v, *tb;
     PyErr_Fetch(&t, &v, &tb);
     PyObject *r = PyObject_CallMethodNoArgs(mutex, s_own_release);
@@ -118,14 +150,12 @@ static PyObject *P2P_own(P2P *s, PyObject *d)
         Py_RETURN_FALSE;
     PyObject *held = PyObject_GetAttr(s->engine, s_own_deferred);
     PyObject *mutex = held == NULL ? NULL : PyObject_GetAttr(s->engine, s_own_mutex);
-    PyObject *result = NULL, *got = NULL;
+    PyObject *result = NULL;
     if (mutex == NULL)
         goto done;
-    got = PyObject_CallMethodOneArg(mutex, s_own_acquire, Py_False);
-    if (got == NULL)
-        goto done;
-    if (got != Py_True) {
-        result = Py_NewRef(Py_False);
+    int got = own_try(mutex);
+    if (got <= 0) {
+        result = got < 0 ? NULL : Py_NewRef(Py_False);
         goto done;
     }
     int begun = own_begin(held, d);
@@ -144,12 +174,10 @@ static PyObject *P2P_own(P2P *s, PyObject *d)
         Py_XDECREF(args[i]);
     if (n == NULL)
         goto done;                    /* still first in line and waiting: the caller ends it */
-    PyObject *again = PyObject_CallMethodNoArgs(mutex, s_own_acquire);
-    if (again == NULL) {
+    if (own_acquire(mutex) < 0) {
         Py_DECREF(n);
         goto done;
     }
-    Py_DECREF(again);
     int bad = own_end(s, held, d, n == Py_None);
     own_release(mutex);
     if (bad)
@@ -157,7 +185,6 @@ static PyObject *P2P_own(P2P *s, PyObject *d)
     else
         result = n;
 done:
-    Py_XDECREF(got);
     Py_XDECREF(mutex);
     Py_XDECREF(held);
     return result;
