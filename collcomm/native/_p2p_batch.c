@@ -39,6 +39,7 @@ static int batch_names(void)
 typedef struct {
     PyObject *arr, *sig, *tag;    /* strong references */
     Pipe *pipe;                   /* borrowed from s->pipes */
+    uint64_t wire_tag, wire_sig;
     long local;
     int recv, has_buf;
     Py_buffer buf;
@@ -65,7 +66,12 @@ static int batch_check(P2P *s, PyObject *p, PyObject *irecv, PyObject *ndarray, 
     PyObject *dtype = fit ? PyObject_GetAttr(arr, s_b_dtype) : NULL;
     PyObject *sig = dtype == NULL ? NULL : PyDict_GetItemWithError(sigs, dtype);
     Py_XDECREF(dtype);
-    fit = sig != NULL && PyLong_Check(sig) && p2p_buffer(arr, &o->buf, o->recv) == 0;
+    if (sig != NULL && PyLong_Check(sig)) {
+        o->wire_tag = p2p_tag(s, tag);
+        o->wire_sig = PyLong_AsUnsignedLongLong(sig);
+    }
+    fit = sig != NULL && PyLong_Check(sig) && !PyErr_Occurred() &&
+          p2p_buffer(arr, &o->buf, o->recv) == 0;
     if (fit) {
         o->has_buf = 1;
         o->arr = Py_NewRef(arr);
@@ -113,15 +119,18 @@ static PyObject *P2P_batch(P2P *s, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     held = PyObject_GetAttr(s->engine, s_own_deferred);
-    works = held == NULL || !PyList_Check(held) ? NULL : PyList_New(0);
+    if (held != NULL && !PyList_Check(held)) {
+        works = Py_NewRef(Py_None);
+        goto done;
+    }
+    works = held == NULL ? NULL : PyList_New(0);
     for (Py_ssize_t i = 0; i < n && works != NULL; i++) {
         BatchOp *b = &o[i];
         PyObject *w = NULL, *rec = Py_None, *peer = PyLong_FromLong(b->pipe->peer);
         if (peer == NULL)
             goto fail;
         if (!b->recv) {
-            int wrote = p2p_write(s, b->pipe, &b->buf, p2p_tag(s, b->tag),
-                                  PyLong_AsUnsignedLongLong(b->sig));
+            int wrote = p2p_write(s, b->pipe, &b->buf, b->wire_tag, b->wire_sig);
             if (wrote <= 0) {         /* the rest op by op (the caller), or the error */
                 Py_DECREF(peer);
                 if (wrote < 0)
