@@ -47,7 +47,8 @@ if sys.platform.startswith("linux"):
                  "collcomm/native/_fastcall.c", "collcomm/native/_fastcall_lists.c",
                  "collcomm/native/_fastcall_ops.c", "collcomm/native/_fastcall_type.c",
                  "collcomm/native/_p2p.c", "collcomm/native/_p2p_engine.c",
-                 "collcomm/native/_p2p_calls.c", "collcomm/native/_p2p_type.c"],
+                 "collcomm/native/_p2p_calls.c", "collcomm/native/_p2p_type.c",
+                 "collcomm/native/_p2p_own.c", "collcomm/native/_p2p_batch.c"],
         # no fused multiply-add: results must match numpy's bit for bit
         extra_compile_args=["-O3", "-ffp-contract=off", "-fno-fast-math"],
         optional=True,

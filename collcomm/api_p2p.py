@@ -8,7 +8,9 @@ point-to-point entry (:func:`collcomm.core.p2p.native`), after every argument ch
 which writes the flight recorder's record in C; when it declines, the call goes through the group's
 engine like ``isend``/``irecv``, whose handles are :class:`P2PWork`. ``isend``, ``irecv``
 and ``batch_isend_irecv`` use the native entry too: a send done at once (a completed
-handle), a receive deferred to its ``wait()`` (core/p2p.py ``Deferred``). Errors carry the
+handle), a receive deferred to its ``wait()`` (core/p2p.py ``Deferred``); their works are
+in api_p2p_work.py, and a batch on the world group starts in one C call
+(``P2P.batch``). Errors carry the
 call, the peer and the group (``isend to global rank 1 on group 'WORLD' ...``), and a
 receive of a different byte count than its buffer's is a
 :class:`~collcomm.errors.MismatchError`.
@@ -26,92 +28,15 @@ from .core import p2p as core_p2p
 from .core import runtime
 from .core.group import ProcessGroup
 from .core.tags import MAX_USER_TAG
-from .errors import CollcommError, InvalidArgumentError, MismatchError, with_context
+from .api_p2p_work import P2PWork, RecvWork, SentWork, _p2p_context, _size_error, start_native
+from .errors import CollcommError, InvalidArgumentError, with_context
 from .transport.base import Handle, Status
 
 __all__ = ["P2POp", "P2PWork", "batch_isend_irecv", "irecv", "isend", "recv", "send"]
 
 
-def _p2p_context(name: str, g: ProcessGroup, peer: int | None) -> str:
-    """What an error of a point-to-point call is prefixed with (``peer``: global, None = any)."""
-    who = "any rank" if peer is None else f"global rank {peer}"
-    return f"{name} {'to' if name == 'isend' else 'from'} {who} on {g.describe()}"
-
-
-def _size_error(context: str, status: Status, buf: Buf) -> MismatchError:
-    return MismatchError(f"{context}: received {status.nbytes} bytes, expected "
-                         f"{buf.arr.nbytes} ({buf.describe()}); sizes must match")
-
-
-class P2PWork:
-    """The handle of an ``isend``/``irecv``: ``wait()``, ``is_completed()``, ``source_rank()``."""
-
-    def __init__(self, name: str, handle: Handle, g: ProcessGroup, buf: Buf | np.ndarray,
-                 peer: int | None) -> None:
-        self.name = name
-        self._handle = handle
-        self._group = g
-        self._buf = buf          # keeps the (possibly copied) payload alive until done
-        self._peer = peer        # global rank, None = any
-        self._status: Status | None = None
-        self._exc: BaseException | None = None
-
-    def _size_error(self, status: Status) -> MismatchError:
-        buf = self._buf
-        if type(buf) is np.ndarray:     # (a native call's: its Buf made only for the error)
-            buf = as_output(buf, "irecv", self._group.describe(), "tensor")
-        return _size_error(self._context(), status, buf)
-
-    def _context(self) -> str:
-        return _p2p_context(self.name, self._group, self._peer)
-
-    def wait(self, timeout: float | None = None) -> bool:
-        if self._exc is not None:
-            raise self._exc
-        if self._status is None:
-            try:
-                status = self._handle.wait(timeout)
-            except CollcommError as exc:
-                if timeout is not None and type(exc).__name__ == "CommTimeoutError":
-                    raise with_context(exc, self._context()) from exc  # retryable: keep handle
-                self._exc = with_context(exc, self._context())
-                raise self._exc from exc
-            if self.name == "irecv" and status.nbytes != (
-                    self._buf.nbytes if type(self._buf) is np.ndarray else self._buf.arr.nbytes):
-                self._exc = self._size_error(status)
-                raise self._exc
-            self._status = status
-        return True
-
-    def is_completed(self) -> bool:
-        if self._status is not None or self._exc is not None:
-            return True
-        try:
-            done = self._handle.test()
-        except CollcommError:
-            return True
-        return done
-
-    def is_success(self) -> bool:
-        return self._status is not None
-
-    def exception(self) -> BaseException | None:
-        return self._exc
-
-    def source_rank(self) -> int:
-        """The global rank the message came from (irecv) or went to (isend); waits first."""
-        self.wait()
-        assert self._status is not None
-        return self._status.source
-
-    def result(self) -> list[Any]:
-        self.wait()
-        return []
-
-
-
-
 _p2p_sig = signature.p2p      # (cached per dtype)
+_SIGS = signature._P2P        # (its cache, which P2P.batch reads)
 
 
 def _isend(tensor: Any, dst: int | None, group: Any, tag: int, group_dst: int | None,
@@ -165,16 +90,6 @@ def _native(tensor: Any, peer: Any, group: Any, tag: Any, group_peer: Any,
     return f, g, local
 
 
-def _start_native(f: Any, g: ProcessGroup, name: str, arr: np.ndarray, local: int, tag: int) -> Any:
-    """``name`` ("isend" / "irecv") of ``arr`` with local rank ``local`` through the native
-    entry ``f``: a send done at once, a receive deferred to its wait (core/p2p.py); None
-    having done nothing (the caller takes the regular path)."""
-    sig, record = _p2p_sig(arr.dtype), g.observer is not None
-    if name == "isend":
-        return core_p2p.native_isend(f, g, arr, local, tag, sig, record)
-    return core_p2p.defer(f, g, arr, local, tag, MAX_USER_TAG, sig, record)
-
-
 def isend(tensor: Any, dst: int | None = None, group: Any = None, tag: int = 0,
           group_dst: int | None = None) -> P2PWork:
     """Start sending ``tensor`` to global rank ``dst``; returns a handle with ``wait()``.
@@ -184,10 +99,9 @@ def isend(tensor: Any, dst: int | None = None, group: Any = None, tag: int = 0,
     path's is after a shared-memory send)."""
     fast = _native(tensor, dst, group, tag, group_dst, False, "isend")
     if fast is not None:
-        f, g, local = fast
-        h = _start_native(f, g, "isend", tensor, local, tag)
-        if h is not None:
-            return P2PWork("isend", h, g, tensor, dst)
+        w = start_native(*fast, False, tensor, tag, _p2p_sig(tensor.dtype))
+        if w is not None:
+            return w
     h, g, buf, peer = _isend(tensor, dst, group, tag, group_dst, "isend")
     return P2PWork("isend", h, g, buf, g.to_global(peer))
 
@@ -200,10 +114,9 @@ def irecv(tensor: Any, src: int | None = None, group: Any = None, tag: int = 0,
     receives natively when it can (core/p2p.py ``Deferred``: still matched in posting order)."""
     fast = _native(tensor, src, group, tag, group_src, True, "irecv")
     if fast is not None:
-        f, g, local = fast
-        h = _start_native(f, g, "irecv", tensor, local, tag)
-        if h is not None:
-            return P2PWork("irecv", h, g, tensor, src)
+        w = start_native(*fast, True, tensor, tag, _p2p_sig(tensor.dtype))
+        if w is not None:
+            return w
     h, g, buf, peer = _irecv(tensor, src, group, tag, group_src, "irecv")
     return P2PWork("irecv", h, g, buf, None if peer is None else g.to_global(peer))
 
@@ -273,12 +186,12 @@ class P2POp:
 
 def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[P2PWork]:
     """Start every op of the list (all validated first); returns their handles in order."""
-    if not isinstance(p2p_op_list, (list, tuple)) or not all(isinstance(p, P2POp) for p in p2p_op_list):
-        raise InvalidArgumentError(
-            f"batch_isend_irecv: expected a list of P2POp, got {p2p_op_list!r:.200}")
     works = _native_batch(p2p_op_list)
     if works is not None:
         return works
+    if not isinstance(p2p_op_list, (list, tuple)) or not all(isinstance(p, P2POp) for p in p2p_op_list):
+        raise InvalidArgumentError(
+            f"batch_isend_irecv: expected a list of P2POp, got {p2p_op_list!r:.200}")
     prepared = []
     for i, p in enumerate(p2p_op_list):
         name = p.op.__name__
@@ -290,43 +203,61 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[P2PWork]:
         prepared.append((name, g, buf, peer, p.tag))
     works = []
     for name, g, buf, peer, tag in prepared:
-        h = None
+        w = None
         if isinstance(buf.dtype, np.dtype) and buf.dtype.kind in "biufc" and peer != g.rank:
             f = core_p2p.native(g)
             if f is not None:
-                h = _start_native(f, g, name, buf.arr, peer, tag)
-        if h is None:
-            if name == "isend":
-                h = g.p2p_isend(buf.arr, peer, tag, _p2p_sig(buf.dtype))
-            else:
-                h = g.p2p_irecv(buf.arr, peer, tag, _p2p_sig(buf.dtype))
-        works.append(P2PWork(name, h, g, buf, g.to_global(peer)))
+                w = start_native(f, g, peer, name == "irecv", buf.arr, tag, _p2p_sig(buf.dtype))
+        works.append(w if w is not None else _regular(name, g, buf, peer, tag))
     return works
+
+
+def _regular(name: str, g: ProcessGroup, buf: Buf, peer: int, tag: int) -> P2PWork:
+    """An op of ``batch_isend_irecv`` started on the regular path (its checks made)."""
+    if name == "isend":
+        h = g.p2p_isend(buf.arr, peer, tag, _p2p_sig(buf.dtype))
+    else:
+        h = g.p2p_irecv(buf.arr, peer, tag, _p2p_sig(buf.dtype))
+    return P2PWork(name, h, g, buf, g.to_global(peer))
 
 
 def _native_batch(ops: list[P2POp] | tuple[P2POp, ...]) -> list[P2PWork] | None:
     """``batch_isend_irecv`` when every op is a plain array to or from a rank of this host
     (``_native`` checks each as the regular path would, so none of them can be refused):
     each send done at once natively, each receive deferred to its wait (the regular path
-    for one C declines); None having started nothing when any op is not such."""
+    for one C declines); None having started nothing when any op is not such (or the
+    list is no list of P2POp: the regular path raises). On the world group the whole
+    batch is one C call (``P2P.batch``, native/_p2p_batch.c: the same checks, works,
+    records and order) when it takes it: it starts the ops up to the first send it cannot
+    write, the rest start here one by one."""
+    g = runtime._world
+    f = None if g is None else getattr(g, "_p2p_native", False)
+    if f is False:
+        f = core_p2p.native(g)      # (made on first use)
+    if f is not None:
+        works = f.batch(ops, P2POp, irecv, np.ndarray, _SIGS, SentWork, RecvWork, g,
+                        g.observer is not None)
+        if works is not None:        # every op checked: on the world, local rank = global
+            works.extend(_start(f, g, p.peer, p) for p in ops[len(works):])
+            return works
+    if type(ops) is not list and type(ops) is not tuple:
+        return None
     fast = []
     for p in ops:
-        recv = p.op is irecv
-        nat = _native(p.tensor, p.peer, p.group, p.tag, p.group_peer, recv, "batch_isend_irecv")
+        if type(p) is not P2POp:
+            return None
+        nat = _native(p.tensor, p.peer, p.group, p.tag, p.group_peer, p.op is irecv, "batch_isend_irecv")
         if nat is None:
             return None
         fast.append(nat)
-    works = []
-    for p, (f, g, local) in zip(ops, fast):
-        arr = p.tensor
-        name = p.op.__name__
-        h = _start_native(f, g, name, arr, local, p.tag)
-        if h is None and name == "irecv":
-            buf = as_output(arr, "batch_isend_irecv", g.describe(), "tensor")
-            h = g.p2p_irecv(buf.arr, local, p.tag, _p2p_sig(arr.dtype))
-        elif h is None:
-            buf = as_input(arr, "batch_isend_irecv", g.describe(), "tensor")
-            h = g.p2p_isend(buf.arr, local, p.tag, _p2p_sig(arr.dtype))
-            arr = buf        # (the handle keeps the Buf it sent, as the regular path's does)
-        works.append(P2PWork(name, h, g, arr, p.peer))
-    return works
+    return [_start(f, g, local, p) for p, (f, g, local) in zip(ops, fast)] or None
+
+
+def _start(f: Any, g: ProcessGroup, local: int, p: P2POp) -> P2PWork:
+    """One op of a checked batch: natively, else (C declined it) on the regular path."""
+    arr, recv = p.tensor, p.op is irecv
+    w = start_native(f, g, local, recv, arr, p.tag, _p2p_sig(arr.dtype))
+    if w is None:
+        buf = (as_output if recv else as_input)(arr, "batch_isend_irecv", g.describe(), "tensor")
+        w = _regular("irecv" if recv else "isend", g, buf, local, p.tag)
+    return w

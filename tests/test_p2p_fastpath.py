@@ -14,6 +14,7 @@ import time
 import numpy as np
 import pytest
 
+from collcomm import native
 from collcomm.transport.engine import Engine
 from tests.harness import run_ranks
 
@@ -101,3 +102,101 @@ def test_send_recv_errors_read_as_the_work_handles_do() -> None:
     assert "irecv from global rank 0 on" in size_recv and "sizes must match" in size_recv
     assert time_recv == time_work
     assert time_recv.startswith("CommTimeoutError: irecv from global rank 0 on")
+
+
+def _native_works() -> dict:
+    import collcomm as dist
+    from collcomm.core import p2p, runtime
+    from collcomm.errors import CollcommError
+
+    me, other = dist.get_rank(), 1 - dist.get_rank()
+    g = runtime.get_world("test")
+    f, eng = p2p.native(g), g.transport
+    ch = eng.channels[other]
+    out: dict = {}
+    s, r = np.array([me, 10 + me], np.int32), np.zeros(2, np.int32)
+    ws = dist.batch_isend_irecv([dist.P2POp(dist.isend, s, other, tag=3),
+                                 dist.P2POp(dist.irecv, r, other, tag=3)])
+    before = [(w.is_success(), w.exception()) for w in ws]
+    recvs = f.recvs
+    for w in ws:
+        w.wait()
+    out["batch"] = (before, [(w.is_success(), w.is_completed(), w.source_rank()) for w in ws],
+                    r.tolist(), f.recvs - recvs, list(eng._deferred),
+                    [type(w).__name__ for w in ws])
+    # every lock the native calls took is free again; a held one makes them decline
+    out["locks"] = [lk.locked() for lk in (ch.send_lock, ch.poll_lock, eng._defer_mutex)]
+    ch.send_lock.acquire()
+    out["busy send"] = f.send(s, other, 9, 0)
+    ch.send_lock.release()
+    dist.barrier()
+    if me == 0:
+        d = dist.irecv(np.zeros(1, np.int64), other, tag=4)
+        eng._defer_mutex.acquire()       # another thread posting: own() leaves it alone
+        out["own busy"] = (f.own(d), d.waiting, list(eng._deferred) == [d])
+        eng._defer_mutex.release()
+        dist.barrier()
+        d.wait()
+        # a wait under its own timeout (posted, the regular path); a size error is kept
+        w = dist.irecv(np.zeros(1, np.float64), other, tag=5)
+        try:
+            w.wait(timeout=0.2)
+        except CollcommError as exc:
+            out["timeout"] = f"{type(exc).__name__}: {str(exc).split(';')[0]}"
+        dist.barrier()
+        w = dist.irecv(np.zeros(3, np.float64), other, tag=6)
+        errs = []
+        for _ in range(2):
+            try:
+                w.wait()
+            except CollcommError as exc:
+                errs.append(exc)
+        out["size"] = (len(errs), errs[0] is errs[1], type(errs[0]).__name__, str(errs[0]),
+                       w.exception() is errs[0], w.is_success())
+    else:
+        dist.barrier()
+        dist.send(np.array([4], np.int64), other, tag=4)
+        dist.barrier()
+        dist.send(np.array([5.0]), other, tag=5)
+        dist.send(np.array([6.0]), other, tag=6)
+    # a batch of sends larger than the ring: C writes what fits, the rest goes op by op
+    # (the regular path waits for room), all in order
+    dist.barrier()
+    if me == 0:
+        sends = [np.full(8192, float(i), np.float32) for i in range(40)]
+        ws = dist.batch_isend_irecv([dist.P2POp(dist.isend, x, other, tag=12) for x in sends])
+        for w in ws:
+            w.wait()
+        kinds = [type(w).__name__ for w in ws]
+        out["overflow"] = (len(ws), kinds[0], "P2PWork" in kinds)
+    else:
+        time.sleep(0.2)
+        x = np.zeros(8192, np.float32)
+        ok = []
+        for i in range(40):
+            dist.recv(x, other, tag=12)
+            ok.append(bool((x == i).all()))
+        out["overflow"] = all(ok)
+    dist.barrier()
+    return out
+
+
+@pytest.mark.skipif(native.core is None, reason=f"native core: {native.reason}")
+def test_native_works_behave_as_the_regular_ones() -> None:
+    """batch_isend_irecv / irecv on the native path: a SentWork and a RecvWork (one object
+    per op), the receive done by one C call (``P2P.own``) that frees every lock it took."""
+    res = run_ranks(_native_works, 2, transport="shm", timeout=60)
+    for rank, out in enumerate(res):
+        before, after, got, native_recvs, held, kinds = out["batch"]
+        assert before == [(False, None), (False, None)], before
+        assert after == [(True, True, 1 - rank), (True, True, 1 - rank)], after
+        assert got == [1 - rank, 11 - rank] and native_recvs == 1 and held == [], out
+        assert kinds == ["SentWork", "RecvWork"], kinds
+        assert out["locks"] == [False, False, False] and out["busy send"] is None, out
+    r0 = res[0]
+    assert r0["own busy"] == (False, False, True), r0
+    assert r0["timeout"].startswith("CommTimeoutError: irecv from global rank 1 on"), r0
+    n, same, name, text, kept, ok = r0["size"]
+    assert (n, same, name, kept, ok) == (2, True, "MismatchError", True, False), r0
+    assert text.startswith("irecv from global rank 1 on") and "received 8 bytes, expected 24" in text
+    assert r0["overflow"] == (40, "SentWork", True) and res[1]["overflow"] is True, res

@@ -391,7 +391,13 @@ def _nonblocking() -> dict:
         entered = [fields(x) for x in records()[-2:]]
         w_s.wait()
         w_r.wait()
-        out[f"records{paused}"] = (entered, [fields(x) for x in records()[-2:]])
+        done = [fields(x) for x in records()[-2:]]
+        ws = dist.batch_isend_irecv([dist.P2POp(dist.isend, s, other, tag=23),
+                                     dist.P2POp(dist.irecv, r, other, tag=23)])
+        b_entered = [fields(x) for x in records()[-2:]]
+        for w in ws:
+            w.wait()
+        out[f"records{paused}"] = (entered, done, b_entered, [fields(x) for x in records()[-2:]])
     if f is not None:
         f.paused = 0
         out["counts"] = (f.sends, f.recvs)
@@ -404,7 +410,11 @@ def _check_nonblocking(res: list) -> None:
         for paused in (0, 1):
             rr, src, dst, r2, kinds = r[f"exchange{paused}"]
             assert rr == [1 - rank, 11 - rank] and src == dst == 1 - rank and r2 == rr, r
-            entered, done = r[f"records{paused}"]
+            entered, done, b_entered, b_done = r[f"records{paused}"]
+            for a, b in ((b_entered, entered), (b_done, done)):   # a batch: the same records
+                assert [x[:3] for x in a] == [x[:3] for x in b], (a, b)
+                assert all(x[3].split(":")[0].endswith("test_p2p_native.py") for x in a), a
+            assert all(x[4] for x in b_done), b_done
             if entered:
                 assert [e[:3] for e in entered] == [("isend", 1 - rank, "entered"),
                                                     ("irecv", 1 - rank, "entered")], entered
@@ -440,7 +450,7 @@ def test_nonblocking_both_native() -> None:
     res = run_ranks(_nonblocking, 2, transport="shm", timeout=50)
     assert res[0]["native"] and res[1]["native"]
     _check_nonblocking(res)
-    assert res[0]["exchange0"][4] == ["Sent", "Deferred"], res[0]["exchange0"]
+    assert res[0]["exchange0"][4] == ["SentWork", "RecvWork"], res[0]["exchange0"]
     sends, recvs = res[1]["counts"]
     assert sends >= 1000, res[1]["counts"]     # the burst went native until the ring was full
 
@@ -473,7 +483,7 @@ def test_peer_death_while_deferred_irecv_waits(tmp_path) -> None:
     assert outcomes[1].exitcode == -9
     assert outcomes[0].ok, outcomes[0].error
     kind, name, text, when = outcomes[0].value
-    assert kind == "Deferred"
+    assert kind == "RecvWork"
     assert name == "PeerLostError" and text.startswith("irecv from global rank 1 on"), (name, text)
     assert "died" in text, text
     assert when - float(open(stamp).read()) < 5.0

@@ -11,7 +11,7 @@ catches them.
 count 0); a bad rank raises ``ERR_RANK``, a bad tag ``ERR_TAG``, a message longer than the
 receive buffer ``ERR_TRUNCATE``. ``Isend`` (not synchronous) of a small array to a rank of
 this host is sent at once natively, ``Irecv`` from one deferred to its completion, which
-receives natively when it can (:mod:`collcomm.core.p2p`, ``native_isend``/``defer``).
+receives natively when it can (:mod:`collcomm.core.p2p`: ``native(g).send``, ``defer``).
 Sends complete without the receiver (every send is
 eager), so ``Bsend``/``Rsend`` are ``Send`` and need no attached buffer. ``Cancel`` of a
 receive that nothing matched yet withdraws it (``Status.Is_cancelled()``).
@@ -165,11 +165,9 @@ class PointToPoint:
         if d is None:
             return Done(None, PROC_NULL, ANY_TAG, 0)
         arr, _ = simple(buf, call, "buf")
-        if not sync and arr.dtype.kind in "biufc" and d != g.rank:
-            f = p2p.native(g)     # sent at once natively (the ring had room), or nothing done
-            h = None if f is None else p2p.native_isend(f, g, arr, d, t, 0, False)
-            if h is not None:
-                return _Send([h])
+        f = None if sync else p2p.native(g)
+        if f is not None and f.send(arr, d, t, 0):   # sent at once natively, or nothing done
+            return Done(None, ANY_SOURCE, ANY_TAG, 0)   # (what a completed _Send reads)
         try:
             handles = [p2p.isend(g, arr, d, (SYNC if sync else 0) | t, call)]
             if sync:
@@ -184,9 +182,9 @@ class PointToPoint:
             return Done(None, PROC_NULL, ANY_TAG, 0)
         s, (t, mask) = _source(g, source, call), _rtag(tag, call)
         arr, _ = simple(buf, call, "buf", writable=True)
-        if s is not None and s != g.rank and arr.dtype.kind in "biufc" and arr.flags.c_contiguous:
-            f = p2p.native(g)     # deferred to its wait, which receives natively if it can
-            h = None if f is None else p2p.defer(f, g, arr, s, t, mask, 0, False)
+        f = None if s is None or s == g.rank else p2p.native(g)
+        if f is not None and arr.dtype.kind in "biufc" and arr.flags.c_contiguous:
+            h = p2p.defer(f, g, arr, s, t, mask, 0, False)   # received natively at its wait if it can
             if h is not None:
                 return _Recv(g, h)
         try:

@@ -192,8 +192,14 @@ class Request:
     # -- many requests ---------------------------------------------------------------------
     @classmethod
     def Waitall(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> bool:  # noqa: N802
-        for i, r in enumerate(requests):
-            r.Wait(_nth(statuses, i))
+        if statuses is not None:
+            for i, r in enumerate(requests):
+                r.Wait(_nth(statuses, i))
+            return True
+        for r in requests:        # (Wait without a status, inline)
+            if r._op is not None:
+                r._wait_op()
+                r._completed()
         return True
 
     @classmethod

@@ -173,7 +173,8 @@ class Deferred(Handle):
     (``waiting``: ``Engine.begin_native``/``end_native``), receives natively (``own``: the
     receives deferred after it do not stop it; those posted before it, and the early
     messages, do, as for any native receive); when C declines, it is posted then, before
-    anything later. Another thread that must post meanwhile stops that native wait (C's
+    anything later. First in line already and the line's mutex free, those three steps are
+    one C call (``P2P.own``, native/_p2p_own.c). Another thread that must post meanwhile stops that native wait (C's
     ``steal``) and waits for it to end, so no later receive is ever posted, nor a message
     polled into the engine matched by one, before it. ``test()`` tries the same
     without waiting (it stays deferred while nothing came). A wait with a timeout or under
@@ -217,20 +218,28 @@ class Deferred(Handle):
     def wait(self, timeout: float | None = None) -> Status:
         if self.status is not None:
             return self.status
-        if (self.h is None and self.exc is None and timeout is None
-                and current_timeout(self.g.timeout) == self.limit and self.eng.begin_native(self)):
-            n: Any = None
-            try:
-                n = self.f.recv(self.arr, self.local, self.utag, self.umask, self.sig, False, True)
-            except CollcommError as exc:      # the peer lost, the timeout, the engine closed
-                self.exc = exc
-                n = False
-            finally:                          # (Ctrl-C: still pending, now posted)
-                self.eng.end_native(self, n is None)
+        if self.h is None and self.exc is None:
+            n: Any = False
+            if timeout is None and current_timeout(self.g.timeout) == self.limit:
+                f, eng = self.f, self.eng
+                try:
+                    # first in line and free: begin_native, the receive and end_native in
+                    # one C call; else (False) those three here, if it may still begin
+                    n = f.own(self)
+                    if n is False and eng.begin_native(self):
+                        n = None
+                        n = f.recv(self.arr, self.local, self.utag, self.umask, self.sig, False, True)
+                        eng.end_native(self, n is None)
+                except CollcommError as exc:  # the peer lost, the timeout, the engine closed
+                    self.exc = exc            # (own's or recv's: it is still first in line)
+                    eng.end_native(self, False)
+                except BaseException:         # (Ctrl-C: still pending, now posted)
+                    eng.end_native(self, True)
+                    raise
             if type(n) is int:
                 return self._done(n)
-        elif self.h is None and self.exc is None:
-            self.eng.post_deferred(self)
+            if n is False and self.exc is None:   # never began: posted in its turn
+                self.eng.post_deferred(self)
         if self.exc is not None:
             finished(self.rec, False)
             raise self.exc
@@ -276,17 +285,17 @@ class Deferred(Handle):
 
 
 def defer(f: Any, g: ProcessGroup, arr: np.ndarray, src: int, tag: int, mask: int, sig: int,
-          record: bool) -> Deferred | None:
+          record: bool, cls: Any = Deferred) -> Any:
     """A receive into ``arr`` from local rank ``src`` (a peer on this host) deferred to its
-    wait (:class:`Deferred`), or None (no shared-memory channel to ``src``, the engine
-    closed, aborted or missing a peer: the caller takes the regular path, which raises or
-    fails as always). ``record``: with its "entered" flight-recorder record."""
+    wait (a :class:`Deferred`, or of its subclass ``cls``), or None (no shared-memory
+    channel to ``src``, the engine closed, aborted or missing a peer: the caller takes the
+    regular path, which raises or fails as always). ``record``: with its "entered"
+    flight-recorder record."""
     eng = g.transport
     if (eng._aborted is not None or eng._closed or eng.lost  # type: ignore[union-attr]
             or not g._p2p_shm[src]):
         return None
-    d = Deferred(f, g, eng, arr, src, tag, mask, sig,  # type: ignore[arg-type]
-                 f.note(True, src) if record else None)
+    d = cls(f, g, eng, arr, src, tag, mask, sig, f.note(True, src) if record else None)
     eng.defer(d)  # type: ignore[union-attr]
     return d
 

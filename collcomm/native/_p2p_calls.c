@@ -43,6 +43,29 @@
  */
 
 /* -------------------------------------------------------------- send */
+/* Write buffer b to pipe p as one INLINE record (the engine checked open): 1 written, 0
+ * not (above the inline limit, send_lock busy, the channel closed, no room), -1 error. */
+static int p2p_write(P2P *s, Pipe *p, const Py_buffer *b, uint64_t tag, uint64_t sig)
+{
+    if ((uint64_t)b->len > p->eager)
+        return 0;
+    int got = p2p_try(p->send_acquire);
+    if (got <= 0)
+        return got;
+    int rc = 0;
+    uint64_t head;
+    PyObject *closed = PyObject_GetAttr(p->channel, s_p2p_chclosed);
+    if (closed == NULL)
+        rc = -1;
+    else if (closed == Py_False && pipe_append(p, b->buf, (uint64_t)b->len, tag, sig, &head)) {
+        rc = p2p_set(p->channel, s_p2p_head, head) < 0 ? -1 : 1;
+        s->sends++;
+    }
+    Py_XDECREF(closed);
+    p2p_release(p->send_release);
+    return rc;
+}
+
 static PyObject *P2P_send(P2P *s, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 4 && nargs != 5) {
@@ -66,24 +89,8 @@ static PyObject *P2P_send(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     Py_buffer b;
     if (p2p_buffer(args[0], &b, 0) < 0)
         Py_RETURN_NONE;
-    PyObject *result = Py_None;
-    if ((uint64_t)b.len <= p->eager) {
-        int got = p2p_try(p->send_acquire);
-        if (got < 0)
-            result = NULL;
-        else if (got) {
-            PyObject *closed = PyObject_GetAttr(p->channel, s_p2p_chclosed);
-            uint64_t head;
-            if (closed == NULL)
-                result = NULL;
-            else if (closed == Py_False && pipe_append(p, b.buf, (uint64_t)b.len, tag, sig, &head)) {
-                result = p2p_set(p->channel, s_p2p_head, head) < 0 ? NULL : Py_True;
-                s->sends++;
-            }
-            Py_XDECREF(closed);
-            p2p_release(p->send_release);
-        }
-    }
+    int wrote = p2p_write(s, p, &b, tag, sig);
+    PyObject *result = wrote < 0 ? NULL : wrote ? Py_True : Py_None;
     PyBuffer_Release(&b);
     if (record && result != Py_None) {   /* done or failed here: its record, ended */
         PyObject *t, *v, *tb;

@@ -2,6 +2,9 @@
  * tables and the module's part of the init (see _p2p.c; _shmcore.c includes this file
  * after _p2p.c and _p2p_calls.c). */
 
+#include "_p2p_own.c"           /* P2P.own: a deferred receive's native wait in one call */
+#include "_p2p_batch.c"         /* P2P.batch: batch_isend_irecv's start in one call */
+
 /* Pipe(channel, out_view, out_base, out_ring, in_view, in_base, in_ring, eager, peer):
  * the views are writable memoryviews of the two inboxes, the bases the rings' control
  * lines (head at word 0, tail at word 8, data after 128 bytes). */
@@ -175,6 +178,12 @@ static PyMethodDef P2P_methods[] = {
                "(left to the regular path after it was recorded); own: the native wait of a "
                "deferred receive (the receives deferred after it do not stop it)"),
     P2PM(note, "note(recv, peer) -> the 'entered' record of an isend/irecv, or None"),
+    P2PM(batch, "batch(ops, p2pop, irecv, ndarray, sigs, sent, received, g, record) -> the "
+                "works of the ops started (all, or those before a send C could not write) | "
+                "None (not a batch C takes: nothing done); see _p2p_batch.c"),
+    {"own", (PyCFunction)P2P_own, METH_O,
+     "own(d) -> nbytes | None (left to the regular path: d posted) | False (not first in "
+     "line: nothing done): the native wait of deferred receive d (see _p2p_own.c)"},
     {"close", (PyCFunction)P2P_close, METH_NOARGS,
      "drop every reference; later calls take the regular path"},
     {NULL, NULL, 0, NULL},
@@ -218,7 +227,7 @@ static int p2p_module_init(PyObject *m)
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL)
             return -1;
-    if (PyType_Ready(&PipeType) < 0 || PyType_Ready(&P2PType) < 0)
+    if (own_names() < 0 || batch_names() < 0 || p2p_lock_init() < 0 || PyType_Ready(&PipeType) < 0 || PyType_Ready(&P2PType) < 0)
         return -1;
     Py_INCREF(&PipeType);
     if (PyModule_AddObject(m, "Pipe", (PyObject *)&PipeType) < 0) {

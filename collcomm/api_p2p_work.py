@@ -1,0 +1,210 @@
+"""The handles of the functional API's non-blocking point-to-point calls (``isend``,
+``irecv``, ``batch_isend_irecv``): ``wait()``, ``is_completed()``, ``source_rank()``.
+
+* :class:`P2PWork` wraps a transport handle (the regular path: the group's engine).
+* :class:`SentWork` is a send the native entry completed at once (its bytes are in the
+  peer's ring, the buffer free again): nothing is left to wait for but its record.
+* :class:`RecvWork` is a receive from a peer on this host deferred to its wait, which
+  receives natively: it *is* the deferred receive (core/p2p.py ``Deferred``, held in the
+  engine's posting order) with P2PWork's methods, one object where the regular path
+  has a P2PWork, a handle and a status.
+
+All three raise the same errors: the call, the peer and the group first (``irecv from
+global rank 1 on group 'WORLD' ...``); a receive of another byte count than its buffer's
+is a :class:`~collcomm.errors.MismatchError`; a wait that timed out under an explicit
+``timeout`` can be retried, any other failure is kept and raised again.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .buffers import Buf, as_output
+from .core import p2p as core_p2p
+from .core.group import ProcessGroup
+from .core.recorder_records import ENTERED, R_PSTATE
+from .errors import CollcommError, MismatchError, with_context
+from .transport.base import Handle, Status
+
+__all__ = ["P2PWork", "RecvWork", "SentWork", "start_native"]
+
+
+def _p2p_context(name: str, g: ProcessGroup, peer: int | None) -> str:
+    """What an error of a point-to-point call is prefixed with (``peer``: global, None = any)."""
+    who = "any rank" if peer is None else f"global rank {peer}"
+    return f"{name} {'to' if name == 'isend' else 'from'} {who} on {g.describe()}"
+
+
+def _size_error(context: str, status: Status, buf: Buf) -> MismatchError:
+    return MismatchError(f"{context}: received {status.nbytes} bytes, expected "
+                         f"{buf.arr.nbytes} ({buf.describe()}); sizes must match")
+
+
+def _failed(exc: CollcommError, context: str, timeout: float | None) -> tuple[CollcommError, bool]:
+    """The error a work's wait raises for ``exc`` and whether the work keeps it (a timeout
+    under an explicit ``timeout`` does not: the wait may be retried)."""
+    keep = timeout is None or type(exc).__name__ != "CommTimeoutError"
+    return with_context(exc, context), keep
+
+
+class P2PWork:
+    """The handle of an ``isend``/``irecv``: ``wait()``, ``is_completed()``, ``source_rank()``."""
+
+    def __init__(self, name: str, handle: Handle, g: ProcessGroup, buf: Buf | np.ndarray,
+                 peer: int | None) -> None:
+        self.name = name
+        self._handle = handle
+        self._group = g
+        self._buf = buf          # keeps the (possibly copied) payload alive until done
+        self._peer = peer        # global rank, None = any
+        self._status: Status | None = None
+        self._exc: BaseException | None = None
+
+    def _size_error(self, status: Status) -> MismatchError:
+        buf = self._buf
+        if type(buf) is np.ndarray:     # (a native call's: its Buf made only for the error)
+            buf = as_output(buf, "irecv", self._group.describe(), "tensor")
+        return _size_error(self._context(), status, buf)
+
+    def _context(self) -> str:
+        return _p2p_context(self.name, self._group, self._peer)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._exc is not None:
+            raise self._exc
+        if self._status is None:
+            try:
+                status = self._handle.wait(timeout)
+            except CollcommError as exc:
+                err, keep = _failed(exc, self._context(), timeout)
+                if keep:
+                    self._exc = err
+                raise err from exc
+            if self.name == "irecv" and status.nbytes != (
+                    self._buf.nbytes if type(self._buf) is np.ndarray else self._buf.arr.nbytes):
+                self._exc = self._size_error(status)
+                raise self._exc
+            self._status = status
+        return True
+
+    def is_completed(self) -> bool:
+        if self._status is not None or self._exc is not None:
+            return True
+        try:
+            done = self._handle.test()
+        except CollcommError:
+            return True
+        return done
+
+    def is_success(self) -> bool:
+        return self._status is not None
+
+    def exception(self) -> BaseException | None:
+        return self._exc
+
+    def source_rank(self) -> int:
+        """The global rank the message came from (irecv) or went to (isend); waits first."""
+        self.wait()
+        assert self._status is not None
+        return self._status.source
+
+    def result(self) -> list[Any]:
+        self.wait()
+        return []
+
+
+class SentWork(P2PWork):
+    """An ``isend`` the native entry completed at once. ``_rec``: its flight-recorder
+    record, "entered" until waited for or tested, as the regular path's is."""
+
+    __slots__ = ("_group", "_peer", "_rec", "_ok")
+    name = "isend"
+    _exc = None
+    _handle = property(lambda self: self)
+
+    def __init__(self, g: ProcessGroup, peer: int, rec: list[Any] | None) -> None:
+        self._group, self._peer, self._rec, self._ok = g, peer, rec, False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        rec = self._rec
+        if rec is not None and rec[R_PSTATE] == ENTERED:
+            core_p2p.finished(rec, True)
+        self._ok = True
+        return True
+
+    def is_completed(self) -> bool:
+        rec = self._rec
+        if rec is not None and rec[R_PSTATE] == ENTERED:
+            core_p2p.finished(rec, True)
+        return True
+
+    def is_success(self) -> bool:
+        return self._ok
+
+    def source_rank(self) -> int:
+        self.wait()
+        return self._peer
+
+
+class RecvWork(core_p2p.Deferred, P2PWork):
+    """An ``irecv`` deferred to its wait, which receives natively when it can (see
+    core/p2p.py ``Deferred``); made by :func:`core.p2p.defer` (``cls``)."""
+
+    __slots__ = ()
+    name = "irecv"
+    _exc: CollcommError | None = None     # the wait's error, kept (in the instance's dict)
+    _ok = False                           # waited for, the size right
+
+    _handle = property(lambda self: self)
+    _peer = property(lambda self: self.g.ranks[self.local])
+
+    def _context(self) -> str:
+        return _p2p_context("irecv", self.g, self.g.ranks[self.local])
+
+    def wait(self, timeout: float | None = None) -> bool:  # type: ignore[override]
+        if self._exc is not None:
+            raise self._exc
+        if not self._ok:
+            try:
+                st = core_p2p.Deferred.wait(self, timeout)
+            except CollcommError as exc:
+                err, keep = _failed(exc, self._context(), timeout)
+                if keep:
+                    self._exc = err
+                raise err from exc
+            self.status = st
+            if st.nbytes != self.arr.nbytes:
+                self._exc = _size_error(self._context(), st, as_output(
+                    self.arr, "irecv", self.g.describe(), "tensor"))
+                raise self._exc
+            self._ok = True
+        return True
+
+    def is_completed(self) -> bool:
+        if self._ok or self._exc is not None:
+            return True
+        try:
+            return core_p2p.Deferred.test(self)
+        except CollcommError:
+            return True
+
+    def is_success(self) -> bool:
+        return self._ok
+
+    def source_rank(self) -> int:
+        self.wait()
+        return self.g.ranks[self.local]
+
+
+def start_native(f: Any, g: ProcessGroup, local: int, recv: bool, arr: np.ndarray, tag: int,
+                 sig: int) -> P2PWork | None:
+    """An ``isend`` (sent at once) or ``irecv`` (deferred to its wait) of ``arr`` with
+    local rank ``local`` through the group's native entry ``f``, as its work; None having
+    done nothing (the caller takes the regular path)."""
+    record = g.observer is not None
+    if recv:
+        return core_p2p.defer(f, g, arr, local, tag, core_p2p.MAX_USER_TAG, sig, record, RecvWork)
+    if not f.send(arr, local, tag, sig):
+        return None
+    return SentWork(g, g.ranks[local], f.note(False, local) if record else None)

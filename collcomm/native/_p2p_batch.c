@@ -1,0 +1,182 @@
+/* P2P.batch: the functional API's batch_isend_irecv in one call (included by _p2p_type.c
+ * after _p2p_calls.c, whose p2p_write and helpers it uses).
+ *
+ * ``batch(ops, p2pop, irecv, ndarray, sigs, sent, received, g, record)``: ``ops`` a list
+ * or tuple of ``p2pop`` (collcomm.P2POp) on the world group of this P2P (``group`` and
+ * ``group_peer`` None), each a peer of this host other than this rank (a Pipe), an int
+ * tag within the user tag space, an exact ``ndarray`` whose dtype ``sigs`` (signature._P2P)
+ * knows and whose buffer is C-contiguous numeric (writable to receive): every op is
+ * checked before anything is done, and any other batch gives None having done nothing
+ * (the Python path then checks and starts it op by op, raising what it raises). The
+ * engine must be open with no peer lost (else None, the same way).
+ *
+ * Then in order: a send (``op`` not ``irecv``) is written to its ring as P2P.send writes
+ * it, its work ``sent(g, peer, rec)``; a receive becomes ``received(self, g, engine, arr,
+ * local, tag, MAX_USER_TAG, sig, rec)`` (core/p2p.py Deferred: its wait receives) and
+ * joins the engine's ``_deferred`` line, as core/p2p.py ``defer`` does. ``rec``: the
+ * flight recorder's "entered" record (``record`` True) as P2P.note makes it. Returns the
+ * works of the ops done: all of them, or those before the first send C could not write
+ * (full ring, busy lock, closed channel: the caller starts the rest op by op).
+ */
+
+static PyObject *s_b_op, *s_b_tensor, *s_b_peer, *s_b_group, *s_b_tag, *s_b_group_peer,
+    *s_b_dtype;
+
+static int batch_names(void)
+{
+    struct { PyObject **slot; const char *name; } names[] = {
+        {&s_b_op, "op"}, {&s_b_tensor, "tensor"}, {&s_b_peer, "peer"}, {&s_b_group, "group"},
+        {&s_b_tag, "tag"}, {&s_b_group_peer, "group_peer"}, {&s_b_dtype, "dtype"},
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if ((*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL)
+            return -1;
+    return 0;
+}
+
+#define BATCH_MAX 64          /* longer batches take the Python path */
+
+typedef struct {
+    PyObject *arr, *sig, *tag;    /* strong references */
+    Pipe *pipe;                   /* borrowed from s->pipes */
+    uint64_t wire_tag, wire_sig;
+    long local;
+    int recv, has_buf;
+    Py_buffer buf;
+} BatchOp;
+
+/* Check op p: 1 if C takes it (o filled), 0 if not (no exception). */
+static int batch_check(P2P *s, PyObject *p, PyObject *irecv, PyObject *ndarray, PyObject *sigs,
+                       BatchOp *o)
+{
+    PyObject *names[6] = {s_b_op, s_b_tensor, s_b_peer, s_b_group, s_b_tag, s_b_group_peer};
+    PyObject *v[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+    int fit = 1;
+    for (int i = 0; i < 6 && fit; i++)
+        fit = (v[i] = PyObject_GetAttr(p, names[i])) != NULL;
+    PyObject *op = v[0], *arr = v[1], *peer = v[2], *tag = v[4];
+    fit = fit && v[3] == Py_None && v[5] == Py_None && Py_TYPE(arr) == (PyTypeObject *)ndarray &&
+          PyLong_CheckExact(peer) && PyLong_CheckExact(tag);
+    if (fit) {
+        o->recv = op == irecv;
+        o->pipe = p2p_pipe(s, peer);
+        o->local = o->pipe == NULL ? -1 : PyLong_AsLong(peer);
+        fit = o->pipe != NULL && p2p_tag(s, tag) != 0 && (o->recv ? o->pipe->has_in : o->pipe->has_out);
+    }
+    PyObject *dtype = fit ? PyObject_GetAttr(arr, s_b_dtype) : NULL;
+    PyObject *sig = dtype == NULL ? NULL : PyDict_GetItemWithError(sigs, dtype);
+    Py_XDECREF(dtype);
+    if (sig != NULL && PyLong_Check(sig)) {
+        o->wire_tag = p2p_tag(s, tag);
+        o->wire_sig = PyLong_AsUnsignedLongLong(sig);
+    }
+    fit = sig != NULL && PyLong_Check(sig) && !PyErr_Occurred() &&
+          p2p_buffer(arr, &o->buf, o->recv) == 0;
+    if (fit) {
+        o->has_buf = 1;
+        o->arr = Py_NewRef(arr);
+        o->sig = Py_NewRef(sig);
+        o->tag = Py_NewRef(tag);
+    }
+    PyErr_Clear();           /* anything odd: the Python path checks it and raises */
+    for (int i = 0; i < 6; i++)
+        Py_XDECREF(v[i]);
+    return fit;
+}
+
+static PyObject *P2P_batch(P2P *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError,
+                        "batch(ops, p2pop, irecv, ndarray, sigs, sent, received, g, record)");
+        return NULL;
+    }
+    PyObject *ops = args[0], *p2pop = args[1], *irecv = args[2], *ndarray = args[3],
+             *sigs = args[4], *sent = args[5], *received = args[6], *g = args[7];
+    int record = args[8] == Py_True && rec_on(&s->rw);
+    if (s->paused || s->engine == NULL || !PyDict_Check(sigs) || !PyType_Check(ndarray) ||
+        (!PyList_CheckExact(ops) && !PyTuple_CheckExact(ops)))
+        Py_RETURN_NONE;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(ops);
+    if (n == 0 || n > BATCH_MAX)
+        Py_RETURN_NONE;
+    BatchOp o[BATCH_MAX];
+    memset(o, 0, sizeof(BatchOp) * (size_t)n);
+    PyObject *works = NULL, *held = NULL;
+    int fit = 1;
+    for (Py_ssize_t i = 0; i < n && fit > 0; i++) {
+        PyObject *p = PySequence_Fast_GET_ITEM(ops, i);
+        fit = Py_TYPE(p) == (PyTypeObject *)p2pop && batch_check(s, p, irecv, ndarray, sigs, &o[i]);
+    }
+    if (fit) {
+        int busy = p2p_engine_busy(s->engine);
+        if (busy < 0)
+            goto done;
+        fit = !busy;
+    }
+    if (!fit) {
+        works = Py_NewRef(Py_None);
+        goto done;
+    }
+    held = PyObject_GetAttr(s->engine, s_own_deferred);
+    if (held != NULL && !PyList_Check(held)) {
+        works = Py_NewRef(Py_None);
+        goto done;
+    }
+    works = held == NULL ? NULL : PyList_New(0);
+    for (Py_ssize_t i = 0; i < n && works != NULL; i++) {
+        BatchOp *b = &o[i];
+        PyObject *w = NULL, *rec = Py_None, *peer = PyLong_FromLong(b->pipe->peer);
+        if (peer == NULL)
+            goto fail;
+        if (!b->recv) {
+            int wrote = p2p_write(s, b->pipe, &b->buf, b->wire_tag, b->wire_sig);
+            if (wrote <= 0) {         /* the rest op by op (the caller), or the error */
+                Py_DECREF(peer);
+                if (wrote < 0)
+                    goto fail;
+                break;
+            }
+        }
+        if (record && (rec = rec_p2p(&s->rw, b->recv ? s_rec_irecv : s_rec_isend, b->pipe->peer,
+                                     s_rec_entered, rec_now(), 0.0)) == NULL) {
+            Py_DECREF(peer);
+            goto fail;
+        }
+        if (b->recv) {
+            PyObject *local = PyLong_FromLong(b->local), *mask = PyLong_FromUnsignedLongLong(P2P_USER);
+            if (local != NULL && mask != NULL) {
+                PyObject *a[9] = {(PyObject *)s, g, s->engine, b->arr, local, b->tag, mask, b->sig, rec};
+                w = PyObject_Vectorcall(received, a, 9, NULL);
+                if (w != NULL && PyList_Append(held, w) < 0)
+                    Py_CLEAR(w);
+            }
+            Py_XDECREF(local);
+            Py_XDECREF(mask);
+        } else {
+            PyObject *a[3] = {g, peer, rec};
+            w = PyObject_Vectorcall(sent, a, 3, NULL);
+        }
+        Py_DECREF(peer);
+        if (record)
+            Py_DECREF(rec);
+        if (w == NULL || PyList_Append(works, w) < 0) {
+            Py_XDECREF(w);
+            goto fail;
+        }
+        Py_DECREF(w);
+    }
+    goto done;
+fail:
+    Py_CLEAR(works);
+done:
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (o[i].has_buf) {
+            PyBuffer_Release(&o[i].buf);
+            Py_DECREF(o[i].arr);
+            Py_DECREF(o[i].sig);
+            Py_DECREF(o[i].tag);
+        }
+    Py_XDECREF(held);
+    return works;
+}

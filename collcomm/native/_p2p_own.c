@@ -1,0 +1,191 @@
+/* P2P.own(d): the native wait of a deferred receive in one call (included by _p2p_type.c,
+ * after _p2p_calls.c, whose P2P_recv it calls).
+ *
+ * ``d`` is a core/p2p.py ``Deferred``: a receive from a peer on this host held in the
+ * engine's posting order (``Engine._deferred``) until its wait. When it is first in that
+ * line and no thread waits for it yet, its wait is what Engine.begin_native, P2P.recv
+ * (``own`` True) and Engine.end_native do one after the other (engine_deferred.py), here
+ * without the three Python calls:
+ *
+ * - under the engine's ``_defer_mutex`` (tried: busy means another thread is posting,
+ *   so the Python path decides): ``d`` first in ``_deferred`` and not ``waiting``, then
+ *   marked ``waiting`` (it stays first in line; a thread that must post meanwhile sets
+ *   ``steal`` and waits on ``_defer_lock``);
+ * - the receive itself: ``recv(d.arr, d.local, d.utag, d.umask, d.sig, False, True)``;
+ * - under the mutex again (waited for): ``d`` out of the line, posted there (``d.post()``)
+ *   if C left the message to the regular path, ``waiting`` and ``steal`` cleared, the
+ *   threads waiting to post woken.
+ *
+ * Returns False having done nothing (not first in line, the mutex busy, already waited
+ * for: the caller takes Deferred.wait's general path); the byte count received; None
+ * when C left the message to the regular path (``d`` posted in its turn). An exception
+ * of the receive (the peer lost, the timeout, Ctrl-C) is raised with ``d`` still first
+ * in line and ``waiting``: the caller ends it (Engine.end_native) as that exception
+ * requires, exactly as after a failed P2P.recv.
+ */
+
+static PyObject *s_own_deferred, *s_own_mutex, *s_own_acquire, *s_own_release, *s_own_waiting,
+    *s_own_arr, *s_own_local, *s_own_utag, *s_own_umask, *s_own_sig, *s_own_remove,
+    *s_own_post, *s_own_stealing, *s_own_lock, *s_own_notify;
+
+static int own_names(void)
+{
+    struct { PyObject **slot; const char *name; } names[] = {
+        {&s_own_deferred, "_deferred"}, {&s_own_mutex, "_defer_mutex"}, {&s_own_acquire, "acquire"},
+        {&s_own_release, "release"}, {&s_own_waiting, "waiting"}, {&s_own_arr, "arr"},
+        {&s_own_local, "local"}, {&s_own_utag, "utag"}, {&s_own_umask, "umask"},
+        {&s_own_sig, "sig"}, {&s_own_remove, "remove"}, {&s_own_post, "post"},
+        {&s_own_stealing, "_stealing"}, {&s_own_lock, "_defer_lock"}, {&s_own_notify, "notify_all"},
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if ((*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL)
+            return -1;
+    return 0;
+}
+
+/* The engine's mutex tried (1 taken, 0 busy, -1 error), taken (waiting for it: 0, -1),
+ * released (keeping a pending exception); directly where it is a plain _thread.lock (see
+ * p2p_try in _p2p.c), else through its methods. */
+static int own_try(PyObject *mutex)
+{
+    if (p2p_lock_type != NULL && Py_TYPE(mutex) == p2p_lock_type) {
+        P2PLock *l = (P2PLock *)mutex;
+        if (!PyThread_acquire_lock(l->lock_lock, NOWAIT_LOCK))
+            return 0;
+        l->locked = 1;
+        return 1;
+    }
+    PyObject *got = PyObject_CallMethodOneArg(mutex, s_own_acquire, Py_False);
+    int v = got == NULL ? -1 : PyObject_IsTrue(got);
+    Py_XDECREF(got);
+    return v;
+}
+
+static int own_acquire(PyObject *mutex)
+{
+    int got = own_try(mutex);
+    if (got != 0)
+        return got < 0 ? -1 : 0;
+    PyObject *r = PyObject_CallMethodNoArgs(mutex, s_own_acquire);   /* (the GIL released) */
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+static void own_release(PyObject *mutex)
+{
+    if (p2p_lock_type != NULL && Py_TYPE(mutex) == p2p_lock_type && ((P2PLock *)mutex)->locked) {
+        ((P2PLock *)mutex)->locked = 0;
+        PyThread_release_lock(((P2PLock *)mutex)->lock_lock);
+        return;
+    }
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyObject *r = PyObject_CallMethodNoArgs(mutex, s_own_release);
+    Py_XDECREF(r);
+    if (t != NULL)
+        PyErr_Restore(t, v, tb);
+    else if (r == NULL)
+        PyErr_WriteUnraisable(mutex);
+}
+
+/* Under the mutex: d first in line and not waiting, then marked waiting. 1 taken, 0 not,
+ * -1 error. */
+static int own_begin(PyObject *held, PyObject *d)
+{
+    if (!PyList_Check(held) || PyList_GET_SIZE(held) == 0 || PyList_GET_ITEM(held, 0) != d)
+        return 0;
+    PyObject *w = PyObject_GetAttr(d, s_own_waiting);
+    if (w == NULL)
+        return -1;
+    int busy = w != Py_False;
+    Py_DECREF(w);
+    if (busy)
+        return 0;
+    return PyObject_SetAttr(d, s_own_waiting, Py_True) < 0 ? -1 : 1;
+}
+
+/* Under the mutex: d out of the line (posted if ``post``), waiting and steal cleared, the
+ * threads waiting to post woken (Engine.end_native). 0, or -1 with an exception. */
+static int own_end(P2P *s, PyObject *held, PyObject *d, int post)
+{
+    int rc = 0;
+    PyObject *r;
+    if (PyList_Check(held) && PyList_GET_SIZE(held) > 0 && PyList_GET_ITEM(held, 0) == d)
+        rc = PySequence_DelItem(held, 0);
+    else {
+        r = PyObject_CallMethodOneArg(held, s_own_remove, d);
+        rc = r == NULL ? -1 : 0;
+        Py_XDECREF(r);
+    }
+    if (rc == 0 && post) {
+        r = PyObject_CallMethodNoArgs(d, s_own_post);
+        rc = r == NULL ? -1 : 0;
+        Py_XDECREF(r);
+    }
+    PyObject *t, *v, *tb;             /* what follows runs whatever happened above */
+    PyErr_Fetch(&t, &v, &tb);
+    int bad = PyObject_SetAttr(d, s_own_waiting, Py_False) < 0;
+    s->steal = 0;
+    PyObject *n = bad ? NULL : PyObject_GetAttr(s->engine, s_own_stealing);
+    int stealing = n == NULL ? -1 : PyObject_IsTrue(n);
+    Py_XDECREF(n);
+    if (stealing > 0) {
+        PyObject *cond = PyObject_GetAttr(s->engine, s_own_lock);
+        r = cond == NULL ? NULL : PyObject_CallMethodNoArgs(cond, s_own_notify);
+        stealing = r == NULL ? -1 : 0;
+        Py_XDECREF(r);
+        Py_XDECREF(cond);
+    }
+    if (t != NULL) {
+        PyErr_Clear();
+        PyErr_Restore(t, v, tb);
+        return -1;
+    }
+    return rc < 0 || stealing < 0 ? -1 : 0;
+}
+
+static PyObject *P2P_own(P2P *s, PyObject *d)
+{
+    if (s->engine == NULL || s->paused)
+        Py_RETURN_FALSE;
+    PyObject *held = PyObject_GetAttr(s->engine, s_own_deferred);
+    PyObject *mutex = held == NULL ? NULL : PyObject_GetAttr(s->engine, s_own_mutex);
+    PyObject *result = NULL;
+    if (mutex == NULL)
+        goto done;
+    int got = own_try(mutex);
+    if (got <= 0) {
+        result = got < 0 ? NULL : Py_NewRef(Py_False);
+        goto done;
+    }
+    int begun = own_begin(held, d);
+    own_release(mutex);
+    if (begun <= 0) {
+        result = begun < 0 ? NULL : Py_NewRef(Py_False);
+        goto done;
+    }
+    PyObject *args[7] = {NULL, NULL, NULL, NULL, NULL, Py_False, Py_True};
+    PyObject *names[5] = {s_own_arr, s_own_local, s_own_utag, s_own_umask, s_own_sig};
+    int ok = 1;
+    for (int i = 0; i < 5 && ok; i++)
+        ok = (args[i] = PyObject_GetAttr(d, names[i])) != NULL;
+    PyObject *n = ok ? P2P_recv(s, args, 7) : NULL;
+    for (int i = 0; i < 5; i++)
+        Py_XDECREF(args[i]);
+    if (n == NULL)
+        goto done;                    /* still first in line and waiting: the caller ends it */
+    if (own_acquire(mutex) < 0) {
+        Py_DECREF(n);
+        goto done;
+    }
+    int bad = own_end(s, held, d, n == Py_None);
+    own_release(mutex);
+    if (bad)
+        Py_DECREF(n);
+    else
+        result = n;
+done:
+    Py_XDECREF(mutex);
+    Py_XDECREF(held);
+    return result;
+}
