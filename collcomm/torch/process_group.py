@@ -45,7 +45,7 @@ from .p2p import PointToPoint
 from . import fast as fast_calls
 from .data_moves import DataMoves
 from .tensors import View, copy_out, core_dtype, finisher, flat_like, reduce_op, same_kind, scale, view, views
-from .work import CollWork, DoneWork, Start, seconds
+from .work import CollWork, Start, done, seconds
 
 __all__ = ["BACKEND_NAME", "ProcessGroupCollcomm"]
 
@@ -105,7 +105,7 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
             raise translate(exc) from None
         if async_op:
             return CollWork(name, [w for w in works if w is not None], result)
-        return DoneWork(name, result)
+        return done(name, result)
 
     def _view(self, t: Any, call: str, what: str, reducing: bool = False) -> View:
         return view(t, call, self._where, what, reducing)
@@ -144,9 +144,10 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         opts = opts or dist.AllreduceOptions()
-        fast = self._fast(opts)
-        if fast is not None and fast_calls.all_reduce(fast, tensors, opts.reduceOp):
-            return DoneWork("all_reduce", tensors)
+        fast = self.core_group.fast                       # self._fast(opts), inline
+        if (fast is not None and not getattr(opts, "asyncOp", True)
+                and fast_calls.all_reduce(fast, tensors, opts.reduceOp)):
+            return done("all_reduce", tensors)
         op, factor = self._op(opts, "all_reduce")
         vs = self._views(tensors, "all_reduce", "tensors", reducing=True)
         g = self.core_group
@@ -186,9 +187,10 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
     # -- broadcast ---------------------------------------------------------------------------
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         opts = opts or dist.BroadcastOptions()
-        fast = self._fast(opts)
-        if fast is not None and fast_calls.broadcast(fast, tensors, opts.rootRank):
-            return DoneWork("broadcast", tensors)
+        fast = self.core_group.fast
+        if (fast is not None and not getattr(opts, "asyncOp", True)
+                and fast_calls.broadcast(fast, tensors, opts.rootRank)):
+            return done("broadcast", tensors)
         vs = self._views(tensors, "broadcast", "tensors")
         g, root = self.core_group, opts.rootRank
         starts = [lambda a, v=v: core.broadcast(g, v.arr, root, dtype=core_dtype(v), async_op=a,
@@ -202,7 +204,7 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
         g, root = self.core_group, opts.rootRank
         fast = self._fast(opts)
         if fast is not None and fast_calls.reduce(fast, tensors, opts.reduceOp, root, g.rank):
-            return DoneWork("reduce", tensors)
+            return done("reduce", tensors)
         op, factor = self._op(opts, "reduce")
         is_root = g.rank == root
         starts = []
@@ -238,7 +240,7 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
         opts = opts or dist.AllgatherOptions()
         fast = self._fast(opts) if _call == "all_gather" else None
         if fast is not None and fast_calls.all_gather(fast, output_tensors, input_tensors):
-            return DoneWork(_call, output_tensors)
+            return done(_call, output_tensors)
         ins = self._views(input_tensors, _call, "input_tensors")
         if not isinstance(output_tensors, (list, tuple)) or len(output_tensors) != len(ins):
             raise self._fail(_call, "output_tensors must hold one list of tensors per input tensor")
@@ -256,9 +258,10 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
                           opts: Any = None) -> dist.Work:
-        fast = self._fast(opts)
-        if fast is not None and fast_calls.all_gather_single(fast, output, input):
-            return DoneWork("all_gather_into_tensor", [output])
+        fast = self.core_group.fast
+        if (fast is not None and not getattr(opts, "asyncOp", True)
+                and fast_calls.all_gather_single(fast, output, input)):
+            return done("all_gather_into_tensor", [output])
         return self.all_gather_single_coalesced([output], [input], opts, _call="all_gather_into_tensor")
 
     _allgather_base = all_gather_single
@@ -300,9 +303,10 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
                               opts: Any = None) -> dist.Work:
-        fast = self._fast(opts)
-        if fast is not None and fast_calls.reduce_scatter_single(fast, output, input, opts.reduceOp):
-            return DoneWork("reduce_scatter_tensor", [output])
+        fast = self.core_group.fast
+        if (fast is not None and not getattr(opts, "asyncOp", True)
+                and fast_calls.reduce_scatter_single(fast, output, input, opts.reduceOp)):
+            return done("reduce_scatter_tensor", [output])
         return self.reduce_scatter_single_coalesced([output], [input], opts,
                                                     _call="reduce_scatter_tensor")
 
@@ -332,7 +336,7 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
         g, limit = self.core_group, seconds(getattr(opts, "timeout", None))
         fast = self._fast(opts)
         if fast is not None and fast_calls.barrier(fast, limit):
-            return DoneWork("barrier", [])
+            return done("barrier", [])
         start: Start = lambda a: core.barrier(g, async_op=a, timeout=limit)  # noqa: E731
         return self._run("barrier", opts, [], [start])
 
