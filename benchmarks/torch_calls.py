@@ -14,8 +14,9 @@ difference to the ``dist.`` row is torch's own Python (argument checks, options,
 logging decorators), the rest is the backend's.
 
 Rows: ``all_reduce``, ``broadcast``, ``all_gather_into_tensor``, ``reduce_scatter_tensor``,
-``barrier``, and ``all_reduce async+wait`` (``async_op=True`` then ``.wait()``, as DDP-style
-code does).
+``barrier``, ``all_reduce async+wait`` (``async_op=True`` then ``.wait()``, as DDP-style
+code does), and ``all_reduce new tensor`` / ``reduce_scatter new tensors`` (tensors made
+for every call: ``dist.all_reduce(torch.zeros(k))``, their making included).
 """
 from __future__ import annotations
 
@@ -39,6 +40,9 @@ def _rows(dist: Any, torch: Any, group: Any, k: int, n: int, direct: bool) -> di
         "reduce_scatter_tensor": lambda: dist.reduce_scatter_tensor(one, inp, group=group),
         "barrier": lambda: dist.barrier(group=group),
         "all_reduce async+wait": lambda: dist.all_reduce(x, group=group, async_op=True).wait(),
+        "all_reduce new tensor": lambda: dist.all_reduce(torch.zeros(k), group=group),
+        "reduce_scatter new tensors": lambda: dist.reduce_scatter_tensor(
+            torch.zeros(k), torch.zeros(n * k), group=group),
     }
     if direct:
         opts = AllreduceOptions()
@@ -102,7 +106,8 @@ def main() -> None:
     if me == 0:
         what = "thread CPU µs, a world of one" if alone else f"µs, n={n}, slowest rank"
         print(f"# torch_calls: {args.bytes} B, blocks={args.blocks} iters={args.iters}; "
-              f"load {os.getloadavg()[0]:.2f}; {what}, median [min] over blocks")
+              f"load {os.getloadavg()[0]:.2f}; {what}, median [min] over blocks; "
+              f"collcomm from {os.path.dirname(os.path.dirname(collcomm.torch.__file__))}")
         for row in names:
             ts = times[row]
             print(f"  {row:<36} {statistics.median(ts):9.2f}  [{min(ts):8.2f}]")

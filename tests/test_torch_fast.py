@@ -75,6 +75,24 @@ def _every_call() -> dict[str, Any]:
             calls += 5 if count else 1
     taken = (fast.calls - before) if fast is not None else None
 
+    # tensors reused call after call (tensors.call_array keeps their arrays): the right
+    # values every time, and no tensor.numpy() per call once kept (on the fast call)
+    t, outs, numpys = torch.zeros(3), torch.zeros(3 * n), []
+    real = torch.Tensor.numpy
+    torch.Tensor.numpy = lambda self, *a, **k: (numpys.append(1), real(self, *a, **k))[1]
+    for i in range(5):
+        t.fill_(me + i)
+        dist.all_gather_into_tensor(outs, t)
+        dist.all_reduce(t)
+        if i < 2:    # the second sighting keeps them
+            numpys.clear()
+        got = len(numpys)
+        same(f"reused all_gather_into_tensor {i}", outs,
+             torch.tensor([float(r + i) for r in range(n) for _ in range(3)]))
+        same(f"reused all_reduce {i}", t, torch.full((3,), float(sum(range(n)) + n * i)))
+        del numpys[got:]     # same()'s own
+    torch.Tensor.numpy = real
+
     # what the fast call declines goes the regular way, with the same results
     t = torch.ones(4) * (me + 1)
     dist.all_reduce(t, op=dist.ReduceOp.AVG)
@@ -108,7 +126,7 @@ def _every_call() -> dict[str, Any]:
         mismatch = type(exc).__name__
     dist.destroy_process_group()
     from collcomm import native
-    return {"bad": bad, "taken": taken, "calls": calls, "errors": errors,
+    return {"bad": bad, "taken": taken, "calls": calls, "errors": errors, "numpys": len(numpys),
             "mismatch": mismatch, "bf": bf.float().tolist(), "native": native.core is not None}
 
 
@@ -123,6 +141,7 @@ def test_torch_fast_calls_match_the_regular_path(n: int, regular: int | None) ->
             assert out["taken"] is None
         else:   # every call above was one fast call (the first dtype's barrier included)
             assert out["taken"] == out["calls"], out
+            assert out["numpys"] == 0, out
     assert len({tuple(o["errors"]) for o in res}) == 1 and len(res[0]["errors"]) == 2, res
     if n > 1:
         assert all(o["mismatch"] == "BackendMismatchError" for o in res), res

@@ -111,11 +111,14 @@ class _Memory:
                                     "version": 3}
 
 
-#: call_array's arrays by (address, elements, torch dtype), and the keys seen once
+#: call_array's arrays by (address, elements, torch dtype), at most CALL_ARRAYS_MAX (then
+#: the table starts again), and the keys seen lately, at most SEEN_MAX: a key is kept when
+#: it comes again within that window, as a reused tensor's does (a training loop's buffers),
+#: and not when tensors made afresh for every call cycle through hundreds of addresses.
 _CALL_ARRAYS: dict[tuple[int, int, torch.dtype], np.ndarray] = {}
 _SEEN: set[tuple[int, int, torch.dtype]] = set()
-#: past this many entries a table starts again (addresses of freed tensors pile up)
-CALL_ARRAYS_MAX = 256
+CALL_ARRAYS_MAX = 512
+SEEN_MAX = 128
 
 
 def call_array(t: Any) -> np.ndarray | None:
@@ -126,7 +129,9 @@ def call_array(t: Any) -> np.ndarray | None:
     Such an array does not own or keep alive what it views; it is handed out only while a
     live, contiguous tensor has exactly that address, element count and dtype, so it then
     views exactly that tensor's data, whatever happened to the memory in between. It must
-    not outlive the call (a receive that completes later takes :func:`fast_array`'s)."""
+    not outlive the call (a receive that completes later takes :func:`fast_array`'s).
+    Costs (world of one, thread CPU): a kept key 0.6 µs, else ``numpy()``'s 0.7 µs + 0.25,
+    and keeping one 0.9 µs more."""
     if (type(t) is not torch.Tensor or not t.is_cpu or t.requires_grad or not t.is_contiguous()
             or t.is_conj() or t.is_neg()):
         return None
@@ -140,15 +145,14 @@ def call_array(t: Any) -> np.ndarray | None:
         arr = t.numpy()
     except (TypeError, RuntimeError):
         return None
-    if key[0] and key[1]:
-        if key in _SEEN:
-            if len(_CALL_ARRAYS) >= CALL_ARRAYS_MAX:
-                _CALL_ARRAYS.clear()
-            _CALL_ARRAYS[key] = np.asarray(_Memory(key[0], key[1], arr.dtype.str))
-        else:
-            if len(_SEEN) >= CALL_ARRAYS_MAX:
-                _SEEN.clear()
-            _SEEN.add(key)
+    if key in _SEEN:
+        if len(_CALL_ARRAYS) >= CALL_ARRAYS_MAX:
+            _CALL_ARRAYS.clear()
+        _CALL_ARRAYS[key] = np.asarray(_Memory(key[0], key[1], arr.dtype.str))
+    elif key[0] and key[1]:         # not an empty tensor (whose address may be 0)
+        if len(_SEEN) >= SEEN_MAX:
+            _SEEN.clear()
+        _SEEN.add(key)
     return arr
 
 
