@@ -90,13 +90,22 @@ def all_gather(fast: Any, outputs: Sequence[Any], inputs: Sequence[Any]) -> bool
 
 def all_gather_single(fast: Any, output: Any, input: Any) -> bool:  # noqa: A002 - torch's name
     a, b = call_array(input), call_array(output)
-    return a is not None and b is not None and _done(fast.all_gather, a, b, "all_gather_into_tensor")
+    if a is None or b is None:
+        return False
+    try:
+        return bool(fast.all_gather(a, b, "all_gather_into_tensor"))
+    except CollcommError as exc:
+        raise translate(exc) from None
 
 
 def reduce_scatter_single(fast: Any, output: Any, input: Any, op: Any) -> bool:  # noqa: A002
     a, b, rop = call_array(input), call_array(output), fast_op(op)
-    return (a is not None and b is not None and rop is not None
-            and _done(fast.reduce_scatter, a, b, rop, "reduce_scatter_tensor"))
+    if a is None or b is None or rop is None:
+        return False
+    try:
+        return bool(fast.reduce_scatter(a, b, rop, "reduce_scatter_tensor"))
+    except CollcommError as exc:
+        raise translate(exc) from None
 
 
 def all_to_all_single(fast: Any, output: Any, input: Any, out_splits: Sequence[int],  # noqa: A002
@@ -138,4 +147,9 @@ def scatter(fast: Any, outputs: Sequence[Any], inputs: Sequence[Any], root: int,
 
 def barrier(fast: Any, limit: float | None) -> bool:
     """Only without a per-call timeout (the fast call waits for the group's)."""
-    return limit is None and _done(fast.barrier, "barrier")
+    if limit is not None:
+        return False
+    try:
+        return bool(fast.barrier("barrier"))
+    except CollcommError as exc:
+        raise translate(exc) from None

@@ -29,6 +29,7 @@ all-to-all in :mod:`collcomm.torch.data_moves`.
 """
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -50,6 +51,7 @@ from .work import CollWork, Start, done, seconds
 __all__ = ["BACKEND_NAME", "ProcessGroupCollcomm"]
 
 BACKEND_NAME = "collcomm"
+_NO_TIME = timedelta(0)
 
 def _then(*steps: Callable[[], None] | None) -> Callable[[], None] | None:
     todo = [s for s in steps if s is not None]
@@ -333,9 +335,12 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
     # -- barrier -------------------------------------------------------------------------------
     def barrier(self, opts: Any = None) -> dist.Work:
         opts = opts or dist.BarrierOptions()
-        g, limit = self.core_group, seconds(getattr(opts, "timeout", None))
-        fast = self._fast(opts)
-        if fast is not None and fast_calls.barrier(fast, limit):
+        g, timeout = self.core_group, getattr(opts, "timeout", None)
+        # seconds(timeout), without its call where torch left the timeout unset (negative)
+        limit = None if type(timeout) is timedelta and timeout <= _NO_TIME else seconds(timeout)
+        fast = g.fast
+        if (fast is not None and not getattr(opts, "asyncOp", True)
+                and fast_calls.barrier(fast, limit)):
             return done("barrier", [])
         start: Start = lambda a: core.barrier(g, async_op=a, timeout=limit)  # noqa: E731
         return self._run("barrier", opts, [], [start])
