@@ -92,6 +92,12 @@ def _every_call() -> dict[str, Any]:
         same(f"reused all_reduce {i}", t, torch.full((3,), float(sum(range(n)) + n * i)))
         del numpys[got:]     # same()'s own
     torch.Tensor.numpy = real
+    # the group's methods called without options (torch.distributed has no AllgatherOptions)
+    pg, lst, one = dist.group.WORLD, [torch.zeros(2) for _ in range(n)], torch.zeros(2 * n)
+    pg.allgather([lst], [torch.ones(2) * me]).wait()
+    pg._allgather_base(one, torch.ones(2) * me).wait()
+    same("allgather without options", torch.cat(lst), torch.arange(n).repeat_interleave(2))
+    same("_allgather_base without options", one, torch.arange(n).repeat_interleave(2))
 
     # what the fast call declines goes the regular way, with the same results
     t = torch.ones(4) * (me + 1)

@@ -35,6 +35,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.distributed.distributed_c10d import AllgatherOptions  # not in torch.distributed
 
 from ..core import attach
 from ..core import collectives as core
@@ -239,7 +240,7 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
 
     def allgather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
                   opts: Any = None, _call: str = "all_gather") -> dist.Work:
-        opts = opts or dist.AllgatherOptions()
+        opts = opts or AllgatherOptions()
         fast = self._fast(opts) if _call == "all_gather" else None
         if fast is not None and fast_calls.all_gather(fast, output_tensors, input_tensors):
             return done(_call, output_tensors)
@@ -271,7 +272,7 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
     def all_gather_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                                     opts: Any = None,
                                     _call: str = "all_gather_into_tensor_coalesced") -> dist.Work:
-        opts = opts or dist.AllgatherOptions()
+        opts = opts or AllgatherOptions()
         g = self.core_group
         starts = []
         for i, (o, t) in enumerate(zip(outputs, inputs)):
