@@ -17,9 +17,9 @@ here. Semantics are gloo's:
 * blocking calls (``opts.asyncOp`` false: what torch's Python API passes for
   ``async_op=False``) run in the caller's thread; the others run on the group's worker in
   program order and return a pending :class:`~collcomm.torch.work.CollWork`;
-* a blocking ``all_reduce``, ``broadcast`` or ``all_gather_into_tensor`` of one plain
-  contiguous CPU tensor first goes to the group's fast call (:mod:`collcomm.core.fastpath`:
-  the whole call in C, or nothing and the steps above);
+* a blocking call of plain contiguous CPU tensors first goes to the group's fast call
+  (:mod:`collcomm.torch.fast`, :mod:`collcomm.core.fastpath`: the whole call in C, or
+  nothing and the steps above); in a group of one an async call too (see :meth:`_fast`);
 * every wait is bounded by the group's timeout (``init_process_group(timeout=)`` /
   ``new_group(timeout=)``); ``barrier`` also honours ``opts.timeout``, the one per-call
   timeout torch's Python API sets.
@@ -77,6 +77,8 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
         super().__init__(rank, size)
         self.core_group = group
         self._where = group.describe()
+        # a group of one: an async call may run at once too (it never waits for anyone)
+        self._alone = group.size == 1
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return BACKEND_NAME
@@ -141,14 +143,21 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
 
     # -- all_reduce -------------------------------------------------------------------------
     def _fast(self, opts: Any) -> Any:
-        """The group's fast call for a blocking call, else None."""
+        """The group's fast call for a blocking call, or any call in a group of one, else None.
+
+        A group of one runs an ``async_op=True`` call at once too, returning a completed
+        Work: it waits for no one, and the fast call declines while earlier async calls
+        are pending (the group pauses it), so calls keep their order. With peers it would
+        not be the same call: an async call must return before its peers join it (rank 0:
+        ``all_reduce(async_op=True)`` then ``send``; rank 1: ``recv`` then ``all_reduce``)."""
         fast = self.core_group.fast
-        return fast if fast is not None and not getattr(opts, "asyncOp", True) else None
+        inline = not getattr(opts, "asyncOp", True) or self._alone
+        return fast if fast is not None and inline else None
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         opts = opts or dist.AllreduceOptions()
         fast = self.core_group.fast                       # self._fast(opts), inline
-        if (fast is not None and not getattr(opts, "asyncOp", True)
+        if (fast is not None and (not getattr(opts, "asyncOp", True) or self._alone)
                 and fast_calls.all_reduce(fast, tensors, opts.reduceOp)):
             return done("all_reduce", tensors)
         op, factor = self._op(opts, "all_reduce")
@@ -191,7 +200,7 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         opts = opts or dist.BroadcastOptions()
         fast = self.core_group.fast
-        if (fast is not None and not getattr(opts, "asyncOp", True)
+        if (fast is not None and (not getattr(opts, "asyncOp", True) or self._alone)
                 and fast_calls.broadcast(fast, tensors, opts.rootRank)):
             return done("broadcast", tensors)
         vs = self._views(tensors, "broadcast", "tensors")
@@ -262,7 +271,7 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
                           opts: Any = None) -> dist.Work:
         fast = self.core_group.fast
-        if (fast is not None and not getattr(opts, "asyncOp", True)
+        if (fast is not None and (not getattr(opts, "asyncOp", True) or self._alone)
                 and fast_calls.all_gather_single(fast, output, input)):
             return done("all_gather_into_tensor", [output])
         return self.all_gather_single_coalesced([output], [input], opts, _call="all_gather_into_tensor")
@@ -307,7 +316,7 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
                               opts: Any = None) -> dist.Work:
         fast = self.core_group.fast
-        if (fast is not None and not getattr(opts, "asyncOp", True)
+        if (fast is not None and (not getattr(opts, "asyncOp", True) or self._alone)
                 and fast_calls.reduce_scatter_single(fast, output, input, opts.reduceOp)):
             return done("reduce_scatter_tensor", [output])
         return self.reduce_scatter_single_coalesced([output], [input], opts,
@@ -340,7 +349,7 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
         # seconds(timeout), without its call where torch left the timeout unset (negative)
         limit = None if type(timeout) is timedelta and timeout <= _NO_TIME else seconds(timeout)
         fast = g.fast
-        if (fast is not None and not getattr(opts, "asyncOp", True)
+        if (fast is not None and (not getattr(opts, "asyncOp", True) or self._alone)
                 and fast_calls.barrier(fast, limit)):
             return done("barrier", [])
         start: Start = lambda a: core.barrier(g, async_op=a, timeout=limit)  # noqa: E731
