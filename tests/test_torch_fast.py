@@ -77,19 +77,22 @@ def _every_call() -> dict[str, Any]:
 
     # tensors reused call after call (tensors.call_array keeps their arrays): the right
     # values every time, and no tensor.numpy() per call once kept (on the fast call)
-    t, outs, numpys = torch.zeros(3), torch.zeros(3 * n), []
+    t, outs, scalar, numpys = torch.zeros(3), torch.zeros(3 * n), torch.tensor(0.0), []
     real = torch.Tensor.numpy
     torch.Tensor.numpy = lambda self, *a, **k: (numpys.append(1), real(self, *a, **k))[1]
     for i in range(5):
         t.fill_(me + i)
+        scalar.fill_(me * i)
         dist.all_gather_into_tensor(outs, t)
         dist.all_reduce(t)
+        dist.broadcast(scalar, n - 1)
         if i < 2:    # the second sighting keeps them
             numpys.clear()
         got = len(numpys)
         same(f"reused all_gather_into_tensor {i}", outs,
              torch.tensor([float(r + i) for r in range(n) for _ in range(3)]))
         same(f"reused all_reduce {i}", t, torch.full((3,), float(sum(range(n)) + n * i)))
+        same(f"reused 0-d broadcast {i}", scalar, torch.tensor(float((n - 1) * i)))
         del numpys[got:]     # same()'s own
     torch.Tensor.numpy = real
     # a group of one runs an async call at once (a completed Work), unless an earlier one
