@@ -14,7 +14,9 @@ difference to the ``dist.`` row is torch's own Python (argument checks, options,
 logging decorators), the rest is the backend's.
 
 Rows: ``all_reduce``, ``broadcast``, ``all_gather_into_tensor``, ``reduce_scatter_tensor``,
-``barrier``, ``all_reduce async+wait`` (``async_op=True`` then ``.wait()``, as DDP-style
+``barrier``, ``all_gather_single`` / ``reduce_scatter_single`` (torch 2.13's names for
+the ``*_tensor`` calls, which warn that they are deprecated on every call: rows left out
+where torch lacks them), ``all_reduce async+wait`` (``async_op=True`` then ``.wait()``, as DDP-style
 code does), and ``all_reduce new tensor`` / ``reduce_scatter new tensors`` (tensors made
 for every call: ``dist.all_reduce(torch.zeros(k))``, their making included).
 """
@@ -39,11 +41,16 @@ def _rows(dist: Any, torch: Any, group: Any, k: int, n: int, direct: bool) -> di
         "all_gather_into_tensor": lambda: dist.all_gather_into_tensor(out, one, group=group),
         "reduce_scatter_tensor": lambda: dist.reduce_scatter_tensor(one, inp, group=group),
         "barrier": lambda: dist.barrier(group=group),
+        # torch 2.13's names for the two above (without their deprecation warning's cost)
+        "all_gather_single": lambda: dist.all_gather_single(out, one, group=group),
+        "reduce_scatter_single": lambda: dist.reduce_scatter_single(one, inp, group=group),
         "all_reduce async+wait": lambda: dist.all_reduce(x, group=group, async_op=True).wait(),
         "all_reduce new tensor": lambda: dist.all_reduce(torch.zeros(k), group=group),
         "reduce_scatter new tensors": lambda: dist.reduce_scatter_tensor(
             torch.zeros(k), torch.zeros(n * k), group=group),
     }
+    if not hasattr(dist, "all_gather_single"):
+        del rows["all_gather_single"], rows["reduce_scatter_single"]
     if direct:
         opts = AllreduceOptions()
         opts.asyncOp = False
