@@ -75,6 +75,51 @@ def _every_call() -> dict[str, Any]:
             calls += 5 if count else 1
     taken = (fast.calls - before) if fast is not None else None
 
+    # tensors reused call after call (tensors.call_array keeps their arrays): the right
+    # values every time, and no tensor.numpy() per call once kept (on the fast call)
+    t, outs, scalar, numpys = torch.zeros(3), torch.zeros(3 * n), torch.tensor(0.0), []
+    real = torch.Tensor.numpy
+    torch.Tensor.numpy = lambda self, *a, **k: (numpys.append(1), real(self, *a, **k))[1]
+    for i in range(5):
+        t.fill_(me + i)
+        scalar.fill_(me * i)
+        dist.all_gather_into_tensor(outs, t)
+        dist.all_reduce(t)
+        dist.broadcast(scalar, n - 1)
+        if i < 2:    # the second sighting keeps them
+            numpys.clear()
+        got = len(numpys)
+        same(f"reused all_gather_into_tensor {i}", outs,
+             torch.tensor([float(r + i) for r in range(n) for _ in range(3)]))
+        same(f"reused all_reduce {i}", t, torch.full((3,), float(sum(range(n)) + n * i)))
+        same(f"reused 0-d broadcast {i}", scalar, torch.tensor(float((n - 1) * i)))
+        del numpys[got:]     # same()'s own
+    torch.Tensor.numpy = real
+    # a group of one runs an async call at once (a completed Work), unless an earlier one
+    # is pending (the fast call is paused: the calls keep their order); with peers never
+    async_taken: list[Any] = []
+    calls_now = (lambda: fast.calls) if fast is not None else (lambda: 0)
+    t, k0 = torch.ones(2) * (me + 1), calls_now()
+    w = dist.all_reduce(t, async_op=True)
+    async_taken.append((calls_now() - k0, w.is_completed() if n == 1 else False))
+    w.wait()
+    same("async all_reduce", t, torch.ones(2) * sum(range(1, n + 1)))
+    k0 = calls_now()
+    w1 = dist.all_reduce(t, op=dist.ReduceOp.AVG, async_op=True)   # the worker's
+    w2 = dist.all_reduce(t, async_op=True)
+    w2.wait()
+    w1.wait()
+    async_taken.append(calls_now() - k0)
+    same("async AVG then SUM", t, torch.ones(2) * sum(range(1, n + 1)) * n)
+    fut = dist.all_gather_into_tensor(torch.zeros(n), torch.ones(1), async_op=True).get_future()
+    same("async all_gather_into_tensor", fut.wait()[0], torch.ones(n))
+    # the group's methods called without options (torch.distributed has no AllgatherOptions)
+    pg, lst, one = dist.group.WORLD, [torch.zeros(2) for _ in range(n)], torch.zeros(2 * n)
+    pg.allgather([lst], [torch.ones(2) * me]).wait()
+    pg._allgather_base(one, torch.ones(2) * me).wait()
+    same("allgather without options", torch.cat(lst), torch.arange(n).repeat_interleave(2))
+    same("_allgather_base without options", one, torch.arange(n).repeat_interleave(2))
+
     # what the fast call declines goes the regular way, with the same results
     t = torch.ones(4) * (me + 1)
     dist.all_reduce(t, op=dist.ReduceOp.AVG)
@@ -108,7 +153,8 @@ def _every_call() -> dict[str, Any]:
         mismatch = type(exc).__name__
     dist.destroy_process_group()
     from collcomm import native
-    return {"bad": bad, "taken": taken, "calls": calls, "errors": errors,
+    return {"bad": bad, "taken": taken, "calls": calls, "errors": errors, "numpys": len(numpys),
+            "async": async_taken,
             "mismatch": mismatch, "bf": bf.float().tolist(), "native": native.core is not None}
 
 
@@ -123,6 +169,8 @@ def test_torch_fast_calls_match_the_regular_path(n: int, regular: int | None) ->
             assert out["taken"] is None
         else:   # every call above was one fast call (the first dtype's barrier included)
             assert out["taken"] == out["calls"], out
+            assert out["numpys"] == 0, out
+            assert out["async"] == ([(1, True), 0] if n == 1 else [(0, False), 0]), out
     assert len({tuple(o["errors"]) for o in res}) == 1 and len(res[0]["errors"]) == 2, res
     if n > 1:
         assert all(o["mismatch"] == "BackendMismatchError" for o in res), res

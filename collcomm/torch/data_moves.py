@@ -18,7 +18,7 @@ import torch.distributed as dist
 from ..core import collectives as core
 from . import fast as fast_calls
 from .tensors import View, copy_out, core_dtype, finisher, flat_like, same_kind, scale
-from .work import DoneWork, Start
+from .work import Start, done
 
 __all__ = ["DataMoves"]
 
@@ -34,7 +34,7 @@ class DataMoves:
         g, root = self.core_group, opts.rootRank
         fast = self._fast(opts)
         if fast is not None and fast_calls.gather(fast, output_tensors, input_tensors, root, g.rank):
-            return DoneWork("gather", output_tensors)
+            return done("gather", output_tensors)
         inp = self._view(input_tensors[0], "gather", "tensor")
         if g.rank == root and 0 <= root < g.size:
             outs = self._views(output_tensors[0] if output_tensors else [], "gather", "gather_list")
@@ -54,7 +54,7 @@ class DataMoves:
         g, root = self.core_group, opts.rootRank
         fast = self._fast(opts)
         if fast is not None and fast_calls.scatter(fast, output_tensors, input_tensors, root, g.rank):
-            return DoneWork("scatter", output_tensors)
+            return done("scatter", output_tensors)
         out = self._view(output_tensors[0], "scatter", "tensor")
         send = None
         if g.rank == root and 0 <= root < g.size:
@@ -86,7 +86,7 @@ class DataMoves:
         fast = self._fast(opts)
         if fast is not None and fast_calls.all_to_all_single(fast, output, input, output_split_sizes,
                                                              input_split_sizes):
-            return DoneWork(call, [output])
+            return done(call, [output])
         vo, vi = self._view(output, call, "output"), self._view(input, call, "input")
         send_counts = self._split_counts(vi, input_split_sizes, call, "input")
         recv_counts = self._split_counts(vo, output_split_sizes, call, "output")

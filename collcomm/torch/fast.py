@@ -2,7 +2,7 @@
 
 Each function here offers one torch call to the group's fast call
 (:mod:`collcomm.core.fastpath`) and says whether it was done. It is, only when every
-tensor is a dense, contiguous CPU tensor of a numpy dtype (:func:`fast_array`), the op a
+tensor is a dense, contiguous CPU tensor of a numpy dtype (``call_array``), the op a
 plain one (:func:`fast_op`: no AVG, no PREMUL_SUM), the sizes the even ones the fast call
 takes, and the fast call itself accepts the call (it declines anything unusual by doing
 nothing). Otherwise nothing has happened and the backend's regular path runs, and raises
@@ -11,7 +11,9 @@ across ranks as the regular path does, so a rank on one path and a rank on the o
 meet in the same native call.
 
 The names given to the fast call are the regular path's, so the flight recorder's records
-and the error texts are the same either way.
+and the error texts are the same either way. The arrays are ``call_array``'s (no
+``tensor.numpy()`` per call), which may not outlive the call: every call here has ended
+when it returns.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from typing import Any, Sequence
 
 from ..errors import CollcommError
 from .errors import translate
-from .tensors import fast_array, fast_op
+from .tensors import call_array, fast_op
 
 __all__ = ["all_gather", "all_reduce", "all_to_all_single", "barrier", "broadcast", "gather",
            "reduce", "reduce_scatter_single", "scatter"]
@@ -31,7 +33,7 @@ def _arrays(tensors: Any) -> list[Any] | None:
         return None
     arrays = []
     for t in tensors:
-        a = fast_array(t)
+        a = call_array(t)
         if a is None:
             return None
         arrays.append(a)
@@ -48,22 +50,32 @@ def _done(call: Any, *args: Any) -> bool:
 def all_reduce(fast: Any, tensors: Sequence[Any], op: Any) -> bool:
     if len(tensors) != 1:
         return False
-    a, rop = fast_array(tensors[0]), fast_op(op)
-    return a is not None and rop is not None and _done(fast.all_reduce, a, a, rop, "all_reduce")
+    a, rop = call_array(tensors[0]), fast_op(op)
+    if a is None or rop is None:
+        return False
+    try:                                    # _done inline: this is the most frequent call
+        return bool(fast.all_reduce(a, a, rop, "all_reduce"))
+    except CollcommError as exc:
+        raise translate(exc) from None
 
 
 def broadcast(fast: Any, tensors: Sequence[Any], root: int) -> bool:
     if len(tensors) != 1:
         return False
-    a = fast_array(tensors[0])
-    return a is not None and _done(fast.broadcast, a, root, "broadcast")
+    a = call_array(tensors[0])
+    if a is None:
+        return False
+    try:
+        return bool(fast.broadcast(a, root, "broadcast"))
+    except CollcommError as exc:
+        raise translate(exc) from None
 
 
 def reduce(fast: Any, tensors: Sequence[Any], op: Any, root: int, rank: int) -> bool:
     """In place on the root; the other ranks' tensors stay as they are (gloo's reduce)."""
     if len(tensors) != 1:
         return False
-    a, rop = fast_array(tensors[0]), fast_op(op)
+    a, rop = call_array(tensors[0]), fast_op(op)
     return (a is not None and rop is not None
             and _done(fast.reduce, a, a if rank == root else None, rop, root, "reduce"))
 
@@ -72,19 +84,28 @@ def all_gather(fast: Any, outputs: Sequence[Any], inputs: Sequence[Any]) -> bool
     """torch's list form: one input tensor, one output tensor per rank."""
     if len(inputs) != 1 or len(outputs) != 1:
         return False
-    a, outs = fast_array(inputs[0]), _arrays(outputs[0])
+    a, outs = call_array(inputs[0]), _arrays(outputs[0])
     return a is not None and outs is not None and _done(fast.all_gather, a, outs, "all_gather")
 
 
 def all_gather_single(fast: Any, output: Any, input: Any) -> bool:  # noqa: A002 - torch's name
-    a, b = fast_array(input), fast_array(output)
-    return a is not None and b is not None and _done(fast.all_gather, a, b, "all_gather_into_tensor")
+    a, b = call_array(input), call_array(output)
+    if a is None or b is None:
+        return False
+    try:
+        return bool(fast.all_gather(a, b, "all_gather_into_tensor"))
+    except CollcommError as exc:
+        raise translate(exc) from None
 
 
 def reduce_scatter_single(fast: Any, output: Any, input: Any, op: Any) -> bool:  # noqa: A002
-    a, b, rop = fast_array(input), fast_array(output), fast_op(op)
-    return (a is not None and b is not None and rop is not None
-            and _done(fast.reduce_scatter, a, b, rop, "reduce_scatter_tensor"))
+    a, b, rop = call_array(input), call_array(output), fast_op(op)
+    if a is None or b is None or rop is None:
+        return False
+    try:
+        return bool(fast.reduce_scatter(a, b, rop, "reduce_scatter_tensor"))
+    except CollcommError as exc:
+        raise translate(exc) from None
 
 
 def all_to_all_single(fast: Any, output: Any, input: Any, out_splits: Sequence[int],  # noqa: A002
@@ -92,7 +113,7 @@ def all_to_all_single(fast: Any, output: Any, input: Any, out_splits: Sequence[i
     """Only the even split (no split sizes given): uneven ones are all_to_all_v."""
     if out_splits or in_splits:
         return False
-    a, b = fast_array(input), fast_array(output)
+    a, b = call_array(input), call_array(output)
     return a is not None and b is not None and _done(fast.all_to_all, a, b, "all_to_all_single")
 
 
@@ -103,7 +124,7 @@ def _rooted(singles: Sequence[Any], lists: Sequence[Any], root: int,
     ``[tensor]`` and ``[list]`` on the root, ``[]`` elsewhere)."""
     if len(singles) != 1:
         return None
-    one = fast_array(singles[0])
+    one = call_array(singles[0])
     if one is None:
         return None
     if rank != root:
@@ -126,4 +147,9 @@ def scatter(fast: Any, outputs: Sequence[Any], inputs: Sequence[Any], root: int,
 
 def barrier(fast: Any, limit: float | None) -> bool:
     """Only without a per-call timeout (the fast call waits for the group's)."""
-    return limit is None and _done(fast.barrier, "barrier")
+    if limit is not None:
+        return False
+    try:
+        return bool(fast.barrier("barrier"))
+    except CollcommError as exc:
+        raise translate(exc) from None

@@ -17,9 +17,9 @@ here. Semantics are gloo's:
 * blocking calls (``opts.asyncOp`` false: what torch's Python API passes for
   ``async_op=False``) run in the caller's thread; the others run on the group's worker in
   program order and return a pending :class:`~collcomm.torch.work.CollWork`;
-* a blocking ``all_reduce``, ``broadcast`` or ``all_gather_into_tensor`` of one plain
-  contiguous CPU tensor first goes to the group's fast call (:mod:`collcomm.core.fastpath`:
-  the whole call in C, or nothing and the steps above);
+* a blocking call of plain contiguous CPU tensors first goes to the group's fast call
+  (:mod:`collcomm.torch.fast`, :mod:`collcomm.core.fastpath`: the whole call in C, or
+  nothing and the steps above); in a group of one an async call too (see :meth:`_fast`);
 * every wait is bounded by the group's timeout (``init_process_group(timeout=)`` /
   ``new_group(timeout=)``); ``barrier`` also honours ``opts.timeout``, the one per-call
   timeout torch's Python API sets.
@@ -29,11 +29,13 @@ all-to-all in :mod:`collcomm.torch.data_moves`.
 """
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.distributed.distributed_c10d import AllgatherOptions  # not in torch.distributed
 
 from ..core import attach
 from ..core import collectives as core
@@ -45,11 +47,12 @@ from .p2p import PointToPoint
 from . import fast as fast_calls
 from .data_moves import DataMoves
 from .tensors import View, copy_out, core_dtype, finisher, flat_like, reduce_op, same_kind, scale, view, views
-from .work import CollWork, DoneWork, Start, seconds
+from .work import CollWork, Start, done, seconds
 
 __all__ = ["BACKEND_NAME", "ProcessGroupCollcomm"]
 
 BACKEND_NAME = "collcomm"
+_NO_TIME = timedelta(0)
 
 def _then(*steps: Callable[[], None] | None) -> Callable[[], None] | None:
     todo = [s for s in steps if s is not None]
@@ -74,6 +77,8 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
         super().__init__(rank, size)
         self.core_group = group
         self._where = group.describe()
+        # a group of one: an async call may run at once too (it never waits for anyone)
+        self._alone = group.size == 1
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return BACKEND_NAME
@@ -105,7 +110,7 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
             raise translate(exc) from None
         if async_op:
             return CollWork(name, [w for w in works if w is not None], result)
-        return DoneWork(name, result)
+        return done(name, result)
 
     def _view(self, t: Any, call: str, what: str, reducing: bool = False) -> View:
         return view(t, call, self._where, what, reducing)
@@ -138,15 +143,23 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
 
     # -- all_reduce -------------------------------------------------------------------------
     def _fast(self, opts: Any) -> Any:
-        """The group's fast call for a blocking call, else None."""
+        """The group's fast call for a blocking call, or any call in a group of one, else None.
+
+        A group of one runs an ``async_op=True`` call at once too, returning a completed
+        Work: it waits for no one, and the fast call declines while earlier async calls
+        are pending (the group pauses it), so calls keep their order. With peers it would
+        not be the same call: an async call must return before its peers join it (rank 0:
+        ``all_reduce(async_op=True)`` then ``send``; rank 1: ``recv`` then ``all_reduce``)."""
         fast = self.core_group.fast
-        return fast if fast is not None and not getattr(opts, "asyncOp", True) else None
+        inline = not getattr(opts, "asyncOp", True) or self._alone
+        return fast if fast is not None and inline else None
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         opts = opts or dist.AllreduceOptions()
-        fast = self._fast(opts)
-        if fast is not None and fast_calls.all_reduce(fast, tensors, opts.reduceOp):
-            return DoneWork("all_reduce", tensors)
+        fast = self.core_group.fast                       # self._fast(opts), inline
+        if (fast is not None and (not getattr(opts, "asyncOp", True) or self._alone)
+                and fast_calls.all_reduce(fast, tensors, opts.reduceOp)):
+            return done("all_reduce", tensors)
         op, factor = self._op(opts, "all_reduce")
         vs = self._views(tensors, "all_reduce", "tensors", reducing=True)
         g = self.core_group
@@ -186,9 +199,10 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
     # -- broadcast ---------------------------------------------------------------------------
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         opts = opts or dist.BroadcastOptions()
-        fast = self._fast(opts)
-        if fast is not None and fast_calls.broadcast(fast, tensors, opts.rootRank):
-            return DoneWork("broadcast", tensors)
+        fast = self.core_group.fast
+        if (fast is not None and (not getattr(opts, "asyncOp", True) or self._alone)
+                and fast_calls.broadcast(fast, tensors, opts.rootRank)):
+            return done("broadcast", tensors)
         vs = self._views(tensors, "broadcast", "tensors")
         g, root = self.core_group, opts.rootRank
         starts = [lambda a, v=v: core.broadcast(g, v.arr, root, dtype=core_dtype(v), async_op=a,
@@ -202,7 +216,7 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
         g, root = self.core_group, opts.rootRank
         fast = self._fast(opts)
         if fast is not None and fast_calls.reduce(fast, tensors, opts.reduceOp, root, g.rank):
-            return DoneWork("reduce", tensors)
+            return done("reduce", tensors)
         op, factor = self._op(opts, "reduce")
         is_root = g.rank == root
         starts = []
@@ -235,10 +249,10 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
 
     def allgather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
                   opts: Any = None, _call: str = "all_gather") -> dist.Work:
-        opts = opts or dist.AllgatherOptions()
+        opts = opts or AllgatherOptions()
         fast = self._fast(opts) if _call == "all_gather" else None
         if fast is not None and fast_calls.all_gather(fast, output_tensors, input_tensors):
-            return DoneWork(_call, output_tensors)
+            return done(_call, output_tensors)
         ins = self._views(input_tensors, _call, "input_tensors")
         if not isinstance(output_tensors, (list, tuple)) or len(output_tensors) != len(ins):
             raise self._fail(_call, "output_tensors must hold one list of tensors per input tensor")
@@ -256,9 +270,10 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
                           opts: Any = None) -> dist.Work:
-        fast = self._fast(opts)
-        if fast is not None and fast_calls.all_gather_single(fast, output, input):
-            return DoneWork("all_gather_into_tensor", [output])
+        fast = self.core_group.fast
+        if (fast is not None and (not getattr(opts, "asyncOp", True) or self._alone)
+                and fast_calls.all_gather_single(fast, output, input)):
+            return done("all_gather_into_tensor", [output])
         return self.all_gather_single_coalesced([output], [input], opts, _call="all_gather_into_tensor")
 
     _allgather_base = all_gather_single
@@ -266,7 +281,7 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
     def all_gather_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                                     opts: Any = None,
                                     _call: str = "all_gather_into_tensor_coalesced") -> dist.Work:
-        opts = opts or dist.AllgatherOptions()
+        opts = opts or AllgatherOptions()
         g = self.core_group
         starts = []
         for i, (o, t) in enumerate(zip(outputs, inputs)):
@@ -300,9 +315,10 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
                               opts: Any = None) -> dist.Work:
-        fast = self._fast(opts)
-        if fast is not None and fast_calls.reduce_scatter_single(fast, output, input, opts.reduceOp):
-            return DoneWork("reduce_scatter_tensor", [output])
+        fast = self.core_group.fast
+        if (fast is not None and (not getattr(opts, "asyncOp", True) or self._alone)
+                and fast_calls.reduce_scatter_single(fast, output, input, opts.reduceOp)):
+            return done("reduce_scatter_tensor", [output])
         return self.reduce_scatter_single_coalesced([output], [input], opts,
                                                     _call="reduce_scatter_tensor")
 
@@ -329,10 +345,13 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
     # -- barrier -------------------------------------------------------------------------------
     def barrier(self, opts: Any = None) -> dist.Work:
         opts = opts or dist.BarrierOptions()
-        g, limit = self.core_group, seconds(getattr(opts, "timeout", None))
-        fast = self._fast(opts)
-        if fast is not None and fast_calls.barrier(fast, limit):
-            return DoneWork("barrier", [])
+        g, timeout = self.core_group, getattr(opts, "timeout", None)
+        # seconds(timeout), without its call where torch left the timeout unset (negative)
+        limit = None if type(timeout) is timedelta and timeout <= _NO_TIME else seconds(timeout)
+        fast = g.fast
+        if (fast is not None and (not getattr(opts, "asyncOp", True) or self._alone)
+                and fast_calls.barrier(fast, limit)):
+            return done("barrier", [])
         start: Start = lambda a: core.barrier(g, async_op=a, timeout=limit)  # noqa: E731
         return self._run("barrier", opts, [], [start])
 

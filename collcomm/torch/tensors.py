@@ -23,7 +23,7 @@ import torch.distributed as dist
 from ..errors import InvalidArgumentError
 from ..ops import ReduceOp
 
-__all__ = ["View", "finisher", "flat_like", "reduce_op", "view", "views"]
+__all__ = ["View", "call_array", "fast_array", "fast_op", "finisher", "flat_like", "reduce_op", "view", "views"]
 
 BFLOAT16 = "bfloat16"
 RAW = "raw"        # bytes of a dtype numpy cannot name: data movement only
@@ -101,6 +101,61 @@ def fast_array(t: Any) -> np.ndarray | None:
         return None
 
 
+class _Memory:
+    """What a numpy array is made over to view memory it does not own (its array interface)."""
+
+    __slots__ = ("__array_interface__",)
+
+    def __init__(self, ptr: int, numel: int, typestr: str) -> None:
+        self.__array_interface__ = {"data": (ptr, False), "shape": (numel,), "typestr": typestr,
+                                    "version": 3}
+
+
+#: call_array's arrays by (address, elements, torch dtype), at most CALL_ARRAYS_MAX (then
+#: the table starts again), and the keys seen lately, at most SEEN_MAX: a key is kept when
+#: it comes again within that window, as a reused tensor's does (a training loop's buffers),
+#: and not when tensors made afresh for every call cycle through hundreds of addresses.
+_CALL_ARRAYS: dict[tuple[int, int, torch.dtype], np.ndarray] = {}
+_SEEN: set[tuple[int, int, torch.dtype]] = set()
+CALL_ARRAYS_MAX = 512
+SEEN_MAX = 128
+
+
+def call_array(t: Any) -> np.ndarray | None:
+    """:func:`fast_array` for a call that ends before it returns (a blocking collective),
+    without ``t.numpy()``'s cost: the same checks, then an array over the same memory, kept
+    by (address, elements, dtype) once that memory has been seen twice.
+
+    Such an array does not own or keep alive what it views; it is handed out only while a
+    live, contiguous tensor has exactly that address, element count and dtype, so it then
+    views exactly that tensor's data, whatever happened to the memory in between. It must
+    not outlive the call (a receive that completes later takes :func:`fast_array`'s).
+    Costs (world of one, thread CPU): a kept key 0.6 µs, else ``numpy()``'s 0.7 µs + 0.25,
+    and keeping one 0.9 µs more."""
+    if (type(t) is not torch.Tensor or not t.is_cpu or t.requires_grad or not t.is_contiguous()
+            or t.is_conj() or t.is_neg()):
+        return None
+    try:
+        key = (t.data_ptr(), t.numel(), t.dtype)
+        arr = _CALL_ARRAYS.get(key)
+        if arr is not None:     # only numpy()'s dtypes get there: bfloat16 never does
+            return arr
+        if key[2] is torch.bfloat16:
+            return None
+        arr = t.numpy()
+    except (TypeError, RuntimeError):
+        return None
+    if key in _SEEN:
+        if len(_CALL_ARRAYS) >= CALL_ARRAYS_MAX:
+            _CALL_ARRAYS.clear()
+        _CALL_ARRAYS[key] = np.asarray(_Memory(key[0], key[1], arr.dtype.str))
+    elif key[0] and key[1]:         # not an empty tensor (whose address may be 0)
+        if len(_SEEN) >= SEEN_MAX:
+            _SEEN.clear()
+        _SEEN.add(key)
+    return arr
+
+
 def finisher(v: View) -> Callable[[], None] | None:
     """What copies ``v``'s temporary back into its tensor at the end of a call, if any."""
     return v.finish if v.tmp is not None else None
@@ -112,8 +167,24 @@ for _kind, _rop in _OPS.items():
     _FAST_OPS[int(_kind)] = None if _rop is ReduceOp.AVG else _rop
 
 
+#: torch's ReduceOp, whose hash is its RedOpType's value (checked here, else not relied on)
+_REDUCE_OP = dist.ReduceOp
+
+
+def _hash_is_kind() -> bool:
+    try:
+        ops = [dist.ReduceOp(k) for k in _OPS] + [dist._make_nccl_premul_sum(2.0)]
+        return (all(type(o) is _REDUCE_OP and hash(o) == int(o.op) for o in ops)
+                and int(ops[-1].op) >= len(_FAST_OPS))
+    except Exception:  # noqa: BLE001 - a torch without these: the slower way below
+        return False
+
+
 def fast_op(op: Any) -> Any:
     """The collcomm op of a plain torch ``ReduceOp`` (not AVG, not PREMUL_SUM), else None."""
+    if _HASH_IS_KIND and type(op) is _REDUCE_OP:
+        i = hash(op)           # 0.1 µs; op.op alone is 0.3 µs
+        return _FAST_OPS[i] if 0 <= i < len(_FAST_OPS) else None
     try:
         kind = op.op
     except AttributeError:
@@ -122,6 +193,9 @@ def fast_op(op: Any) -> Any:
         return None
     i = int(kind)
     return _FAST_OPS[i] if i < len(_FAST_OPS) else None
+
+
+_HASH_IS_KIND = _hash_is_kind()
 
 
 def views(ts: Sequence[Any], call: str, where: str, what: str, reducing: bool = False) -> list[View]:
