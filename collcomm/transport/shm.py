@@ -6,7 +6,8 @@ them (shm_ring.py: the inbox, the ring and the record format). A message up to t
 limit travels inline in its record; a larger one is staged: written into a shared-memory
 segment the record names (pooled, up to ``POOL_SLOTS`` per peer of up to ``POOL_MAX``
 bytes each, or one-off), or, when /dev/shm has no room for that, copied into the sender's
-private memory for the receiver to read by cross-memory attach (peer_process.py).
+private memory for the receiver to read by cross-memory attach (peer_process.py); the
+staging of large bodies, both sides, is shm_staging.py.
 shm_segments.py creates the segments, backing each one when it is created so that a full
 /dev/shm is an error (ShmSpaceError) or a smaller share (a warning), never a SIGBUS.
 
@@ -36,11 +37,7 @@ same consumer step :meth:`ShmChannel.poll` runs, so other receivers still get th
 """
 from __future__ import annotations
 
-import ctypes
-import errno
 import mmap
-import os
-import struct
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -48,10 +45,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import ClosedError, CommTimeoutError, PeerLostError
-from .peer_process import buffer_address, pid_alive, pid_stopped
-from .shm_ring import (BUSY, HEADER, INBOX_HEADER, INLINE, LEFT, PAD, PRIVATE, PRIVATE_ID, RELEASED, SEGMENT,
-                       SEGMENT_ONCE, Inbox, _RingBody, _SegmentBody, _Ring, _round, eager_limit, slot_offset)
-from .shm_segments import (PAGE, SHM_DIR, ShmSpaceError, create_segment, mib, open_segment, shm_budget,
+from .peer_process import pid_alive, pid_stopped
+from .shm_ring import (HEADER, INLINE, LEFT, PAD, PRIVATE, PRIVATE_ID, SEGMENT, SEGMENT_ONCE,
+                       Inbox, _RingBody, _SegmentBody, _Ring, _round, eager_limit, slot_offset)
+from .shm_staging import StagedBodies
+from .shm_segments import (PAGE, SHM_DIR, ShmSpaceError, create_segment, mib, shm_budget,
                            space_text, unlink_quietly, warn_once)
 
 if TYPE_CHECKING:
@@ -63,12 +61,10 @@ __all__ = ["PAGE", "SHM_DIR", "ShmChannel", "ShmSpaceError", "create_segment", "
            "pid_stopped", "shm_budget", "space_text", "unlink_quietly", "warn_once"]
 
 _CLOSED, _GONE = "closed", "gone"   # why a sender stopped waiting (resolved without the lock)
-POOL_SLOTS = 4
-POOL_MAX = 64 << 20
 
 
-class ShmChannel:
-    """Messages to and from one peer on this host."""
+class ShmChannel(StagedBodies):
+    """Messages to and from one peer on this host (large bodies: :class:`StagedBodies`)."""
 
     kind = "shm"
 
@@ -186,87 +182,6 @@ class ShmChannel:
         return engine._aborted or ClosedError(
             f"rank {engine.rank}: transport closed; the {req.describe()} was not sent")
 
-    def _unstage(self, name: str) -> None:
-        """Give back a pooled staging segment whose record was never written."""
-        with self.send_lock:
-            if self.closed:
-                return
-            for mm, _, pooled in self.pool:
-                if pooled == name:
-                    BUSY.pack_into(mm, 0, 0)
-
-    def peer_reads_me(self) -> bool:
-        """Can the peer read this process's memory (it probed us at the rendezvous)?"""
-        return self.my_slot < INBOX_HEADER // 8 and \
-            struct.unpack_from("<Q", self.out.mm, 8 * self.my_slot)[0] == 1
-
-    def _private(self, buf: memoryview) -> tuple[int, str, int]:
-        """Copy a large body into private memory for the peer to read (caller holds
-        ``send_lock``): (PRIVATE, id, address)."""
-        released = int(self.out.ctl[RELEASED])
-        for ident in [i for i in self.held if i < released]:
-            del self.held[ident]
-        copy = np.empty(len(buf), dtype=np.uint8)
-        copy[:] = np.frombuffer(buf, dtype=np.uint8)
-        ident = self.next_private
-        self.next_private += 1
-        self.held[ident] = copy
-        return PRIVATE, str(ident), int(copy.ctypes.data)
-
-    def _stage(self, buf: memoryview) -> tuple[int, str, int]:
-        """Copy a large body into a staging segment at the sender's page offset: a pooled
-        one while /dev/shm has room for it (a quarter of the budget), else a one-off one
-        (half the budget), else private memory the peer reads directly (see the module
-        docstring); ShmSpaceError when none of them can be had."""
-        offset = PAGE + buffer_address(buf) % PAGE
-        need = offset + len(buf)
-        for mm, capacity, name in self.pool:
-            if capacity >= need and BUSY.unpack_from(mm, 0)[0] == 0:
-                kind = SEGMENT
-                break
-        else:
-            if self.held:
-                released = int(self.out.ctl[RELEASED])
-                for ident in [i for i in self.held if i < released]:
-                    del self.held[ident]
-            budget = shm_budget()
-            capacity = max(1 << 20, 1 << (need - 1).bit_length())
-            pooled = capacity <= POOL_MAX and len(self.pool) < POOL_SLOTS and capacity <= budget // 4
-            private = self.peer_reads_me()
-            why = (f"{space_text()}: messages that do not fit there (first: {mib(len(buf))} from "
-                   f"rank {self.engine.rank} to rank {self.peer}) go through private memory the "
-                   "receiver reads directly (cross-memory attach) instead of a staging segment")
-            if not pooled and private and need > budget // 2:
-                warn_once("private", why)
-                return self._private(buf)
-            self.n_segments += 1
-            name = f"collcomm-{self.job}-m{self.engine.rank}-{self.peer}-{self.n_segments}"
-            try:
-                mm = create_segment(
-                    name, capacity if pooled else need, populate=pooled,
-                    what=f"the staging segment of a {mib(len(buf))} message from rank "
-                         f"{self.engine.rank} to rank {self.peer}" + (
-                             "" if private else f" (rank {self.peer} cannot read this rank's "
-                             "memory directly instead: cross-memory attach is not permitted "
-                             "or COLLCOMM_CMA=0)"))
-            except ShmSpaceError:
-                if not private:
-                    raise
-                warn_once("private", why)
-                return self._private(buf)
-            self.created.append(name)
-            kind = SEGMENT if pooled else SEGMENT_ONCE
-            if pooled:
-                self.pool.append((mm, capacity, name))
-        BUSY.pack_into(mm, 0, 1)
-        with memoryview(mm) as view:
-            view[offset:offset + len(buf)] = buf
-        if kind == SEGMENT_ONCE:
-            mm.close()
-            if len(self.created) > 64:
-                self.created = [n for n in self.created if os.path.exists(os.path.join(SHM_DIR, n))]
-        return kind, name, offset
-
     def _try_append(self, kind: int, tag: int, nbytes: int, aux: int, body: memoryview | bytes,
                     sig: int = 0) -> bool:
         """Write one record if the ring has room for it (caller holds ``send_lock``)."""
@@ -334,45 +249,6 @@ class ShmChannel:
             self._take_private(tag, nbytes, aux, PRIVATE_ID.unpack_from(data, off + HEADER.size)[0], sig)
         self.tail += length
         inp.ctl[8] = self.tail
-
-    def _open_staged(self, name: str, pooled: bool, nbytes: int) -> mmap.mmap:
-        try:
-            return open_segment(name, unlink=True, populate=pooled)
-        except FileNotFoundError:
-            left = bool(self.inp.ctl[LEFT]) or not pid_alive(self.peer_pid)
-            raise PeerLostError(
-                f"rank {self.engine.rank} cannot read the {mib(nbytes)} message rank {self.peer} "
-                f"sent it: its staging segment {SHM_DIR}/{name} is gone"
-                + (f" (rank {self.peer} left the job before it was read)" if left else ""),
-                peer=self.peer) from None
-
-    def _take_private(self, tag: int, nbytes: int, address: int, ident: int, sig: int) -> None:
-        """Read a PRIVATE message out of the sender's memory now (straight into the posted
-        receive when there is one), then release the sender's copy (poll_lock held)."""
-        from .arena_cma import _IoVec, _READV
-
-        engine = self.engine
-        view, token = engine.arriving(self.peer, tag, nbytes, sig)
-        base = buffer_address(view)
-        done, err = 0, 0
-        while done < nbytes and _READV is not None:
-            local, remote = _IoVec(base + done, nbytes - done), _IoVec(address + done, nbytes - done)
-            got = _READV(self.peer_pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
-            if got <= 0:
-                err = ctypes.get_errno() or errno.EFAULT
-                break
-            done += got
-        self.inp.ctl[RELEASED] = ident + 1
-        if done == nbytes:
-            engine.landed(self.peer, nbytes, token)
-            return
-        gone = err == errno.ESRCH or not pid_alive(self.peer_pid)
-        what = ("left the job" if self.inp.ctl[LEFT] else "died") if gone else "is alive"
-        engine.peer_lost(self.peer, PeerLostError(
-            f"rank {engine.rank} could not read the {mib(nbytes)} message rank {self.peer} (pid "
-            f"{self.peer_pid}, same host) {what} holds for it in its memory "
-            f"({os.strerror(err) if err else 'cross-memory attach unavailable'})", peer=self.peer),
-            crashed=not self.inp.ctl[LEFT])
 
     # -- health ------------------------------------------------------------------------------
     def check_alive(self) -> None:
