@@ -160,7 +160,23 @@ static PyObject *Core_scatter(Core *c, PyObject *const *args, Py_ssize_t nargs)
  * staged pieces. cma_limit >= 0: past the agreement, if largest * itemsize > cma_limit
  * the call ends by cross-memory attach: with `pids` (every rank's) here, as
  * shm_move._all_to_all_cma does it (the same words and syncs), else the Python code
- * finishes it (ST_PYTHON). */
+ * finishes it (ST_PYTHON).
+ *
+ * Eager (shm_move.a2a_eager_at / a2a_eager): a rank whose whole send buffer is at most
+ * one_shot bytes (and fits its slot after the table) also stages it in the agreement's
+ * slot, at a2a_eager_at(n), laid out as in its buffer (its own block left out). When
+ * every rank did (each rank works that out from the tables, so all decide alike), the
+ * call ends with that one sync: each reads its blocks from there, after the checks.
+ * Nothing is read before the signature and every split size are checked. */
+static inline Py_ssize_t a2a_eager_at(int n)
+{
+    return ((Py_ssize_t)2 * n * 8 + 63) / 64 * 64;
+}
+
+static inline int a2a_eager(Core *c, Py_ssize_t bytes)
+{
+    return bytes <= c->one_shot && a2a_eager_at(c->n) + bytes <= c->slot;
+}
 static int read_counts(PyObject *seq, int n, Py_ssize_t *out)
 {
     PyObject *fast = PySequence_Fast(seq, "counts must be a sequence");
@@ -241,6 +257,12 @@ static PyObject *Core_all_to_all(Core *c, PyObject *const *args, Py_ssize_t narg
         table[j] = sc[j];
         table[n + j] = rc[j];
     }
+    if (ssum > 0 && a2a_eager(c, ssum * isz)) {   /* our send buffer but our own block, as it lies */
+        char *eager = (char *)table + a2a_eager_at(n);
+        Py_ssize_t own = sd[me] * isz, past = (sd[me] + sc[me]) * isz;
+        memcpy(eager, send, own);
+        memcpy(eager + past, send + past, ssum * isz - past);
+    }
     int e = enter(c, k.arena, agree, sig, &k.gil);
     if (e != 0) {
         PyMem_Free(tab);
@@ -260,6 +282,28 @@ static PyObject *Core_all_to_all(Core *c, PyObject *const *args, Py_ssize_t narg
     /* our block to ourselves (the check above covered it: sc[me] == rc[me]) */
     if (sc[me])
         memmove(recv + rd[me] * isz, send + sd[me] * isz, (size_t)sc[me] * isz);
+    int eager = 1;
+    for (int r = 0; r < n && eager; r++) {
+        const int64_t *tr = (const int64_t *)slot_at(c, agree, r);
+        int64_t total = 0;
+        for (int j = 0; j < n; j++)
+            total += tr[j];
+        eager = a2a_eager(c, (Py_ssize_t)total * isz);
+    }
+    if (eager) {   /* every rank staged its whole buffer with the tables: read ours */
+        for (int r = 0; r < n; r++) {
+            if (r == me || rc[r] == 0)
+                continue;
+            const int64_t *tr = (const int64_t *)slot_at(c, agree, r);
+            int64_t at = 0;
+            for (int j = 0; j < me; j++)
+                at += tr[j];
+            memcpy(recv + rd[r] * isz, (const char *)tr + a2a_eager_at(n) + at * isz,
+                   (size_t)rc[r] * isz);
+        }
+        PyMem_Free(tab);
+        return call_end(&k, ST_DONE);
+    }
     Py_ssize_t all_largest = 0;
     for (int r = 0; r < n; r++) {
         Py_ssize_t v = (Py_ssize_t)get(c, r, c->w_size + agree);
