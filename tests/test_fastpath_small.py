@@ -30,9 +30,15 @@ A2A_CASES: list[tuple[str, Any, int]] = [
     ("one element past it on one rank", lambda i, j, n: Q // n + (Q % n + 1 if i == j == 0 else 0), 2),
     ("large on every rank", lambda i, j, n: Q, 2),
 ]
+#: ... with 4 KiB slots (COLLCOMM_SHM_SLOT=4096): the data must also fit the slot after the
+#: table (64 bytes at n = 2, 3): 1008 int32 elements do, 1009 do not (one round of pieces)
+SLOT_CASES: list[tuple[str, Any, int]] = [
+    ("fills the slot", lambda i, j, n: 1008 // n + (1008 % n if j == 0 else 0), 1),
+    ("one element more", lambda i, j, n: 1008 // n + (1008 % n + 1 if j == 0 else 0), 2),
+]
 
 
-def _a2a_rank() -> dict[str, Any]:
+def _a2a_rank(cases: str = "A2A_CASES") -> dict[str, Any]:
     """Each case once (the equal ones without split sizes: the fast call); the bytes got,
     the syncs taken, and what the bytes should be."""
     import collcomm as dist
@@ -42,7 +48,7 @@ def _a2a_rank() -> dict[str, Any]:
     dist.barrier()   # (the arena exists from the first call on)
     arena = runtime.get_world("test")._arena
     out: dict[str, Any] = {}
-    for name, counts, _ in A2A_CASES:
+    for name, counts, _ in globals()[cases]:
         sc = [counts(me, j, n) for j in range(n)]
         rc = [counts(j, me, n) for j in range(n)]
         send = np.concatenate([1000 * me + 100 * j + np.arange(c) for j, c in enumerate(sc)]).astype(np.int32)
@@ -64,9 +70,13 @@ def test_small_all_to_all_is_one_sync_native_and_mixed() -> None:
     jobs = {"native n=2": run_ranks(_a2a_rank, 2, transport="shm", timeout=60),
             "mixed n=3": run_ranks(_a2a_rank, 3, transport="shm", timeout=60,
                                    rank_env={1: {"COLLCOMM_NATIVE": "0"}})}
+    jobs["mixed n=2, 4 KiB slots"] = run_ranks(_a2a_rank, 2, "SLOT_CASES", transport="shm", timeout=60,
+                                               env={"COLLCOMM_SHM_SLOT": "4096"},
+                                               rank_env={1: {"COLLCOMM_NATIVE": "0"}})
     for job, results in jobs.items():
+        cases = SLOT_CASES if "slots" in job else A2A_CASES
         for r, res in enumerate(results):
-            for name, _, syncs in A2A_CASES:
+            for name, _, syncs in cases:
                 assert res[name] == (syncs, True), (job, r, name, res[name])
 
 
