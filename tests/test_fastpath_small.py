@@ -5,7 +5,8 @@ moves it too (shm_move.a2a_eager, native/_collectives_move.c); a rank whose send
 is too large for that makes every rank take the rounds. These jobs run the native core
 on every rank and mixed (one rank on the Python path: the two implement one protocol),
 with sizes on both sides of the limit, and count each call's syncs on the arena's
-counter.
+counter. And the CPU word a native rank publishes when it arrives (a waiter whose late
+peer shares its CPU yields at once instead of spinning), with the ranks pinned to one CPU.
 """
 from __future__ import annotations
 
@@ -86,3 +87,37 @@ def test_small_all_to_all_python_path() -> None:
                                       env={"COLLCOMM_NATIVE": "0"})):
         for name, _, syncs in A2A_CASES:
             assert res[name] == (syncs, True), (r, name, res[name])
+
+
+def _one_cpu_rank() -> tuple[list[int], float]:
+    """Every rank pinned to one CPU (the waits take the same-CPU path): 50 all_reduces, then
+    each rank's CPU word as this rank reads it, and the result."""
+    import os
+
+    import collcomm as dist
+    from collcomm.core import runtime
+    from collcomm.transport.arena_layout import CPU
+
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    x = np.ones(4)
+    for _ in range(50):
+        dist.all_reduce(x)
+    dist.barrier()
+    arena = runtime.get_world("test")._arena
+    return [int(arena.get(r, CPU)) for r in range(arena.n)], float(x[0])
+
+
+@pytest.mark.skipif(native.core is None, reason=f"native core: {native.reason}")
+@pytest.mark.timeout(120)
+def test_native_ranks_publish_their_cpu() -> None:
+    """A native rank writes the CPU it arrives on (+ 1) in its header word CPU, which a
+    waiter compares with its own: ranks sharing a CPU yield at once. A Python rank leaves
+    it 0 (never "the same CPU"); both kinds still meet."""
+    import os
+
+    want = min(os.sched_getaffinity(0)) + 1
+    for job, env in (("native", None), ("mixed", {1: {"COLLCOMM_NATIVE": "0"}})):
+        for r, (words, value) in enumerate(run_ranks(_one_cpu_rank, 2, transport="shm", timeout=90,
+                                                     rank_env=env)):
+            assert value == 2.0 ** 50, (job, r, value)
+            assert words == ([want, want] if job == "native" else [want, 0]), (job, r, words)
