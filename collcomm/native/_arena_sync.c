@@ -101,7 +101,11 @@ static uint64_t arrive(Core *c)
 {
     if (c->w_cpu >= 0) {   /* (glibc reads it from the rseq area: a load) */
         int cpu = sched_getcpu();
-        put(c, c->w_cpu, cpu < 0 ? 0 : (uint64_t)cpu + 1);
+        uint64_t v = cpu < 0 ? 0 : (uint64_t)cpu + 1;
+        /* written only when it changed: a store to the line a waiter is polling, just
+         * before the counter's, would make it fetch the line twice */
+        if (__atomic_load_n(word(c, c->rank, c->w_cpu), __ATOMIC_RELAXED) != v)
+            put(c, c->w_cpu, v);
     }
     uint64_t *mine = word(c, c->rank, c->w_counter);
     uint64_t target = __atomic_load_n(mine, __ATOMIC_RELAXED) + 1;
