@@ -6,8 +6,9 @@ address), a sync, the readers copy out what is theirs. A staged broadcast goes i
 the root copying step i+1 in while the others copy step i out; large one-to-many calls
 may instead read the peers' buffers by cross-memory attach (:mod:`.shm_large` picks, and
 splits a broadcast between the root and the readers). all_to_all(v) first agrees on the
-largest block and checks that every pair's split sizes match (:func:`_check_pairs`).
-Each first offers the call to the native core.
+largest block and checks that every pair's split sizes match (:func:`_check_pairs`);
+small ones move their data with that same sync (:func:`a2a_eager`). Each first offers the
+call to the native core.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import MismatchError
-from ..transport.arena_layout import CMA
+from ..transport.arena_layout import CMA, ONE_SHOT
 from ..transport.arena_layout import OFFSET as OFFSET_WORD
 from ..transport.arena_layout import SHARED as SHARED_WORD
 from ..transport.arena_layout import SIZE as SIZE_WORD
@@ -234,10 +235,25 @@ def all_to_all(comm: ShmComm, send: np.ndarray, send_counts: Sequence[int], recv
     arena.put(SIZE_WORD + agree, max((c for j, c in enumerate(send_counts) if j != me), default=0))
     counts = arena.slot_array(agree, me, np.dtype(np.int64), 2 * n)
     counts[:n], counts[n:] = send_counts, recv_counts
+    total = sdispl[n]
+    if total and a2a_eager(arena, total * dt.itemsize):   # our buffer but our own block
+        staged = arena.slot_array(agree, me, dt, total, a2a_eager_at(n))
+        own, past = sdispl[me], sdispl[me + 1]
+        np.copyto(staged[:own], send[:own])
+        np.copyto(staged[past:total], send[past:total])
     enter(comm, arena, agree, "all_to_all", 0, True)
-    _check_pairs(comm, arena, agree)
+    tables = _check_pairs(comm, arena, agree)
     # after the check (which covers our block to ourselves too): every rank raises alike
     _own_block(send, send_counts, sdispl, recv, recv_counts, rdispl, me)
+    sums = tables[:, :n].sum(axis=1)
+    if all(a2a_eager(arena, int(t) * dt.itemsize) for t in sums):
+        for r in range(n):   # every rank staged its buffer with the tables: our blocks
+            c = recv_counts[r]
+            if r != me and c:
+                at = int(tables[r, :me].sum())
+                np.copyto(recv[rdispl[r]:rdispl[r] + c],
+                          arena.slot_array(agree, r, dt, int(sums[r]), a2a_eager_at(n))[at:at + c])
+        return
     largest = max(arena.get(r, SIZE_WORD + agree) for r in range(n))
     limit = a2a_cma_limit(arena)
     if limit >= 0 and largest * dt.itemsize > limit:
@@ -258,6 +274,20 @@ def all_to_all(comm: ShmComm, send: np.ndarray, send_counts: Sequence[int], recv
             if r != me and c:
                 src = arena.slot_array(phase, r, dt, n * piece).reshape(n, piece)[me, :c]
                 np.copyto(recv[rdispl[r] + lo:rdispl[r] + lo + c], src)
+
+
+def a2a_eager_at(n: int) -> int:
+    """Where in a rank's agreement slot an eager all_to_all's data starts: past the
+    table of 2n split sizes, on a cache line."""
+    return (2 * n * 8 + 63) // 64 * 64
+
+
+def a2a_eager(arena: Arena, nbytes: int) -> bool:
+    """Does a rank with a send buffer of ``nbytes`` stage it whole with its split sizes
+    (the agreement's one sync then moves the data too)? Every rank asks it of every rank's
+    total (from the tables) and goes the eager way only if all did; the native core
+    (_collectives_move.c) asks the same."""
+    return nbytes <= ONE_SHOT and a2a_eager_at(arena.n) + nbytes <= arena.slot
 
 
 def _own_block(send: np.ndarray, send_counts: Sequence[int], sdispl: Sequence[int], recv: np.ndarray,
@@ -284,11 +314,11 @@ def _all_to_all_cma(comm: ShmComm, arena: Arena, send: np.ndarray, sdispl: Seque
     arena.sync()
 
 
-def _check_pairs(comm: ShmComm, arena: Arena, phase: int) -> None:
+def _check_pairs(comm: ShmComm, arena: Arena, phase: int) -> np.ndarray:
     """all_to_all(v): what rank i sends rank j must be what j expects from i, for every pair.
     Each rank published its send and receive counts in its slot; every rank checks the
     whole matrix, so all reach the same verdict (a rank that raised alone would leave the
-    others waiting in this call)."""
+    others waiting in this call). Returns the tables (rank × its send then receive counts)."""
     n, ranks = comm.size, arena.global_ranks
     table = np.stack([arena.slot_array(phase, r, np.dtype(np.int64), 2 * n) for r in range(n)])
     sends, recvs = table[:, :n], table[:, n:]
@@ -297,3 +327,4 @@ def _check_pairs(comm: ShmComm, arena: Arena, phase: int) -> None:
         text = "; ".join(f"rank {ranks[i]} sends {int(sends[i, j])} elements to rank {ranks[j]}, "
                          f"which expects {int(recvs[j, i])}" for i, j in bad[:8])
         raise MismatchError(f"all_to_all: the split sizes do not match: {text}")
+    return table

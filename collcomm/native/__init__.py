@@ -58,6 +58,10 @@ refused: dict[tuple[str, str, str], str] = {}
 #: is a disaster (1 ms: 1-1.8 ms medians, 200 µs: 270-680, 50 µs: 100-280, 2-20 µs:
 #: 27-240): the peer may be waiting for the very CPU we spin on, and a yield hands it over.
 #: n=4: spin 0 + 3 yields 10-30% faster than 2 µs + 100 yields, no worse than 0-30 yields.
+#: Whatever the spin, a waiter whose late peer last arrived on the waiter's own CPU
+#: (arena_layout.CPU) yields at once: with one other busy process on 2 CPUs the two
+#: ranks often share a CPU, and a spin there only delays the peer (bench medians of
+#: 8-byte calls at n=2: 21-55 µs spinning first, 5.5-7.5 µs yielding at once).
 SPIN_NS, YIELDS = 5_000, 100
 SPIN_NS_OVERSUBSCRIBED, YIELDS_OVERSUBSCRIBED = 0, 3
 

@@ -27,6 +27,7 @@ typedef struct {
     Py_ssize_t header, slot, stride, page, one_shot;
     int words;             /* 64-bit words of header per rank */
     int w_counter, w_offset, w_size, w_shared, w_signature, w_sleepers, w_phase;
+    int w_cpu;             /* the CPU we last waited on + 1 (-1: no such word) */
     long long spin_ns;     /* spin this long before yielding */
     int yields;            /* then sched_yield this many times before blocking */
     int use_futex;
@@ -98,6 +99,14 @@ static inline void gil_take(Gil *g)
 /* Bump our counter; wake whoever sleeps on it. Returns the target everybody must reach. */
 static uint64_t arrive(Core *c)
 {
+    if (c->w_cpu >= 0) {   /* (glibc reads it from the rseq area: a load) */
+        int cpu = sched_getcpu();
+        uint64_t v = cpu < 0 ? 0 : (uint64_t)cpu + 1;
+        /* written only when it changed: a store to the line a waiter is polling, just
+         * before the counter's, would make it fetch the line twice */
+        if (__atomic_load_n(word(c, c->rank, c->w_cpu), __ATOMIC_RELAXED) != v)
+            put(c, c->w_cpu, v);
+    }
     uint64_t *mine = word(c, c->rank, c->w_counter);
     uint64_t target = __atomic_load_n(mine, __ATOMIC_RELAXED) + 1;
     __atomic_store_n(mine, target, __ATOMIC_SEQ_CST);
@@ -131,10 +140,19 @@ static int wait_all(Core *c, PyObject *arena, uint64_t target, Gil *gil)
     int late = first_late(c, target, 0);
     if (late < 0)
         return 0;
+    /* A late rank that arrived last time on the CPU we arrived on now (arrive publishes
+     * it) is most likely queued behind us there (two ranks on one CPU, as the scheduler
+     * packs them when other work holds the other CPUs): spinning only delays it, so yield
+     * at once. */
+    int same_cpu = 0;
+    if (c->w_cpu >= 0) {
+        uint64_t cpu = get(c, c->rank, c->w_cpu);
+        same_cpu = cpu != 0 && get(c, late, c->w_cpu) == cpu;
+    }
     /* the clock is first read after 64 pauses: most waits of a small call end sooner, and
      * a read costs ~20 ns (the spin budget starts then; 64 pauses are well under it) */
-    long long start = -1;
-    while (1) {
+    long long start = same_cpu ? now_ns() : -1;
+    while (!same_cpu) {
         for (int i = 0; i < 64; i++) {
             cpu_relax();
             if (get(c, late, c->w_counter) >= target) {

@@ -18,10 +18,11 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds)
         return -1;
     self->spin_ns = spin_ns;
     self->use_futex = futex;
-    if (!PyArg_ParseTuple(layout, "iiiiiiii;layout: (words, counter, offset, size, shared, "
-                          "signature, sleepers, phase)", &self->words, &self->w_counter,
+    self->w_cpu = -1;   /* (a layout without the CPU word: always spin first) */
+    if (!PyArg_ParseTuple(layout, "iiiiiiii|i;layout: (words, counter, offset, size, shared, "
+                          "signature, sleepers, phase[, cpu])", &self->words, &self->w_counter,
                           &self->w_offset, &self->w_size, &self->w_shared, &self->w_signature,
-                          &self->w_sleepers, &self->w_phase))
+                          &self->w_sleepers, &self->w_phase, &self->w_cpu))
         return -1;
     if (self->base != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Core already initialised");
@@ -37,7 +38,7 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds)
         self->header < (Py_ssize_t)self->n * self->words * 8 ||
         top + 1 >= self->words || self->w_size + 1 >= self->words ||
         self->w_shared + 1 >= self->words || self->w_sleepers >= self->words ||
-        self->w_phase < 0 || self->w_phase >= self->words ||
+        self->w_phase < 0 || self->w_phase >= self->words || self->w_cpu >= self->words ||
         self->header + 2 * (Py_ssize_t)self->n * self->stride > self->size ||
         ((uintptr_t)self->base & 7)) {
         PyBuffer_Release(&self->mapping);

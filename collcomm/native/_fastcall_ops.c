@@ -335,24 +335,47 @@ static PyObject *Fast_all_to_all(Fast *s, PyObject *const *args, Py_ssize_t narg
         Py_RETURN_NONE;
     }
     uint64_t sig = s->plain_sig[FC_ALL_TO_ALL] | (s->dt_sig[dt] << 55);
-    PyObject *counts = PyList_New(n), *k = PyLong_FromSsize_t(count),
-             *isz = PyLong_FromSsize_t(p.itemsize), *cma = PyLong_FromSsize_t(s->a2a_cma);
-    PyObject *r = NULL;
-    if (counts != NULL && k != NULL && isz != NULL && cma != NULL) {
-        for (int i = 0; i < n; i++) {
-            Py_INCREF(k);
-            PyList_SET_ITEM(counts, i, k);
-        }
-        PyObject *cargs[8] = {NULL, args[0], counts, args[1], counts, isz, NULL, cma};
-        r = fast_run(s, FC_ALL_TO_ALL, args[2], sig, Core_all_to_all, cargs, 8, 6, args[0],
-                     args[1], counts, &p);
-    } else {
+    PyObject *rec;
+    PyObject *tag = fast_begin(s, args[2], sig, FC_ALL_TO_ALL, &rec);
+    if (tag == NULL) {
         fast_release(&p);
+        return NULL;
     }
+    PyObject *status;
+    if (s->core == Py_None) {
+        status = PyLong_FromLong(ST_DONE);
+    } else {   /* a2a_run straight away: no lists of counts, no argument objects */
+        Core *core = (Core *)s->core;
+        Py_ssize_t stack[4 * 16], *tab = n <= 16 ? stack : PyMem_Malloc(sizeof(Py_ssize_t) * 4 * (size_t)n);
+        if (tab == NULL) {
+            status = PyErr_NoMemory();
+        } else {
+            for (int i = 0; i < 2 * n; i++)
+                tab[i] = count;
+            for (int i = 0; i < 2; i++)
+                core->handed[i] = (Handed){p.obj[i], p.data[i], p.len[i], p.writable[i]};
+            status = a2a_run(core, s->arena, args[0], args[1], tab, 0, (long)p.itemsize, sig,
+                             (long)s->a2a_cma, NULL);
+            core->handed[0].obj = core->handed[1].obj = NULL;
+            if (tab != stack)
+                PyMem_Free(tab);
+        }
+    }
+    fast_release(&p);
+    /* Hooks.finish (a call not done here) takes the counts as a list */
+    PyObject *counts = Py_NewRef(Py_None);
+    if (status != NULL && PyLong_AsLong(status) != ST_DONE) {
+        PyObject *k = PyErr_Occurred() ? NULL : PyLong_FromSsize_t(count);
+        Py_SETREF(counts, k == NULL ? NULL : PyList_New(n));
+        for (int i = 0; counts != NULL && i < n; i++)
+            PyList_SET_ITEM(counts, i, Py_NewRef(k));
+        Py_XDECREF(k);
+        if (counts == NULL)
+            Py_CLEAR(status);
+    }
+    PyObject *r = fast_end(s, status, rec, tag, sig, FC_ALL_TO_ALL, args[2], args[0], args[1],
+                           counts == NULL ? Py_None : counts);
     Py_XDECREF(counts);
-    Py_XDECREF(k);
-    Py_XDECREF(isz);
-    Py_XDECREF(cma);
     return r;
 }
 

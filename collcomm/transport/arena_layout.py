@@ -18,7 +18,9 @@ word  meaning
       its offset in the shared heap allocation / its address (:data:`CMA`)
 5, 6  per phase: the heap key of a buffer published in place, :data:`CMA` for a buffer
       read from the rank's memory by address, 0 for data staged in the slot
-7     unused
+7     the CPU this rank last arrived on (synced), + 1 (0: not known; only the native
+      core writes it): a waiter whose late peer last arrived on the waiter's CPU
+      yields at once instead of spinning (the peer cannot arrive while it spins there)
 8, 9  per phase: a size the rank announces (all_to_all: its largest block)
 10    this rank's phase: which of the two slot sets its last call wrote (flipped by
       every call, the native core's and the Python code's alike)
@@ -54,6 +56,7 @@ PHASE = 10
 SLEEPERS = 12
 LEFT = 13
 PROBE = 14                 # and 15
+CPU = 7
 
 CMA = 1                    # a SHARED value: read the data at address OFFSET in the rank's memory
 PROBE_MAGIC = 0x636F6C6C636F6D6D
@@ -69,8 +72,8 @@ ONE_SHOT = 64 << 10
 CMA_MIN = 256 << 10
 
 #: The words the native core needs, in the order it takes them.
-NATIVE = (WORDS, COUNTER, OFFSET, SIZE, SHARED, SIGNATURE, SLEEPERS, PHASE)
+NATIVE = (WORDS, COUNTER, OFFSET, SIZE, SHARED, SIGNATURE, SLEEPERS, PHASE, CPU)
 
 _used = [COUNTER, OFFSET, OFFSET + 1, SIZE, SIZE + 1, SHARED, SHARED + 1, SIGNATURE, SIGNATURE + 1,
-         PHASE, SLEEPERS, LEFT, PROBE, PROBE + 1]
+         PHASE, SLEEPERS, LEFT, PROBE, PROBE + 1, CPU]
 assert len(set(_used)) == len(_used) and max(_used) < WORDS, "arena header words overlap"
