@@ -153,9 +153,10 @@ def _seed001_ok(out: str) -> None:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("launcher", ["torchrun", "collcomm run"])
-def test_seed001_script(launcher: str) -> None:
+def test_seed001_script(launcher: str, tmp_path: Any) -> None:
     script = os.path.join(ROOT, "examples", "seed001_ddp.py")
-    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+    # TMPDIR: torchrun makes its log folder (torchelastic_*) there, not in /tmp
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))
     for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "COLLCOMM_STORE", "LOCAL_RANK"):
         env.pop(k, None)
     if launcher == "torchrun":
@@ -191,7 +192,8 @@ def test_torchrun_two_nodes(tmp_path: Any) -> None:
     port = free_port()
     procs = []
     for node in range(2):
-        env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", COLLCOMM_HOST_ID=f"node{node}")
+        env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", COLLCOMM_HOST_ID=f"node{node}",
+                   TMPDIR=str(tmp_path))      # torchrun's log folder (torchelastic_*): not in /tmp
         for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "COLLCOMM_STORE", "LOCAL_RANK"):
             env.pop(k, None)
         procs.append(subprocess.Popen(

@@ -118,7 +118,9 @@ def test_torchrun_standalone(tmp_path):
     pytest.importorskip("torch")
     prog = write_prog(tmp_path)
     res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                          "--nproc_per_node", "2", prog], env=clean_env(), capture_output=True,
+                          "--nproc_per_node", "2", prog],
+                         env=clean_env(TMPDIR=str(tmp_path)),   # torchrun's log folder: not in /tmp
+                         capture_output=True,
                          text=True, timeout=100)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     out = results(res.stdout)
@@ -143,7 +145,8 @@ def test_torchrun_rank_failure_is_reported(tmp_path):
     t0 = time.monotonic()
     res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                           "--nproc_per_node", "2", prog],
-                         env=clean_env(COLLCOMM_FR_DIR=str(tmp_path / "fr")),  # not in /tmp
+                         env=clean_env(COLLCOMM_FR_DIR=str(tmp_path / "fr"),  # not in /tmp,
+                                       TMPDIR=str(tmp_path)),   # nor torchrun's log folder
                          capture_output=True, text=True, timeout=100)
     assert res.returncode != 0
     assert time.monotonic() - t0 < 60
