@@ -34,12 +34,16 @@ def _cases(read_only_cma: bool = False) -> tuple[int, float]:
     """Every case on this rank; (cases done, the arena's agreed CMA cost or -1).
     ``read_only_cma``: every rank acts as if it could not write the others' memory."""
     import collcomm as dist
+    from collcomm.core.runtime import get_world
     from collcomm.errors import MismatchError
 
     n, me = dist.get_world_size(), dist.get_rank()
     arena = _arena()
     if arena is not None and read_only_cma:
         arena.cma_write = False
+        fast = get_world("test").fast    # (built with the arena: it split broadcasts by CMA)
+        if fast is not None:
+            fast.bcast_cma = 0
     done = 0
     for dt in DTYPES:
         for count in COUNTS:

@@ -256,6 +256,19 @@ static PyObject *core_call(PyObject *(*fn)(Core *, PyObject *const *, Py_ssize_t
 #define TOP4 ((uint64_t)0xF << 60)
 #define COUNT_BITS(c) ((uint64_t)(c) & 0xFFFFFFFFFULL)
 
+/* A call's root argument as a rank of the group, or -1 (then the regular path runs). */
+static long fast_root(Fast *s, PyObject *obj)
+{
+    if (!PyLong_CheckExact(obj))
+        return -1;
+    long root = PyLong_AsLong(obj);
+    if (root < 0 || root >= s->size) {
+        PyErr_Clear();
+        return -1;
+    }
+    return root;
+}
+
 /* The arguments after (arena, buf, root, sig) of Core_broadcast's split CMA form
  * (shm_move.broadcast: itemsize, cma_key, the arena's pids) into tail[0..2]: new
  * references; -1 with an exception. */

@@ -100,18 +100,6 @@ static PyObject *fast_run(Fast *s, int fc, PyObject *name, uint64_t sig,
     return fast_end(s, status, rec, tag, sig, fc, name, a, b, c);
 }
 
-static long fast_root(Fast *s, PyObject *obj)
-{
-    if (!PyLong_CheckExact(obj))
-        return -1;
-    long root = PyLong_AsLong(obj);
-    if (root < 0 || root >= s->size) {
-        PyErr_Clear();
-        return -1;
-    }
-    return root;
-}
-
 /* all_reduce(send, recv, op, name) -> True | None: recv = op over every rank's send
  * (send may be recv: in place). */
 static PyObject *Fast_all_reduce(Fast *s, PyObject *const *args, Py_ssize_t nargs)
