@@ -34,12 +34,16 @@ def _cases(read_only_cma: bool = False) -> tuple[int, float]:
     """Every case on this rank; (cases done, the arena's agreed CMA cost or -1).
     ``read_only_cma``: every rank acts as if it could not write the others' memory."""
     import collcomm as dist
+    from collcomm.core.runtime import get_world
     from collcomm.errors import MismatchError
 
     n, me = dist.get_world_size(), dist.get_rank()
     arena = _arena()
     if arena is not None and read_only_cma:
         arena.cma_write = False
+        fast = get_world("test").fast    # (built with the arena: it split broadcasts by CMA)
+        if fast is not None:
+            fast.bcast_cma = 0
     done = 0
     for dt in DTYPES:
         for count in COUNTS:
@@ -163,11 +167,11 @@ def test_mixed_native_and_python_ranks_take_the_same_steps_and_agree_on_the_cost
 
 @pytest.mark.timeout(60)
 def test_mixed_ranks_staged_and_split_broadcast():
-    # n = 2, rank 1 in Python: told a high CMA cost, the broadcasts above CMA_MIN stage in
+    # n = 2, rank 1 in Python: told a high CMA cost, the broadcasts from CMA_MIN stage in
     # steps (one native call on rank 0, the Python loop on rank 1); told a low one, they go
     # split by CMA (rank 0 in C: broadcast_cma, rank 1: broadcast_split), where the ranks
     # may write each other's memory
-    for cost in ("5", "0.5"):
+    for cost in ("7", "0.5"):
         res = run_ranks(_cases, 2, False, env={"COLLCOMM_SHM_SLOT": str(SLOT), "COLLCOMM_CMA_COST": cost},
                         timeout=100, rank_env={1: {"COLLCOMM_NATIVE": "0"}})
         assert len(set(res)) == 1
@@ -189,3 +193,75 @@ def test_cma_failure_errors():
         Arena.cma_failed(fake, 1, "read", errno.ESRCH)
     with pytest.raises(CollcommError, match="COLLCOMM_CMA=0"):
         Arena.cma_failed(fake, 1, "write", errno.EPERM)
+
+
+def test_split_broadcast_choice_at_two_ranks():
+    # a broadcast splits by CMA from CMA_MIN itself; at n = 2 while c < 2 * BCAST_PAIR (c
+    # measured 3.3-4.4 on one VM: the old c < 4 flipped between jobs), beyond by BCAST_STAGED;
+    # the other collectives still stage at CMA_MIN
+    from types import SimpleNamespace
+
+    from collcomm.algorithms import shm_large
+    from collcomm.transport.arena_layout import CMA_MIN
+
+    def arena(n: int, c: float, write: bool = True) -> SimpleNamespace:
+        return SimpleNamespace(cma=True, cma_write=write, cma_cost=c, n=n)
+
+    assert shm_large.reads_peers(arena(2, 4.4), "broadcast", CMA_MIN)
+    assert shm_large.reads_peers(arena(2, 5.9), "broadcast", 1 << 20)
+    assert not shm_large.reads_peers(arena(2, 6.5), "broadcast", 1 << 20)
+    assert not shm_large.reads_peers(arena(2, 0.5), "broadcast", CMA_MIN - 1)
+    assert not shm_large.reads_peers(arena(3, 3.3), "broadcast", 1 << 20)
+    assert shm_large.reads_peers(arena(3, 2.9), "broadcast", 1 << 20)
+    assert not shm_large.reads_peers(arena(2, 4.4, write=False), "broadcast", 1 << 20)
+    for name in ("all_gather", "gather", "all_to_all"):
+        assert not shm_large.reads_peers(arena(2, 0.5), name, CMA_MIN)
+        assert shm_large.reads_peers(arena(2, 0.5), name, CMA_MIN + 1)
+
+
+def _fast_split_cases() -> list[tuple[int, int, bool, bool]]:
+    """Broadcasts around CMA_MIN, every root, plain and shared-heap roots: (bytes, root,
+    heap, completed by the fast call) per call, results checked."""
+    import collcomm as dist
+    from collcomm.core.runtime import get_world
+
+    n, me = dist.get_world_size(), dist.get_rank()
+    dist.barrier()
+    fast = get_world("test").fast            # None on a rank without the native core
+    seen = []
+    for count, dt in ((65_535, "float32"), (65_536, "float32"), (131_072, "int16"),
+                      (300_007, "float32"), (131_075, "float64")):
+        base = np.arange(count).astype(dt)
+        shared = dist.empty(count, dtype=dt)   # (every rank allocates; the root's is used)
+        for root in range(n):
+            for heap in (False, True):
+                buf = shared if heap and me == root else np.empty(count, dt)
+                buf[:] = base + me
+                before = fast.calls if fast is not None else 0
+                dist.broadcast(buf, src=root)
+                assert np.array_equal(buf, base + root), (count, dt, root, heap)
+                seen.append((buf.nbytes, root, heap, fast is not None and fast.calls > before))
+    return seen
+
+
+@pytest.mark.timeout(60)
+def test_fast_call_takes_split_broadcasts():
+    # where a broadcast splits by CMA from CMA_MIN, the fast call runs it (no Python front
+    # end): staged below CMA_MIN, split from it; with a cost that stages, only up to CMA_MIN.
+    # Rank 1 of the last job runs in Python (broadcast_split) against rank 0's fast call;
+    # its shared-heap buffer as the root is read in place (rank 0's fast call hands that
+    # back to shm_move.broadcast_after), a fast root's is read by CMA.
+    from collcomm import native
+    from collcomm.transport.arena_layout import CMA_MIN
+
+    for cost, python in (("4.4", ()), ("7", ()), ("4.4", (1,))):
+        if native.core is None:     # COLLCOMM_NATIVE=0 (or not built): no rank has the fast call
+            python = (0, 1)
+        res = run_ranks(_fast_split_cases, 2, env={"COLLCOMM_CMA_COST": cost}, timeout=50,
+                        rank_env={r: {"COLLCOMM_NATIVE": "0"} for r in python})
+        split = cost == "4.4"
+        for rank, seen in enumerate(res):
+            for nbytes, root, heap, fast in seen:
+                want = (rank not in python and (split or nbytes <= CMA_MIN)
+                        and not (heap and root in python))
+                assert fast == want, (cost, python, rank, nbytes, root, heap)

@@ -50,6 +50,13 @@ PIPE_MIN, PIPE_STEPS = 256 << 10, 8
 #: 0.4-0.55x the staged time from 512 KiB to 4 MiB; at n = 3 and 4 (2.2, 2.5) staged was
 #: 1.5-1.8x faster at 1 MiB and level at 4 MiB.
 BCAST_STAGED = 2.0
+#: ... and at n = 2, where the split is one transfer each way at once, the root writing half
+#: the buffer while the other rank reads the other half. Measured 2026-11-26 (2-vCPU VM,
+#: c measured 3.3-4.2 from job to job, docs/large-copies.md): the split took 0.35-0.5x
+#: the best staged step size at 256 KiB - 1 MiB in most runs, 1.25-1.7x in the others (the
+#: staged copies then ran 3x faster: both vCPUs apparently on one core); with 2.0 here a
+#: job that measured c = 4.2 staged its 1 MiB broadcasts, 2x slower than its neighbours.
+BCAST_PAIR = 3.0
 
 STAGE_MAX = {"broadcast": 0.25, "gather": 0.25, "all_gather": 0.25, "all_to_all": 0.25}
 
@@ -76,7 +83,8 @@ def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
     slots (a memcpy in by the writer, one out by the reader)? Every rank decides alike:
     the inputs are the same everywhere.
 
-    Not at CMA_MIN bytes or less (staging in C is faster there); always above STAGE_MAX
+    Not below CMA_MIN bytes, nor at CMA_MIN but for a broadcast (staging in C is faster
+    there; a split broadcast of 256 KiB measured faster than one staged chunk); always above STAGE_MAX
     x the last-level cache; in between by ``arena.cma_cost``, what a byte read from a peer
     costs in memcpy'd bytes (measured when the arena is built), counting the bytes the
     busiest rank copies, n ranks:
@@ -85,7 +93,7 @@ def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
       the root writes (n-1)·B/n, each reader reads (n-1)·B/n, so the busiest rank moves
       c·(n-1)·B/n by CMA; staged, each reader copies B out of the root's slots, data the
       root's core has just written, in a pipeline whose every step is a sync of all
-      ranks: CMA if c·(n-1)/n < BCAST_STAGED (see there);
+      ranks: CMA if c·(n-1)/n < BCAST_STAGED (see there; BCAST_PAIR at n = 2);
     * broadcast without writes, gather: the readers (the root of a gather) copy
       (n-1)·c·B by CMA, or B per reader and per writer with staging (the root's copy in
       overlaps the others' copy out): CMA if c ≤ 1;
@@ -96,13 +104,13 @@ def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
     c is ~1 on most hosts; ~3.3 on the 2-vCPU VM this was measured on (process_vm_readv
     at 7-10 GB/s against memcpy at 25-33 GB/s for data in the cache), where staging wins
     until the data leaves the cache."""
-    if not arena.cma or nbytes <= CMA_MIN:
+    if not arena.cma or nbytes < CMA_MIN or (nbytes == CMA_MIN and collective != "broadcast"):
         return False
     if nbytes > STAGE_MAX[collective] * llc_bytes():
         return True
     cost = arena.cma_cost
     if collective == "broadcast" and arena.cma_write:
-        return cost * (arena.n - 1) < BCAST_STAGED * arena.n
+        return cost * (arena.n - 1) < (BCAST_PAIR if arena.n == 2 else BCAST_STAGED) * arena.n
     if collective in ("broadcast", "gather"):
         return cost <= 1.0
     if collective == "all_gather":

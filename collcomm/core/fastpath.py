@@ -37,7 +37,7 @@ import numpy as np
 from .. import native, ops
 from ..algorithms import shm_direct, shm_large, signature
 from ..errors import CollcommError, InvalidArgumentError, with_context
-from ..transport.arena_layout import CMA_MIN, ONE_SHOT
+from ..transport.arena_layout import CMA, CMA_MIN, ONE_SHOT
 from . import recorder as recorder_mod
 
 #: the collectives of a Fast, in the order of native/_fastcall.c's FC_* codes
@@ -74,12 +74,16 @@ def _staged_max(arena: Any, collective: str, n: int) -> int:
     the same single native call on staged data: the fast call takes no more.
 
     all_reduce and broadcast stop at STAGED_MAX: above it a buffer in the shared heap is
-    read in place (no copy in), and a broadcast goes in several native steps; gather and
+    read in place (no copy in), and a broadcast goes in several native steps (a broadcast
+    that shm_large splits by CMA from CMA_MIN stops below it: the fast call takes those
+    split, see _bcast_cma); gather and
     all_gather go on while shm_large stages them (CMA costs more than two memcpys here, up
     to a quarter of the cache) and each block fits a slot; reduce, scatter, reduce_scatter
     (without CMA: with it, blocks up to CMA_MIN) and all_to_all (whose native call makes
     its own rounds and CMA choice) up to a slot."""
     slot = arena.slot
+    if collective == "broadcast" and shm_large.reads_peers(arena, collective, CMA_MIN):
+        return min(slot, CMA_MIN - 1)   # CMA_MIN and more: split (_bcast_cma), or the regular path
     if collective in ("all_reduce", "broadcast"):
         return min(slot, STAGED_MAX)
     if collective in ("all_gather", "gather"):
@@ -136,7 +140,23 @@ def attach(group: Any, arena: Any = None) -> Any:
         dtype_sigs=tuple(signature.dtype_code(d) for d in _DTYPES) + (signature.dtype_code("bfloat16"),),
         limits=limits, size=group.size, rank=group.rank)
     fast.a2a_cma = -1 if arena is None else shm_large.a2a_cma_limit(arena)   # as shm_direct's
+    fast.bcast_cma = _bcast_cma(group, arena, limits[COLLECTIVES.index("broadcast")])
+    fast.cma_key = CMA
     return fast
+
+
+def _bcast_cma(group: Any, arena: Any, staged: int) -> int:
+    """From how many bytes the fast call runs a broadcast split by cross-memory attach,
+    as shm_move.broadcast's native call does (0: never). Only where shm_large splits every
+    broadcast from CMA_MIN up (its choice at CMA_MIN holds for every larger size), the
+    fast call takes those below (staged: ``staged`` is CMA_MIN or less) and the plan picks
+    shm_direct at every size; its buffer, in the shared heap or not, is read by CMA (a
+    regular root's heap buffer is read in place: the two forms meet, see broadcast_after)."""
+    if (arena is None or not staged or arena.n > 64 or not arena.cma_write
+            or not shm_large.reads_peers(arena, "broadcast", CMA_MIN)
+            or not _limit(group, "broadcast", 1 << 40)):
+        return 0
+    return CMA_MIN
 
 
 def _array(x: Any) -> Any:

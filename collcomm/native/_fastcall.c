@@ -54,6 +54,8 @@ typedef struct {
     Py_ssize_t limit[N_FC];     /* the largest message taken per collective (0: none) */
     int size, rank;
     Py_ssize_t a2a_cma;         /* all_to_all's cma_limit argument (shm_direct: -1 or CMA_MIN/n) */
+    Py_ssize_t bcast_cma;       /* > 0: a broadcast of this many bytes or more goes split by CMA */
+    unsigned long long cma_key; /* ... announced with this SHARED word (arena_layout.CMA) */
     int paused;                 /* > 0: every call takes the regular path */
     int n_ops;
     FastOp ops[FAST_OPS];
@@ -253,6 +255,34 @@ static PyObject *core_call(PyObject *(*fn)(Core *, PyObject *const *, Py_ssize_t
 /* a signature's top four bits (the collective) and its count field */
 #define TOP4 ((uint64_t)0xF << 60)
 #define COUNT_BITS(c) ((uint64_t)(c) & 0xFFFFFFFFFULL)
+
+/* A call's root argument as a rank of the group, or -1 (then the regular path runs). */
+static long fast_root(Fast *s, PyObject *obj)
+{
+    if (!PyLong_CheckExact(obj))
+        return -1;
+    long root = PyLong_AsLong(obj);
+    if (root < 0 || root >= s->size) {
+        PyErr_Clear();
+        return -1;
+    }
+    return root;
+}
+
+/* The arguments after (arena, buf, root, sig) of Core_broadcast's split CMA form
+ * (shm_move.broadcast: itemsize, cma_key, the arena's pids) into tail[0..2]: new
+ * references; -1 with an exception. */
+static int fast_bcast_cma_args(Fast *s, Py_ssize_t itemsize, PyObject **tail)
+{
+    tail[0] = PyLong_FromSsize_t(itemsize);
+    tail[1] = PyLong_FromUnsignedLongLong(s->cma_key);
+    tail[2] = PyObject_GetAttrString(s->arena, "pids");
+    if (tail[0] != NULL && tail[1] != NULL && tail[2] != NULL)
+        return 0;
+    for (int i = 0; i < 3; i++)
+        Py_CLEAR(tail[i]);
+    return -1;
+}
 
 #include "_fastcall_lists.c"
 #include "_fastcall_ops.c"

@@ -100,18 +100,6 @@ static PyObject *fast_run(Fast *s, int fc, PyObject *name, uint64_t sig,
     return fast_end(s, status, rec, tag, sig, fc, name, a, b, c);
 }
 
-static long fast_root(Fast *s, PyObject *obj)
-{
-    if (!PyLong_CheckExact(obj))
-        return -1;
-    long root = PyLong_AsLong(obj);
-    if (root < 0 || root >= s->size) {
-        PyErr_Clear();
-        return -1;
-    }
-    return root;
-}
-
 /* all_reduce(send, recv, op, name) -> True | None: recv = op over every rank's send
  * (send may be recv: in place). */
 static PyObject *Fast_all_reduce(Fast *s, PyObject *const *args, Py_ssize_t nargs)
@@ -153,15 +141,23 @@ static PyObject *Fast_broadcast(Fast *s, PyObject *const *args, Py_ssize_t nargs
     Pair p;
     int dt = fast_pair(&p, Py_None, args[0], 0);
     Py_ssize_t nbytes = p.len[1], count = nbytes / p.itemsize;
-    if (dt < 0 || nbytes == 0 || nbytes > s->limit[FC_BROADCAST]) {
+    int split = s->bcast_cma > 0 && nbytes >= s->bcast_cma;   /* else staged, one chunk */
+    if (dt < 0 || nbytes == 0 || (!split && nbytes > s->limit[FC_BROADCAST])) {
         fast_release(&p);
         Py_RETURN_NONE;
     }
     uint64_t sig = s->plain_sig[FC_BROADCAST] | (s->dt_sig[dt] << 55) |
                    ((uint64_t)(root & 0x3FFF) << 36) | COUNT_BITS(count);
-    PyObject *cargs[4] = {NULL, args[0], args[1], NULL};
-    return fast_run(s, FC_BROADCAST, args[2], sig, Core_broadcast, cargs, 4, 3, args[0], args[1],
-                    Py_None, &p);
+    PyObject *cargs[7] = {NULL, args[0], args[1], NULL, NULL, NULL, NULL};
+    if (split && fast_bcast_cma_args(s, p.itemsize, cargs + 4) < 0) {
+        fast_release(&p);
+        return NULL;
+    }
+    PyObject *r = fast_run(s, FC_BROADCAST, args[2], sig, Core_broadcast, cargs, split ? 7 : 4, 3,
+                           args[0], args[1], Py_None, &p);
+    for (int i = 4; i < 7; i++)
+        Py_XDECREF(cargs[i]);
+    return r;
 }
 
 /* all_gather(send, recv, name) -> True | None: recv holds every rank's send, in rank order */
