@@ -229,15 +229,18 @@ class Deferred(Handle):
                     if n is False and eng.begin_native(self):
                         n = None
                         n = f.recv(self.arr, self.local, self.utag, self.umask, self.sig, False, True)
+                        if type(n) is int:    # (own too) its status before end_native: a
+                            self._done(n)     # Ctrl-C there must not lose the message
                         eng.end_native(self, n is None)
                 except CollcommError as exc:  # the peer lost, the timeout, the engine closed
                     self.exc = exc            # (own's or recv's: it is still first in line)
                     eng.end_native(self, False)
-                except BaseException:         # (Ctrl-C: still pending, now posted)
-                    eng.end_native(self, True)
+                except BaseException:         # (Ctrl-C: still pending, now posted, unless
+                    if self.waiting:          # the message came; not waiting: ended before)
+                        eng.end_native(self, self.status is None)
                     raise
-            if type(n) is int:
-                return self._done(n)
+            if self.status is not None:       # (received, by own or recv)
+                return self.status
             if n is False and self.exc is None:   # never began: posted in its turn
                 self.eng.post_deferred(self)
         if self.exc is not None:

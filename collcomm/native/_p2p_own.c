@@ -12,6 +12,8 @@
  *   marked ``waiting`` (it stays first in line; a thread that must post meanwhile sets
  *   ``steal`` and waits on ``_defer_lock``);
  * - the receive itself: ``recv(d.arr, d.local, d.utag, d.umask, d.sig, False, True)``;
+ * - a message received: ``d._done(n)`` (its status), before the mutex is waited for (a
+ *   Ctrl-C there leaves ``d`` first in line and ``waiting``, with its status);
  * - under the mutex again (waited for): ``d`` out of the line, posted there (``d.post()``)
  *   if C left the message to the regular path, ``waiting`` and ``steal`` cleared, the
  *   threads waiting to post woken.
@@ -26,7 +28,7 @@
 
 static PyObject *s_own_deferred, *s_own_mutex, *s_own_acquire, *s_own_release, *s_own_waiting,
     *s_own_arr, *s_own_local, *s_own_utag, *s_own_umask, *s_own_sig, *s_own_remove,
-    *s_own_post, *s_own_stealing, *s_own_lock, *s_own_notify;
+    *s_own_post, *s_own_stealing, *s_own_lock, *s_own_notify, *s_own_done;
 
 static int own_names(void)
 {
@@ -36,6 +38,7 @@ static int own_names(void)
         {&s_own_local, "local"}, {&s_own_utag, "utag"}, {&s_own_umask, "umask"},
         {&s_own_sig, "sig"}, {&s_own_remove, "remove"}, {&s_own_post, "post"},
         {&s_own_stealing, "_stealing"}, {&s_own_lock, "_defer_lock"}, {&s_own_notify, "notify_all"},
+        {&s_own_done, "_done"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL)
@@ -174,6 +177,14 @@ static PyObject *P2P_own(P2P *s, PyObject *d)
         Py_XDECREF(args[i]);
     if (n == NULL)
         goto done;                    /* still first in line and waiting: the caller ends it */
+    if (PyLong_Check(n)) {            /* received: d's status first (d._done), so a Ctrl-C */
+        PyObject *st = PyObject_CallMethodOneArg(d, s_own_done, n);   /* while we take the */
+        Py_XDECREF(st);                                      /* mutex cannot lose the message */
+        if (st == NULL) {
+            Py_DECREF(n);
+            goto done;
+        }
+    }
     if (own_acquire(mutex) < 0) {
         Py_DECREF(n);
         goto done;
