@@ -21,7 +21,8 @@ Per chunk of K bytes on n ranks:
   steps (see below), the root copying step i+1 in while the others copy step i out.
 * all_gather / gather: copy in, sync, every rank (the root) copies all slots out.
 * reduce_scatter: copy in the n blocks, sync, rank i reduces block i of all slots.
-* scatter: the root copies in the n blocks, sync, rank i copies block i out.
+* scatter: the root copies in the others' n-1 blocks, sync, rank i copies block i out (the
+  root copies its own block while they do).
 * all_to_all(v): one sync to agree on the largest block, then rounds of: copy each
   destination's next piece to its place in the slot, sync, copy out the pieces sent to us.
 * barrier: one sync.

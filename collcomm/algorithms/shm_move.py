@@ -178,11 +178,8 @@ def scatter(comm: ShmComm, send: np.ndarray | None, recv: np.ndarray, root: int)
                 return
             if status == MISMATCH:
                 raise_mismatch(arena, mine)
-    if me == root and send is not None and k:
-        own = send[me * k:(me + 1) * k]
-        if not np.shares_memory(own, recv):
-            np.copyto(recv, own)
     if n == 1 or k == 0:
+        _scatter_own(send, recv, me, root, k)
         return
     arena = arena_of(comm, "scatter")
     dt = recv.dtype
@@ -190,13 +187,26 @@ def scatter(comm: ShmComm, send: np.ndarray | None, recv: np.ndarray, root: int)
     for lo in range(0, k, step):
         count = min(step, k - lo)
         phase = arena.next_phase()
-        if me == root:
+        if me == root:        # the others' blocks only: nobody reads the root's row
             assert send is not None
             staged = arena.slot_array(phase, me, dt, n * count).reshape(n, count)
-            np.copyto(staged, send.reshape(n, k)[:, lo:lo + count])
+            blocks = send.reshape(n, k)
+            if me:
+                np.copyto(staged[:me], blocks[:me, lo:lo + count])
+            if me + 1 < n:
+                np.copyto(staged[me + 1:], blocks[me + 1:, lo:lo + count])
         enter(comm, arena, phase, "scatter", k, lo == 0)
         if me != root:
             np.copyto(recv[lo:lo + count], arena.slot_array(phase, root, dt, n * count).reshape(n, count)[me])
+    _scatter_own(send, recv, me, root, k)   # while the others copy their last step out
+
+
+def _scatter_own(send: np.ndarray | None, recv: np.ndarray, me: int, root: int, k: int) -> None:
+    """The root's own block of a scatter into its ``recv`` (unless it is already there)."""
+    if me == root and send is not None and k:
+        own = send[me * k:(me + 1) * k]
+        if not np.shares_memory(own, recv):
+            np.copyto(recv, own)
 
 
 def all_to_all_after(comm: ShmComm, arena: Arena, status: int, mine: int, send: np.ndarray,
