@@ -1,6 +1,7 @@
 """Buffer collectives with equal blocks: ``Bcast``, ``Gather``, ``Scatter``, ``Allgather``,
 ``Alltoall``, ``Reduce``, ``Allreduce``, ``Reduce_scatter_block``, ``Reduce_scatter``,
-``Barrier``; each also as ``I…`` (a :class:`Request`) and ``…_init`` (a persistent one).
+``Barrier``; each also as ``I…`` (a :class:`Request`); the ``…_init`` (persistent) forms
+are in :mod:`._coll_persistent`.
 
 Each method turns its buffer specs into views (:mod:`._msg`), maps MPI's conventions onto
 one call of :mod:`collcomm.core.collectives` and lets the core check the rest (root range,
@@ -31,7 +32,7 @@ from ..errors import CollcommError
 from ._errors import ERR_BUFFER, Exception as MPIException, translate
 from ._msg import IN_PLACE, blocks, simple
 from ._ops import SUM, Op, core_op, local_combine
-from ._request import Request, WorkOp, persistent
+from ._request import Request, WorkOp
 from ._types import Datatype
 
 
@@ -380,37 +381,3 @@ class BufferCollectives:
 
     def Ireduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM) -> Request:  # noqa: N802
         return _request(self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, True, "Ireduce_scatter"))
-
-    # -- persistent collectives (MPI 4): Start() runs the call again -------------------------------
-    def Barrier_init(self, info: Any = None) -> Any:  # noqa: N802
-        return persistent(lambda: WorkOp(self._barrier(True, "Barrier_init")))
-
-    def Bcast_init(self, buf: Any, root: int = 0, info: Any = None) -> Any:  # noqa: N802
-        return persistent(lambda: WorkOp(self._bcast(buf, root, True, "Bcast_init")))
-
-    def Gather_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:  # noqa: N802
-        return persistent(lambda: WorkOp(self._gather(sendbuf, recvbuf, root, True, "Gather_init")))
-
-    def Scatter_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:  # noqa: N802
-        return persistent(lambda: WorkOp(self._scatter(sendbuf, recvbuf, root, True, "Scatter_init")))
-
-    def Allgather_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
-        return persistent(lambda: WorkOp(self._allgather(sendbuf, recvbuf, True, "Allgather_init")))
-
-    def Alltoall_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
-        return persistent(lambda: WorkOp(self._alltoall(sendbuf, recvbuf, True, "Alltoall_init")))
-
-    def Reduce_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0, info: Any = None) -> Any:  # noqa: N802
-        return persistent(lambda: WorkOp(self._reduce(sendbuf, recvbuf, op, root, True, "Reduce_init")))
-
-    def Allreduce_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Any:  # noqa: N802
-        return persistent(lambda: WorkOp(self._allreduce(sendbuf, recvbuf, op, True, "Allreduce_init")))
-
-    def Reduce_scatter_block_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Any:  # noqa: N802
-        return persistent(lambda: WorkOp(self._reduce_scatter_block(sendbuf, recvbuf, op, True,
-                                                                    "Reduce_scatter_block_init")))
-
-    def Reduce_scatter_init(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM,  # noqa: N802
-                            info: Any = None) -> Any:
-        return persistent(lambda: WorkOp(self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, True,
-                                                              "Reduce_scatter_init")))

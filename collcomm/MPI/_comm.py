@@ -27,7 +27,7 @@ from ..errors import CollcommError
 from . import _env
 from ._attrs import _KEYVALS, Attributes
 from ._cobj import ObjectCollectives
-from ._coll import BufferCollectives
+from ._coll_persistent import PersistentCollectives
 from ._collv import ScanCollectives, VectorCollectives
 from ._consts import CART, CONGRUENT, IDENT, SIMILAR, UNDEFINED, UNEQUAL
 from ._errors import ERR_ARG, ERR_COMM, ERR_GROUP, Exception as MPIException, not_implemented, translate
@@ -78,7 +78,7 @@ class _CommRec:
 _NAMED: dict[str, "Comm"] = {}
 
 
-class Comm(PointToPoint, ObjectPointToPoint, BufferCollectives, VectorCollectives, ObjectCollectives,
+class Comm(PointToPoint, ObjectPointToPoint, PersistentCollectives, VectorCollectives, ObjectCollectives,
            Attributes):
     """A communicator (see the module docstring)."""
 
