@@ -140,9 +140,7 @@ def broadcast(tensor: Any, src: int | None = None, group: Any = None, async_op: 
               group_src: int | None = None, *, algorithm: str = "auto") -> Work | None:
     """Copy ``tensor`` of rank ``src`` into ``tensor`` of every rank of the group (in place)."""
     name = "broadcast"
-    g = runtime._world if group is None else None    # (the world: group_of's first case)
-    if g is None:
-        g = group_of(group, name)
+    g = group_of(group, name)
     fast = g.fast    # the fast call (core/fastpath.py); src is local only in the world
     if (fast is not None and group is None and group_src is None and not async_op
             and algorithm == "auto" and fast.broadcast(tensor, src, name)):
@@ -158,9 +156,7 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Any = None,
                async_op: bool = False, *, algorithm: str = "auto") -> Work | None:
     """Every rank's ``tensor`` becomes the elementwise ``op`` over all ranks (in place)."""
     name = "all_reduce"
-    g = runtime._world if group is None else None    # (the world: group_of's first case)
-    if g is None:
-        g = group_of(group, name)
+    g = group_of(group, name)
     fast = g.fast    # the fast call (core/fastpath.py): done, or nothing done
     if fast is not None and not async_op and algorithm == "auto" and fast.all_reduce(tensor, tensor, op, name):
         return None
@@ -174,9 +170,7 @@ def reduce(tensor: Any, dst: int | None = None, op: Any = ReduceOp.SUM, group: A
            async_op: bool = False, group_dst: int | None = None, *, algorithm: str = "auto") -> Work | None:
     """``tensor`` on ``dst`` becomes the elementwise ``op`` over all ranks; others keep theirs."""
     name = "reduce"
-    g = runtime._world if group is None else None    # (the world: group_of's first case)
-    if g is None:
-        g = group_of(group, name)
+    g = group_of(group, name)
     fast = g.fast    # src/dst are local ranks only in the world
     if (fast is not None and group is None and group_dst is None and type(dst) is int
             and not async_op and algorithm == "auto"
@@ -195,9 +189,7 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: Any = N
                            async_op: bool = False, *, algorithm: str = "auto") -> Work | None:
     """``output_tensor`` (world_size × input's elements) receives every rank's input, in rank order."""
     name = "all_gather_into_tensor"
-    g = runtime._world if group is None else None    # (the world: group_of's first case)
-    if g is None:
-        g = group_of(group, name)
+    g = group_of(group, name)
     fast = g.fast
     if (fast is not None and not async_op and algorithm == "auto"
             and fast.all_gather(input_tensor, output_tensor, name)):
@@ -216,9 +208,7 @@ def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM, group
                           async_op: bool = False, *, algorithm: str = "auto") -> Work | None:
     """Reduce ``input`` (world_size × output's elements) over all ranks; chunk i → ``output`` of rank i."""
     name = "reduce_scatter_tensor"
-    g = runtime._world if group is None else None    # (the world: group_of's first case)
-    if g is None:
-        g = group_of(group, name)
+    g = group_of(group, name)
     fast = g.fast
     if (fast is not None and not async_op and algorithm == "auto"
             and fast.reduce_scatter(input, output, op, name)):
@@ -260,9 +250,7 @@ def all_to_all_single(output: Any, input: Any, output_split_sizes: list[int] | N
                       async_op: bool = False, *, algorithm: str = "auto") -> Work | None:
     """Split ``input`` along dim 0, send block j to rank j; ``output`` gets rank j's block in slot j."""
     name = "all_to_all_single"
-    g = runtime._world if group is None else None    # (the world: group_of's first case)
-    if g is None:
-        g = group_of(group, name)
+    g = group_of(group, name)
     fast = g.fast    # equal blocks only
     if (fast is not None and output_split_sizes is None and input_split_sizes is None
             and not async_op and algorithm == "auto" and fast.all_to_all(input, output, name)):

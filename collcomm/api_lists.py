@@ -17,7 +17,6 @@ import numpy as np
 from .api_args import group_of, group_text, is_member, local_rank, no_list_here
 from .buffers import Buf, as_input, as_output, as_outputs, check_like
 from .core import collectives as core
-from .core import runtime
 from .core.work import Work
 from .ops import ReduceOp
 
@@ -47,9 +46,7 @@ def all_gather(tensor_list: list[Any], tensor: Any, group: Any = None,
                async_op: bool = False, *, algorithm: str = "auto") -> Work | None:
     """``tensor_list[i]`` of every rank receives rank i's ``tensor``."""
     name = "all_gather"
-    g = runtime._world if group is None else None    # (the world: group_of's first case)
-    if g is None:
-        g = group_of(group, name)
+    g = group_of(group, name)
     fast = g.fast
     if (fast is not None and not async_op and algorithm == "auto" and type(tensor_list) in _LISTS
             and fast.all_gather(tensor, tensor_list, name)):
@@ -104,9 +101,7 @@ def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int | None = 
            group: Any = None, async_op: bool = False, group_dst: int | None = None, *, algorithm: str = "auto") -> Work | None:
     """``gather_list[i]`` on ``dst`` (default 0) receives rank i's ``tensor``; give no list elsewhere."""
     name = "gather"
-    g = runtime._world if group is None else None    # (the world: group_of's first case)
-    if g is None:
-        g = group_of(group, name)
+    g = group_of(group, name)
     fast = g.fast    # a list or tuple only on dst (a rank of the world), nothing elsewhere
     if fast is not None and group is None and group_dst is None and not async_op and algorithm == "auto":
         root = 0 if dst is None else dst
@@ -139,9 +134,7 @@ def scatter(tensor: Any, scatter_list: list[Any] | None = None, src: int | None 
             group: Any = None, async_op: bool = False, group_src: int | None = None, *, algorithm: str = "auto") -> Work | None:
     """``tensor`` of rank i receives ``scatter_list[i]`` of ``src`` (default 0); give no list elsewhere."""
     name = "scatter"
-    g = runtime._world if group is None else None    # (the world: group_of's first case)
-    if g is None:
-        g = group_of(group, name)
+    g = group_of(group, name)
     fast = g.fast    # a list or tuple only on src (a rank of the world), nothing elsewhere
     if fast is not None and group is None and group_src is None and not async_op and algorithm == "auto":
         root = 0 if src is None else src
