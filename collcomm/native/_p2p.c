@@ -73,12 +73,45 @@ typedef struct {
 
 static PyTypeObject *p2p_lock_type;
 
-static P2PLock *p2p_lock_of(PyObject *method)   /* the lock of its bound acquire/release */
+static P2PLock *p2p_direct(PyObject *lock)   /* the lock if it is taken here directly */
 {
-    if (p2p_lock_type == NULL || !PyCFunction_Check(method))
+    return p2p_lock_type != NULL && Py_TYPE(lock) == p2p_lock_type ? (P2PLock *)lock : NULL;
+}
+
+static P2PLock *p2p_lock_of(PyObject *method)   /* the same, by its bound acquire/release */
+{
+    if (!PyCFunction_Check(method))
         return NULL;
     PyObject *self = PyCFunction_GET_SELF(method);
-    return self != NULL && Py_TYPE(self) == p2p_lock_type ? (P2PLock *)self : NULL;
+    return self == NULL ? NULL : p2p_direct(self);
+}
+
+static int p2p_take(P2PLock *l)   /* acquire(False) of a direct lock: 1 taken, 0 busy */
+{
+    if (!PyThread_acquire_lock(l->lock_lock, NOWAIT_LOCK))
+        return 0;
+    l->locked = 1;
+    return 1;
+}
+
+static void p2p_give(P2PLock *l)   /* release() of a direct lock this thread took */
+{
+    l->locked = 0;
+    PyThread_release_lock(l->lock_lock);
+}
+
+/* A lock's release through its method: ``obj`` the bound release (``name`` NULL) or the
+ * lock (``name`` the method's name); a pending exception is kept. */
+static void p2p_release_calling(PyObject *obj, PyObject *name)
+{
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyObject *r = name == NULL ? PyObject_CallNoArgs(obj) : PyObject_CallMethodNoArgs(obj, name);
+    Py_XDECREF(r);
+    if (t != NULL)
+        PyErr_Restore(t, v, tb);
+    else if (r == NULL)
+        PyErr_WriteUnraisable(obj);
 }
 
 static int p2p_lock_locked(PyObject *lock)   /* its locked(): 1, 0, -1 error */
@@ -118,12 +151,8 @@ static int p2p_lock_init(void)
 static int p2p_try(PyObject *acquire)   /* 1: taken, 0: busy, -1: error */
 {
     P2PLock *l = p2p_lock_of(acquire);
-    if (l != NULL) {
-        if (!PyThread_acquire_lock(l->lock_lock, NOWAIT_LOCK))
-            return 0;
-        l->locked = 1;
-        return 1;
-    }
+    if (l != NULL)
+        return p2p_take(l);
     PyObject *r = PyObject_CallOneArg(acquire, Py_False);
     if (r == NULL)
         return -1;
@@ -135,19 +164,10 @@ static int p2p_try(PyObject *acquire)   /* 1: taken, 0: busy, -1: error */
 static void p2p_release(PyObject *release)   /* keeps a pending exception */
 {
     P2PLock *l = p2p_lock_of(release);
-    if (l != NULL && l->locked) {
-        l->locked = 0;
-        PyThread_release_lock(l->lock_lock);
-        return;
-    }
-    PyObject *t, *v, *tb;
-    PyErr_Fetch(&t, &v, &tb);
-    PyObject *r = PyObject_CallNoArgs(release);
-    Py_XDECREF(r);
-    if (t != NULL)
-        PyErr_Restore(t, v, tb);
-    else if (r == NULL)
-        PyErr_WriteUnraisable(release);
+    if (l != NULL && l->locked)
+        p2p_give(l);
+    else
+        p2p_release_calling(release, NULL);
 }
 
 /* -------------------------------------------------------------- small helpers */

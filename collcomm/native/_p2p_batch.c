@@ -118,7 +118,7 @@ static PyObject *P2P_batch(P2P *s, PyObject *const *args, Py_ssize_t nargs)
         works = Py_NewRef(Py_None);
         goto done;
     }
-    held = PyObject_GetAttr(s->engine, s_own_deferred);
+    held = PyObject_GetAttr(s->engine, s_p2p_deferred);
     if (held != NULL && !PyList_Check(held)) {
         works = Py_NewRef(Py_None);
         goto done;

@@ -26,14 +26,14 @@
  * requires, exactly as after a failed P2P.recv.
  */
 
-static PyObject *s_own_deferred, *s_own_mutex, *s_own_acquire, *s_own_release, *s_own_waiting,
+static PyObject *s_own_mutex, *s_own_acquire, *s_own_release, *s_own_waiting,
     *s_own_arr, *s_own_local, *s_own_utag, *s_own_umask, *s_own_sig, *s_own_remove,
     *s_own_post, *s_own_stealing, *s_own_lock, *s_own_notify, *s_own_done;
 
 static int own_names(void)
 {
     struct { PyObject **slot; const char *name; } names[] = {
-        {&s_own_deferred, "_deferred"}, {&s_own_mutex, "_defer_mutex"}, {&s_own_acquire, "acquire"},
+        {&s_own_mutex, "_defer_mutex"}, {&s_own_acquire, "acquire"},
         {&s_own_release, "release"}, {&s_own_waiting, "waiting"}, {&s_own_arr, "arr"},
         {&s_own_local, "local"}, {&s_own_utag, "utag"}, {&s_own_umask, "umask"},
         {&s_own_sig, "sig"}, {&s_own_remove, "remove"}, {&s_own_post, "post"},
@@ -51,13 +51,9 @@ static int own_names(void)
  * p2p_try in _p2p.c), else through its methods. */
 static int own_try(PyObject *mutex)
 {
-    if (p2p_lock_type != NULL && Py_TYPE(mutex) == p2p_lock_type) {
-        P2PLock *l = (P2PLock *)mutex;
-        if (!PyThread_acquire_lock(l->lock_lock, NOWAIT_LOCK))
-            return 0;
-        l->locked = 1;
-        return 1;
-    }
+    P2PLock *l = p2p_direct(mutex);
+    if (l != NULL)
+        return p2p_take(l);
     PyObject *got = PyObject_CallMethodOneArg(mutex, s_own_acquire, Py_False);
     int v = got == NULL ? -1 : PyObject_IsTrue(got);
     Py_XDECREF(got);
@@ -76,19 +72,11 @@ static int own_acquire(PyObject *mutex)
 
 static void own_release(PyObject *mutex)
 {
-    if (p2p_lock_type != NULL && Py_TYPE(mutex) == p2p_lock_type && ((P2PLock *)mutex)->locked) {
-        ((P2PLock *)mutex)->locked = 0;
-        PyThread_release_lock(((P2PLock *)mutex)->lock_lock);
-        return;
-    }
-    PyObject *t, *v, *tb;
-    PyErr_Fetch(&t, &v, &tb);
-    PyObject *r = PyObject_CallMethodNoArgs(mutex, s_own_release);
-    Py_XDECREF(r);
-    if (t != NULL)
-        PyErr_Restore(t, v, tb);
-    else if (r == NULL)
-        PyErr_WriteUnraisable(mutex);
+    P2PLock *l = p2p_direct(mutex);
+    if (l != NULL && l->locked)
+        p2p_give(l);
+    else
+        p2p_release_calling(mutex, s_own_release);
 }
 
 /* Under the mutex: d first in line and not waiting, then marked waiting. 1 taken, 0 not,
@@ -151,7 +139,7 @@ static PyObject *P2P_own(P2P *s, PyObject *d)
 {
     if (s->engine == NULL || s->paused)
         Py_RETURN_FALSE;
-    PyObject *held = PyObject_GetAttr(s->engine, s_own_deferred);
+    PyObject *held = PyObject_GetAttr(s->engine, s_p2p_deferred);
     PyObject *mutex = held == NULL ? NULL : PyObject_GetAttr(s->engine, s_own_mutex);
     PyObject *result = NULL;
     if (mutex == NULL)
