@@ -86,6 +86,8 @@ class ShmChannel(StagedBodies):
         self.n_segments = 0
         self.created: list[str] = []
         self.pool: list[tuple[mmap.mmap, int, str]] = []   # (mapping, capacity, name), sender side
+        self.staged_ids: dict[str, int] = {}                # pooled name -> its last message's id
+        self.next_staged = 1
         self.mapped: dict[str, mmap.mmap] = {}              # pooled segments of the peer, receiver side
         self.closed = False
         self._pipe: Any = None
@@ -133,12 +135,14 @@ class ShmChannel(StagedBodies):
                         record = (INLINE, 0, buf)
                     else:
                         try:
-                            kind, staged, offset = self._stage(buf)
+                            kind, staged, offset, ident = self._stage(buf)
                         except ShmSpaceError as exc:
                             problem = exc
                             break
+                        # a segment's name ends at its NUL (the rest of the record is stale
+                        # ring bytes but for a pooled segment's message id right after it)
                         record = (kind, offset, PRIVATE_ID.pack(int(staged)) if kind == PRIVATE
-                                  else staged.encode() + b"\0")   # the rest of the record is stale
+                                  else staged.encode() + b"\0" + PRIVATE_ID.pack(ident))
                         if kind == PRIVATE:
                             staged = ""   # nothing to give back: the copy goes when released
                 if self._try_append(record[0], req.tag, nbytes, record[1], record[2], req.sig):
@@ -236,15 +240,17 @@ class ShmChannel(StagedBodies):
             body = data[off + HEADER.size:off + HEADER.size + nbytes]
             self.engine.arrived(self.peer, tag, nbytes, _RingBody(body), sig)
         elif kind in (SEGMENT, SEGMENT_ONCE):
-            # the name ends at its NUL: the record's padding holds stale ring bytes
-            name = bytes(data[off + HEADER.size:off + length]).split(b"\0", 1)[0].decode()
+            # the name ends at its NUL, the message id follows (then stale ring bytes)
+            raw, rest = bytes(data[off + HEADER.size:off + length]).split(b"\0", 1)
+            name = raw.decode()
             pooled = kind == SEGMENT
             mm = self.mapped.get(name) if pooled else None
             if mm is None:
                 mm = self._open_staged(name, pooled, nbytes)
                 if pooled:
                     self.mapped[name] = mm
-            self.engine.arrived(self.peer, tag, nbytes, _SegmentBody(mm, aux, nbytes, pooled), sig)
+            ident = PRIVATE_ID.unpack_from(rest)[0] if pooled else 0
+            self.engine.arrived(self.peer, tag, nbytes, _SegmentBody(mm, aux, nbytes, pooled, ident), sig)
         elif kind == PRIVATE:
             self._take_private(tag, nbytes, aux, PRIVATE_ID.unpack_from(data, off + HEADER.size)[0], sig)
         self.tail += length

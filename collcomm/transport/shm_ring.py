@@ -13,7 +13,9 @@ to 64 bytes:
   sender, whose body starts at the same offset within a page as the sender's buffer did
   (copies between buffers with different page offsets run up to 4x slower). The sender
   keeps up to ``POOL_SLOTS`` staging segments per peer (up to ``POOL_MAX`` bytes each,
-  prefaulted; shm.py) and reuses one once the receiver has cleared its busy word; the receiver
+  prefaulted; shm.py) and reuses one once the receiver has acknowledged, in the segment's
+  ``ACK`` word, the id of the message staged there last (the record carries that id after
+  the name); the receiver
   keeps them mapped. A message that finds no free pooled segment gets a one-off segment
   (kind SEGMENT_ONCE) that the receiver unmaps after use;
 * PRIVATE: a large message the sender copied into its own private memory, read by the
@@ -36,7 +38,13 @@ from .shm_segments import (SHM_DIR, ShmSpaceError, create_segment, mib, shm_budg
 
 HEADER = struct.Struct("<IIQQQQ")  # record length, kind, tag, nbytes, aux, call signature
 INLINE, SEGMENT, PAD, SEGMENT_ONCE, PRIVATE = 1, 2, 3, 4, 5
-BUSY = struct.Struct("<Q")        # first word of a staging segment: 1 while the receiver owes a copy
+#: Word ``ACK_AT`` of a pooled staging segment: the id of the last message the receiver took
+#: out of it. The sender reuses the segment only when it holds the id it staged there last
+#: (shm_staging.py): a "free" flag, which one stray zero write sets, once let a sender
+#: overwrite a body the receiver had yet to copy (a ring all_reduce then got a neighbour's
+#: chunk, 2026-11-26); an id that does not match only keeps the segment busy.
+ACK = struct.Struct("<Q")
+ACK_AT = 8
 ALIGN = 64
 CTL_BYTES = 128                   # head at 0, tail at 64: separate cache lines
 LEFT = 1                          # control word set by the producer when it leaves cleanly
@@ -163,12 +171,13 @@ class _Detached:
 
 class _SegmentBody:
     """A large body in a staging segment: on release a pooled one is handed back to the
-    sender (busy word cleared), a one-off one is unmapped."""
+    sender (message ``ident`` acknowledged in its ACK word), a one-off one is unmapped."""
 
-    __slots__ = ("mm", "offset", "nbytes", "pooled")
+    __slots__ = ("mm", "offset", "nbytes", "pooled", "ident")
 
-    def __init__(self, mm: mmap.mmap, offset: int, nbytes: int, pooled: bool) -> None:
+    def __init__(self, mm: mmap.mmap, offset: int, nbytes: int, pooled: bool, ident: int = 0) -> None:
         self.mm, self.offset, self.nbytes, self.pooled = mm, offset, nbytes, pooled
+        self.ident = ident
 
     def copy_into(self, dst: memoryview) -> None:
         with memoryview(self.mm) as view:
@@ -181,7 +190,7 @@ class _SegmentBody:
         if self.mm is None:
             return
         if self.pooled:
-            BUSY.pack_into(self.mm, 0, 0)
+            ACK.pack_into(self.mm, ACK_AT, self.ident)
         else:
             self.mm.close()
         self.mm = None  # type: ignore[assignment]

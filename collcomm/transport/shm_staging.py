@@ -4,7 +4,8 @@
 A message above the eager limit does not travel in its ring record: the sender copies it
 into a staging segment at its own page offset (shm_segments.py) and the record names the
 segment. Up to ``POOL_SLOTS`` segments of up to ``POOL_MAX`` bytes per peer are kept and
-reused (``BUSY`` word at their start, cleared by the receiver) while /dev/shm has room for
+reused (once the receiver has acknowledged the id of the message staged there last in the
+segment's ``ACK`` word; the record names the segment and carries the id) while /dev/shm has room for
 them (a quarter of the budget); otherwise a one-off segment (half the budget) is made and
 unlinked by the receiver; when /dev/shm has no room even for that and the peer can read
 this process's memory, the body is copied into private memory (a ``PRIVATE`` record) and
@@ -26,7 +27,7 @@ import numpy as np
 
 from ..errors import PeerLostError
 from .peer_process import buffer_address, pid_alive
-from .shm_ring import BUSY, INBOX_HEADER, LEFT, PRIVATE, RELEASED, SEGMENT, SEGMENT_ONCE, _Ring
+from .shm_ring import ACK, ACK_AT, INBOX_HEADER, LEFT, PRIVATE, RELEASED, SEGMENT, SEGMENT_ONCE, _Ring
 from .shm_segments import (PAGE, SHM_DIR, ShmSpaceError, create_segment, mib, open_segment, shm_budget,
                            space_text, warn_once)
 
@@ -54,6 +55,8 @@ class StagedBodies:
     n_segments: int
     created: list[str]
     pool: list[tuple[mmap.mmap, int, str]]
+    staged_ids: dict[str, int]   # pooled segment name -> id of the message staged there last
+    next_staged: int
 
     def _unstage(self, name: str) -> None:
         """Give back a pooled staging segment whose record was never written."""
@@ -62,16 +65,16 @@ class StagedBodies:
                 return
             for mm, _, pooled in self.pool:
                 if pooled == name:
-                    BUSY.pack_into(mm, 0, 0)
+                    ACK.pack_into(mm, ACK_AT, self.staged_ids[name])
 
     def peer_reads_me(self) -> bool:
         """Can the peer read this process's memory (it probed us at the rendezvous)?"""
         return self.my_slot < INBOX_HEADER // 8 and \
             struct.unpack_from("<Q", self.out.mm, 8 * self.my_slot)[0] == 1
 
-    def _private(self, buf: memoryview) -> tuple[int, str, int]:
+    def _private(self, buf: memoryview) -> tuple[int, str, int, int]:
         """Copy a large body into private memory for the peer to read (caller holds
-        ``send_lock``): (PRIVATE, id, address)."""
+        ``send_lock``): (PRIVATE, id, address, 0)."""
         released = int(self.out.ctl[RELEASED])
         for ident in [i for i in self.held if i < released]:
             del self.held[ident]
@@ -80,17 +83,19 @@ class StagedBodies:
         ident = self.next_private
         self.next_private += 1
         self.held[ident] = copy
-        return PRIVATE, str(ident), int(copy.ctypes.data)
+        return PRIVATE, str(ident), int(copy.ctypes.data), 0
 
-    def _stage(self, buf: memoryview) -> tuple[int, str, int]:
+    def _stage(self, buf: memoryview) -> tuple[int, str, int, int]:
         """Copy a large body into a staging segment at the sender's page offset: a pooled
         one while /dev/shm has room for it (a quarter of the budget), else a one-off one
         (half the budget), else private memory the peer reads directly (see the module
-        docstring); ShmSpaceError when none of them can be had."""
+        docstring); ShmSpaceError when none of them can be had. Returns (kind, name,
+        offset, id): a pooled segment's message id, which its record carries and the
+        receiver acknowledges (0 for the others)."""
         offset = PAGE + buffer_address(buf) % PAGE
         need = offset + len(buf)
         for mm, capacity, name in self.pool:
-            if capacity >= need and BUSY.unpack_from(mm, 0)[0] == 0:
+            if capacity >= need and ACK.unpack_from(mm, ACK_AT)[0] == self.staged_ids[name]:
                 kind = SEGMENT
                 break
         else:
@@ -127,14 +132,17 @@ class StagedBodies:
             kind = SEGMENT if pooled else SEGMENT_ONCE
             if pooled:
                 self.pool.append((mm, capacity, name))
-        BUSY.pack_into(mm, 0, 1)
+        ident = 0
+        if kind == SEGMENT:
+            ident = self.staged_ids[name] = self.next_staged
+            self.next_staged += 1
         with memoryview(mm) as view:
             view[offset:offset + len(buf)] = buf
         if kind == SEGMENT_ONCE:
             mm.close()
             if len(self.created) > 64:
                 self.created = [n for n in self.created if os.path.exists(os.path.join(SHM_DIR, n))]
-        return kind, name, offset
+        return kind, name, offset, ident
 
     def _open_staged(self, name: str, pooled: bool, nbytes: int) -> mmap.mmap:
         try:
