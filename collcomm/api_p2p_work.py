@@ -12,7 +12,8 @@
 All three raise the same errors: the call, the peer and the group first (``irecv from
 global rank 1 on group 'WORLD' ...``); a receive of another byte count than its buffer's
 is a :class:`~collcomm.errors.MismatchError`; a wait that timed out under an explicit
-``timeout`` can be retried, any other failure is kept and raised again.
+``timeout`` leaves the operation pending (waited again, it can still complete: the receive
+stays posted), any other failure is kept and raised again.
 """
 from __future__ import annotations
 

@@ -137,13 +137,17 @@ def _native_works() -> dict:
         eng._defer_mutex.release()
         dist.barrier()
         d.wait()
-        # a wait under its own timeout (posted, the regular path); a size error is kept
-        w = dist.irecv(np.zeros(1, np.float64), other, tag=5)
+        # a wait under its own timeout (posted, the regular path) leaves the receive
+        # pending: waited again, it gets the message sent meanwhile; a size error is kept
+        got5 = np.zeros(1, np.float64)
+        w = dist.irecv(got5, other, tag=5)
         try:
             w.wait(timeout=0.2)
         except CollcommError as exc:
             out["timeout"] = f"{type(exc).__name__}: {str(exc).split(';')[0]}"
+        out["pending after timeout"] = (w.is_completed(), w.exception())
         dist.barrier()
+        out["retried"] = (w.wait(timeout=30), got5.tolist(), w.is_success())
         w = dist.irecv(np.zeros(3, np.float64), other, tag=6)
         errs = []
         for _ in range(2):
@@ -196,6 +200,8 @@ def test_native_works_behave_as_the_regular_ones() -> None:
     r0 = res[0]
     assert r0["own busy"] == (False, False, True), r0
     assert r0["timeout"].startswith("CommTimeoutError: irecv from global rank 1 on"), r0
+    assert r0["pending after timeout"] == (False, None), r0
+    assert r0["retried"] == (True, [5.0], True), r0
     n, same, name, text, kept, ok = r0["size"]
     assert (n, same, name, kept, ok) == (2, True, "MismatchError", True, False), r0
     assert text.startswith("irecv from global rank 1 on") and "received 8 bytes, expected 24" in text

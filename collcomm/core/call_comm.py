@@ -18,6 +18,7 @@ import numpy as np
 from ..algorithms import signature
 from ..errors import CollcommError, MismatchError, SignatureMismatchError
 from ..transport.base import ABORT_SIG, Handle, Status
+from ..transport.request import Request
 
 if TYPE_CHECKING:
     from .group import ProcessGroup
@@ -49,9 +50,16 @@ class TimedHandle(Handle):
         self._comm = comm   # the collective call it belongs to (told when it must be abandoned)
 
     def wait(self, timeout: float | None = None) -> Status:
+        """Wait under the call's timeout (which fails the operation), or under the caller's
+        own ``timeout``: a shorter look after which the operation stays pending (a later
+        wait may still complete it)."""
         t = self._timeout if timeout is None else timeout
+        h = self._h
         try:
-            st = self._h.wait(t, self._watch) if self._watch else self._h.wait(t)  # type: ignore[call-arg]
+            if timeout is not None and type(h) is Request:
+                st = h.wait(t, self._watch, False)
+            else:
+                st = h.wait(t, self._watch) if self._watch else h.wait(t)  # type: ignore[call-arg]
         except SignatureMismatchError as exc:
             if self._comm is not None:
                 self._comm.abandon()

@@ -56,8 +56,14 @@ class EngineWaiting:
         for ch in self._polled:
             ch.poll()
 
-    def wait(self, req: Request, timeout: float | None, watch: Sequence[int] = ()) -> None:
+    def wait(self, req: Request, timeout: float | None, watch: Sequence[int] = (),
+             withdraw: bool = True) -> None:
         """Spin, then yield, then sleep on the request's event until it is done.
+
+        When the time is up the request is withdrawn and failed (``withdraw``: the
+        operation's own timeout), or, for a caller's shorter look (``withdraw=False``: a
+        ``wait(timeout)`` the user may repeat), CommTimeoutError is raised and the request
+        stays posted, so a later wait can still complete it.
 
         A request polling cannot complete (see :meth:`_completed_elsewhere`) is not spun
         for: the waiter runs TCP's selector itself or blocks on its event (:meth:`_block`).
@@ -69,7 +75,7 @@ class EngineWaiting:
         start = time.monotonic()
         next_check = start + LIVENESS_PERIOD
         if self._completed_elsewhere(req):
-            self._block(req, limit, start, next_check, watch)
+            self._block(req, limit, start, next_check, watch, withdraw)
             return
         rounds = 0
         sleep = SLEEP_MIN
@@ -87,10 +93,10 @@ class EngineWaiting:
             else:
                 req._event().wait(sleep)
                 sleep = min(sleep * 2, SLEEP_MAX)
-            next_check = self._checkpoint(req, start, limit, next_check, watch)
+            next_check = self._checkpoint(req, start, limit, next_check, watch, withdraw)
 
     def _checkpoint(self, req: Request, start: float, limit: float, next_check: float,
-                    watch: Sequence[int]) -> float:
+                    watch: Sequence[int], withdraw: bool = True) -> float:
         """Once per ``LIVENESS_PERIOD`` of a wait: the peers' liveness, then the timeout.
         Returns when the next check is due."""
         now = time.monotonic()
@@ -98,6 +104,8 @@ class EngineWaiting:
             next_check = now + LIVENESS_PERIOD
             self._check_liveness(req, watch)
             if now - start > limit and not req.done:
+                if not withdraw:
+                    raise self._timeout_error(req.kind, len(req.buf), req.peer, req.tag, limit)
                 self._time_out(req, limit)
         return next_check
 
@@ -107,7 +115,7 @@ class EngineWaiting:
         return not self._polled or (req.peer != ANY_SOURCE and req.peer not in self._polled_peers)
 
     def _block(self, req: Request, limit: float, start: float, next_check: float,
-               watch: Sequence[int]) -> None:
+               watch: Sequence[int], withdraw: bool = True) -> None:
         """Wait for a request polling cannot complete without spinning: a receive of up to
         ``DRIVE_MAX`` bytes runs TCP's selector on this thread (the message lands here);
         otherwise, or when another thread drives the selector, block on the request's
@@ -137,7 +145,7 @@ class EngineWaiting:
                 event.wait(max(0.0, until - time.monotonic()))
             if req.done:
                 return
-            next_check = self._checkpoint(req, start, limit, next_check, watch)
+            next_check = self._checkpoint(req, start, limit, next_check, watch, withdraw)
 
     def _check_liveness(self, req: Request, watch: Sequence[int] = ()) -> None:
         peers = list(self.channels.keys()) if req.peer == ANY_SOURCE else [req.peer, *watch]

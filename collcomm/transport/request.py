@@ -100,10 +100,12 @@ class Request(Handle):
                 event.set()
         return event
 
-    def wait(self, timeout: float | None = None, watch: Sequence[int] = ()) -> Status:
-        """Wait (see Engine.wait); ``watch``: ranks whose loss also dooms this operation."""
+    def wait(self, timeout: float | None = None, watch: Sequence[int] = (),
+             withdraw: bool = True) -> Status:
+        """Wait (see Engine.wait); ``watch``: ranks whose loss also dooms this operation;
+        ``withdraw=False``: a timeout leaves it pending (the caller may wait again)."""
         if not self.done:
-            self.engine.wait(self, timeout, watch)
+            self.engine.wait(self, timeout, watch, withdraw)
         if self.exc is not None:
             raise self.exc
         assert self.status is not None
