@@ -1,7 +1,8 @@
 """A point-to-point work's ``wait(timeout)`` that times out leaves the operation pending:
 waited again, it completes (the receive stays posted), over shared memory (where an
-``irecv`` is deferred to its wait) and over TCP alike. The call timeout
-(``call_timeout`` / the group's), by contrast, withdraws and fails the receive."""
+``irecv`` is deferred to its wait) and over TCP alike, in the functional API and in the
+torch backend. The call timeout (``call_timeout`` / the group's), by contrast, withdraws
+and fails the receive."""
 from __future__ import annotations
 
 import numpy as np
@@ -53,3 +54,51 @@ def test_timed_out_wait_can_be_waited_again(transport):
     assert r0["pending"] == (False, None), r0
     assert r0["waited"] == (True, [0.5, 1.5, 2.5, 3.5], True), r0
     assert r0["call timeout"] == (2, "CommTimeoutError", True), r0
+
+
+def _torch_retry() -> dict:
+    import torch
+    import torch.distributed as dist
+
+    import collcomm.torch  # noqa: F401 - registers the backend
+
+    dist.init_process_group("collcomm")
+    out: dict = {}
+    if dist.get_rank() == 0:
+        got = torch.zeros(3)
+        w = dist.irecv(got, 1, tag=5)
+        try:
+            w.wait(timeout=__import__("datetime").timedelta(seconds=0.2))
+        except Exception as exc:  # noqa: BLE001 - its type is checked below
+            out["timeout"] = type(exc).__name__
+        out["pending"] = (w.is_completed(), w.exception())
+        dist.barrier()
+        out["waited"] = (w.wait(), got.tolist(), w.is_success(), w.exception())
+    else:
+        dist.barrier()
+        dist.send(torch.tensor([1.0, 2.0, 3.0]), 0, tag=5)
+    dist.barrier()
+    # a monitored_barrier rank 1 skips fails on rank 0; its timed-out receive is withdrawn,
+    # so the next monitored_barrier's token is not swallowed by it
+    if dist.get_rank() == 0:
+        try:
+            dist.monitored_barrier(timeout=__import__("datetime").timedelta(seconds=0.3))
+        except Exception as exc:  # noqa: BLE001 - its text is checked below
+            out["skipped"] = str(exc)
+    dist.barrier()
+    dist.monitored_barrier(timeout=__import__("datetime").timedelta(seconds=10))
+    out["monitored again"] = True
+    dist.destroy_process_group()
+    return out
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_torch_timed_out_wait_can_be_waited_again(transport):
+    pytest.importorskip("torch")
+    r0 = run_ranks(_torch_retry, 2, transport=transport, timeout=90, init=False)[0]
+    assert r0["timeout"].endswith("TimeoutError") or "Timeout" in r0["timeout"], r0
+    assert r0["pending"] == (False, None), r0
+    assert r0["waited"] == (True, [1.0, 2.0, 3.0], True, None), r0
+    assert "Rank 1 failed to pass monitoredBarrier" in r0["skipped"], r0
+    assert r0["monitored again"], r0

@@ -374,7 +374,9 @@ def cancel(g: ProcessGroup, handle: Handle) -> bool:
     """Withdraw a receive nothing has matched yet (its wait then raises ClosedError)."""
     if type(handle) is Deferred:
         return handle.cancel()
-    return bool(transport(g).cancel(getattr(handle, "_h", handle)))
+    while hasattr(handle, "_h"):      # the recorder's and TimedHandle's wrappers
+        handle = handle._h
+    return bool(transport(g).cancel(handle))
 
 
 def source_tag(g: ProcessGroup, st: Status) -> tuple[int, int]:

@@ -114,10 +114,17 @@ class PointToPoint:
             return
         tag = MONITORED_BARRIER_TAG
         token = np.zeros(1, dtype=np.uint8)
+        # a receive that timed out is withdrawn (a wait(timeout) alone leaves it posted), so
+        # that a later monitored_barrier's token does not land in it
         try:
             if g.rank != 0:
                 g.p2p_isend(token, 0, tag).wait(limit)
-                g.p2p_irecv(token, 0, tag).wait(limit)
+                release = g.p2p_irecv(token, 0, tag)
+                try:
+                    release.wait(limit)
+                except CommTimeoutError:
+                    core_p2p.cancel(g, release)
+                    raise
                 return
             handles = {r: g.p2p_irecv(np.zeros(1, dtype=np.uint8), r, tag) for r in range(1, g.size)}
             deadline = time.monotonic() + limit
@@ -126,6 +133,7 @@ class PointToPoint:
                 try:
                     h.wait(max(0.0, deadline - time.monotonic()) if wait_all_ranks or not late else 0.0)
                 except CommTimeoutError:
+                    core_p2p.cancel(g, h)
                     late.append(r)
             if late:
                 which = (f"Ranks {', '.join(map(str, late))}" if wait_all_ranks

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from ..core.work import Work as CoreWork
-from ..errors import CollcommError
+from ..errors import CollcommError, CommTimeoutError
 from ..transport.base import Handle
 from .errors import translate
 
@@ -200,11 +200,14 @@ class P2PWork(_Work):
         self._lock = threading.Lock()
 
     def wait(self, timeout: Any = None) -> bool:
+        limit = seconds(timeout)
         try:
-            status = self._handle.wait(seconds(timeout))
+            status = self._handle.wait(limit)
         except CollcommError as exc:
-            self._exc = translate(exc)
-            raise self._exc from None
+            err = translate(exc)
+            if limit is None or not isinstance(exc, CommTimeoutError):
+                self._exc = err   # (a timed-out look leaves it pending: it may still complete)
+            raise err from None
         with self._lock:
             if self._source is None:
                 self._source = self._to_local(status.source)
