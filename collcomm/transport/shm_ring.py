@@ -40,9 +40,10 @@ HEADER = struct.Struct("<IIQQQQ")  # record length, kind, tag, nbytes, aux, call
 INLINE, SEGMENT, PAD, SEGMENT_ONCE, PRIVATE = 1, 2, 3, 4, 5
 #: Word ``ACK_AT`` of a pooled staging segment: the id of the last message the receiver took
 #: out of it. The sender reuses the segment only when it holds the id it staged there last
-#: (shm_staging.py): a "free" flag, which one stray zero write sets, once let a sender
-#: overwrite a body the receiver had yet to copy (a ring all_reduce then got a neighbour's
-#: chunk, 2026-11-26); an id that does not match only keeps the segment busy.
+#: (shm_staging.py): a "free" flag, which any zero written at the wrong time sets (which
+#: write did was never pinned down), once let a sender overwrite a body the receiver had yet
+#: to copy (a ring all_reduce then got a neighbour's chunk, 2026-11-26); an id that does
+#: not match only keeps the segment busy.
 ACK = struct.Struct("<Q")
 ACK_AT = 8
 ALIGN = 64
