@@ -41,7 +41,7 @@ if sys.platform.startswith("linux"):
         depends=["collcomm/native/_dtypes.c", "collcomm/native/_kernels.c",
                  "collcomm/native/_arena_sync.c", "collcomm/native/_call.c",
                  "collcomm/native/_collectives_reduce.c", "collcomm/native/_cma.c",
-                 "collcomm/native/_collectives_move.c",
+                 "collcomm/native/_collectives_move.c", "collcomm/native/_scatter.c",
                  "collcomm/native/_core_init.c",
                  "collcomm/native/_record.c",
                  "collcomm/native/_fastcall.c", "collcomm/native/_fastcall_lists.c",

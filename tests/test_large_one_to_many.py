@@ -1,4 +1,4 @@
-"""Large broadcast, all_gather, gather and all_to_all on the shared-memory arena (issue 8,
+"""Large broadcast, all_gather, gather, scatter and all_to_all on the shared-memory arena (issue 8,
 part 3): staged in pipelined steps, or read from the peers' memory by cross-memory attach,
 as the size and ``arena.cma_cost`` decide (see shm_large.reads_peers and docs/large-copies.md).
 
@@ -73,6 +73,12 @@ def _cases(read_only_cma: bool = False) -> tuple[int, float]:
                 dist.gather(mine, parts, dst=root)
                 if me == root:
                     assert np.array_equal(np.concatenate(parts), want), ("gather", dt, count, root)
+            for root in range(n):                       # scatter, every root
+                out = np.full(count, 99).astype(dt)
+                parts = [(base * (r + 1) + root).astype(dt) for r in range(n)] if me == root else None
+                dist.scatter(out, parts, src=root)
+                assert np.array_equal(out, (base * (me + 1) + root).astype(dt)), ("scatter", dt, count, root)
+            done += 2
             # all_to_all: equal blocks, then uneven ones (rank i sends j (i + j + 1) * q)
             send = (np.arange(n * count) + 1000 * me).astype(dt)
             recv = np.empty(n * count, dt)
@@ -97,6 +103,11 @@ def _cases(read_only_cma: bool = False) -> tuple[int, float]:
                      lambda: dist.broadcast(np.zeros(300_007, np.float32), src=me % 2),
                      lambda: dist.all_gather_into_tensor(np.empty(n * (300_007 + me), np.float32),
                                                          np.zeros(300_007 + me, np.float32)),
+                     lambda: dist.scatter(np.empty(300_007 + me, np.float32),
+                                          [np.zeros(300_007, np.float32)] * n if me == 0 else None, src=0),
+                     lambda: dist.gather(np.zeros(300_007 + me, np.float32),
+                                         [np.empty(300_007, np.float32) for _ in range(n)] if me == 0 else None,
+                                         dst=0),
                      lambda: dist.all_to_all_single(np.empty(n * 80_000, np.float32 if me else np.int32),
                                                     np.zeros(n * 80_000, np.float32 if me else np.int32))):
             with pytest.raises(MismatchError):
@@ -169,7 +180,7 @@ def test_mixed_native_and_python_ranks_take_the_same_steps_and_agree_on_the_cost
 def test_mixed_ranks_staged_and_split_broadcast():
     # n = 2, rank 1 in Python: told a high CMA cost, the broadcasts from CMA_MIN stage in
     # steps (one native call on rank 0, the Python loop on rank 1); told a low one, they go
-    # split by CMA (rank 0 in C: broadcast_cma, rank 1: broadcast_split), where the ranks
+    # split by CMA (rank 0 in C: rooted_cma, rank 1: rooted_split), where the ranks
     # may write each other's memory
     for cost in ("7", "0.5"):
         res = run_ranks(_cases, 2, False, env={"COLLCOMM_SHM_SLOT": str(SLOT), "COLLCOMM_CMA_COST": cost},
@@ -214,9 +225,36 @@ def test_split_broadcast_choice_at_two_ranks():
     assert not shm_large.reads_peers(arena(3, 3.3), "broadcast", 1 << 20)
     assert shm_large.reads_peers(arena(3, 2.9), "broadcast", 1 << 20)
     assert not shm_large.reads_peers(arena(2, 4.4, write=False), "broadcast", 1 << 20)
-    for name in ("all_gather", "gather", "all_to_all"):
+    for name in ("all_gather", "gather", "all_to_all", "scatter"):
         assert not shm_large.reads_peers(arena(2, 0.5), name, CMA_MIN)
         assert shm_large.reads_peers(arena(2, 0.5), name, CMA_MIN + 1)
+
+
+def test_split_scatter_and_gather_choice():
+    # a scatter splits as a broadcast does (from above CMA_MIN); a gather only while
+    # c·(n-1) < GATHER_STAGED·n; without writes, both only while c <= 1; above a quarter
+    # of the cache, always
+    from types import SimpleNamespace
+
+    from collcomm.algorithms import shm_large
+    from collcomm.transport.arena_layout import CMA_MIN
+
+    def arena(n: int, c: float, write: bool = True) -> SimpleNamespace:
+        return SimpleNamespace(cma=True, cma_write=write, cma_cost=c, n=n)
+
+    mib = 1 << 20
+    assert shm_large.reads_peers(arena(2, 3.3), "scatter", mib)
+    assert not shm_large.reads_peers(arena(2, 6.5), "scatter", mib)
+    assert not shm_large.reads_peers(arena(4, 3.3), "scatter", mib)
+    assert shm_large.reads_peers(arena(4, 2.5), "scatter", mib)
+    assert not shm_large.reads_peers(arena(2, 3.3), "gather", mib)
+    assert shm_large.reads_peers(arena(2, 1.9), "gather", mib)
+    assert not shm_large.reads_peers(arena(4, 1.5), "gather", mib)
+    assert shm_large.reads_peers(arena(4, 1.3), "gather", mib)
+    for name in ("scatter", "gather"):
+        assert not shm_large.reads_peers(arena(2, 1.5, write=False), name, mib)
+        assert shm_large.reads_peers(arena(2, 1.0, write=False), name, mib)
+        assert shm_large.reads_peers(arena(4, 50.0), name, 64 * mib)
 
 
 def _fast_split_cases() -> list[tuple[int, int, bool, bool]]:
@@ -248,7 +286,7 @@ def _fast_split_cases() -> list[tuple[int, int, bool, bool]]:
 def test_fast_call_takes_split_broadcasts():
     # where a broadcast splits by CMA from CMA_MIN, the fast call runs it (no Python front
     # end): staged below CMA_MIN, split from it; with a cost that stages, only up to CMA_MIN.
-    # Rank 1 of the last job runs in Python (broadcast_split) against rank 0's fast call;
+    # Rank 1 of the last job runs in Python (rooted_split) against rank 0's fast call;
     # its shared-heap buffer as the root is read in place (rank 0's fast call hands that
     # back to shm_move.broadcast_after), a fast root's is read by CMA.
     from collcomm import native

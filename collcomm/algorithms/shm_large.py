@@ -1,6 +1,6 @@
 """Large one-to-many calls on the arena: how shm_direct moves them, and which way.
 
-broadcast, all_gather / gather and all_to_all above ``CMA_MIN`` go one of two ways:
+broadcast, all_gather / gather, scatter and all_to_all above ``CMA_MIN`` go one of two ways:
 
 * **staged** through the arena's slots, as every smaller call: the writer copies in, the
   readers copy out (two memcpys per byte, on different cores). A broadcast goes in steps
@@ -8,12 +8,12 @@ broadcast, all_gather / gather and all_to_all above ``CMA_MIN`` go one of two wa
   the others copy step i out;
 * **read by cross-memory attach** (CMA): each rank announces its buffer's address and the
   readers copy straight out of it (one ``process_vm_readv`` per byte), one more sync at the
-  end; a broadcast puts the root to work too (:func:`broadcast_split`).
+  end; a broadcast, scatter or gather puts the root to work too (:func:`rooted_split`).
 
 :func:`reads_peers` picks, the same on every rank, from the call's size, the last-level
 cache and ``arena.cma_cost`` (a CMA byte in memcpy'd bytes, measured when the arena is
 built; see transport/arena.py). Where it was measured (2-vCPU VM, CMA 3.2-3.4x a memcpy)
-staging wins from 256 KiB up to a quarter of the cache, except a broadcast at n = 2,
+staging wins from 256 KiB up to a quarter of the cache, except a broadcast or scatter at n = 2,
 which goes split by CMA (see BCAST_STAGED); docs/large-copies.md has the measurements.
 """
 from __future__ import annotations
@@ -24,9 +24,11 @@ import os
 
 import numpy as np
 
-from ..transport.arena_layout import CMA_MIN
+from ..transport.arena_layout import CMA, CMA_MIN
 from ..transport.arena_layout import OFFSET as OFFSET_WORD
-from .contract import Arena
+from ..transport.arena_layout import SHARED as SHARED_WORD
+from .contract import Arena, ShmComm
+from .shm_stage import read_peer
 
 #: A staged broadcast goes in steps of about 1/PIPE_STEPS of the buffer, none smaller than
 #: PIPE_MIN bytes (each step costs a native call and a sync; 2 steps of 128 KiB measured
@@ -58,7 +60,14 @@ BCAST_STAGED = 2.0
 #: job that measured c = 4.2 staged its 1 MiB broadcasts, 2x slower than its neighbours.
 BCAST_PAIR = 3.0
 
-STAGE_MAX = {"broadcast": 0.25, "gather": 0.25, "all_gather": 0.25, "all_to_all": 0.25}
+#: A gather splits by CMA where c·(n-1) < GATHER_STAGED·n (a scatter goes as a broadcast:
+#: BCAST_PAIR, BCAST_STAGED). Measured 2026-11-26 (2-vCPU VM, c = 3.3, forced either way
+#: with COLLCOMM_CMA_COST, 512 KiB - 4 MiB): at n = 2 the split scatter took 0.55-1.0x the
+#: staged one and the split gather 1.05-1.75x; at n = 4 (two ranks per core) both split
+#: took 1.3-2.4x the staged time.
+GATHER_STAGED = 1.0
+
+STAGE_MAX = {"broadcast": 0.25, "gather": 0.25, "all_gather": 0.25, "all_to_all": 0.25, "scatter": 0.25}
 
 
 @functools.lru_cache(maxsize=1)
@@ -77,8 +86,8 @@ def llc_bytes() -> int:
 
 
 def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
-    """Does a ``collective`` call of ``nbytes`` (broadcast: the buffer; all_gather / gather:
-    all ranks' blocks together; all_to_all: n x the largest block) read the peers' buffers
+    """Does a ``collective`` call of ``nbytes`` (broadcast: the buffer; all_gather / gather /
+    scatter: all ranks' blocks together; all_to_all: n x the largest block) read the peers' buffers
     by cross-memory attach (one copy, by the reader) rather than stage them through the
     slots (a memcpy in by the writer, one out by the reader)? Every rank decides alike:
     the inputs are the same everywhere.
@@ -94,9 +103,15 @@ def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
       c·(n-1)·B/n by CMA; staged, each reader copies B out of the root's slots, data the
       root's core has just written, in a pipeline whose every step is a sync of all
       ranks: CMA if c·(n-1)/n < BCAST_STAGED (see there; BCAST_PAIR at n = 2);
-    * broadcast without writes, gather: the readers (the root of a gather) copy
-      (n-1)·c·B by CMA, or B per reader and per writer with staging (the root's copy in
-      overlaps the others' copy out): CMA if c ≤ 1;
+    * scatter (the root's buffer: n blocks of B), split likewise (:func:`rooted_split`):
+      the root writes 1/n of every other block, each rank reads the rest of its own; the
+      same rule as a broadcast (measured alike: see GATHER_STAGED);
+    * gather, split: each rank writes (n-1)/n of its block into the root's buffer, the
+      root reads the rest of every block: CMA if c·(n-1) < GATHER_STAGED·n (staged, the
+      ranks copy their blocks in at once, then the root copies them out);
+    * broadcast, scatter and gather without writes: the readers (the root of a gather)
+      copy (n-1)·c·B by CMA, or B per reader and per writer with staging (the root's copy
+      in overlaps the others' copy out): CMA if c ≤ 1;
     * all_gather: 1 + (n-1)·c blocks by CMA, or n + 1 staged (own, in, n-1 out):
       CMA if c·(n-1) < n;
     * all_to_all: 1 + (n-1)·c blocks by CMA, or 2n - 1 staged: CMA if c < 2.
@@ -109,9 +124,11 @@ def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
     if nbytes > STAGE_MAX[collective] * llc_bytes():
         return True
     cost = arena.cma_cost
-    if collective == "broadcast" and arena.cma_write:
+    if collective in ("broadcast", "scatter") and arena.cma_write:
         return cost * (arena.n - 1) < (BCAST_PAIR if arena.n == 2 else BCAST_STAGED) * arena.n
-    if collective in ("broadcast", "gather"):
+    if collective == "gather" and arena.cma_write:
+        return cost * (arena.n - 1) < GATHER_STAGED * arena.n
+    if collective in ("broadcast", "gather", "scatter"):
         return cost <= 1.0
     if collective == "all_gather":
         return cost * (arena.n - 1) < arena.n
@@ -135,18 +152,37 @@ def pipeline_elems(arena: Arena, buf: np.ndarray) -> int:
     return max(1, step // buf.dtype.itemsize)
 
 
-def broadcast_split(arena: Arena, phase: int, buf: np.ndarray, root: int) -> None:
-    """Broadcast by cross-memory attach with the root at work too: it writes the first 1/n
-    of its buffer into every other rank's (process_vm_writev) while each of them reads
-    the rest from the root's. Every rank has published its buffer's address; the caller's
-    closing sync keeps both kinds of buffers untouched until all are done. (n = 2: each
-    rank copies half; measured 1.3-1.6x faster than the receiver reading it all, 4-64 MiB.)"""
+def rooted_split(comm: ShmComm, arena: Arena, phase: int, mode: str, buf: np.ndarray, root: int) -> None:
+    """A rooted call by cross-memory attach with the root at work too (``mode``: broadcast,
+    scatter or gather; a broadcast or gather only where every rank may write every other's
+    memory, ``arena.cma_write``: a scatter without it has each rank read its block). Every rank
+    has published its buffer's address (``buf``: the root's whole buffer, or this rank's
+    block; a broadcast's is the whole buffer everywhere); for each rank r but the root, the
+    first 1/n of r's block moves by the root (broadcast, scatter: written into r's buffer;
+    gather: read from it) and the rest by r (read from the root's buffer; gather: written
+    into it). A gather peer whose buffer is published in place (shared heap) is read whole
+    by the root instead. The caller's closing sync keeps every buffer untouched until all
+    are done. (n = 2: each rank moves half; a broadcast measured 1.3-1.6x faster than the
+    receiver reading it all, 4-64 MiB.) The native core's rooted_cma does the same."""
     n, me = arena.n, arena.rank
-    head = buf.size // n
+    per_rank = mode != "broadcast"
+    block = buf.size // n if per_rank and me == root else buf.size
+    # without writes (scatter only), each rank reads its whole block itself
+    head = block // n if arena.cma_write else 0
+    item = buf.dtype.itemsize
     if me == root:
         for i in range(1, n):
             r = (root + i) % n
-            arena.write_remote(r, arena.get(r, OFFSET_WORD + phase), buf[:head])
-    else:
-        arena.read_remote(root, arena.get(root, OFFSET_WORD + phase) + head * buf.dtype.itemsize,
-                          buf[head:])
+            at = r * block if per_rank else 0
+            if mode != "gather":
+                address = arena.get(r, OFFSET_WORD + phase)
+                arena.write_remote(r, address, buf[at:at + head])
+            else:   # r's head (r's send buffer in the shared heap: all of it, in place)
+                whole = arena.get(r, SHARED_WORD + phase) != CMA
+                read_peer(comm, arena, phase, r, buf.dtype, block, 0, buf[at:at + (block if whole else head)])
+    elif mode != "gather" or arena.get(me, SHARED_WORD + phase) == CMA:
+        address = arena.get(root, OFFSET_WORD + phase) + ((me * block if per_rank else 0) + head) * item
+        if mode == "gather":
+            arena.write_remote(root, address, buf[head:])
+        else:
+            arena.read_remote(root, address, buf[head:])

@@ -23,7 +23,7 @@ from ..transport.arena_layout import SHARED as SHARED_WORD
 from ..transport.arena_layout import SIZE as SIZE_WORD
 from .contract import Arena, ShmComm
 from .linear import displacements
-from .shm_large import a2a_cma_limit, broadcast_split, pipeline_elems, reads_peers
+from .shm_large import a2a_cma_limit, pipeline_elems, reads_peers, rooted_split
 from .shm_stage import (
     DONE, MISMATCH, PAIRS, PYTHON, REFUSE, any_in_place, arena_of, call_sig, chunk_elems, enter,
     heap_location, native_core, publish, raise_mismatch, read_peer,
@@ -60,14 +60,14 @@ def broadcast(comm: ShmComm, buf: np.ndarray, root: int) -> None:
         phase = arena.next_phase()
         if me == root:
             publish(arena, phase, chunk, shared, lo, cma)
-        elif cma:        # where the root may write our share (broadcast_split)
+        elif cma:        # where the root may write our share (rooted_split)
             arena.put(OFFSET_WORD + phase, buf.__array_interface__["data"][0])
         # every step checks the signature, as each native step does (ranks may mix the two)
         enter(comm, arena, phase, "broadcast", buf.size, True)
         key = arena.get(root, SHARED_WORD + phase)
         in_place = bool(key)
         if key == CMA and arena.cma_write:
-            broadcast_split(arena, phase, buf, root)
+            rooted_split(comm, arena, phase, "broadcast", buf, root)
             break
         if in_place:     # the root's whole buffer, read in place (at the first step)
             if me != root:
@@ -87,7 +87,7 @@ def broadcast_after(comm: ShmComm, arena: Arena, status: int, mine: int, buf: np
     if status == PYTHON:   # the root's buffer is read in place, or a CMA transfer to redo
         phase = arena.phase
         if arena.get(root, SHARED_WORD + phase) == CMA and arena.cma_write:
-            broadcast_split(arena, phase, buf, root)
+            rooted_split(comm, arena, phase, "broadcast", buf, root)
         elif comm.rank != root:
             read_peer(comm, arena, phase, root, buf.dtype, buf.size, 0, buf)
         arena.sync()
@@ -116,6 +116,16 @@ def _gather_to(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, root: i
     dt = send.dtype
     shared = heap_location(comm, send)
     cma = reads_peers(arena, name, send.nbytes * n)
+    if cma and root is not None and arena.cma_write:
+        phase = arena.next_phase()
+        if me == root:   # the root's receive buffer, where the others write their share
+            assert recv is not None
+            publish(arena, phase, recv, None, 0, True)
+        else:
+            publish(arena, phase, send, shared, 0, True)
+        enter(comm, arena, phase, "gather", k, True)
+        _gather_split_end(comm, arena, phase, send, recv, root)
+        return
     step = k if cma else chunk_elems(arena, dt.itemsize)
     in_place = False
     for lo in range(0, k, step):
@@ -139,25 +149,35 @@ def _gather_native(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, roo
     name = "all_gather" if root is None else "gather"
     arena = arena_of(comm, name)
     core = native_core(arena)
-    if (core is None or send.nbytes > arena.slot or reads_peers(arena, name, send.nbytes * comm.size)
-            or heap_location(comm, send) is not None):
+    if core is None or heap_location(comm, send) is not None:
+        return False
+    cma = reads_peers(arena, name, send.nbytes * comm.size)
+    split = cma and root is not None and arena.cma_write
+    if not split and (send.nbytes > arena.slot or cma):
         return False
     me, k = comm.rank, send.size
     receiver = root is None or me == root
     mine = call_sig(comm, name, k)
-    status = core.gather(arena, send, recv if receiver else None, -1 if root is None else root, mine)
+    if split:
+        status = core.gather(arena, send, recv if receiver else None, root, mine, send.dtype.itemsize,
+                             CMA, arena.pids)
+    else:
+        status = core.gather(arena, send, recv if receiver else None, -1 if root is None else root, mine)
     if status != REFUSE:
-        gather_after(comm, arena, status, mine, send, recv if receiver else None)
+        gather_after(comm, arena, status, mine, send, recv if receiver else None, root if split else None)
     return status != REFUSE
 
 
 def gather_after(comm: ShmComm, arena: Arena, status: int, mine: int, send: np.ndarray,
-                  recv: np.ndarray | None) -> None:
+                  recv: np.ndarray | None, split_root: int | None = None) -> None:
     """The rest of a gather / all_gather the native core returned ``status`` for (not
-    REFUSE); ``recv`` is None on a rank that receives nothing."""
+    REFUSE); ``recv`` is None on a rank that receives nothing; ``split_root``: the root of
+    a gather split by CMA."""
     if status == MISMATCH:
         raise_mismatch(arena, mine)
-    if status == PYTHON:   # some rank's buffer is read in place
+    if status == PYTHON and split_root is not None:   # a buffer in place, or a transfer to redo
+        _gather_split_end(comm, arena, arena.phase, send, recv, split_root)
+    elif status == PYTHON:   # some rank's buffer is read in place
         phase, k = arena.phase, send.size
         if recv is not None:
             for r in range(comm.size):
@@ -166,24 +186,53 @@ def gather_after(comm: ShmComm, arena: Arena, status: int, mine: int, send: np.n
         arena.sync()
 
 
+def _gather_split_end(comm: ShmComm, arena: Arena, phase: int, send: np.ndarray, recv: np.ndarray | None,
+                      root: int) -> None:
+    """A gather split by CMA past its first sync (every rank published its buffer's
+    address): the transfers (rooted_split), the root's own block, the closing sync."""
+    me, k = comm.rank, send.size
+    rooted_split(comm, arena, phase, "gather", recv if me == root else send, root)
+    if me == root:
+        assert recv is not None
+        own = recv[me * k:(me + 1) * k]
+        if not np.shares_memory(own, send):
+            np.copyto(own, send)
+    arena.sync()
+
+
 def scatter(comm: ShmComm, send: np.ndarray | None, recv: np.ndarray, root: int) -> None:
     n, me, k = comm.size, comm.rank, recv.size
-    if n > 1 and k:
-        arena = arena_of(comm, "scatter")
-        core = native_core(arena)
-        if core is not None and k <= chunk_elems(arena, recv.dtype.itemsize, n):
-            mine = call_sig(comm, "scatter", k)
-            status = core.scatter(arena, send if me == root else None, recv, root, mine)
-            if status == DONE:
-                return
-            if status == MISMATCH:
-                raise_mismatch(arena, mine)
     if n == 1 or k == 0:
         _scatter_own(send, recv, me, root, k)
         return
     arena = arena_of(comm, "scatter")
     dt = recv.dtype
-    step = chunk_elems(arena, dt.itemsize, n)
+    mine_buf = send if me == root else recv     # what this rank publishes when split
+    split = reads_peers(arena, "scatter", n * k * dt.itemsize)
+    step = chunk_elems(arena, dt.itemsize, n)   # elements of each block per staged step
+    core = native_core(arena)
+    if core is not None and (not split or arena.cma_write):
+        mine = call_sig(comm, "scatter", k)
+        if split:
+            status = core.scatter(arena, send if me == root else None, recv, root, mine, dt.itemsize,
+                                  CMA, arena.pids)
+        elif k <= step:   # one step (the form the fast call takes)
+            status = core.scatter(arena, send if me == root else None, recv, root, mine)
+        else:
+            status = core.scatter(arena, send if me == root else None, recv, root, mine, step * dt.itemsize)
+        if status == DONE:
+            return
+        if status == MISMATCH:
+            raise_mismatch(arena, mine)
+        if status == PYTHON:   # a transfer to redo
+            _scatter_split_end(comm, arena, arena.phase, mine_buf, send, recv, root)
+            return
+    if split:
+        phase = arena.next_phase()
+        publish(arena, phase, mine_buf, None, 0, True)
+        enter(comm, arena, phase, "scatter", k, True)
+        _scatter_split_end(comm, arena, phase, mine_buf, send, recv, root)
+        return
     for lo in range(0, k, step):
         count = min(step, k - lo)
         phase = arena.next_phase()
@@ -195,10 +244,19 @@ def scatter(comm: ShmComm, send: np.ndarray | None, recv: np.ndarray, root: int)
                 np.copyto(staged[:me], blocks[:me, lo:lo + count])
             if me + 1 < n:
                 np.copyto(staged[me + 1:], blocks[me + 1:, lo:lo + count])
-        enter(comm, arena, phase, "scatter", k, lo == 0)
+        enter(comm, arena, phase, "scatter", k, True)   # every step, as each native step does
         if me != root:
             np.copyto(recv[lo:lo + count], arena.slot_array(phase, root, dt, n * count).reshape(n, count)[me])
     _scatter_own(send, recv, me, root, k)   # while the others copy their last step out
+
+
+def _scatter_split_end(comm: ShmComm, arena: Arena, phase: int, mine: np.ndarray, send: np.ndarray | None,
+                       recv: np.ndarray, root: int) -> None:
+    """A scatter split by CMA past its first sync (every rank published its buffer's
+    address: ``mine``): the transfers (rooted_split), the root's own block, the closing sync."""
+    rooted_split(comm, arena, phase, "scatter", mine, root)
+    _scatter_own(send, recv, comm.rank, root, recv.size)
+    arena.sync()
 
 
 def _scatter_own(send: np.ndarray | None, recv: np.ndarray, me: int, root: int, k: int) -> None:

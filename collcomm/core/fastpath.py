@@ -80,7 +80,8 @@ def _staged_max(arena: Any, collective: str, n: int) -> int:
     all_gather go on while shm_large stages them (CMA costs more than two memcpys here, up
     to a quarter of the cache) and each block fits a slot; reduce, scatter, reduce_scatter
     (without CMA: with it, blocks up to CMA_MIN) and all_to_all (whose native call makes
-    its own rounds and CMA choice) up to a slot."""
+    its own rounds and CMA choice) up to a slot, a scatter only to CMA_MIN where
+    shm_large splits larger ones by CMA (as it may a gather: see above)."""
     slot = arena.slot
     if collective == "broadcast" and shm_large.reads_peers(arena, collective, CMA_MIN):
         return min(slot, CMA_MIN - 1)   # CMA_MIN and more: split (_bcast_cma), or the regular path
@@ -94,6 +95,8 @@ def _staged_max(arena: Any, collective: str, n: int) -> int:
         return top
     if collective == "reduce_scatter" and arena.cma:
         return min(slot, n * CMA_MIN)
+    if collective == "scatter" and shm_large.reads_peers(arena, collective, CMA_MIN + 1):
+        return min(slot, CMA_MIN)   # above: split by CMA (shm_move.scatter), the regular path
     return slot
 
 

@@ -1,7 +1,7 @@
 /* Cross-memory attach for the native collectives: moving bytes to or from a peer process
  * (process_vm_readv/writev), every rank's pid, the arena's error for a failed transfer,
- * and the split CMA broadcast (shm_large.broadcast_split). all_to_all's CMA exchange, in
- * _collectives_move.c, uses the same helpers.
+ * and the rooted calls split by CMA (broadcast, scatter, gather: shm_large.rooted_split).
+ * all_to_all's CMA exchange, in _collectives_move.c, uses the same helpers.
  *
  * Included by _shmcore.c before _collectives_move.c.
  */
@@ -61,15 +61,27 @@ static int cma_raise(Call *k, int r, const char *what, int err)
     return -1;
 }
 
-/* broadcast by cross-memory attach, split (shm_large.broadcast_split; only where every rank
- * may write every other's memory): the Python loop's one CMA step, then its closing sync.
- * Every rank announces its buffer's address (the root also SHARED = `cma_key`), sync with
- * the signature check; the root writes the first count/n elements into every other rank's
- * buffer while each of them reads the rest from the root's; sync. After the first sync,
- * anything else (a root published in place, a failed transfer) is handed back (ST_PYTHON):
- * shm_move.broadcast_after finishes from there (a transfer redone copies the same bytes). */
-static PyObject *broadcast_cma(Call *k, char *buf, Py_ssize_t nbytes, long root, uint64_t sig,
-                               Py_ssize_t itemsize, uint64_t cma_key, PyObject *pids_obj)
+/* What a rooted call split by cross-memory attach moves (shm_large.rooted_split). */
+#define SPLIT_BCAST 0      /* every rank's buffer is the root's whole buffer */
+#define SPLIT_SCATTER 1    /* rank r's block is block r of the root's buffer; the root writes */
+#define SPLIT_GATHER 2     /* ... and the root reads its share; the others write the rest */
+
+/* A rooted call by cross-memory attach, split between the root and the others
+ * (shm_large.rooted_split; only where every rank may write every other's memory): the
+ * Python code's one CMA step, then its closing sync. Every rank announces its buffer's
+ * address with SHARED = `cma_key`, sync with the signature check; then, for each rank r
+ * but the root, the first (block / itemsize) / n elements of r's block move by the root
+ * (broadcast, scatter: it writes them into r's buffer; gather: it reads them from r's)
+ * and the rest by r (reads them from the root's buffer; gather: writes them into it);
+ * sync. `block` is the bytes one rank gets (gather: sends); the root's buffer holds n
+ * blocks, r's at r * block, except for a broadcast (one, shared by all). After the first
+ * sync, anything else (a peer's buffer published in place, a failed transfer) is handed
+ * back (ST_PYTHON): the Python code finishes from there (a transfer redone moves the same
+ * bytes). With `own_to`, the root copies its own block (`block` bytes from `own_from`)
+ * after its transfers, before the closing sync (the Python code does the same). */
+static PyObject *rooted_cma(Call *k, char *buf, Py_ssize_t block, long root, uint64_t sig,
+                            Py_ssize_t itemsize, uint64_t cma_key, PyObject *pids_obj, int mode,
+                            char *own_to, const char *own_from)
 {
     Core *c = k->c;
     int n = c->n, me = c->rank;
@@ -77,28 +89,35 @@ static PyObject *broadcast_cma(Call *k, char *buf, Py_ssize_t nbytes, long root,
     int bad = read_pids(pids_obj, n, pids);
     if (bad < 0)
         return call_end(k, -1);
-    if (bad || itemsize <= 0 || nbytes % itemsize)
+    if (bad || itemsize <= 0 || block % itemsize)
         return call_end(k, ST_REFUSE);
     int phase = next_phase(k);
-    if (me == root)
+    if (me == root || mode != SPLIT_BCAST)
         put(c, c->w_shared + phase, cma_key);
     put(c, c->w_offset + phase, (uint64_t)(uintptr_t)buf);
     gil_release(&k->gil);
     int e = enter(c, k->arena, phase, sig, &k->gil);
     if (e != 0)
         return call_end(k, e < 0 ? -1 : ST_MISMATCH);
-    if (get(c, root, c->w_shared + phase) != cma_key)
-        return call_end(k, ST_PYTHON);
-    Py_ssize_t head = (nbytes / itemsize) / n * itemsize;
+    for (int r = 0; r < n; r++)
+        if ((r == root || mode != SPLIT_BCAST) && get(c, r, c->w_shared + phase) != cma_key)
+            return call_end(k, ST_PYTHON);
+    Py_ssize_t head = (block / itemsize) / n * itemsize;
+    int root_writes = mode != SPLIT_GATHER;
     if (me == root) {
         for (int i = 1; i < n; i++) {
             int r = (int)((root + i) % n);
-            if (head && cma_move(pids[r], buf, get(c, r, c->w_offset + phase), head, 1) < 0)
+            char *mine = buf + (mode == SPLIT_BCAST ? 0 : (Py_ssize_t)r * block);
+            if (head && cma_move(pids[r], mine, get(c, r, c->w_offset + phase), head, root_writes) < 0)
                 return call_end(k, ST_PYTHON);
         }
-    } else if (cma_move(pids[root], buf + head, get(c, root, c->w_offset + phase) + (uint64_t)head,
-                        nbytes - head, 0) < 0) {
-        return call_end(k, ST_PYTHON);
+        if (own_to != NULL)
+            memcpy(own_to, own_from, block);
+    } else {
+        uint64_t at = get(c, root, c->w_offset + phase) +
+                      (uint64_t)(mode == SPLIT_BCAST ? 0 : (Py_ssize_t)me * block) + (uint64_t)head;
+        if (cma_move(pids[root], buf + head, at, block - head, !root_writes) < 0)
+            return call_end(k, ST_PYTHON);
     }
     if (sync_all(c, k->arena, &k->gil) < 0)
         return call_end(k, -1);

@@ -1,13 +1,14 @@
 /* The native collectives that only move data: broadcast, gather (and all_gather),
  * scatter, all_to_all; and barrier and sync.
  *
- * Included by _shmcore.c. Like _collectives_reduce.c, each is the single-chunk staged case
- * of shm_move.py, step for step; all_to_all first agrees on the largest block (checking
+ * Included by _shmcore.c (scatter is in _scatter.c). Like _collectives_reduce.c, each is
+ * the single-chunk staged case of shm_move.py, step for step (the large broadcast and
+ * gather also their CMA form); all_to_all first agrees on the largest block (checking
  * every pair of split sizes), then moves rounds of pieces through the slots.
  */
 
 /* broadcast(arena, buf, root, sig[, step[, cma_key, pids]]): with `cma_key` (arena_layout.CMA)
- * and `pids` (every rank's), by cross-memory attach, split (broadcast_cma; `step` is then
+ * and `pids` (every rank's), by cross-memory attach, split (rooted_cma; `step` is then
  * the itemsize). Else staged by the root; without `step`, one chunk (at most a slot); with it, in steps of `step` bytes (at most a slot, a multiple of the
  * itemsize: shm_large.pipeline_elems), each step exactly one step of shm_direct.broadcast's
  * Python loop (copy in, sync with the signature check, copy out), so the root copies step
@@ -43,7 +44,7 @@ static PyObject *Core_broadcast(Core *c, PyObject *const *args, Py_ssize_t nargs
     if (nargs == 7) {   /* (..., itemsize, cma_key, pids): by cross-memory attach, split */
         if (nbytes == 0 || root < 0 || root >= c->n || cma_key == 0)
             return call_end(&k, ST_REFUSE);
-        return broadcast_cma(&k, buf, nbytes, root, sig, step, cma_key, args[6]);
+        return rooted_cma(&k, buf, nbytes, root, sig, step, cma_key, args[6], SPLIT_BCAST, NULL, NULL);
     }
     if (step < 0)
         step = nbytes;
@@ -77,13 +78,23 @@ static PyObject *Core_broadcast(Core *c, PyObject *const *args, Py_ssize_t nargs
     return call_end(&k, ST_DONE);
 }
 
-/* gather(arena, send, recv or None, root (-1: all_gather), sig): one chunk, staged. */
+/* gather(arena, send, recv or None, root (-1: all_gather), sig): one chunk, staged.
+ * gather(..., itemsize, cma_key, pids): a gather (root >= 0) split by cross-memory attach
+ * (rooted_cma). */
 static PyObject *Core_gather(Core *c, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (check_args(nargs, 5, "gather") < 0)
+    if (nargs != 8 && check_args(nargs, 5, "gather") < 0)
         return NULL;
     PARSE_LONG(root, args[3]);
     PARSE_U64(sig, args[4]);
+    long itemsize = 0;
+    uint64_t cma_key = 0;
+    if (nargs == 8) {
+        itemsize = PyLong_AsLong(args[5]);
+        cma_key = PyLong_AsUnsignedLongLongMask(args[6]);
+        if (PyErr_Occurred())
+            return NULL;
+    }
     Call k;
     if (call_begin(&k, c, args[0]) < 0)
         return NULL;
@@ -94,6 +105,13 @@ static PyObject *Core_gather(Core *c, PyObject *const *args, Py_ssize_t nargs)
         return call_end(&k, ST_REFUSE);
     int n = c->n, me = c->rank;
     int receiver = root < 0 || me == root;
+    if (nargs == 8) {
+        if (kb == 0 || root < 0 || root >= n || cma_key == 0 || (receiver && rbytes != n * kb))
+            return call_end(&k, ST_REFUSE);
+        int apart = receiver && !overlaps(recv + me * kb, kb, send, kb);
+        return rooted_cma(&k, receiver ? recv : send, kb, root, sig, itemsize, cma_key, args[7],
+                          SPLIT_GATHER, apart ? recv + me * kb : NULL, send);
+    }
     if (kb > c->slot || kb == 0 || root >= n || (receiver && (recv == NULL || rbytes != n * kb)))
         return call_end(&k, ST_REFUSE);
     if (receiver && recv != NULL) {
@@ -118,40 +136,6 @@ static PyObject *Core_gather(Core *c, PyObject *const *args, Py_ssize_t nargs)
             memcpy(recv + r * kb, src, kb);
         }
     }
-    return call_end(&k, ST_DONE);
-}
-
-/* scatter(arena, send or None, recv, root, sig): one chunk (n blocks fit a slot). */
-static PyObject *Core_scatter(Core *c, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (check_args(nargs, 5, "scatter") < 0)
-        return NULL;
-    PARSE_LONG(root, args[3]);
-    PARSE_U64(sig, args[4]);
-    Call k;
-    if (call_begin(&k, c, args[0]) < 0)
-        return NULL;
-    char *send, *recv;
-    Py_ssize_t sbytes, kb;
-    if (get_buffer(&k, args[1], 0, &send, &sbytes) < 0 ||
-        get_buffer(&k, args[2], 1, &recv, &kb) < 0)
-        return call_end(&k, ST_REFUSE);
-    int n = c->n, me = c->rank;
-    if (kb == 0 || root < 0 || root >= n || n * kb > c->slot ||
-        (me == root && (send == NULL || sbytes != n * kb)))
-        return call_end(&k, ST_REFUSE);
-    if (me == root && !overlaps(send + me * kb, kb, recv, kb))
-        memcpy(recv, send + me * kb, kb);
-    int phase = next_phase(&k);
-    if (n * kb > c->one_shot)
-        gil_release(&k.gil);
-    if (me == root)
-        memcpy(slot_at(c, phase, me), send, n * kb);
-    int e = enter(c, k.arena, phase, sig, &k.gil);
-    if (e != 0)
-        return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
-    if (me != root)
-        memcpy(recv, slot_at(c, phase, root) + me * kb, kb);
     return call_end(&k, ST_DONE);
 }
 

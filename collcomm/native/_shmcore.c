@@ -46,8 +46,9 @@
 #include "_arena_sync.c"        /* Core; header words; the GIL; the counter barrier */
 #include "_call.c"              /* one call's state, buffers, peers' data, argument parsing */
 #include "_collectives_reduce.c" /* all_reduce, reduce, reduce_scatter */
-#include "_cma.c"               /* cross-memory attach helpers; the split CMA broadcast */
-#include "_collectives_move.c"  /* broadcast, gather, scatter, all_to_all, barrier, sync */
+#include "_cma.c"               /* cross-memory attach helpers; rooted calls split by CMA */
+#include "_collectives_move.c"  /* broadcast, gather, all_to_all, barrier, sync */
+#include "_scatter.c"           /* scatter: staged in steps, or split by CMA */
 #include "_core_init.c"         /* Core_init, Core_dealloc, Core_members */
 
 /* ------------------------------------------------------------------ the type */
@@ -55,10 +56,12 @@
 static PyMethodDef Core_methods[] = {
     FAST(all_reduce, "all_reduce(arena, buf, code, sig) -> status"),
     FAST(reduce, "reduce(arena, send, recv, code, root, sig) -> status"),
-    FAST(broadcast, "broadcast(arena, buf, root, sig) -> status"),
-    FAST(gather, "gather(arena, send, recv, root, sig) -> status (root -1: all_gather)"),
+    FAST(broadcast, "broadcast(arena, buf, root, sig[, step[, cma_key, pids]]) -> status"),
+    FAST(gather, "gather(arena, send, recv, root, sig[, itemsize, cma_key, pids]) -> status "
+                 "(root -1: all_gather)"),
     FAST(reduce_scatter, "reduce_scatter(arena, send, recv, code, sig) -> status"),
-    FAST(scatter, "scatter(arena, send, recv, root, sig) -> status"),
+    FAST(scatter, "scatter(arena, send, recv, root, sig[, step | itemsize, cma_key, pids]) -> "
+                  "status"),
     FAST(all_to_all, "all_to_all(arena, send, send_counts, recv, recv_counts, itemsize, sig, "
                      "cma_limit) -> status"),
     FAST(barrier, "barrier(arena, sig) -> status"),
