@@ -112,9 +112,10 @@ static PyObject *list_gather(Fast *s, const char *send, Py_buffer *v, Py_ssize_t
     return call_end(&k, ST_DONE);
 }
 
-/* Core_scatter at the root with the send side a list of n buffers of kb bytes: the list
- * staged into our slot (before our own block is copied out, so a receive buffer that
- * overlaps the list changes nothing), then the sync and signature check. */
+/* Core_scatter at the root with the send side a list of n buffers of kb bytes: the others'
+ * buffers staged into our slot (row r of n rows of kb bytes; our own row left empty), the
+ * sync and signature check, then our own block copied out (after the staging, so a
+ * receive buffer that overlaps the list changes nothing; while the others copy theirs). */
 static PyObject *list_scatter(Fast *s, Py_buffer *v, char *recv, Py_ssize_t kb, uint64_t sig)
 {
     int me = s->rank;
@@ -130,10 +131,11 @@ static PyObject *list_scatter(Fast *s, Py_buffer *v, char *recv, Py_ssize_t kb, 
         gil_release(&k.gil);
     char *slot = slot_at(c, phase, me);
     for (int r = 0; r < c->n; r++)
-        memcpy(slot + r * kb, v[r].buf, kb);
-    if (v[me].buf != recv)
-        memmove(recv, v[me].buf, kb);
+        if (r != me)
+            memcpy(slot + r * kb, v[r].buf, kb);
     int e = enter(c, k.arena, phase, sig, &k.gil);
+    if (e == 0 && v[me].buf != recv)
+        memmove(recv, v[me].buf, kb);
     return call_end(&k, e < 0 ? -1 : e ? ST_MISMATCH : ST_DONE);
 }
 
