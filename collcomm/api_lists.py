@@ -5,7 +5,8 @@
 ``scatter(tensor, scatter_list)``, re-exported by :mod:`collcomm.api` (and so
 ``collcomm.all_gather`` & co). They follow the template of :mod:`collcomm.api`; the lists
 travel as one contiguous buffer: input lists are concatenated into it, output lists filled
-from it (one copy per element). all_gather, gather and scatter first offer a plain list or
+from it (one copy per element); a scatter's, gather's or all_gather's list whose buffers lie
+back to back in memory (views of one buffer, in order) is that buffer, no copy either way. all_gather, gather and scatter first offer a plain list or
 tuple as it is to the fast call (core/fastpath.py).
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .api_args import group_of, group_text, is_member, local_rank, no_list_here
+from .buffer_runs import apart_or_own, joined
 from .buffers import Buf, as_input, as_output, as_outputs, check_like
 from .core import collectives as core
 from .core.work import Work
@@ -35,11 +37,29 @@ def _copy_out(outs: Sequence[Buf], flat: np.ndarray) -> None:
         pos += b.numel
 
 
-def _concat(bufs: Sequence[Buf], dtype: np.dtype) -> np.ndarray:
-    """The input list ``bufs`` as one contiguous send buffer of ``dtype``."""
+def _concat(bufs: Sequence[Buf], dtype: np.dtype, other: np.ndarray | None = None,
+            block: int = 0) -> np.ndarray:
+    """The input list ``bufs`` as one contiguous send buffer of ``dtype``; with ``other``
+    (the call's one-rank buffer, its block ``block``), the list's own memory when it lies
+    back to back (:mod:`collcomm.buffer_runs`)."""
     if not bufs:
         return np.empty(0, dtype=dtype)
+    if other is not None:
+        run = apart_or_own(joined([b.arr for b in bufs], False), other, block)
+        if run is not None and run.dtype == dtype:
+            return run
     return np.concatenate([b.arr for b in bufs]).astype(dtype, copy=False)
+
+
+def _receive_into(outs: Sequence[Buf], send: np.ndarray, rank: int) -> tuple[np.ndarray, Any]:
+    """The receive buffer of a gather of ``send`` into the output list ``outs`` at ``rank``,
+    and what to run after the call: the list's own memory and nothing when it lies back
+    to back (:mod:`collcomm.buffer_runs`), else a new buffer and the copy out."""
+    run = apart_or_own(joined([b.arr for b in outs], True), send, rank)
+    if run is not None and run.dtype == send.dtype and run.size == send.size * len(outs):
+        return run, None
+    recv = np.empty(send.size * len(outs), dtype=send.dtype)
+    return recv, lambda: _copy_out(outs, recv)
 
 
 def all_gather(tensor_list: list[Any], tensor: Any, group: Any = None,
@@ -56,9 +76,9 @@ def all_gather(tensor_list: list[Any], tensor: Any, group: Any = None,
     if not is_member(g):
         return None
     outs = as_outputs(tensor_list, g.size, name, where, "tensor_list", inp, "tensor")
-    recv = np.empty(inp.numel * g.size, dtype=inp.arr.dtype)
+    recv, after = _receive_into(outs, inp.arr, g.rank)
     return core.all_gather(g, inp.arr, recv, dtype=inp.dtype, async_op=async_op, algorithm=algorithm,
-                           after=lambda: _copy_out(outs, recv))
+                           after=after)
 
 
 def reduce_scatter(output: Any, input_list: list[Any], op: Any = ReduceOp.SUM, group: Any = None,
@@ -125,9 +145,9 @@ def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int | None = 
     if not outs:
         return core.gather(g, inp.arr, None, root, dtype=inp.dtype, async_op=async_op,
                            algorithm=algorithm)
-    recv = np.empty(inp.numel * g.size, dtype=inp.arr.dtype)
+    recv, after = _receive_into(outs, inp.arr, root)
     return core.gather(g, inp.arr, recv, root, dtype=inp.dtype, async_op=async_op,
-                       algorithm=algorithm, after=lambda: _copy_out(outs, recv))
+                       algorithm=algorithm, after=after)
 
 
 def scatter(tensor: Any, scatter_list: list[Any] | None = None, src: int | None = None,
@@ -155,6 +175,6 @@ def scatter(tensor: Any, scatter_list: list[Any] | None = None, src: int | None 
         no_list_here(scatter_list, name, g, "scatter_list", "source", root)
         ins = []
 
-    send = _concat(ins, out.arr.dtype) if g.rank == root else None
+    send = _concat(ins, out.arr.dtype, out.arr, root) if g.rank == root else None
     return core.scatter(g, send, out.arr, root, dtype=out.dtype, async_op=async_op,
                         algorithm=algorithm)

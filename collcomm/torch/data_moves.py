@@ -4,7 +4,8 @@ that move data without reducing it between ranks in lists of tensors (one per ra
 As in :mod:`collcomm.torch.process_group`: a blocking call of plain CPU tensors first goes
 to the group's fast call (:mod:`collcomm.torch.fast`); otherwise the lists are checked
 here (one tensor per rank, equal sizes, one dtype), flattened into one buffer and handed
-to the core, and the outputs are copied back from one receive buffer. ``all_to_all_single``
+to the core, and the outputs are copied back from one receive buffer (a list whose
+tensors lie back to back in memory is that buffer itself: :mod:`collcomm.buffer_runs`). ``all_to_all_single``
 takes torch's split sizes (in rows of the first dimension).
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch.distributed as dist
 
 from ..core import collectives as core
 from . import fast as fast_calls
-from .tensors import View, copy_out, core_dtype, finisher, flat_like, same_kind, scale
+from .tensors import View, copy_out, core_dtype, finisher, flat_like, gathered_into, same_kind, scale, sent_from
 from .work import Start, done
 
 __all__ = ["DataMoves"]
@@ -40,9 +41,9 @@ class DataMoves:
             outs = self._views(output_tensors[0] if output_tensors else [], "gather", "gather_list")
             self._per_rank(outs, "gather", "gather_list", inp.numel)
             same_kind(outs, inp, "gather", self._where, "gather_list")
-            flat = flat_like(inp, g.size * inp.numel // scale(inp))
+            flat, after = gathered_into(outs, inp, root)
             start: Start = lambda a: core.gather(g, inp.arr, flat, root, dtype=core_dtype(inp),  # noqa: E731
-                                                 async_op=a, after=copy_out(outs, flat))
+                                                 async_op=a, after=after)
         else:
             start = lambda a: core.gather(g, inp.arr, None, root, dtype=core_dtype(inp),  # noqa: E731
                                           async_op=a)
@@ -61,7 +62,7 @@ class DataMoves:
             ins = self._views(input_tensors[0] if input_tensors else [], "scatter", "scatter_list")
             self._per_rank(ins, "scatter", "scatter_list", out.numel)
             same_kind(ins, out, "scatter", self._where, "scatter_list")
-            send = np.concatenate([v.arr for v in ins]) if ins else flat_like(out, 0)
+            send = sent_from(ins, out, root) if ins else flat_like(out, 0)
         start: Start = lambda a: core.scatter(g, send, out.arr, root, dtype=core_dtype(out),  # noqa: E731
                                               async_op=a, after=finisher(out))
         return self._run("scatter", opts, output_tensors, [start])

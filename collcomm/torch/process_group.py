@@ -46,7 +46,8 @@ from .errors import translate
 from .p2p import PointToPoint
 from . import fast as fast_calls
 from .data_moves import DataMoves
-from .tensors import View, copy_out, core_dtype, finisher, flat_like, reduce_op, same_kind, scale, view, views
+from .tensors import (View, copy_out, core_dtype, finisher, gathered_into, reduce_op, same_kind, scale,
+                      view, views)
 from .work import CollWork, Start, done, seconds
 
 __all__ = ["BACKEND_NAME", "ProcessGroupCollcomm"]
@@ -237,9 +238,9 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
     def _all_gather_list(self, outs: list[View], inp: View, a: bool, call: str) -> CoreWork | None:
         g, n = self.core_group, self.size()
         if all(o.numel == inp.numel for o in outs):
-            flat = flat_like(inp, n * inp.numel // scale(inp))
+            flat, after = gathered_into(outs, inp, g.rank)
             return core.all_gather(g, inp.arr, flat, dtype=core_dtype(inp), async_op=a, name=call,
-                                   after=copy_out(outs, flat))
+                                   after=after)
         # outputs of different sizes: rank j's block goes to every rank, sized by its output
         flat = np.empty(sum(o.numel for o in outs), dtype=inp.arr.dtype)
         send = np.tile(inp.arr, n)

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from ..buffer_runs import apart_or_own, joined
 from ..errors import InvalidArgumentError
 from ..ops import ReduceOp
 
@@ -226,6 +227,28 @@ def scale(ref: View) -> int:
 
 def core_dtype(v: View) -> Any:
     return None if v.dtype == RAW else v.dtype
+
+
+def gathered_into(outs: Sequence[View], inp: View, block: int) -> tuple[np.ndarray, Callable[[], None] | None]:
+    """The receive buffer of a gather (or all_gather) of ``inp`` into ``outs`` at rank
+    ``block`` and the ``after`` step: the outputs' own memory and none when they lie back
+    to back (:mod:`collcomm.buffer_runs`), else a fresh buffer and the copy out."""
+    flat = flat_like(inp, len(outs) * inp.numel // scale(inp))
+    if all(o.tmp is None for o in outs):
+        run = apart_or_own(joined([o.arr for o in outs], True), inp.arr, block)
+        if run is not None and run.dtype == flat.dtype and run.size == flat.size:
+            return run, None
+    return flat, copy_out(outs, flat)
+
+
+def sent_from(ins: Sequence[View], out: View, block: int) -> np.ndarray:
+    """The send buffer of a scatter of ``ins`` whose own block ``block`` goes to ``out``:
+    the inputs' own memory when they lie back to back (:mod:`collcomm.buffer_runs`), else
+    their concatenation."""
+    run = apart_or_own(joined([v.arr for v in ins], False), out.arr, block)
+    if run is not None and run.dtype == ins[0].arr.dtype:
+        return run
+    return np.concatenate([v.arr for v in ins])
 
 
 def copy_out(outs: Sequence[View], flat: np.ndarray) -> Callable[[], None]:
