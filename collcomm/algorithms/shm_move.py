@@ -132,7 +132,10 @@ def _gather_to(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, root: i
         chunk = send[lo:lo + step]
         count = chunk.size
         phase = arena.next_phase()
-        publish(arena, phase, chunk, shared, lo, cma)
+        if root is not None and me == root:   # nobody reads a gather root's block
+            arena.put(SHARED_WORD + phase, 0)
+        else:
+            publish(arena, phase, chunk, shared, lo, cma)
         enter(comm, arena, phase, "all_gather" if root is None else "gather", k, lo == 0)
         in_place = in_place or any_in_place(arena, phase)
         if root is None or me == root:

@@ -78,7 +78,8 @@ static PyObject *Core_broadcast(Core *c, PyObject *const *args, Py_ssize_t nargs
     return call_end(&k, ST_DONE);
 }
 
-/* gather(arena, send, recv or None, root (-1: all_gather), sig): one chunk, staged.
+/* gather(arena, send, recv or None, root (-1: all_gather), sig): one chunk, staged (but
+ * for a gather's root, whose block nobody reads).
  * gather(..., itemsize, cma_key, pids): a gather (root >= 0) split by cross-memory attach
  * (rooted_cma). */
 static PyObject *Core_gather(Core *c, PyObject *const *args, Py_ssize_t nargs)
@@ -120,7 +121,10 @@ static PyObject *Core_gather(Core *c, PyObject *const *args, Py_ssize_t nargs)
             memcpy(own, send, kb);
     }
     int phase = next_phase(&k);
-    stage(&k, phase, send, kb, 1);
+    if (root >= 0 && me == root)   /* nobody reads a gather root's block */
+        put(c, c->w_shared + phase, 0);
+    else
+        stage(&k, phase, send, kb, 1);
     int e = enter(c, k.arena, phase, sig, &k.gil);
     if (e != 0)
         return call_end(&k, e < 0 ? -1 : ST_MISMATCH);

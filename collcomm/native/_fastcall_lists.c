@@ -78,11 +78,12 @@ static int views_overlap(Py_buffer *v, int n)
 
 /* Core_gather at the root (or any rank, for all_gather) with the receive side a list of n
  * buffers of kb bytes: the same
- * staging, sync and signature check, the peers' blocks copied into v[r]. Our own block is
- * copied after staging (so a send that overlaps it is read first). Returns the status
- * (DONE, MISMATCH, PYTHON: some rank published in place, Hooks.finish reads the rest) or
- * NULL with an exception. */
-static PyObject *list_gather(Fast *s, const char *send, Py_buffer *v, Py_ssize_t kb, uint64_t sig)
+ * staging (all_gather only: nobody reads a gather root's block), sync and signature check,
+ * the peers' blocks copied into v[r]. Our own block is copied after staging (so a send that
+ * overlaps it is read first). Returns the status (DONE, MISMATCH, PYTHON: some rank
+ * published in place, Hooks.finish reads the rest) or NULL with an exception. */
+static PyObject *list_gather(Fast *s, const char *send, Py_buffer *v, Py_ssize_t kb, uint64_t sig,
+                             int all)
 {
     int me = s->rank;
     if (s->core == Py_None) {
@@ -93,7 +94,10 @@ static PyObject *list_gather(Fast *s, const char *send, Py_buffer *v, Py_ssize_t
     Call k;
     call_begin(&k, c, s->arena);
     int phase = next_phase(&k);
-    stage(&k, phase, send, kb, 1);
+    if (all)
+        stage(&k, phase, send, kb, 1);
+    else
+        put(c, c->w_shared + phase, 0);
     if (v[me].buf != send)
         memmove(v[me].buf, send, kb);
     int e = enter(c, k.arena, phase, sig, &k.gil);
@@ -175,7 +179,7 @@ static PyObject *fast_list(Fast *s, PyObject *const *args, int fc, long root, Py
     PyObject *rec, *r = NULL;
     PyObject *tag = fast_begin(s, name, sig, fc, &rec);
     if (tag != NULL) {
-        PyObject *status = gather ? list_gather(s, one.buf, v, kb, sig)
+        PyObject *status = gather ? list_gather(s, one.buf, v, kb, sig, fc == FC_ALL_GATHER)
                                   : list_scatter(s, v, one.buf, kb, sig);
         r = fast_end(s, status, rec, tag, sig, fc, name, args[0], args[1], list);
     }
