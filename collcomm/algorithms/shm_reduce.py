@@ -8,7 +8,8 @@ bytes (every rank reduces all n slots), two-shot above (rank i reduces slice i, 
 everybody copies each owner's slice out); reduce is the two-shot one with only the root
 copying out; reduce_scatter reduces block i of every slot on rank i. Large chunks may be
 read from the peers' memory by cross-memory attach (:data:`CMA_ALL_REDUCE`; reduce_scatter
-above ``CMA_MIN``). Each first offers the call to the native core.
+above ``CMA_MIN``); between two ranks, a reduce past a slot goes as a pipeline instead
+(:func:`_reduce_pair`). Each first offers the call to the native core.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from ..transport.arena_layout import OFFSET as OFFSET_WORD
 from ..transport.arena_layout import SHARED as SHARED_WORD
 from .base import ReduceFn
 from .contract import Arena, ShmComm
+from .shm_large import pipeline_elems
 from .shm_stage import (
     DONE, MISMATCH, PYTHON, REFUSE, any_in_place, arena_of, call_sig, chunk_elems, enter, heap_location,
     native_core, peer_data, peer_operand, peer_slot, publish, raise_mismatch, read_peer, split_bounds,
@@ -111,6 +113,9 @@ def reduce(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, fn: ReduceF
                 return
             if status == MISMATCH:
                 raise_mismatch(arena, mine)
+    if n == 2 and send.nbytes > arena.slot:
+        _reduce_pair(comm, arena, send, recv, fn, root)
+        return
     step = chunk_elems(arena, dt.itemsize)
     for lo in range(0, send.size, step):
         chunk = send[lo:lo + step]
@@ -130,6 +135,41 @@ def reduce(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, fn: ReduceF
             for r in range(n):
                 r0, r1 = split_bounds(count, n, r)
                 np.copyto(out[r0:r1], peer_slot(arena, phase, r, dt, count)[r0:r1] if r != me else mine[r0:r1])
+
+
+def _reduce_pair(comm: ShmComm, arena: Arena, send: np.ndarray, recv: np.ndarray | None, fn: ReduceFn,
+                 root: int) -> None:
+    """reduce between two ranks past a slot, pipelined: the other rank stages its buffer in
+    steps (the phases alternate), the root folds each step into ``recv`` as it arrives, in
+    rank order (rank 0's data first), while the other stages the next step. Each byte is
+    copied once by the other rank and reduced once by the root; the two-shot loop had both
+    ranks stage everything, reduce half each, sync, and the root copy it all out again
+    (measured 2026-11-26, 8-64 MiB: 0.34-0.5x Open MPI before). ``recv`` may be ``send``
+    at the root (every step of it is read before it is written)."""
+    me, dt, count = comm.rank, send.dtype, send.size
+    step = pipeline_elems(arena, send)
+    in_place = me == root and recv is not None and np.shares_memory(send, recv)
+    for lo in range(0, count, step):
+        chunk = send[lo:lo + step]
+        phase = arena.next_phase()
+        if me != root:
+            stage(arena, phase, chunk)
+        else:
+            arena.put(OFFSET_WORD + phase, 0)   # (nothing staged: nobody reads the root's slot)
+        enter(comm, arena, phase, "reduce", count, lo == 0)
+        if me != root:
+            continue
+        assert recv is not None
+        other = peer_slot(arena, phase, 1 - me, dt, chunk.size)
+        out = recv[lo:lo + chunk.size]
+        if me == 0:
+            if not in_place:
+                np.copyto(out, chunk)
+            fn(out, other)
+        else:
+            mine = chunk.copy() if in_place else chunk
+            np.copyto(out, other)
+            fn(out, mine)
 
 
 def reduce_scatter(comm: ShmComm, send: np.ndarray, recv: np.ndarray, fn: ReduceFn) -> None:

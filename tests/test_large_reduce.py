@@ -1,0 +1,72 @@
+"""reduce past a slot on the shared-memory arena: by cross-memory attach where the ranks
+can read each other's memory (shm_reduce._reduce_cma: each rank reduces its slice of the
+whole buffer in rank order from the others' memory, the root reads the reduced slices),
+staged slot by slot otherwise (``COLLCOMM_CMA=0``), in C or Python alike. Slots of
+256 KiB make a few-MB buffer go past a slot. Every root, in place and out of place,
+several dtypes and ops, odd counts; the values are small integers so every order of
+reduction gives the same bits, and the result is checked against numpy.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.harness import run_ranks
+
+SLOT = 256 << 10
+CASES = (("float32", "sum", 300_007), ("int64", "max", 70_001), ("float64", "prod", 65_537),
+         ("int32", "sum", 1_000_003), ("float32", "min", 5))
+
+
+def _value(dt: str, rank: int, count: int) -> np.ndarray:
+    return ((np.arange(count) * 7 + rank * 3) % 5 + 1).astype(dt)
+
+
+def _cases() -> int:
+    import collcomm as dist
+
+    n, me = dist.get_world_size(), dist.get_rank()
+    ops = {"sum": (dist.ReduceOp.SUM, np.add), "max": (dist.ReduceOp.MAX, np.maximum),
+           "prod": (dist.ReduceOp.PRODUCT, np.multiply), "min": (dist.ReduceOp.MIN, np.minimum)}
+    done = 0
+    for dt, name, count in CASES:
+        op, ufunc = ops[name]
+        want = _value(dt, 0, count)
+        for r in range(1, n):
+            want = ufunc(want, _value(dt, r, count)).astype(dt)
+        for root in range(n):
+            buf = _value(dt, me, count)                 # torch's in-place reduce
+            dist.reduce(buf, dst=root, op=op)
+            if me == root:
+                assert np.array_equal(buf, want), (dt, name, count, root)
+            else:
+                assert np.array_equal(buf, _value(dt, me, count)), "a non-root's buffer changed"
+            done += 1
+    # the group still works, and a mismatched count raises on every rank
+    if n > 1:
+        with pytest.raises(dist.MismatchError):
+            dist.reduce(np.ones(300_007 + me, np.float32), dst=0)
+        buf = np.ones(300_007, np.float32)
+        dist.reduce(buf, dst=n - 1)
+        if me == n - 1:
+            assert np.array_equal(buf, np.full(300_007, n, np.float32))
+    return done
+
+
+ROWS = [(1, {}), (2, {}), (3, {}), (4, {"COLLCOMM_CMA": "0"}), (2, {"COLLCOMM_NATIVE": "0"}),
+        (3, {"COLLCOMM_CMA": "0", "COLLCOMM_NATIVE": "0"})]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n,env", ROWS, ids=[
+    f"n{n}-" + ("-".join(f"{k[9:]}={v}" for k, v in e.items()) or "measured") for n, e in ROWS])
+def test_large_reduce(n, env):
+    res = run_ranks(_cases, n, env={"COLLCOMM_SHM_SLOT": str(SLOT), **env}, timeout=100)
+    assert len(set(res)) == 1 and res[0] == len(CASES) * n
+
+
+@pytest.mark.timeout(60)
+def test_large_reduce_native_and_python_ranks_together():
+    res = run_ranks(_cases, 3, env={"COLLCOMM_SHM_SLOT": str(SLOT)}, timeout=100,
+                    rank_env={1: {"COLLCOMM_NATIVE": "0"}})
+    assert len(set(res)) == 1 and res[0] == len(CASES) * 3
