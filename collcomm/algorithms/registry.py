@@ -70,6 +70,12 @@ for _collective, _table_ in ALGORITHMS.items():
     if _collective in ("all_reduce", "broadcast", "reduce", "barrier"):
         _table_["hierarchical"] = getattr(hierarchical, _collective)
 
+#: The reduce families that take ``recv`` identical to ``send`` at the root (an in-place
+#: reduce, torch's form) as it is: each part of ``send`` is read (staged) before that part
+#: of ``recv`` is written. The core copies ``send`` first for every other family (and for
+#: any partial overlap).
+REDUCE_IN_PLACE_OK = frozenset({shm_direct.reduce})
+
 _ALIASES = {
     "binomial": "tree",
     "binomial_tree": "tree",

@@ -28,6 +28,7 @@ import numpy as np
 
 from .. import ops
 from ..algorithms import signature
+from ..algorithms.registry import REDUCE_IN_PLACE_OK
 from ..errors import InvalidArgumentError
 from .call_comm import GroupComm
 from .group import ProcessGroup
@@ -120,11 +121,12 @@ def reduce(g: ProcessGroup, send: np.ndarray, recv: np.ndarray | None, op: Any, 
             raise _fail(g, name, "the root needs a receive buffer")
         _same_dtype(g, name, send, recv)
         _size(g, name, "the receive buffer", recv, send.size)
-        if recv is send or (g.size > 1 and np.shares_memory(send, recv)):
-            send = send.copy()
     dtype = dtype or send.dtype
     family, fn, avg, base = g.plan.reducing("reduce", op, dtype, send.nbytes, algorithm,
                                             name, g.describe())
+    if (g.rank == root and g.size > 1 and (recv is not send or family not in REDUCE_IN_PLACE_OK)
+            and np.shares_memory(send, recv)):
+        send = send.copy()   # the family could overwrite data it has yet to read
     sig = signature.with_count(base, send.size, root)
     n, is_root = g.size, g.rank == root
 
