@@ -56,3 +56,51 @@ def stray_zero_then_more() -> list[int]:
 def test_stray_zero_cannot_free_a_pooled_segment():
     results = run_ranks(stray_zero_then_more, 2, transport="shm", timeout=90)
     assert results[1] == [], f"messages {results[1]} arrived overwritten"
+
+
+def test_pool_capacity():
+    from collcomm.transport.shm_staging import POOL_BIG, POOL_MAX, pool_capacity
+
+    mib = 1 << 20
+    assert pool_capacity(1) == mib and pool_capacity(mib + 1) == 2 * mib
+    assert pool_capacity(8 * mib) == 8 * mib and pool_capacity(5 * mib) == 8 * mib
+    assert pool_capacity(8 * mib + 1) == 10 * mib           # eighths of 16 MiB
+    assert pool_capacity(64 * mib + 8192) == 80 * mib        # a 64 MiB body at a page offset
+    assert POOL_MAX < pool_capacity(64 * mib + 8192) <= POOL_BIG
+    for need in (3, 4097, 9 * mib + 17, 200 * mib + 1):
+        assert pool_capacity(need) >= need
+
+
+BIG = 9_000_000   # float64 elements: 72 MB, past POOL_MAX
+
+
+def big_messages() -> list[int]:
+    """Rank 0 sends three bodies past POOL_MAX one after another (each received before the
+    next is sent); they share one pooled segment (up to POOL_BIG), not a new one each."""
+    w = rt.get_world("test")
+    t = w.transport
+    if w.rank == 0:
+        for i in range(3):
+            t.isend(memoryview(np.arange(BIG, dtype=np.float64) + i).cast("B"), 1, 7).wait()
+            t.irecv(memoryview(np.zeros(1, np.uint8)), 1, 8).wait()
+        ch = t.channels[1]
+        return [ch.n_segments, len(ch.pool)]
+    bad = []
+    for i in range(3):
+        buf = np.zeros(BIG, dtype=np.float64)
+        t.irecv(memoryview(buf).cast("B"), 0, 7).wait()
+        if not np.array_equal(buf, np.arange(BIG, dtype=np.float64) + i):
+            bad.append(i)
+        t.isend(memoryview(np.zeros(1, np.uint8)), 0, 8).wait()
+    return bad
+
+
+@pytest.mark.timeout(120)
+def test_a_body_past_pool_max_reuses_one_pooled_segment():
+    from collcomm.transport.shm_segments import shm_budget
+
+    if shm_budget() < 4 * 80 << 20:
+        pytest.skip("/dev/shm too small for an 80 MiB pooled segment")
+    results = run_ranks(big_messages, 2, transport="shm", timeout=90)
+    assert results[1] == []
+    assert results[0] == [1, 1], results[0]     # one segment made, and it is pooled

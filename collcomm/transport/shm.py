@@ -5,7 +5,7 @@ sender. The sender appends records to its ring in the peer's inbox and the peer 
 them (shm_ring.py: the inbox, the ring and the record format). A message up to the eager
 limit travels inline in its record; a larger one is staged: written into a shared-memory
 segment the record names (pooled, up to ``POOL_SLOTS`` per peer of up to ``POOL_MAX``
-bytes each, or one-off), or, when /dev/shm has no room for that, copied into the sender's
+bytes each, one of them up to ``POOL_BIG``, or one-off), or, when /dev/shm has no room for that, copied into the sender's
 private memory for the receiver to read by cross-memory attach (peer_process.py); the
 staging of large bodies, both sides, is shm_staging.py.
 shm_segments.py creates the segments, backing each one when it is created so that a full

@@ -13,7 +13,7 @@ to 64 bytes:
   sender, whose body starts at the same offset within a page as the sender's buffer did
   (copies between buffers with different page offsets run up to 4x slower). The sender
   keeps up to ``POOL_SLOTS`` staging segments per peer (up to ``POOL_MAX`` bytes each,
-  prefaulted; shm.py) and reuses one once the receiver has acknowledged, in the segment's
+  one up to ``POOL_BIG``, prefaulted; shm_staging.py) and reuses one once the receiver has acknowledged, in the segment's
   ``ACK`` word, the id of the message staged there last (the record carries that id after
   the name); the receiver
   keeps them mapped. A message that finds no free pooled segment gets a one-off segment
