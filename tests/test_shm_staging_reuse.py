@@ -104,3 +104,49 @@ def test_a_body_past_pool_max_reuses_one_pooled_segment():
     results = run_ranks(big_messages, 2, transport="shm", timeout=90)
     assert results[1] == []
     assert results[0] == [1, 1], results[0]     # one segment made, and it is pooled
+
+
+MID = 2_500_000   # float64 elements: 20 MB, more than the small segments hold
+
+
+def pool_full_of_small_then_larger() -> list:
+    """Rank 0 fills its pool with four small segments (four staged messages unread at once),
+    then, once all are read, sends a larger body twice: the larger one takes the slot of a
+    free small segment (one new segment, reused the second time) rather than a one-off
+    segment every time, and the receiver unmaps the segment it replaced."""
+    w = rt.get_world("test")
+    t = w.transport
+    go = lambda: t.isend(memoryview(np.zeros(1, np.uint8)), 1 - w.rank, 8).wait()   # noqa: E731
+    wait = lambda: t.irecv(memoryview(np.zeros(1, np.uint8)), 1 - w.rank, 8).wait()  # noqa: E731
+    if w.rank == 0:
+        for h in [t.isend(memoryview(_payload(i)).cast("B"), 1, 7) for i in range(4)]:
+            h.wait()
+        go()
+        wait()
+        ch = t.channels[1]
+        before = (ch.n_segments, len(ch.pool))
+        for i in range(2):
+            t.isend(memoryview(np.arange(MID, dtype=np.float64) - i).cast("B"), 1, 7).wait()
+            wait()
+        return [before, (ch.n_segments, len(ch.pool)), max(cap for _, cap, _ in ch.pool) >= MID * 8]
+    wait()
+    bad = [i for i in range(4) if not _recv_equal(t, _payload(i))]
+    go()
+    for i in range(2):
+        if not _recv_equal(t, np.arange(MID, dtype=np.float64) - i):
+            bad.append(4 + i)
+        go()
+    return [bad, len(t.channels[0].mapped)]
+
+
+def _recv_equal(t, want: np.ndarray) -> bool:
+    buf = np.zeros(want.size, dtype=want.dtype)
+    t.irecv(memoryview(buf).cast("B"), 0, 7).wait()
+    return bool(np.array_equal(buf, want))
+
+
+@pytest.mark.timeout(120)
+def test_a_larger_body_replaces_a_free_small_pooled_segment():
+    res = run_ranks(pool_full_of_small_then_larger, 2, transport="shm", timeout=90)
+    assert res[1] == [[], 4], res[1]                      # all intact; four mappings, not five
+    assert res[0] == [(4, 4), (5, 4), True], res[0]      # one new segment, in a replaced slot

@@ -248,6 +248,7 @@ class ShmChannel(StagedBodies):
             if mm is None:
                 mm = self._open_staged(name, pooled, nbytes)
                 if pooled:
+                    self._drop_replaced(name)
                     self.mapped[name] = mm
             ident = PRIVATE_ID.unpack_from(rest)[0] if pooled else 0
             self.engine.arrived(self.peer, tag, nbytes, _SegmentBody(mm, aux, nbytes, pooled, ident), sig)
@@ -255,6 +256,16 @@ class ShmChannel(StagedBodies):
             self._take_private(tag, nbytes, aux, PRIVATE_ID.unpack_from(data, off + HEADER.size)[0], sig)
         self.tail += length
         inp.ctl[8] = self.tail
+
+    def _drop_replaced(self, name: str) -> None:
+        """A new pooled segment ``name`` takes the pool slot of one we have mapped (the
+        sender replaced it once we had acknowledged its last message): unmap that one."""
+        slot = self.pool_slot_of(name)
+        for old in [o for o in self.mapped if slot and self.pool_slot_of(o) == slot]:
+            try:
+                self.mapped.pop(old).close()
+            except BufferError:
+                pass   # a view still holds it; it goes when that does
 
     # -- health ------------------------------------------------------------------------------
     def check_alive(self) -> None:

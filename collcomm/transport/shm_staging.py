@@ -121,9 +121,8 @@ class StagedBodies:
                     del self.held[ident]
             budget = shm_budget()
             capacity = pool_capacity(need)
-            big = any(cap > POOL_MAX for _, cap, _ in self.pool)
-            pooled = (len(self.pool) < POOL_SLOTS and capacity <= budget // 4
-                      and (capacity <= POOL_MAX or (capacity <= POOL_BIG and not big)))
+            slot = self._pool_slot(capacity, budget)
+            pooled = slot >= 0
             private = self.peer_reads_me()
             why = (f"{space_text()}: messages that do not fit there (first: {mib(len(buf))} from "
                    f"rank {self.engine.rank} to rank {self.peer}) go through private memory the "
@@ -133,6 +132,8 @@ class StagedBodies:
                 return self._private(buf)
             self.n_segments += 1
             name = f"collcomm-{self.job}-m{self.engine.rank}-{self.peer}-{self.n_segments}"
+            if pooled:    # the slot it fills: the receiver drops its mapping of the one replaced
+                name += f"-p{slot}"
             try:
                 mm = create_segment(
                     name, capacity if pooled else need, populate=pooled,
@@ -148,7 +149,15 @@ class StagedBodies:
                 return self._private(buf)
             self.created.append(name)
             kind = SEGMENT if pooled else SEGMENT_ONCE
-            if pooled:
+            if pooled and slot < len(self.pool):   # replaces a free one too small for it
+                old_mm, _, old_name = self.pool[slot]
+                try:
+                    old_mm.close()
+                except BufferError:
+                    pass   # (not ours to read any more: it goes when nothing holds it)
+                del self.staged_ids[old_name]
+                self.pool[slot] = (mm, capacity, name)
+            elif pooled:
                 self.pool.append((mm, capacity, name))
         ident = 0
         if kind == SEGMENT:
@@ -161,6 +170,33 @@ class StagedBodies:
             if len(self.created) > 64:
                 self.created = [n for n in self.created if os.path.exists(os.path.join(SHM_DIR, n))]
         return kind, name, offset, ident
+
+    def _pool_slot(self, capacity: int, budget: int) -> int:
+        """Where a new pooled segment of ``capacity`` bytes goes (caller holds ``send_lock``):
+        a new slot while the pool has room, else the slot of the smallest free segment too
+        small for it (a job whose first large messages were small kept those segments, and
+        every later larger message went through a one-off one); -1: not pooled (a one-off
+        segment or private memory). At most one pooled segment past POOL_MAX, none past
+        POOL_BIG, none past a quarter of what /dev/shm has left."""
+        if capacity > budget // 4 or capacity > POOL_BIG:
+            return -1
+        if len(self.pool) < POOL_SLOTS:
+            slot = len(self.pool)
+        else:
+            free = [i for i, (mm, cap, name) in enumerate(self.pool)
+                    if cap < capacity and ACK.unpack_from(mm, ACK_AT)[0] == self.staged_ids[name]]
+            if not free:
+                return -1
+            slot = min(free, key=lambda i: self.pool[i][1])
+        if capacity > POOL_MAX and any(cap > POOL_MAX for i, (_, cap, _) in enumerate(self.pool) if i != slot):
+            return -1
+        return slot
+
+    @staticmethod
+    def pool_slot_of(name: str) -> str:
+        """The pool slot a pooled segment's name ends with ("-p<slot>"), or ""."""
+        head, sep, slot = name.rpartition("-p")
+        return slot if sep and slot.isdigit() else ""
 
     def _open_staged(self, name: str, pooled: bool, nbytes: int) -> mmap.mmap:
         try:
