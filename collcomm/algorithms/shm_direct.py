@@ -53,8 +53,8 @@ from the same point); or the whole call, which the Python code then runs.
 
 The code: :mod:`.shm_stage` (entering a call, publishing and reading data, the native
 statuses), :mod:`.shm_reduce` (all_reduce, reduce, reduce_scatter), :mod:`.shm_move`
-(broadcast, all_gather, gather, scatter, all_to_all) and :mod:`.shm_large` (how large
-one-to-many calls go). This module is the family: its collectives are importable here as
+(broadcast, all_gather, gather, all_to_all), :mod:`.shm_scatter` and :mod:`.shm_large`
+(how large rooted and one-to-many calls go). This module is the family: its collectives are importable here as
 ``shm_direct.<collective>``, the very functions of those modules (the registry and the
 fast call find them here by name and tell them apart by identity), and it holds
 :func:`barrier` and :func:`finish_native`.
@@ -64,9 +64,8 @@ from __future__ import annotations
 from typing import Any
 
 from .contract import ShmComm
-from .shm_move import (
-    all_gather, all_to_all, all_to_all_after, broadcast, broadcast_after, gather, gather_after, scatter,
-)
+from .shm_move import all_gather, all_to_all, all_to_all_after, broadcast, broadcast_after, gather, gather_after
+from .shm_scatter import scatter
 from .shm_reduce import all_reduce, all_reduce_after, reduce, reduce_scatter
 from .shm_stage import MISMATCH, REFUSE, arena_of, call_sig, enter, native_core, raise_mismatch
 
