@@ -84,17 +84,35 @@ def test_missing_program_is_a_usage_error(tmp_path):
      "--master_port={port}"],
 ])
 def test_torchrun_and_mpiexec_spellings(tmp_path, spelling):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    args = [a.replace("{port}", str(port)) for a in spelling]
-    res = run([*args, write_prog(tmp_path, _SHOW)])
+    # the store listens on MASTER_PORT + 1: take a port whose next one is free too, and try
+    # again with another if something took that one meanwhile (the ephemeral ports other
+    # tests' connections use come from the same range; CI failed on it once)
+    for _ in range(5):
+        port = _free_pair()
+        args = [a.replace("{port}", str(port)) for a in spelling]
+        res = run([*args, write_prog(tmp_path, _SHOW)])
+        if not (res.returncode == 2 and "Address already in use" in res.stderr):
+            break
     assert res.returncode == 0, res.stderr
     envs = _envs(res.stdout)
     assert [e["RANK"] for e in envs] == ["0", "1"] and envs[0]["WORLD_SIZE"] == "2"
     if "--master_port={port}" in spelling:
         assert all(e["MASTER_PORT"] == str(port) for e in envs)
         assert all(e["COLLCOMM_STORE"] == f"127.0.0.1:{port + 1}" for e in envs)
+
+
+def _free_pair() -> int:
+    """A port P of this host such that P and P + 1 could both be bound just now."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        try:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", port + 1))
+            return port
+        except OSError:
+            continue
 
 
 @pytest.mark.timeout(90)
