@@ -46,6 +46,7 @@ if sys.platform.startswith("linux"):
                  "collcomm/native/_record.c",
                  "collcomm/native/_fastcall.c", "collcomm/native/_fastcall_lists.c",
                  "collcomm/native/_fastcall_ops.c", "collcomm/native/_fastcall_type.c",
+                 "collcomm/native/_fastcall_rooted.c",
                  "collcomm/native/_p2p.c", "collcomm/native/_p2p_engine.c",
                  "collcomm/native/_p2p_calls.c", "collcomm/native/_p2p_type.c",
                  "collcomm/native/_p2p_own.c", "collcomm/native/_p2p_batch.c"],

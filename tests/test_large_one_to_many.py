@@ -41,9 +41,9 @@ def _cases(read_only_cma: bool = False) -> tuple[int, float]:
     arena = _arena()
     if arena is not None and read_only_cma:
         arena.cma_write = False
-        fast = get_world("test").fast    # (built with the arena: it split broadcasts by CMA)
-        if fast is not None:
-            fast.bcast_cma = 0
+        fast = get_world("test").fast    # (built with the arena: it split broadcasts and
+        if fast is not None:             # scatters by CMA, the root writing)
+            fast.bcast_cma = fast.scatter_cma = 0
     done = 0
     for dt in DTYPES:
         for count in COUNTS:
@@ -303,3 +303,66 @@ def test_fast_call_takes_split_broadcasts():
                 want = (rank not in python and (split or nbytes <= CMA_MIN)
                         and not (heap and root in python))
                 assert fast == want, (cost, python, rank, nbytes, root, heap)
+
+
+def _fast_scatter_cases() -> list[tuple[int, int, str, bool]]:
+    """Scatters around CMA_MIN (n blocks), every root, from a list lying back to back, a
+    list of separate arrays and (collcomm.MPI) a flat buffer: (bytes, root, form, completed
+    by the fast call) per call, results checked."""
+    import collcomm as dist
+    from collcomm import MPI
+    from collcomm.core.runtime import get_world
+
+    n, me = dist.get_world_size(), dist.get_rank()
+    dist.barrier()
+    MPI.COMM_WORLD.Barrier()                 # (collcomm.MPI's world is a group of its own)
+    fasts = {"joined": get_world("test").fast, "apart": get_world("test").fast,
+             "flat": MPI.COMM_WORLD._h.g.fast}
+    seen = []
+    for count, dt in ((32_767, "float32"), (32_768, "float32"), (32_769, "float32"),
+                      (150_001, "float64"), (65_539, "int16")):
+        for root in range(n):
+            big = (np.arange(n * count) + root).astype(dt)
+            want = big[me * count:(me + 1) * count].copy()
+            for form in ("joined", "apart", "flat"):
+                out = np.full(count, -1).astype(dt)
+                fast = fasts[form]
+                before = fast.calls if fast is not None else 0
+                if form == "flat":
+                    MPI.COMM_WORLD.Scatter(big if me == root else None, out, root=root)
+                else:
+                    parts = (list(big.reshape(n, count)) if form == "joined"
+                             else [b.copy() for b in big.reshape(n, count)])
+                    dist.scatter(out, parts if me == root else None, src=root)
+                assert np.array_equal(out, want), (count, dt, root, form)
+                seen.append((n * count * np.dtype(dt).itemsize, root, form,
+                             fast is not None and fast.calls > before))
+    return seen
+
+
+@pytest.mark.timeout(60)
+def test_fast_call_takes_split_scatters():
+    # where a scatter splits by CMA past CMA_MIN, the fast call runs it too: from a flat
+    # buffer or a list lying back to back (a list of separate arrays goes the regular way,
+    # which concatenates it); with a cost that stages, only up to the staged limit. Rank 1
+    # of the last job runs in Python against rank 0's fast call.
+    from collcomm import native
+    from collcomm.transport.arena_layout import CMA_MIN
+
+    for cost, python in (("4.4", ()), ("7", ()), ("4.4", (1,))):
+        if native.core is None:
+            python = (0, 1)
+        res = run_ranks(_fast_scatter_cases, 2, env={"COLLCOMM_CMA_COST": cost}, timeout=50,
+                        rank_env={r: {"COLLCOMM_NATIVE": "0"} for r in python})
+        split = cost == "4.4"
+        for rank, seen in enumerate(res):
+            for nbytes, root, form, fast in seen:
+                if rank in python:
+                    want = False
+                elif nbytes <= CMA_MIN:
+                    want = True
+                elif split:   # the others: a flat receive buffer, always taken
+                    want = rank != root or form != "apart"
+                else:         # staged: up to the slot (4 MiB), one step
+                    want = True
+                assert fast == want, (cost, python, rank, nbytes, root, form)

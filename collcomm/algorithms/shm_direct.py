@@ -65,7 +65,7 @@ from typing import Any
 
 from .contract import ShmComm
 from .shm_move import all_gather, all_to_all, all_to_all_after, broadcast, broadcast_after, gather, gather_after
-from .shm_scatter import scatter
+from .shm_scatter import scatter, scatter_after
 from .shm_reduce import all_reduce, all_reduce_after, reduce, reduce_scatter
 from .shm_stage import MISMATCH, REFUSE, arena_of, call_sig, enter, native_core, raise_mismatch
 
@@ -106,5 +106,7 @@ def finish_native(comm: ShmComm, status: int, collective: str, *args: Any) -> No
     elif collective == "gather":
         send, recv, root = args
         gather_after(comm, arena, status, comm.sig, send, recv if comm.rank == root else None)
+    elif collective == "scatter":
+        scatter_after(comm, arena, status, comm.sig, *args)
     elif status == MISMATCH:
         raise_mismatch(arena, comm.sig)

@@ -16,7 +16,7 @@ import numpy as np
 from ..transport.arena_layout import CMA
 from .contract import Arena, ShmComm
 from .shm_large import reads_peers, rooted_split
-from .shm_stage import DONE, MISMATCH, PYTHON, arena_of, call_sig, chunk_elems, enter, native_core, publish, raise_mismatch
+from .shm_stage import MISMATCH, PYTHON, REFUSE, arena_of, call_sig, chunk_elems, enter, native_core, publish, raise_mismatch
 
 
 def scatter(comm: ShmComm, send: np.ndarray | None, recv: np.ndarray, root: int) -> None:
@@ -39,12 +39,8 @@ def scatter(comm: ShmComm, send: np.ndarray | None, recv: np.ndarray, root: int)
             status = core.scatter(arena, send if me == root else None, recv, root, mine)
         else:
             status = core.scatter(arena, send if me == root else None, recv, root, mine, step * dt.itemsize)
-        if status == DONE:
-            return
-        if status == MISMATCH:
-            raise_mismatch(arena, mine)
-        if status == PYTHON:   # a transfer to redo
-            _scatter_split_end(comm, arena, arena.phase, mine_buf, send, recv, root)
+        if status != REFUSE:
+            scatter_after(comm, arena, status, mine, send, recv, root)
             return
     if split:
         phase = arena.next_phase()
@@ -67,6 +63,16 @@ def scatter(comm: ShmComm, send: np.ndarray | None, recv: np.ndarray, root: int)
         if me != root:
             np.copyto(recv[lo:lo + count], arena.slot_array(phase, root, dt, n * count).reshape(n, count)[me])
     _scatter_own(send, recv, me, root, k)   # while the others copy their last step out
+
+
+def scatter_after(comm: ShmComm, arena: Arena, status: int, mine: int, send: np.ndarray | None,
+                  recv: np.ndarray, root: int) -> None:
+    """The rest of a scatter the native core (or the fast call) returned ``status`` for
+    (not REFUSE): a mismatch raised; a split one whose transfers are to finish here."""
+    if status == MISMATCH:
+        raise_mismatch(arena, mine)
+    if status == PYTHON:   # a peer's buffer not published by address, or a transfer to redo
+        _scatter_split_end(comm, arena, arena.phase, send if comm.rank == root else recv, send, recv, root)
 
 
 def _scatter_split_end(comm: ShmComm, arena: Arena, phase: int, mine: np.ndarray, send: np.ndarray | None,

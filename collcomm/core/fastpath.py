@@ -144,6 +144,7 @@ def attach(group: Any, arena: Any = None) -> Any:
         limits=limits, size=group.size, rank=group.rank)
     fast.a2a_cma = -1 if arena is None else shm_large.a2a_cma_limit(arena)   # as shm_direct's
     fast.bcast_cma = _bcast_cma(group, arena, limits[COLLECTIVES.index("broadcast")])
+    fast.scatter_cma = _scatter_cma(group, arena)
     fast.cma_key = CMA
     return fast
 
@@ -160,6 +161,19 @@ def _bcast_cma(group: Any, arena: Any, staged: int) -> int:
             or not _limit(group, "broadcast", 1 << 40)):
         return 0
     return CMA_MIN
+
+
+def _scatter_cma(group: Any, arena: Any) -> int:
+    """From how many bytes (n blocks) the fast call runs a scatter split by cross-memory
+    attach, as shm_scatter's native call does (0: never): where shm_large splits every
+    scatter past CMA_MIN (its choice there holds for every larger size; the fast call
+    stages those up to CMA_MIN, see _staged_max), the ranks may write each other's memory
+    and the plan picks shm_direct at every size."""
+    if (arena is None or arena.n > 64 or not arena.cma_write
+            or not shm_large.reads_peers(arena, "scatter", CMA_MIN + 1)
+            or not _limit(group, "scatter", 1 << 40)):
+        return 0
+    return CMA_MIN + 1
 
 
 def _array(x: Any) -> Any:

@@ -55,6 +55,7 @@ typedef struct {
     int size, rank;
     Py_ssize_t a2a_cma;         /* all_to_all's cma_limit argument (shm_direct: -1 or CMA_MIN/n) */
     Py_ssize_t bcast_cma;       /* > 0: a broadcast of this many bytes or more goes split by CMA */
+    Py_ssize_t scatter_cma;     /* > 0: a scatter of this many bytes or more (n blocks) too */
     unsigned long long cma_key; /* ... announced with this SHARED word (arena_layout.CMA) */
     int paused;                 /* > 0: every call takes the regular path */
     int n_ops;
@@ -286,4 +287,5 @@ static int fast_bcast_cma_args(Fast *s, Py_ssize_t itemsize, PyObject **tail)
 
 #include "_fastcall_lists.c"
 #include "_fastcall_ops.c"
+#include "_fastcall_rooted.c"
 #include "_fastcall_type.c"

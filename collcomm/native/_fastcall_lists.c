@@ -143,12 +143,42 @@ static PyObject *list_scatter(Fast *s, Py_buffer *v, char *recv, Py_ssize_t kb, 
     return call_end(&k, e < 0 ? -1 : e ? ST_MISMATCH : ST_DONE);
 }
 
+/* A split scatter at the root from a list whose buffers lie back to back in memory (one
+ * buffer of n blocks, as shm_move's regular path would send from): rooted_cma with it,
+ * the root's own block copied into `recv` after its transfers. NULL with an exception, or
+ * the status (DONE, MISMATCH, PYTHON: Hooks.finish completes it). */
+static PyObject *list_scatter_split(Fast *s, Py_buffer *v, char *recv, Py_ssize_t kb, long root,
+                                    uint64_t sig, Py_ssize_t itemsize)
+{
+    Core *c = (Core *)s->core;
+    PyObject *pids = PyObject_GetAttrString(s->arena, "pids");
+    if (pids == NULL)
+        return NULL;
+    Call k;
+    call_begin(&k, c, s->arena);
+    int me = s->rank;
+    PyObject *status = rooted_cma(&k, (char *)v[0].buf, kb, root, sig, itemsize, s->cma_key, pids,
+                                  SPLIT_SCATTER, v[me].buf != recv ? recv : NULL, (char *)v[me].buf);
+    Py_DECREF(pids);
+    return status;
+}
+
+/* The n list buffers lie back to back, in order (the first block's address + r * kb). */
+static int views_back_to_back(Py_buffer *v, int n, Py_ssize_t kb)
+{
+    for (int r = 1; r < n; r++)
+        if ((char *)v[r].buf != (char *)v[0].buf + r * kb)
+            return 0;
+    return 1;
+}
+
 /* all_gather(send, list, name) / gather(send, list, root, name) at the root /
  * scatter(list, recv, root, name) at the root: one call straight between the list's
  * buffers and the arena. None (nothing done) unless the one buffer is C-contiguous
  * (writable for scatter) of a native dtype, the list (or tuple) holds exactly n
  * C-contiguous buffers (writable for the gathers) of that dtype and size, a gather's list
- * buffers do not overlap one another, and n blocks fit the limit: else the regular path
+ * buffers do not overlap one another, and n blocks fit the limit (or, a scatter split by
+ * CMA, the list lies back to back: list_scatter_split): else the regular path
  * runs and raises every error with its text. A call handed back (mismatch, a peer's buffer
  * read in place) gets the list as its receive (gathers) or send (scatter) side:
  * Hooks.finish completes it. `root` is -1 for all_gather. */
@@ -164,8 +194,14 @@ static PyObject *fast_list(Fast *s, PyObject *const *args, int fc, long root, Py
     }
     int dt = fast_dtype(&one);
     Py_ssize_t kb = one.len, count = kb / (one.itemsize ? one.itemsize : 1);
-    if (dt < 0 || kb <= 0 || kb * n > s->limit[fc] ||
+    int split = !gather && s->scatter_cma > 0 && kb * n >= s->scatter_cma;
+    if (dt < 0 || kb <= 0 || (!split && kb * n > s->limit[fc]) ||
         fast_views(list, n, gather, dt, kb, &v) < 0) {
+        PyBuffer_Release(&one);
+        Py_RETURN_NONE;
+    }
+    if (split && !views_back_to_back(v, n, kb)) {   /* the regular path concatenates them */
+        fast_views_release(v, n);
         PyBuffer_Release(&one);
         Py_RETURN_NONE;
     }
@@ -180,7 +216,8 @@ static PyObject *fast_list(Fast *s, PyObject *const *args, int fc, long root, Py
     PyObject *tag = fast_begin(s, name, sig, fc, &rec);
     if (tag != NULL) {
         PyObject *status = gather ? list_gather(s, one.buf, v, kb, sig, fc == FC_ALL_GATHER)
-                                  : list_scatter(s, v, one.buf, kb, sig);
+                           : split ? list_scatter_split(s, v, one.buf, kb, root, sig, one.itemsize)
+                                   : list_scatter(s, v, one.buf, kb, sig);
         r = fast_end(s, status, rec, tag, sig, fc, name, args[0], args[1], list);
     }
     fast_views_release(v, n);

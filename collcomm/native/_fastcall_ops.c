@@ -273,40 +273,6 @@ static PyObject *Fast_reduce_scatter(Fast *s, PyObject *const *args, Py_ssize_t 
     return r;
 }
 
-static PyObject *Fast_gather(Fast *s, PyObject *const *args, Py_ssize_t nargs);
-static PyObject *Fast_scatter(Fast *s, PyObject *const *args, Py_ssize_t nargs);
-
-/* gather(send, recv or None, root, name) / scatter(send or None, recv, root, name):
- * blocks of n × the one rank's size at the root */
-static PyObject *fast_rooted(Fast *s, PyObject *const *args, Py_ssize_t nargs, int fc)
-{
-    int gather = fc == FC_GATHER;
-    if (check_args(nargs, 4, gather ? "gather" : "scatter") < 0)
-        return NULL;
-    long root = fast_root(s, args[2]);
-    PyObject *big = gather ? args[1] : args[0];
-    if (!fast_open(s) || root < 0 || (s->rank == root) != (big != Py_None))
-        Py_RETURN_NONE;
-    if (PyList_CheckExact(big) || PyTuple_CheckExact(big))
-        return fast_list(s, args, fc, root, args[3]);
-    Pair p;
-    int dt = fast_pair(&p, args[0], args[1], 0);
-    Py_ssize_t kb = p.len[gather ? 0 : 1], count = kb / p.itemsize;
-    int fits = dt >= 0 && kb > 0 && kb * s->size <= s->limit[fc] &&
-               (big == Py_None || p.len[gather ? 1 : 0] == kb * s->size);
-    if (fits && s->core == Py_None)
-        memcpy(p.data[1], p.data[0], kb);
-    if (!fits) {
-        fast_release(&p);
-        Py_RETURN_NONE;
-    }
-    uint64_t sig = s->plain_sig[fc] | (s->dt_sig[dt] << 55) |
-                   ((uint64_t)(root & 0x3FFF) << 36) | COUNT_BITS(count);
-    PyObject *cargs[5] = {NULL, args[0], args[1], args[2], NULL};
-    return fast_run(s, fc, args[3], sig, gather ? Core_gather : Core_scatter, cargs, 5, 4, args[0],
-                    args[1], args[2], &p);
-}
-
 /* all_to_all(send, recv, name) -> True | None: equal blocks along the first dimension
  * (all_to_all_single without split sizes): block j of send to rank j, rank j's block into
  * block j of recv */
@@ -391,14 +357,4 @@ static PyObject *Fast_barrier(Fast *s, PyObject *const *args, Py_ssize_t nargs)
     PyObject *status = s->core == Py_None ? PyLong_FromLong(ST_DONE)
                                           : barrier_call((Core *)s->core, s->arena, sig);
     return fast_end(s, status, rec, tag, sig, FC_BARRIER, args[0], Py_None, Py_None, Py_None);
-}
-
-static PyObject *Fast_gather(Fast *s, PyObject *const *args, Py_ssize_t nargs)
-{
-    return fast_rooted(s, args, nargs, FC_GATHER);
-}
-
-static PyObject *Fast_scatter(Fast *s, PyObject *const *args, Py_ssize_t nargs)
-{
-    return fast_rooted(s, args, nargs, FC_SCATTER);
 }

@@ -1,0 +1,56 @@
+/* The fast call's rooted data moves: gather and scatter, plain buffers or (at the root)
+ * lists (_fastcall_lists.c), staged in one chunk, or a scatter split by cross-memory attach
+ * (Core_scatter's split form, rooted_cma) where shm_large splits every scatter past
+ * CMA_MIN (Fast.scatter_cma, set by core/fastpath.py).
+ *
+ * Included by _fastcall.c after _fastcall_lists.c and _fastcall_ops.c.
+ */
+
+/* gather(send, recv or None, root, name) / scatter(send or None, recv, root, name):
+ * blocks of n × the one rank's size at the root */
+static PyObject *fast_rooted(Fast *s, PyObject *const *args, Py_ssize_t nargs, int fc)
+{
+    int gather = fc == FC_GATHER;
+    if (check_args(nargs, 4, gather ? "gather" : "scatter") < 0)
+        return NULL;
+    long root = fast_root(s, args[2]);
+    PyObject *big = gather ? args[1] : args[0];
+    if (!fast_open(s) || root < 0 || (s->rank == root) != (big != Py_None))
+        Py_RETURN_NONE;
+    if (PyList_CheckExact(big) || PyTuple_CheckExact(big))
+        return fast_list(s, args, fc, root, args[3]);
+    Pair p;
+    int dt = fast_pair(&p, args[0], args[1], 0);
+    Py_ssize_t kb = p.len[gather ? 0 : 1], count = kb / p.itemsize;
+    int split = !gather && s->scatter_cma > 0 && kb * s->size >= s->scatter_cma;
+    int fits = dt >= 0 && kb > 0 && (split || kb * s->size <= s->limit[fc]) &&
+               (big == Py_None || p.len[gather ? 1 : 0] == kb * s->size);
+    if (fits && s->core == Py_None)
+        memcpy(p.data[1], p.data[0], kb);
+    if (!fits) {
+        fast_release(&p);
+        Py_RETURN_NONE;
+    }
+    uint64_t sig = s->plain_sig[fc] | (s->dt_sig[dt] << 55) |
+                   ((uint64_t)(root & 0x3FFF) << 36) | COUNT_BITS(count);
+    PyObject *cargs[8] = {NULL, args[0], args[1], args[2], NULL, NULL, NULL, NULL};
+    if (split && fast_bcast_cma_args(s, p.itemsize, cargs + 5) < 0) {
+        fast_release(&p);
+        return NULL;
+    }
+    PyObject *r = fast_run(s, fc, args[3], sig, gather ? Core_gather : Core_scatter, cargs,
+                           split ? 8 : 5, 4, args[0], args[1], args[2], &p);
+    for (int i = 5; i < 8; i++)
+        Py_XDECREF(cargs[i]);
+    return r;
+}
+
+static PyObject *Fast_gather(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    return fast_rooted(s, args, nargs, FC_GATHER);
+}
+
+static PyObject *Fast_scatter(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    return fast_rooted(s, args, nargs, FC_SCATTER);
+}
