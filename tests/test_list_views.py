@@ -115,13 +115,17 @@ def _cases(count: int) -> int:
     return done + 4
 
 
-ROWS = [   # (n, count, environment): the regular path (no fast call), staged and split by CMA
+ROWS = [   # (n, count, environment): the regular path (no fast call unless said), staged and split
     (1, 5, {}),
     (2, 7, {}),
     (2, 300_007, {"COLLCOMM_CMA_COST": "0.5"}),
     (3, 300_007, {}),
     (4, 65_537, {"COLLCOMM_CMA_COST": "0.5"}),
     (3, 300_007, {"COLLCOMM_NATIVE": "0", "COLLCOMM_CMA_COST": "0.5"}),
+    # the fast call too: it splits the scatters from a list lying back to back, and leaves
+    # a root whose tensor is another rank's block to the regular path (which copies first)
+    (2, 300_007, {"COLLCOMM_FAST": "1", "COLLCOMM_CMA_COST": "0.5"}),
+    (3, 300_007, {"COLLCOMM_FAST": "1", "COLLCOMM_CMA_COST": "0.5"}),
 ]
 
 

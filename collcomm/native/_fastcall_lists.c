@@ -200,7 +200,8 @@ static PyObject *fast_list(Fast *s, PyObject *const *args, int fc, long root, Py
         PyBuffer_Release(&one);
         Py_RETURN_NONE;
     }
-    if (split && !views_back_to_back(v, n, kb)) {   /* the regular path concatenates them */
+    if (split && (!views_back_to_back(v, n, kb) ||   /* the regular path concatenates them */
+                  (overlaps(one.buf, kb, v[0].buf, n * kb) && one.buf != v[s->rank].buf))) {
         fast_views_release(v, n);
         PyBuffer_Release(&one);
         Py_RETURN_NONE;

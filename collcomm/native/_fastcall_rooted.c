@@ -25,6 +25,9 @@ static PyObject *fast_rooted(Fast *s, PyObject *const *args, Py_ssize_t nargs, i
     int split = !gather && s->scatter_cma > 0 && kb * s->size >= s->scatter_cma;
     int fits = dt >= 0 && kb > 0 && (split || kb * s->size <= s->limit[fc]) &&
                (big == Py_None || p.len[gather ? 1 : 0] == kb * s->size);
+    if (fits && !gather && big != Py_None && overlaps(p.data[1], kb, p.data[0], kb * s->size) &&
+        p.data[1] != p.data[0] + s->rank * kb)
+        fits = 0;   /* a receive buffer inside another block: the regular path copies first */
     if (fits && s->core == Py_None)
         memcpy(p.data[1], p.data[0], kb);
     if (!fits) {
