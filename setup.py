@@ -4,6 +4,7 @@ Everything else is in pyproject.toml. The extension is optional: where it cannot
 compiled (no C compiler, not Linux, CC=false) the build says why and installs the
 pure-Python package, which works the same, only slower for small messages.
 """
+import glob
 import sys
 
 from setuptools import Extension, setup
@@ -37,19 +38,9 @@ if sys.platform.startswith("linux"):
     ext_modules.append(Extension(
         "collcomm.native._shmcore",
         sources=["collcomm/native/_shmcore.c"],
-        # #included by _shmcore.c
-        depends=["collcomm/native/_dtypes.c", "collcomm/native/_kernels.c",
-                 "collcomm/native/_arena_sync.c", "collcomm/native/_call.c",
-                 "collcomm/native/_collectives_reduce.c", "collcomm/native/_cma.c",
-                 "collcomm/native/_collectives_move.c", "collcomm/native/_scatter.c",
-                 "collcomm/native/_core_init.c",
-                 "collcomm/native/_record.c",
-                 "collcomm/native/_fastcall.c", "collcomm/native/_fastcall_lists.c",
-                 "collcomm/native/_fastcall_ops.c", "collcomm/native/_fastcall_type.c",
-                 "collcomm/native/_fastcall_rooted.c",
-                 "collcomm/native/_p2p.c", "collcomm/native/_p2p_engine.c",
-                 "collcomm/native/_p2p_calls.c", "collcomm/native/_p2p_type.c",
-                 "collcomm/native/_p2p_own.c", "collcomm/native/_p2p_batch.c"],
+        # every other C file there is #included by _shmcore.c (a change to one rebuilds)
+        depends=sorted(p for p in glob.glob("collcomm/native/_*.c")
+                       if not p.endswith("_shmcore.c")),
         # no fused multiply-add: results must match numpy's bit for bit
         extra_compile_args=["-O3", "-ffp-contract=off", "-fno-fast-math"],
         optional=True,

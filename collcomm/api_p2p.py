@@ -238,7 +238,8 @@ def _native_batch(ops: list[P2POp] | tuple[P2POp, ...]) -> list[P2PWork] | None:
         works = f.batch(ops, P2POp, irecv, np.ndarray, _SIGS, SentWork, RecvWork, g,
                         g.observer is not None)
         if works is not None:        # every op checked: on the world, local rank = global
-            works.extend(_start(f, g, p.peer, p) for p in ops[len(works):])
+            if len(works) < len(ops):
+                works.extend(_start(f, g, p.peer, p) for p in ops[len(works):])
             return works
     if type(ops) is not list and type(ops) is not tuple:
         return None

@@ -24,7 +24,8 @@ import numpy as np
 from .buffers import Buf, as_output
 from .core import p2p as core_p2p
 from .core.group import ProcessGroup
-from .core.recorder_records import ENTERED, R_PSTATE
+from .core.recorder import _perf
+from .core.recorder_records import COMPLETED, ENTERED, R_PSTATE, R_PT1
 from .errors import CollcommError, MismatchError, with_context
 from .transport.base import Handle, Status
 
@@ -120,6 +121,7 @@ class SentWork(P2PWork):
     record, "entered" until waited for or tested, as the regular path's is."""
 
     __slots__ = ("_group", "_peer", "_rec", "_ok")
+    _FROM_C = True        # P2P.batch sets the four slots itself (no __init__ frame)
     name = "isend"
     _exc = None
     _handle = property(lambda self: self)
@@ -130,7 +132,7 @@ class SentWork(P2PWork):
     def wait(self, timeout: float | None = None) -> bool:
         rec = self._rec
         if rec is not None and rec[R_PSTATE] == ENTERED:
-            core_p2p.finished(rec, True)
+            rec[R_PSTATE], rec[R_PT1] = COMPLETED, _perf()   # (core_p2p.finished, inline)
         self._ok = True
         return True
 
@@ -154,8 +156,8 @@ class RecvWork(core_p2p.Deferred, P2PWork):
 
     __slots__ = ()
     name = "irecv"
-    _exc: CollcommError | None = None     # the wait's error, kept (in the instance's dict)
-    _ok = False                           # waited for, the size right
+    _IS_WORK = True       # Deferred's fields ``_exc`` (the wait's error, kept) and ``_ok``
+                          # (waited for, the size right) are this work's; wait() returns True
 
     _handle = property(lambda self: self)
     _peer = property(lambda self: self.g.ranks[self.local])
@@ -163,12 +165,13 @@ class RecvWork(core_p2p.Deferred, P2PWork):
     def _context(self) -> str:
         return _p2p_context("irecv", self.g, self.g.ranks[self.local])
 
-    def wait(self, timeout: float | None = None) -> bool:  # type: ignore[override]
+    def _wait(self, timeout: float | None = None) -> bool:  # type: ignore[override]
+        """``wait()``: the reference (native/_p2p_deferred.c does its common case in C)."""
         if self._exc is not None:
             raise self._exc
         if not self._ok:
             try:
-                st = core_p2p.Deferred.wait(self, timeout)
+                st = core_p2p.Deferred._wait(self, timeout)
             except CollcommError as exc:
                 err, keep = _failed(exc, self._context(), timeout)
                 if keep:
@@ -203,9 +206,5 @@ def start_native(f: Any, g: ProcessGroup, local: int, recv: bool, arr: np.ndarra
     """An ``isend`` (sent at once) or ``irecv`` (deferred to its wait) of ``arr`` with
     local rank ``local`` through the group's native entry ``f``, as its work; None having
     done nothing (the caller takes the regular path)."""
-    record = g.observer is not None
-    if recv:
-        return core_p2p.defer(f, g, arr, local, tag, core_p2p.MAX_USER_TAG, sig, record, RecvWork)
-    if not f.send(arr, local, tag, sig):
-        return None
-    return SentWork(g, g.ranks[local], f.note(False, local) if record else None)
+    return f.start(recv, RecvWork if recv else SentWork, g, arr, local, tag, sig,
+                   g.observer is not None)       # (core_p2p.defer, or f.send and SentWork)

@@ -11,8 +11,10 @@
  * engine must be open with no peer lost (else None, the same way).
  *
  * Then in order: a send (``op`` not ``irecv``) is written to its ring as P2P.send writes
- * it, its work ``sent(g, peer, rec)``; a receive becomes ``received(self, g, engine, arr,
- * local, tag, MAX_USER_TAG, sig, rec)`` (core/p2p.py Deferred: its wait receives) and
+ * it, its work ``sent(g, peer, rec)`` (a class marked ``_FROM_C``: its slots ``_group``,
+ * ``_peer``, ``_rec``, ``_ok`` set here, no __init__ run); a receive becomes ``received(self,
+ * g, engine, arr, local, tag, MAX_USER_TAG, sig, rec)`` (core/p2p.py Deferred: its wait
+ * receives; a subclass of the C Deferred is made here, as its __init__ would) and
  * joins the engine's ``_deferred`` line, as core/p2p.py ``defer`` does. ``rec``: the
  * flight recorder's "entered" record (``record`` True) as P2P.note makes it. Returns the
  * works of the ops done: all of them, or those before the first send C could not write
@@ -20,13 +22,15 @@
  */
 
 static PyObject *s_b_op, *s_b_tensor, *s_b_peer, *s_b_group, *s_b_tag, *s_b_group_peer,
-    *s_b_dtype;
+    *s_b_dtype, *s_b_slots, *s_b_wgroup, *s_b_wpeer, *s_b_wrec, *s_b_wok;
 
 static int batch_names(void)
 {
     struct { PyObject **slot; const char *name; } names[] = {
         {&s_b_op, "op"}, {&s_b_tensor, "tensor"}, {&s_b_peer, "peer"}, {&s_b_group, "group"},
         {&s_b_tag, "tag"}, {&s_b_group_peer, "group_peer"}, {&s_b_dtype, "dtype"},
+        {&s_b_slots, "_FROM_C"}, {&s_b_wgroup, "_group"}, {&s_b_wpeer, "_peer"},
+        {&s_b_wrec, "_rec"}, {&s_b_wok, "_ok"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL)
@@ -82,6 +86,24 @@ static int batch_check(P2P *s, PyObject *p, PyObject *irecv, PyObject *ndarray, 
     for (int i = 0; i < 6; i++)
         Py_XDECREF(v[i]);
     return fit;
+}
+
+/* sent(g, peer, rec): a SentWork (its four slots set here, without the Python __init__
+ * frame) when ``sent`` is a class with those slots, else called */
+static PyObject *batch_sent(PyObject *sent, PyObject *g, PyObject *peer, PyObject *rec)
+{
+    if (!PyType_Check(sent) || !PyObject_HasAttr(sent, s_b_slots)) {
+        PyObject *a[3] = {g, peer, rec};
+        return PyObject_Vectorcall(sent, a, 3, NULL);
+    }
+    PyTypeObject *t = (PyTypeObject *)sent;
+    PyObject *w = t->tp_alloc(t, 0);
+    if (w == NULL)
+        return NULL;
+    if (PyObject_SetAttr(w, s_b_wgroup, g) < 0 || PyObject_SetAttr(w, s_b_wpeer, peer) < 0 ||
+        PyObject_SetAttr(w, s_b_wrec, rec) < 0 || PyObject_SetAttr(w, s_b_wok, Py_False) < 0)
+        Py_CLEAR(w);
+    return w;
 }
 
 static PyObject *P2P_batch(P2P *s, PyObject *const *args, Py_ssize_t nargs)
@@ -146,17 +168,22 @@ static PyObject *P2P_batch(P2P *s, PyObject *const *args, Py_ssize_t nargs)
         if (b->recv) {
             PyObject *local = PyLong_FromLong(b->local), *mask = PyLong_FromUnsignedLongLong(P2P_USER);
             if (local != NULL && mask != NULL) {
-                PyObject *a[9] = {(PyObject *)s, g, s->engine, b->arr, local, b->tag, mask, b->sig, rec};
-                w = PyObject_Vectorcall(received, a, 9, NULL);
+                if (PyType_Check(received) &&
+                    PyType_IsSubtype((PyTypeObject *)received, &DeferredType))
+                    w = deferred_make((PyTypeObject *)received, s, g, b->arr, local, b->tag,
+                                      mask, b->sig, rec);
+                else {
+                    PyObject *a[9] = {(PyObject *)s, g, s->engine, b->arr, local, b->tag, mask,
+                                      b->sig, rec};
+                    w = PyObject_Vectorcall(received, a, 9, NULL);
+                }
                 if (w != NULL && PyList_Append(held, w) < 0)
                     Py_CLEAR(w);
             }
             Py_XDECREF(local);
             Py_XDECREF(mask);
-        } else {
-            PyObject *a[3] = {g, peer, rec};
-            w = PyObject_Vectorcall(sent, a, 3, NULL);
-        }
+        } else
+            w = batch_sent(sent, g, peer, rec);
         Py_DECREF(peer);
         if (record)
             Py_DECREF(rec);
@@ -179,4 +206,64 @@ done:
         }
     Py_XDECREF(held);
     return works;
+}
+
+/* P2P.start(recv, cls, g, arr, local, tag, sig, record): api_p2p_work.start_native in one
+ * call. A send (``recv`` False) is P2P.send's write, its work ``cls(g, peer, rec)`` made
+ * as the batch makes it; a receive is core/p2p.py ``defer``: its work (a subclass of the C
+ * Deferred) made as Deferred.__init__ makes it and held in the engine's line. ``rec``: the
+ * "entered" record P2P.note makes (``record`` True). None having done nothing (no pipe, the
+ * engine aborted, closed or missing a peer, a send C cannot write): the caller takes the
+ * regular path. The caller (api_p2p._native) checked the array, the peer and the tag. */
+static PyObject *P2P_start(P2P *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "start(recv, cls, g, arr, local, tag, sig, record)");
+        return NULL;
+    }
+    PyObject *cls = args[1], *g = args[2], *arr = args[3], *local = args[4], *tag = args[5],
+             *sig = args[6];
+    int recv = PyObject_IsTrue(args[0]);
+    int record = args[7] == Py_True && rec_on(&s->rw);
+    Pipe *p = recv < 0 || s->paused ? NULL : p2p_pipe(s, local);
+    if (recv < 0)
+        return NULL;
+    if (p == NULL || p2p_tag(s, tag) == 0 || !(recv ? p->has_in : p->has_out))
+        Py_RETURN_NONE;
+    PyObject *w = NULL, *rec = Py_None;
+    if (recv) {
+        if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &DeferredType))
+            Py_RETURN_NONE;
+        int busy = p2p_engine_busy(s->engine);
+        if (busy)
+            return busy < 0 ? NULL : Py_NewRef(Py_None);
+        PyObject *held = PyObject_GetAttr(s->engine, s_p2p_deferred);
+        if (held == NULL || !PyList_Check(held)) {
+            Py_XDECREF(held);
+            return held == NULL ? NULL : Py_NewRef(Py_None);
+        }
+        PyObject *mask = PyLong_FromUnsignedLongLong(P2P_USER);
+        if (mask != NULL && record)
+            rec = rec_p2p(&s->rw, s_rec_irecv, p->peer, s_rec_entered, rec_now(), 0.0);
+        if (mask != NULL && rec != NULL)
+            w = deferred_make((PyTypeObject *)cls, s, g, arr, local, tag, mask, sig, rec);
+        if (w != NULL && PyList_Append(held, w) < 0)
+            Py_CLEAR(w);
+        Py_XDECREF(mask);
+        Py_DECREF(held);
+    } else {
+        PyObject *sent = P2P_send(s, args + 3, 4);
+        if (sent != Py_True)
+            return sent;
+        Py_DECREF(sent);
+        if (record)
+            rec = rec_p2p(&s->rw, s_rec_isend, p->peer, s_rec_entered, rec_now(), 0.0);
+        PyObject *peer = rec == NULL ? NULL : PyLong_FromLong(p->peer);
+        if (peer != NULL)
+            w = batch_sent(cls, g, peer, rec);
+        Py_XDECREF(peer);
+    }
+    if (record)
+        Py_XDECREF(rec);
+    return w;
 }

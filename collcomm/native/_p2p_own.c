@@ -166,8 +166,12 @@ static PyObject *P2P_own(P2P *s, PyObject *d)
     if (n == NULL)
         goto done;                    /* still first in line and waiting: the caller ends it */
     if (PyLong_Check(n)) {            /* received: d's status first (d._done), so a Ctrl-C */
-        PyObject *st = PyObject_CallMethodOneArg(d, s_own_done, n);   /* while we take the */
-        Py_XDECREF(st);                                      /* mutex cannot lose the message */
+        PyObject *st;                 /* while we take the mutex cannot lose the message */
+        if (PyObject_TypeCheck(d, &DeferredType))
+            st = deferred_done((Deferred *)d, n) < 0 ? NULL : Py_NewRef(Py_None);
+        else
+            st = PyObject_CallMethodOneArg(d, s_own_done, n);
+        Py_XDECREF(st);
         if (st == NULL) {
             Py_DECREF(n);
             goto done;

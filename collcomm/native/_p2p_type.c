@@ -2,6 +2,7 @@
  * tables and the module's part of the init (see _p2p.c; _shmcore.c includes this file
  * after _p2p.c and _p2p_calls.c). */
 
+#include "_p2p_deferred.c"      /* Deferred: a deferred receive's fields and native wait */
 #include "_p2p_own.c"           /* P2P.own: a deferred receive's native wait in one call */
 #include "_p2p_batch.c"         /* P2P.batch: batch_isend_irecv's start in one call */
 
@@ -181,6 +182,8 @@ static PyMethodDef P2P_methods[] = {
     P2PM(batch, "batch(ops, p2pop, irecv, ndarray, sigs, sent, received, g, record) -> the "
                 "works of the ops started (all, or those before a send C could not write) | "
                 "None (not a batch C takes: nothing done); see _p2p_batch.c"),
+    P2PM(start, "start(recv, cls, g, arr, local, tag, sig, record) -> the work of an isend "
+                "written at once or of an irecv deferred | None (nothing done); see _p2p_batch.c"),
     {"own", (PyCFunction)P2P_own, METH_O,
      "own(d) -> nbytes | None (left to the regular path: d posted) | False (not first in "
      "line: nothing done): the native wait of deferred receive d (see _p2p_own.c)"},
@@ -227,7 +230,7 @@ static int p2p_module_init(PyObject *m)
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL)
             return -1;
-    if (own_names() < 0 || batch_names() < 0 || p2p_lock_init() < 0 || PyType_Ready(&PipeType) < 0 || PyType_Ready(&P2PType) < 0)
+    if (own_names() < 0 || batch_names() < 0 || deferred_module_init(m) < 0 || p2p_lock_init() < 0 || PyType_Ready(&PipeType) < 0 || PyType_Ready(&P2PType) < 0)
         return -1;
     Py_INCREF(&PipeType);
     if (PyModule_AddObject(m, "Pipe", (PyObject *)&PipeType) < 0) {

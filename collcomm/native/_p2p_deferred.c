@@ -1,0 +1,312 @@
+/* Deferred: the native half of core/p2p.py's ``Deferred`` (a receive from a peer on this
+ * host whose posting waits for its wait), included by _p2p_type.c before _p2p_own.c.
+ *
+ * The Python class (and the functional API's ``RecvWork``, which *is* one) subclasses this
+ * type: its fields are a C struct (the same attribute names, so the engine's Python code
+ * and core/p2p.py read and set them as before) and its ``wait`` is C. That wait does the
+ * common case in one call, where the Python path took four frames:
+ *
+ * - already done: the status (``RecvWork``: True);
+ * - not posted, no error, no explicit ``timeout`` and the call timeout the same as when it
+ *   started: ``P2P.own`` (the native receive, first in line; _p2p_own.c), then the status
+ *   (``RecvWork``: its byte count checked against the buffer's, True);
+ * - ``own`` raising: exactly what Deferred._wait does (a CollcommError kept in ``exc`` and
+ *   the native wait ended; anything else, Ctrl-C, ends it if it began and is raised).
+ *
+ * A receive's status is made here too (Deferred._done in C, for P2P.own).
+ *
+ * Everything else (a timeout given, posted, an error kept, C declining, a size mismatch)
+ * is the Python ``_wait``, the reference, which raises the same errors. P2P.batch makes
+ * the functional API's works here without their Python ``__init__`` (deferred_make).
+ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *f, *g, *eng, *arr, *local, *utag, *umask, *sig, *tag, *limit, *rec, *h, *req,
+        *status, *exc, *work_exc;
+    char waiting;      /* its wait receives natively (Engine.begin_native) */
+    char work;         /* a functional-API RecvWork: wait() returns True, sizes checked */
+    char ok;           /* (RecvWork) waited for, the size right */
+} Deferred;
+
+static PyObject *s_d_wait, *s_d_timeout, *s_d_end_native, *s_d_nbytes, *s_d_is_work,
+    *s_d_ranks, *s_d_source;
+static PyObject *d_local;     /* core/timeouts.py's _local: the thread's call_timeout */
+static PyObject *d_error;     /* collcomm.errors.CollcommError */
+static PyObject *d_status;    /* transport/base.py's Status (a slotted dataclass) */
+
+static PyObject *P2P_own(P2P *s, PyObject *d);      /* _p2p_own.c */
+
+#define D_SET(field, value) Py_XSETREF(field, Py_NewRef(value))
+
+static int d_none(PyObject *o) { return o == NULL || o == Py_None; }
+
+/* current_timeout(g.timeout): the innermost call_timeout of this thread, else the group's */
+static PyObject *d_current_timeout(PyObject *g)
+{
+    PyObject *t = PyObject_GetAttr(d_local, s_d_timeout);
+    if (t == NULL || t != Py_None)
+        return t;
+    Py_DECREF(t);
+    return PyObject_GetAttr(g, s_d_timeout);
+}
+
+/* P2P.own raised: Deferred._wait's two except clauses. 0: a CollcommError, now kept in
+ * ``exc`` (the caller goes on to _wait, which raises it); -1 with the exception to raise. */
+static int d_own_failed(Deferred *d)
+{
+    PyObject *t, *v, *tb, *r;
+    PyErr_Fetch(&t, &v, &tb);
+    PyErr_NormalizeException(&t, &v, &tb);
+    if (tb != NULL && v != NULL)
+        PyException_SetTraceback(v, tb);
+    int mine = v != NULL && d_error != NULL ? PyObject_IsInstance(v, d_error) : 0;
+    if (mine > 0) {
+        D_SET(d->exc, v);
+        r = PyObject_CallMethodObjArgs(d->eng, s_d_end_native, (PyObject *)d, Py_False, NULL);
+        Py_XDECREF(t);
+        Py_XDECREF(v);
+        Py_XDECREF(tb);
+        Py_XDECREF(r);
+        return r == NULL ? -1 : 0;
+    }
+    if (mine == 0 && d->waiting) {
+        r = PyObject_CallMethodObjArgs(d->eng, s_d_end_native, (PyObject *)d,
+                                       d_none(d->status) ? Py_True : Py_False, NULL);
+        if (r == NULL) {              /* raised while handling: that one, chained */
+            PyObject *t2, *v2, *tb2;
+            PyErr_Fetch(&t2, &v2, &tb2);
+            PyErr_NormalizeException(&t2, &v2, &tb2);
+            if (v2 != NULL && v != NULL)
+                PyException_SetContext(v2, Py_NewRef(v));
+            Py_XDECREF(t);
+            Py_XDECREF(v);
+            Py_XDECREF(tb);
+            PyErr_Restore(t2, v2, tb2);
+            return -1;
+        }
+        Py_DECREF(r);
+    }
+    PyErr_Restore(t, v, tb);
+    return -1;
+}
+
+/* Deferred._done(n) in C (P2P.own calls it): the status Status(g.ranks[local], n, tag)
+ * (made without its __init__ frame) and the record marked completed. 0, or -1. */
+static int deferred_done(Deferred *d, PyObject *n)
+{
+    PyObject *ranks = PyObject_GetAttr(d->g, s_d_ranks);
+    PyObject *src = ranks == NULL ? NULL : PyObject_GetItem(ranks, d->local);
+    Py_XDECREF(ranks);
+    PyTypeObject *t = (PyTypeObject *)d_status;
+    PyObject *st = src == NULL ? NULL : t->tp_alloc(t, 0);
+    if (st != NULL && (PyObject_SetAttr(st, s_d_source, src) < 0 ||
+                       PyObject_SetAttr(st, s_d_nbytes, n) < 0 ||
+                       PyObject_SetAttr(st, s_p2p_tag, d->tag) < 0))
+        Py_CLEAR(st);
+    Py_XDECREF(src);
+    if (st == NULL)
+        return -1;
+    Py_XSETREF(d->status, st);
+    if (d->rec != NULL && PyList_CheckExact(d->rec) && PyList_GET_SIZE(d->rec) == 11)
+        rec_p2p_end(d->rec, 1);
+    return 0;
+}
+
+/* The common case; NULL with no exception set: not taken (the caller calls _wait). */
+static PyObject *d_fast(Deferred *d)
+{
+    if (d->work) {
+        if (d->ok)
+            Py_RETURN_TRUE;
+    } else if (!d_none(d->status))
+        return Py_NewRef(d->status);
+    if (!d_none(d->h) || !d_none(d->exc) || !d_none(d->status) || !d_none(d->work_exc) ||
+        d_local == NULL || d->f == NULL || Py_TYPE(d->f) != &P2PType || d->g == NULL ||
+        d->arr == NULL)
+        return NULL;
+    PyObject *cur = d_current_timeout(d->g);
+    int same = cur == NULL ? -1 : PyObject_RichCompareBool(cur, d->limit ? d->limit : Py_None, Py_EQ);
+    Py_XDECREF(cur);
+    if (same <= 0)
+        return NULL;
+    PyObject *n = P2P_own((P2P *)d->f, (PyObject *)d);
+    if (n == NULL) {                 /* raised: a CollcommError is kept (no exception set: */
+        d_own_failed(d);             /* _wait raises it, with the call's context), anything */
+        return NULL;                 /* else is raised from here */
+    }
+    if (!PyLong_Check(n) || d_none(d->status)) {    /* False (not first in line) or None */
+        Py_DECREF(n);                                /* (posted): _wait's general path */
+        return NULL;
+    }
+    if (!d->work) {
+        Py_DECREF(n);
+        return Py_NewRef(d->status);
+    }
+    PyObject *want = PyObject_GetAttr(d->arr, s_d_nbytes);
+    int right = want == NULL ? -1 : PyObject_RichCompareBool(n, want, Py_EQ);
+    Py_XDECREF(want);
+    Py_DECREF(n);
+    if (right <= 0)
+        return NULL;                 /* the size error: _wait raises it */
+    d->ok = 1;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *Deferred_wait(Deferred *d, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (nargs + nkw > 3) {
+        PyErr_SetString(PyExc_TypeError, "wait() takes at most 1 argument (timeout)");
+        return NULL;
+    }
+    PyObject *timeout = nargs + nkw == 1 ? args[0] : Py_None;
+    if (nargs + nkw <= 1 && (nkw == 0 || PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, 0),
+                                                        s_d_timeout) == 0) && timeout == Py_None) {
+        PyObject *r = d_fast(d);
+        if (r != NULL || PyErr_Occurred())
+            return r;
+    }
+    PyObject *call[4] = {(PyObject *)d, NULL, NULL, NULL};
+    for (Py_ssize_t i = 0; i < nargs + nkw; i++)
+        call[i + 1] = args[i];
+    return PyObject_VectorcallMethod(s_d_wait, call, (size_t)(nargs + 1), kwnames);
+}
+
+/* A Deferred of type ``cls`` (a subclass) made without its Python __init__, as
+ * Deferred.__init__ makes it (the batch's receives); NULL with an exception. */
+static PyObject *deferred_make(PyTypeObject *cls, P2P *s, PyObject *g, PyObject *arr,
+                               PyObject *local, PyObject *utag, PyObject *umask, PyObject *sig,
+                               PyObject *rec)
+{
+    PyObject *is_work = PyObject_GetAttr((PyObject *)cls, s_d_is_work);
+    int work = is_work == NULL ? -1 : PyObject_IsTrue(is_work);
+    Py_XDECREF(is_work);
+    if (work < 0)
+        return NULL;
+    PyObject *limit = d_current_timeout(g);
+    PyObject *tag = limit == NULL ? NULL
+        : PyLong_FromUnsignedLongLong(s->tag_base | (PyLong_AsUnsignedLongLong(utag) & P2P_USER));
+    Deferred *d = tag == NULL || PyErr_Occurred() ? NULL : (Deferred *)cls->tp_alloc(cls, 0);
+    if (d == NULL) {
+        Py_XDECREF(limit);
+        Py_XDECREF(tag);
+        return NULL;
+    }
+    d->f = Py_NewRef((PyObject *)s);
+    d->g = Py_NewRef(g);
+    d->eng = Py_NewRef(s->engine);
+    d->arr = Py_NewRef(arr);
+    d->local = Py_NewRef(local);
+    d->utag = Py_NewRef(utag);
+    d->umask = Py_NewRef(umask);
+    d->sig = Py_NewRef(sig);
+    d->rec = Py_NewRef(rec);
+    d->tag = tag;
+    d->limit = limit;
+    d->work = (char)work;
+    return (PyObject *)d;
+}
+
+/* Deferred._setup(local, error, status): core/p2p.py hands over the timeouts'
+ * thread-local, CollcommError and Status once, at import */
+static PyObject *Deferred_setup(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyType_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "_setup(local, error, status)");
+        return NULL;
+    }
+    Py_XSETREF(d_local, Py_NewRef(args[0]));
+    Py_XSETREF(d_error, Py_NewRef(args[1]));
+    Py_XSETREF(d_status, Py_NewRef(args[2]));
+    Py_RETURN_NONE;
+}
+
+#define D_FIELDS(X) X(f) X(g) X(eng) X(arr) X(local) X(utag) X(umask) X(sig) X(tag) X(limit) \
+    X(rec) X(h) X(req) X(status) X(exc) X(work_exc)
+
+static int Deferred_traverse(Deferred *d, visitproc visit, void *arg)
+{
+#define D_VISIT(name) Py_VISIT(d->name);
+    D_FIELDS(D_VISIT)
+    return 0;
+}
+
+static int Deferred_clear(Deferred *d)
+{
+#define D_CLEAR(name) Py_CLEAR(d->name);
+    D_FIELDS(D_CLEAR)
+    return 0;
+}
+
+static void Deferred_dealloc(Deferred *d)
+{
+    PyObject_GC_UnTrack(d);
+    Deferred_clear(d);
+    Py_TYPE(d)->tp_free((PyObject *)d);
+}
+
+static PyMethodDef Deferred_methods[] = {
+    {"wait", (PyCFunction)(void (*)(void))Deferred_wait, METH_FASTCALL | METH_KEYWORDS,
+     "wait(timeout=None): the common case in C, else _wait (see _p2p_deferred.c)"},
+    {"_setup", (PyCFunction)(void (*)(void))Deferred_setup, METH_FASTCALL | METH_STATIC,
+     "_setup(local, error, status): the timeouts' thread-local, CollcommError, Status"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef Deferred_members[] = {
+    {"f", T_OBJECT, offsetof(Deferred, f), 0, NULL},
+    {"g", T_OBJECT, offsetof(Deferred, g), 0, NULL},
+    {"eng", T_OBJECT, offsetof(Deferred, eng), 0, NULL},
+    {"arr", T_OBJECT, offsetof(Deferred, arr), 0, NULL},
+    {"local", T_OBJECT, offsetof(Deferred, local), 0, NULL},
+    {"utag", T_OBJECT, offsetof(Deferred, utag), 0, NULL},
+    {"umask", T_OBJECT, offsetof(Deferred, umask), 0, NULL},
+    {"sig", T_OBJECT, offsetof(Deferred, sig), 0, NULL},
+    {"tag", T_OBJECT, offsetof(Deferred, tag), 0, NULL},
+    {"limit", T_OBJECT, offsetof(Deferred, limit), 0, NULL},
+    {"rec", T_OBJECT, offsetof(Deferred, rec), 0, NULL},
+    {"h", T_OBJECT, offsetof(Deferred, h), 0, NULL},
+    {"req", T_OBJECT, offsetof(Deferred, req), 0, NULL},
+    {"status", T_OBJECT, offsetof(Deferred, status), 0, NULL},
+    {"exc", T_OBJECT, offsetof(Deferred, exc), 0, NULL},
+    {"_exc", T_OBJECT, offsetof(Deferred, work_exc), 0, "(RecvWork) the wait's error, kept"},
+    {"waiting", T_BOOL, offsetof(Deferred, waiting), 0, NULL},
+    {"_work", T_BOOL, offsetof(Deferred, work), 0, NULL},
+    {"_ok", T_BOOL, offsetof(Deferred, ok), 0, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject DeferredType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "collcomm.native._shmcore.Deferred",
+    .tp_doc = "The fields and the native wait of core/p2p.py's Deferred (_p2p_deferred.c).",
+    .tp_basicsize = sizeof(Deferred),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
+    .tp_new = PyType_GenericNew,
+    .tp_traverse = (traverseproc)Deferred_traverse,
+    .tp_clear = (inquiry)Deferred_clear,
+    .tp_dealloc = (destructor)Deferred_dealloc,
+    .tp_methods = Deferred_methods,
+    .tp_members = Deferred_members,
+};
+
+static int deferred_module_init(PyObject *m)
+{
+    if ((s_d_wait = PyUnicode_InternFromString("_wait")) == NULL ||
+        (s_d_timeout = PyUnicode_InternFromString("timeout")) == NULL ||
+        (s_d_end_native = PyUnicode_InternFromString("end_native")) == NULL ||
+        (s_d_nbytes = PyUnicode_InternFromString("nbytes")) == NULL ||
+        (s_d_is_work = PyUnicode_InternFromString("_IS_WORK")) == NULL ||
+        (s_d_ranks = PyUnicode_InternFromString("ranks")) == NULL ||
+        (s_d_source = PyUnicode_InternFromString("source")) == NULL ||
+        PyType_Ready(&DeferredType) < 0)
+        return -1;
+    Py_INCREF(&DeferredType);
+    if (PyModule_AddObject(m, "Deferred", (PyObject *)&DeferredType) < 0) {
+        Py_DECREF(&DeferredType);
+        return -1;
+    }
+    return 0;
+}
