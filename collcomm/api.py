@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from .api_args import group_of, group_text, is_member, local_rank
+from .api_args import fast_root, group_of, group_text, is_member, local_rank
 from .api_lists import all_gather, all_to_all, gather, reduce_scatter, scatter
 from .api_p2p import P2POp, P2PWork, batch_isend_irecv, irecv, isend, recv, send  # noqa: F401
 from .buffers import as_input, as_output, check_like
@@ -141,10 +141,11 @@ def broadcast(tensor: Any, src: int | None = None, group: Any = None, async_op: 
     """Copy ``tensor`` of rank ``src`` into ``tensor`` of every rank of the group (in place)."""
     name = "broadcast"
     g = group_of(group, name)
-    fast = g.fast    # the fast call (core/fastpath.py); src is local only in the world
-    if (fast is not None and group is None and group_src is None and not async_op
-            and algorithm == "auto" and fast.broadcast(tensor, src, name)):
-        return None
+    fast = g.fast    # the fast call (core/fastpath.py) takes a group rank (the world's: src)
+    if fast is not None and not async_op and algorithm == "auto":
+        root = src if group is None and group_src is None else fast_root(g, src, group_src, None)
+        if root is not None and fast.broadcast(tensor, root, name):
+            return None
     buf = as_output(tensor, name, group_text(g), "tensor")
     if not is_member(g):
         return None
@@ -171,11 +172,12 @@ def reduce(tensor: Any, dst: int | None = None, op: Any = ReduceOp.SUM, group: A
     """``tensor`` on ``dst`` becomes the elementwise ``op`` over all ranks; others keep theirs."""
     name = "reduce"
     g = group_of(group, name)
-    fast = g.fast    # src/dst are local ranks only in the world
-    if (fast is not None and group is None and group_dst is None and type(dst) is int
-            and not async_op and algorithm == "auto"
-            and fast.reduce(tensor, tensor if dst == g.rank else None, op, dst, name)):
-        return None
+    fast = g.fast    # the fast call takes a group rank (the world's: dst)
+    if fast is not None and not async_op and algorithm == "auto":
+        root = dst if group is None and group_dst is None else fast_root(g, dst, group_dst, None)
+        if (type(root) is int
+                and fast.reduce(tensor, tensor if root == g.rank else None, op, root, name)):
+            return None
     buf = as_output(tensor, name, group_text(g), "tensor")
     if not is_member(g):
         return None

@@ -70,6 +70,21 @@ def local_rank(g: ProcessGroup, collective: str, what: str, global_rank: Any,
     return local
 
 
+def fast_root(g: ProcessGroup, global_rank: Any, group_rank: Any, default: int | None) -> int | None:
+    """The group rank a rooted collective's fast call takes on a group other than the
+    world (torch's ``src``/``dst`` global, or ``group_src``/``group_dst``), or None where
+    only the regular path may decide (it checks and raises as :func:`local_rank`)."""
+    if group_rank is not None:
+        ok = global_rank is None and type(group_rank) is int and 0 <= group_rank < g.size
+        return group_rank if ok else None
+    if global_rank is None:
+        return default
+    if type(global_rank) is not int:
+        return None
+    local = g.to_local(global_rank)
+    return local if local >= 0 else None
+
+
 def no_list_here(xs: Any, collective: str, g: ProcessGroup, what: str, root_what: str,
                   root: int) -> None:
     if xs is None or (isinstance(xs, (list, tuple)) and len(xs) == 0):

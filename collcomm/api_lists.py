@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .api_args import group_of, group_text, is_member, local_rank, no_list_here
+from .api_args import fast_root, group_of, group_text, is_member, local_rank, no_list_here
 from .buffer_runs import apart_or_own, joined
 from .buffers import Buf, as_input, as_output, as_outputs, check_like
 from .core import collectives as core
@@ -122,9 +122,10 @@ def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int | None = 
     """``gather_list[i]`` on ``dst`` (default 0) receives rank i's ``tensor``; give no list elsewhere."""
     name = "gather"
     g = group_of(group, name)
-    fast = g.fast    # a list or tuple only on dst (a rank of the world), nothing elsewhere
-    if fast is not None and group is None and group_dst is None and not async_op and algorithm == "auto":
-        root = 0 if dst is None else dst
+    fast = g.fast    # a list or tuple only on dst (a group rank), nothing elsewhere
+    if fast is not None and not async_op and algorithm == "auto":
+        root = ((0 if dst is None else dst) if group is None and group_dst is None
+                else fast_root(g, dst, group_dst, 0))
         if (type(root) is int
                 and (type(gather_list) in _LISTS if root == g.rank else gather_list is None)
                 and fast.gather(tensor, gather_list, root, name)):
@@ -155,9 +156,10 @@ def scatter(tensor: Any, scatter_list: list[Any] | None = None, src: int | None 
     """``tensor`` of rank i receives ``scatter_list[i]`` of ``src`` (default 0); give no list elsewhere."""
     name = "scatter"
     g = group_of(group, name)
-    fast = g.fast    # a list or tuple only on src (a rank of the world), nothing elsewhere
-    if fast is not None and group is None and group_src is None and not async_op and algorithm == "auto":
-        root = 0 if src is None else src
+    fast = g.fast    # a list or tuple only on src (a group rank), nothing elsewhere
+    if fast is not None and not async_op and algorithm == "auto":
+        root = ((0 if src is None else src) if group is None and group_src is None
+                else fast_root(g, src, group_src, 0))
         if (type(root) is int
                 and (type(scatter_list) in _LISTS if root == g.rank else scatter_list is None)
                 and fast.scatter(scatter_list, tensor, root, name)):
