@@ -24,8 +24,8 @@
  * the first record it matches is taken if it is INLINE, of exactly this tag, fits the
  * buffer and carries the expected signature, else it is left in the ring and None
  * returned (the Python path then finds it at once and raises or completes as always).
- * While the ring is empty it spins (GIL held, up to 5 us), yields, then sleeps 50 us
- * growing to 1 ms, with the GIL released; every 100 ms the hook ``check(channel, nbytes,
+ * While the ring is empty it spins (GIL held, up to 5 us), yields (at least 2 ms:
+ * P2P_YIELD_NS), then sleeps 50 us growing to 1 ms, with the GIL released; every 100 ms the hook ``check(channel, nbytes,
  * tag, elapsed)`` checks Ctrl-C, the engine, the peer's liveness and the timeout and
  * raises the Python path's errors (a message in the ring meanwhile wins over its error).
  *
