@@ -279,6 +279,15 @@ def _every_collective_rank() -> dict[str, Any]:
     dist.all_to_all_single(a2v, np.concatenate([np.full(j + 1, 10.0 * me + j) for j in range(n)]),
                            output_split_sizes=[me + 1] * n, input_split_sizes=sizes)
     res["all_to_allv"] = a2v.tolist()
+    # point-to-point: a ring exchange by batch, then by isend/irecv (the works are C
+    # objects with the core, core/p2p.py's stand-in class without it)
+    got = np.zeros(2, dtype=np.int32)
+    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, np.array([me, 1], np.int32), (me + 1) % n),
+                                    dist.P2POp(dist.irecv, got, (me - 1) % n)])
+    res["exchange"] = ([w.wait() for w in works], got.tolist(), works[1].source_rank())
+    w = dist.irecv(got, (me - 1) % n, tag=3)
+    dist.isend(np.array([me, 2], np.int32), (me + 1) % n, tag=3).wait()
+    res["isend/irecv"] = (w.wait(), got.tolist(), w.is_success())
     dist.barrier()
     core = getattr(rt.get_world("x")._arena, "native_core", None)
     res["native"] = None if core is None else (core.done, core.finished)
