@@ -208,7 +208,8 @@ done:
     return works;
 }
 
-/* P2P.start(recv, cls, g, arr, local, tag, sig, record): api_p2p_work.start_native in one
+/* P2P.start(recv, cls, g, arr, local, tag, sig, record[, mask]): api_p2p_work.start_native
+ * (and collcomm.MPI's Irecv: ``mask`` the receive's user tag mask, else the exact tag) in one
  * call. A send (``recv`` False) is P2P.send's write, its work ``cls(g, peer, rec)`` made
  * as the batch makes it; a receive is core/p2p.py ``defer``: its work (a subclass of the C
  * Deferred) made as Deferred.__init__ makes it and held in the engine's line. ``rec``: the
@@ -217,8 +218,8 @@ done:
  * regular path. The caller (api_p2p._native) checked the array, the peer and the tag. */
 static PyObject *P2P_start(P2P *s, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError, "start(recv, cls, g, arr, local, tag, sig, record)");
+    if (nargs != 8 && (nargs != 9 || !PyLong_Check(args[8]))) {
+        PyErr_SetString(PyExc_TypeError, "start(recv, cls, g, arr, local, tag, sig, record[, mask])");
         return NULL;
     }
     PyObject *cls = args[1], *g = args[2], *arr = args[3], *local = args[4], *tag = args[5],
@@ -242,7 +243,7 @@ static PyObject *P2P_start(P2P *s, PyObject *const *args, Py_ssize_t nargs)
             Py_XDECREF(held);
             return held == NULL ? NULL : Py_NewRef(Py_None);
         }
-        PyObject *mask = PyLong_FromUnsignedLongLong(P2P_USER);
+        PyObject *mask = nargs == 9 ? Py_NewRef(args[8]) : PyLong_FromUnsignedLongLong(P2P_USER);
         if (mask != NULL && record)
             rec = rec_p2p(&s->rw, s_rec_irecv, p->peer, s_rec_entered, rec_now(), 0.0);
         if (mask != NULL && rec != NULL)

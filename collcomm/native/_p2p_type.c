@@ -182,7 +182,7 @@ static PyMethodDef P2P_methods[] = {
     P2PM(batch, "batch(ops, p2pop, irecv, ndarray, sigs, sent, received, g, record) -> the "
                 "works of the ops started (all, or those before a send C could not write) | "
                 "None (not a batch C takes: nothing done); see _p2p_batch.c"),
-    P2PM(start, "start(recv, cls, g, arr, local, tag, sig, record) -> the work of an isend "
+    P2PM(start, "start(recv, cls, g, arr, local, tag, sig, record[, mask]) -> the work of an isend "
                 "written at once or of an irecv deferred | None (nothing done); see _p2p_batch.c"),
     {"own", (PyCFunction)P2P_own, METH_O,
      "own(d) -> nbytes | None (left to the regular path: d posted) | False (not first in "
