@@ -51,7 +51,8 @@ from .recorder_records import COMPLETED, ENTERED, FAILED, PACKAGE_PREFIX, R_PSTA
 from .call_comm import TimedHandle, as_bytes
 from .group import ProcessGroup
 from .tags import CTX_SHIFT, KIND_P2P, MAX_USER_TAG
-from .timeouts import _local as _timeouts_local, current_timeout
+from .p2p_fields import deferred_fields
+from .timeouts import current_timeout
 
 __all__ = ["Deferred", "MAX_USER_TAG", "Probed", "Sent", "cancel", "defer", "finished", "irecv", "isend",
            "mrecv", "native", "native_isend", "probe", "source_tag", "transport"]
@@ -160,27 +161,7 @@ def native_isend(f: Any, g: ProcessGroup, arr: np.ndarray, dst: int, tag: int, s
                 f.note(False, dst) if record else None)
 
 
-class _DeferredFields:
-    """A Deferred's fields and its wait where the native core is missing (where no
-    Deferred is ever made: the native entry makes them): the C type
-    (native/_p2p_deferred.c) has the same fields and does the wait's common case itself."""
-
-    __slots__ = ("f", "g", "eng", "arr", "local", "utag", "umask", "sig", "tag", "limit", "rec",
-                 "h", "req", "status", "exc", "waiting", "_exc", "_work", "_ok")
-
-    def wait(self, timeout: float | None = None) -> Any:
-        return self._wait(timeout)  # type: ignore[attr-defined]
-
-
-def _fields() -> Any:
-    from .. import native as nat
-    if nat.core is None or not hasattr(nat.core, "Deferred"):
-        return _DeferredFields
-    nat.core.Deferred._setup(_timeouts_local, CollcommError, Status)
-    return nat.core.Deferred
-
-
-class Deferred(_fields(), Handle):  # type: ignore[misc]
+class Deferred(deferred_fields(), Handle):  # type: ignore[misc]
     """A receive from a peer on this host whose posting is deferred to its ``wait()``,
     which then receives natively (native/_p2p.c, one C call) when it can.
 
