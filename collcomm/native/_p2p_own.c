@@ -85,6 +85,12 @@ static int own_begin(PyObject *held, PyObject *d)
 {
     if (!PyList_Check(held) || PyList_GET_SIZE(held) == 0 || PyList_GET_ITEM(held, 0) != d)
         return 0;
+    if (PyObject_TypeCheck(d, &DeferredType)) {      /* the C fields: directly */
+        if (((Deferred *)d)->waiting)
+            return 0;
+        ((Deferred *)d)->waiting = 1;
+        return 1;
+    }
     PyObject *w = PyObject_GetAttr(d, s_own_waiting);
     if (w == NULL)
         return -1;
@@ -115,7 +121,11 @@ static int own_end(P2P *s, PyObject *held, PyObject *d, int post)
     }
     PyObject *t, *v, *tb;             /* what follows runs whatever happened above */
     PyErr_Fetch(&t, &v, &tb);
-    int bad = PyObject_SetAttr(d, s_own_waiting, Py_False) < 0;
+    int bad = 0;
+    if (PyObject_TypeCheck(d, &DeferredType))
+        ((Deferred *)d)->waiting = 0;
+    else
+        bad = PyObject_SetAttr(d, s_own_waiting, Py_False) < 0;
     s->steal = 0;
     PyObject *n = bad ? NULL : PyObject_GetAttr(s->engine, s_own_stealing);
     int stealing = n == NULL ? -1 : PyObject_IsTrue(n);
@@ -158,8 +168,14 @@ static PyObject *P2P_own(P2P *s, PyObject *d)
     PyObject *args[7] = {NULL, NULL, NULL, NULL, NULL, Py_False, Py_True};
     PyObject *names[5] = {s_own_arr, s_own_local, s_own_utag, s_own_umask, s_own_sig};
     int ok = 1;
-    for (int i = 0; i < 5 && ok; i++)
-        ok = (args[i] = PyObject_GetAttr(d, names[i])) != NULL;
+    if (PyObject_TypeCheck(d, &DeferredType)) {       /* the C fields: directly */
+        Deferred *c = (Deferred *)d;
+        PyObject *fields[5] = {c->arr, c->local, c->utag, c->umask, c->sig};
+        for (int i = 0; i < 5; i++)
+            args[i] = Py_NewRef(fields[i] ? fields[i] : Py_None);
+    } else
+        for (int i = 0; i < 5 && ok; i++)
+            ok = (args[i] = PyObject_GetAttr(d, names[i])) != NULL;
     PyObject *n = ok ? P2P_recv(s, args, 7) : NULL;
     for (int i = 0; i < 5; i++)
         Py_XDECREF(args[i]);
