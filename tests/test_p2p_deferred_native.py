@@ -138,3 +138,45 @@ def test_works_made_and_waited_in_c_match_the_reference() -> None:
     assert r0["retried"] == (True, [10.0])
     assert r0["scope"] == (True, [11.0], True)
     assert r0["plain"] == (True, 1, 8, True, True, [12.0])
+
+
+def _threads() -> dict:
+    import threading
+
+    import collcomm as dist
+
+    me, K, T = dist.get_rank(), 200, 3
+    out: dict = {}
+    if me == 0:
+        # three threads, each receiving its own tag in order, their receives made by irecv
+        # or a batch (in C) and waited in C: the line and the steal between threads hold
+        bad: list = []
+
+        def worker(t: int) -> None:
+            for i in range(K):
+                x = np.zeros(2, np.int64)
+                if i % 3 == 0:
+                    w = dist.batch_isend_irecv([dist.P2POp(dist.irecv, x, 1, tag=t)])[0]
+                else:
+                    w = dist.irecv(x, 1, tag=t)
+                w.wait()
+                if x.tolist() != [t, i]:
+                    bad.append((t, i, x.tolist()))
+
+        ths = [threading.Thread(target=worker, args=(t,)) for t in range(T)]
+        for th in ths:
+            th.start()
+        for th in ths:
+            th.join(60)
+        out["threads"] = ([th.is_alive() for th in ths], bad[:3])
+    else:
+        for i in range(K):
+            for t in range(T):
+                dist.send(np.array([t, i], np.int64), 0, tag=t)
+    dist.barrier()
+    return out
+
+
+def test_threads_waiting_their_own_tags_in_c() -> None:
+    res = run_ranks(_threads, 2, transport="shm", timeout=90)
+    assert res[0]["threads"] == ([False, False, False], []), res[0]
