@@ -72,6 +72,8 @@ class DeferredReceives:
             if upto not in self._deferred:
                 return False
             self._post_before(upto)
+            if not self._deferred or self._deferred[0] is not upto:
+                return False     # posted meanwhile by another thread (see begin_native)
             del self._deferred[0]
             upto.post()
             return True
@@ -83,7 +85,12 @@ class DeferredReceives:
         with self._defer_mutex:
             if d.waiting or d not in self._deferred:   # (waited for in another thread too)
                 return False
+            # _post_before may wait for another thread's native wait to end, letting go of
+            # the mutex: a third thread posting up to its own receive can post d meanwhile
+            # (then d is no longer held: its wait takes the regular path, d.h)
             self._post_before(d)
+            if not self._deferred or self._deferred[0] is not d:
+                return False
             d.waiting = True
             return True
 
