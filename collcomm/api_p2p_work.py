@@ -120,8 +120,7 @@ class SentWork(P2PWork):
     """An ``isend`` the native entry completed at once. ``_rec``: its flight-recorder
     record, "entered" until waited for or tested, as the regular path's is."""
 
-    __slots__ = ("_group", "_peer", "_rec", "_ok")
-    _FROM_C = True        # P2P.batch sets the four slots itself (no __init__ frame)
+    __slots__ = ("_group", "_peer", "_rec", "_ok")   # (P2P.batch/start set them, no __init__)
     name = "isend"
     _exc = None
     _handle = property(lambda self: self)

@@ -11,10 +11,9 @@
  * engine must be open with no peer lost (else None, the same way).
  *
  * Then in order: a send (``op`` not ``irecv``) is written to its ring as P2P.send writes
- * it, its work ``sent(g, peer, rec)`` (a class marked ``_FROM_C``: its slots ``_group``,
- * ``_peer``, ``_rec``, ``_ok`` set here, no __init__ run); a receive becomes ``received(self,
- * g, engine, arr, local, tag, MAX_USER_TAG, sig, rec)`` (core/p2p.py Deferred: its wait
- * receives; a subclass of the C Deferred is made here, as its __init__ would) and
+ * it, its work a ``sent`` (api_p2p_work.SentWork: its slots ``_group``, ``_peer``, ``_rec``,
+ * ``_ok`` set here, no __init__ run); a receive becomes a ``received`` (a subclass of the C
+ * Deferred, made here as core/p2p.py Deferred.__init__ makes it: its wait receives) and
  * joins the engine's ``_deferred`` line, as core/p2p.py ``defer`` does. ``rec``: the
  * flight recorder's "entered" record (``record`` True) as P2P.note makes it. Returns the
  * works of the ops done: all of them, or those before the first send C could not write
@@ -22,20 +21,21 @@
  */
 
 static PyObject *s_b_op, *s_b_tensor, *s_b_peer, *s_b_group, *s_b_tag, *s_b_group_peer,
-    *s_b_dtype, *s_b_slots, *s_b_wgroup, *s_b_wpeer, *s_b_wrec, *s_b_wok;
+    *s_b_dtype, *s_b_wgroup, *s_b_wpeer, *s_b_wrec, *s_b_wok;
+static PyObject *b_user_mask;     /* P2P_USER as an int: an exact receive's user tag mask */
 
 static int batch_names(void)
 {
     struct { PyObject **slot; const char *name; } names[] = {
         {&s_b_op, "op"}, {&s_b_tensor, "tensor"}, {&s_b_peer, "peer"}, {&s_b_group, "group"},
         {&s_b_tag, "tag"}, {&s_b_group_peer, "group_peer"}, {&s_b_dtype, "dtype"},
-        {&s_b_slots, "_FROM_C"}, {&s_b_wgroup, "_group"}, {&s_b_wpeer, "_peer"},
+        {&s_b_wgroup, "_group"}, {&s_b_wpeer, "_peer"},
         {&s_b_wrec, "_rec"}, {&s_b_wok, "_ok"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL)
             return -1;
-    return 0;
+    return (b_user_mask = PyLong_FromUnsignedLongLong(P2P_USER)) == NULL ? -1 : 0;
 }
 
 #define BATCH_MAX 64          /* longer batches take the Python path */
@@ -88,20 +88,27 @@ static int batch_check(P2P *s, PyObject *p, PyObject *irecv, PyObject *ndarray, 
     return fit;
 }
 
-/* sent(g, peer, rec): a SentWork (its four slots set here, without the Python __init__
- * frame) when ``sent`` is a class with those slots, else called */
-static PyObject *batch_sent(PyObject *sent, PyObject *g, PyObject *peer, PyObject *rec)
+/* A SentWork of class ``sent`` (api_p2p_work.py) with its four slots set here, as its
+ * __init__ sets them, without running it */
+static PyObject *batch_sent(PyTypeObject *sent, PyObject *g, PyObject *peer, PyObject *rec)
 {
-    if (!PyType_Check(sent) || !PyObject_HasAttr(sent, s_b_slots)) {
-        PyObject *a[3] = {g, peer, rec};
-        return PyObject_Vectorcall(sent, a, 3, NULL);
-    }
-    PyTypeObject *t = (PyTypeObject *)sent;
-    PyObject *w = t->tp_alloc(t, 0);
+    PyObject *w = sent->tp_alloc(sent, 0);
     if (w == NULL)
         return NULL;
     if (PyObject_SetAttr(w, s_b_wgroup, g) < 0 || PyObject_SetAttr(w, s_b_wpeer, peer) < 0 ||
         PyObject_SetAttr(w, s_b_wrec, rec) < 0 || PyObject_SetAttr(w, s_b_wok, Py_False) < 0)
+        Py_CLEAR(w);
+    return w;
+}
+
+/* A Deferred of class ``cls`` (deferred_make) joining the engine's line ``held``, as
+ * core/p2p.py defer makes and holds it; NULL with an exception. */
+static PyObject *batch_deferred(PyTypeObject *cls, P2P *s, PyObject *held, PyObject *g,
+                                PyObject *arr, PyObject *local, PyObject *tag, PyObject *mask,
+                                PyObject *sig, PyObject *rec)
+{
+    PyObject *w = deferred_make(cls, s, g, arr, local, tag, mask, sig, rec);
+    if (w != NULL && PyList_Append(held, w) < 0)
         Py_CLEAR(w);
     return w;
 }
@@ -117,7 +124,8 @@ static PyObject *P2P_batch(P2P *s, PyObject *const *args, Py_ssize_t nargs)
              *sigs = args[4], *sent = args[5], *received = args[6], *g = args[7];
     int record = args[8] == Py_True && rec_on(&s->rw);
     if (s->paused || s->engine == NULL || !PyDict_Check(sigs) || !PyType_Check(ndarray) ||
-        (!PyList_CheckExact(ops) && !PyTuple_CheckExact(ops)))
+        (!PyList_CheckExact(ops) && !PyTuple_CheckExact(ops)) || !PyType_Check(sent) ||
+        !PyType_Check(received) || !PyType_IsSubtype((PyTypeObject *)received, &DeferredType))
         Py_RETURN_NONE;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(ops);
     if (n == 0 || n > BATCH_MAX)
@@ -166,24 +174,13 @@ static PyObject *P2P_batch(P2P *s, PyObject *const *args, Py_ssize_t nargs)
             goto fail;
         }
         if (b->recv) {
-            PyObject *local = PyLong_FromLong(b->local), *mask = PyLong_FromUnsignedLongLong(P2P_USER);
-            if (local != NULL && mask != NULL) {
-                if (PyType_Check(received) &&
-                    PyType_IsSubtype((PyTypeObject *)received, &DeferredType))
-                    w = deferred_make((PyTypeObject *)received, s, g, b->arr, local, b->tag,
-                                      mask, b->sig, rec);
-                else {
-                    PyObject *a[9] = {(PyObject *)s, g, s->engine, b->arr, local, b->tag, mask,
-                                      b->sig, rec};
-                    w = PyObject_Vectorcall(received, a, 9, NULL);
-                }
-                if (w != NULL && PyList_Append(held, w) < 0)
-                    Py_CLEAR(w);
-            }
+            PyObject *local = PyLong_FromLong(b->local);
+            if (local != NULL)
+                w = batch_deferred((PyTypeObject *)received, s, held, g, b->arr, local, b->tag,
+                                   b_user_mask, b->sig, rec);
             Py_XDECREF(local);
-            Py_XDECREF(mask);
         } else
-            w = batch_sent(sent, g, peer, rec);
+            w = batch_sent((PyTypeObject *)sent, g, peer, rec);
         Py_DECREF(peer);
         if (record)
             Py_DECREF(rec);
@@ -232,9 +229,9 @@ static PyObject *P2P_start(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     if (p == NULL || p2p_tag(s, tag) == 0 || !(recv ? p->has_in : p->has_out))
         Py_RETURN_NONE;
     PyObject *w = NULL, *rec = Py_None;
+    if (!PyType_Check(cls) || (recv && !PyType_IsSubtype((PyTypeObject *)cls, &DeferredType)))
+        Py_RETURN_NONE;
     if (recv) {
-        if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &DeferredType))
-            Py_RETURN_NONE;
         int busy = p2p_engine_busy(s->engine);
         if (busy)
             return busy < 0 ? NULL : Py_NewRef(Py_None);
@@ -243,14 +240,11 @@ static PyObject *P2P_start(P2P *s, PyObject *const *args, Py_ssize_t nargs)
             Py_XDECREF(held);
             return held == NULL ? NULL : Py_NewRef(Py_None);
         }
-        PyObject *mask = nargs == 9 ? Py_NewRef(args[8]) : PyLong_FromUnsignedLongLong(P2P_USER);
-        if (mask != NULL && record)
+        if (record)
             rec = rec_p2p(&s->rw, s_rec_irecv, p->peer, s_rec_entered, rec_now(), 0.0);
-        if (mask != NULL && rec != NULL)
-            w = deferred_make((PyTypeObject *)cls, s, g, arr, local, tag, mask, sig, rec);
-        if (w != NULL && PyList_Append(held, w) < 0)
-            Py_CLEAR(w);
-        Py_XDECREF(mask);
+        if (rec != NULL)
+            w = batch_deferred((PyTypeObject *)cls, s, held, g, arr, local, tag,
+                               nargs == 9 ? args[8] : b_user_mask, sig, rec);
         Py_DECREF(held);
     } else {
         PyObject *sent = P2P_send(s, args + 3, 4);
@@ -261,7 +255,7 @@ static PyObject *P2P_start(P2P *s, PyObject *const *args, Py_ssize_t nargs)
             rec = rec_p2p(&s->rw, s_rec_isend, p->peer, s_rec_entered, rec_now(), 0.0);
         PyObject *peer = rec == NULL ? NULL : PyLong_FromLong(p->peer);
         if (peer != NULL)
-            w = batch_sent(cls, g, peer, rec);
+            w = batch_sent((PyTypeObject *)cls, g, peer, rec);
         Py_XDECREF(peer);
     }
     if (record)

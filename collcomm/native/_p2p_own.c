@@ -1,7 +1,8 @@
 /* P2P.own(d): the native wait of a deferred receive in one call (included by _p2p_type.c,
  * after _p2p_calls.c, whose P2P_recv it calls).
  *
- * ``d`` is a core/p2p.py ``Deferred``: a receive from a peer on this host held in the
+ * ``d`` is a core/p2p.py ``Deferred`` (its fields the C struct of _p2p_deferred.c, read and
+ * set here directly; anything else: False): a receive from a peer on this host held in the
  * engine's posting order (``Engine._deferred``) until its wait. When it is first in that
  * line and no thread waits for it yet, its wait is what Engine.begin_native, P2P.recv
  * (``own`` True) and Engine.end_native do one after the other (engine_deferred.py), here
@@ -12,7 +13,7 @@
  *   marked ``waiting`` (it stays first in line; a thread that must post meanwhile sets
  *   ``steal`` and waits on ``_defer_lock``);
  * - the receive itself: ``recv(d.arr, d.local, d.utag, d.umask, d.sig, False, True)``;
- * - a message received: ``d._done(n)`` (its status), before the mutex is waited for (a
+ * - a message received: its status (``d._done(n)``, in C: deferred_done), before the mutex is waited for (a
  *   Ctrl-C there leaves ``d`` first in line and ``waiting``, with its status);
  * - under the mutex again (waited for): ``d`` out of the line, posted there (``d.post()``)
  *   if C left the message to the regular path, ``waiting`` and ``steal`` cleared, the
@@ -26,19 +27,15 @@
  * requires, exactly as after a failed P2P.recv.
  */
 
-static PyObject *s_own_mutex, *s_own_acquire, *s_own_release, *s_own_waiting,
-    *s_own_arr, *s_own_local, *s_own_utag, *s_own_umask, *s_own_sig, *s_own_remove,
-    *s_own_post, *s_own_stealing, *s_own_lock, *s_own_notify, *s_own_done;
+static PyObject *s_own_mutex, *s_own_acquire, *s_own_release, *s_own_remove,
+    *s_own_post, *s_own_stealing, *s_own_lock, *s_own_notify;
 
 static int own_names(void)
 {
     struct { PyObject **slot; const char *name; } names[] = {
         {&s_own_mutex, "_defer_mutex"}, {&s_own_acquire, "acquire"},
-        {&s_own_release, "release"}, {&s_own_waiting, "waiting"}, {&s_own_arr, "arr"},
-        {&s_own_local, "local"}, {&s_own_utag, "utag"}, {&s_own_umask, "umask"},
-        {&s_own_sig, "sig"}, {&s_own_remove, "remove"}, {&s_own_post, "post"},
+        {&s_own_release, "release"}, {&s_own_remove, "remove"}, {&s_own_post, "post"},
         {&s_own_stealing, "_stealing"}, {&s_own_lock, "_defer_lock"}, {&s_own_notify, "notify_all"},
-        {&s_own_done, "_done"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL)
@@ -79,55 +76,39 @@ static void own_release(PyObject *mutex)
         p2p_release_calling(mutex, s_own_release);
 }
 
-/* Under the mutex: d first in line and not waiting, then marked waiting. 1 taken, 0 not,
- * -1 error. */
-static int own_begin(PyObject *held, PyObject *d)
+/* Under the mutex: d first in line and not waiting, then marked waiting. 1 taken, 0 not. */
+static int own_begin(PyObject *held, Deferred *d)
 {
-    if (!PyList_Check(held) || PyList_GET_SIZE(held) == 0 || PyList_GET_ITEM(held, 0) != d)
+    if (!PyList_Check(held) || PyList_GET_SIZE(held) == 0 ||
+        PyList_GET_ITEM(held, 0) != (PyObject *)d || d->waiting)
         return 0;
-    if (PyObject_TypeCheck(d, &DeferredType)) {      /* the C fields: directly */
-        if (((Deferred *)d)->waiting)
-            return 0;
-        ((Deferred *)d)->waiting = 1;
-        return 1;
-    }
-    PyObject *w = PyObject_GetAttr(d, s_own_waiting);
-    if (w == NULL)
-        return -1;
-    int busy = w != Py_False;
-    Py_DECREF(w);
-    if (busy)
-        return 0;
-    return PyObject_SetAttr(d, s_own_waiting, Py_True) < 0 ? -1 : 1;
+    d->waiting = 1;
+    return 1;
 }
 
 /* Under the mutex: d out of the line (posted if ``post``), waiting and steal cleared, the
  * threads waiting to post woken (Engine.end_native). 0, or -1 with an exception. */
-static int own_end(P2P *s, PyObject *held, PyObject *d, int post)
+static int own_end(P2P *s, PyObject *held, Deferred *d, int post)
 {
     int rc = 0;
     PyObject *r;
-    if (PyList_Check(held) && PyList_GET_SIZE(held) > 0 && PyList_GET_ITEM(held, 0) == d)
+    if (PyList_Check(held) && PyList_GET_SIZE(held) > 0 && PyList_GET_ITEM(held, 0) == (PyObject *)d)
         rc = PySequence_DelItem(held, 0);
     else {
-        r = PyObject_CallMethodOneArg(held, s_own_remove, d);
+        r = PyObject_CallMethodOneArg(held, s_own_remove, (PyObject *)d);
         rc = r == NULL ? -1 : 0;
         Py_XDECREF(r);
     }
     if (rc == 0 && post) {
-        r = PyObject_CallMethodNoArgs(d, s_own_post);
+        r = PyObject_CallMethodNoArgs((PyObject *)d, s_own_post);
         rc = r == NULL ? -1 : 0;
         Py_XDECREF(r);
     }
     PyObject *t, *v, *tb;             /* what follows runs whatever happened above */
     PyErr_Fetch(&t, &v, &tb);
-    int bad = 0;
-    if (PyObject_TypeCheck(d, &DeferredType))
-        ((Deferred *)d)->waiting = 0;
-    else
-        bad = PyObject_SetAttr(d, s_own_waiting, Py_False) < 0;
+    d->waiting = 0;
     s->steal = 0;
-    PyObject *n = bad ? NULL : PyObject_GetAttr(s->engine, s_own_stealing);
+    PyObject *n = PyObject_GetAttr(s->engine, s_own_stealing);
     int stealing = n == NULL ? -1 : PyObject_IsTrue(n);
     Py_XDECREF(n);
     if (stealing > 0) {
@@ -147,8 +128,9 @@ static int own_end(P2P *s, PyObject *held, PyObject *d, int post)
 
 static PyObject *P2P_own(P2P *s, PyObject *d)
 {
-    if (s->engine == NULL || s->paused)
+    if (s->engine == NULL || s->paused || !PyObject_TypeCheck(d, &DeferredType))
         Py_RETURN_FALSE;
+    Deferred *c = (Deferred *)d;
     PyObject *held = PyObject_GetAttr(s->engine, s_p2p_deferred);
     PyObject *mutex = held == NULL ? NULL : PyObject_GetAttr(s->engine, s_own_mutex);
     PyObject *result = NULL;
@@ -159,45 +141,29 @@ static PyObject *P2P_own(P2P *s, PyObject *d)
         result = got < 0 ? NULL : Py_NewRef(Py_False);
         goto done;
     }
-    int begun = own_begin(held, d);
+    int begun = own_begin(held, c);
     own_release(mutex);
-    if (begun <= 0) {
-        result = begun < 0 ? NULL : Py_NewRef(Py_False);
+    if (!begun) {
+        result = Py_NewRef(Py_False);
         goto done;
     }
-    PyObject *args[7] = {NULL, NULL, NULL, NULL, NULL, Py_False, Py_True};
-    PyObject *names[5] = {s_own_arr, s_own_local, s_own_utag, s_own_umask, s_own_sig};
-    int ok = 1;
-    if (PyObject_TypeCheck(d, &DeferredType)) {       /* the C fields: directly */
-        Deferred *c = (Deferred *)d;
-        PyObject *fields[5] = {c->arr, c->local, c->utag, c->umask, c->sig};
-        for (int i = 0; i < 5; i++)
-            args[i] = Py_NewRef(fields[i] ? fields[i] : Py_None);
-    } else
-        for (int i = 0; i < 5 && ok; i++)
-            ok = (args[i] = PyObject_GetAttr(d, names[i])) != NULL;
-    PyObject *n = ok ? P2P_recv(s, args, 7) : NULL;
+    PyObject *args[7] = {c->arr, c->local, c->utag, c->umask, c->sig, Py_False, Py_True};
     for (int i = 0; i < 5; i++)
-        Py_XDECREF(args[i]);
+        args[i] = Py_NewRef(args[i] ? args[i] : Py_None);
+    PyObject *n = P2P_recv(s, args, 7);
+    for (int i = 0; i < 5; i++)
+        Py_DECREF(args[i]);
     if (n == NULL)
         goto done;                    /* still first in line and waiting: the caller ends it */
-    if (PyLong_Check(n)) {            /* received: d's status first (d._done), so a Ctrl-C */
-        PyObject *st;                 /* while we take the mutex cannot lose the message */
-        if (PyObject_TypeCheck(d, &DeferredType))
-            st = deferred_done((Deferred *)d, n) < 0 ? NULL : Py_NewRef(Py_None);
-        else
-            st = PyObject_CallMethodOneArg(d, s_own_done, n);
-        Py_XDECREF(st);
-        if (st == NULL) {
-            Py_DECREF(n);
-            goto done;
-        }
+    if (PyLong_Check(n) && deferred_done(c, n) < 0) {   /* received: d's status first, so a */
+        Py_DECREF(n);                 /* Ctrl-C while we take the mutex cannot lose the message */
+        goto done;
     }
     if (own_acquire(mutex) < 0) {
         Py_DECREF(n);
         goto done;
     }
-    int bad = own_end(s, held, d, n == Py_None);
+    int bad = own_end(s, held, c, n == Py_None);
     own_release(mutex);
     if (bad)
         Py_DECREF(n);
