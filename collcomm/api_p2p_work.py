@@ -24,8 +24,7 @@ import numpy as np
 from .buffers import Buf, as_output
 from .core import p2p as core_p2p
 from .core.group import ProcessGroup
-from .core.recorder import _perf
-from .core.recorder_records import COMPLETED, ENTERED, R_PSTATE, R_PT1
+from .core.recorder_records import ENTERED, R_PSTATE
 from .errors import CollcommError, MismatchError, with_context
 from .transport.base import Handle, Status
 
@@ -131,7 +130,7 @@ class SentWork(P2PWork):
     def wait(self, timeout: float | None = None) -> bool:
         rec = self._rec
         if rec is not None and rec[R_PSTATE] == ENTERED:
-            rec[R_PSTATE], rec[R_PT1] = COMPLETED, _perf()   # (core_p2p.finished, inline)
+            core_p2p.finished(rec, True)
         self._ok = True
         return True
 

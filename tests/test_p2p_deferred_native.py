@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.timeout(120),
               pytest.mark.skipif(native.core is None, reason=f"native core: {native.reason}")]
 
 FIELDS = ("utag", "umask", "sig", "tag", "limit", "local", "h", "req", "status", "exc",
-          "waiting", "_work", "_ok", "_exc", "rec")
+          "waiting", "_ok", "_exc", "rec")
 
 
 def _works() -> dict:
@@ -121,7 +121,7 @@ def test_works_made_and_waited_in_c_match_the_reference() -> None:
     for rank, out in enumerate(res):
         c, start, py, same_f, same_g, same_eng, same_arr, line = out["fields"]
         assert c == start == py, (c, start, py)
-        assert c[FIELDS.index("_work")] is True and c[FIELDS.index("waiting")] is False
+        assert c[FIELDS.index("waiting")] is False and c[FIELDS.index("_ok")] is False
         assert c[FIELDS.index("rec")] == "list"
         assert same_f and same_g and same_eng and same_arr and line, out["fields"]
         other = 1 - rank

@@ -197,7 +197,7 @@ class Deferred(deferred_fields(), Handle):  # type: ignore[misc]
         self.status: Status | None = None
         self.exc: BaseException | None = None
         self.waiting = False        # its wait is receiving natively (Engine.begin_native)
-        self._work, self._ok, self._exc = self._IS_WORK, False, None
+        self._ok, self._exc = False, None
 
     def post(self) -> None:
         """Post it in the engine (the regular path's receive); called in posting order,

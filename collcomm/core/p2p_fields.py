@@ -19,7 +19,7 @@ class _DeferredFields:
     (native/_p2p_deferred.c) has the same fields and does the wait's common case itself."""
 
     __slots__ = ("f", "g", "eng", "arr", "local", "utag", "umask", "sig", "tag", "limit", "rec",
-                 "h", "req", "status", "exc", "waiting", "_exc", "_work", "_ok")
+                 "h", "req", "status", "exc", "waiting", "_exc", "_ok")
 
     def wait(self, timeout: float | None = None) -> Any:
         return self._wait(timeout)  # type: ignore[attr-defined]

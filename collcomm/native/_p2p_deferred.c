@@ -25,7 +25,6 @@ typedef struct {
     PyObject *f, *g, *eng, *arr, *local, *utag, *umask, *sig, *tag, *limit, *rec, *h, *req,
         *status, *exc, *work_exc;
     char waiting;      /* its wait receives natively (Engine.begin_native) */
-    char work;         /* a functional-API RecvWork: wait() returns True, sizes checked */
     char ok;           /* (RecvWork) waited for, the size right */
 } Deferred;
 
@@ -113,10 +112,23 @@ static int deferred_done(Deferred *d, PyObject *n)
     return 0;
 }
 
+/* A functional-API RecvWork (its class's ``_IS_WORK``): wait() returns True, the byte
+ * count checked. 1, 0, or -1 with an exception. */
+static int d_is_work(Deferred *d)
+{
+    PyObject *is_work = PyObject_GetAttr((PyObject *)Py_TYPE(d), s_d_is_work);
+    int work = is_work == NULL ? -1 : PyObject_IsTrue(is_work);
+    Py_XDECREF(is_work);
+    return work;
+}
+
 /* The common case; NULL with no exception set: not taken (the caller calls _wait). */
 static PyObject *d_fast(Deferred *d)
 {
-    if (d->work) {
+    int work = d_is_work(d);
+    if (work < 0)
+        return NULL;
+    if (work) {
         if (d->ok)
             Py_RETURN_TRUE;
     } else if (!d_none(d->status))
@@ -139,7 +151,7 @@ static PyObject *d_fast(Deferred *d)
         Py_DECREF(n);                                /* (posted): _wait's general path */
         return NULL;
     }
-    if (!d->work) {
+    if (!work) {
         Py_DECREF(n);
         return Py_NewRef(d->status);
     }
@@ -180,11 +192,6 @@ static PyObject *deferred_make(PyTypeObject *cls, P2P *s, PyObject *g, PyObject 
                                PyObject *local, PyObject *utag, PyObject *umask, PyObject *sig,
                                PyObject *rec)
 {
-    PyObject *is_work = PyObject_GetAttr((PyObject *)cls, s_d_is_work);
-    int work = is_work == NULL ? -1 : PyObject_IsTrue(is_work);
-    Py_XDECREF(is_work);
-    if (work < 0)
-        return NULL;
     PyObject *limit = d_current_timeout(g);
     PyObject *tag = limit == NULL ? NULL
         : PyLong_FromUnsignedLongLong(s->tag_base | (PyLong_AsUnsignedLongLong(utag) & P2P_USER));
@@ -205,7 +212,6 @@ static PyObject *deferred_make(PyTypeObject *cls, P2P *s, PyObject *g, PyObject 
     d->rec = Py_NewRef(rec);
     d->tag = tag;
     d->limit = limit;
-    d->work = (char)work;
     return (PyObject *)d;
 }
 
@@ -273,7 +279,6 @@ static PyMemberDef Deferred_members[] = {
     {"exc", T_OBJECT, offsetof(Deferred, exc), 0, NULL},
     {"_exc", T_OBJECT, offsetof(Deferred, work_exc), 0, "(RecvWork) the wait's error, kept"},
     {"waiting", T_BOOL, offsetof(Deferred, waiting), 0, NULL},
-    {"_work", T_BOOL, offsetof(Deferred, work), 0, NULL},
     {"_ok", T_BOOL, offsetof(Deferred, ok), 0, NULL},
     {NULL, 0, 0, 0, NULL},
 };
