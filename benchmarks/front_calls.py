@@ -58,6 +58,10 @@ def main() -> None:
         ("reduce functional", lambda: dist.reduce(x, dst=0)),
         ("reduce MPI", lambda: comm.Reduce(MPI.IN_PLACE if me == 0 else x, x if me == 0 else None,
                                            MPI.SUM, 0)),
+        ("all_reduce functional", lambda: dist.all_reduce(x)),
+        ("all_reduce async+wait functional", lambda: dist.all_reduce(x, async_op=True).wait()),
+        ("Iallreduce+Wait MPI", lambda: comm.Iallreduce(MPI.IN_PLACE, y).Wait()),
+        ("broadcast async+wait functional", lambda: dist.broadcast(x, src=0, async_op=True).wait()),
     ]
     if n > 1:
         arena = world.run("front_calls", lambda c: c.arena())

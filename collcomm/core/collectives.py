@@ -35,6 +35,9 @@ from .group import ProcessGroup
 from .work import Work
 
 After = Callable[[], None] | None
+#: the same call through the group's fast call (core/fastpath.py), which a queued
+#: asynchronous call tries first (True: done; None: declined, the regular path runs)
+FastCall = Callable[[Any], Any] | None
 
 __all__ = ["all_gather", "all_reduce", "all_to_all", "barrier", "broadcast", "gather", "reduce",
            "reduce_scatter", "scatter"]
@@ -56,14 +59,22 @@ def _same_dtype(g: ProcessGroup, name: str, a: np.ndarray, b: np.ndarray) -> Non
                              "they must be the same dtype", "dtype")
 
 
+def _plain(algorithm: str, dtype: Any, arr: np.ndarray, *extra: Any) -> bool:
+    """Whether an asynchronous call may try the fast call: the plan's algorithm, the
+    arrays' own dtype, nothing to do after the family (no AVG, no ``after``)."""
+    return (algorithm == "auto" and (dtype is None or dtype is arr.dtype
+                                     or (isinstance(dtype, np.dtype) and dtype == arr.dtype))
+            and not any(extra))
+
+
 def _size(g: ProcessGroup, name: str, what: str, arr: np.ndarray, expected: int) -> None:
     if arr.size != expected:
         raise _fail(g, name, f"{what} has {arr.size} elements, expected {expected}", "count")
 
 
 def _run(g: ProcessGroup, name: str, body: Callable[[GroupComm], None], async_op: bool,
-         sig: int) -> Work | None:
-    work = g.run(name, body, async_op, sig=sig)
+         sig: int, nbytes: int, fast_call: FastCall = None) -> Work | None:
+    work = g.run(name, body, async_op, sig=sig, nbytes=nbytes, fast_call=fast_call)
     return work if async_op else None  # type: ignore[return-value]
 
 
@@ -83,7 +94,9 @@ def broadcast(g: ProcessGroup, buf: np.ndarray, root: int, *, dtype: Any = None,
         if after is not None:
             after()
 
-    return _run(g, name, body, async_op, sig)
+    fast_call = ((lambda f: f.broadcast(buf, root, name))
+                 if async_op and _plain(algorithm, dtype, buf, after) else None)
+    return _run(g, name, body, async_op, sig, buf.nbytes, fast_call)
 
 
 def all_reduce(g: ProcessGroup, buf: np.ndarray, op: Any = ops.ReduceOp.SUM, *,
@@ -107,7 +120,9 @@ def all_reduce(g: ProcessGroup, buf: np.ndarray, op: Any = ops.ReduceOp.SUM, *,
         if after is not None:
             after()
 
-    return _run(g, name, body, async_op, sig)
+    fast_call = ((lambda f: f.all_reduce(buf, buf, op, name))
+                 if async_op and _plain(algorithm, dtype, buf, avg, after) else None)
+    return _run(g, name, body, async_op, sig, buf.nbytes, fast_call)
 
 
 def reduce(g: ProcessGroup, send: np.ndarray, recv: np.ndarray | None, op: Any, root: int, *,
@@ -137,7 +152,9 @@ def reduce(g: ProcessGroup, send: np.ndarray, recv: np.ndarray | None, op: Any, 
         if after is not None:
             after()
 
-    return _run(g, name, body, async_op, sig)
+    fast_call = ((lambda f: f.reduce(send, recv if is_root else None, op, root, name))
+                 if async_op and _plain(algorithm, dtype, send, avg, after) else None)
+    return _run(g, name, body, async_op, sig, send.nbytes, fast_call)
 
 
 def all_gather(g: ProcessGroup, send: np.ndarray, recv: np.ndarray, *, dtype: Any = None,
@@ -156,7 +173,9 @@ def all_gather(g: ProcessGroup, send: np.ndarray, recv: np.ndarray, *, dtype: An
         if after is not None:
             after()
 
-    return _run(g, name, body, async_op, sig)
+    fast_call = ((lambda f: f.all_gather(send, recv, name))
+                 if async_op and _plain(algorithm, dtype, send, after) else None)
+    return _run(g, name, body, async_op, sig, recv.nbytes, fast_call)
 
 
 def gather(g: ProcessGroup, send: np.ndarray, recv: np.ndarray | None, root: int, *,
@@ -179,7 +198,9 @@ def gather(g: ProcessGroup, send: np.ndarray, recv: np.ndarray | None, root: int
         if after is not None:
             after()
 
-    return _run(g, name, body, async_op, sig)
+    fast_call = ((lambda f: f.gather(send, recv if is_root else None, root, name))
+                 if async_op and _plain(algorithm, dtype, send, after) else None)
+    return _run(g, name, body, async_op, sig, send.nbytes * g.size, fast_call)
 
 
 def scatter(g: ProcessGroup, send: np.ndarray | None, recv: np.ndarray, root: int, *,
@@ -203,7 +224,9 @@ def scatter(g: ProcessGroup, send: np.ndarray | None, recv: np.ndarray, root: in
         if after is not None:
             after()
 
-    return _run(g, name, body, async_op, sig)
+    fast_call = ((lambda f: f.scatter(send if is_root else None, recv, root, name))
+                 if async_op and _plain(algorithm, dtype, recv, after) else None)
+    return _run(g, name, body, async_op, sig, recv.nbytes * g.size, fast_call)
 
 
 def reduce_scatter(g: ProcessGroup, send: np.ndarray, recv: np.ndarray, op: Any = ops.ReduceOp.SUM,
@@ -227,7 +250,9 @@ def reduce_scatter(g: ProcessGroup, send: np.ndarray, recv: np.ndarray, op: Any 
         if after is not None:
             after()
 
-    return _run(g, name, body, async_op, sig)
+    fast_call = ((lambda f: f.reduce_scatter(send, recv, op, name))
+                 if async_op and _plain(algorithm, dtype, recv, avg, after) else None)
+    return _run(g, name, body, async_op, sig, send.nbytes, fast_call)
 
 
 def all_to_all(g: ProcessGroup, send: np.ndarray, send_counts: Sequence[int], recv: np.ndarray,
@@ -253,14 +278,16 @@ def all_to_all(g: ProcessGroup, send: np.ndarray, send_counts: Sequence[int], re
         if after is not None:
             after()
 
-    return _run(g, name, body, async_op, sig)
+    return _run(g, name, body, async_op, sig, send.nbytes + recv.nbytes)
 
 
 def barrier(g: ProcessGroup, *, async_op: bool = False, algorithm: str = "auto",
             name: str = "barrier", timeout: float | None = None) -> Work | None:
     """Return only when every rank of the group has entered."""
     family = g.plan.algorithm("barrier", 0, algorithm)
-    work = g.run(name, family, async_op, timeout, sig=signature.make("barrier"))
+    fast_call = (lambda f: f.barrier(name)) if async_op and algorithm == "auto" else None
+    work = g.run(name, family, async_op, timeout, sig=signature.make("barrier"), nbytes=0,
+                 fast_call=fast_call)
     return work if async_op else None  # type: ignore[return-value]
 
 

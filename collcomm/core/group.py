@@ -5,8 +5,9 @@ context id (``ctx``) that no other live group shares. Every collective call take
 sequence number of its group, so its messages carry ``tag = ctx | seq`` and never mix with
 another call's, another group's or user point-to-point traffic (which uses its own tag
 space under the same ``ctx``). Calls run in program order: synchronous ones inline in the
-caller's thread, ``async_op=True`` ones on the group's worker thread; a synchronous call
-first waits for the group's pending asynchronous ones.
+caller's thread, ``async_op=True`` ones queued in order and run by whoever needs them
+first, the caller waiting for them or the group's worker (:mod:`.async_calls`); a
+synchronous call first runs or waits for the group's pending asynchronous ones.
 
 Tag layout: :mod:`.tags`. The comm a call's algorithm runs on: :mod:`.call_comm`;
 ``call_timeout`` scopes: :mod:`.timeouts`.
@@ -16,7 +17,6 @@ from __future__ import annotations
 import itertools
 import mmap
 import os
-import queue
 import threading
 from typing import Any, Callable, Sequence, TypeVar
 
@@ -26,6 +26,7 @@ from ..algorithms import signature
 from ..errors import CollcommError, InvalidArgumentError, with_context
 from ..transport.base import ANY_SOURCE, Handle, Transport
 from . import fastpath
+from .async_calls import AsyncCalls, queued_call
 from .call_comm import GroupComm, TimedHandle, as_bytes
 from .plan import CallPlan
 from .recorder import _P2PHandle, observer_for
@@ -68,9 +69,8 @@ class ProcessGroup:
         self._tag_base = ctx << CTX_SHIFT
         self._splits = 0
         self._lock = threading.Lock()
-        self._queue: "queue.Queue[tuple[Work, Callable[[], Any]] | None]" = queue.Queue()
-        self._worker: threading.Thread | None = None
-        self._pending: list[Work] = []
+        self.async_calls = AsyncCalls(name)
+        self._pending = False   # async calls were made since the last drain
         self._closed = False
         self._arena: Any = None
         self._allocs = 0
@@ -128,14 +128,33 @@ class ProcessGroup:
             raise with_context(exc, f"{collective} on {self._description}") from exc
 
     def run(self, collective: str, body: Callable[[GroupComm], T], async_op: bool = False,
-            timeout: float | None = None, sig: int = 0) -> T | Work:
+            timeout: float | None = None, sig: int = 0, nbytes: int = -1,
+            fast_call: Callable[[Any], Any] | None = None) -> T | Work:
         """Run ``body(comm)`` as one collective call, in program order.
 
         Errors from the transport are re-raised with the collective, group and rank named.
-        Returns ``body``'s result, or a :class:`Work` if ``async_op``.
+        Returns ``body``'s result, or a :class:`Work` if ``async_op``: then ``nbytes``, the
+        call's size, tells the queue whether to hand it to the worker at once, and
+        ``fast_call(fast)``, if given, is the same call through the group's fast call
+        (tried first when it runs; it declines what it does not take).
         """
         if self._closed:
             raise CollcommError(f"{collective}: {self.describe()} was destroyed")
+        if async_op:
+            with self._lock:    # the tag and the place in the queue in one step: same order
+                work, call = queued_call(self, collective, body, timeout, sig, fast_call)
+                self._pending = True
+                if self.fast is not None:
+                    self.fast.paused = 1   # until drained: calls keep program order the regular way
+                self.async_calls.submit(work, call, nbytes)
+            return work
+        self.drain()
+        return self._bound(collective, body, timeout, sig)()
+
+    def _bound(self, collective: str, body: Callable[[GroupComm], T], timeout: float | None,
+               sig: int) -> Callable[[], T]:
+        """``body`` bound to the comm of one call (its tag the group's next), recorded, its
+        errors naming the call."""
         comm = GroupComm(self, self._next_tag(),
                          current_timeout(self.timeout) if timeout is None else timeout, sig)
         if self.observer is not None:
@@ -147,44 +166,19 @@ class ProcessGroup:
             except CollcommError as exc:
                 raise with_context(exc, f"{collective} on {self._description}") from exc
 
-        if async_op:
-            work = Work(collective, self, comm._tag)
-            self._submit(work, call)
-            return work
-        self.drain()
-        return call()
-
-    def _submit(self, work: Work, fn: Callable[[], Any]) -> None:
-        with self._lock:
-            self._pending = [w for w in self._pending if not w.is_completed()]
-            self._pending.append(work)
-            if self.fast is not None:
-                self.fast.paused = 1   # until drained: calls keep program order the regular way
-            if self._worker is None:
-                self._worker = threading.Thread(target=self._work_loop, daemon=True,
-                                                name=f"collcomm-{self.name}")
-                self._worker.start()
-        self._queue.put((work, fn))
-
-    def _work_loop(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            work, fn = item
-            work._run(fn)
+        return call
 
     def drain(self) -> None:
-        """Wait until every asynchronous call submitted so far has finished (errors stay in their Work)."""
+        """Run or wait for every asynchronous call submitted so far (errors stay in their Work)."""
         if not self._pending:
             return
+        calls = self.async_calls
+        calls.run_through()
         with self._lock:
-            pending, self._pending = self._pending, []
-        for w in pending:
-            w._done.wait()
-        fast = self.fast
-        if fast is not None and not self._pending:
-            fast.paused = 0
+            if not calls.queued():     # none submitted meanwhile by another thread
+                self._pending = False
+                if self.fast is not None:
+                    self.fast.paused = 0
 
     # -- the shared-memory arena ---------------------------------------------------------------
     def _get_arena(self, comm: GroupComm) -> Any:
@@ -388,9 +382,7 @@ class ProcessGroup:
         if self.fast is not None:
             self.fast.close()
             self.fast = None
-        if self._worker is not None:
-            self._queue.put(None)
-            self._worker.join(timeout=5)
+        self.async_calls.close()
         if self._arena is not None:
             self._arena.close()
             self._arena = None

@@ -255,12 +255,21 @@ class Observer:
         self.done = rec
         return out
 
-    def wrap(self, comm: Any, collective: str, body: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        """``body`` recorded (ProcessGroup.run's path: entered now, completed when it runs)."""
-        code, lasti = caller(2)
-        rec = (self.index, comm._tag, collective, comm.sig, id(family_of(body)), code, lasti,
-               _perf())
+    def enter(self, tag: int, sig: int, collective: str, body: Callable[[Any], Any],
+              depth: int = 2) -> tuple:
+        """The record of a call entered now (appended), whose family ``body`` runs; its
+        caller is looked for from ``depth`` frames above ours."""
+        code, lasti = caller(depth + 1)
+        rec = (self.index, tag, collective, sig, id(family_of(body)), code, lasti, _perf())
         self.append(rec)
+        return rec
+
+    def wrap(self, comm: Any, collective: str, body: Callable[[Any], Any],
+             rec: tuple | None = None) -> Callable[[Any], Any]:
+        """``body`` recorded (ProcessGroup.run's path: entered now, or at ``rec``, and
+        completed when it runs)."""
+        if rec is None:
+            rec = self.enter(comm._tag, comm.sig, collective, body, 3)
 
         def observed(c: Any) -> Any:
             if self.extra:

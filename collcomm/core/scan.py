@@ -50,7 +50,7 @@ def _prefix(g: ProcessGroup, send: np.ndarray, recv: np.ndarray, op: Any, exclus
         if after is not None:
             after()
 
-    work = g.run(name, body, async_op, sig=sig)
+    work = g.run(name, body, async_op, sig=sig, nbytes=send.nbytes)
     return work if async_op else None  # type: ignore[return-value]
 
 

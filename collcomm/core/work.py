@@ -12,8 +12,9 @@ from ..errors import CollcommError, CommTimeoutError
 class Work:
     """A collective started in the background. ``wait()`` re-raises its error, if any.
 
-    ``_lock`` (a leaf) guards the result and the callback list; callbacks are user code and
-    run after it is released: on the thread that finishes the work (the group's worker),
+    ``_lock`` (a leaf) guards the result, the callback list and ``_event`` (made only
+    when a thread must block for the call: most are waited for by the thread that ran
+    them, see core/async_calls.py); callbacks are user code and run after it is released: on the thread that finishes the work (the group's worker),
     or on the caller of ``then`` when the work is already done. One that raises on the
     worker is reported on stderr and stops neither the other callbacks nor the worker.
     """
@@ -23,7 +24,8 @@ class Work:
         self._group, self._tag = group, tag   # the call's group and tag (its sequence number)
         self._started = False
         self._lock = threading.Lock()
-        self._done = threading.Event()
+        self.done = False                       # finished (read without the lock)
+        self._event: threading.Event | None = None
         self._result: Any = None
         self._exc: BaseException | None = None
         self._callbacks: list[Callable[["Work"], None]] = []
@@ -31,11 +33,14 @@ class Work:
     # -- producer side -------------------------------------------------------------
     def _finish(self, result: Any = None, exc: BaseException | None = None) -> None:
         with self._lock:
-            if self._done.is_set():
+            if self.done:
                 return
             self._result, self._exc = result, exc
             callbacks, self._callbacks = self._callbacks, []
-            self._done.set()
+            self.done = True
+            event = self._event
+        if event is not None:
+            event.set()
         for cb in callbacks:
             try:
                 cb(self)
@@ -54,14 +59,32 @@ class Work:
 
     # -- consumer side -------------------------------------------------------------
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until the operation finished; raise its error. Returns True (torch)."""
-        if not self._done.wait(timeout):
+        """Block until the operation finished; raise its error. Returns True (torch).
+
+        Without a timeout, a call still queued runs here, on this thread, with the group's
+        calls queued before it (core/async_calls.py); with one, the group's worker runs it."""
+        if not self.done and self._group is not None:
+            if timeout is None:
+                self._group.async_calls.run_through(self)
+            else:
+                self._group.async_calls.hand_off()
+        if not self.done and not self._block(timeout):
             raise self._timeout_error(timeout)
         if self._exc is not None:
             if isinstance(self._exc, CollcommError):
                 raise self._exc
             raise CollcommError(f"{self.name} failed: {self._exc!r}") from self._exc
         return True
+
+    def _block(self, timeout: float | None = None) -> bool:
+        """Wait for another thread to finish the call; whether it did within ``timeout``."""
+        with self._lock:
+            if self.done:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
 
     def _timeout_error(self, timeout: float | None) -> CommTimeoutError:
         """What a timed-out wait raises: the call, its group and this rank, whether it is
@@ -100,10 +123,15 @@ class Work:
         return fr.missing_report(obs, rec, states)
 
     def is_completed(self) -> bool:
-        return self._done.is_set()
+        """Whether it finished; if not, the group's worker runs it now (someone polls)."""
+        if self.done:
+            return True
+        if self._group is not None:
+            self._group.async_calls.hand_off()
+        return False
 
     def is_success(self) -> bool:
-        return self._done.is_set() and self._exc is None
+        return self.done and self._exc is None
 
     def exception(self) -> BaseException | None:
         return self._exc
@@ -114,12 +142,18 @@ class Work:
         return self._result
 
     def then(self, callback: Callable[["Work"], None]) -> None:
-        """Call ``callback(work)`` when done (at once, on this thread, if already done)."""
+        """Call ``callback(work)`` when done (at once, on this thread, if already done);
+        a call still queued is handed to the group's worker now."""
         with self._lock:
-            if not self._done.is_set():
+            if not self.done:
                 self._callbacks.append(callback)
-                return
-        callback(self)
+                queued = True
+            else:
+                queued = False
+        if not queued:
+            callback(self)
+        elif self._group is not None:
+            self._group.async_calls.hand_off()
 
 
 def completed_work(name: str, result: Any = None) -> Work:

@@ -57,7 +57,12 @@ typedef struct {
     Py_ssize_t bcast_cma;       /* > 0: a broadcast of this many bytes or more goes split by CMA */
     Py_ssize_t scatter_cma;     /* > 0: a scatter of this many bytes or more (n blocks) too */
     unsigned long long cma_key; /* ... announced with this SHARED word (arena_layout.CMA) */
-    int paused;                 /* > 0: every call takes the regular path */
+    int paused;                 /* > 0: every call takes the regular path, */
+    unsigned long exec_thread;  /* ... but this thread's (PyThread ident; 0: none), which
+                                 * runs the group's queued async calls (core/async_calls.py)
+                                 * and may then give the call's tag and record: */
+    PyObject *exec_tag;         /* the tag its queued call took (NULL/None: the next one) */
+    PyObject *exec_rec;         /* ... and its record, appended then (NULL/None: make one) */
     int n_ops;
     FastOp ops[FAST_OPS];
     unsigned long long calls;   /* calls run here (tests check the path) */
@@ -138,9 +143,21 @@ static FastOp *fast_op(Fast *s, PyObject *op, int dt)
  * record, the group whose timeout applies (the Core's timeout_of, until fast_end).
  * Returns the tag (new reference) and sets *rec (new reference or NULL when recording
  * is off); NULL with an exception on error. */
+static inline int fast_is_exec(Fast *s)
+{
+    return s->exec_thread != 0 && s->exec_thread == PyThread_get_thread_ident();
+}
+
 static PyObject *fast_begin(Fast *s, PyObject *name, uint64_t sig, int fc, PyObject **rec)
 {
     *rec = NULL;
+    if (s->exec_tag != NULL && s->exec_tag != Py_None && fast_is_exec(s)) {
+        if (s->exec_rec != NULL && s->exec_rec != Py_None && rec_on(&s->rw))
+            *rec = Py_NewRef(s->exec_rec);
+        if (s->core != Py_None)
+            ((Core *)s->core)->timeout_of = s->group;
+        return Py_NewRef(s->exec_tag);
+    }
     PyObject *n = PyIter_Next(s->seq);
     if (n == NULL) {
         if (!PyErr_Occurred())
@@ -235,7 +252,7 @@ static PyObject *fast_end(Fast *s, PyObject *status, PyObject *rec, PyObject *ta
 
 static inline int fast_open(Fast *s)
 {
-    return s->paused == 0 && fast_timeout_scopes == 0;
+    return (s->paused == 0 || fast_is_exec(s)) && fast_timeout_scopes == 0;
 }
 
 /* Core collectives take (arena, ..., sig, ...) as Python objects; call one with the

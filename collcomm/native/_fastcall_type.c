@@ -69,6 +69,8 @@ static int Fast_traverse(Fast *self, visitproc visit, void *arg)
     Py_VISIT(self->hooks);
     rec_traverse(&self->rw, visit, arg);
     Py_VISIT(self->observer);
+    Py_VISIT(self->exec_tag);
+    Py_VISIT(self->exec_rec);
     for (int i = 0; i < self->n_ops; i++)
         Py_VISIT(self->ops[i].op);
     return 0;
@@ -83,6 +85,9 @@ static int Fast_clear(Fast *self)
     Py_CLEAR(self->hooks);
     rec_clear(&self->rw);
     Py_CLEAR(self->observer);
+    Py_CLEAR(self->exec_tag);
+    Py_CLEAR(self->exec_rec);
+    self->exec_thread = 0;
     for (int i = 0; i < N_FC; i++)
         Py_CLEAR(self->algo_id[i]);
     for (int i = 0; i < self->n_ops; i++)
@@ -115,6 +120,23 @@ static PyObject *mod_timeout_scope(PyObject *m, PyObject *arg)
     return PyLong_FromLong(fast_timeout_scopes);
 }
 
+/* record(tag, name, sig, algo_id): a collective's record made and appended now, as the
+ * fast call makes its own (the caller found by the C walk), or None when records are
+ * off: what a queued asynchronous call records when it is made (core/group.py). */
+static PyObject *Fast_record(Fast *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "record(tag, name, sig, algo_id)");
+        return NULL;
+    }
+    if (!rec_on(&self->rw))
+        Py_RETURN_NONE;
+    uint64_t sig = PyLong_AsUnsignedLongLongMask(args[2]);
+    if (sig == (uint64_t)-1 && PyErr_Occurred())
+        return NULL;
+    return rec_collective(&self->rw, args[0], args[1], sig, args[3]);
+}
+
 #define FASTM(name, doc) {#name, (PyCFunction)(void (*)(void))Fast_##name, METH_FASTCALL, doc}
 static PyMethodDef Fast_methods[] = {
     FASTM(all_reduce, "all_reduce(send, recv, op, name) -> True | None"),
@@ -126,6 +148,7 @@ static PyMethodDef Fast_methods[] = {
     FASTM(gather, "gather(send, recv or None, root, name) -> True | None"),
     FASTM(scatter, "scatter(send or None, recv, root, name) -> True | None"),
     FASTM(all_to_all, "all_to_all(send, recv, name) -> True | None (equal blocks)"),
+    FASTM(record, "record(tag, name, sig, algo_id) -> the record appended, or None (records off)"),
     {"close", (PyCFunction)Fast_close, METH_NOARGS,
      "drop every reference; later calls take the regular path"},
     {NULL, NULL, 0, NULL},
@@ -133,6 +156,12 @@ static PyMethodDef Fast_methods[] = {
 
 static PyMemberDef Fast_members[] = {
     {"paused", T_INT, offsetof(Fast, paused), 0, "> 0: calls take the regular path"},
+    {"exec_thread", T_ULONG, offsetof(Fast, exec_thread), 0,
+     "the thread (threading.get_ident()) whose calls run while paused (0: none)"},
+    {"exec_tag", T_OBJECT, offsetof(Fast, exec_tag), 0,
+     "the tag the exec_thread's next call takes instead of the group's next (None: that)"},
+    {"exec_rec", T_OBJECT, offsetof(Fast, exec_rec), 0,
+     "... and the record it completes instead of appending one (None: it appends one)"},
     {"a2a_cma", T_PYSSIZET, offsetof(Fast, a2a_cma), 0,
      "all_to_all's cross-memory-attach limit (shm_direct passes CMA_MIN // n, or -1)"},
     {"bcast_cma", T_PYSSIZET, offsetof(Fast, bcast_cma), 0,
