@@ -198,3 +198,51 @@ def _mismatch() -> list[str]:
 def test_a_mismatch_in_a_queued_call_is_raised_by_wait() -> None:
     for name, text in run_ranks(_mismatch, 2, transport="shm", timeout=90):
         assert name == "MismatchError" and "all_reduce" in text and "float32" in text, text
+
+
+def _interrupted_wait(done: str) -> str:
+    """Rank 0 runs, in its wait, a queued all_reduce rank 1 never enters (it waits until
+    rank 0 is done, 3 s at most); a SIGINT after 0.3 s ends rank 0's wait with
+    KeyboardInterrupt (not an error of the call), and the group's worker still runs a
+    later queued call (a group of one)."""
+    import os
+    import signal
+    import threading
+
+    import collcomm as dist
+
+    me = dist.get_rank()
+    dist.all_reduce(np.ones(2), async_op=True).wait()   # the worker is up and looking: the
+    if me == 1:                                         # next call is run by rank 0's wait
+        dist.barrier()
+        deadline = time.monotonic() + 3.0
+        while not os.path.exists(done) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return "slept"
+    dist.barrier()
+    w = dist.all_reduce(np.ones(2), async_op=True)
+    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+    try:
+        with dist.call_timeout(10):
+            w.wait()
+        verdict = "not interrupted"
+    except KeyboardInterrupt:
+        verdict = "interrupted"
+    except Exception as exc:  # noqa: BLE001 - what the test looks for
+        verdict = f"{type(exc).__name__}: {exc}"
+    open(done, "w").close()
+    solo = dist.new_group([0], use_local_synchronization=True)
+    x = np.ones(2)
+    w2 = dist.all_reduce(x, group=solo, async_op=True)
+    polls = 0
+    while not w2.is_completed():
+        time.sleep(0.001)
+        polls += 1
+    return f"{verdict}; later call {'done' if w2.is_success() and x.tolist() == [1.0, 1.0] else 'failed'}"
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_ends_the_wait_of_a_queued_call(tmp_path: Any) -> None:
+    got = run_ranks(_interrupted_wait, 2, str(tmp_path / "done"), transport="shm", timeout=60,
+                    expect_failure=True)[0]
+    assert got.ok and got.value == "interrupted; later call done", (got.value, got.error)

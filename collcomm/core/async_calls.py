@@ -117,7 +117,10 @@ class AsyncCalls:
                 wake.wait(poll)
             wake.clear()
             if items:
-                self.run_through()
+                try:
+                    self.run_through()
+                except BaseException:  # noqa: BLE001 - recorded in its Work; the worker goes on
+                    pass
                 last, poll = time.monotonic(), POLL
                 continue
             poll = min(2 * poll, POLL_MAX)

@@ -52,8 +52,11 @@ class Work:
         self._started = True
         try:
             result = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the waiter
+        except Exception as exc:  # noqa: BLE001 - handed to the waiter
             self._finish(exc=exc)
+        except BaseException as exc:   # Ctrl-C in a call run by its waiter: recorded, and raised
+            self._finish(exc=exc)
+            raise
         else:
             self._finish(result=result)
 
