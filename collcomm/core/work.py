@@ -19,6 +19,9 @@ class Work:
     worker is reported on stderr and stops neither the other callbacks nor the worker.
     """
 
+    __slots__ = ("name", "_group", "_tag", "_started", "_lock", "done", "_event", "_result",
+                 "_exc", "_callbacks", "__weakref__")
+
     def __init__(self, name: str, group: Any = None, tag: int = 0) -> None:
         self.name = name
         self._group, self._tag = group, tag   # the call's group and tag (its sequence number)
@@ -28,7 +31,7 @@ class Work:
         self._event: threading.Event | None = None
         self._result: Any = None
         self._exc: BaseException | None = None
-        self._callbacks: list[Callable[["Work"], None]] = []
+        self._callbacks: list[Callable[["Work"], None]] | None = None
 
     # -- producer side -------------------------------------------------------------
     def _finish(self, result: Any = None, exc: BaseException | None = None) -> None:
@@ -36,12 +39,12 @@ class Work:
             if self.done:
                 return
             self._result, self._exc = result, exc
-            callbacks, self._callbacks = self._callbacks, []
+            callbacks, self._callbacks = self._callbacks, None
             self.done = True
             event = self._event
         if event is not None:
             event.set()
-        for cb in callbacks:
+        for cb in callbacks or ():
             try:
                 cb(self)
             except Exception:  # noqa: BLE001 - user code must not kill the worker thread
@@ -149,6 +152,8 @@ class Work:
         a call still queued is handed to the group's worker now."""
         with self._lock:
             if not self.done:
+                if self._callbacks is None:
+                    self._callbacks = []
                 self._callbacks.append(callback)
                 queued = True
             else:
