@@ -46,8 +46,8 @@ from .errors import translate
 from .p2p import PointToPoint
 from . import fast as fast_calls
 from .data_moves import DataMoves
-from .tensors import (View, copy_out, core_dtype, finisher, gathered_into, reduce_op, same_kind, scale,
-                      view, views)
+from .tensors import (View, copy_out, core_dtype, fast_array, fast_op, finisher, gathered_into, reduce_op,
+                      same_kind, scale, view, views)
 from .work import CollWork, Start, done, seconds
 
 __all__ = ["BACKEND_NAME", "ProcessGroupCollcomm"]
@@ -158,9 +158,14 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         opts = opts or dist.AllreduceOptions()
         fast = self.core_group.fast                       # self._fast(opts), inline
-        if (fast is not None and (not getattr(opts, "asyncOp", True) or self._alone)
-                and fast_calls.all_reduce(fast, tensors, opts.reduceOp)):
-            return done("all_reduce", tensors)
+        if fast is not None:
+            if not getattr(opts, "asyncOp", True) or self._alone:
+                if fast_calls.all_reduce(fast, tensors, opts.reduceOp):
+                    return done("all_reduce", tensors)
+            else:                 # async, one plain tensor: queued by the core at once
+                work = self._async_all_reduce(tensors, opts.reduceOp)
+                if work is not None:
+                    return work
         op, factor = self._op(opts, "all_reduce")
         vs = self._views(tensors, "all_reduce", "tensors", reducing=True)
         g = self.core_group
@@ -171,6 +176,22 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
                                                  name="all_reduce", after=finisher(v))
                   for v in vs]
         return self._run("all_reduce", opts, tensors, starts)
+
+    def _async_all_reduce(self, tensors: list[torch.Tensor], op: Any) -> dist.Work | None:
+        """An ``async_op=True`` all_reduce of one plain tensor, straight to the core (which
+        queues it, to run through the fast call: core/async_calls.py), without the views
+        and closures of the general path; None: not such a call (the general path runs).
+        Its array is ``numpy()``'s, which keeps the memory alive while the call is queued."""
+        if len(tensors) != 1:
+            return None
+        a, rop = fast_array(tensors[0]), fast_op(op)
+        if a is None or rop is None:
+            return None
+        try:
+            w = core.all_reduce(self.core_group, a.reshape(-1), rop, async_op=True, name="all_reduce")
+        except CollcommError as exc:
+            raise translate(exc) from None
+        return CollWork("all_reduce", [w], tensors)
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         """One all_reduce per dtype over the tensors flattened into one buffer."""
