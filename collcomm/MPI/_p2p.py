@@ -125,6 +125,9 @@ class _Recv:
             self._done, self.cancelled = True, True
 
 
+_SENT = Done(None, ANY_SOURCE, ANY_TAG, 0)   # what a request of a send done at once holds
+
+
 def _request(op: Any) -> Request:
     r = Request()
     r._op = op
@@ -208,6 +211,12 @@ class PointToPoint:
     Bsend = Rsend = Send
 
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:  # noqa: N802
+        f = p2p.native(self._grp("Isend"))
+        if (f is not None and type(buf) is np.ndarray and type(tag) is int and tag <= TAG_BITS
+                and f.send(buf, dest, tag, 0)):
+            r = Request()      # sent at once in one C call, as Send's (None: nothing done)
+            r._op = _SENT
+            return r
         return _request(self._isend(buf, dest, tag, False, "Isend"))
 
     def Issend(self, buf: Any, dest: int, tag: int = 0) -> Request:  # noqa: N802
@@ -230,6 +239,19 @@ class PointToPoint:
         self._complete(self._irecv(buf, source, tag, "Recv"), status)
 
     def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:  # noqa: N802
+        g = self._grp("Irecv")
+        f = p2p.native(g)
+        if (f is not None and type(buf) is np.ndarray and type(source) is int and type(tag) is int
+                and 0 <= source < g.size and source != g.rank and 0 <= tag <= TAG_BITS
+                and buf.ndim == 1 and buf.dtype.kind in "biufc" and buf.flags.c_contiguous
+                and buf.flags.writeable):
+            # _irecv's native start without its argument conversions (a plain 1-D array,
+            # a rank of this host by number, an exact tag); None: the general way
+            h = f.start(True, p2p.Deferred, g, buf, source, tag, 0, False, EXACT)
+            if h is not None:
+                r = Request()
+                r._op = _Recv(g, h)
+                return r
         return _request(self._irecv(buf, source, tag, "Irecv"))
 
     def Sendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,  # noqa: N802
