@@ -246,3 +246,63 @@ def test_ctrl_c_ends_the_wait_of_a_queued_call(tmp_path: Any) -> None:
     got = run_ranks(_interrupted_wait, 2, str(tmp_path / "done"), transport="shm", timeout=60,
                     expect_failure=True)[0]
     assert got.ok and got.value == "interrupted; later call done", (got.value, got.error)
+
+
+def _threads() -> list[str]:
+    """Three threads per rank, each with its own group, each making 150 rounds of queued
+    calls (small ones through the fast call, AVG and a large one the regular way), waited
+    for in a shuffled order, sometimes polled, sometimes left to a blocking call or to the
+    worker: every result right, on every rank."""
+    import random
+    import threading
+
+    import collcomm as dist
+
+    me, n = dist.get_rank(), dist.get_world_size()
+    groups = [dist.new_group(list(range(n))) for _ in range(3)]
+    total = n * (n + 1) / 2
+    bad: list[str] = []
+
+    def work(k: int) -> None:
+        g = groups[k]
+        rng = random.Random(1000 * k + me)          # the waits' order differs per rank
+        shared = random.Random(k)                   # the calls' kinds: the same on every rank
+        for i in range(150):
+            bufs = [np.full(3, me + 1.0, np.float32), np.full(2, float(me)),
+                    np.full(70_000, me + 1.0, np.float32)]
+            works = [dist.all_reduce(bufs[0], group=g, async_op=True),
+                     dist.all_reduce(bufs[1], op=dist.ReduceOp.AVG, group=g, async_op=True)]
+            if shared.random() < 0.2:
+                works.append(dist.all_reduce(bufs[2], group=g, async_op=True))
+            mode = shared.random()
+            if mode < 0.2:
+                x = np.full(1, 1.0)
+                dist.all_reduce(x, group=g)          # runs the queued ones first
+                if x[0] != n:
+                    bad.append(f"thread {k} round {i}: blocking call {x[0]}")
+            elif mode < 0.3:
+                time.sleep(0.002)                    # the worker's turn
+            rng.shuffle(works)
+            for w in works:
+                if rng.random() < 0.2:
+                    while not w.is_completed():
+                        pass
+                w.wait()
+            if bufs[0][0] != total or bufs[1][0] != (n - 1) / 2 or \
+                    (len(works) == 3 and (bufs[2][0] != total or bufs[2][-1] != total)):
+                bad.append(f"thread {k} round {i}: {bufs[0][0]}, {bufs[1][0]}, {bufs[2][0]}")
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=80)
+    if any(t.is_alive() for t in threads):
+        bad.append("a thread did not finish")
+    return bad
+
+
+@pytest.mark.timeout(150)
+def test_threads_with_their_own_groups() -> None:
+    for bad in run_ranks(_threads, 2, transport="shm", timeout=120):
+        assert bad == [], bad[:10]
