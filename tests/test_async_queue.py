@@ -135,13 +135,16 @@ def _mixed() -> dict[str, Any]:
     for w in reversed(works):
         w.wait()
     fast = _fast_calls() - before
+    before = _fast_calls()
+    dist.all_reduce(np.ones(2, np.float32))    # the queue ran empty: the fast call again
+    fast_after = _fast_calls() - before
     w = dist.all_reduce(np.ones(2, np.float32), async_op=True)   # the line recorded
     w.wait()
     rec = recorder.recorder()
     last = rec.entry(rec.records()[-1], 0.0, 0.0)
     return {"s": s.tolist(), "avg": avg.tolist(), "bc": bc.tolist(), "ag": ag.tolist(),
             "big": [float(big.min()), float(big.max())], "rs": rs.tolist(), "red": red.tolist(),
-            "fast": fast, "has_fast": _fast_calls() >= 0, "last": last, "done": all(w.is_completed() for w in works)}
+            "fast": fast, "fast_after": fast_after, "has_fast": _fast_calls() >= 0, "last": last, "done": all(w.is_completed() for w in works)}
 
 
 def _check_mixed(res: list[dict[str, Any]], n: int) -> None:
@@ -157,6 +160,7 @@ def _check_mixed(res: list[dict[str, Any]], n: int) -> None:
         assert out["done"]
         # all but the AVG and the large all_reduce went through the fast call
         assert out["fast"] == (6 if out["has_fast"] else 0), out
+        assert out["fast_after"] == (1 if out["has_fast"] else 0), out
         last = out["last"]
         assert last["op"] == "all_reduce" and last["state"] == "completed", last
         assert last["where"].endswith("test_async_queue.py:" + str(_line_of("# the line recorded"))), last

@@ -67,6 +67,9 @@ class AsyncCalls:
         self._worker: threading.Thread | None = None
         self._sleeping = True      # the worker waits for _wake without looking (see _loop)
         self._closed = False
+        #: called (holding ``_exec``) when a run leaves the queue empty: the group lets its
+        #: fast call take blocking calls again (ProcessGroup._settled)
+        self.on_empty: Callable[[], None] | None = None
 
     def submit(self, work: Work, fn: Callable[[], Any], nbytes: int = -1) -> None:
         """Queue ``work`` (running ``fn``); the worker is woken for a large call or when asleep."""
@@ -83,9 +86,13 @@ class AsyncCalls:
         queued call if None); a call another thread is running is waited for."""
         with self._exec:
             items = self._items
+            ran = False
             while items and (work is None or not work.done):
                 w, fn = items.popleft()
+                ran = True
                 w._run(fn)
+            if ran and not items and self.on_empty is not None:
+                self.on_empty()
 
     def queued(self) -> bool:
         """Whether calls wait in the queue (not counting one running)."""

@@ -70,6 +70,7 @@ class ProcessGroup:
         self._splits = 0
         self._lock = threading.Lock()
         self.async_calls = AsyncCalls(name)
+        self.async_calls.on_empty = self._settled
         self._pending = False   # async calls were made since the last drain
         self._closed = False
         self._arena: Any = None
@@ -172,10 +173,14 @@ class ProcessGroup:
         """Run or wait for every asynchronous call submitted so far (errors stay in their Work)."""
         if not self._pending:
             return
-        calls = self.async_calls
-        calls.run_through()
+        self.async_calls.run_through()
+        self._settled()
+
+    def _settled(self) -> None:
+        """The queue is empty: blocking calls may take the fast call again (unless another
+        thread has queued a call meanwhile). Called by the thread that emptied it."""
         with self._lock:
-            if not calls.queued():     # none submitted meanwhile by another thread
+            if self._pending and not self.async_calls.queued():
                 self._pending = False
                 if self.fast is not None:
                     self.fast.paused = 0
