@@ -13,14 +13,16 @@ the order the calls were made and one at a time, on the first of:
   least every :data:`POLL_MAX` seconds; and at once when the call is large (more than
   :data:`LAZY_MAX` bytes: there the hand-off is small beside the call and the overlap
   with the caller's work is what async is for), or when someone asks whether it is done
-  (``is_completed()``) or waits with a timeout.
+  (``is_completed()``), adds a callback (``then``, torch's ``get_future()``) or waits
+  with a timeout.
 
 So an asynchronous call always makes progress while its caller does something else
 (computes, blocks in a receive its peer answers only after the collective, waits on
 another group's call): at most :data:`POLL_MAX` seconds after it was made, the worker
 takes it. What a caller sees is unchanged: results, errors (raised by ``wait()``), callbacks
 (run by the thread that finished the call), ordering against the group's synchronous
-calls.
+calls. When a run leaves the queue empty the group lifts its fast call's pause
+(``on_empty``).
 
 ``_exec`` (re-entrant: a callback may make a synchronous call on the group) is held by
 the thread running calls; calls leave the queue only under it, so they run in order and
@@ -44,8 +46,8 @@ if TYPE_CHECKING:
     from .group import ProcessGroup
 
 #: the worker's look at the queue while calls come (seconds): every POLL after it found a
-#: call there, doubling while it finds none, up to POLL_MAX (each look costs ~30 µs of CPU
-#: on this project's VM: looking every 0.5 ms took 6% of a core)
+#: call there, doubling while it finds none, up to POLL_MAX (each look costs 40-100 µs of
+#: CPU on this project's VM: looking every 0.5 ms took 6% of a core)
 POLL = 0.0005
 POLL_MAX = 0.004
 #: how long without calls before the worker stops looking and sleeps until woken
