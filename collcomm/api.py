@@ -142,10 +142,14 @@ def broadcast(tensor: Any, src: int | None = None, group: Any = None, async_op: 
     name = "broadcast"
     g = group_of(group, name)
     fast = g.fast    # the fast call (core/fastpath.py) takes a group rank (the world's: src)
-    if fast is not None and not async_op and algorithm == "auto":
-        root = src if group is None and group_src is None else fast_root(g, src, group_src, None)
-        if root is not None and fast.broadcast(tensor, root, name):
-            return None
+    if fast is not None and algorithm == "auto":
+        if not async_op:
+            root = src if group is None and group_src is None else fast_root(g, src, group_src, None)
+            if root is not None and fast.broadcast(tensor, root, name):
+                return None
+        elif type(tensor) is np.ndarray and tensor.flags.c_contiguous and tensor.flags.writeable:
+            root = local_rank(g, name, "src", src, group_src)     # queued, as all_reduce's
+            return core.broadcast(g, tensor.reshape(-1), root, async_op=True)
     buf = as_output(tensor, name, group_text(g), "tensor")
     if not is_member(g):
         return None
@@ -159,8 +163,14 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Any = None,
     name = "all_reduce"
     g = group_of(group, name)
     fast = g.fast    # the fast call (core/fastpath.py): done, or nothing done
-    if fast is not None and not async_op and algorithm == "auto" and fast.all_reduce(tensor, tensor, op, name):
-        return None
+    if fast is not None and algorithm == "auto":
+        if not async_op:
+            if fast.all_reduce(tensor, tensor, op, name):
+                return None
+        elif type(tensor) is np.ndarray and tensor.flags.c_contiguous and tensor.flags.writeable:
+            # queued to run through the fast call (core/async_calls.py); as_output's view
+            # of such an array is its flat reshape
+            return core.all_reduce(g, tensor.reshape(-1), op, async_op=True)
     buf = as_output(tensor, name, group_text(g), "tensor")
     if not is_member(g):
         return None

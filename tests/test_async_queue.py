@@ -310,3 +310,41 @@ def _threads() -> list[str]:
 def test_threads_with_their_own_groups() -> None:
     for bad in run_ranks(_threads, 2, transport="shm", timeout=120):
         assert bad == [], bad[:10]
+
+
+def _front_end_lane() -> dict[str, Any]:
+    """The functional API's async all_reduce / broadcast of a plain writable contiguous
+    array go straight to the core (no as_output): a 2-D array written in place, a root
+    given as a group rank, and what the lane leaves to the general path (a read-only or a
+    strided array, a bad root) raising the general path's errors."""
+    import collcomm as dist
+
+    me, n = dist.get_rank(), dist.get_world_size()
+    out: dict[str, Any] = {}
+    two_d = np.full((2, 3), me + 1.0)
+    b = np.arange(4.0) * (me + 1)
+    works = [dist.all_reduce(two_d, async_op=True), dist.broadcast(b, group_src=1, async_op=True)]
+    for w in works:
+        w.wait()
+    out["values"] = (two_d.tolist(), b.tolist())
+    errors = []
+    frozen = np.ones(2)
+    frozen.flags.writeable = False
+    for call in (lambda: dist.all_reduce(frozen, async_op=True),
+                 lambda: dist.all_reduce(np.ones(6)[::2], async_op=True),
+                 lambda: dist.broadcast(np.ones(2), src=n, async_op=True)):
+        try:
+            call().wait()
+            errors.append("no error")
+        except dist.CollcommError as exc:
+            errors.append(type(exc).__name__)
+    out["errors"] = errors
+    return out
+
+
+@pytest.mark.timeout(120)
+def test_the_front_end_lane() -> None:
+    n = 2
+    for out in run_ranks(_front_end_lane, n, transport="shm", timeout=90):
+        assert out["values"] == ([[3.0] * 3] * 2, [0.0, 2.0, 4.0, 6.0]), out
+        assert out["errors"] == ["InvalidArgumentError"] * 3, out
