@@ -318,7 +318,7 @@ def test_a_mismatch_is_named_on_every_rank(kind: str, mixed: bool) -> None:
             assert "called barrier" in text and "called gather" in text, text
 
 
-def _one_skips() -> Any:
+def _one_skips(done: str) -> Any:
     import time
 
     import collcomm as dist
@@ -328,20 +328,24 @@ def _one_skips() -> Any:
     dist.all_reduce(x)
     if dist.get_rank() == 1:
         dist.all_reduce(x)   # the last call rank 1 makes
-        time.sleep(5.5)      # then it never enters the next one (outlives the 3 s timeout
-                             # and the missing-rank report that asks it)
+        deadline = time.monotonic() + 8.0   # then it never enters the next one (and stays
+        while not os.path.exists(done) and time.monotonic() < deadline:   # for the report
+            time.sleep(0.01)                # that asks it, until rank 0 has its error)
         return "slept"
     dist.all_reduce(x)
     try:
         dist.all_reduce(x)   # the waiting call: #3
     except CommTimeoutError as exc:
         return str(exc)
+    finally:
+        open(done, "w").close()
     return "no error"
 
 
 @pytest.mark.timeout(120)
-def test_a_timeout_names_the_missing_rank_and_its_line() -> None:
-    res = run_ranks(_one_skips, 2, transport="shm", timeout=90, env={"COLLCOMM_TIMEOUT": "3"})
+def test_a_timeout_names_the_missing_rank_and_its_line(tmp_path: Any) -> None:
+    res = run_ranks(_one_skips, 2, str(tmp_path / "done"), transport="shm", timeout=90,
+                    env={"COLLCOMM_TIMEOUT": "3"})
     text = res[0]
     assert res[1] == "slept"
     assert "timed out" in text and "all_reduce" in text, text

@@ -20,7 +20,8 @@ from tests.harness import run_ranks
 pytestmark = pytest.mark.skipif(native.core is None, reason=f"native core: {native.reason}")
 
 
-def _late_after_scope() -> Any:
+def _late_after_scope(done: str) -> Any:
+    import os
     import time
 
     import collcomm as dist
@@ -32,8 +33,10 @@ def _late_after_scope() -> Any:
     dist.all_reduce(x)                 # the arena and the fast call exist from here
     with dist.call_timeout(30):
         dist.all_reduce(x)             # the regular path: the arena's timeout is 30 s now
-    if dist.get_rank() == 1:
-        time.sleep(8)                  # never enters the barrier while rank 0 waits
+    if dist.get_rank() == 1:           # never enters the barrier while rank 0 waits
+        deadline = time.monotonic() + 8.0
+        while not os.path.exists(done) and time.monotonic() < deadline:
+            time.sleep(0.01)
         return "slept"
     assert g.fast is not None and g.fast.paused == 0
     before = g.fast.calls
@@ -42,12 +45,14 @@ def _late_after_scope() -> Any:
         dist.barrier()
     except CommTimeoutError as exc:
         return {"waited": time.monotonic() - t0, "text": str(exc), "fast": g.fast.calls - before}
+    finally:
+        open(done, "w").close()
     return "no error"
 
 
 @pytest.mark.timeout(120)
-def test_a_fast_call_times_out_after_its_groups_timeout() -> None:
-    res = run_ranks(_late_after_scope, 2, transport="shm", timeout=90,
+def test_a_fast_call_times_out_after_its_groups_timeout(tmp_path: Any) -> None:
+    res = run_ranks(_late_after_scope, 2, str(tmp_path / "done"), transport="shm", timeout=90,
                     env={"COLLCOMM_TIMEOUT": "3"})
     assert res[1] == "slept"
     out = res[0]
