@@ -12,20 +12,29 @@ import pytest
 from tests.harness import run_ranks
 
 
+def _await_files(paths: list[str], limit: float) -> None:
+    deadline = time.monotonic() + limit
+    while not all(os.path.exists(p) for p in paths) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def _skip_call(skipper: int, fr_dir: str) -> str:
     import collcomm as dist
 
+    me, n = dist.get_rank(), dist.get_world_size()
+    done = [os.path.join(fr_dir, f"done{r}") for r in range(n) if r != skipper]
     x = np.ones(4)
     dist.all_reduce(x)
     dist.barrier()                                   # LINE_BARRIER
-    if dist.get_rank() == skipper:
-        time.sleep(4.0)                              # skips the next all_reduce
+    if me == skipper:                                # skips the next all_reduce, alive
+        _await_files(done, 8.0)                      # until the others have their reports
         return "skipped"
     try:
         with dist.call_timeout(1.0):
             dist.all_reduce(x)                       # LINE_SKIPPED
     except dist.CommTimeoutError as exc:
-        time.sleep(2.0)    # rank 0 hosts the store here (as under torchrun): stay for the others
+        open(os.path.join(fr_dir, f"done{me}"), "w").close()
+        _await_files(done, 5.0)   # rank 0 hosts the store here (as under torchrun): stay for the others
         return str(exc) + "\nREPORT " + json.dumps(getattr(exc, "report", {}))
     return "no error"
 
@@ -168,23 +177,26 @@ def test_fr_size_zero_turns_it_off():
     assert run_ranks(_fr_off, 2, env={"COLLCOMM_FR_SIZE": "0"}) == ["None", "None"]
 
 
-def _monitored(absent: list[int]) -> str:
+def _monitored(absent: list[int], where: str) -> str:
     import collcomm as dist
 
+    me, n = dist.get_rank(), dist.get_world_size()
+    done = [os.path.join(where, f"done{r}") for r in range(n) if r not in absent]
     dist.barrier()
-    if dist.get_rank() in absent:
-        time.sleep(3.0)
+    if me in absent:
+        _await_files(done, 6.0)
         return "absent"
     try:
         dist.monitored_barrier(timeout=1.0, wait_all_ranks=True)
     except dist.CommTimeoutError as exc:
-        time.sleep(2.0)
+        open(os.path.join(where, f"done{me}"), "w").close()
+        _await_files(done, 5.0)
         return str(exc)
     return "no error"
 
 
-def test_monitored_barrier_names_every_absent_rank():
-    out = run_ranks(_monitored, 4, [1, 3], transport="tcp", timeout=60)
+def test_monitored_barrier_names_every_absent_rank(tmp_path):
+    out = run_ranks(_monitored, 4, [1, 3], str(tmp_path), transport="tcp", timeout=60)
     for r in (0, 2):
         assert "ranks [1, 3] never entered it" in out[r], out[r]
 
