@@ -136,6 +136,14 @@ def monitored_barrier(group: Any = None, timeout: Any = None, wait_all_ranks: bo
     return None
 
 
+def _plain_output(tensor: Any) -> np.ndarray | None:
+    """A writable C-contiguous ndarray's flat view (what ``as_output`` makes of it), or None
+    for anything ``as_output`` must look at."""
+    if type(tensor) is np.ndarray and tensor.flags.c_contiguous and tensor.flags.writeable:
+        return tensor.reshape(-1)
+    return None
+
+
 def broadcast(tensor: Any, src: int | None = None, group: Any = None, async_op: bool = False,
               group_src: int | None = None, *, algorithm: str = "auto") -> Work | None:
     """Copy ``tensor`` of rank ``src`` into ``tensor`` of every rank of the group (in place)."""
@@ -147,9 +155,9 @@ def broadcast(tensor: Any, src: int | None = None, group: Any = None, async_op: 
             root = src if group is None and group_src is None else fast_root(g, src, group_src, None)
             if root is not None and fast.broadcast(tensor, root, name):
                 return None
-        elif type(tensor) is np.ndarray and tensor.flags.c_contiguous and tensor.flags.writeable:
+        elif (flat := _plain_output(tensor)) is not None:
             root = local_rank(g, name, "src", src, group_src)     # queued, as all_reduce's
-            return core.broadcast(g, tensor.reshape(-1), root, async_op=True)
+            return core.broadcast(g, flat, root, async_op=True)
     buf = as_output(tensor, name, group_text(g), "tensor")
     if not is_member(g):
         return None
@@ -167,10 +175,9 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Any = None,
         if not async_op:
             if fast.all_reduce(tensor, tensor, op, name):
                 return None
-        elif type(tensor) is np.ndarray and tensor.flags.c_contiguous and tensor.flags.writeable:
-            # queued to run through the fast call (core/async_calls.py); as_output's view
-            # of such an array is its flat reshape
-            return core.all_reduce(g, tensor.reshape(-1), op, async_op=True)
+        elif (flat := _plain_output(tensor)) is not None:
+            # queued to run through the fast call (core/async_calls.py)
+            return core.all_reduce(g, flat, op, async_op=True)
     buf = as_output(tensor, name, group_text(g), "tensor")
     if not is_member(g):
         return None

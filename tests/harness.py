@@ -6,6 +6,9 @@ calls ``collcomm.init_process_group()``, then ``fn(*args)`` and returns its resu
 ``fn`` must be a module-level function of an importable module (e.g. ``tests.test_x``).
 Every process runs in its own process group and is killed when the call ends, pass or fail;
 the job's shared-memory segments must be gone afterwards.
+
+Two small helpers the tests share: :func:`line_of` (where a marked line is, for the
+flight recorder's file:line) and :func:`wait_errors` (what waiting twice raises).
 """
 from __future__ import annotations
 
@@ -44,6 +47,26 @@ class Outcome:
 
 class RankFailure(AssertionError):
     pass
+
+
+def line_of(path: str, marker: str) -> int:
+    """The number of the first line of ``path`` holding ``marker`` (not a ``line_of`` call)."""
+    with open(path) as f:
+        for i, line in enumerate(f, 1):
+            if marker in line and "line_of" not in line:
+                return i
+    raise AssertionError(marker)
+
+
+def wait_errors(work: Any, error: type[BaseException], times: int = 2) -> list[BaseException]:
+    """The ``error``s each of ``times`` waits of ``work`` raised (a kept error: the same one)."""
+    errors = []
+    for _ in range(times):
+        try:
+            work.wait()
+        except error as exc:
+            errors.append(exc)
+    return errors
 
 
 def free_port() -> int:

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from collcomm import native
-from tests.harness import run_ranks
+from tests.harness import line_of, run_ranks
 
 
 def _fast_calls() -> int:
@@ -163,15 +163,8 @@ def _check_mixed(res: list[dict[str, Any]], n: int) -> None:
         assert out["fast_after"] == (1 if out["has_fast"] else 0), out
         last = out["last"]
         assert last["op"] == "all_reduce" and last["state"] == "completed", last
-        assert last["where"].endswith("test_async_queue.py:" + str(_line_of("# the line recorded"))), last
+        assert last["where"].endswith("test_async_queue.py:" + str(line_of(__file__, "# the line recorded"))), last
 
-
-def _line_of(marker: str) -> int:
-    with open(__file__) as f:
-        for i, line in enumerate(f, 1):
-            if marker in line and "_line_of" not in line:
-                return i
-    raise AssertionError(marker)
 
 
 @pytest.mark.timeout(120)

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from collcomm import native
-from tests.harness import run_ranks
+from tests.harness import line_of, run_ranks
 
 pytestmark = pytest.mark.skipif(native.core is None, reason=f"native core: {native.reason}")
 
@@ -251,15 +251,8 @@ def test_the_flight_recorder_sees_fast_calls() -> None:
         assert last["call"] == "all_reduce(float32[2], op=SUM)", last
         assert last["seq"] == out["prev"]["seq"] + 1
         assert last["algorithm"] == "shm_direct"
-        assert last["where"].endswith("test_fastpath.py:" + str(_line_of("# the line recorded"))), last
+        assert last["where"].endswith("test_fastpath.py:" + str(line_of(__file__, "# the line recorded"))), last
 
-
-def _line_of(marker: str) -> int:
-    with open(__file__) as f:
-        for i, line in enumerate(f, 1):
-            if marker in line and "_line_of" not in line:
-                return i
-    raise AssertionError(marker)
 
 
 def _mismatched(kind: str) -> Any:
@@ -350,7 +343,7 @@ def test_a_timeout_names_the_missing_rank_and_its_line(tmp_path: Any) -> None:
     assert res[1] == "slept"
     assert "timed out" in text and "all_reduce" in text, text
     assert "rank 1" in text, text
-    line = _line_of("# the last call rank 1 makes")
+    line = line_of(__file__, "# the last call rank 1 makes")
     assert f"test_fastpath.py:{line}" in text, text
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from collcomm import native
-from tests.harness import run_ranks
+from tests.harness import run_ranks, wait_errors
 
 pytestmark = [pytest.mark.timeout(120),
               pytest.mark.skipif(native.core is None, reason=f"native core: {native.reason}")]
@@ -80,12 +80,7 @@ def _works() -> dict:
     if me == 0:
         # a size error through the C wait: the reference raises it and keeps it
         w = dist.batch_isend_irecv([dist.P2POp(dist.irecv, np.zeros(3), other, tag=9)])[0]
-        errs = []
-        for _ in range(2):
-            try:
-                w.wait()
-            except CollcommError as exc:
-                errs.append(exc)
+        errs = wait_errors(w, CollcommError)
         out["size"] = (len(errs), errs[0] is errs[1], type(errs[0]).__name__, str(errs[0]),
                        w.exception() is errs[0], w.is_success(), w.is_completed())
         # an explicit timeout: the reference's path; nothing lost, waited again

@@ -16,7 +16,7 @@ import pytest
 
 from collcomm import native
 from collcomm.transport.engine import Engine
-from tests.harness import run_ranks
+from tests.harness import run_ranks, wait_errors
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -149,12 +149,7 @@ def _native_works() -> dict:
         dist.barrier()
         out["retried"] = (w.wait(timeout=30), got5.tolist(), w.is_success())
         w = dist.irecv(np.zeros(3, np.float64), other, tag=6)
-        errs = []
-        for _ in range(2):
-            try:
-                w.wait()
-            except CollcommError as exc:
-                errs.append(exc)
+        errs = wait_errors(w, CollcommError)
         out["size"] = (len(errs), errs[0] is errs[1], type(errs[0]).__name__, str(errs[0]),
                        w.exception() is errs[0], w.is_success())
     else:

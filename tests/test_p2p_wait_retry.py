@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.harness import run_ranks
+from tests.harness import run_ranks, wait_errors
 
 
 def _retry() -> dict:
@@ -31,12 +31,7 @@ def _retry() -> dict:
         out["waited"] = (w.wait(), got.tolist(), w.is_success())
         with dist.call_timeout(0.3):             # the call timeout fails it for good
             late = dist.irecv(np.zeros(1), 1, tag=4)
-            errors = []
-            for _ in range(2):
-                try:
-                    late.wait()
-                except CollcommError as exc:
-                    errors.append(exc)
+            errors = wait_errors(late, CollcommError)
         out["call timeout"] = (len(errors), type(errors[0]).__name__, errors[0] is errors[1])
         dist.barrier()
     else:

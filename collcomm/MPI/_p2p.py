@@ -198,12 +198,15 @@ class PointToPoint:
 
     _complete = staticmethod(lambda op, status=None: complete(op, status))
 
+    def _sent_natively(self, buf: Any, dest: int, tag: int, call: str) -> bool:
+        """Sent at once in one C call (native/_p2p.c); False: nothing done, the regular way."""
+        f = p2p.native(self._grp(call))
+        return bool(f is not None and type(buf) is np.ndarray and type(tag) is int
+                    and tag <= TAG_BITS and f.send(buf, dest, tag, 0))
+
     def Send(self, buf: Any, dest: int, tag: int = 0) -> None:  # noqa: N802
-        f = p2p.native(self._grp("Send"))
-        if (f is not None and type(buf) is np.ndarray and type(tag) is int and tag <= TAG_BITS
-                and f.send(buf, dest, tag, 0)):
-            return       # one C call (native/_p2p.c); None: it did nothing, go the regular way
-        self._complete(self._isend(buf, dest, tag, False, "Send"))
+        if not self._sent_natively(buf, dest, tag, "Send"):
+            self._complete(self._isend(buf, dest, tag, False, "Send"))
 
     def Ssend(self, buf: Any, dest: int, tag: int = 0) -> None:  # noqa: N802
         self._complete(self._isend(buf, dest, tag, True, "Ssend"))
@@ -211,10 +214,8 @@ class PointToPoint:
     Bsend = Rsend = Send
 
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:  # noqa: N802
-        f = p2p.native(self._grp("Isend"))
-        if (f is not None and type(buf) is np.ndarray and type(tag) is int and tag <= TAG_BITS
-                and f.send(buf, dest, tag, 0)):
-            r = Request()      # sent at once in one C call, as Send's (None: nothing done)
+        if self._sent_natively(buf, dest, tag, "Isend"):
+            r = Request()
             r._op = _SENT
             return r
         return _request(self._isend(buf, dest, tag, False, "Isend"))

@@ -36,7 +36,6 @@ import time
 from threading import get_ident
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..errors import CollcommError, with_context
 from .call_comm import GroupComm
 from .recorder_records import family_of
 from .timeouts import current_timeout
@@ -170,11 +169,6 @@ def queued_call(g: "ProcessGroup", collective: str, body: Callable[[GroupComm], 
                     return None
             finally:
                 fast.exec_thread = 0
-        comm = GroupComm(g, tag, limit, sig)
-        run = obs.wrap(comm, collective, body, rec) if obs is not None else body
-        try:
-            return run(comm)
-        except CollcommError as exc:
-            raise with_context(exc, f"{collective} on {g.describe()}") from exc
+        return g._bound(collective, body, tag, limit, sig, rec)()
 
     return work, call

@@ -150,16 +150,16 @@ class ProcessGroup:
                 self.async_calls.submit(work, call, nbytes)
             return work
         self.drain()
-        return self._bound(collective, body, timeout, sig)()
+        return self._bound(collective, body, self._next_tag(),
+                           current_timeout(self.timeout) if timeout is None else timeout, sig)()
 
-    def _bound(self, collective: str, body: Callable[[GroupComm], T], timeout: float | None,
-               sig: int) -> Callable[[], T]:
-        """``body`` bound to the comm of one call (its tag the group's next), recorded, its
-        errors naming the call."""
-        comm = GroupComm(self, self._next_tag(),
-                         current_timeout(self.timeout) if timeout is None else timeout, sig)
+    def _bound(self, collective: str, body: Callable[[GroupComm], T], tag: int, limit: float,
+               sig: int, rec: tuple | None = None) -> Callable[[], T]:
+        """``body`` bound to the comm of one call (``tag``, waits bounded by ``limit``),
+        recorded (at ``rec`` if it was recorded already), its errors naming the call."""
+        comm = GroupComm(self, tag, limit, sig)
         if self.observer is not None:
-            body = self.observer.wrap(comm, collective, body)
+            body = self.observer.wrap(comm, collective, body, rec)
 
         def call() -> T:
             try:
