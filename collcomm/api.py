@@ -155,9 +155,13 @@ def broadcast(tensor: Any, src: int | None = None, group: Any = None, async_op: 
             root = src if group is None and group_src is None else fast_root(g, src, group_src, None)
             if root is not None and fast.broadcast(tensor, root, name):
                 return None
-        elif (flat := _plain_output(tensor)) is not None:
-            root = local_rank(g, name, "src", src, group_src)     # queued, as all_reduce's
-            return core.broadcast(g, flat, root, async_op=True)
+        else:
+            root = src if group is None and group_src is None else fast_root(g, src, group_src, None)
+            if root is not None and (work := fast.broadcast_async(tensor, root, name)) is not None:
+                return work       # small: started at once in two parts, as all_reduce's
+            if (flat := _plain_output(tensor)) is not None:
+                root = local_rank(g, name, "src", src, group_src)     # queued, as all_reduce's
+                return core.broadcast(g, flat, root, async_op=True)
     buf = as_output(tensor, name, group_text(g), "tensor")
     if not is_member(g):
         return None
@@ -175,6 +179,8 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Any = None,
         if not async_op:
             if fast.all_reduce(tensor, tensor, op, name):
                 return None
+        elif (work := fast.all_reduce_async(tensor, tensor, op, name)) is not None:
+            return work           # small: started at once, its second part queued
         elif (flat := _plain_output(tensor)) is not None:
             # queued to run through the fast call (core/async_calls.py)
             return core.all_reduce(g, flat, op, async_op=True)

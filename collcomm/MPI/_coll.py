@@ -49,6 +49,16 @@ def _request(work: Any, finish: Callable[[], Any] | None = None) -> Request:
     return r
 
 
+def _two_part(start: Callable[[], Any]) -> Request | None:
+    """The request of a small call the fast call started at once in two parts
+    (native/_fastcall_parts.c: ``start()`` gives its Work), or None: not such a call."""
+    try:
+        work = start()
+    except CollcommError as exc:
+        raise translate(exc) from exc
+    return None if work is None else _request(work)
+
+
 def _builtin(op: Any) -> Any:
     """The core's op for a built-in MPI op (the fast call's key), else None."""
     if type(op) is not Op:
@@ -265,6 +275,11 @@ class BufferCollectives:
         self._bcast(buf, root, False, "Bcast")
 
     def Ibcast(self, buf: Any, root: int = 0) -> Request:  # noqa: N802
+        g = self._h.g
+        fast = g.fast if g is not None else None
+        if fast is not None and type(buf) is np.ndarray and (
+                r := _two_part(lambda: fast.broadcast_async(buf, root, "Ibcast"))) is not None:
+            return r
         return _request(self._bcast(buf, root, True, "Ibcast"))
 
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
@@ -359,6 +374,14 @@ class BufferCollectives:
         self._allreduce(sendbuf, recvbuf, op, False, "Allreduce")
 
     def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:  # noqa: N802
+        g = self._h.g
+        fast = g.fast if g is not None else None
+        builtin = _builtin(op) if fast is not None and type(recvbuf) is np.ndarray else None
+        if builtin is not None:
+            send = recvbuf if sendbuf is IN_PLACE else sendbuf
+            r = _two_part(lambda: fast.all_reduce_async(send, recvbuf, builtin, "Iallreduce"))
+            if r is not None:
+                return r
         return _request(self._allreduce(sendbuf, recvbuf, op, True, "Iallreduce"))
 
     def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802

@@ -46,9 +46,11 @@ class WorkOp:
     """A non-blocking collective: the core's Work, then an optional ``finish`` (which gives
     the request's value, e.g. ``Idup``'s communicator or a copy-out)."""
 
+    __slots__ = ("_work", "_finish", "_done", "value")
+    source, tag, nbytes, cancelled = ANY_SOURCE, ANY_TAG, 0, False   # (a collective's status)
+
     def __init__(self, work: Any, finish: Callable[[], Any] | None = None) -> None:
-        self._work, self._finish, self._done = work, finish, False
-        self.value, self.source, self.tag, self.nbytes, self.cancelled = None, ANY_SOURCE, ANY_TAG, 0, False
+        self._work, self._finish, self._done, self.value = work, finish, False, None
 
     def test(self) -> bool:
         if self._done:
@@ -142,9 +144,13 @@ class Request:
     def Wait(self, status: Status | None = None) -> bool:  # noqa: N802
         op = self._op
         if op is not None:
-            self._wait_op()
+            try:
+                op.wait()      # (what _wait_op does, one frame less: the common call)
+            except CollcommError as exc:
+                raise translate(exc) from exc
             self._completed()
-        _fill(status, op)
+        if status is not None:
+            _fill(status, op)
         return True
 
     def Test(self, status: Status | None = None) -> bool:  # noqa: N802

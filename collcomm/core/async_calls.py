@@ -75,12 +75,15 @@ class AsyncCalls:
     def submit(self, work: Work, fn: Callable[[], Any], nbytes: int = -1) -> None:
         """Queue ``work`` (running ``fn``); the worker is woken for a large call or when asleep."""
         self._items.append((work, fn))
+        self._start_worker()
+        if self._sleeping or not 0 <= nbytes <= LAZY_MAX:
+            self._wake.set()
+
+    def _start_worker(self) -> None:
         if self._worker is None:
             self._worker = threading.Thread(target=self._loop, daemon=True,
                                             name=f"collcomm-{self._name}")
             self._worker.start()
-        if self._sleeping or not 0 <= nbytes <= LAZY_MAX:
-            self._wake.set()
 
     def run_through(self, work: Work | None = None) -> None:
         """Run the queued calls in order on this thread until ``work`` is done (every
@@ -95,13 +98,26 @@ class AsyncCalls:
             if ran and not items and self.on_empty is not None:
                 self.on_empty()
 
+    @property
+    def exec_lock(self) -> threading.RLock:
+        """Held by the thread running the queued calls."""
+        return self._exec
+
+    @property
+    def items(self) -> collections.deque[Item]:
+        """The queue itself: the fast call's entries of calls in two parts
+        (native/_fastcall_parts.c) append their second part to it."""
+        return self._items
+
     def queued(self) -> bool:
         """Whether calls wait in the queue (not counting one running)."""
         return bool(self._items)
 
     def hand_off(self) -> None:
-        """Let the worker run what is queued now (someone polls or waits with a timeout)."""
+        """Let the worker run what is queued now (someone polls or waits with a timeout;
+        a call in two parts is queued without starting the worker)."""
         if self._items:
+            self._start_worker()
             self._wake.set()
 
     def close(self) -> None:

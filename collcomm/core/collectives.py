@@ -82,6 +82,11 @@ def broadcast(g: ProcessGroup, buf: np.ndarray, root: int, *, dtype: Any = None,
               async_op: bool = False, algorithm: str = "auto", name: str = "broadcast",
               after: After = None) -> Work | None:
     """``buf`` of ``root`` into ``buf`` of every rank (in place)."""
+    fast = g.fast
+    if async_op and fast is not None and _plain(algorithm, dtype, buf, after):
+        work = fast.broadcast_async(buf, root, name)   # (it checks root)
+        if work is not None:
+            return work
     _root(g, name, root)
     family = g.plan.algorithm("broadcast", buf.nbytes, algorithm)
     sig = signature.make("broadcast", dtype or buf.dtype, buf.size, root)
@@ -103,6 +108,12 @@ def all_reduce(g: ProcessGroup, buf: np.ndarray, op: Any = ops.ReduceOp.SUM, *,
                dtype: Any = None, async_op: bool = False, algorithm: str = "auto",
                name: str = "all_reduce", after: After = None) -> Work | None:
     """Every rank's ``buf`` becomes the elementwise ``op`` over all ranks (in place)."""
+    fast = g.fast
+    if async_op and fast is not None and _plain(algorithm, dtype, buf, after):
+        # small: started at once, its second part queued (native/_fastcall_parts.c)
+        work = fast.all_reduce_async(buf, buf, op, name)
+        if work is not None:
+            return work
     if dtype is None:
         dtype = buf.dtype
     family, fn, avg, base = g.plan.reducing("all_reduce", op, dtype, buf.nbytes, algorithm,
@@ -284,6 +295,11 @@ def all_to_all(g: ProcessGroup, send: np.ndarray, send_counts: Sequence[int], re
 def barrier(g: ProcessGroup, *, async_op: bool = False, algorithm: str = "auto",
             name: str = "barrier", timeout: float | None = None) -> Work | None:
     """Return only when every rank of the group has entered."""
+    fast = g.fast
+    if async_op and fast is not None and algorithm == "auto" and timeout is None:
+        work = fast.barrier_async(name)    # arrives at once, its wait queued (as all_reduce's)
+        if work is not None:
+            return work
     family = g.plan.algorithm("barrier", 0, algorithm)
     fast_call = (lambda f: f.barrier(name)) if async_op and algorithm == "auto" else None
     work = g.run(name, family, async_op, timeout, sig=signature.make("barrier"), nbytes=0,

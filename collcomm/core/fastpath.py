@@ -30,6 +30,7 @@ sends every call the regular way.
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 import numpy as np
@@ -39,6 +40,7 @@ from ..algorithms import shm_direct, shm_large, signature
 from ..errors import CollcommError, InvalidArgumentError, with_context
 from ..transport.arena_layout import CMA, CMA_MIN, ONE_SHOT
 from . import recorder as recorder_mod
+from .work import Work
 
 #: the collectives of a Fast, in the order of native/_fastcall.c's FC_* codes
 COLLECTIVES = ("all_reduce", "broadcast", "barrier", "all_gather", "reduce", "reduce_scatter",
@@ -146,6 +148,9 @@ def attach(group: Any, arena: Any = None) -> Any:
     fast.bcast_cma = _bcast_cma(group, arena, limits[COLLECTIVES.index("broadcast")])
     fast.scatter_cma = _scatter_cma(group, arena)
     fast.cma_key = CMA
+    # small asynchronous all_reduce / broadcast in two parts (native/_fastcall_parts.c)
+    calls = group.async_calls
+    fast.set_async(Work, threading.Lock, calls.items, calls.exec_lock, group._lock)
     return fast
 
 

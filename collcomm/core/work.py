@@ -69,9 +69,12 @@ class Work:
 
         Without a timeout, a call still queued runs here, on this thread, with the group's
         calls queued before it (core/async_calls.py); with one, the group's worker runs it."""
-        if not self.done and self._group is not None:
+        g = self._group
+        if not self.done and g is not None:
             if timeout is None:
-                self._group.async_calls.run_through(self)
+                fast = g.fast     # a call started in two parts: finished here in C
+                if fast is None or not fast.wait_part(self):
+                    g.async_calls.run_through(self)
             else:
                 self._group.async_calls.hand_off()
         if not self.done and not self._block(timeout):

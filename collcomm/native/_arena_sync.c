@@ -33,6 +33,8 @@ typedef struct {
     int use_futex;
     unsigned long long done;      /* calls completed here, syncs included (tests check the path) */
     unsigned long long finished;  /* calls the Python code finished (ST_PYTHON) */
+    int part;              /* the next enter only (a fast call's two-part call, see enter):
+                              PART_WHOLE, PART_START or PART_FINISH */
     PyObject *timeout_of;  /* during a fast call: its group (borrowed), whose timeout the
                               arena takes before its first check (see wait_all) */
     Handed handed[2];      /* buffers a fast call holds, for the Core call it makes next */
@@ -251,14 +253,32 @@ static int sync_all(Core *c, PyObject *arena, Gil *gil)
     return wait_all(c, arena, arrive(c), gil);
 }
 
+enum { PART_WHOLE, PART_START, PART_FINISH };
+
 /* shm_stage.enter (the Python path): publish the call's signature, sync, compare everybody's.
- * 0: same call everywhere; 1: some rank differs; -1: exception. */
+ * 0: same call everywhere; 1: some rank differs; -1: exception.
+ * A two-part call (c->part, consumed here: later syncs of the call are whole) does the same
+ * in two parts: PART_START publishes and arrives and returns 2 without waiting (our data
+ * is staged: the others can complete the call without us); PART_FINISH, our next use of
+ * the arena (the group runs it before any other call of ours), waits for everybody to
+ * reach the counter we reached then, and compares. Nobody writes this phase again before
+ * we arrive once more, so the words compared are the call's. */
 static int enter(Core *c, PyObject *arena, int phase, uint64_t sig, Gil *gil)
 {
-    int w = c->w_signature + phase;
-    put(c, w, sig);
-    if (sync_all(c, arena, gil) < 0)
-        return -1;
+    int w = c->w_signature + phase, mode = c->part;
+    c->part = PART_WHOLE;
+    if (mode == PART_FINISH) {
+        if (wait_all(c, arena, get(c, c->rank, c->w_counter), gil) < 0)
+            return -1;
+    } else {
+        put(c, w, sig);
+        if (mode == PART_START) {
+            arrive(c);
+            return 2;
+        }
+        if (sync_all(c, arena, gil) < 0)
+            return -1;
+    }
     for (int r = 0; r < c->n; r++)
         if (get(c, r, w) != sig)
             return 1;

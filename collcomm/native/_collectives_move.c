@@ -14,7 +14,8 @@
  * Python loop (copy in, sync with the signature check, copy out), so the root copies step
  * i+1 in while the others copy step i out, all in one call with the GIL released. A root
  * whose buffer is published in place (shared heap) does so at the first step: the others
- * then return ST_PYTHON there, as in the one-chunk case. */
+ * then return ST_PYTHON there, as in the one-chunk case. A one-step call may run in two
+ * parts (Core.part, see enter): the root stages, everybody arrives; later the rest. */
 static PyObject *Core_broadcast(Core *c, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 5 && nargs != 7 && check_args(nargs, 4, "broadcast") < 0)
@@ -48,16 +49,21 @@ static PyObject *Core_broadcast(Core *c, PyObject *const *args, Py_ssize_t nargs
     }
     if (step < 0)
         step = nbytes;
-    if (step > c->slot || step <= 0 || nbytes == 0 || root < 0 || root >= c->n)
+    int part = c->part;
+    if (step > c->slot || step <= 0 || nbytes == 0 || root < 0 || root >= c->n ||
+        (part != PART_WHOLE && step != nbytes)) {     /* (a two-part call is one step) */
         return call_end(&k, ST_REFUSE);
+    }
     for (Py_ssize_t lo = 0; lo < nbytes; lo += step) {
         Py_ssize_t len = nbytes - lo < step ? nbytes - lo : step;
-        int phase = next_phase(&k);
-        if (me == root)
+        int phase = part == PART_FINISH ? k.phase : next_phase(&k);
+        if (me == root && part != PART_FINISH)
             stage(&k, phase, buf + lo, len, 1);
         else if (nbytes > c->one_shot)
             gil_release(&k.gil);
         int e = enter(c, k.arena, phase, sig, &k.gil);
+        if (e == 2)
+            return call_end(&k, ST_STARTED);
         if (e != 0)
             return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
         if (me != root) {
@@ -363,9 +369,9 @@ static PyObject *barrier_call(Core *c, PyObject *arena, uint64_t sig)
 {
     Call k;
     call_begin(&k, c, arena);
-    int phase = next_phase(&k);
+    int phase = c->part == PART_FINISH ? k.phase : next_phase(&k);   /* (Core.part: see enter) */
     int e = enter(c, k.arena, phase, sig, &k.gil);
-    return call_end(&k, e < 0 ? -1 : e ? ST_MISMATCH : ST_DONE);
+    return call_end(&k, e < 0 ? -1 : e == 2 ? ST_STARTED : e ? ST_MISMATCH : ST_DONE);
 }
 
 static PyObject *Core_barrier(Core *c, PyObject *const *args, Py_ssize_t nargs)

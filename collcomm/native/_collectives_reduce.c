@@ -43,7 +43,8 @@ static int copy_slices(Call *k, int phase, int isz, const char *mine, char *out,
 }
 
 /* all_reduce(arena, buf, code, sig): one chunk (nbytes <= slot), staged (no CMA), our
- * buffer not in the shared heap. One-shot up to one_shot bytes, else two-shot. */
+ * buffer not in the shared heap. One-shot up to one_shot bytes, else two-shot. A one-shot
+ * call may run in two parts (Core.part, see enter): stage and arrive, then later the rest. */
 static PyObject *Core_all_reduce(Core *c, PyObject *const *args, Py_ssize_t nargs)
 {
     if (check_args(nargs, 4, "all_reduce") < 0)
@@ -62,9 +63,18 @@ static PyObject *Core_all_reduce(Core *c, PyObject *const *args, Py_ssize_t narg
     if (fn == NULL || nbytes % isz || nbytes > c->slot || nbytes == 0)
         return call_end(&k, ST_REFUSE);
     Py_ssize_t count = nbytes / isz;
-    int n = c->n, me = c->rank, phase = next_phase(&k);
-    char *mine = stage(&k, phase, buf, nbytes, 1);
+    int n = c->n, me = c->rank, part = c->part;
+    if (part == PART_START && nbytes > c->one_shot) {   /* (two syncs: never in two parts) */
+        return call_end(&k, ST_REFUSE);
+    }
+    /* a two-part call's second part: the phase and the staged copy of its first */
+    int phase = part == PART_FINISH ? k.phase : next_phase(&k);
+    char *mine = part == PART_FINISH ? peer(&k, phase, me, nbytes) : stage(&k, phase, buf, nbytes, 1);
+    if (mine == NULL)
+        return call_end(&k, -1);
     int e = enter(c, k.arena, phase, sig, &k.gil);
+    if (e == 2)
+        return call_end(&k, ST_STARTED);
     if (e != 0)
         return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
     if (any_shared(c, phase))

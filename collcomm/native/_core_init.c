@@ -18,6 +18,7 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds)
         return -1;
     self->spin_ns = spin_ns;
     self->use_futex = futex;
+    self->part = PART_WHOLE;
     self->w_cpu = -1;   /* (a layout without the CPU word: always spin first) */
     if (!PyArg_ParseTuple(layout, "iiiiiiii|i;layout: (words, counter, offset, size, shared, "
                           "signature, sleepers, phase[, cpu])", &self->words, &self->w_counter,

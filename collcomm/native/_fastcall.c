@@ -63,6 +63,17 @@ typedef struct {
                                  * and may then give the call's tag and record: */
     PyObject *exec_tag;         /* the tag its queued call took (NULL/None: the next one) */
     PyObject *exec_rec;         /* ... and its record, appended then (NULL/None: make one) */
+    /* asynchronous calls in two parts (_fastcall_parts.c) */
+    PyObject *work_type;        /* core.work.Work, whose slots sit at work_at (NULL: none taken) */
+    Py_ssize_t work_at[10];
+    PyObject *lock_type;        /* what makes a Work's _lock */
+    PyObject *async_items;      /* the group's queue of asynchronous calls (a deque) */
+    PyObject *exec_lock;        /* ... the lock of the thread running it (AsyncCalls._exec) */
+    PyObject *group_lock;       /* ... the group's lock (ProcessGroup._lock) */
+    PyObject *part_work;        /* the Work of the call started and not finished (NULL: none) */
+    PyObject *part_args[3];     /* ... what its entry was given (buffer, op or root, name) */
+    PyObject *part_tag, *part_rec;   /* ... its tag and record */
+    int part_fc;
     int n_ops;
     FastOp ops[FAST_OPS];
     unsigned long long calls;   /* calls run here (tests check the path) */
@@ -255,6 +266,13 @@ static inline int fast_open(Fast *s)
     return (s->paused == 0 || fast_is_exec(s)) && fast_timeout_scopes == 0;
 }
 
+/* Whether a call in `part` may run: a second part always (its first was taken: a
+ * call_timeout scope opened since does not apply to it), else as fast_open says. */
+static inline int fast_open_part(Fast *s, int part)
+{
+    return part == PART_FINISH || fast_open(s);
+}
+
 /* Core collectives take (arena, ..., sig, ...) as Python objects; call one with the
  * signature at args[sig_at]. */
 static PyObject *core_call(PyObject *(*fn)(Core *, PyObject *const *, Py_ssize_t), Fast *s,
@@ -304,5 +322,6 @@ static int fast_bcast_cma_args(Fast *s, Py_ssize_t itemsize, PyObject **tail)
 
 #include "_fastcall_lists.c"
 #include "_fastcall_ops.c"
+#include "_fastcall_parts.c"
 #include "_fastcall_rooted.c"
 #include "_fastcall_type.c"

@@ -100,18 +100,26 @@ static PyObject *fast_run(Fast *s, int fc, PyObject *name, uint64_t sig,
     return fast_end(s, status, rec, tag, sig, fc, name, a, b, c);
 }
 
+/* (_fastcall_parts.c: fast_run for one part of a call in two parts) */
+static PyObject *fast_run_part(Fast *s, int part, int fc, PyObject *name, uint64_t sig,
+                               PyObject *(*fn)(Core *, PyObject *const *, Py_ssize_t),
+                               PyObject **cargs, Py_ssize_t nargs, Py_ssize_t sig_at, PyObject *a,
+                               PyObject *b, PyObject *c, Pair *p);
+
 /* all_reduce(send, recv, op, name) -> True | None: recv = op over every rank's send
- * (send may be recv: in place). */
-static PyObject *Fast_all_reduce(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+ * (send may be recv: in place). In `part` of a call in two parts (_fastcall_parts.c), False
+ * when the first part is done. */
+static PyObject *fast_all_reduce(Fast *s, PyObject *const *args, Py_ssize_t nargs, int part)
 {
     if (check_args(nargs, 4, "all_reduce") < 0)
         return NULL;
-    if (!fast_open(s))
+    if (!fast_open_part(s, part))
         Py_RETURN_NONE;
     Pair p;
     int dt = fast_pair(&p, args[0], args[1], 1);
     Py_ssize_t nbytes = p.len[1], count = nbytes / p.itemsize;
-    int fits = dt >= 0 && nbytes > 0 && nbytes <= s->limit[FC_ALL_REDUCE] && p.len[0] == nbytes;
+    int fits = dt >= 0 && nbytes > 0 && nbytes <= s->limit[FC_ALL_REDUCE] && p.len[0] == nbytes &&
+               (part == PART_WHOLE || nbytes <= ((Core *)s->core)->one_shot);
     FastOp *e = fits ? fast_op(s, args[2], dt) : NULL;
     if (e != NULL && p.data[0] != p.data[1])
         memcpy(p.data[1], p.data[0], nbytes);
@@ -124,25 +132,31 @@ static PyObject *Fast_all_reduce(Fast *s, PyObject *const *args, Py_ssize_t narg
     }
     uint64_t sig = e->sig[dt] | ((uint64_t)0x3FFF << 36) | COUNT_BITS(count);
     PyObject *cargs[4] = {NULL, args[1], code, NULL};
-    PyObject *r = fast_run(s, FC_ALL_REDUCE, args[3], sig, Core_all_reduce, cargs, 4, 3, args[1],
-                           args[2], Py_None, &p);
+    PyObject *r = fast_run_part(s, part, FC_ALL_REDUCE, args[3], sig, Core_all_reduce, cargs, 4, 3,
+                                args[1], args[2], Py_None, &p);
     Py_DECREF(code);
     return r;
 }
 
-/* broadcast(buf, root, name) -> True | None */
-static PyObject *Fast_broadcast(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *Fast_all_reduce(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    return fast_all_reduce(s, args, nargs, PART_WHOLE);
+}
+
+/* broadcast(buf, root, name) -> True | None (False: as all_reduce) */
+static PyObject *fast_broadcast(Fast *s, PyObject *const *args, Py_ssize_t nargs, int part)
 {
     if (check_args(nargs, 3, "broadcast") < 0)
         return NULL;
     long root = fast_root(s, args[1]);
-    if (!fast_open(s) || root < 0)
+    if (!fast_open_part(s, part) || root < 0)
         Py_RETURN_NONE;
     Pair p;
     int dt = fast_pair(&p, Py_None, args[0], 0);
     Py_ssize_t nbytes = p.len[1], count = nbytes / p.itemsize;
     int split = s->bcast_cma > 0 && nbytes >= s->bcast_cma;   /* else staged, one chunk */
-    if (dt < 0 || nbytes == 0 || (!split && nbytes > s->limit[FC_BROADCAST])) {
+    if (dt < 0 || nbytes == 0 || (!split && nbytes > s->limit[FC_BROADCAST]) ||
+        (split && part != PART_WHOLE)) {
         fast_release(&p);
         Py_RETURN_NONE;
     }
@@ -153,11 +167,16 @@ static PyObject *Fast_broadcast(Fast *s, PyObject *const *args, Py_ssize_t nargs
         fast_release(&p);
         return NULL;
     }
-    PyObject *r = fast_run(s, FC_BROADCAST, args[2], sig, Core_broadcast, cargs, split ? 7 : 4, 3,
-                           args[0], args[1], Py_None, &p);
+    PyObject *r = fast_run_part(s, part, FC_BROADCAST, args[2], sig, Core_broadcast, cargs,
+                                split ? 7 : 4, 3, args[0], args[1], Py_None, &p);
     for (int i = 4; i < 7; i++)
         Py_XDECREF(cargs[i]);
     return r;
+}
+
+static PyObject *Fast_broadcast(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    return fast_broadcast(s, args, nargs, PART_WHOLE);
 }
 
 /* all_gather(send, recv, name) -> True | None: recv holds every rank's send, in rank order */
@@ -342,13 +361,19 @@ static PyObject *Fast_all_to_all(Fast *s, PyObject *const *args, Py_ssize_t narg
 }
 
 /* barrier(name) -> True | None */
-static PyObject *Fast_barrier(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *fast_barrier(Fast *s, PyObject *const *args, Py_ssize_t nargs, int part)
 {
     if (check_args(nargs, 1, "barrier") < 0)
         return NULL;
-    if (!fast_open(s) || s->limit[FC_BARRIER] == 0)
+    if (!fast_open_part(s, part) || s->limit[FC_BARRIER] == 0)
         Py_RETURN_NONE;
     uint64_t sig = s->plain_sig[FC_BARRIER];
+    if (part != PART_WHOLE) {      /* Core_barrier, through fast_run_part (no buffers) */
+        Pair none = {.held = {0, 0}, .obj = {NULL, NULL}, .data = {NULL, NULL}, .len = {0, 0}};
+        PyObject *cargs[2] = {NULL, NULL};
+        return fast_run_part(s, part, FC_BARRIER, args[0], sig, Core_barrier, cargs, 2, 1,
+                             Py_None, Py_None, Py_None, &none);
+    }
     PyObject *rec;
     PyObject *tag = fast_begin(s, args[0], sig, FC_BARRIER, &rec);
     if (tag == NULL)
@@ -357,4 +382,9 @@ static PyObject *Fast_barrier(Fast *s, PyObject *const *args, Py_ssize_t nargs)
     PyObject *status = s->core == Py_None ? PyLong_FromLong(ST_DONE)
                                           : barrier_call((Core *)s->core, s->arena, sig);
     return fast_end(s, status, rec, tag, sig, FC_BARRIER, args[0], Py_None, Py_None, Py_None);
+}
+
+static PyObject *Fast_barrier(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    return fast_barrier(s, args, nargs, PART_WHOLE);
 }

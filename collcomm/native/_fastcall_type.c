@@ -73,7 +73,7 @@ static int Fast_traverse(Fast *self, visitproc visit, void *arg)
     Py_VISIT(self->exec_rec);
     for (int i = 0; i < self->n_ops; i++)
         Py_VISIT(self->ops[i].op);
-    return 0;
+    return parts_traverse(self, visit, arg);
 }
 
 static int Fast_clear(Fast *self)
@@ -93,6 +93,7 @@ static int Fast_clear(Fast *self)
     for (int i = 0; i < self->n_ops; i++)
         Py_CLEAR(self->ops[i].op);
     self->n_ops = 0;
+    parts_clear(self);
     self->paused = 1;     /* a cleared Fast never runs a call again */
     return 0;
 }
@@ -149,6 +150,15 @@ static PyMethodDef Fast_methods[] = {
     FASTM(scatter, "scatter(send or None, recv, root, name) -> True | None"),
     FASTM(all_to_all, "all_to_all(send, recv, name) -> True | None (equal blocks)"),
     FASTM(record, "record(tag, name, sig, algo_id) -> the record appended, or None (records off)"),
+    FASTM(all_reduce_async, "all_reduce_async(send, recv, op, name) -> Work | None (in two parts)"),
+    FASTM(broadcast_async, "broadcast_async(buf, root, name) -> Work | None (in two parts)"),
+    FASTM(barrier_async, "barrier_async(name) -> Work | None (in two parts)"),
+    FASTM(set_async, "set_async(work_type, lock_type, items, exec_lock, group_lock): what the "
+          "two-part calls need"),
+    {"wait_part", (PyCFunction)Fast_wait_part, METH_O,
+     "wait_part(work) -> True: its call (in two parts) finished here; False: not here"},
+    {"finish_part", (PyCFunction)Fast_finish_part, METH_NOARGS,
+     "the second part of the call started in two parts (queued by its entry)"},
     {"close", (PyCFunction)Fast_close, METH_NOARGS,
      "drop every reference; later calls take the regular path"},
     {NULL, NULL, 0, NULL},
@@ -196,7 +206,7 @@ static int fast_module_init(PyObject *m)
     s_learn = PyUnicode_InternFromString("learn");
     s_failed = PyUnicode_InternFromString("failed");
     s_finish = PyUnicode_InternFromString("finish");
-    if (rec_module_init() < 0 || s_done == NULL || s_learn == NULL || s_failed == NULL ||
+    if (rec_module_init() < 0 || parts_names() < 0 || s_done == NULL || s_learn == NULL || s_failed == NULL ||
         s_finish == NULL || PyType_Ready(&FastType) < 0)
         return -1;
     Py_INCREF(&FastType);

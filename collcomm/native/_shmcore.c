@@ -39,6 +39,7 @@
                           the Python code finishes the call */
 #define ST_PAIRS 3     /* all_to_all: the split sizes do not match (after the first sync) */
 #define ST_REFUSE 4    /* nothing done (before any traffic): run the Python path instead */
+#define ST_STARTED 5   /* split call, first half: staged and arrived; the second half finishes it */
 
 /* ------------------------------------------------------------------ the parts, in order */
 #include "_dtypes.c"            /* dtype and op codes; float16/bfloat16 <-> float32 */

@@ -1,0 +1,368 @@
+/* Asynchronous all_reduce, broadcast and barrier in two parts (included by _fastcall.c
+ * after _fastcall_ops.c).
+ *
+ * ``all_reduce_async(send, recv, op, name)``, ``broadcast_async(buf, root, name)``,
+ * ``barrier_async(name)``: when the group has nothing queued, a small call (one step: an
+ * all_reduce of at most one_shot bytes, a staged broadcast, a barrier) is started at once: the record made, this rank's data staged
+ * and its arrival published (Core.part PART_START, see enter in _arena_sync.c), so the
+ * others can finish the call without this rank, as MPI's nonblocking calls let them. Its
+ * second part (``finish_part``: wait for the others' arrival, check every signature,
+ * combine or copy out) is queued as the group's next asynchronous call (core/async_calls.py),
+ * so it runs in program order before anything else the group does: in ``wait()``, in
+ * the next blocking call, or on the group's worker. Such a call needs no thread to make
+ * progress. Returns the call's Work (made here, as Work.__init__ makes it, without running
+ * Python code: nothing can slip in between the arrival and the queueing; done already
+ * when the call ran whole at once, handed to the Python code), or None having done
+ * nothing (the caller takes the regular path).
+ */
+
+enum { W_NAME, W_GROUP, W_TAG, W_STARTED, W_LOCK, W_DONE, W_EVENT, W_RESULT, W_EXC, W_CALLBACKS,
+       W_N };
+static const char *const work_slot_names[W_N] = {"name", "_group", "_tag", "_started", "_lock",
+                                                 "done", "_event", "_result", "_exc", "_callbacks"};
+/* Work `w`'s slot i (a W_ index) */
+#define WORK_SLOT(s, w, i) (*(PyObject **)((char *)(w) + (s)->work_at[i]))
+
+static PyObject *s_append, *s_pending, *s_finish_part, *s_acquire, *s_release, *s_popleft;
+
+static int parts_names(void)
+{
+    return (s_append = PyUnicode_InternFromString("append")) == NULL ||
+           (s_pending = PyUnicode_InternFromString("_pending")) == NULL ||
+           (s_finish_part = PyUnicode_InternFromString("finish_part")) == NULL ||
+           (s_acquire = PyUnicode_InternFromString("acquire")) == NULL ||
+           (s_release = PyUnicode_InternFromString("release")) == NULL ||
+           (s_popleft = PyUnicode_InternFromString("popleft")) == NULL ? -1 : 0;
+}
+
+static PyObject *fast_run_part(Fast *s, int part, int fc, PyObject *name, uint64_t sig,
+                               PyObject *(*fn)(Core *, PyObject *const *, Py_ssize_t),
+                               PyObject **cargs, Py_ssize_t nargs, Py_ssize_t sig_at, PyObject *a,
+                               PyObject *b, PyObject *c, Pair *p)
+{
+    if (part == PART_WHOLE)
+        return fast_run(s, fc, name, sig, fn, cargs, nargs, sig_at, a, b, c, p);
+    Core *core = (Core *)s->core;
+    PyObject *rec = NULL, *tag;
+    if (part == PART_START) {
+        tag = fast_begin(s, name, sig, fc, &rec);
+        if (tag == NULL) {
+            fast_release(p);
+            return NULL;
+        }
+    } else {                       /* the tag and record of the first part */
+        tag = s->part_tag;
+        rec = s->part_rec;
+        s->part_tag = s->part_rec = NULL;
+        core->timeout_of = s->group;
+    }
+    for (int i = 0; i < 2; i++)
+        core->handed[i] = (Handed){p->held[i] ? p->obj[i] : NULL, p->data[i], p->len[i],
+                                   p->writable[i]};
+    core->part = part;
+    PyObject *status = core_call(fn, s, cargs, nargs, sig_at, sig);
+    core->part = PART_WHOLE;       /* (if the Core refused before its enter) */
+    core->handed[0].obj = core->handed[1].obj = NULL;
+    fast_release(p);
+    if (part == PART_START && status != NULL && PyLong_AsLong(status) == ST_STARTED) {
+        Py_DECREF(status);
+        core->timeout_of = NULL;
+        s->part_tag = tag;         /* (references kept for the second part) */
+        s->part_rec = rec;
+        s->part_fc = fc;
+        return Py_NewRef(Py_False);
+    }
+    return fast_end(s, status, rec, tag, sig, fc, name, a, b, c);
+}
+
+static int part_done(Fast *s, PyObject *work, PyObject *exc);
+
+/* A Work of work_type as Work.__init__(name, group) leaves it (_started True: its first
+ * part runs now), its tag None until set; only C code runs. */
+static PyObject *part_work(Fast *s, PyObject *name)
+{
+    PyObject *lock = PyObject_CallNoArgs(s->lock_type);
+    if (lock == NULL)
+        return NULL;
+    PyTypeObject *t = (PyTypeObject *)s->work_type;
+    PyObject *w = t->tp_alloc(t, 0);
+    if (w == NULL) {
+        Py_DECREF(lock);
+        return NULL;
+    }
+    PyObject *v[W_N] = {name, s->group, Py_None, Py_True, lock, Py_False, Py_None, Py_None,
+                        Py_None, Py_None};
+    for (int i = 0; i < W_N; i++)
+        WORK_SLOT(s, w, i) = i == W_LOCK ? lock : Py_NewRef(v[i]);
+    return w;
+}
+
+/* The entries' common part: start the call (`run`: fast_all_reduce or fast_broadcast on
+ * `args`), then queue its second part. */
+static PyObject *part_start(Fast *s, PyObject *(*run)(Fast *, PyObject *const *, Py_ssize_t, int),
+                            PyObject *const *args, Py_ssize_t nargs, PyObject *buf,
+                            PyObject *arg, PyObject *name)
+{
+    if (s->work_type == NULL || s->core == Py_None || s->part_work != NULL || s->paused ||
+        s->exec_thread != 0 || fast_timeout_scopes != 0)
+        Py_RETURN_NONE;
+    PyObject *work = part_work(s, name);
+    if (work == NULL)
+        return NULL;
+    PyObject *r = run(s, args, nargs, PART_START);
+    if (r == Py_True) {            /* ran whole (handed to the Python code): done */
+        Py_DECREF(r);
+        int plain = part_done(s, work, NULL);
+        if (plain <= 0)
+            Py_CLEAR(work);
+        if (plain == 0)
+            PyErr_SetString(PyExc_RuntimeError, "collcomm fast call: a new Work was locked");
+        return work;
+    }
+    if (r != Py_False) {           /* declined (None) or failed */
+        Py_DECREF(work);
+        return r;
+    }
+    Py_DECREF(r);
+    /* started: from here to the queueing nothing runs Python code (no other thread can
+     * queue a call of this group in between) */
+    Py_SETREF(WORK_SLOT(s, work, W_TAG), Py_NewRef(s->part_tag));
+    PyObject *finish = PyObject_GetAttr((PyObject *)s, s_finish_part);
+    PyObject *item = finish == NULL ? NULL : PyTuple_Pack(2, work, finish);
+    Py_XDECREF(finish);
+    PyObject *ok = item == NULL ? NULL : PyObject_CallMethodOneArg(s->async_items, s_append, item);
+    Py_XDECREF(item);
+    if (ok == NULL || PyObject_SetAttr(s->group, s_pending, Py_True) < 0) {
+        /* (out of memory) the call is started and cannot be taken back: the group's next
+         * call will wait for it in vain (its timeout names the call) */
+        Py_XDECREF(ok);
+        Py_DECREF(work);
+        return NULL;
+    }
+    Py_DECREF(ok);
+    s->paused = 1;          /* until the queue is drained (ProcessGroup._settled) */
+    s->part_work = Py_NewRef(work);
+    PyObject *keep[3] = {buf, arg, name};
+    for (int i = 0; i < 3; i++)
+        Py_XSETREF(s->part_args[i], Py_NewRef(keep[i]));
+    return work;
+}
+
+/* all_reduce_async(send, recv, op, name) -> Work | None (send may be recv: in place; out
+ * of place, the first part copies it into recv, where the second part leaves the result) */
+static PyObject *Fast_all_reduce_async(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args(nargs, 4, "all_reduce_async") < 0)
+        return NULL;
+    return part_start(s, fast_all_reduce, args, 4, args[1], args[2], args[3]);
+}
+
+/* broadcast_async(buf, root, name) -> Work | None */
+static PyObject *Fast_broadcast_async(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args(nargs, 3, "broadcast_async") < 0)
+        return NULL;
+    return part_start(s, fast_broadcast, args, 3, args[0], args[1], args[2]);
+}
+
+/* barrier_async(name) -> Work | None */
+static PyObject *Fast_barrier_async(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args(nargs, 1, "barrier_async") < 0)
+        return NULL;
+    return part_start(s, fast_barrier, args, 1, Py_None, Py_None, args[0]);
+}
+
+/* finish_part(): the second part of the call started (what the queue runs for it):
+ * None, or the call's error raised (its context, record and missing ranks as the fast
+ * call gives them). */
+static PyObject *Fast_finish_part(Fast *s, PyObject *unused)
+{
+    if (s->part_work == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "collcomm fast call: no call started in two parts "
+                        "is pending (the group was closed)");
+        return NULL;
+    }
+    PyObject *work = s->part_work, *buf = s->part_args[0], *arg = s->part_args[1],
+             *name = s->part_args[2];
+    s->part_work = s->part_args[0] = s->part_args[1] = s->part_args[2] = NULL;
+    PyObject *r;
+    if (s->part_fc == FC_ALL_REDUCE) {
+        PyObject *a[4] = {buf, buf, arg, name};
+        r = fast_all_reduce(s, a, 4, PART_FINISH);
+    } else if (s->part_fc == FC_BROADCAST) {
+        PyObject *a[3] = {buf, arg, name};
+        r = fast_broadcast(s, a, 3, PART_FINISH);
+    } else {
+        r = fast_barrier(s, &name, 1, PART_FINISH);
+    }
+    Py_DECREF(work);
+    Py_DECREF(buf);
+    Py_DECREF(arg);
+    Py_DECREF(name);
+    if (r == NULL)
+        return NULL;
+    int done = r == Py_True;
+    Py_DECREF(r);
+    if (!done) {                   /* (cannot happen: the same checks took its first part) */
+        Py_CLEAR(s->part_tag);
+        Py_CLEAR(s->part_rec);
+        PyErr_SetString(PyExc_RuntimeError, "collcomm fast call: the second part of a call "
+                        "started in two parts was declined");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* lock.acquire(False): 1 taken, 0 busy, -1 error */
+static int try_lock(PyObject *lock)
+{
+    PyObject *r = PyObject_CallMethodOneArg(lock, s_acquire, Py_False);
+    if (r == NULL)
+        return -1;
+    int got = r == Py_True;
+    Py_DECREF(r);
+    return got;
+}
+
+static int unlock(PyObject *lock)
+{
+    PyObject *r = PyObject_CallMethodNoArgs(lock, s_release);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* work.done = True with its result or error, as Work._finish sets them, where nobody can
+ * be waiting on it or have added a callback (else 0: Work._finish must run). 1 done. */
+static int part_done(Fast *s, PyObject *work, PyObject *exc)
+{
+    PyObject *lock = WORK_SLOT(s, work, W_LOCK);
+    int got = try_lock(lock);
+    if (got <= 0)
+        return got;
+    int plain = WORK_SLOT(s, work, W_CALLBACKS) == Py_None && WORK_SLOT(s, work, W_EVENT) == Py_None;
+    if (plain) {
+        Py_XSETREF(WORK_SLOT(s, work, W_EXC), Py_NewRef(exc != NULL ? exc : Py_None));
+        Py_XSETREF(WORK_SLOT(s, work, W_DONE), Py_NewRef(Py_True));
+    }
+    return unlock(lock) < 0 ? -1 : plain;
+}
+
+/* wait_part(work) -> True | False: `work`'s call (started in two parts) finished here,
+ * its error, if any, left in it for Work.wait to raise; False: not here (another call is
+ * before it or another thread runs the queue: Work.wait takes the queue's way). What
+ * AsyncCalls.run_through(work) and ProcessGroup._settled do, without their Python frames. */
+static PyObject *Fast_wait_part(Fast *s, PyObject *work)
+{
+    if (s->part_work != work || s->async_items == NULL || PyObject_Length(s->async_items) < 1)
+        Py_RETURN_FALSE;
+    PyObject *head = PySequence_GetItem(s->async_items, 0);
+    if (head == NULL)
+        return NULL;
+    int ours = PyTuple_Check(head) && PyTuple_GET_SIZE(head) == 2 && PyTuple_GET_ITEM(head, 0) == work;
+    Py_DECREF(head);
+    int got = ours ? try_lock(s->exec_lock) : 0;
+    if (got <= 0)
+        return got < 0 ? NULL : Py_NewRef(Py_False);
+    PyObject *item = PyObject_CallMethodNoArgs(s->async_items, s_popleft);
+    Py_XDECREF(item);
+    PyObject *r = item == NULL ? NULL : Fast_finish_part(s, NULL);
+    PyObject *type = NULL, *exc = NULL, *tb = NULL;
+    if (r == NULL) {
+        PyErr_Fetch(&type, &exc, &tb);
+        PyErr_NormalizeException(&type, &exc, &tb);
+        if (tb != NULL)
+            PyException_SetTraceback(exc, tb);
+    }
+    Py_XDECREF(r);
+    Py_INCREF(work);
+    int plain = part_done(s, work, exc);
+    if (plain == 0) {              /* a waiter or callbacks: Work._finish(None, exc) */
+        PyObject *fin = PyObject_CallMethod(work, "_finish", "OO", Py_None, exc != NULL ? exc : Py_None);
+        plain = fin == NULL ? -1 : 1;
+        Py_XDECREF(fin);
+    }
+    /* the queue empty: the group's fast call takes blocking calls again (ProcessGroup._settled,
+     * under the group's lock: left to the next drain if another thread holds it) */
+    if (plain > 0 && PyObject_Length(s->async_items) == 0 && try_lock(s->group_lock) == 1) {
+        if (PyObject_Length(s->async_items) == 0 &&
+            PyObject_SetAttr(s->group, s_pending, Py_False) == 0)
+            s->paused = 0;
+        if (unlock(s->group_lock) < 0)
+            plain = -1;
+    }
+    int bad = unlock(s->exec_lock) < 0 || plain < 0;
+    Py_DECREF(work);
+    int interrupt = exc != NULL && !PyErr_GivenExceptionMatches(exc, PyExc_Exception);
+    if (interrupt && !bad) {       /* Ctrl-C in the wait: recorded, and raised (Work._run) */
+        PyErr_Restore(type, exc, tb);
+        return NULL;
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(exc);
+    Py_XDECREF(tb);
+    if (bad)
+        return NULL;
+    Py_RETURN_TRUE;
+}
+
+/* set_async(work_type, lock_type, items, exec_lock, group_lock): what the two-part entries
+ * need (core/fastpath.py): the Work class (whose slots they fill), what makes its lock, the
+ * group's queue, the lock of its runner and the group's lock. */
+static PyObject *Fast_set_async(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args(nargs, 5, "set_async") < 0)
+        return NULL;
+    if (!PyType_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "set_async: work_type must be a class");
+        return NULL;
+    }
+    for (int i = 0; i < W_N; i++) {
+        PyObject *key = PyUnicode_FromString(work_slot_names[i]);
+        PyObject *descr = key == NULL ? NULL : _PyType_Lookup((PyTypeObject *)args[0], key);
+        Py_XDECREF(key);
+        PyMemberDef *m = descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type)
+                             ? ((PyMemberDescrObject *)descr)->d_member : NULL;
+        if (m == NULL || m->type != T_OBJECT_EX || (m->flags & READONLY) || m->offset <= 0) {
+            PyErr_Format(PyExc_TypeError, "set_async: %R has no plain slot %s", args[0],
+                         work_slot_names[i]);
+            return NULL;
+        }
+        s->work_at[i] = m->offset;
+    }
+    Py_XSETREF(s->work_type, Py_NewRef(args[0]));
+    Py_XSETREF(s->lock_type, Py_NewRef(args[1]));
+    Py_XSETREF(s->async_items, Py_NewRef(args[2]));
+    Py_XSETREF(s->exec_lock, Py_NewRef(args[3]));
+    Py_XSETREF(s->group_lock, Py_NewRef(args[4]));
+    Py_RETURN_NONE;
+}
+
+static int parts_traverse(Fast *s, visitproc visit, void *arg)
+{
+    Py_VISIT(s->work_type);
+    Py_VISIT(s->lock_type);
+    Py_VISIT(s->async_items);
+    Py_VISIT(s->exec_lock);
+    Py_VISIT(s->group_lock);
+    Py_VISIT(s->part_work);
+    for (int i = 0; i < 3; i++)
+        Py_VISIT(s->part_args[i]);
+    Py_VISIT(s->part_tag);
+    Py_VISIT(s->part_rec);
+    return 0;
+}
+
+static void parts_clear(Fast *s)
+{
+    Py_CLEAR(s->work_type);
+    Py_CLEAR(s->lock_type);
+    Py_CLEAR(s->async_items);
+    Py_CLEAR(s->exec_lock);
+    Py_CLEAR(s->group_lock);
+    Py_CLEAR(s->part_work);
+    for (int i = 0; i < 3; i++)
+        Py_CLEAR(s->part_args[i]);
+    Py_CLEAR(s->part_tag);
+    Py_CLEAR(s->part_rec);
+}

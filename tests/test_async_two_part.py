@@ -1,0 +1,277 @@
+"""Small asynchronous all_reduce, broadcast and barrier in two parts
+(native/_fastcall_parts.c).
+
+When nothing of the group is pending, such a call stages this rank's data and publishes
+its arrival at once; its second part (wait for the others, check every signature, combine
+or copy out) is queued and run by ``wait()``, the next blocking call or the worker. These
+tests hold what that promises: the others finish the call while this rank blocks in a
+receive, with no thread at all (the worker never looks); results equal to numpy's for
+dtypes, ops, counts up to and past the two-part limit, every root, mixed with queued and
+blocking calls in any order; a mismatch raised by ``wait`` (and by the blocking call of a
+rank that made it synchronously); callbacks and polling; a lost peer; and that a
+synchronous call right after an unwaited one finishes it first.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.harness import run_ranks
+
+
+def _world() -> Any:
+    from collcomm.core import runtime
+
+    return runtime.get_world("test")
+
+
+def _no_thread_needed() -> dict[str, Any]:
+    """Each rank in turn starts a call and blocks in a receive its peer sends only after
+    its own (synchronous) part of the call; the worker is told never to look, and no
+    call here may start it (before two parts, a queued call waited for the worker)."""
+    import collcomm as dist
+    from collcomm.core import async_calls
+
+    async_calls.POLL = async_calls.POLL_MAX = 1000.0
+    me, n = dist.get_rank(), dist.get_world_size()
+    dist.all_reduce(np.ones(1))                        # the arena: the fast call exists after
+    out: dict[str, Any] = {}
+    for starter in range(n):
+        peer = (starter + 1) % n
+        x = np.full(3, me + 1.0, np.float32)
+        b = np.full(2, 10 * me, np.int64)
+        got = np.zeros(1, np.int64)
+        if me == starter:
+            w = dist.all_reduce(x, async_op=True)
+            dist.recv(got, src=peer)
+            w.wait()
+            w = dist.broadcast(b, src=starter, async_op=True)
+            dist.recv(got, src=peer)
+            w.wait()
+        else:
+            dist.all_reduce(x)
+            if me == peer:
+                dist.send(np.array([5]), dst=starter)
+            dist.broadcast(b, src=starter)
+            if me == peer:
+                dist.send(np.array([5]), dst=starter)
+        # a barrier
+        if me == starter:
+            w = dist.barrier(async_op=True)
+            dist.recv(got, src=peer)
+            w.wait()
+        else:
+            dist.barrier()
+            if me == peer:
+                dist.send(np.array([4]), dst=starter)
+        # a broadcast started by a non-root, alone
+        c = np.full(2, 7 * me, np.int32)
+        if me == starter:
+            w = dist.broadcast(c, src=peer, async_op=True)
+            dist.recv(got, src=peer)
+            w.wait()
+        else:
+            dist.broadcast(c, src=peer)
+            if me == peer:
+                dist.send(np.array([6]), dst=starter)
+        out[f"s{starter}"] = (x.tolist(), b.tolist(), c.tolist())
+    out["thread"] = _world().async_calls._worker is not None
+    return out
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n", [2, 3])
+def test_the_others_finish_without_this_rank_or_a_thread(n: int) -> None:
+    total = n * (n + 1) / 2
+    for out in run_ranks(_no_thread_needed, n, transport="shm", timeout=90):
+        for starter in range(n):
+            peer = (starter + 1) % n
+            assert out[f"s{starter}"] == ([total] * 3, [10 * starter] * 2, [7 * peer] * 2), out
+        assert out["thread"] is False, out
+
+
+# numpy's reduction in rank order, as the ranks make it
+_NP = {"SUM": np.add, "PROD": np.multiply, "MAX": np.maximum, "MIN": np.minimum}
+
+
+def _operand(rank: int, count: int, dtype: Any) -> np.ndarray:
+    return ((np.arange(count) % 3) + rank + 1).astype(dtype)
+
+
+def _matrix() -> list[str]:
+    """Every case run asynchronously and checked against numpy; returns what differs."""
+    import collcomm as dist
+
+    me, n = dist.get_rank(), dist.get_world_size()
+    bad: list[str] = []
+    dist.all_reduce(np.ones(1))
+    fast = _world().fast
+    started = fast.calls
+    counts = [1, 7, (64 << 10) // 4, (64 << 10) // 4 + 1]     # past 64 KiB: queued whole
+    for dtype in (np.float32, np.float64, np.int32, np.int64, np.uint8, np.float16, np.complex64):
+        for op in ("SUM", "PROD", "MAX", "MIN"):
+            if op in ("MAX", "MIN") and np.dtype(dtype).kind == "c":
+                continue
+            for count in counts if op == "SUM" else counts[:2]:
+                x = _operand(me, count, dtype)
+                want = _operand(0, count, dtype)
+                for r in range(1, n):
+                    want = _NP[op](want, _operand(r, count, dtype)).astype(dtype)
+                dist.all_reduce(x, op=getattr(dist.ReduceOp, op), async_op=True).wait()
+                if not np.array_equal(x, want):
+                    bad.append(f"all_reduce {np.dtype(dtype)} {op} {count}")
+        for root in range(n):
+            for count in (1, 5, (64 << 10) // np.dtype(dtype).itemsize):
+                b = _operand(me, count, dtype)
+                dist.broadcast(b, src=root, async_op=True).wait()
+                if not np.array_equal(b, _operand(root, count, dtype)):
+                    bad.append(f"broadcast {np.dtype(dtype)} root {root} {count}")
+    # 2-D, in place; mixed with queued and blocking calls, waited in reverse
+    two_d = np.full((3, 2), me + 1.0)
+    ag = np.zeros(2 * n, np.int16)
+    b1, b2 = np.full(3, me, np.int64), np.full(4, float(me))
+    y = np.full(2, me + 1.0, np.float32)
+    works = [dist.all_reduce(two_d, async_op=True),
+             dist.all_gather_into_tensor(ag, np.full(2, me, np.int16), async_op=True),
+             dist.broadcast(b1, src=n - 1, async_op=True),
+             dist.barrier(async_op=True)]
+    dist.all_reduce(y)                                  # runs the queued ones first
+    works.append(dist.broadcast(b2, src=0, async_op=True))
+    for w in reversed(works):
+        w.wait()
+    total = n * (n + 1) / 2
+    if (two_d.tolist() != [[total] * 2] * 3 or ag.tolist() != [r for r in range(n) for _ in "ab"]
+            or b1.tolist() != [n - 1] * 3 or b2.tolist() != [0.0] * 4 or y.tolist() != [total] * 2):
+        bad.append(f"mixed: {two_d.tolist()} {ag.tolist()} {b1.tolist()} {b2.tolist()} {y.tolist()}")
+    # a blocking call right after an unwaited one finishes it first
+    z = np.full(2, me + 1.0)
+    w = dist.all_reduce(z, async_op=True)
+    dist.barrier()
+    if not (w.done and z.tolist() == [total] * 2):
+        bad.append(f"unwaited: done {w.done} {z.tolist()}")
+    w.wait()
+    # on a subgroup of every rank but 0 (its own arena and fast call)
+    sub = dist.new_group(list(range(1, n)))
+    v = np.full(3, me + 1, np.int64)
+    u = np.full(2, me, np.float32)
+    if me > 0:
+        works = [dist.all_reduce(v, group=sub, async_op=True),
+                 dist.broadcast(u, group=sub, group_src=n - 2, async_op=True)]   # rank n-1
+        for w in works:
+            w.wait()
+    else:
+        v[:], u[:] = total - 1, n - 1
+    if v.tolist() != [total - 1] * 3 or u.tolist() != [n - 1] * 2:
+        bad.append(f"subgroup: {v.tolist()} {u.tolist()}")
+    if fast.calls - started < 100:
+        bad.append(f"only {fast.calls - started} calls took the fast call")
+    return bad
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("n", [2, 3])
+def test_results_are_numpy_s(n: int) -> None:
+    for bad in run_ranks(_matrix, n, transport="shm", timeout=200):
+        assert bad == [], bad[:10]
+
+
+def _mismatch() -> list[str]:
+    """Rank 1 calls with another dtype (the same bytes): asynchronously on every rank,
+    then with rank 1 synchronous and the others asynchronous; the group stays usable."""
+    import collcomm as dist
+
+    me, n = dist.get_rank(), dist.get_world_size()
+    dist.all_reduce(np.ones(1))
+    seen = []
+    for rank1_sync in (False, True):
+        x = np.ones(4, np.int32 if me == 1 else np.float32)
+        try:
+            if me == 1 and rank1_sync:
+                dist.all_reduce(x)
+            else:
+                dist.all_reduce(x, async_op=True).wait()
+            seen.append("no error")
+        except dist.MismatchError as exc:
+            seen.append("MismatchError" if "float32" in str(exc) and "int32" in str(exc) else str(exc))
+        t = np.full(2, me + 1.0)
+        dist.all_reduce(t, async_op=True).wait()
+        seen.append("usable" if t.tolist() == [n * (n + 1) / 2] * 2 else str(t))
+    try:                                   # a barrier against an all_reduce
+        (dist.barrier(async_op=True) if me == 1 else dist.all_reduce(np.ones(2), async_op=True)).wait()
+        seen.append("no error")
+    except dist.MismatchError as exc:
+        seen.append("MismatchError" if "barrier" in str(exc) else str(exc))
+    return seen
+
+
+@pytest.mark.timeout(120)
+def test_a_mismatch_is_raised_by_wait() -> None:
+    for seen in run_ranks(_mismatch, 3, transport="shm", timeout=90):
+        assert seen == ["MismatchError", "usable"] * 2 + ["MismatchError"], seen
+
+
+def _callbacks() -> dict[str, Any]:
+    """``then`` and polling on a call in two parts: the worker finishes it."""
+    import collcomm as dist
+
+    me, n = dist.get_rank(), dist.get_world_size()
+    dist.all_reduce(np.ones(1))
+    x = np.full(2, me + 1.0)
+    w = dist.all_reduce(x, async_op=True)
+    seen: list[Any] = []
+    w.then(lambda work: seen.append(x.tolist()))
+    polls = 0
+    deadline = time.monotonic() + 20
+    while not w.is_completed() and time.monotonic() < deadline:
+        time.sleep(0.001)
+        polls += 1
+    return {"seen": seen, "ok": w.is_success(), "x": x.tolist()}
+
+
+@pytest.mark.timeout(120)
+def test_callbacks_and_polling() -> None:
+    for out in run_ranks(_callbacks, 2, transport="shm", timeout=90):
+        assert out == {"seen": [[3.0, 3.0]], "ok": True, "x": [3.0, 3.0]}, out
+
+
+def _lost_peer() -> str:
+    import collcomm as dist
+
+    me = dist.get_rank()
+    dist.all_reduce(np.ones(1))
+    if me == 1:
+        os._exit(3)                                     # dies without entering the call
+    w = dist.all_reduce(np.ones(2), async_op=True)
+    try:
+        w.wait()
+    except dist.PeerLostError as exc:
+        return f"PeerLostError: {exc}"
+    return "no error"
+
+
+@pytest.mark.timeout(120)
+def test_a_lost_peer_is_raised_by_wait() -> None:
+    got = run_ranks(_lost_peer, 2, transport="shm", timeout=60, expect_failure=True)[0]
+    assert got.ok and got.value.startswith("PeerLostError") and "rank 1" in got.value, got
+
+
+def _destroyed_unwaited() -> list[float]:
+    """destroy_process_group with a call started and never waited for finishes it."""
+    import collcomm as dist
+
+    me = dist.get_rank()
+    dist.all_reduce(np.ones(1))
+    x = np.full(2, me + 1.0)
+    w = dist.all_reduce(x, async_op=True)
+    dist.destroy_process_group()
+    return x.tolist() if w.done and w.is_success() else [-1.0]
+
+
+@pytest.mark.timeout(120)
+def test_destroy_finishes_a_started_call() -> None:
+    for x in run_ranks(_destroyed_unwaited, 2, transport="shm", timeout=60):
+        assert x == [3.0, 3.0], x
