@@ -62,6 +62,9 @@ def main() -> None:
         ("all_reduce async+wait functional", lambda: dist.all_reduce(x, async_op=True).wait()),
         ("Iallreduce+Wait MPI", lambda: comm.Iallreduce(MPI.IN_PLACE, y).Wait()),
         ("broadcast async+wait functional", lambda: dist.broadcast(x, src=0, async_op=True).wait()),
+        ("Ibcast+Wait MPI", lambda: comm.Ibcast(y, 0).Wait()),
+        ("barrier async+wait functional", lambda: dist.barrier(async_op=True).wait()),
+        ("Ibarrier+Wait MPI", lambda: comm.Ibarrier().Wait()),
     ]
     if n > 1:
         arena = world.run("front_calls", lambda c: c.arena())

@@ -31,7 +31,7 @@ from ..core import collectives as core
 from ..errors import CollcommError
 from ._errors import ERR_BUFFER, Exception as MPIException, translate
 from ._msg import IN_PLACE, blocks, simple
-from ._ops import SUM, Op, core_op, local_combine
+from ._ops import SUM, Op, core_op, fold
 from ._request import Request, WorkOp
 from ._types import Datatype
 
@@ -44,19 +44,9 @@ def _run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 
 def _request(work: Any, finish: Callable[[], Any] | None = None) -> Request:
-    r = Request()
+    r = Request.__new__(Request)      # (no __init__: it only sets _op)
     r._op = WorkOp(work, finish)
     return r
-
-
-def _two_part(start: Callable[[], Any]) -> Request | None:
-    """The request of a small call the fast call started at once in two parts
-    (native/_fastcall_parts.c: ``start()`` gives its Work), or None: not such a call."""
-    try:
-        work = start()
-    except CollcommError as exc:
-        raise translate(exc) from exc
-    return None if work is None else _request(work)
 
 
 def _builtin(op: Any) -> Any:
@@ -69,17 +59,6 @@ def _builtin(op: Any) -> Any:
 
 def _not_root_in_place(call: str, what: str) -> MPIException:
     return MPIException(ERR_BUFFER, f"{call}: MPI.IN_PLACE as {what} is only for the root")
-
-
-def fold(op: Any, dt: Datatype, parts: np.ndarray, n: int, out: np.ndarray) -> None:
-    """``out = parts[0] ∘ parts[1] ∘ … ∘ parts[n-1]`` in rank order (n equal blocks)."""
-    k = parts.size // n if n else 0
-    acc = parts[:k].copy()
-    for r in range(1, n):
-        nxt = parts[r * k:(r + 1) * k].copy()
-        local_combine(op, dt, acc, nxt, "fold")     # nxt = acc ∘ block r
-        acc = nxt
-    np.copyto(out, acc)
 
 
 class BufferCollectives:
@@ -277,9 +256,13 @@ class BufferCollectives:
     def Ibcast(self, buf: Any, root: int = 0) -> Request:  # noqa: N802
         g = self._h.g
         fast = g.fast if g is not None else None
-        if fast is not None and type(buf) is np.ndarray and (
-                r := _two_part(lambda: fast.broadcast_async(buf, root, "Ibcast"))) is not None:
-            return r
+        if fast is not None and type(buf) is np.ndarray:
+            try:      # small: started at once in two parts (native/_fastcall_parts.c)
+                work = fast.broadcast_async(buf, root, "Ibcast")
+            except CollcommError as exc:
+                raise translate(exc) from exc
+            if work is not None:
+                return _request(work)
         return _request(self._bcast(buf, root, True, "Ibcast"))
 
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
@@ -379,9 +362,12 @@ class BufferCollectives:
         builtin = _builtin(op) if fast is not None and type(recvbuf) is np.ndarray else None
         if builtin is not None:
             send = recvbuf if sendbuf is IN_PLACE else sendbuf
-            r = _two_part(lambda: fast.all_reduce_async(send, recvbuf, builtin, "Iallreduce"))
-            if r is not None:
-                return r
+            try:      # small: started at once in two parts (native/_fastcall_parts.c)
+                work = fast.all_reduce_async(send, recvbuf, builtin, "Iallreduce")
+            except CollcommError as exc:
+                raise translate(exc) from exc
+            if work is not None:
+                return _request(work)
         return _request(self._allreduce(sendbuf, recvbuf, op, True, "Iallreduce"))
 
     def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802

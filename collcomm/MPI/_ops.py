@@ -13,7 +13,7 @@ An :class:`Op` serves two worlds:
   functions ``fn(invec, inoutvec, datatype)`` (``inoutvec = invec ∘ inoutvec``, invec from
   the lower ranks). Such combiners are made once per (op, datatype), so the group's call
   plan caches them. A user op created with ``commute=False`` is reported as *ordered*:
-  the caller then combines in rank order itself. An op that does not suit the datatype
+  the caller then combines in rank order itself (:func:`fold`). An op that does not suit the datatype
   (``MAXLOC`` on ``MPI.DOUBLE``, ``SUM`` on a pair, ``REPLACE`` in a reduction) raises
   ``MPI.Exception(ERR_OP)``; the core checks the rest (``BAND`` on floats…).
 """
@@ -257,3 +257,14 @@ def py_combine(op: Any, call: str) -> Callable[[Any, Any], Any]:
         return op
     raise TypeError(f"{call}: op must be an MPI.Op or a callable f(x, y), got {type(op).__name__}")
 SUM = PREDEFINED["SUM"]
+
+
+def fold(op: Any, dt: Datatype, parts: np.ndarray, n: int, out: np.ndarray) -> None:
+    """``out = parts[0] ∘ parts[1] ∘ … ∘ parts[n-1]`` in rank order (n equal blocks)."""
+    k = parts.size // n if n else 0
+    acc = parts[:k].copy()
+    for r in range(1, n):
+        nxt = parts[r * k:(r + 1) * k].copy()
+        local_combine(op, dt, acc, nxt, "fold")     # nxt = acc ∘ block r
+        acc = nxt
+    np.copyto(out, acc)
