@@ -1,12 +1,13 @@
-"""Small asynchronous all_reduce, broadcast and barrier in two parts
-(native/_fastcall_parts.c).
+"""Small asynchronous collectives in two parts (native/_fastcall_parts.c): all_reduce,
+broadcast, barrier, all_gather, gather, scatter, reduce_scatter.
 
 When nothing of the group is pending, such a call stages this rank's data and publishes
 its arrival at once; its second part (wait for the others, check every signature, combine
 or copy out) is queued and run by ``wait()``, the next blocking call or the worker. These
 tests hold what that promises: the others finish the call while this rank blocks in a
 receive, with no thread at all (the worker never looks); results equal to numpy's for
-dtypes, ops, counts up to and past the two-part limit, every root, mixed with queued and
+dtypes, ops, counts up to and past the two-part limit, every root, every one-step
+collective, mixed with queued and
 blocking calls in any order; a mismatch raised by ``wait`` (and by the blocking call of a
 rank that made it synchronously); callbacks and polling; a lost peer; and that a
 synchronous call right after an unwaited one finishes it first.
@@ -59,6 +60,17 @@ def _no_thread_needed() -> dict[str, Any]:
             dist.broadcast(b, src=starter)
             if me == peer:
                 dist.send(np.array([5]), dst=starter)
+        # an all_gather
+        ag = np.zeros(2 * n, np.int32)
+        if me == starter:
+            w = dist.all_gather_into_tensor(ag, np.full(2, me, np.int32), async_op=True)
+            dist.recv(got, src=peer)
+            w.wait()
+        else:
+            dist.all_gather_into_tensor(ag, np.full(2, me, np.int32))
+            if me == peer:
+                dist.send(np.array([3]), dst=starter)
+        out[f"ag{starter}"] = ag.tolist()
         # a barrier
         if me == starter:
             w = dist.barrier(async_op=True)
@@ -91,6 +103,7 @@ def test_the_others_finish_without_this_rank_or_a_thread(n: int) -> None:
         for starter in range(n):
             peer = (starter + 1) % n
             assert out[f"s{starter}"] == ([total] * 3, [10 * starter] * 2, [7 * peer] * 2), out
+            assert out[f"ag{starter}"] == [r for r in range(n) for _ in "ab"], out
         assert out["thread"] is False, out
 
 
@@ -130,6 +143,34 @@ def _matrix() -> list[str]:
                 dist.broadcast(b, src=root, async_op=True).wait()
                 if not np.array_equal(b, _operand(root, count, dtype)):
                     bad.append(f"broadcast {np.dtype(dtype)} root {root} {count}")
+    # the other one-step calls: all_gather, gather, scatter, reduce_scatter (every root)
+    for dtype in (np.float32, np.int64, np.float16):
+        for k in (1, 3, 1000):
+            mine = _operand(me, k, dtype)
+            every = np.concatenate([_operand(r, k, dtype) for r in range(n)])
+            ag = np.zeros(n * k, dtype)
+            rs = np.zeros(k, dtype)
+            works = [dist.all_gather_into_tensor(ag, mine, async_op=True),
+                     dist.reduce_scatter_tensor(rs, np.tile(mine, n), async_op=True)]
+            for w in works:
+                w.wait()
+            want_rs = _operand(0, k, dtype)
+            for r in range(1, n):
+                want_rs = (want_rs + _operand(r, k, dtype)).astype(dtype)
+            if not (np.array_equal(ag, every) and np.array_equal(rs, want_rs)):
+                bad.append(f"all_gather/reduce_scatter {np.dtype(dtype)} {k}")
+            for root in range(n):
+                parts = [np.zeros(k, dtype) for _ in range(n)] if me == root else None
+                sc = np.zeros(k, dtype)
+                blocks = [_operand(root + 10 * j, k, dtype) for j in range(n)] if me == root else None
+                works = [dist.gather(mine, parts, dst=root, async_op=True),
+                         dist.scatter(sc, blocks, src=root, async_op=True)]
+                for w in reversed(works):
+                    w.wait()
+                if me == root and not all(np.array_equal(parts[r], _operand(r, k, dtype)) for r in range(n)):
+                    bad.append(f"gather {np.dtype(dtype)} {k} root {root}")
+                if not np.array_equal(sc, _operand(root + 10 * me, k, dtype)):
+                    bad.append(f"scatter {np.dtype(dtype)} {k} root {root}")
     # 2-D, in place; mixed with queued and blocking calls, waited in reverse
     two_d = np.full((3, 2), me + 1.0)
     ag = np.zeros(2 * n, np.int16)

@@ -73,7 +73,13 @@ def _size(g: ProcessGroup, name: str, what: str, arr: np.ndarray, expected: int)
 
 
 def _run(g: ProcessGroup, name: str, body: Callable[[GroupComm], None], async_op: bool,
-         sig: int, nbytes: int, fast_call: FastCall = None) -> Work | None:
+         sig: int, nbytes: int, fast_call: FastCall = None, start: FastCall = None) -> Work | None:
+    """The call run (or queued: ``async_op``); ``start(fast)``, if given, first offers an
+    async call to the fast call's entry in two parts (native/_fastcall_parts.c), which
+    starts it at once and queues its second part, or declines."""
+    fast = g.fast
+    if start is not None and fast is not None and (work := start(fast)) is not None:
+        return work
     work = g.run(name, body, async_op, sig=sig, nbytes=nbytes, fast_call=fast_call)
     return work if async_op else None  # type: ignore[return-value]
 
@@ -184,9 +190,10 @@ def all_gather(g: ProcessGroup, send: np.ndarray, recv: np.ndarray, *, dtype: An
         if after is not None:
             after()
 
-    fast_call = ((lambda f: f.all_gather(send, recv, name))
-                 if async_op and _plain(algorithm, dtype, send, after) else None)
-    return _run(g, name, body, async_op, sig, recv.nbytes, fast_call)
+    if not (async_op and _plain(algorithm, dtype, send, after)):
+        return _run(g, name, body, async_op, sig, recv.nbytes)
+    return _run(g, name, body, async_op, sig, recv.nbytes, lambda f: f.all_gather(send, recv, name),
+                lambda f: f.all_gather_async(send, recv, name))
 
 
 def gather(g: ProcessGroup, send: np.ndarray, recv: np.ndarray | None, root: int, *,
@@ -209,9 +216,11 @@ def gather(g: ProcessGroup, send: np.ndarray, recv: np.ndarray | None, root: int
         if after is not None:
             after()
 
-    fast_call = ((lambda f: f.gather(send, recv if is_root else None, root, name))
-                 if async_op and _plain(algorithm, dtype, send, after) else None)
-    return _run(g, name, body, async_op, sig, send.nbytes * g.size, fast_call)
+    if not (async_op and _plain(algorithm, dtype, send, after)):
+        return _run(g, name, body, async_op, sig, send.nbytes * g.size)
+    mine = recv if is_root else None
+    return _run(g, name, body, async_op, sig, send.nbytes * g.size,
+                lambda f: f.gather(send, mine, root, name), lambda f: f.gather_async(send, mine, root, name))
 
 
 def scatter(g: ProcessGroup, send: np.ndarray | None, recv: np.ndarray, root: int, *,
@@ -235,9 +244,11 @@ def scatter(g: ProcessGroup, send: np.ndarray | None, recv: np.ndarray, root: in
         if after is not None:
             after()
 
-    fast_call = ((lambda f: f.scatter(send if is_root else None, recv, root, name))
-                 if async_op and _plain(algorithm, dtype, recv, after) else None)
-    return _run(g, name, body, async_op, sig, recv.nbytes * g.size, fast_call)
+    if not (async_op and _plain(algorithm, dtype, recv, after)):
+        return _run(g, name, body, async_op, sig, recv.nbytes * g.size)
+    mine = send if is_root else None
+    return _run(g, name, body, async_op, sig, recv.nbytes * g.size,
+                lambda f: f.scatter(mine, recv, root, name), lambda f: f.scatter_async(mine, recv, root, name))
 
 
 def reduce_scatter(g: ProcessGroup, send: np.ndarray, recv: np.ndarray, op: Any = ops.ReduceOp.SUM,
@@ -261,9 +272,10 @@ def reduce_scatter(g: ProcessGroup, send: np.ndarray, recv: np.ndarray, op: Any 
         if after is not None:
             after()
 
-    fast_call = ((lambda f: f.reduce_scatter(send, recv, op, name))
-                 if async_op and _plain(algorithm, dtype, recv, avg, after) else None)
-    return _run(g, name, body, async_op, sig, send.nbytes, fast_call)
+    if not (async_op and _plain(algorithm, dtype, recv, avg, after)):
+        return _run(g, name, body, async_op, sig, send.nbytes)
+    return _run(g, name, body, async_op, sig, send.nbytes, lambda f: f.reduce_scatter(send, recv, op, name),
+                lambda f: f.reduce_scatter_async(send, recv, op, name))
 
 
 def all_to_all(g: ProcessGroup, send: np.ndarray, send_counts: Sequence[int], recv: np.ndarray,

@@ -85,7 +85,7 @@ static PyObject *Core_broadcast(Core *c, PyObject *const *args, Py_ssize_t nargs
 }
 
 /* gather(arena, send, recv or None, root (-1: all_gather), sig): one chunk, staged (but
- * for a gather's root, whose block nobody reads).
+ * for a gather's root, whose block nobody reads); it may run in two parts (Core.part).
  * gather(..., itemsize, cma_key, pids): a gather (root >= 0) split by cross-memory attach
  * (rooted_cma). */
 static PyObject *Core_gather(Core *c, PyObject *const *args, Py_ssize_t nargs)
@@ -121,17 +121,22 @@ static PyObject *Core_gather(Core *c, PyObject *const *args, Py_ssize_t nargs)
     }
     if (kb > c->slot || kb == 0 || root >= n || (receiver && (recv == NULL || rbytes != n * kb)))
         return call_end(&k, ST_REFUSE);
-    if (receiver && recv != NULL) {
+    int part = c->part;            /* (a two-part call: see enter; its second part stages nothing) */
+    if (receiver && recv != NULL && part != PART_FINISH) {
         char *own = recv + me * kb;
         if (!overlaps(own, kb, send, kb))
             memcpy(own, send, kb);
     }
-    int phase = next_phase(&k);
-    if (root >= 0 && me == root)   /* nobody reads a gather root's block */
-        put(c, c->w_shared + phase, 0);
-    else
-        stage(&k, phase, send, kb, 1);
+    int phase = part == PART_FINISH ? k.phase : next_phase(&k);
+    if (part != PART_FINISH) {
+        if (root >= 0 && me == root)   /* nobody reads a gather root's block */
+            put(c, c->w_shared + phase, 0);
+        else
+            stage(&k, phase, send, kb, 1);
+    }
     int e = enter(c, k.arena, phase, sig, &k.gil);
+    if (e == 2)
+        return call_end(&k, ST_STARTED);
     if (e != 0)
         return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
     if (any_shared(c, phase))

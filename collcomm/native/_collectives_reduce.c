@@ -134,7 +134,8 @@ static PyObject *Core_reduce(Core *c, PyObject *const *args, Py_ssize_t nargs)
     return call_end(&k, ST_DONE);
 }
 
-/* reduce_scatter(arena, send, recv, code, sig): one chunk (n blocks fit a slot), staged. */
+/* reduce_scatter(arena, send, recv, code, sig): one chunk (n blocks fit a slot), staged;
+ * it may run in two parts (Core.part, see enter). */
 static PyObject *Core_reduce_scatter(Core *c, PyObject *const *args, Py_ssize_t nargs)
 {
     if (check_args(nargs, 5, "reduce_scatter") < 0)
@@ -155,11 +156,15 @@ static PyObject *Core_reduce_scatter(Core *c, PyObject *const *args, Py_ssize_t 
     if (fn == NULL || kb % isz || kb == 0 || sbytes != n * kb || kb / isz > c->slot / (isz * n))
         return call_end(&k, ST_REFUSE);
     Py_ssize_t count = kb / isz;
-    int phase = next_phase(&k);
+    int part = c->part;            /* (a two-part call: see enter) */
+    int phase = part == PART_FINISH ? k.phase : next_phase(&k);
     if (sbytes > c->one_shot)
         gil_release(&k.gil);
-    memcpy(slot_at(c, phase, me), send, sbytes);
+    if (part != PART_FINISH)
+        memcpy(slot_at(c, phase, me), send, sbytes);
     int e = enter(c, k.arena, phase, sig, &k.gil);
+    if (e == 2)
+        return call_end(&k, ST_STARTED);
     if (e != 0)
         return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
     memcpy(recv, slot_at(c, phase, 0) + me * kb, kb);

@@ -36,7 +36,7 @@ typedef struct {
     uint64_t sig[N_DT];         /* all_reduce signature base (count 0, root 0) */
 } FastOp;
 
-typedef struct {
+typedef struct Fast {
     PyObject_HEAD
     PyObject *core;             /* the Core, or None in a group of one */
     PyObject *arena;            /* the Arena, or None */
@@ -71,9 +71,9 @@ typedef struct {
     PyObject *exec_lock;        /* ... the lock of the thread running it (AsyncCalls._exec) */
     PyObject *group_lock;       /* ... the group's lock (ProcessGroup._lock) */
     PyObject *part_work;        /* the Work of the call started and not finished (NULL: none) */
-    PyObject *part_args[3];     /* ... what its entry was given (buffer, op or root, name) */
+    PyObject *(*part_run)(struct Fast *, PyObject *const *, Py_ssize_t, int);  /* its entry */
+    PyObject *part_args;        /* ... the arguments it was given (a tuple) */
     PyObject *part_tag, *part_rec;   /* ... its tag and record */
-    int part_fc;
     int n_ops;
     FastOp ops[FAST_OPS];
     unsigned long long calls;   /* calls run here (tests check the path) */
@@ -322,6 +322,6 @@ static int fast_bcast_cma_args(Fast *s, Py_ssize_t itemsize, PyObject **tail)
 
 #include "_fastcall_lists.c"
 #include "_fastcall_ops.c"
-#include "_fastcall_parts.c"
 #include "_fastcall_rooted.c"
+#include "_fastcall_parts.c"
 #include "_fastcall_type.c"

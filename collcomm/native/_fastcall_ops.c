@@ -121,7 +121,7 @@ static PyObject *fast_all_reduce(Fast *s, PyObject *const *args, Py_ssize_t narg
     int fits = dt >= 0 && nbytes > 0 && nbytes <= s->limit[FC_ALL_REDUCE] && p.len[0] == nbytes &&
                (part == PART_WHOLE || nbytes <= ((Core *)s->core)->one_shot);
     FastOp *e = fits ? fast_op(s, args[2], dt) : NULL;
-    if (e != NULL && p.data[0] != p.data[1])
+    if (e != NULL && p.data[0] != p.data[1] && part != PART_FINISH)
         memcpy(p.data[1], p.data[0], nbytes);
     PyObject *code = e == NULL ? NULL : PyLong_FromLong(e->code[dt]);
     if (code == NULL) {
@@ -136,11 +136,6 @@ static PyObject *fast_all_reduce(Fast *s, PyObject *const *args, Py_ssize_t narg
                                 args[1], args[2], Py_None, &p);
     Py_DECREF(code);
     return r;
-}
-
-static PyObject *Fast_all_reduce(Fast *s, PyObject *const *args, Py_ssize_t nargs)
-{
-    return fast_all_reduce(s, args, nargs, PART_WHOLE);
 }
 
 /* broadcast(buf, root, name) -> True | None (False: as all_reduce) */
@@ -174,20 +169,16 @@ static PyObject *fast_broadcast(Fast *s, PyObject *const *args, Py_ssize_t nargs
     return r;
 }
 
-static PyObject *Fast_broadcast(Fast *s, PyObject *const *args, Py_ssize_t nargs)
-{
-    return fast_broadcast(s, args, nargs, PART_WHOLE);
-}
-
 /* all_gather(send, recv, name) -> True | None: recv holds every rank's send, in rank order */
-static PyObject *Fast_all_gather(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *fast_all_gather(Fast *s, PyObject *const *args, Py_ssize_t nargs, int part)
 {
     if (check_args(nargs, 3, "all_gather") < 0)
         return NULL;
-    if (!fast_open(s) || args[0] == args[1])
+    if (!fast_open_part(s, part) || args[0] == args[1])
         Py_RETURN_NONE;
     if (PyList_CheckExact(args[1]) || PyTuple_CheckExact(args[1]))
-        return fast_list(s, args, FC_ALL_GATHER, -1, args[2]);
+        return part == PART_WHOLE ? fast_list(s, args, FC_ALL_GATHER, -1, args[2])
+                                  : Py_NewRef(Py_None);
     Pair p = {.held = {0, 0}, .writable = {0, 1}, .obj = {args[0], args[1]}};
     Py_buffer *sv = &p.v[0], *rv = &p.v[1];
     if (PyObject_GetBuffer(args[1], rv, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
@@ -221,8 +212,8 @@ static PyObject *Fast_all_gather(Fast *s, PyObject *const *args, Py_ssize_t narg
                    ((uint64_t)0x3FFF << 36) | COUNT_BITS(count);
     PyObject *all = PyLong_FromLong(-1);   /* Core_gather's root for all_gather (a cached int) */
     PyObject *cargs[5] = {NULL, args[0], args[1], all, NULL};
-    PyObject *r = fast_run(s, FC_ALL_GATHER, args[2], sig, Core_gather, cargs, 5, 4, args[0],
-                           args[1], Py_None, &p);
+    PyObject *r = fast_run_part(s, part, FC_ALL_GATHER, args[2], sig, Core_gather, cargs, 5, 4,
+                                args[0], args[1], Py_None, &p);
     Py_XDECREF(all);
     return r;
 }
@@ -263,11 +254,11 @@ static PyObject *Fast_reduce(Fast *s, PyObject *const *args, Py_ssize_t nargs)
 
 /* reduce_scatter(send, recv, op, name) -> True | None: block i of op over every rank's
  * send (n blocks of recv's size) into rank i's recv */
-static PyObject *Fast_reduce_scatter(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *fast_reduce_scatter(Fast *s, PyObject *const *args, Py_ssize_t nargs, int part)
 {
     if (check_args(nargs, 4, "reduce_scatter") < 0)
         return NULL;
-    if (!fast_open(s) || args[0] == args[1])
+    if (!fast_open_part(s, part) || args[0] == args[1])
         Py_RETURN_NONE;
     Pair p;
     int dt = fast_pair(&p, args[0], args[1], 0);
@@ -286,8 +277,8 @@ static PyObject *Fast_reduce_scatter(Fast *s, PyObject *const *args, Py_ssize_t 
     uint64_t sig = s->plain_sig[FC_REDUCE_SCATTER] | (e->sig[dt] & ~TOP4) |
                    ((uint64_t)0x3FFF << 36) | COUNT_BITS(count);
     PyObject *cargs[5] = {NULL, args[0], args[1], code, NULL};
-    PyObject *r = fast_run(s, FC_REDUCE_SCATTER, args[3], sig, Core_reduce_scatter, cargs, 5, 4,
-                           args[0], args[1], args[2], &p);
+    PyObject *r = fast_run_part(s, part, FC_REDUCE_SCATTER, args[3], sig, Core_reduce_scatter,
+                                cargs, 5, 4, args[0], args[1], args[2], &p);
     Py_DECREF(code);
     return r;
 }
@@ -382,9 +373,4 @@ static PyObject *fast_barrier(Fast *s, PyObject *const *args, Py_ssize_t nargs, 
     PyObject *status = s->core == Py_None ? PyLong_FromLong(ST_DONE)
                                           : barrier_call((Core *)s->core, s->arena, sig);
     return fast_end(s, status, rec, tag, sig, FC_BARRIER, args[0], Py_None, Py_None, Py_None);
-}
-
-static PyObject *Fast_barrier(Fast *s, PyObject *const *args, Py_ssize_t nargs)
-{
-    return fast_barrier(s, args, nargs, PART_WHOLE);
 }

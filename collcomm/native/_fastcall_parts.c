@@ -1,19 +1,22 @@
-/* Asynchronous all_reduce, broadcast and barrier in two parts (included by _fastcall.c
- * after _fastcall_ops.c).
+/* Small asynchronous collectives in two parts (included by _fastcall.c after
+ * _fastcall_rooted.c).
  *
- * ``all_reduce_async(send, recv, op, name)``, ``broadcast_async(buf, root, name)``,
- * ``barrier_async(name)``: when the group has nothing queued, a small call (one step: an
- * all_reduce of at most one_shot bytes, a staged broadcast, a barrier) is started at once: the record made, this rank's data staged
- * and its arrival published (Core.part PART_START, see enter in _arena_sync.c), so the
- * others can finish the call without this rank, as MPI's nonblocking calls let them. Its
- * second part (``finish_part``: wait for the others' arrival, check every signature,
- * combine or copy out) is queued as the group's next asynchronous call (core/async_calls.py),
- * so it runs in program order before anything else the group does: in ``wait()``, in
- * the next blocking call, or on the group's worker. Such a call needs no thread to make
- * progress. Returns the call's Work (made here, as Work.__init__ makes it, without running
- * Python code: nothing can slip in between the arrival and the queueing; done already
- * when the call ran whole at once, handed to the Python code), or None having done
- * nothing (the caller takes the regular path).
+ * ``all_reduce_async``, ``broadcast_async``, ``barrier_async``, ``all_gather_async``,
+ * ``gather_async``, ``scatter_async``, ``reduce_scatter_async`` take the arguments of the
+ * fast call of the same name. When the group has nothing queued, a call whose staged form
+ * is one arena step (an all_reduce of at most one_shot bytes; the others as the fast call
+ * takes them, but not split by cross-memory attach and not in list form) is started at
+ * once: the record made, this rank's data staged and its arrival published (Core.part
+ * PART_START, see enter in _arena_sync.c), so the others can finish the call without
+ * this rank, as MPI's nonblocking calls let them. Its second part (``finish_part``: wait
+ * for the others' arrival, check every signature, combine or copy out) is queued as the
+ * group's next asynchronous call (core/async_calls.py), so it runs in program order
+ * before anything else the group does: in ``wait()`` (``wait_part``), in the next
+ * blocking call, or on the group's worker. Such a call needs no thread to make progress.
+ * Returns the call's Work (made here, as Work.__init__ makes it, without running Python
+ * code: nothing can slip in between the arrival and the queueing; done already when the
+ * call ran whole at once, handed to the Python code), or None having done nothing (the
+ * caller takes the regular path).
  */
 
 enum { W_NAME, W_GROUP, W_TAG, W_STARTED, W_LOCK, W_DONE, W_EVENT, W_RESULT, W_EXC, W_CALLBACKS,
@@ -69,7 +72,6 @@ static PyObject *fast_run_part(Fast *s, int part, int fc, PyObject *name, uint64
         core->timeout_of = NULL;
         s->part_tag = tag;         /* (references kept for the second part) */
         s->part_rec = rec;
-        s->part_fc = fc;
         return Py_NewRef(Py_False);
     }
     return fast_end(s, status, rec, tag, sig, fc, name, a, b, c);
@@ -97,21 +99,28 @@ static PyObject *part_work(Fast *s, PyObject *name)
     return w;
 }
 
-/* The entries' common part: start the call (`run`: fast_all_reduce or fast_broadcast on
- * `args`), then queue its second part. */
-static PyObject *part_start(Fast *s, PyObject *(*run)(Fast *, PyObject *const *, Py_ssize_t, int),
-                            PyObject *const *args, Py_ssize_t nargs, PyObject *buf,
-                            PyObject *arg, PyObject *name)
+/* An entry of the fast call (fast_all_reduce, ...) given the part to run */
+typedef PyObject *(*part_fn)(Fast *, PyObject *const *, Py_ssize_t, int);
+
+/* The async entries' common part: start the call (`run` on `args`, whose last is the
+ * call's name), then queue its second part. */
+static PyObject *part_start(Fast *s, part_fn run, PyObject *const *args, Py_ssize_t nargs)
 {
     if (s->work_type == NULL || s->core == Py_None || s->part_work != NULL || s->paused ||
-        s->exec_thread != 0 || fast_timeout_scopes != 0)
+        s->exec_thread != 0 || fast_timeout_scopes != 0 || nargs < 1)
         Py_RETURN_NONE;
-    PyObject *work = part_work(s, name);
-    if (work == NULL)
+    PyObject *kept = PyTuple_New(nargs);      /* (the second part's arguments) */
+    for (Py_ssize_t i = 0; kept != NULL && i < nargs; i++)
+        PyTuple_SET_ITEM(kept, i, Py_NewRef(args[i]));
+    PyObject *work = kept == NULL ? NULL : part_work(s, args[nargs - 1]);
+    if (work == NULL) {
+        Py_XDECREF(kept);
         return NULL;
+    }
     PyObject *r = run(s, args, nargs, PART_START);
     if (r == Py_True) {            /* ran whole (handed to the Python code): done */
         Py_DECREF(r);
+        Py_DECREF(kept);
         int plain = part_done(s, work, NULL);
         if (plain <= 0)
             Py_CLEAR(work);
@@ -121,6 +130,7 @@ static PyObject *part_start(Fast *s, PyObject *(*run)(Fast *, PyObject *const *,
     }
     if (r != Py_False) {           /* declined (None) or failed */
         Py_DECREF(work);
+        Py_DECREF(kept);
         return r;
     }
     Py_DECREF(r);
@@ -137,69 +147,48 @@ static PyObject *part_start(Fast *s, PyObject *(*run)(Fast *, PyObject *const *,
          * call will wait for it in vain (its timeout names the call) */
         Py_XDECREF(ok);
         Py_DECREF(work);
+        Py_DECREF(kept);
         return NULL;
     }
     Py_DECREF(ok);
     s->paused = 1;          /* until the queue is drained (ProcessGroup._settled) */
     s->part_work = Py_NewRef(work);
-    PyObject *keep[3] = {buf, arg, name};
-    for (int i = 0; i < 3; i++)
-        Py_XSETREF(s->part_args[i], Py_NewRef(keep[i]));
+    s->part_run = run;
+    Py_XSETREF(s->part_args, kept);
     return work;
 }
 
-/* all_reduce_async(send, recv, op, name) -> Work | None (send may be recv: in place; out
- * of place, the first part copies it into recv, where the second part leaves the result) */
-static PyObject *Fast_all_reduce_async(Fast *s, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (check_args(nargs, 4, "all_reduce_async") < 0)
-        return NULL;
-    return part_start(s, fast_all_reduce, args, 4, args[1], args[2], args[3]);
-}
-
-/* broadcast_async(buf, root, name) -> Work | None */
-static PyObject *Fast_broadcast_async(Fast *s, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (check_args(nargs, 3, "broadcast_async") < 0)
-        return NULL;
-    return part_start(s, fast_broadcast, args, 3, args[0], args[1], args[2]);
-}
-
-/* barrier_async(name) -> Work | None */
-static PyObject *Fast_barrier_async(Fast *s, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (check_args(nargs, 1, "barrier_async") < 0)
-        return NULL;
-    return part_start(s, fast_barrier, args, 1, Py_None, Py_None, args[0]);
-}
+/* X_async(... the arguments of X ..., name) -> Work | None, for the collectives whose
+ * staged call is one step (all_reduce up to one_shot; gather/scatter/broadcast not split
+ * by CMA; no list forms) */
+#define PART_ENTRY(name)                                                                     \
+    static PyObject *Fast_##name##_async(Fast *s, PyObject *const *args, Py_ssize_t nargs)   \
+    {                                                                                        \
+        return part_start(s, fast_##name, args, nargs);                                      \
+    }
+PART_ENTRY(all_reduce)
+PART_ENTRY(broadcast)
+PART_ENTRY(barrier)
+PART_ENTRY(all_gather)
+PART_ENTRY(gather)
+PART_ENTRY(scatter)
+PART_ENTRY(reduce_scatter)
 
 /* finish_part(): the second part of the call started (what the queue runs for it):
  * None, or the call's error raised (its context, record and missing ranks as the fast
  * call gives them). */
 static PyObject *Fast_finish_part(Fast *s, PyObject *unused)
 {
-    if (s->part_work == NULL) {
+    if (s->part_work == NULL || s->part_args == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "collcomm fast call: no call started in two parts "
                         "is pending (the group was closed)");
         return NULL;
     }
-    PyObject *work = s->part_work, *buf = s->part_args[0], *arg = s->part_args[1],
-             *name = s->part_args[2];
-    s->part_work = s->part_args[0] = s->part_args[1] = s->part_args[2] = NULL;
-    PyObject *r;
-    if (s->part_fc == FC_ALL_REDUCE) {
-        PyObject *a[4] = {buf, buf, arg, name};
-        r = fast_all_reduce(s, a, 4, PART_FINISH);
-    } else if (s->part_fc == FC_BROADCAST) {
-        PyObject *a[3] = {buf, arg, name};
-        r = fast_broadcast(s, a, 3, PART_FINISH);
-    } else {
-        r = fast_barrier(s, &name, 1, PART_FINISH);
-    }
+    PyObject *work = s->part_work, *args = s->part_args;
+    s->part_work = s->part_args = NULL;
+    PyObject *r = s->part_run(s, &PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args), PART_FINISH);
     Py_DECREF(work);
-    Py_DECREF(buf);
-    Py_DECREF(arg);
-    Py_DECREF(name);
+    Py_DECREF(args);
     if (r == NULL)
         return NULL;
     int done = r == Py_True;
@@ -346,8 +335,7 @@ static int parts_traverse(Fast *s, visitproc visit, void *arg)
     Py_VISIT(s->exec_lock);
     Py_VISIT(s->group_lock);
     Py_VISIT(s->part_work);
-    for (int i = 0; i < 3; i++)
-        Py_VISIT(s->part_args[i]);
+    Py_VISIT(s->part_args);
     Py_VISIT(s->part_tag);
     Py_VISIT(s->part_rec);
     return 0;
@@ -361,8 +349,7 @@ static void parts_clear(Fast *s)
     Py_CLEAR(s->exec_lock);
     Py_CLEAR(s->group_lock);
     Py_CLEAR(s->part_work);
-    for (int i = 0; i < 3; i++)
-        Py_CLEAR(s->part_args[i]);
+    Py_CLEAR(s->part_args);
     Py_CLEAR(s->part_tag);
     Py_CLEAR(s->part_rec);
 }

@@ -8,22 +8,23 @@
 
 /* gather(send, recv or None, root, name) / scatter(send or None, recv, root, name):
  * blocks of n × the one rank's size at the root */
-static PyObject *fast_rooted(Fast *s, PyObject *const *args, Py_ssize_t nargs, int fc)
+static PyObject *fast_rooted(Fast *s, PyObject *const *args, Py_ssize_t nargs, int fc, int part)
 {
     int gather = fc == FC_GATHER;
     if (check_args(nargs, 4, gather ? "gather" : "scatter") < 0)
         return NULL;
     long root = fast_root(s, args[2]);
     PyObject *big = gather ? args[1] : args[0];
-    if (!fast_open(s) || root < 0 || (s->rank == root) != (big != Py_None))
+    if (!fast_open_part(s, part) || root < 0 || (s->rank == root) != (big != Py_None))
         Py_RETURN_NONE;
     if (PyList_CheckExact(big) || PyTuple_CheckExact(big))
-        return fast_list(s, args, fc, root, args[3]);
+        return part == PART_WHOLE ? fast_list(s, args, fc, root, args[3]) : Py_NewRef(Py_None);
     Pair p;
     int dt = fast_pair(&p, args[0], args[1], 0);
     Py_ssize_t kb = p.len[gather ? 0 : 1], count = kb / p.itemsize;
     int split = !gather && s->scatter_cma > 0 && kb * s->size >= s->scatter_cma;
     int fits = dt >= 0 && kb > 0 && (split || kb * s->size <= s->limit[fc]) &&
+               !(split && part != PART_WHOLE) &&
                (big == Py_None || p.len[gather ? 1 : 0] == kb * s->size);
     if (fits && !gather && big != Py_None && overlaps(p.data[1], kb, p.data[0], kb * s->size) &&
         p.data[1] != p.data[0] + s->rank * kb)
@@ -41,19 +42,19 @@ static PyObject *fast_rooted(Fast *s, PyObject *const *args, Py_ssize_t nargs, i
         fast_release(&p);
         return NULL;
     }
-    PyObject *r = fast_run(s, fc, args[3], sig, gather ? Core_gather : Core_scatter, cargs,
-                           split ? 8 : 5, 4, args[0], args[1], args[2], &p);
+    PyObject *r = fast_run_part(s, part, fc, args[3], sig, gather ? Core_gather : Core_scatter,
+                                cargs, split ? 8 : 5, 4, args[0], args[1], args[2], &p);
     for (int i = 5; i < 8; i++)
         Py_XDECREF(cargs[i]);
     return r;
 }
 
-static PyObject *Fast_gather(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *fast_gather(Fast *s, PyObject *const *args, Py_ssize_t nargs, int part)
 {
-    return fast_rooted(s, args, nargs, FC_GATHER);
+    return fast_rooted(s, args, nargs, FC_GATHER, part);
 }
 
-static PyObject *Fast_scatter(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *fast_scatter(Fast *s, PyObject *const *args, Py_ssize_t nargs, int part)
 {
-    return fast_rooted(s, args, nargs, FC_SCATTER);
+    return fast_rooted(s, args, nargs, FC_SCATTER, part);
 }

@@ -138,6 +138,20 @@ static PyObject *Fast_record(Fast *self, PyObject *const *args, Py_ssize_t nargs
     return rec_collective(&self->rw, args[0], args[1], sig, args[3]);
 }
 
+/* the entries that may run in two parts, whole (fast_X takes the part) */
+#define WHOLE_ENTRY(name)                                                                    \
+    static PyObject *Fast_##name(Fast *s, PyObject *const *args, Py_ssize_t nargs)          \
+    {                                                                                        \
+        return fast_##name(s, args, nargs, PART_WHOLE);                                      \
+    }
+WHOLE_ENTRY(all_reduce)
+WHOLE_ENTRY(broadcast)
+WHOLE_ENTRY(barrier)
+WHOLE_ENTRY(all_gather)
+WHOLE_ENTRY(gather)
+WHOLE_ENTRY(scatter)
+WHOLE_ENTRY(reduce_scatter)
+
 #define FASTM(name, doc) {#name, (PyCFunction)(void (*)(void))Fast_##name, METH_FASTCALL, doc}
 static PyMethodDef Fast_methods[] = {
     FASTM(all_reduce, "all_reduce(send, recv, op, name) -> True | None"),
@@ -153,6 +167,10 @@ static PyMethodDef Fast_methods[] = {
     FASTM(all_reduce_async, "all_reduce_async(send, recv, op, name) -> Work | None (in two parts)"),
     FASTM(broadcast_async, "broadcast_async(buf, root, name) -> Work | None (in two parts)"),
     FASTM(barrier_async, "barrier_async(name) -> Work | None (in two parts)"),
+    FASTM(all_gather_async, "all_gather_async(send, recv, name) -> Work | None (in two parts)"),
+    FASTM(gather_async, "gather_async(send, recv or None, root, name) -> Work | None"),
+    FASTM(scatter_async, "scatter_async(send or None, recv, root, name) -> Work | None"),
+    FASTM(reduce_scatter_async, "reduce_scatter_async(send, recv, op, name) -> Work | None"),
     FASTM(set_async, "set_async(work_type, lock_type, items, exec_lock, group_lock): what the "
           "two-part calls need"),
     {"wait_part", (PyCFunction)Fast_wait_part, METH_O,

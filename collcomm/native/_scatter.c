@@ -10,7 +10,8 @@
  */
 
 /* scatter(arena, send or None, recv, root, sig[, step]): staged, in steps of `step` bytes
- * of each block (n steps fit a slot; without it, one step: n blocks fit a slot).
+ * of each block (n steps fit a slot; without it, one step: n blocks fit a slot; one step
+ * may run in two parts, Core.part).
  * scatter(arena, send or None, recv, root, sig, itemsize, cma_key, pids): split by
  * cross-memory attach (rooted_cma). */
 static PyObject *Core_scatter(Core *c, PyObject *const *args, Py_ssize_t nargs)
@@ -49,20 +50,23 @@ static PyObject *Core_scatter(Core *c, PyObject *const *args, Py_ssize_t nargs)
     }
     if (step < 0)
         step = kb;
-    if (step <= 0 || n * step > c->slot)
+    int part = c->part;            /* (a two-part call, one step: see enter) */
+    if (step <= 0 || n * step > c->slot || (part != PART_WHOLE && step != kb))
         return call_end(&k, ST_REFUSE);
     if (n * kb > c->one_shot)
         gil_release(&k.gil);
     for (Py_ssize_t lo = 0; lo < kb; lo += step) {
         Py_ssize_t len = kb - lo < step ? kb - lo : step;
-        int phase = next_phase(&k);
-        if (me == root) {   /* the others' pieces, row r of n rows of `len` bytes */
+        int phase = part == PART_FINISH ? k.phase : next_phase(&k);
+        if (me == root && part != PART_FINISH) {   /* the others' pieces, row r of n rows */
             char *slot = slot_at(c, phase, me);
             for (int r = 0; r < n; r++)
                 if (r != me)
                     memcpy(slot + r * len, send + r * kb + lo, len);
         }
         int e = enter(c, k.arena, phase, sig, &k.gil);
+        if (e == 2)
+            return call_end(&k, ST_STARTED);
         if (e != 0)
             return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
         if (me != root)
