@@ -1,5 +1,5 @@
 """Small asynchronous collectives in two parts (native/_fastcall_parts.c): all_reduce,
-broadcast, barrier, all_gather, gather, scatter, reduce_scatter.
+broadcast, barrier, all_gather, gather, scatter, reduce_scatter, reduce.
 
 When nothing of the group is pending, such a call stages this rank's data and publishes
 its arrival at once; its second part (wait for the others, check every signature, combine
@@ -71,6 +71,19 @@ def _no_thread_needed() -> dict[str, Any]:
             if me == peer:
                 dist.send(np.array([3]), dst=starter)
         out[f"ag{starter}"] = ag.tolist()
+        # a reduce to the peer, and one to the starter
+        red = [np.full(2, me + 1.0), np.full(2, me + 1.0)]
+        for i, root in enumerate((peer, starter)):
+            if me == starter:
+                w = dist.reduce(red[i], dst=root, async_op=True)
+                dist.recv(got, src=peer)
+                w.wait()
+            else:
+                dist.reduce(red[i], dst=root)
+                if me == peer:
+                    dist.send(np.array([2]), dst=starter)
+        out[f"red{starter}"] = [red[0].tolist() if me == peer else None,
+                                red[1].tolist() if me == starter else None]
         # a barrier
         if me == starter:
             w = dist.barrier(async_op=True)
@@ -92,6 +105,7 @@ def _no_thread_needed() -> dict[str, Any]:
                 dist.send(np.array([6]), dst=starter)
         out[f"s{starter}"] = (x.tolist(), b.tolist(), c.tolist())
     out["thread"] = _world().async_calls._worker is not None
+    out["me"] = me
     return out
 
 
@@ -104,6 +118,9 @@ def test_the_others_finish_without_this_rank_or_a_thread(n: int) -> None:
             peer = (starter + 1) % n
             assert out[f"s{starter}"] == ([total] * 3, [10 * starter] * 2, [7 * peer] * 2), out
             assert out[f"ag{starter}"] == [r for r in range(n) for _ in "ab"], out
+            me = out["me"]
+            assert out[f"red{starter}"] == [[total] * 2 if me == peer else None,
+                                            [total] * 2 if me == starter else None], out
         assert out["thread"] is False, out
 
 
@@ -143,6 +160,17 @@ def _matrix() -> list[str]:
                 dist.broadcast(b, src=root, async_op=True).wait()
                 if not np.array_equal(b, _operand(root, count, dtype)):
                     bad.append(f"broadcast {np.dtype(dtype)} root {root} {count}")
+    # reduce, every root, up to one step and past it (4 KiB: REDUCE_ONE_SHOT)
+    for dtype in (np.float32, np.int64):
+        for count in (1, 7, 4096 // np.dtype(dtype).itemsize, 4096 // np.dtype(dtype).itemsize + 1):
+            want = _operand(0, count, dtype)
+            for r in range(1, n):
+                want = (want + _operand(r, count, dtype)).astype(dtype)
+            for root in range(n):
+                x = _operand(me, count, dtype)
+                dist.reduce(x, dst=root, async_op=True).wait()
+                if not np.array_equal(x, want if me == root else _operand(me, count, dtype)):
+                    bad.append(f"reduce {np.dtype(dtype)} {count} root {root}")
     # the other one-step calls: all_gather, gather, scatter, reduce_scatter (every root)
     for dtype in (np.float32, np.int64, np.float16):
         for k in (1, 3, 1000):

@@ -5,8 +5,8 @@ its slot (all_reduce may publish it in place or by address instead:
 :func:`.shm_stage.publish`), syncs, and reduces what it owns from the others' data in rank
 order, so every rank gets identical bits. all_reduce is one-shot up to ``ONE_SHOT``
 bytes (every rank reduces all n slots), two-shot above (rank i reduces slice i, a sync,
-everybody copies each owner's slice out); reduce is the two-shot one with only the root
-copying out; reduce_scatter reduces block i of every slot on rank i. Large chunks may be
+everybody copies each owner's slice out); reduce is the one-shot one on the root alone up
+to ``REDUCE_ONE_SHOT`` bytes, else the two-shot one with only the root copying out; reduce_scatter reduces block i of every slot on rank i. Large chunks may be
 read from the peers' memory by cross-memory attach (:data:`CMA_ALL_REDUCE`; reduce_scatter
 above ``CMA_MIN``); between two ranks, a reduce past a slot goes as a pipeline instead
 (:func:`_reduce_pair`). Each first offers the call to the native core.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import native
-from ..transport.arena_layout import CMA, CMA_MIN, ONE_SHOT
+from ..transport.arena_layout import CMA, CMA_MIN, ONE_SHOT, REDUCE_ONE_SHOT
 from ..transport.arena_layout import OFFSET as OFFSET_WORD
 from ..transport.arena_layout import SHARED as SHARED_WORD
 from .base import ReduceFn
@@ -115,6 +115,16 @@ def reduce(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, fn: ReduceF
                 raise_mismatch(arena, mine)
     if n == 2 and send.nbytes > arena.slot:
         _reduce_pair(comm, arena, send, recv, fn, root)
+        return
+    if send.nbytes <= REDUCE_ONE_SHOT:     # one step: the root combines every slot
+        phase = arena.next_phase()
+        mine = stage(arena, phase, send)
+        enter(comm, arena, phase, "reduce", send.size, True)
+        if me == root:
+            assert recv is not None
+            np.copyto(recv, mine if me == 0 else peer_slot(arena, phase, 0, dt, send.size))
+            for r in range(1, n):
+                fn(recv, mine if r == me else peer_slot(arena, phase, r, dt, send.size))
         return
     step = chunk_elems(arena, dt.itemsize)
     for lo in range(0, send.size, step):

@@ -169,9 +169,11 @@ def reduce(g: ProcessGroup, send: np.ndarray, recv: np.ndarray | None, op: Any, 
         if after is not None:
             after()
 
-    fast_call = ((lambda f: f.reduce(send, recv if is_root else None, op, root, name))
-                 if async_op and _plain(algorithm, dtype, send, avg, after) else None)
-    return _run(g, name, body, async_op, sig, send.nbytes, fast_call)
+    if not (async_op and _plain(algorithm, dtype, send, avg, after)):
+        return _run(g, name, body, async_op, sig, send.nbytes)
+    mine = recv if is_root else None
+    return _run(g, name, body, async_op, sig, send.nbytes, lambda f: f.reduce(send, mine, op, root, name),
+                lambda f: f.reduce_async(send, mine, op, root, name))
 
 
 def all_gather(g: ProcessGroup, send: np.ndarray, recv: np.ndarray, *, dtype: Any = None,

@@ -99,7 +99,9 @@ static PyObject *Core_all_reduce(Core *c, PyObject *const *args, Py_ssize_t narg
     return call_end(&k, ST_DONE);
 }
 
-/* reduce(arena, send, recv or None, code, root, sig): one chunk, always staged. */
+/* reduce(arena, send, recv or None, code, root, sig): one chunk, always staged; up to
+ * reduce_one_shot bytes in one step (the root combines every slot; it may then run in two
+ * parts), else two (each rank reduces its slice, a sync, the root collects the slices). */
 static PyObject *Core_reduce(Core *c, PyObject *const *args, Py_ssize_t nargs)
 {
     if (check_args(nargs, 6, "reduce") < 0)
@@ -122,11 +124,30 @@ static PyObject *Core_reduce(Core *c, PyObject *const *args, Py_ssize_t nargs)
         (me == root && (recv == NULL || rbytes != nbytes)))
         return call_end(&k, ST_REFUSE);
     Py_ssize_t count = nbytes / isz;
-    int phase = next_phase(&k);
-    char *mine = stage(&k, phase, send, nbytes, 0);
+    int part = c->part;            /* (one step: it may run in two parts, see enter) */
+    if (part != PART_WHOLE && nbytes > c->reduce_one_shot)
+        return call_end(&k, ST_REFUSE);
+    int phase = part == PART_FINISH ? k.phase : next_phase(&k);
+    char *mine = part == PART_FINISH ? peer(&k, phase, me, nbytes) : stage(&k, phase, send, nbytes, 0);
+    if (mine == NULL)
+        return call_end(&k, -1);
     int e = enter(c, k.arena, phase, sig, &k.gil);
+    if (e == 2)
+        return call_end(&k, ST_STARTED);
     if (e != 0)
         return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
+    if (nbytes <= c->reduce_one_shot) {     /* one step: the root combines all n in rank order */
+        for (int r = 0; r < n && me == root; r++) {
+            const char *src = r == me ? mine : peer(&k, phase, r, nbytes);
+            if (src == NULL)
+                return call_end(&k, -1);
+            if (r == 0)
+                memcpy(recv, src, nbytes);
+            else
+                fn(recv, src, count);
+        }
+        return call_end(&k, ST_DONE);
+    }
     if (reduce_own_slice(&k, phase, fn, isz, mine, count, nbytes) < 0 ||
         sync_all(c, k.arena, &k.gil) < 0 ||
         (me == root && copy_slices(&k, phase, isz, mine, recv, count, nbytes) < 0))

@@ -221,18 +221,19 @@ static PyObject *fast_all_gather(Fast *s, PyObject *const *args, Py_ssize_t narg
 /* ------------------------------------------------ reduce, reduce_scatter, gather, scatter */
 /* reduce(send, recv or None, op, root, name) -> True | None: recv (root only; may be send)
  * gets op over every rank's send */
-static PyObject *Fast_reduce(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *fast_reduce(Fast *s, PyObject *const *args, Py_ssize_t nargs, int part)
 {
     if (check_args(nargs, 5, "reduce") < 0)
         return NULL;
     long root = fast_root(s, args[3]);
-    if (!fast_open(s) || root < 0 || (s->rank == root) != (args[1] != Py_None))
+    if (!fast_open_part(s, part) || root < 0 || (s->rank == root) != (args[1] != Py_None))
         Py_RETURN_NONE;
     Pair p;
     int dt = fast_pair(&p, args[0], args[1], 1);
     Py_ssize_t nbytes = p.len[0], count = nbytes / p.itemsize;
     int fits = dt >= 0 && nbytes > 0 && nbytes <= s->limit[FC_REDUCE] &&
-               (args[1] == Py_None || p.len[1] == nbytes);
+               (args[1] == Py_None || p.len[1] == nbytes) &&
+               (part == PART_WHOLE || nbytes <= ((Core *)s->core)->reduce_one_shot);
     if (fits && s->core == Py_None && p.data[1] != p.data[0])
         memcpy(p.data[1], p.data[0], nbytes);
     FastOp *e = fits ? fast_op(s, args[2], dt) : NULL;
@@ -246,8 +247,8 @@ static PyObject *Fast_reduce(Fast *s, PyObject *const *args, Py_ssize_t nargs)
     uint64_t sig = s->plain_sig[FC_REDUCE] | (e->sig[dt] & ~TOP4) |
                    ((uint64_t)(root & 0x3FFF) << 36) | COUNT_BITS(count);
     PyObject *cargs[6] = {NULL, args[0], args[1], code, args[3], NULL};
-    PyObject *r = fast_run(s, FC_REDUCE, args[4], sig, Core_reduce, cargs, 6, 5, args[0], args[1],
-                           args[2], &p);
+    PyObject *r = fast_run_part(s, part, FC_REDUCE, args[4], sig, Core_reduce, cargs, 6, 5, args[0],
+                                args[1], args[2], &p);
     Py_DECREF(code);
     return r;
 }

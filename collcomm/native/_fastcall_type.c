@@ -151,6 +151,7 @@ WHOLE_ENTRY(all_gather)
 WHOLE_ENTRY(gather)
 WHOLE_ENTRY(scatter)
 WHOLE_ENTRY(reduce_scatter)
+WHOLE_ENTRY(reduce)
 
 #define FASTM(name, doc) {#name, (PyCFunction)(void (*)(void))Fast_##name, METH_FASTCALL, doc}
 static PyMethodDef Fast_methods[] = {
@@ -171,6 +172,7 @@ static PyMethodDef Fast_methods[] = {
     FASTM(gather_async, "gather_async(send, recv or None, root, name) -> Work | None"),
     FASTM(scatter_async, "scatter_async(send or None, recv, root, name) -> Work | None"),
     FASTM(reduce_scatter_async, "reduce_scatter_async(send, recv, op, name) -> Work | None"),
+    FASTM(reduce_async, "reduce_async(send, recv or None, op, root, name) -> Work | None"),
     FASTM(set_async, "set_async(work_type, lock_type, items, exec_lock, group_lock): what the "
           "two-part calls need"),
     {"wait_part", (PyCFunction)Fast_wait_part, METH_O,
