@@ -160,9 +160,12 @@ def _matrix() -> list[str]:
                 dist.broadcast(b, src=root, async_op=True).wait()
                 if not np.array_equal(b, _operand(root, count, dtype)):
                     bad.append(f"broadcast {np.dtype(dtype)} root {root} {count}")
-    # reduce, every root, up to one step and past it (4 KiB: REDUCE_ONE_SHOT)
+    # reduce, every root, up to one step and past it (REDUCE_ONE_SHOT: all ranks' bytes)
+    from collcomm.transport.arena_layout import REDUCE_ONE_SHOT
+
     for dtype in (np.float32, np.int64):
-        for count in (1, 7, 4096 // np.dtype(dtype).itemsize, 4096 // np.dtype(dtype).itemsize + 1):
+        edge = REDUCE_ONE_SHOT // n // np.dtype(dtype).itemsize
+        for count in (1, 7, edge, edge + 1):
             want = _operand(0, count, dtype)
             for r in range(1, n):
                 want = (want + _operand(r, count, dtype)).astype(dtype)

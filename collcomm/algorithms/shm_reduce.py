@@ -6,7 +6,7 @@ its slot (all_reduce may publish it in place or by address instead:
 order, so every rank gets identical bits. all_reduce is one-shot up to ``ONE_SHOT``
 bytes (every rank reduces all n slots), two-shot above (rank i reduces slice i, a sync,
 everybody copies each owner's slice out); reduce is the one-shot one on the root alone up
-to ``REDUCE_ONE_SHOT`` bytes, else the two-shot one with only the root copying out; reduce_scatter reduces block i of every slot on rank i. Large chunks may be
+to ``REDUCE_ONE_SHOT`` bytes of all ranks' data, else the two-shot one with only the root copying out; reduce_scatter reduces block i of every slot on rank i. Large chunks may be
 read from the peers' memory by cross-memory attach (:data:`CMA_ALL_REDUCE`; reduce_scatter
 above ``CMA_MIN``); between two ranks, a reduce past a slot goes as a pipeline instead
 (:func:`_reduce_pair`). Each first offers the call to the native core.
@@ -116,7 +116,7 @@ def reduce(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, fn: ReduceF
     if n == 2 and send.nbytes > arena.slot:
         _reduce_pair(comm, arena, send, recv, fn, root)
         return
-    if send.nbytes <= REDUCE_ONE_SHOT:     # one step: the root combines every slot
+    if send.nbytes * n <= REDUCE_ONE_SHOT:     # one step: the root combines every slot
         phase = arena.next_phase()
         mine = stage(arena, phase, send)
         enter(comm, arena, phase, "reduce", send.size, True)

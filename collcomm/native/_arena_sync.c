@@ -25,7 +25,7 @@ typedef struct {
     Py_buffer mapping;     /* keeps the mapping alive while we point into it */
     int n, rank;
     Py_ssize_t header, slot, stride, page, one_shot;
-    Py_ssize_t reduce_one_shot;   /* a reduce of at most this many bytes is one step */
+    Py_ssize_t reduce_one_shot;   /* a reduce of at most this many bytes (n ranks') is one step */
     int words;             /* 64-bit words of header per rank */
     int w_counter, w_offset, w_size, w_shared, w_signature, w_sleepers, w_phase;
     int w_cpu;             /* the CPU we last waited on + 1 (-1: no such word) */

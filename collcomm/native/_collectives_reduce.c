@@ -100,8 +100,9 @@ static PyObject *Core_all_reduce(Core *c, PyObject *const *args, Py_ssize_t narg
 }
 
 /* reduce(arena, send, recv or None, code, root, sig): one chunk, always staged; up to
- * reduce_one_shot bytes in one step (the root combines every slot; it may then run in two
- * parts), else two (each rank reduces its slice, a sync, the root collects the slices). */
+ * reduce_one_shot bytes of all ranks' data in one step (the root combines every slot; it
+ * may then run in two parts), else two (each rank reduces its slice, a sync, the root
+ * collects the slices). */
 static PyObject *Core_reduce(Core *c, PyObject *const *args, Py_ssize_t nargs)
 {
     if (check_args(nargs, 6, "reduce") < 0)
@@ -125,7 +126,8 @@ static PyObject *Core_reduce(Core *c, PyObject *const *args, Py_ssize_t nargs)
         return call_end(&k, ST_REFUSE);
     Py_ssize_t count = nbytes / isz;
     int part = c->part;            /* (one step: it may run in two parts, see enter) */
-    if (part != PART_WHOLE && nbytes > c->reduce_one_shot)
+    int one_step = nbytes * n <= c->reduce_one_shot;
+    if (part != PART_WHOLE && !one_step)
         return call_end(&k, ST_REFUSE);
     int phase = part == PART_FINISH ? k.phase : next_phase(&k);
     char *mine = part == PART_FINISH ? peer(&k, phase, me, nbytes) : stage(&k, phase, send, nbytes, 0);
@@ -136,7 +138,7 @@ static PyObject *Core_reduce(Core *c, PyObject *const *args, Py_ssize_t nargs)
         return call_end(&k, ST_STARTED);
     if (e != 0)
         return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
-    if (nbytes <= c->reduce_one_shot) {     /* one step: the root combines all n in rank order */
+    if (one_step) {     /* the root combines all n slots in rank order */
         for (int r = 0; r < n && me == root; r++) {
             const char *src = r == me ? mine : peer(&k, phase, r, nbytes);
             if (src == NULL)

@@ -233,7 +233,7 @@ static PyObject *fast_reduce(Fast *s, PyObject *const *args, Py_ssize_t nargs, i
     Py_ssize_t nbytes = p.len[0], count = nbytes / p.itemsize;
     int fits = dt >= 0 && nbytes > 0 && nbytes <= s->limit[FC_REDUCE] &&
                (args[1] == Py_None || p.len[1] == nbytes) &&
-               (part == PART_WHOLE || nbytes <= ((Core *)s->core)->reduce_one_shot);
+               (part == PART_WHOLE || nbytes * s->size <= ((Core *)s->core)->reduce_one_shot);
     if (fits && s->core == Py_None && p.data[1] != p.data[0])
         memcpy(p.data[1], p.data[0], nbytes);
     FastOp *e = fits ? fast_op(s, args[2], dt) : NULL;

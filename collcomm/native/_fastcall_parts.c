@@ -5,7 +5,7 @@
  * ``gather_async``, ``scatter_async``, ``reduce_scatter_async``, ``reduce_async`` take the
  * arguments of the fast call of the same name. When the group has nothing queued, a call
  * whose staged form is one arena step (an all_reduce of at most one_shot bytes, a reduce
- * of at most reduce_one_shot; the others as the fast call
+ * of at most reduce_one_shot bytes from all ranks; the others as the fast call
  * takes them, but not split by cross-memory attach and not in list form) is started at
  * once: the record made, this rank's data staged and its arrival published (Core.part
  * PART_START, see enter in _arena_sync.c), so the others can finish the call without

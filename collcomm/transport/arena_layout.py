@@ -65,11 +65,12 @@ PROBE_MAGIC = 0x636F6C6C636F6D6D
 #: all_reduce above it takes two steps (reduce-scatter + all-gather) instead of one.
 ONE_SHOT = 64 << 10
 
-#: A reduce of at most this many bytes is one step: every rank stages its data, one sync
-#: (with the signature check), the root combines the n slots in rank order, as a one-shot
-#: all_reduce does on every rank. Above, each rank reduces a slice and a second sync lets
-#: the root collect the slices (the work is shared; two syncs). Every rank must agree on it.
-REDUCE_ONE_SHOT = 4 << 10
+#: A reduce whose n ranks' data add up to at most this many bytes is one step: every rank
+#: stages its data, one sync (with the signature check), the root combines the n slots in
+#: rank order, as a one-shot all_reduce does on every rank. Above, each rank reduces a
+#: slice and a second sync lets the root collect the slices (the work is shared; two
+#: syncs). Every rank must agree on it.
+REDUCE_ONE_SHOT = 16 << 10
 
 #: broadcast, all_gather / gather, reduce_scatter (per-rank block) and all_to_all (largest
 #: block × n) read the peers' buffers by cross-memory attach only above this many bytes;
