@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from collcomm import native
 from tests.harness import run_ranks
 
 
@@ -110,6 +111,7 @@ def _no_thread_needed() -> dict[str, Any]:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.skipif(native.core is None, reason=f"native core: {native.reason}")
 @pytest.mark.parametrize("n", [2, 3])
 def test_the_others_finish_without_this_rank_or_a_thread(n: int) -> None:
     total = n * (n + 1) / 2
@@ -139,8 +141,8 @@ def _matrix() -> list[str]:
     me, n = dist.get_rank(), dist.get_world_size()
     bad: list[str] = []
     dist.all_reduce(np.ones(1))
-    fast = _world().fast
-    started = fast.calls
+    fast = _world().fast                 # (None without the native core: all queued)
+    started = fast.calls if fast is not None else 0
     counts = [1, 7, (64 << 10) // 4, (64 << 10) // 4 + 1]     # past 64 KiB: queued whole
     for dtype in (np.float32, np.float64, np.int32, np.int64, np.uint8, np.float16, np.complex64):
         for op in ("SUM", "PROD", "MAX", "MIN"):
@@ -239,7 +241,7 @@ def _matrix() -> list[str]:
         v[:], u[:] = total - 1, n - 1
     if v.tolist() != [total - 1] * 3 or u.tolist() != [n - 1] * 2:
         bad.append(f"subgroup: {v.tolist()} {u.tolist()}")
-    if fast.calls - started < 100:
+    if fast is not None and fast.calls - started < 100:
         bad.append(f"only {fast.calls - started} calls took the fast call")
     return bad
 
