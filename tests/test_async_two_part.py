@@ -349,3 +349,45 @@ def _destroyed_unwaited() -> list[float]:
 def test_destroy_finishes_a_started_call() -> None:
     for x in run_ranks(_destroyed_unwaited, 2, transport="shm", timeout=60):
         assert x == [3.0, 3.0], x
+
+
+def _mpi_requests() -> list[str]:
+    """collcomm.MPI's I-calls on the same path: results, send buffers untouched, Waitall
+    in reverse, Test polling."""
+    from collcomm import MPI
+
+    comm = MPI.COMM_WORLD
+    r, n = comm.Get_rank(), comm.Get_size()
+    bad = []
+    a = np.full(3, r + 1.0)
+    b = np.zeros(3)
+    ip = np.full(2, r + 1, np.int32)
+    red = np.zeros(2) if r == 0 else None
+    gat = np.zeros(2 * n) if r == n - 1 else None
+    sc = np.zeros(2)
+    reqs = [comm.Iallreduce(a, b), comm.Iallreduce(MPI.IN_PLACE, ip, op=MPI.MAX),
+            comm.Ireduce(a[:2], red, root=0), comm.Igather(np.full(2, float(r)), gat, root=n - 1),
+            comm.Iscatter(np.arange(2.0 * n) if r == 1 else None, sc, root=1), comm.Ibarrier()]
+    MPI.Request.Waitall(list(reversed(reqs)))
+    total = n * (n + 1) / 2
+    if b.tolist() != [total] * 3 or a.tolist() != [r + 1.0] * 3 or ip.tolist() != [n] * 2:
+        bad.append(f"Iallreduce {a} {b} {ip}")
+    if r == 0 and red.tolist() != [total] * 2:
+        bad.append(f"Ireduce {red}")
+    if r == n - 1 and gat.tolist() != [float(q) for q in range(n) for _ in "ab"]:
+        bad.append(f"Igather {gat}")
+    if sc.tolist() != [2.0 * r, 2.0 * r + 1]:
+        bad.append(f"Iscatter {sc}")
+    x = np.full(2, float(r))
+    q = comm.Ibcast(x, root=n - 1)
+    while not q.Test():
+        pass
+    if x.tolist() != [n - 1.0] * 2:
+        bad.append(f"Ibcast {x}")
+    return bad
+
+
+@pytest.mark.timeout(120)
+def test_mpi_requests() -> None:
+    for bad in run_ranks(_mpi_requests, 3, transport="shm", timeout=90):
+        assert bad == [], bad
