@@ -289,27 +289,39 @@ def test_a_mismatch_is_raised_by_wait() -> None:
 
 
 def _callbacks() -> dict[str, Any]:
-    """``then`` and polling on a call in two parts: the worker finishes it."""
+    """``then`` and polling on a call in two parts; polling alone finishes it (in C, once
+    every rank has arrived) with no worker thread, MPI ``Test`` too."""
     import collcomm as dist
+    from collcomm import MPI
 
     me, n = dist.get_rank(), dist.get_world_size()
     dist.all_reduce(np.ones(1))
-    x = np.full(2, me + 1.0)
-    w = dist.all_reduce(x, async_op=True)
-    seen: list[Any] = []
-    w.then(lambda work: seen.append(x.tolist()))
-    polls = 0
-    deadline = time.monotonic() + 20
-    while not w.is_completed() and time.monotonic() < deadline:
-        time.sleep(0.001)
-        polls += 1
-    return {"seen": seen, "ok": w.is_success(), "x": x.tolist()}
+    out: dict[str, Any] = {}
+    for label in ("poll", "then"):
+        x = np.full(2, me + 1.0)
+        w = dist.all_reduce(x, async_op=True)
+        seen: list[Any] = []
+        if label == "then":
+            w.then(lambda work: seen.append(x.tolist()))
+        deadline = time.monotonic() + 20
+        while not w.is_completed() and time.monotonic() < deadline:
+            time.sleep(0.001 * me)                      # (rank 0 spins, rank 1 sleeps)
+        out[label] = (w.is_success(), x.tolist(), seen)
+        if label == "poll":
+            out["thread"] = native.core is not None and _world().async_calls._worker is not None
+    y = np.full(2, me + 1.0)
+    req = MPI.COMM_WORLD.Iallreduce(MPI.IN_PLACE, y)
+    while not req.Test():
+        pass
+    out["Test"] = y.tolist()
+    return out
 
 
 @pytest.mark.timeout(120)
 def test_callbacks_and_polling() -> None:
     for out in run_ranks(_callbacks, 2, transport="shm", timeout=90):
-        assert out == {"seen": [[3.0, 3.0]], "ok": True, "x": [3.0, 3.0]}, out
+        assert out == {"poll": (True, [3.0, 3.0], []), "then": (True, [3.0, 3.0], [[3.0, 3.0]]),
+                       "thread": False, "Test": [3.0, 3.0]}, out
 
 
 def _lost_peer() -> str:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 import traceback
 from typing import Any, Callable
 
@@ -132,11 +133,22 @@ class Work:
         return fr.missing_report(obs, rec, states)
 
     def is_completed(self) -> bool:
-        """Whether it finished; if not, the group's worker runs it now (someone polls)."""
+        """Whether it finished; if not, the group's worker runs it now (someone polls). A
+        call started in two parts is finished here, in C, once every rank has arrived
+        (its second part then waits for nothing; until then nothing needs to run)."""
         if self.done:
             return True
-        if self._group is not None:
-            self._group.async_calls.hand_off()
+        g = self._group
+        if g is not None:
+            fast = g.fast
+            tested = None if fast is None else fast.test_part(self)
+            if tested is not None:
+                return self.done
+            g.async_calls.hand_off()
+            # let the worker take the GIL: a caller polling in a loop holds it, and the
+            # worker waited up to the switch interval (5 ms) per poll for it
+            time.sleep(0)
+            return self.done
         return False
 
     def is_success(self) -> bool:

@@ -239,22 +239,28 @@ static int part_done(Fast *s, PyObject *work, PyObject *exc)
     return unlock(lock) < 0 ? -1 : plain;
 }
 
-/* wait_part(work) -> True | False: `work`'s call (started in two parts) finished here,
- * its error, if any, left in it for Work.wait to raise; False: not here (another call is
- * before it or another thread runs the queue: Work.wait takes the queue's way). What
- * AsyncCalls.run_through(work) and ProcessGroup._settled do, without their Python frames. */
-static PyObject *Fast_wait_part(Fast *s, PyObject *work)
+/* Finish `work`'s call (started in two parts) on this thread, its error, if any, left in
+ * it for Work.wait to raise: what AsyncCalls.run_through(work) and ProcessGroup._settled
+ * do, without their Python frames. `test`: only if every rank has arrived (the second part
+ * then waits for nothing). 1 finished; 0 not here (another call is before it, another
+ * thread runs the queue, or, testing, a rank has not arrived); -1 an exception. */
+static int part_finish_here(Fast *s, PyObject *work, int test)
 {
     if (s->part_work != work || s->async_items == NULL || PyObject_Length(s->async_items) < 1)
-        Py_RETURN_FALSE;
+        return 0;
+    if (test) {
+        Core *c = (Core *)s->core;    /* our counter is still the started call's target */
+        if (first_late(c, get(c, c->rank, c->w_counter), 0) >= 0)
+            return 0;
+    }
     PyObject *head = PySequence_GetItem(s->async_items, 0);
     if (head == NULL)
-        return NULL;
+        return -1;
     int ours = PyTuple_Check(head) && PyTuple_GET_SIZE(head) == 2 && PyTuple_GET_ITEM(head, 0) == work;
     Py_DECREF(head);
     int got = ours ? try_lock(s->exec_lock) : 0;
     if (got <= 0)
-        return got < 0 ? NULL : Py_NewRef(Py_False);
+        return got;
     PyObject *item = PyObject_CallMethodNoArgs(s->async_items, s_popleft);
     Py_XDECREF(item);
     PyObject *r = item == NULL ? NULL : Fast_finish_part(s, NULL);
@@ -287,14 +293,31 @@ static PyObject *Fast_wait_part(Fast *s, PyObject *work)
     int interrupt = exc != NULL && !PyErr_GivenExceptionMatches(exc, PyExc_Exception);
     if (interrupt && !bad) {       /* Ctrl-C in the wait: recorded, and raised (Work._run) */
         PyErr_Restore(type, exc, tb);
-        return NULL;
+        return -1;
     }
     Py_XDECREF(type);
     Py_XDECREF(exc);
     Py_XDECREF(tb);
-    if (bad)
-        return NULL;
-    Py_RETURN_TRUE;
+    return bad ? -1 : 1;
+}
+
+/* wait_part(work) -> True: `work`'s call (in two parts) finished here; False: not here
+ * (Work.wait takes the queue's way). */
+static PyObject *Fast_wait_part(Fast *s, PyObject *work)
+{
+    int done = part_finish_here(s, work, 0);
+    return done < 0 ? NULL : Py_NewRef(done ? Py_True : Py_False);
+}
+
+/* test_part(work) -> True: finished here (every rank had arrived); False: its call is in
+ * two parts and not finished (nobody needs to run anything for it to progress: polling
+ * again will do); None: not such a call (Work.is_completed hands it to the worker). */
+static PyObject *Fast_test_part(Fast *s, PyObject *work)
+{
+    if (s->part_work != work)
+        Py_RETURN_NONE;
+    int done = part_finish_here(s, work, 1);
+    return done < 0 ? NULL : Py_NewRef(done ? Py_True : Py_False);
 }
 
 /* set_async(work_type, lock_type, items, exec_lock, group_lock): what the two-part entries

@@ -177,6 +177,8 @@ static PyMethodDef Fast_methods[] = {
           "two-part calls need"),
     {"wait_part", (PyCFunction)Fast_wait_part, METH_O,
      "wait_part(work) -> True: its call (in two parts) finished here; False: not here"},
+    {"test_part", (PyCFunction)Fast_test_part, METH_O,
+     "test_part(work) -> True: finished here; False: in two parts, not yet; None: not such a call"},
     {"finish_part", (PyCFunction)Fast_finish_part, METH_NOARGS,
      "the second part of the call started in two parts (queued by its entry)"},
     {"close", (PyCFunction)Fast_close, METH_NOARGS,
