@@ -114,6 +114,8 @@ class Request(Handle):
     def test(self) -> bool:
         if not self.done:
             self.engine.progress()
+            if not self.done:
+                self.engine.let_land(self)
         if self.done and self.exc is not None:
             raise self.exc
         return self.done
