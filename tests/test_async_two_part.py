@@ -403,3 +403,35 @@ def _mpi_requests() -> list[str]:
 def test_mpi_requests() -> None:
     for bad in run_ranks(_mpi_requests, 3, transport="shm", timeout=90):
         assert bad == [], bad
+
+
+def _burst() -> list[str]:
+    """Bursts of small async calls (a call whose predecessor everybody has joined starts at
+    once too; the others queue), one rank sometimes late, waited in order or in reverse."""
+    import collcomm as dist
+
+    me, n = dist.get_rank(), dist.get_world_size()
+    total = n * (n + 1) / 2
+    bad = []
+    for rnd in range(40):
+        xs = [np.full(3, me + 1.0 + i) for i in range(12)]
+        bs = [np.full(2, float(me + i)) for i in range(12)]
+        works = []
+        for i in range(12):
+            if me == rnd % n and i == rnd % 12:
+                time.sleep(0.002)                       # late: the others queue behind
+            works.append(dist.all_reduce(xs[i], async_op=True))
+            works.append(dist.broadcast(bs[i], src=i % n, async_op=True))
+        for w in (reversed(works) if rnd % 2 else works):
+            w.wait()
+        for i in range(12):
+            if xs[i].tolist() != [total + n * i] * 3 or bs[i].tolist() != [float(i % n + i)] * 2:
+                bad.append(f"round {rnd} call {i}: {xs[i].tolist()} {bs[i].tolist()}")
+    return bad
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n", [2, 3])
+def test_bursts(n: int) -> None:
+    for bad in run_ranks(_burst, n, transport="shm", timeout=90):
+        assert bad == [], bad[:5]

@@ -79,6 +79,7 @@ static PyObject *fast_run_part(Fast *s, int part, int fc, PyObject *name, uint64
 }
 
 static int part_done(Fast *s, PyObject *work, PyObject *exc);
+static int part_finish_here(Fast *s, PyObject *work, int test);
 
 /* A Work of work_type as Work.__init__(name, group) leaves it (_started True: its first
  * part runs now), its tag None until set; only C code runs. */
@@ -107,8 +108,16 @@ typedef PyObject *(*part_fn)(Fast *, PyObject *const *, Py_ssize_t, int);
  * call's name), then queue its second part. */
 static PyObject *part_start(Fast *s, part_fn run, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (s->work_type == NULL || s->core == Py_None || s->part_work != NULL || s->paused ||
-        s->exec_thread != 0 || fast_timeout_scopes != 0 || nargs < 1)
+    if (s->work_type == NULL || s->core == Py_None || s->exec_thread != 0 ||
+        fast_timeout_scopes != 0 || nargs < 1)
+        Py_RETURN_NONE;
+    /* the call started before and alone in the queue, which everybody has joined already:
+     * finished here at once (waiting for nothing), so this one can start too (a burst of
+     * small async calls all start at once while the ranks keep pace) */
+    if (s->part_work != NULL && PyObject_Length(s->async_items) == 1 &&
+        part_finish_here(s, s->part_work, 1) < 0)
+        return NULL;
+    if (s->part_work != NULL || s->paused)
         Py_RETURN_NONE;
     PyObject *kept = PyTuple_New(nargs);      /* (the second part's arguments) */
     for (Py_ssize_t i = 0; kept != NULL && i < nargs; i++)
