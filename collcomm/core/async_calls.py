@@ -24,6 +24,11 @@ takes it. What a caller sees is unchanged: results, errors (raised by ``wait()``
 calls. When a run leaves the queue empty the group lifts its fast call's pause
 (``on_empty``).
 
+A small call the fast call started in two parts (native/_fastcall_parts.c) is queued as
+its second part: its caller normally finishes it (``wait()``, ``Test``); the worker takes
+it only once it has waited :data:`PART_GRACE` (``part_age``), as the safety net for a
+second part that needs more than the others' arrival (a peer published in place).
+
 ``_exec`` (re-entrant: a callback may make a synchronous call on the group) is held by
 the thread running calls; calls leave the queue only under it, so they run in order and
 never two at once.
@@ -53,6 +58,11 @@ POLL_MAX = 0.004
 IDLE = 1.0
 #: calls of more bytes are handed to the worker at once
 LAZY_MAX = 64 * 1024
+#: a call started in two parts (native/_fastcall_parts.c) is left to its caller this long
+#: before the worker finishes it (its caller normally does, in wait() or Test, within µs;
+#: the worker is the safety net: e.g. a peer that published its buffer in place needs
+#: more syncs from this rank before it can finish)
+PART_GRACE = 0.002
 
 Item = tuple[Work, Callable[[], Any]]
 
@@ -71,6 +81,8 @@ class AsyncCalls:
         #: called (holding ``_exec``) when a run leaves the queue empty: the group lets its
         #: fast call take blocking calls again (ProcessGroup._settled)
         self.on_empty: Callable[[], None] | None = None
+        #: seconds since the call in two parts at the head started, or < 0 (ProcessGroup)
+        self.part_age: Callable[[], float] | None = None
 
     def submit(self, work: Work, fn: Callable[[], Any], nbytes: int = -1) -> None:
         """Queue ``work`` (running ``fn``); the worker is woken for a large call or when asleep."""
@@ -113,6 +125,14 @@ class AsyncCalls:
         """Whether calls wait in the queue (not counting one running)."""
         return bool(self._items)
 
+    def watch_part(self) -> None:
+        """A call in two parts was queued (native/_fastcall_parts.c): make sure the worker
+        is looking (it takes such a call only after PART_GRACE)."""
+        if self._worker is None:
+            self._start_worker()
+        if self._sleeping:
+            self._wake.set()
+
     def hand_off(self) -> None:
         """Let the worker run what is queued now (someone polls or waits with a timeout;
         a call in two parts is queued without starting the worker)."""
@@ -140,6 +160,9 @@ class AsyncCalls:
             else:
                 wake.wait(poll)
             wake.clear()
+            if items and self.part_age is not None and 0 <= self.part_age() < PART_GRACE:
+                poll = POLL           # its caller will most likely finish it: look again soon
+                continue
             if items:
                 try:
                     self.run_through()

@@ -150,7 +150,8 @@ def attach(group: Any, arena: Any = None) -> Any:
     fast.cma_key = CMA
     # small asynchronous all_reduce / broadcast in two parts (native/_fastcall_parts.c)
     calls = group.async_calls
-    fast.set_async(Work, threading.Lock, calls.items, calls.exec_lock, group._lock)
+    fast.set_async(Work, threading.Lock, calls.items, calls.exec_lock, group._lock, calls)
+    calls.part_age = fast.part_age
     return fast
 
 

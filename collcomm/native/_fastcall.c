@@ -70,10 +70,12 @@ typedef struct Fast {
     PyObject *async_items;      /* the group's queue of asynchronous calls (a deque) */
     PyObject *exec_lock;        /* ... the lock of the thread running it (AsyncCalls._exec) */
     PyObject *group_lock;       /* ... the group's lock (ProcessGroup._lock) */
+    PyObject *async_calls;      /* ... its owner (core/async_calls.py AsyncCalls) */
     PyObject *part_work;        /* the Work of the call started and not finished (NULL: none) */
     PyObject *(*part_run)(struct Fast *, PyObject *const *, Py_ssize_t, int);  /* its entry */
     PyObject *part_args;        /* ... the arguments it was given (a tuple) */
     PyObject *part_tag, *part_rec;   /* ... its tag and record */
+    long long part_since;       /* ... when it started (CLOCK_MONOTONIC ns) */
     int n_ops;
     FastOp ops[FAST_OPS];
     unsigned long long calls;   /* calls run here (tests check the path) */
@@ -268,9 +270,18 @@ static inline int fast_open(Fast *s)
 
 /* Whether a call in `part` may run: a second part always (its first was taken: a
  * call_timeout scope opened since does not apply to it), else as fast_open says. */
+/* Whether a call moving `bytes` (staged) may run in `part`: a whole call always; in two
+ * parts only up to one_shot, where no staging copy releases the GIL (so the first part
+ * runs without letting any other thread in). */
+static inline int part_size_ok(Fast *s, int part, Py_ssize_t bytes)
+{
+    return part == PART_WHOLE || bytes <= ((Core *)s->core)->one_shot;
+}
+
 static inline int fast_open_part(Fast *s, int part)
 {
-    return part == PART_FINISH || fast_open(s);
+    /* (a first part runs paused: part_start paused the group for it) */
+    return part == PART_FINISH || (part == PART_START ? fast_timeout_scopes == 0 : fast_open(s));
 }
 
 /* Core collectives take (arena, ..., sig, ...) as Python objects; call one with the

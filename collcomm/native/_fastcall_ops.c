@@ -151,7 +151,7 @@ static PyObject *fast_broadcast(Fast *s, PyObject *const *args, Py_ssize_t nargs
     Py_ssize_t nbytes = p.len[1], count = nbytes / p.itemsize;
     int split = s->bcast_cma > 0 && nbytes >= s->bcast_cma;   /* else staged, one chunk */
     if (dt < 0 || nbytes == 0 || (!split && nbytes > s->limit[FC_BROADCAST]) ||
-        (split && part != PART_WHOLE)) {
+        (split && part != PART_WHOLE) || !part_size_ok(s, part, nbytes)) {
         fast_release(&p);
         Py_RETURN_NONE;
     }
@@ -195,6 +195,7 @@ static PyObject *fast_all_gather(Fast *s, PyObject *const *args, Py_ssize_t narg
     int dt = fast_dtype(sv);
     Py_ssize_t kb = sv->len, count = sv->len / (sv->itemsize ? sv->itemsize : 1);
     int fits = dt >= 0 && fast_dtype(rv) == dt && kb > 0 && rv->len <= s->limit[FC_ALL_GATHER] &&
+               part_size_ok(s, part, rv->len) &&
                rv->len == kb * s->size &&
                (s->size == 1 || !overlaps(sv->buf, kb, rv->buf, rv->len) ||
                 sv->buf == (char *)rv->buf + s->rank * kb);
@@ -264,7 +265,8 @@ static PyObject *fast_reduce_scatter(Fast *s, PyObject *const *args, Py_ssize_t 
     Pair p;
     int dt = fast_pair(&p, args[0], args[1], 0);
     Py_ssize_t kb = p.len[1], count = kb / p.itemsize;
-    int fits = dt >= 0 && kb > 0 && p.len[0] == kb * s->size && p.len[0] <= s->limit[FC_REDUCE_SCATTER];
+    int fits = dt >= 0 && kb > 0 && p.len[0] == kb * s->size && p.len[0] <= s->limit[FC_REDUCE_SCATTER] &&
+               part_size_ok(s, part, p.len[0]);
     if (fits && s->core == Py_None)
         memcpy(p.data[1], p.data[0], kb);
     FastOp *e = fits ? fast_op(s, args[2], dt) : NULL;

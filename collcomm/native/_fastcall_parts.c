@@ -27,7 +27,8 @@ static const char *const work_slot_names[W_N] = {"name", "_group", "_tag", "_sta
 /* Work `w`'s slot i (a W_ index) */
 #define WORK_SLOT(s, w, i) (*(PyObject **)((char *)(w) + (s)->work_at[i]))
 
-static PyObject *s_append, *s_pending, *s_finish_part, *s_acquire, *s_release, *s_popleft;
+static PyObject *s_append, *s_pending, *s_finish_part, *s_acquire, *s_release, *s_popleft,
+    *s_watch_part;
 
 static int parts_names(void)
 {
@@ -36,7 +37,8 @@ static int parts_names(void)
            (s_finish_part = PyUnicode_InternFromString("finish_part")) == NULL ||
            (s_acquire = PyUnicode_InternFromString("acquire")) == NULL ||
            (s_release = PyUnicode_InternFromString("release")) == NULL ||
-           (s_popleft = PyUnicode_InternFromString("popleft")) == NULL ? -1 : 0;
+           (s_popleft = PyUnicode_InternFromString("popleft")) == NULL ||
+           (s_watch_part = PyUnicode_InternFromString("watch_part")) == NULL ? -1 : 0;
 }
 
 static PyObject *fast_run_part(Fast *s, int part, int fc, PyObject *name, uint64_t sig,
@@ -71,9 +73,16 @@ static PyObject *fast_run_part(Fast *s, int part, int fc, PyObject *name, uint64
     if (part == PART_START && status != NULL && PyLong_AsLong(status) == ST_STARTED) {
         Py_DECREF(status);
         core->timeout_of = NULL;
-        s->part_tag = tag;         /* (references kept for the second part) */
-        s->part_rec = rec;
+        Py_XSETREF(s->part_tag, tag);   /* (references kept for the second part) */
+        Py_XSETREF(s->part_rec, rec);
         return Py_NewRef(Py_False);
+    }
+    if (part == PART_FINISH && status != NULL && PyLong_AsLong(status) == ST_REFUSE) {
+        /* (its buffer changed since the first part) never run the whole call again */
+        Py_DECREF(status);
+        status = NULL;
+        PyErr_SetString(PyExc_RuntimeError, "collcomm fast call: the second part of a call "
+                        "started in two parts was refused (its buffer changed?)");
     }
     return fast_end(s, status, rec, tag, sig, fc, name, a, b, c);
 }
@@ -114,8 +123,9 @@ static PyObject *part_start(Fast *s, part_fn run, PyObject *const *args, Py_ssiz
     /* the call started before and alone in the queue, which everybody has joined already:
      * finished here at once (waiting for nothing), so this one can start too (a burst of
      * small async calls all start at once while the ranks keep pace) */
-    if (s->part_work != NULL && PyObject_Length(s->async_items) == 1 &&
-        part_finish_here(s, s->part_work, 1) < 0)
+    Py_ssize_t queued = PyObject_Length(s->async_items);
+    if (queued < 0 || (s->part_work != NULL && queued == 1 &&
+                       part_finish_here(s, s->part_work, 1) < 0))
         return NULL;
     if (s->part_work != NULL || s->paused)
         Py_RETURN_NONE;
@@ -127,7 +137,12 @@ static PyObject *part_start(Fast *s, part_fn run, PyObject *const *args, Py_ssiz
         Py_XDECREF(kept);
         return NULL;
     }
+    /* paused from here: no fast call of this group may slip in (from another thread or a
+     * finalizer) before this one's second part, whatever runs Python code meanwhile */
+    s->paused = 1;
     PyObject *r = run(s, args, nargs, PART_START);
+    if (r != Py_False)
+        s->paused = 0;
     if (r == Py_True) {            /* ran whole (handed to the Python code): done */
         Py_DECREF(r);
         Py_DECREF(kept);
@@ -144,27 +159,33 @@ static PyObject *part_start(Fast *s, part_fn run, PyObject *const *args, Py_ssiz
         return r;
     }
     Py_DECREF(r);
-    /* started: from here to the queueing nothing runs Python code (no other thread can
-     * queue a call of this group in between) */
+    /* started (still paused, until the queue is drained: ProcessGroup._settled) */
     Py_SETREF(WORK_SLOT(s, work, W_TAG), Py_NewRef(s->part_tag));
+    s->part_work = Py_NewRef(work);
+    s->part_run = run;
+    s->part_since = now_ns();
+    Py_XSETREF(s->part_args, kept);
     PyObject *finish = PyObject_GetAttr((PyObject *)s, s_finish_part);
     PyObject *item = finish == NULL ? NULL : PyTuple_Pack(2, work, finish);
     Py_XDECREF(finish);
     PyObject *ok = item == NULL ? NULL : PyObject_CallMethodOneArg(s->async_items, s_append, item);
     Py_XDECREF(item);
-    if (ok == NULL || PyObject_SetAttr(s->group, s_pending, Py_True) < 0) {
-        /* (out of memory) the call is started and cannot be taken back: the group's next
-         * call will wait for it in vain (its timeout names the call) */
-        Py_XDECREF(ok);
+    int bad = ok == NULL || PyObject_SetAttr(s->group, s_pending, Py_True) < 0;
+    Py_XDECREF(ok);
+    /* the worker, as the safety net: it finishes a second part nobody else runs within
+     * PART_GRACE (a peer publishing in place needs more syncs from this rank); started
+     * or woken only when it is not looking already */
+    if (!bad && s->async_calls != NULL) {
+        PyObject *r2 = PyObject_CallMethodNoArgs(s->async_calls, s_watch_part);
+        bad = r2 == NULL;
+        Py_XDECREF(r2);
+    }
+    if (bad) {
+        /* (out of memory) the call is started and cannot be taken back; its Work and the
+         * pause stay, so the group's next call waits for it (its timeout names it) */
         Py_DECREF(work);
-        Py_DECREF(kept);
         return NULL;
     }
-    Py_DECREF(ok);
-    s->paused = 1;          /* until the queue is drained (ProcessGroup._settled) */
-    s->part_work = Py_NewRef(work);
-    s->part_run = run;
-    Py_XSETREF(s->part_args, kept);
     return work;
 }
 
@@ -200,8 +221,11 @@ static PyObject *Fast_finish_part(Fast *s, PyObject *unused)
     PyObject *r = s->part_run(s, &PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args), PART_FINISH);
     Py_DECREF(work);
     Py_DECREF(args);
-    if (r == NULL)
+    if (r == NULL) {
+        Py_CLEAR(s->part_tag);     /* (if it failed before taking them) */
+        Py_CLEAR(s->part_rec);
         return NULL;
+    }
     int done = r == Py_True;
     Py_DECREF(r);
     if (!done) {                   /* (cannot happen: the same checks took its first part) */
@@ -255,8 +279,11 @@ static int part_done(Fast *s, PyObject *work, PyObject *exc)
  * thread runs the queue, or, testing, a rank has not arrived); -1 an exception. */
 static int part_finish_here(Fast *s, PyObject *work, int test)
 {
-    if (s->part_work != work || s->async_items == NULL || PyObject_Length(s->async_items) < 1)
+    if (s->part_work != work || s->async_items == NULL)
         return 0;
+    Py_ssize_t queued = PyObject_Length(s->async_items);
+    if (queued < 1)
+        return queued < 0 ? -1 : 0;
     if (test) {
         Core *c = (Core *)s->core;    /* our counter is still the started call's target */
         if (first_late(c, get(c, c->rank, c->w_counter), 0) >= 0)
@@ -270,7 +297,12 @@ static int part_finish_here(Fast *s, PyObject *work, int test)
     int got = ours ? try_lock(s->exec_lock) : 0;
     if (got <= 0)
         return got;
-    PyObject *item = PyObject_CallMethodNoArgs(s->async_items, s_popleft);
+    /* our own references: the queue's and part_work's go below, and a callback the Work
+     * runs may close the group (Fast_clear) */
+    PyObject *items = Py_NewRef(s->async_items), *exec_lock = Py_NewRef(s->exec_lock),
+             *group_lock = Py_NewRef(s->group_lock), *group = Py_NewRef(s->group);
+    Py_INCREF(work);
+    PyObject *item = PyObject_CallMethodNoArgs(items, s_popleft);
     Py_XDECREF(item);
     PyObject *r = item == NULL ? NULL : Fast_finish_part(s, NULL);
     PyObject *type = NULL, *exc = NULL, *tb = NULL;
@@ -281,7 +313,6 @@ static int part_finish_here(Fast *s, PyObject *work, int test)
             PyException_SetTraceback(exc, tb);
     }
     Py_XDECREF(r);
-    Py_INCREF(work);
     int plain = part_done(s, work, exc);
     if (plain == 0) {              /* a waiter or callbacks: Work._finish(None, exc) */
         PyObject *fin = PyObject_CallMethod(work, "_finish", "OO", Py_None, exc != NULL ? exc : Py_None);
@@ -290,15 +321,26 @@ static int part_finish_here(Fast *s, PyObject *work, int test)
     }
     /* the queue empty: the group's fast call takes blocking calls again (ProcessGroup._settled,
      * under the group's lock: left to the next drain if another thread holds it) */
-    if (plain > 0 && PyObject_Length(s->async_items) == 0 && try_lock(s->group_lock) == 1) {
-        if (PyObject_Length(s->async_items) == 0 &&
-            PyObject_SetAttr(s->group, s_pending, Py_False) == 0)
-            s->paused = 0;
-        if (unlock(s->group_lock) < 0)
+    if (plain > 0 && PyObject_Length(items) == 0) {
+        int got_group = try_lock(group_lock);
+        if (got_group == 1) {
+            if (PyObject_Length(items) == 0 && s->work_type != NULL &&
+                PyObject_SetAttr(group, s_pending, Py_False) == 0)
+                s->paused = 0;
+            if (unlock(group_lock) < 0)
+                plain = -1;
+        } else if (got_group < 0) {
             plain = -1;
+        }
     }
-    int bad = unlock(s->exec_lock) < 0 || plain < 0;
+    if (plain < 0 && !PyErr_Occurred())
+        PyErr_SetString(PyExc_RuntimeError, "collcomm fast call: finishing a call failed");
+    int bad = unlock(exec_lock) < 0 || plain < 0;
     Py_DECREF(work);
+    Py_DECREF(items);
+    Py_DECREF(exec_lock);
+    Py_DECREF(group_lock);
+    Py_DECREF(group);
     int interrupt = exc != NULL && !PyErr_GivenExceptionMatches(exc, PyExc_Exception);
     if (interrupt && !bad) {       /* Ctrl-C in the wait: recorded, and raised (Work._run) */
         PyErr_Restore(type, exc, tb);
@@ -329,12 +371,20 @@ static PyObject *Fast_test_part(Fast *s, PyObject *work)
     return done < 0 ? NULL : Py_NewRef(done ? Py_True : Py_False);
 }
 
-/* set_async(work_type, lock_type, items, exec_lock, group_lock): what the two-part entries
- * need (core/fastpath.py): the Work class (whose slots they fill), what makes its lock, the
- * group's queue, the lock of its runner and the group's lock. */
+/* part_age() -> seconds since the pending call in two parts started, or -1.0: none
+ * (the worker leaves it to its caller for a while: core/async_calls.py PART_GRACE) */
+static PyObject *Fast_part_age(Fast *s, PyObject *unused)
+{
+    return PyFloat_FromDouble(s->part_work == NULL ? -1.0 : (double)(now_ns() - s->part_since) / 1e9);
+}
+
+/* set_async(work_type, lock_type, items, exec_lock, group_lock, async_calls): what the
+ * two-part entries need (core/fastpath.py): the Work class (whose slots they fill), what
+ * makes its lock, the group's queue, the lock of its runner, the group's lock, and the
+ * queue's owner (whose watch_part starts or wakes the worker). */
 static PyObject *Fast_set_async(Fast *s, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (check_args(nargs, 5, "set_async") < 0)
+    if (check_args(nargs, 6, "set_async") < 0)
         return NULL;
     if (!PyType_Check(args[0])) {
         PyErr_SetString(PyExc_TypeError, "set_async: work_type must be a class");
@@ -358,6 +408,7 @@ static PyObject *Fast_set_async(Fast *s, PyObject *const *args, Py_ssize_t nargs
     Py_XSETREF(s->async_items, Py_NewRef(args[2]));
     Py_XSETREF(s->exec_lock, Py_NewRef(args[3]));
     Py_XSETREF(s->group_lock, Py_NewRef(args[4]));
+    Py_XSETREF(s->async_calls, Py_NewRef(args[5]));
     Py_RETURN_NONE;
 }
 
@@ -368,6 +419,7 @@ static int parts_traverse(Fast *s, visitproc visit, void *arg)
     Py_VISIT(s->async_items);
     Py_VISIT(s->exec_lock);
     Py_VISIT(s->group_lock);
+    Py_VISIT(s->async_calls);
     Py_VISIT(s->part_work);
     Py_VISIT(s->part_args);
     Py_VISIT(s->part_tag);
@@ -382,6 +434,7 @@ static void parts_clear(Fast *s)
     Py_CLEAR(s->async_items);
     Py_CLEAR(s->exec_lock);
     Py_CLEAR(s->group_lock);
+    Py_CLEAR(s->async_calls);
     Py_CLEAR(s->part_work);
     Py_CLEAR(s->part_args);
     Py_CLEAR(s->part_tag);

@@ -24,7 +24,7 @@ static PyObject *fast_rooted(Fast *s, PyObject *const *args, Py_ssize_t nargs, i
     Py_ssize_t kb = p.len[gather ? 0 : 1], count = kb / p.itemsize;
     int split = !gather && s->scatter_cma > 0 && kb * s->size >= s->scatter_cma;
     int fits = dt >= 0 && kb > 0 && (split || kb * s->size <= s->limit[fc]) &&
-               !(split && part != PART_WHOLE) &&
+               !(split && part != PART_WHOLE) && part_size_ok(s, part, kb * s->size) &&
                (big == Py_None || p.len[gather ? 1 : 0] == kb * s->size);
     if (fits && !gather && big != Py_None && overlaps(p.data[1], kb, p.data[0], kb * s->size) &&
         p.data[1] != p.data[0] + s->rank * kb)

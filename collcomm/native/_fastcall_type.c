@@ -173,8 +173,10 @@ static PyMethodDef Fast_methods[] = {
     FASTM(scatter_async, "scatter_async(send or None, recv, root, name) -> Work | None"),
     FASTM(reduce_scatter_async, "reduce_scatter_async(send, recv, op, name) -> Work | None"),
     FASTM(reduce_async, "reduce_async(send, recv or None, op, root, name) -> Work | None"),
-    FASTM(set_async, "set_async(work_type, lock_type, items, exec_lock, group_lock): what the "
-          "two-part calls need"),
+    FASTM(set_async, "set_async(work_type, lock_type, items, exec_lock, group_lock, async_calls): "
+          "what the two-part calls need"),
+    {"part_age", (PyCFunction)Fast_part_age, METH_NOARGS,
+     "seconds since the pending call in two parts started, or -1.0: none"},
     {"wait_part", (PyCFunction)Fast_wait_part, METH_O,
      "wait_part(work) -> True: its call (in two parts) finished here; False: not here"},
     {"test_part", (PyCFunction)Fast_test_part, METH_O,
