@@ -469,3 +469,28 @@ def _peer_in_place() -> list[Any]:
 def test_a_peer_publishing_in_place() -> None:
     for out in run_ranks(_peer_in_place, 2, transport="shm", timeout=90):
         assert out == [3.0, 3.0], out
+
+
+def _discarded_works() -> list[float]:
+    """Async calls whose Works nobody keeps (each finished by the next one's entry or the
+    closing blocking call): run under PYTHONMALLOC=debug, where a Work freed while being
+    finished crashed the rank."""
+    import collcomm as dist
+
+    me = dist.get_rank()
+    x = np.full(2, me + 1.0)
+    for i in range(200):
+        dist.all_reduce(np.full(2, me + 1.0), async_op=True)
+        time.sleep(0.0002)                     # (the peer joins it before the next entry)
+        dist.broadcast(np.full(3, float(me)), src=1, async_op=True)
+    dist.all_reduce(x)
+    return x.tolist()
+
+
+@pytest.mark.timeout(120)
+def test_works_nobody_keeps() -> None:
+    import os
+
+    env = dict(os.environ, PYTHONMALLOC="debug")
+    for x in run_ranks(_discarded_works, 2, transport="shm", timeout=90, env=env):
+        assert x == [3.0, 3.0], x
