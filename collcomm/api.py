@@ -151,12 +151,11 @@ def broadcast(tensor: Any, src: int | None = None, group: Any = None, async_op: 
     g = group_of(group, name)
     fast = g.fast    # the fast call (core/fastpath.py) takes a group rank (the world's: src)
     if fast is not None and algorithm == "auto":
+        root = src if group is None and group_src is None else fast_root(g, src, group_src, None)
         if not async_op:
-            root = src if group is None and group_src is None else fast_root(g, src, group_src, None)
             if root is not None and fast.broadcast(tensor, root, name):
                 return None
         else:
-            root = src if group is None and group_src is None else fast_root(g, src, group_src, None)
             if root is not None and (work := fast.broadcast_async(tensor, root, name)) is not None:
                 return work       # small: started at once in two parts, as all_reduce's
             if (flat := _plain_output(tensor)) is not None:

@@ -295,7 +295,8 @@ def _callbacks() -> dict[str, Any]:
     from collcomm import MPI
     from collcomm.core import async_calls
 
-    async_calls.AsyncCalls._start_worker = lambda self: None     # no worker thread at all
+    if native.core is not None:        # (without it every async call is queued: the worker)
+        async_calls.AsyncCalls._start_worker = lambda self: None     # no worker thread at all
     me, n = dist.get_rank(), dist.get_world_size()
     dist.all_reduce(np.ones(1))
     out: dict[str, Any] = {}

@@ -257,10 +257,8 @@ class BufferCollectives:
         g = self._h.g
         fast = g.fast if g is not None else None
         if fast is not None and type(buf) is np.ndarray:
-            try:      # small: started at once in two parts (native/_fastcall_parts.c)
-                work = fast.broadcast_async(buf, root, "Ibcast")
-            except CollcommError as exc:
-                raise translate(exc) from exc
+            # small: started at once in two parts (native/_fastcall_parts.c)
+            work = _run(fast.broadcast_async, buf, root, "Ibcast")
             if work is not None:
                 return _request(work)
         return _request(self._bcast(buf, root, True, "Ibcast"))
@@ -362,10 +360,8 @@ class BufferCollectives:
         builtin = _builtin(op) if fast is not None and type(recvbuf) is np.ndarray else None
         if builtin is not None:
             send = recvbuf if sendbuf is IN_PLACE else sendbuf
-            try:      # small: started at once in two parts (native/_fastcall_parts.c)
-                work = fast.all_reduce_async(send, recvbuf, builtin, "Iallreduce")
-            except CollcommError as exc:
-                raise translate(exc) from exc
+            # small: started at once in two parts (native/_fastcall_parts.c)
+            work = _run(fast.all_reduce_async, send, recvbuf, builtin, "Iallreduce")
             if work is not None:
                 return _request(work)
         return _request(self._allreduce(sendbuf, recvbuf, op, True, "Iallreduce"))

@@ -128,14 +128,12 @@ class AsyncCalls:
     def watch_part(self) -> None:
         """A call in two parts was queued (native/_fastcall_parts.c): make sure the worker
         is looking (it takes such a call only after PART_GRACE)."""
-        if self._worker is None:
-            self._start_worker()
+        self._start_worker()
         if self._sleeping:
             self._wake.set()
 
     def hand_off(self) -> None:
-        """Let the worker run what is queued now (someone polls or waits with a timeout;
-        a call in two parts is queued without starting the worker)."""
+        """Let the worker run what is queued now (someone polls or waits with a timeout)."""
         if self._items:
             self._start_worker()
             self._wake.set()

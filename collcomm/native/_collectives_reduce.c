@@ -42,6 +42,23 @@ static int copy_slices(Call *k, int phase, int isz, const char *mine, char *out,
     return 0;
 }
 
+/* One-shot: `out` = every rank's staged data of this phase combined in rank order (ours
+ * from `mine`), so every rank that does it gets identical bits. 0, or -1 with an exception. */
+static int fold_slots(Call *k, int phase, kernel_t fn, const char *mine, char *out,
+                      Py_ssize_t count, Py_ssize_t nbytes)
+{
+    for (int r = 0; r < k->c->n; r++) {
+        const char *src = r == k->c->rank ? mine : peer(k, phase, r, nbytes);
+        if (src == NULL)
+            return -1;
+        if (r == 0)
+            memcpy(out, src, nbytes);
+        else
+            fn(out, src, count);
+    }
+    return 0;
+}
+
 /* all_reduce(arena, buf, code, sig): one chunk (nbytes <= slot), staged (no CMA), our
  * buffer not in the shared heap. One-shot up to one_shot bytes, else two-shot. A one-shot
  * call may run in two parts (Core.part, see enter): stage and arrive, then later the rest. */
@@ -63,10 +80,9 @@ static PyObject *Core_all_reduce(Core *c, PyObject *const *args, Py_ssize_t narg
     if (fn == NULL || nbytes % isz || nbytes > c->slot || nbytes == 0)
         return call_end(&k, ST_REFUSE);
     Py_ssize_t count = nbytes / isz;
-    int n = c->n, me = c->rank, part = c->part;
-    if (part == PART_START && nbytes > c->one_shot) {   /* (two syncs: never in two parts) */
+    int me = c->rank, part = c->part;
+    if (part == PART_START && nbytes > c->one_shot)     /* (two syncs: never in two parts) */
         return call_end(&k, ST_REFUSE);
-    }
     /* a two-part call's second part: the phase and the staged copy of its first */
     int phase = part == PART_FINISH ? k.phase : next_phase(&k);
     char *mine = part == PART_FINISH ? peer(&k, phase, me, nbytes) : stage(&k, phase, buf, nbytes, 1);
@@ -79,19 +95,8 @@ static PyObject *Core_all_reduce(Core *c, PyObject *const *args, Py_ssize_t narg
         return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
     if (any_shared(c, phase))
         return call_end(&k, ST_PYTHON);
-    if (nbytes <= c->one_shot) {
-        /* every rank reduces all n slots in rank order: identical bits everywhere */
-        for (int r = 0; r < n; r++) {
-            const char *src = r == me ? mine : peer(&k, phase, r, nbytes);
-            if (src == NULL)
-                return call_end(&k, -1);
-            if (r == 0)
-                memcpy(buf, src, nbytes);
-            else
-                fn(buf, src, count);
-        }
-        return call_end(&k, ST_DONE);
-    }
+    if (nbytes <= c->one_shot)     /* every rank reduces all n slots */
+        return call_end(&k, fold_slots(&k, phase, fn, mine, buf, count, nbytes) < 0 ? -1 : ST_DONE);
     /* two-shot: our slice of every slot reduced into our slot, sync, every slice out */
     if (reduce_own_slice(&k, phase, fn, isz, mine, count, nbytes) < 0 ||
         sync_all(c, k.arena, &k.gil) < 0 || copy_slices(&k, phase, isz, mine, buf, count, nbytes) < 0)
@@ -138,18 +143,9 @@ static PyObject *Core_reduce(Core *c, PyObject *const *args, Py_ssize_t nargs)
         return call_end(&k, ST_STARTED);
     if (e != 0)
         return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
-    if (one_step) {     /* the root combines all n slots in rank order */
-        for (int r = 0; r < n && me == root; r++) {
-            const char *src = r == me ? mine : peer(&k, phase, r, nbytes);
-            if (src == NULL)
-                return call_end(&k, -1);
-            if (r == 0)
-                memcpy(recv, src, nbytes);
-            else
-                fn(recv, src, count);
-        }
-        return call_end(&k, ST_DONE);
-    }
+    if (one_step)     /* the root combines all n slots */
+        return call_end(&k, me == root && fold_slots(&k, phase, fn, mine, recv, count, nbytes) < 0
+                                ? -1 : ST_DONE);
     if (reduce_own_slice(&k, phase, fn, isz, mine, count, nbytes) < 0 ||
         sync_all(c, k.arena, &k.gil) < 0 ||
         (me == root && copy_slices(&k, phase, isz, mine, recv, count, nbytes) < 0))

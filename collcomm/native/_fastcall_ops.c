@@ -70,6 +70,21 @@ static int fast_pair(Pair *p, PyObject *a, PyObject *b, int same_ok)
     return dt;
 }
 
+/* Core function `fn` on (arena, cargs...), handed the views `p` holds (released after) */
+static PyObject *fast_core_call(Fast *s, PyObject *(*fn)(Core *, PyObject *const *, Py_ssize_t),
+                                PyObject **cargs, Py_ssize_t nargs, Py_ssize_t sig_at, uint64_t sig,
+                                Pair *p)
+{
+    Core *core = (Core *)s->core;
+    for (int i = 0; i < 2; i++)
+        core->handed[i] = (Handed){p->held[i] ? p->obj[i] : NULL, p->data[i], p->len[i],
+                                   p->writable[i]};
+    PyObject *status = core_call(fn, s, cargs, nargs, sig_at, sig);
+    core->handed[0].obj = core->handed[1].obj = NULL;   /* (if it never took them) */
+    fast_release(p);
+    return status;
+}
+
 /* Run Core function `fn` on (arena, cargs...) with the signature at cargs[sig_at] between
  * the bookkeeping of fast_begin and fast_end (a group of one: nothing to run), handing it
  * the views `p` holds, which are released before fast_end; `a`, `b`, `c` are what
@@ -87,16 +102,11 @@ static PyObject *fast_run(Fast *s, int fc, PyObject *name, uint64_t sig,
     }
     PyObject *status;
     if (s->core == Py_None) {
+        fast_release(p);
         status = PyLong_FromLong(ST_DONE);
     } else {
-        Core *core = (Core *)s->core;
-        for (int i = 0; i < 2; i++)
-            core->handed[i] = (Handed){p->held[i] ? p->obj[i] : NULL, p->data[i], p->len[i],
-                                       p->writable[i]};
-        status = core_call(fn, s, cargs, nargs, sig_at, sig);
-        core->handed[0].obj = core->handed[1].obj = NULL;   /* (if it never took them) */
+        status = fast_core_call(s, fn, cargs, nargs, sig_at, sig, p);
     }
-    fast_release(p);
     return fast_end(s, status, rec, tag, sig, fc, name, a, b, c);
 }
 

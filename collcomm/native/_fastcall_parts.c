@@ -62,14 +62,9 @@ static PyObject *fast_run_part(Fast *s, int part, int fc, PyObject *name, uint64
         s->part_tag = s->part_rec = NULL;
         core->timeout_of = s->group;
     }
-    for (int i = 0; i < 2; i++)
-        core->handed[i] = (Handed){p->held[i] ? p->obj[i] : NULL, p->data[i], p->len[i],
-                                   p->writable[i]};
     core->part = part;
-    PyObject *status = core_call(fn, s, cargs, nargs, sig_at, sig);
+    PyObject *status = fast_core_call(s, fn, cargs, nargs, sig_at, sig, p);
     core->part = PART_WHOLE;       /* (if the Core refused before its enter) */
-    core->handed[0].obj = core->handed[1].obj = NULL;
-    fast_release(p);
     if (part == PART_START && status != NULL && PyLong_AsLong(status) == ST_STARTED) {
         Py_DECREF(status);
         core->timeout_of = NULL;
