@@ -66,6 +66,7 @@ SPIN_NS, YIELDS = 5_000, 100
 SPIN_NS_OVERSUBSCRIBED, YIELDS_OVERSUBSCRIBED = 0, 3
 
 
+
 def attach(arena: Any) -> Any:
     """A native Core over ``arena`` (a collcomm.transport.arena.Arena), or None."""
     if core is None:
@@ -78,10 +79,11 @@ def attach(arena: Any) -> Any:
                     else (SPIN_NS_OVERSUBSCRIBED, YIELDS_OVERSUBSCRIBED))
     spin = int(float(os.environ.get("COLLCOMM_SPIN_US", spin / 1000)) * 1000)
     yields = int(os.environ.get("COLLCOMM_YIELDS", yields))
+    poll = arena_mod.poll_seconds(arena.n)
     try:
         return core.Core(arena.mm, arena.n, arena.rank, arena.header, arena.slot, arena.slot + PAGE,
                          PAGE, ONE_SHOT, NATIVE, spin, yields, arena_mod._FUTEX is not None,
-                         reduce_one_shot=REDUCE_ONE_SHOT)
+                         reduce_one_shot=REDUCE_ONE_SHOT, poll_ns=int(poll * 1e9))
     except (ValueError, TypeError, BufferError) as exc:   # e.g. an arena it cannot map: Python
         warnings.warn(f"collcomm: the native core cannot work in this arena ({exc}); the group "
                       "runs on the Python implementation", RuntimeWarning, stacklevel=2)

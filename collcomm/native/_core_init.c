@@ -8,15 +8,17 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"mapping", "n", "rank", "header", "slot", "stride", "page",
                              "one_shot", "layout", "spin_ns", "yields", "futex",
-                             "reduce_one_shot", NULL};
+                             "reduce_one_shot", "poll_ns", NULL};
     PyObject *mapping, *layout;
     long long spin_ns;
     int futex;
     self->reduce_one_shot = 0;     /* (not given: every reduce in two steps) */
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OiinnnnnOLip|n", kwlist, &mapping, &self->n,
+    self->poll_ns = 0;             /* (not given: `yields` yields, then the futex) */
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OiinnnnnOLip|nL", kwlist, &mapping, &self->n,
                                      &self->rank, &self->header, &self->slot, &self->stride,
                                      &self->page, &self->one_shot, &layout, &spin_ns,
-                                     &self->yields, &futex, &self->reduce_one_shot))
+                                     &self->yields, &futex, &self->reduce_one_shot,
+                                     &self->poll_ns))
         return -1;
     self->spin_ns = spin_ns;
     self->use_futex = futex;

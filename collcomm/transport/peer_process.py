@@ -19,6 +19,18 @@ def buffer_address(buf: memoryview) -> int:
     return np.frombuffer(buf, dtype=np.uint8).ctypes.data if len(buf) else 0
 
 
+def cpus() -> int:
+    """How many CPUs this process may run on (``COLLCOMM_CORES`` says instead: e.g. where
+    a container's CPU quota is smaller than its CPU set)."""
+    given = os.environ.get("COLLCOMM_CORES", "").strip()
+    if given.isdigit() and int(given) > 0:
+        return int(given)
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def pid_stopped(pid: int) -> bool:
     """True while ``pid`` is stopped (SIGSTOP, a debugger: /proc state T or t)."""
     try:
