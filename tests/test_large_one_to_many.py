@@ -117,7 +117,8 @@ def _cases(read_only_cma: bool = False) -> tuple[int, float]:
         dist.broadcast(buf, src=n - 1)
         assert np.array_equal(buf, np.arange(300_007, dtype=np.float32) + n - 1)
         _shared_root()
-    return done, (arena.cma_cost if arena is not None and arena.cma else -1.0)
+    return done, (arena.cma_cost if arena is not None and arena.cma else -1.0), \
+        (arena.cores if arena is not None else 0)
 
 
 def _shared_root() -> None:
@@ -148,6 +149,9 @@ ROWS = [   # (n, environment, read_only_cma)
     (4, {"COLLCOMM_CMA": "0"}, False),
     (5, {}, False),
     (2, {"COLLCOMM_NATIVE": "0", "COLLCOMM_CMA_COST": "0.5"}, False),
+    # a core per rank: scatters and gathers from ROOTED_PARALLEL split, all_to_all past a
+    # slot by CMA (c < n), whatever this machine has
+    (3, {"COLLCOMM_CORES": "3", "COLLCOMM_CMA_COST": "2.9"}, False),
 ]
 
 
@@ -159,6 +163,8 @@ def test_large_one_to_many(n, env, read_only):
     res = run_ranks(_cases, n, read_only, env={"COLLCOMM_SHM_SLOT": str(SLOT), **env}, timeout=100)
     assert len(set(res)) == 1 and res[0][0] > 0      # the same cases, the same CMA cost
     cost = res[0][1]
+    if "COLLCOMM_CORES" in env:
+        assert res[0][2] == int(env["COLLCOMM_CORES"])
     if n > 1 and env.get("COLLCOMM_CMA") != "0":
         assert cost == float(env.get("COLLCOMM_CMA_COST", cost)) and cost > 0
     elif n > 1:
@@ -216,7 +222,7 @@ def test_split_broadcast_choice_at_two_ranks():
     from collcomm.transport.arena_layout import CMA_MIN
 
     def arena(n: int, c: float, write: bool = True) -> SimpleNamespace:
-        return SimpleNamespace(cma=True, cma_write=write, cma_cost=c, n=n)
+        return SimpleNamespace(cma=True, cma_write=write, cma_cost=c, n=n, cores=2)
 
     assert shm_large.reads_peers(arena(2, 4.4), "broadcast", CMA_MIN)
     assert shm_large.reads_peers(arena(2, 5.9), "broadcast", 1 << 20)
@@ -240,7 +246,7 @@ def test_split_scatter_and_gather_choice():
     from collcomm.transport.arena_layout import CMA_MIN
 
     def arena(n: int, c: float, write: bool = True) -> SimpleNamespace:
-        return SimpleNamespace(cma=True, cma_write=write, cma_cost=c, n=n)
+        return SimpleNamespace(cma=True, cma_write=write, cma_cost=c, n=n, cores=2)
 
     mib = 1 << 20
     assert shm_large.reads_peers(arena(2, 3.3), "scatter", mib)
@@ -255,6 +261,39 @@ def test_split_scatter_and_gather_choice():
         assert not shm_large.reads_peers(arena(2, 1.5, write=False), name, mib)
         assert shm_large.reads_peers(arena(2, 1.0, write=False), name, mib)
         assert shm_large.reads_peers(arena(4, 50.0), name, 64 * mib)
+
+
+def test_choices_with_a_core_per_rank(monkeypatch):
+    # n >= 3 ranks with a core each: scatter and gather (with writes) split from
+    # ROOTED_PARALLEL bytes while c < n; all_to_all by CMA once a rank's data outgrows its
+    # slot; broadcast and all_gather as before; n > cores or n = 2: the rules above
+    from types import SimpleNamespace
+
+    from collcomm.algorithms import shm_large
+
+    monkeypatch.setattr(shm_large, "llc_bytes", lambda: 300 << 20)
+    mib, big = 1 << 20, shm_large.ROOTED_PARALLEL
+
+    def arena(n: int, c: float, cores: int, write: bool = True) -> SimpleNamespace:
+        return SimpleNamespace(cma=True, cma_write=write, cma_cost=c, n=n, cores=cores,
+                               slot=4 * mib)
+
+    for n in (4, 8, 16):
+        for name in ("scatter", "gather"):
+            assert shm_large.reads_peers(arena(n, n - 0.5, 16), name, big)
+            assert not shm_large.reads_peers(arena(n, n + 0.5, 16), name, big)
+            assert shm_large.reads_peers(arena(n, 3.4, 16), name, big - 1) == \
+                shm_large.reads_peers(arena(n, 3.4, 1), name, big - 1)   # as before below it
+            assert not shm_large.reads_peers(arena(n, 3.4, n - 1), name, big)  # two on a core
+        assert shm_large.reads_peers(arena(n, 3.4, 16, write=False), "scatter", big)
+        assert not shm_large.reads_peers(arena(n, 3.4, 16, write=False), "gather", big)
+        for name in ("broadcast", "all_gather"):   # unchanged: staged
+            assert not shm_large.reads_peers(arena(n, 3.4, 16), name, 32 * mib)
+        # all_to_all: blocks past slot / n go by CMA (a rank's data over its slot)
+        assert shm_large.a2a_cma_limit(arena(n, 3.4, 16)) == 4 * mib // n
+        assert shm_large.a2a_cma_limit(arena(n, 3.4, n - 1)) == (300 << 20) // 4 // n
+    assert not shm_large.reads_peers(arena(2, 3.4, 16), "gather", big)   # n = 2: as before
+    assert shm_large.a2a_cma_limit(arena(2, 3.4, 16)) == (300 << 20) // 4 // 2
 
 
 def _fast_split_cases() -> list[tuple[int, int, bool, bool]]:

@@ -15,6 +15,9 @@ cache and ``arena.cma_cost`` (a CMA byte in memcpy'd bytes, measured when the ar
 built; see transport/arena.py). Where it was measured (2-vCPU VM, CMA 3.2-3.4x a memcpy)
 staging wins from 256 KiB up to a quarter of the cache, except a broadcast or scatter at n = 2,
 which goes split by CMA (see BCAST_STAGED); docs/large-copies.md has the measurements.
+With a core for every rank (``arena.cores``, agreed with the cost) the parallel reads
+change the sums: large scatters and gathers go split, all_to_all past one slot by CMA
+(ROOTED_PARALLEL and the note above a2a_cma_limit; measured on a 16-core VM).
 """
 from __future__ import annotations
 
@@ -67,6 +70,17 @@ BCAST_PAIR = 3.0
 #: took 1.3-2.4x the staged time.
 GATHER_STAGED = 1.0
 
+#: With a core for every rank (3 <= n <= arena.cores), a scatter or gather of at least
+#: ROOTED_PARALLEL bytes goes split wherever a byte read by CMA costs less than n memcpy'd
+#: bytes: staged, the root alone copies the others' (n-1) blocks in (scatter) or out
+#: (gather); split, every rank moves about c/n of a block, all at once (rooted_split). The
+#: rules above were measured with two ranks per core, where the split runs no faster.
+#: Measured 2026-11-27 (16-core Intel Xeon VM, c = 3.4-3.8, forced by COLLCOMM_CMA_COST,
+#: bench, one job per setting): split vs staged at n = 8 / 16, 2-32 MiB: scatter 0.23-0.40x
+#: / 0.11-0.28x the staged time, gather 0.26-0.77x / 0.16-0.64x; at 512 KiB scatter level,
+#: gather 2.1-2.5x slower (a CMA call per peer costs more than the root's small copies).
+ROOTED_PARALLEL = 2 << 20
+
 STAGE_MAX = {"broadcast": 0.25, "gather": 0.25, "all_gather": 0.25, "all_to_all": 0.25, "scatter": 0.25}
 
 
@@ -112,6 +126,9 @@ def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
     * broadcast, scatter and gather without writes: the readers (the root of a gather)
       copy (n-1)·c·B by CMA, or B per reader and per writer with staging (the root's copy
       in overlaps the others' copy out): CMA if c ≤ 1;
+    * scatter and gather (with writes) with a core for every rank, from ROOTED_PARALLEL
+      bytes: the staged root copies (n-1) blocks alone, the split ranks about c/n of a
+      block each at once: CMA if c < n;
     * all_gather: 1 + (n-1)·c blocks by CMA, or n + 1 staged (own, in, n-1 out):
       CMA if c·(n-1) < n;
     * all_to_all: 1 + (n-1)·c blocks by CMA, or 2n - 1 staged: CMA if c < 2.
@@ -124,6 +141,9 @@ def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
     if nbytes > STAGE_MAX[collective] * llc_bytes():
         return True
     cost = arena.cma_cost
+    if (collective == "scatter" or (collective == "gather" and arena.cma_write)) \
+            and 3 <= arena.n <= arena.cores and nbytes >= ROOTED_PARALLEL:
+        return cost < arena.n
     if collective in ("broadcast", "scatter") and arena.cma_write:
         return cost * (arena.n - 1) < (BCAST_PAIR if arena.n == 2 else BCAST_STAGED) * arena.n
     if collective == "gather" and arena.cma_write:
@@ -135,6 +155,15 @@ def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
     return cost < 2.0
 
 
+#: all_to_all with a core for every rank (3 <= n <= arena.cores) reads the peers by CMA
+#: once a rank's data (n x the largest block) outgrows its slot, whatever a CMA byte
+#: costs: staged, such a call takes several steps, each a sync of all ranks waiting on
+#: the slowest; by CMA every rank reads its n-1 blocks and syncs once. Measured 2026-11-27
+#: (16-core Intel Xeon VM, c = 3.4-3.8, forced by COLLCOMM_CMA_COST): CMA vs staged at
+#: n = 8 / 16: 8 MiB a rank 0.59x / 0.45x the staged time, 32 MiB 0.91x / 0.68x; 2 MiB
+#: (one slot step) 1.23x / 0.96x, 512 KiB 1.7x / 1.4x.
+
+
 def a2a_cma_limit(arena: Arena) -> int:
     """all_to_all reads by CMA when the largest block of any rank (bytes) exceeds this
     (the native core's ``cma_limit``; -1: never): see reads_peers."""
@@ -143,7 +172,10 @@ def a2a_cma_limit(arena: Arena) -> int:
     n = arena.n
     if reads_peers(arena, "all_to_all", CMA_MIN + 1):
         return CMA_MIN // n
-    return int(STAGE_MAX["all_to_all"] * llc_bytes()) // n
+    limit = int(STAGE_MAX["all_to_all"] * llc_bytes()) // n
+    if 3 <= n <= arena.cores:   # a core per rank: beyond one slot, CMA (see above)
+        limit = min(limit, arena.slot // n)
+    return limit
 
 
 def pipeline_elems(arena: Arena, buf: np.ndarray) -> int:
