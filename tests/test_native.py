@@ -170,7 +170,18 @@ def test_user_functions_and_odd_dtypes_stay_in_python() -> None:
 # ------------------------------------------------------------------------- whole jobs
 ONE_SHOT_COUNTS = (1, 7, 33, 1001)
 TWO_SHOT = [("SUM", np.float32, 20_001), ("SUM", np.float16, 40_001), ("SUM", "bfloat16", 40_001),
-            ("MIN", np.float64, 10_001), ("PRODUCT", np.int32, 20_001), ("MAX", "bfloat16", 40_003)]
+            ("MIN", np.float64, 10_001), ("PRODUCT", np.int32, 20_001), ("MAX", "bfloat16", 40_003),
+            # the one-step all_reduce's edge at n = 3 (6 KiB: arena_layout.all_reduce_one_step)
+            ("SUM", np.float32, 1536), ("SUM", np.float32, 1537), ("MAX", np.float64, 769)]
+
+
+def test_all_reduce_one_step_rule() -> None:
+    # one step while (n-1)(n-2)/n x the bytes <= ALL_REDUCE_EXTRA (4 KiB), at most ONE_SHOT
+    from collcomm.transport.arena_layout import ONE_SHOT, all_reduce_one_step
+
+    edges = {2: ONE_SHOT, 3: 6144, 4: 2730, 5: 1706, 8: 780, 16: 312}
+    for n, edge in edges.items():
+        assert all_reduce_one_step(edge, n) and not all_reduce_one_step(edge + 4 if n > 2 else edge + 1, n), n
 
 
 def _identity_rank() -> dict[str, Any]:

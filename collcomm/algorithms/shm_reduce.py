@@ -4,7 +4,7 @@ The steps (see :mod:`.shm_direct` for the whole family): every rank stages its c
 its slot (all_reduce may publish it in place or by address instead:
 :func:`.shm_stage.publish`), syncs, and reduces what it owns from the others' data in rank
 order, so every rank gets identical bits. all_reduce is one-shot up to ``ONE_SHOT``
-bytes (every rank reduces all n slots), two-shot above (rank i reduces slice i, a sync,
+bytes as ``all_reduce_one_step`` allows (every rank reduces all n slots), two-shot above (rank i reduces slice i, a sync,
 everybody copies each owner's slice out); reduce is the one-shot one on the root alone up
 to ``REDUCE_ONE_SHOT`` bytes of all ranks' data, else the two-shot one with only the root copying out; reduce_scatter reduces block i of every slot on rank i. Large chunks may be
 read from the peers' memory by cross-memory attach (:data:`CMA_ALL_REDUCE`; reduce_scatter
@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import native
-from ..transport.arena_layout import CMA, CMA_MIN, ONE_SHOT, REDUCE_ONE_SHOT
+from ..transport.arena_layout import CMA, CMA_MIN, REDUCE_ONE_SHOT, all_reduce_one_step
 from ..transport.arena_layout import OFFSET as OFFSET_WORD
 from ..transport.arena_layout import SHARED as SHARED_WORD
 from .base import ReduceFn
@@ -72,7 +72,7 @@ def _all_reduce_chunk(comm: ShmComm, arena: Arena, phase: int, chunk: np.ndarray
                       fn: ReduceFn, in_place: bool) -> None:
     """One chunk of all_reduce, after its first sync (``mine``: our published data)."""
     n, me, dt, count = comm.size, comm.rank, chunk.dtype, chunk.size
-    if chunk.nbytes <= ONE_SHOT and not in_place:
+    if all_reduce_one_step(chunk.nbytes, n) and not in_place:
         slots = [mine if r == me else peer_data(comm, arena, phase, r, dt, count) for r in range(n)]
         np.copyto(chunk, slots[0])
         for r in range(1, n):

@@ -26,6 +26,7 @@ typedef struct {
     int n, rank;
     Py_ssize_t header, slot, stride, page, one_shot;
     Py_ssize_t reduce_one_shot;   /* a reduce of at most this many bytes (n ranks') is one step */
+    Py_ssize_t all_reduce_extra;  /* an all_reduce is one step while (n-1)(n-2)/n x its bytes <= this */
     int words;             /* 64-bit words of header per rank */
     int w_counter, w_offset, w_size, w_shared, w_signature, w_sleepers, w_phase;
     int w_cpu;             /* the CPU we last waited on + 1 (-1: no such word) */
@@ -55,6 +56,13 @@ static inline uint64_t get(Core *c, int r, int w)
 static inline void put(Core *c, int w, uint64_t v)
 {
     __atomic_store_n(word(c, c->rank, w), v, __ATOMIC_RELAXED);
+}
+/* Is an all_reduce of nbytes one step (every rank reduces all n slots)? As
+ * arena_layout.all_reduce_one_step. */
+static inline int all_reduce_one_step(Core *c, Py_ssize_t nbytes)
+{
+    return nbytes <= c->one_shot &&
+           (long long)(c->n - 1) * (c->n - 2) * nbytes <= (long long)c->n * c->all_reduce_extra;
 }
 static inline char *slot_at(Core *c, int phase, int r)
 {

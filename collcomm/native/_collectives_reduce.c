@@ -60,7 +60,7 @@ static int fold_slots(Call *k, int phase, kernel_t fn, const char *mine, char *o
 }
 
 /* all_reduce(arena, buf, code, sig): one chunk (nbytes <= slot), staged (no CMA), our
- * buffer not in the shared heap. One-shot up to one_shot bytes, else two-shot. A one-shot
+ * buffer not in the shared heap. One-shot while all_reduce_one_step, else two-shot. A one-shot
  * call may run in two parts (Core.part, see enter): stage and arrive, then later the rest. */
 static PyObject *Core_all_reduce(Core *c, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -81,7 +81,8 @@ static PyObject *Core_all_reduce(Core *c, PyObject *const *args, Py_ssize_t narg
         return call_end(&k, ST_REFUSE);
     Py_ssize_t count = nbytes / isz;
     int me = c->rank, part = c->part;
-    if (part == PART_START && nbytes > c->one_shot)     /* (two syncs: never in two parts) */
+    int one_step = all_reduce_one_step(c, nbytes);
+    if (part == PART_START && !one_step)     /* (two syncs: never in two parts) */
         return call_end(&k, ST_REFUSE);
     /* a two-part call's second part: the phase and the staged copy of its first */
     int phase = part == PART_FINISH ? k.phase : next_phase(&k);
@@ -95,7 +96,7 @@ static PyObject *Core_all_reduce(Core *c, PyObject *const *args, Py_ssize_t narg
         return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
     if (any_shared(c, phase))
         return call_end(&k, ST_PYTHON);
-    if (nbytes <= c->one_shot)     /* every rank reduces all n slots */
+    if (one_step)     /* every rank reduces all n slots */
         return call_end(&k, fold_slots(&k, phase, fn, mine, buf, count, nbytes) < 0 ? -1 : ST_DONE);
     /* two-shot: our slice of every slot reduced into our slot, sync, every slice out */
     if (reduce_own_slice(&k, phase, fn, isz, mine, count, nbytes) < 0 ||

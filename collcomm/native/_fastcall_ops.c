@@ -129,7 +129,7 @@ static PyObject *fast_all_reduce(Fast *s, PyObject *const *args, Py_ssize_t narg
     int dt = fast_pair(&p, args[0], args[1], 1);
     Py_ssize_t nbytes = p.len[1], count = nbytes / p.itemsize;
     int fits = dt >= 0 && nbytes > 0 && nbytes <= s->limit[FC_ALL_REDUCE] && p.len[0] == nbytes &&
-               (part == PART_WHOLE || nbytes <= ((Core *)s->core)->one_shot);
+               (part == PART_WHOLE || all_reduce_one_step((Core *)s->core, nbytes));
     FastOp *e = fits ? fast_op(s, args[2], dt) : NULL;
     if (e != NULL && p.data[0] != p.data[1] && part != PART_FINISH)
         memcpy(p.data[1], p.data[0], nbytes);

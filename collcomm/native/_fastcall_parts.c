@@ -4,7 +4,7 @@
  * ``all_reduce_async``, ``broadcast_async``, ``barrier_async``, ``all_gather_async``,
  * ``gather_async``, ``scatter_async``, ``reduce_scatter_async``, ``reduce_async`` take the
  * arguments of the fast call of the same name. When the group has nothing queued, a call
- * whose staged form is one arena step (an all_reduce of at most one_shot bytes, a reduce
+ * whose staged form is one arena step (an all_reduce that all_reduce_one_step allows, a reduce
  * of at most reduce_one_shot bytes from all ranks; the others as the fast call
  * takes them, but not split by cross-memory attach and not in list form) is started at
  * once: the record made, this rank's data staged and its arrival published (Core.part
@@ -185,7 +185,7 @@ static PyObject *part_start(Fast *s, part_fn run, PyObject *const *args, Py_ssiz
 }
 
 /* X_async(... the arguments of X ..., name) -> Work | None, for the collectives whose
- * staged call is one step (all_reduce up to one_shot, reduce up to reduce_one_shot;
+ * staged call is one step (all_reduce_one_step, reduce up to reduce_one_shot;
  * gather/scatter/broadcast not split by CMA; no list forms) */
 #define PART_ENTRY(name)                                                                     \
     static PyObject *Fast_##name##_async(Fast *s, PyObject *const *args, Py_ssize_t nargs)   \

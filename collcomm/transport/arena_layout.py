@@ -43,6 +43,8 @@ one more line moved per call in every other call.)
 """
 from __future__ import annotations
 
+import os
+
 LINE = 128                 # header bytes per rank
 WORDS = LINE // 8          # 64-bit words per rank
 PHASES = 2                 # slots alternate between two phases
@@ -64,6 +66,25 @@ PROBE_MAGIC = 0x636F6C6C636F6D6D
 #: Copies of this many bytes or more are placed at their buffer's page offset, and
 #: all_reduce above it takes two steps (reduce-scatter + all-gather) instead of one.
 ONE_SHOT = 64 << 10
+
+#: all_reduce is one step (every rank reduces all n slots: it reads (n - 1) x the call's
+#: bytes) or two (each rank reduces its slice of every slot, a sync, every slice copied
+#: out: 2 (n - 1) / n x the bytes, one sync more). One step while the call is at most
+#: ONE_SHOT and what it reads beyond the two-step call, (n - 1)(n - 2) / n x its bytes,
+#: is at most ALL_REDUCE_EXTRA (always at n = 2, where both read the same).
+#: COLLCOMM_ALL_REDUCE_EXTRA overrides it (the same value on every rank). Measured
+#: 2026-11-27 (16-core Intel Xeon VM, each forced, bench, two alternating rounds): the
+#: two steps overtake the one at 1-2 KiB for n = 4, ~1 KiB for n = 8, ~512 B for n = 16
+#: (extra bytes at the crossing 1.5-3, ~5, ~6.5 KiB); up to 64 KiB at n = 16 the one step
+#: took 2.3-5.4x the two (227 / 42 µs at 64 KiB). So one step up to 2.7 KiB at n = 4, 780 B
+#: at n = 8, 312 B at n = 16, 6 KiB at n = 3, 64 KiB (ONE_SHOT) at n = 2.
+ALL_REDUCE_EXTRA = min(max(int(os.environ.get("COLLCOMM_ALL_REDUCE_EXTRA", 4 << 10)), 0), 1 << 40)
+
+
+def all_reduce_one_step(nbytes: int, n: int) -> bool:
+    """Is an all_reduce chunk of ``nbytes`` over ``n`` ranks one step (see ALL_REDUCE_EXTRA)?"""
+    return nbytes <= ONE_SHOT and (n - 1) * (n - 2) * nbytes <= n * ALL_REDUCE_EXTRA
+
 
 #: A reduce whose n ranks' data add up to at most this many bytes is one step: every rank
 #: stages its data, one sync (with the signature check), the root combines the n slots in
