@@ -23,7 +23,8 @@ $py setup.py build_ext --inplace -q >"$OUT/build.log" 2>&1
 {
   lscpu; nproc; $py -V; which mpiexec; mpiexec --version | head -1
   $py -c "import numpy, torch, collcomm.native as n; print('numpy', numpy.__version__, 'torch', torch.__version__, 'native core:', n.core is not None, n.reason)"
-  $py -c "from mpi4py import MPI; print(MPI.Get_library_version().splitlines()[0])"
+  # (under mpiexec: a singleton MPI_Init leaves a segment in /dev/shm)
+  mpiexec --allow-run-as-root -n 1 $py -c "from mpi4py import MPI; print(MPI.Get_library_version().splitlines()[0])"
 } >"$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt" | grep -E "Model name|native|Open MPI|^[0-9]+$"
 ops=all_reduce,broadcast,all_gather,reduce_scatter,all_to_all,reduce,gather,scatter,barrier
