@@ -76,7 +76,7 @@ ONE_SHOT = 64 << 10
 #: 2026-11-27 (16-core Intel Xeon VM, each forced, bench, two alternating rounds): the
 #: two steps overtake the one at 1-2 KiB for n = 4, ~1 KiB for n = 8, ~512 B for n = 16
 #: (extra bytes at the crossing 1.5-3, ~5, ~6.5 KiB); up to 64 KiB at n = 16 the one step
-#: took 2.3-5.4x the two (227 / 42 µs at 64 KiB). So one step up to 2.7 KiB at n = 4, 780 B
+#: took 1.9-5.4x the two (227 / 42 µs at 64 KiB). So one step up to 2.7 KiB at n = 4, 780 B
 #: at n = 8, 312 B at n = 16, 6 KiB at n = 3, 64 KiB (ONE_SHOT) at n = 2.
 ALL_REDUCE_EXTRA = min(max(int(os.environ.get("COLLCOMM_ALL_REDUCE_EXTRA", 4 << 10)), 0), 1 << 40)
 
