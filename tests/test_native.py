@@ -483,6 +483,22 @@ def _gil_rank() -> int:
 
 @needs_core
 @pytest.mark.timeout(120)
+def test_wait_policy_follows_cores_and_the_environment(monkeypatch) -> None:
+    # with a CPU per rank a wait polls 1 ms before the futex, with more ranks than CPUs not
+    # at all; COLLCOMM_CORES says how many CPUs, COLLCOMM_POLL_US how long
+    from collcomm.transport import arena, peer_process
+
+    monkeypatch.delenv("COLLCOMM_POLL_US", raising=False)
+    monkeypatch.setenv("COLLCOMM_CORES", "4")
+    assert peer_process.cpus() == 4
+    assert arena.poll_seconds(4) == arena.POLL_SECONDS == 1e-3
+    assert arena.poll_seconds(5) == 0.0
+    monkeypatch.setenv("COLLCOMM_POLL_US", "250")
+    assert arena.poll_seconds(5) == pytest.approx(250e-6)
+    monkeypatch.setenv("COLLCOMM_CORES", "many")      # not a count: the affinity mask
+    assert peer_process.cpus() == len(os.sched_getaffinity(0))
+
+
 def test_waiting_releases_the_gil() -> None:
     counted = run_ranks(_gil_rank, 2, transport="shm", timeout=60)[0]
     assert counted > 10_000, counted
