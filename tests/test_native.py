@@ -495,6 +495,9 @@ def test_wait_policy_follows_cores_and_the_environment(monkeypatch) -> None:
     assert arena.poll_seconds(5) == 0.0
     monkeypatch.setenv("COLLCOMM_POLL_US", "250")
     assert arena.poll_seconds(5) == pytest.approx(250e-6)
+    monkeypatch.setenv("COLLCOMM_POLL_US", "soon")     # not a number: the default, a warning
+    with pytest.warns(RuntimeWarning, match="COLLCOMM_POLL_US"):
+        assert arena.poll_seconds(4) == 1e-3
     monkeypatch.setenv("COLLCOMM_CORES", "many")      # not a count: the affinity mask
     assert peer_process.cpus() == len(os.sched_getaffinity(0))
 

@@ -52,9 +52,10 @@ SPIN, YIELD = 400, 100
 #: futex (COLLCOMM_POLL_US overrides; 0 with more ranks than CPUs, where a yielding rank
 #: takes the CPU back from the rank it waits for). A sleeper's wake-up is slow on a VM
 #: (50-150 µs when its CPU halted), and a late rank makes the others sleep too if they
-#: poll for less, so every call then pays a wake-up. Measured on a 16-core VM (bench,
-#: 8-byte calls, n=4, 100 yields and no window): 4 of 45 cells at 125-175 µs per call
-#: instead of 2-3. Open MPI polls for as long as it waits.
+#: poll for less, so every call then pays a wake-up. Measured (bench, 8 B - 2 KiB calls):
+#: on a 16-core VM at n=4, 6 of 48 cells at 17-176 µs instead of 2-3 with 100 yields and
+#: no window, 0 of 68 with it; on the 2-vCPU VM at n=2, 6 of 30 at 6-17 µs, 0 of 60.
+#: Open MPI polls for as long as it waits. (BENCHMARKS.md, session 12.)
 POLL_SECONDS = 1e-3
 
 
@@ -85,9 +86,13 @@ _FUTEX_TIMEOUT = _TimeSpec(0, 1_000_000)  # 1 ms: a wake-up lost to store reorde
 
 def poll_seconds(n: int) -> float:
     """How long a wait of a group of ``n`` ranks on this host polls before it sleeps."""
-    env = os.environ.get("COLLCOMM_POLL_US")
-    if env is not None:
-        return float(env) * 1e-6
+    env = os.environ.get("COLLCOMM_POLL_US", "").strip()
+    if env:
+        try:
+            return max(float(env), 0.0) * 1e-6
+        except ValueError:
+            from .shm import warn_once
+            warn_once("poll_us", f"COLLCOMM_POLL_US={env!r} is not a number of µs; ignored")
     return POLL_SECONDS if n <= cpus() else 0.0
 
 
