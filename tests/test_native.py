@@ -502,6 +502,31 @@ def test_wait_policy_follows_cores_and_the_environment(monkeypatch) -> None:
     assert peer_process.cpus() == len(os.sched_getaffinity(0))
 
 
+def _all_reduce_or_error() -> str:
+    import collcomm as dist
+    from collcomm.errors import MismatchError
+
+    try:
+        buf = np.ones(3)
+        dist.all_reduce(buf)
+        return f"done {buf.tolist()}"
+    except MismatchError as exc:
+        return str(exc)
+
+
+@pytest.mark.timeout(60)
+def test_ranks_must_agree_on_the_all_reduce_steps() -> None:
+    # one rank told COLLCOMM_ALL_REDUCE_EXTRA=0 (two steps from n = 3), the others not:
+    # every rank refuses the arena with a MismatchError naming the setting, nobody hangs
+    res = run_ranks(_all_reduce_or_error, 3, transport="shm", timeout=40,
+                    rank_env={1: {"COLLCOMM_ALL_REDUCE_EXTRA": "0"}})
+    for text in res:
+        assert "COLLCOMM_ALL_REDUCE_EXTRA differs" in text and "rank 1: 0" in text, text
+    same = run_ranks(_all_reduce_or_error, 3, transport="shm", timeout=40,
+                     env={"COLLCOMM_ALL_REDUCE_EXTRA": "0"})
+    assert same == ["done [3.0, 3.0, 3.0]"] * 3
+
+
 def test_waiting_releases_the_gil() -> None:
     counted = run_ranks(_gil_rank, 2, transport="shm", timeout=60)[0]
     assert counted > 10_000, counted

@@ -38,11 +38,13 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .. import native
-from ..errors import ClosedError, CommTimeoutError, PeerLostError
+from ..errors import ClosedError, CommTimeoutError, MismatchError, PeerLostError
 from .arena_cma import CrossMemoryAttach
 from .arena_layout import LEFT as LEFT_WORD
 from .arena_layout import LINE, PHASES, PROBE_MAGIC, WORDS
+from .arena_layout import ALL_REDUCE_EXTRA
 from .arena_layout import PHASE as PHASE_WORD
+from .arena_layout import SETTINGS as SETTINGS_WORD
 from .arena_layout import SLEEPERS as SLEEPERS_WORD
 from .peer_process import cpus
 from .shm import PAGE, pid_alive, pid_stopped
@@ -133,6 +135,7 @@ class Arena(CrossMemoryAttach):
         # more ranks than CPUs: a spinning rank steals the CPU the late rank needs
         self.spin = SPIN if n <= cpus() else SPIN // 20
         self.poll = poll_seconds(n)
+        self.put(SETTINGS_WORD, ALL_REDUCE_EXTRA)   # checked by build() (check_settings)
         #: the native core's view of this arena (collcomm.native), or None: Python only
         self.native_core: Any = native.attach(self)
 
@@ -214,6 +217,17 @@ class Arena(CrossMemoryAttach):
             if now >= next_check:
                 next_check = now + 0.1
                 self._check(late, target, now - start)
+
+    def check_settings(self) -> None:
+        """Every rank's settings that decide a call's steps are the same, or MismatchError
+        on every rank (after the sync that follows their writing)."""
+        extras = [self.get(r, SETTINGS_WORD) for r in range(self.n)]
+        if len(set(extras)) > 1:
+            who = ", ".join(f"rank {g}: {x}" for g, x in zip(self.global_ranks, extras))
+            raise MismatchError(
+                f"rank {self.global_ranks[self.rank]}: COLLCOMM_ALL_REDUCE_EXTRA differs between "
+                f"the group's ranks ({who}); set it alike on every rank (a rank reducing in one "
+                "step where another takes two would desynchronize the group)")
 
     def _sleep_on(self, r: int, target: int) -> None:
         """Block (≤ 1 ms) until rank ``r`` bumps its counter: announce ourselves, re-check,
@@ -343,6 +357,7 @@ def build(n: int, rank: int, name: str, pids: Sequence[int], ranks: Sequence[int
                 os.close(fd)
         arena = Arena(mm, n, rank, slot, pids, ranks, timeout)
         arena.sync()              # everyone has it mapped
+        arena.check_settings()
         arena.cma = arena._probe_cma()
     finally:
         if create:                # also when a rank never came: nothing may stay behind

@@ -24,7 +24,8 @@ word  meaning
 8, 9  per phase: a size the rank announces (all_to_all: its largest block)
 10    this rank's phase: which of the two slot sets its last call wrote (flipped by
       every call, the native core's and the Python code's alike)
-11    unused
+11    :data:`ALL_REDUCE_EXTRA` as this rank has it, written once: the ranks check they agree
+      when the arena is built (a rank taking one step where another takes two would desync)
 12    somebody sleeps on this rank's counter (futex): wake them when it moves
 13    the rank left cleanly (destroy_process_group), not a crash
 14    cross-memory-attach probe: the address of a magic word (:data:`PROBE_MAGIC`),
@@ -57,6 +58,7 @@ SIZE = 8                   # + phase
 PHASE = 10
 SLEEPERS = 12
 LEFT = 13
+SETTINGS = 11
 PROBE = 14                 # and 15
 CPU = 7
 
@@ -78,7 +80,18 @@ ONE_SHOT = 64 << 10
 #: (extra bytes at the crossing 1.5-3, ~5, ~6.5 KiB); up to 64 KiB at n = 16 the one step
 #: took 1.9-5.4x the two (227 / 42 µs at 64 KiB). So one step up to 2.7 KiB at n = 4, 780 B
 #: at n = 8, 312 B at n = 16, 6 KiB at n = 3, 64 KiB (ONE_SHOT) at n = 2.
-ALL_REDUCE_EXTRA = min(max(int(os.environ.get("COLLCOMM_ALL_REDUCE_EXTRA", 4 << 10)), 0), 1 << 40)
+def _extra_from_env(default: int) -> int:
+    text = os.environ.get("COLLCOMM_ALL_REDUCE_EXTRA", "").strip()
+    try:
+        return min(max(int(text), 0), 1 << 40) if text else default
+    except ValueError:
+        import warnings
+        warnings.warn(f"collcomm: COLLCOMM_ALL_REDUCE_EXTRA={text!r} is not a number of bytes; "
+                      f"using {default}", RuntimeWarning, stacklevel=2)
+        return default
+
+
+ALL_REDUCE_EXTRA = _extra_from_env(4 << 10)
 
 
 def all_reduce_one_step(nbytes: int, n: int) -> bool:
@@ -104,5 +117,5 @@ CMA_MIN = 256 << 10
 NATIVE = (WORDS, COUNTER, OFFSET, SIZE, SHARED, SIGNATURE, SLEEPERS, PHASE, CPU)
 
 _used = [COUNTER, OFFSET, OFFSET + 1, SIZE, SIZE + 1, SHARED, SHARED + 1, SIGNATURE, SIGNATURE + 1,
-         PHASE, SLEEPERS, LEFT, PROBE, PROBE + 1, CPU]
+         PHASE, SETTINGS, SLEEPERS, LEFT, PROBE, PROBE + 1, CPU]
 assert len(set(_used)) == len(_used) and max(_used) < WORDS, "arena header words overlap"
