@@ -177,11 +177,15 @@ TWO_SHOT = [("SUM", np.float32, 20_001), ("SUM", np.float16, 40_001), ("SUM", "b
 
 def test_all_reduce_one_step_rule() -> None:
     # one step while (n-1)(n-2)/n x the bytes <= ALL_REDUCE_EXTRA (4 KiB), at most ONE_SHOT
-    from collcomm.transport.arena_layout import ONE_SHOT, all_reduce_one_step
+    # with a core per rank; with more ranks than cores one step up to ONE_SHOT
+    from collcomm.transport.arena_layout import ALL_REDUCE_EXTRA, ONE_SHOT, ONE_STEP_ALWAYS, all_reduce_one_step
 
     edges = {2: ONE_SHOT, 3: 6144, 4: 2730, 5: 1706, 8: 780, 16: 312}
     for n, edge in edges.items():
-        assert all_reduce_one_step(edge, n) and not all_reduce_one_step(edge + 4 if n > 2 else edge + 1, n), n
+        assert all_reduce_one_step(edge, n, ALL_REDUCE_EXTRA), n
+        assert not all_reduce_one_step(edge + 4 if n > 2 else edge + 1, n, ALL_REDUCE_EXTRA), n
+        assert all_reduce_one_step(ONE_SHOT, n, ONE_STEP_ALWAYS)
+        assert not all_reduce_one_step(ONE_SHOT + 1, n, ONE_STEP_ALWAYS)
 
 
 def _identity_rank() -> dict[str, Any]:
@@ -506,10 +510,18 @@ def _all_reduce_or_error() -> str:
     import collcomm as dist
     from collcomm.errors import MismatchError
 
+    import collcomm.core.runtime as rt
+
     try:
         buf = np.ones(3)
         dist.all_reduce(buf)
-        return f"done {buf.tolist()}"
+        big = np.arange(3000, dtype=np.float32)      # 12 KB: two steps at n = 3 by default
+        dist.all_reduce(big)
+        assert np.array_equal(big, np.arange(3000, dtype=np.float32) * 3)
+        arena = rt.get_world("x")._arena
+        core = arena.native_core
+        return f"done {buf.tolist()} {arena.cores} {arena.all_reduce_extra} " \
+               f"{arena.all_reduce_extra if core is None else core.all_reduce_extra}"
     except MismatchError as exc:
         return str(exc)
 
@@ -522,9 +534,14 @@ def test_ranks_must_agree_on_the_all_reduce_steps() -> None:
                     rank_env={1: {"COLLCOMM_ALL_REDUCE_EXTRA": "0"}})
     for text in res:
         assert "COLLCOMM_ALL_REDUCE_EXTRA differs" in text and "rank 1: 0" in text, text
-    same = run_ranks(_all_reduce_or_error, 3, transport="shm", timeout=40,
-                     env={"COLLCOMM_ALL_REDUCE_EXTRA": "0"})
-    assert same == ["done [3.0, 3.0, 3.0]"] * 3
+    # alike: a core per rank (the fewest any rank has) takes the bound, else one step to
+    # ONE_SHOT; the native core gets the group's value
+    from collcomm.transport.arena_layout import ONE_STEP_ALWAYS
+    for env, cores, extra in (({"COLLCOMM_ALL_REDUCE_EXTRA": "0", "COLLCOMM_CORES": "3"}, 3, 0),
+                              ({"COLLCOMM_CORES": "2"}, 2, ONE_STEP_ALWAYS)):
+        same = run_ranks(_all_reduce_or_error, 3, transport="shm", timeout=40, env=env,
+                         rank_env={2: {"COLLCOMM_CORES": "8"}})
+        assert same == [f"done [3.0, 3.0, 3.0] {cores} {extra} {extra}"] * 3, same
 
 
 def test_waiting_releases_the_gil() -> None:

@@ -72,7 +72,7 @@ def _all_reduce_chunk(comm: ShmComm, arena: Arena, phase: int, chunk: np.ndarray
                       fn: ReduceFn, in_place: bool) -> None:
     """One chunk of all_reduce, after its first sync (``mine``: our published data)."""
     n, me, dt, count = comm.size, comm.rank, chunk.dtype, chunk.size
-    if all_reduce_one_step(chunk.nbytes, n) and not in_place:
+    if all_reduce_one_step(chunk.nbytes, n, arena.all_reduce_extra) and not in_place:
         slots = [mine if r == me else peer_data(comm, arena, phase, r, dt, count) for r in range(n)]
         np.copyto(chunk, slots[0])
         for r in range(1, n):

@@ -72,7 +72,7 @@ def attach(arena: Any) -> Any:
     if core is None:
         return None
     from ..transport import arena as arena_mod
-    from ..transport.arena_layout import ALL_REDUCE_EXTRA, NATIVE, ONE_SHOT, REDUCE_ONE_SHOT
+    from ..transport.arena_layout import NATIVE, ONE_SHOT, REDUCE_ONE_SHOT
     from ..transport.shm_segments import PAGE
 
     spin, yields = ((SPIN_NS, YIELDS) if arena.n <= arena_mod.cpus()
@@ -84,7 +84,7 @@ def attach(arena: Any) -> Any:
         return core.Core(arena.mm, arena.n, arena.rank, arena.header, arena.slot, arena.slot + PAGE,
                          PAGE, ONE_SHOT, NATIVE, spin, yields, arena_mod._FUTEX is not None,
                          reduce_one_shot=REDUCE_ONE_SHOT, poll_ns=int(poll * 1e9),
-                         all_reduce_extra=ALL_REDUCE_EXTRA)
+                         all_reduce_extra=arena.all_reduce_extra)
     except (ValueError, TypeError, BufferError) as exc:   # e.g. an arena it cannot map: Python
         warnings.warn(f"collcomm: the native core cannot work in this arena ({exc}); the group "
                       "runs on the Python implementation", RuntimeWarning, stacklevel=2)

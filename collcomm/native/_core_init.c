@@ -70,6 +70,9 @@ static PyMemberDef Core_members[] = {
      "calls completed by the native core (collectives, and the syncs of Arena.sync)"},
     {"finished", T_ULONGLONG, offsetof(Core, finished), READONLY,
      "calls the Python code finished (some buffer read in place)"},
+    {"all_reduce_extra", T_PYSSIZET, offsetof(Core, all_reduce_extra), 0,
+     "an all_reduce is one step while (n-1)(n-2)/n x its bytes <= this (Arena.check_settings "
+     "sets the group's agreed value)"},
     {"n", T_INT, offsetof(Core, n), READONLY, "ranks"},
     {"rank", T_INT, offsetof(Core, rank), READONLY, "this rank"},
     {NULL, 0, 0, 0, NULL},

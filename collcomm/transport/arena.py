@@ -42,7 +42,7 @@ from ..errors import ClosedError, CommTimeoutError, MismatchError, PeerLostError
 from .arena_cma import CrossMemoryAttach
 from .arena_layout import LEFT as LEFT_WORD
 from .arena_layout import LINE, PHASES, PROBE_MAGIC, WORDS
-from .arena_layout import ALL_REDUCE_EXTRA
+from .arena_layout import ALL_REDUCE_EXTRA, ONE_STEP_ALWAYS, pack_settings, unpack_settings
 from .arena_layout import PHASE as PHASE_WORD
 from .arena_layout import SETTINGS as SETTINGS_WORD
 from .arena_layout import SLEEPERS as SLEEPERS_WORD
@@ -128,14 +128,16 @@ class Arena(CrossMemoryAttach):
         #: set by build() when ``cma``: a byte read from a peer's memory costs this many
         #: memcpy'd bytes (the same on every rank; see _time_cma)
         self.cma_cost = 1.0
-        #: set by build() when ``cma``: the fewest CPUs any rank may run on (the same on
+        #: set by build() (check_settings): the fewest CPUs any rank may run on (the same on
         #: every rank): n <= cores means a core per rank, so parallel copies run at once
         self.cores = cpus()
+        #: set by build() (check_settings): the group's all_reduce_one_step bound
+        self.all_reduce_extra = ALL_REDUCE_EXTRA if n <= self.cores else ONE_STEP_ALWAYS
         self.lost: PeerLostError | None = None
         # more ranks than CPUs: a spinning rank steals the CPU the late rank needs
         self.spin = SPIN if n <= cpus() else SPIN // 20
         self.poll = poll_seconds(n)
-        self.put(SETTINGS_WORD, ALL_REDUCE_EXTRA)   # checked by build() (check_settings)
+        self.put(SETTINGS_WORD, pack_settings(ALL_REDUCE_EXTRA, self.cores))   # check_settings
         #: the native core's view of this arena (collcomm.native), or None: Python only
         self.native_core: Any = native.attach(self)
 
@@ -219,9 +221,15 @@ class Arena(CrossMemoryAttach):
                 self._check(late, target, now - start)
 
     def check_settings(self) -> None:
-        """Every rank's settings that decide a call's steps are the same, or MismatchError
-        on every rank (after the sync that follows their writing)."""
-        extras = [self.get(r, SETTINGS_WORD) for r in range(self.n)]
+        """After the sync that follows every rank's writing its settings word: the same
+        ALL_REDUCE_EXTRA everywhere (else MismatchError on every rank), the fewest CPUs
+        as ``cores``, and from both the group's all_reduce bound (the native core's too)."""
+        words = [unpack_settings(self.get(r, SETTINGS_WORD)) for r in range(self.n)]
+        extras = [extra for extra, _ in words]
+        self.cores = min(c for _, c in words)
+        self.all_reduce_extra = extras[0] if self.n <= self.cores else ONE_STEP_ALWAYS
+        if self.native_core is not None:
+            self.native_core.all_reduce_extra = self.all_reduce_extra
         if len(set(extras)) > 1:
             who = ", ".join(f"rank {g}: {x}" for g, x in zip(self.global_ranks, extras))
             raise MismatchError(

@@ -27,7 +27,7 @@ import numpy as np
 from ..errors import CollcommError, PeerLostError
 from .arena_layout import PROBE_MAGIC
 from .arena_layout import PROBE as PROBE_WORD
-from .peer_process import cpus, pid_alive
+from .peer_process import pid_alive
 
 __all__ = ["CrossMemoryAttach"]
 
@@ -191,9 +191,6 @@ class CrossMemoryAttach:
                 t2 = time.perf_counter()
                 read, copy = min(read, t1 - t0), min(copy, t2 - t1)
             cost = read / max(copy, 1e-9)
-        # the word: the cost in hundredths (< 2**33), our CPU count from bit 40 (agreed too)
-        self.put(PROBE_WORD + 1, max(1, min(int(cost * 100), 1 << 32)) | min(cpus(), 1 << 20) << 40)
+        self.put(PROBE_WORD + 1, max(1, min(int(cost * 100), 1 << 32)))
         self.sync()   # nobody reads our src any more; everybody's cost is up
-        words = [self.get(r, PROBE_WORD + 1) for r in range(self.n)]
-        self.cores = min(w >> 40 for w in words)
-        return max(w & ((1 << 40) - 1) for w in words) / 100
+        return max(self.get(r, PROBE_WORD + 1) for r in range(self.n)) / 100

@@ -24,8 +24,9 @@ word  meaning
 8, 9  per phase: a size the rank announces (all_to_all: its largest block)
 10    this rank's phase: which of the two slot sets its last call wrote (flipped by
       every call, the native core's and the Python code's alike)
-11    :data:`ALL_REDUCE_EXTRA` as this rank has it, written once: the ranks check they agree
-      when the arena is built (a rank taking one step where another takes two would desync)
+11    this rank's settings, written once (:func:`pack_settings`): its :data:`ALL_REDUCE_EXTRA`
+      (the ranks check they agree when the arena is built: a rank taking one step where
+      another takes two would desync) and its CPU count (the group takes the fewest)
 12    somebody sleeps on this rank's counter (futex): wake them when it moves
 13    the rank left cleanly (destroy_process_group), not a crash
 14    cross-memory-attach probe: the address of a magic word (:data:`PROBE_MAGIC`),
@@ -71,19 +72,25 @@ ONE_SHOT = 64 << 10
 
 #: all_reduce is one step (every rank reduces all n slots: it reads (n - 1) x the call's
 #: bytes) or two (each rank reduces its slice of every slot, a sync, every slice copied
-#: out: 2 (n - 1) / n x the bytes, one sync more). One step while the call is at most
-#: ONE_SHOT and what it reads beyond the two-step call, (n - 1)(n - 2) / n x its bytes,
-#: is at most ALL_REDUCE_EXTRA (always at n = 2, where both read the same).
-#: COLLCOMM_ALL_REDUCE_EXTRA overrides it (the same value on every rank). Measured
-#: 2026-11-27 (16-core Intel Xeon VM, each forced, bench, two alternating rounds): the
-#: two steps overtake the one at 1-2 KiB for n = 4, ~1 KiB for n = 8, ~512 B for n = 16
-#: (extra bytes at the crossing 1.5-3, ~5, ~6.5 KiB); up to 64 KiB at n = 16 the one step
-#: took 1.9-5.4x the two (227 / 42 µs at 64 KiB). So one step up to 2.7 KiB at n = 4, 780 B
-#: at n = 8, 312 B at n = 16, 6 KiB at n = 3, 64 KiB (ONE_SHOT) at n = 2.
+#: out: 2 (n - 1) / n x the bytes, one sync more). With a core per rank, one step while
+#: the call is at most ONE_SHOT and what it reads beyond the two-step call, (n - 1)(n - 2)
+#: / n x its bytes, is at most ALL_REDUCE_EXTRA (always at n = 2, where both read the
+#: same); with more ranks than cores up to ONE_SHOT (ONE_STEP_ALWAYS): there the second
+#: sync costs the context switches (n = 4 on the 2-vCPU VM, 16-64 KiB, noisy: the one step
+#: 20-56 µs, the two 32-49). COLLCOMM_ALL_REDUCE_EXTRA overrides it (every rank alike:
+#: Arena.check_settings). Measured 2026-11-27 (16-core Intel Xeon VM, each forced, bench,
+#: two alternating rounds): the two steps overtake the one at 1-2 KiB for n = 4, ~1 KiB for
+#: n = 8, ~512 B for n = 16 (extra bytes at the crossing 1.5-3, ~5, ~6.5 KiB); at n = 16
+#: the one step took 1.9-5.4x the two from 4 to 64 KiB (227 / 42 µs at 64 KiB). So one step
+#: up to 2.7 KiB at n = 4, 780 B at n = 8, 312 B at n = 16, 6 KiB at n = 3, 64 KiB
+#: (ONE_SHOT) at n = 2.
+ONE_STEP_ALWAYS = 1 << 40
+
+
 def _extra_from_env(default: int) -> int:
     text = os.environ.get("COLLCOMM_ALL_REDUCE_EXTRA", "").strip()
     try:
-        return min(max(int(text), 0), 1 << 40) if text else default
+        return min(max(int(text), 0), ONE_STEP_ALWAYS) if text else default
     except ValueError:
         import warnings
         warnings.warn(f"collcomm: COLLCOMM_ALL_REDUCE_EXTRA={text!r} is not a number of bytes; "
@@ -94,9 +101,19 @@ def _extra_from_env(default: int) -> int:
 ALL_REDUCE_EXTRA = _extra_from_env(4 << 10)
 
 
-def all_reduce_one_step(nbytes: int, n: int) -> bool:
-    """Is an all_reduce chunk of ``nbytes`` over ``n`` ranks one step (see ALL_REDUCE_EXTRA)?"""
-    return nbytes <= ONE_SHOT and (n - 1) * (n - 2) * nbytes <= n * ALL_REDUCE_EXTRA
+def all_reduce_one_step(nbytes: int, n: int, extra: int) -> bool:
+    """Is an all_reduce chunk of ``nbytes`` over ``n`` ranks one step, the group's agreed
+    ``extra`` (Arena.all_reduce_extra) given? See ALL_REDUCE_EXTRA."""
+    return nbytes <= ONE_SHOT and (n - 1) * (n - 2) * nbytes <= n * extra
+
+
+def pack_settings(extra: int, cpus: int) -> int:
+    """Word SETTINGS: ``extra`` (< 2**41) in the low bits, ``cpus`` (< 2**20) from bit 41."""
+    return min(extra, ONE_STEP_ALWAYS) | min(cpus, (1 << 20) - 1) << 41
+
+
+def unpack_settings(word: int) -> tuple[int, int]:
+    return word & ((1 << 41) - 1), word >> 41
 
 
 #: A reduce whose n ranks' data add up to at most this many bytes is one step: every rank
