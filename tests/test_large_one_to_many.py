@@ -182,6 +182,18 @@ def test_mixed_native_and_python_ranks_take_the_same_steps_and_agree_on_the_cost
     assert res[0][1] == -1.0 or res[0][1] >= 2.5
 
 
+@pytest.mark.timeout(120)
+def test_mixed_ranks_with_a_core_each():
+    # a core per rank (forced), c < n: scatters and gathers from ROOTED_PARALLEL split,
+    # all_to_all past a slot by CMA; rank 1 on the Python path, rank 2 without fast calls,
+    # rank 0 with them: the same steps everywhere, the right results
+    # (the default 4 MiB slot: the fast call could stage what the regular path splits)
+    res = run_ranks(_cases, 3, False, env={"COLLCOMM_CORES": "3", "COLLCOMM_CMA_COST": "2.9"},
+                    timeout=100,
+                    rank_env={1: {"COLLCOMM_NATIVE": "0"}, 2: {"COLLCOMM_FAST": "0"}})
+    assert len(set(res)) == 1 and res[0][1:] == (2.9, 3)
+
+
 @pytest.mark.timeout(60)
 def test_mixed_ranks_staged_and_split_broadcast():
     # n = 2, rank 1 in Python: told a high CMA cost, the broadcasts from CMA_MIN stage in
@@ -294,6 +306,38 @@ def test_choices_with_a_core_per_rank(monkeypatch):
         assert shm_large.a2a_cma_limit(arena(n, 3.4, n - 1)) == (300 << 20) // 4 // n
     assert not shm_large.reads_peers(arena(2, 3.4, 16), "gather", big)   # n = 2: as before
     assert shm_large.a2a_cma_limit(arena(2, 3.4, 16)) == (300 << 20) // 4 // 2
+
+
+def test_fast_calls_stop_where_the_regular_path_splits(monkeypatch):
+    # the fast call stages a scatter / gather / all_gather only below the size from which
+    # shm_large reads the peers (a rank on the regular path must take the same steps), and
+    # splits a scatter from exactly there; a core per rank or not, any cost, writes or not
+    from types import SimpleNamespace
+
+    from collcomm.algorithms import shm_large
+    from collcomm.core import fastpath
+
+    monkeypatch.setattr(fastpath, "_limit", lambda group, c, most: most)
+    mib = 1 << 20
+    for llc in (4 * mib, 32 * mib, 300 * mib):
+        monkeypatch.setattr(shm_large, "llc_bytes", lambda: llc)
+        for n in (2, 3, 4, 8, 16):
+            for cores in (2, 16):
+                for c in (0.5, 1.2, 2.5, 3.5, 6.0, 20.0):
+                    for write in (True, False):
+                        arena = SimpleNamespace(cma=True, cma_write=write, cma_cost=c, n=n,
+                                                cores=cores, slot=4 * mib)
+                        for name in ("scatter", "gather", "all_gather"):
+                            staged = fastpath._staged_max(arena, name, n)
+                            split = shm_large.split_from(arena, name)
+                            assert not shm_large.reads_peers(arena, name, staged), (name, n, c)
+                            if split:
+                                assert staged < split and all(
+                                    shm_large.reads_peers(arena, name, b)
+                                    for b in (split, 2 * split, split + 4 * mib, split + 64 * mib)), (name, n, c)
+                        cma = fastpath._scatter_cma(SimpleNamespace(), arena)
+                        assert cma in (0, shm_large.split_from(arena, "scatter"))
+                        assert cma == 0 or write
 
 
 def _fast_split_cases() -> list[tuple[int, int, bool, bool]]:

@@ -499,11 +499,16 @@ def test_wait_policy_follows_cores_and_the_environment(monkeypatch) -> None:
     assert arena.poll_seconds(5) == 0.0
     monkeypatch.setenv("COLLCOMM_POLL_US", "250")
     assert arena.poll_seconds(5) == pytest.approx(250e-6)
-    monkeypatch.setenv("COLLCOMM_POLL_US", "soon")     # not a number: the default, a warning
-    with pytest.warns(RuntimeWarning, match="COLLCOMM_POLL_US"):
-        assert arena.poll_seconds(4) == 1e-3
-    monkeypatch.setenv("COLLCOMM_CORES", "many")      # not a count: the affinity mask
-    assert peer_process.cpus() == len(os.sched_getaffinity(0))
+    from collcomm.transport import shm_segments
+    for bad in ("soon", "inf", "nan", "1e9", "-5"):   # not a number of µs up to 100 ms: the default
+        shm_segments._warned.discard("poll_us")
+        monkeypatch.setenv("COLLCOMM_POLL_US", bad)
+        with pytest.warns(RuntimeWarning, match="COLLCOMM_POLL_US"):
+            assert arena.poll_seconds(4) == 1e-3
+    monkeypatch.setenv("COLLCOMM_CORES", "many")      # not a count: the affinity mask, a warning
+    shm_segments._warned.discard("cores")
+    with pytest.warns(RuntimeWarning, match="COLLCOMM_CORES"):
+        assert peer_process.cpus() == len(os.sched_getaffinity(0))
 
 
 def _all_reduce_or_error() -> str:

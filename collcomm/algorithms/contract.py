@@ -67,7 +67,9 @@ class Hierarchy(Protocol):
 
 class NativeCore(Protocol):
     """The native core of an arena (collcomm/native/_shmcore.c); each returns a status
-    (see shm_stage: done, mismatch, finish in Python, split sizes differ, refuse)."""
+    (see shm_stage: done, mismatch, finish in Python, split sizes differ, refuse).
+    (Its writable member ``all_reduce_extra``, the group's all_reduce one-step bound, is
+    the arena's business: Arena.check_settings sets it; no algorithm reads it.)"""
 
     def all_reduce(self, arena: Arena, buf: np.ndarray, code: int, sig: int, /) -> int: ...
 

@@ -11,7 +11,8 @@ and announces that offset in its header word 1.
 
 Per chunk of K bytes on n ranks:
 
-* all_reduce, small (≤ ``ONE_SHOT`` bytes): copy in, sync, every rank reduces all n slots
+* all_reduce, small (``arena_layout.all_reduce_one_step``: up to ``ONE_SHOT`` bytes at n = 2,
+  less as n grows where every rank has a core): copy in, sync, every rank reduces all n slots
   in rank order (identical bits everywhere). 1 sync; reads n·K.
 * all_reduce, large ("two-shot" = reduce-scatter + all-gather in place): copy in, sync,
   rank i reduces slice i of all slots into its own slot, sync, every rank copies each

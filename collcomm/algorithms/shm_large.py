@@ -70,7 +70,8 @@ BCAST_PAIR = 3.0
 #: took 1.3-2.4x the staged time.
 GATHER_STAGED = 1.0
 
-#: With a core for every rank (3 <= n <= arena.cores), a scatter or gather of at least
+#: With a core for every rank (3 <= n <= arena.cores), a scatter (with writes or not: without,
+#: each rank reads its whole block) or a gather (with writes) of at least
 #: ROOTED_PARALLEL bytes goes split wherever a byte read by CMA costs less than n memcpy'd
 #: bytes: staged, the root alone copies the others' (n-1) blocks in (scatter) or out
 #: (gather); split, every rank moves about c/n of a block, all at once (rooted_split). The
@@ -126,9 +127,9 @@ def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
     * broadcast, scatter and gather without writes: the readers (the root of a gather)
       copy (n-1)·c·B by CMA, or B per reader and per writer with staging (the root's copy
       in overlaps the others' copy out): CMA if c ≤ 1;
-    * scatter and gather (with writes) with a core for every rank, from ROOTED_PARALLEL
-      bytes: the staged root copies (n-1) blocks alone, the split ranks about c/n of a
-      block each at once: CMA if c < n;
+    * scatter (with or without writes) and gather (with writes) with a core for every
+      rank, from ROOTED_PARALLEL bytes: the staged root copies (n-1) blocks alone, the
+      split ranks about c/n of a block each at once: CMA if c < n;
     * all_gather: 1 + (n-1)·c blocks by CMA, or n + 1 staged (own, in, n-1 out):
       CMA if c·(n-1) < n;
     * all_to_all: 1 + (n-1)·c blocks by CMA, or 2n - 1 staged: CMA if c < 2.
@@ -164,6 +165,17 @@ def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
 #: (one slot step) 1.23x / 0.96x, 512 KiB 1.7x / 1.4x.
 
 
+def split_from(arena: Arena, collective: str) -> int:
+    """The fewest bytes from which :func:`reads_peers` reads the peers for ``collective``
+    (it does for every larger size too), 0 if it never does: the staged calls stop below
+    it (the fast call's limits, core/fastpath.py)."""
+    for nbytes in sorted((CMA_MIN, CMA_MIN + 1, ROOTED_PARALLEL,
+                          int(STAGE_MAX[collective] * llc_bytes()) + 1)):
+        if reads_peers(arena, collective, nbytes):
+            return nbytes
+    return 0
+
+
 def a2a_cma_limit(arena: Arena) -> int:
     """all_to_all reads by CMA when the largest block of any rank (bytes) exceeds this
     (the native core's ``cma_limit``; -1: never): see reads_peers."""
@@ -174,7 +186,7 @@ def a2a_cma_limit(arena: Arena) -> int:
         return CMA_MIN // n
     limit = int(STAGE_MAX["all_to_all"] * llc_bytes()) // n
     if 3 <= n <= arena.cores:   # a core per rank: beyond one slot, CMA (see above)
-        limit = min(limit, arena.slot // n)
+        limit = min(limit, max(arena.slot, CMA_MIN) // n)
     return limit
 
 

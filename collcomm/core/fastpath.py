@@ -82,8 +82,8 @@ def _staged_max(arena: Any, collective: str, n: int) -> int:
     all_gather go on while shm_large stages them (CMA costs more than two memcpys here, up
     to a quarter of the cache) and each block fits a slot; reduce, scatter, reduce_scatter
     (without CMA: with it, blocks up to CMA_MIN) and all_to_all (whose native call makes
-    its own rounds and CMA choice) up to a slot, a scatter only to CMA_MIN where
-    shm_large splits larger ones by CMA (as it may a gather: see above)."""
+    its own rounds and CMA choice) up to a slot, a scatter and a gather only below
+    shm_large.split_from, where shm_large starts splitting them by CMA."""
     slot = arena.slot
     if collective == "broadcast" and shm_large.reads_peers(arena, collective, CMA_MIN):
         return min(slot, CMA_MIN - 1)   # CMA_MIN and more: split (_bcast_cma), or the regular path
@@ -91,14 +91,13 @@ def _staged_max(arena: Any, collective: str, n: int) -> int:
         return min(slot, STAGED_MAX)
     if collective in ("all_gather", "gather"):
         top = n * slot
-        if arena.cma:
-            top = min(top, CMA_MIN if shm_large.reads_peers(arena, collective, CMA_MIN + 1)
-                      else int(shm_large.STAGE_MAX[collective] * shm_large.llc_bytes()))
-        return top
+        split = shm_large.split_from(arena, collective)
+        return min(top, split - 1) if split else top
     if collective == "reduce_scatter" and arena.cma:
         return min(slot, n * CMA_MIN)
-    if collective == "scatter" and shm_large.reads_peers(arena, collective, CMA_MIN + 1):
-        return min(slot, CMA_MIN)   # above: split by CMA (shm_move.scatter), the regular path
+    if collective == "scatter":     # from split_from: by CMA (_scatter_cma), or the regular path
+        split = shm_large.split_from(arena, collective)
+        return min(slot, split - 1) if split else slot
     return slot
 
 
@@ -171,15 +170,14 @@ def _bcast_cma(group: Any, arena: Any, staged: int) -> int:
 
 def _scatter_cma(group: Any, arena: Any) -> int:
     """From how many bytes (n blocks) the fast call runs a scatter split by cross-memory
-    attach, as shm_scatter's native call does (0: never): where shm_large splits every
-    scatter past CMA_MIN (its choice there holds for every larger size; the fast call
-    stages those up to CMA_MIN, see _staged_max), the ranks may write each other's memory
-    and the plan picks shm_direct at every size."""
-    if (arena is None or arena.n > 64 or not arena.cma_write
-            or not shm_large.reads_peers(arena, "scatter", CMA_MIN + 1)
-            or not _limit(group, "scatter", 1 << 40)):
+    attach, as shm_scatter's native call does (0: never): from where shm_large starts
+    splitting (shm_large.split_from: past CMA_MIN, or from ROOTED_PARALLEL with a core per
+    rank; the fast call stages those below, see _staged_max), where the ranks may write
+    each other's memory and the plan picks shm_direct at every size."""
+    split = 0 if arena is None else shm_large.split_from(arena, "scatter")
+    if not split or arena.n > 64 or not arena.cma_write or not _limit(group, "scatter", 1 << 40):
         return 0
-    return CMA_MIN + 1
+    return split
 
 
 def _array(x: Any) -> Any:

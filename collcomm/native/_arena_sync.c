@@ -61,8 +61,9 @@ static inline void put(Core *c, int w, uint64_t v)
  * arena_layout.all_reduce_one_step. */
 static inline int all_reduce_one_step(Core *c, Py_ssize_t nbytes)
 {
-    return nbytes <= c->one_shot &&
-           (long long)(c->n - 1) * (c->n - 2) * nbytes <= (long long)c->n * c->all_reduce_extra;
+    long long extra = c->all_reduce_extra;    /* (a writable member: clamped as Python does) */
+    extra = extra < 0 ? 0 : extra > (1LL << 40) ? (1LL << 40) : extra;
+    return nbytes <= c->one_shot && (long long)(c->n - 1) * (c->n - 2) * nbytes <= c->n * extra;
 }
 static inline char *slot_at(Core *c, int phase, int r)
 {

@@ -30,6 +30,7 @@ the default ``C`` = 4 MiB (``COLLCOMM_SHM_SLOT``) that is 16 MiB for 2 ranks, 32
 from __future__ import annotations
 
 import ctypes
+import math
 import mmap
 import os
 import time
@@ -59,6 +60,8 @@ SPIN, YIELD = 400, 100
 #: no window, 0 of 68 with it; on the 2-vCPU VM at n=2, 6 of 30 at 6-17 µs, 0 of 60.
 #: Open MPI polls for as long as it waits. (BENCHMARKS.md, session 12.)
 POLL_SECONDS = 1e-3
+#: ... at most (the liveness and timeout checks run after the window)
+POLL_MAX_US = 100_000
 
 
 class _TimeSpec(ctypes.Structure):
@@ -91,10 +94,14 @@ def poll_seconds(n: int) -> float:
     env = os.environ.get("COLLCOMM_POLL_US", "").strip()
     if env:
         try:
-            return max(float(env), 0.0) * 1e-6
+            us = float(env)
         except ValueError:
-            from .shm import warn_once
-            warn_once("poll_us", f"COLLCOMM_POLL_US={env!r} is not a number of µs; ignored")
+            us = math.nan
+        if 0 <= us <= POLL_MAX_US:
+            return us * 1e-6
+        from .shm import warn_once
+        warn_once("poll_us", f"COLLCOMM_POLL_US={env!r} is not a number of µs from 0 to "
+                             f"{POLL_MAX_US}; ignored")
     return POLL_SECONDS if n <= cpus() else 0.0
 
 
@@ -365,7 +372,11 @@ def build(n: int, rank: int, name: str, pids: Sequence[int], ranks: Sequence[int
                 os.close(fd)
         arena = Arena(mm, n, rank, slot, pids, ranks, timeout)
         arena.sync()              # everyone has it mapped
-        arena.check_settings()
+        try:
+            arena.check_settings()
+        except MismatchError:
+            arena.close()
+            raise
         arena.cma = arena._probe_cma()
     finally:
         if create:                # also when a rank never came: nothing may stay behind

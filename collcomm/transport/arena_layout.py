@@ -67,7 +67,8 @@ CMA = 1                    # a SHARED value: read the data at address OFFSET in 
 PROBE_MAGIC = 0x636F6C6C636F6D6D
 
 #: Copies of this many bytes or more are placed at their buffer's page offset, and
-#: all_reduce above it takes two steps (reduce-scatter + all-gather) instead of one.
+#: all_reduce above it takes two steps (reduce-scatter + all-gather) instead of one (below
+#: it too, past ALL_REDUCE_EXTRA, where every rank has a core).
 ONE_SHOT = 64 << 10
 
 #: all_reduce is one step (every rank reduces all n slots: it reads (n - 1) x the call's

@@ -25,6 +25,10 @@ def cpus() -> int:
     given = os.environ.get("COLLCOMM_CORES", "").strip()
     if given.isdigit() and int(given) > 0:
         return int(given)
+    if given:
+        from .shm_segments import warn_once
+        warn_once("cores", f"COLLCOMM_CORES={given!r} is not a positive count; using the CPU "
+                           "affinity instead")
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
