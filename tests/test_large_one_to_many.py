@@ -225,9 +225,9 @@ def test_cma_failure_errors():
 
 
 def test_split_broadcast_choice_at_two_ranks():
-    # a broadcast splits by CMA from CMA_MIN itself; at n = 2 while c < 2 * BCAST_PAIR (c
-    # measured 3.3-4.4 on one VM: the old c < 4 flipped between jobs), beyond by BCAST_STAGED;
-    # the other collectives still stage at CMA_MIN
+    # a broadcast splits by CMA from CMA_MIN itself, at n = 2 (with writes) from
+    # BCAST_PAIR_MIN while c < 2 * BCAST_PAIR (c measured 3.3-4.4 on one VM: the old c < 4
+    # flipped between jobs), beyond by BCAST_STAGED; the other collectives still stage at CMA_MIN
     from types import SimpleNamespace
 
     from collcomm.algorithms import shm_large
@@ -239,7 +239,12 @@ def test_split_broadcast_choice_at_two_ranks():
     assert shm_large.reads_peers(arena(2, 4.4), "broadcast", CMA_MIN)
     assert shm_large.reads_peers(arena(2, 5.9), "broadcast", 1 << 20)
     assert not shm_large.reads_peers(arena(2, 6.5), "broadcast", 1 << 20)
-    assert not shm_large.reads_peers(arena(2, 0.5), "broadcast", CMA_MIN - 1)
+    assert shm_large.reads_peers(arena(2, 0.5), "broadcast", CMA_MIN - 1)
+    assert shm_large.reads_peers(arena(2, 5.9), "broadcast", shm_large.BCAST_PAIR_MIN)
+    assert not shm_large.reads_peers(arena(2, 0.5), "broadcast", shm_large.BCAST_PAIR_MIN - 1)
+    assert not shm_large.reads_peers(arena(2, 6.5), "broadcast", shm_large.BCAST_PAIR_MIN)
+    assert not shm_large.reads_peers(arena(2, 0.5, write=False), "broadcast", CMA_MIN - 1)
+    assert not shm_large.reads_peers(arena(3, 0.5), "broadcast", CMA_MIN - 1)
     assert not shm_large.reads_peers(arena(3, 3.3), "broadcast", 1 << 20)
     assert shm_large.reads_peers(arena(3, 2.9), "broadcast", 1 << 20)
     assert not shm_large.reads_peers(arena(2, 4.4, write=False), "broadcast", 1 << 20)
@@ -327,7 +332,7 @@ def test_fast_calls_stop_where_the_regular_path_splits(monkeypatch):
                     for write in (True, False):
                         arena = SimpleNamespace(cma=True, cma_write=write, cma_cost=c, n=n,
                                                 cores=cores, slot=4 * mib)
-                        for name in ("scatter", "gather", "all_gather"):
+                        for name in ("broadcast", "scatter", "gather", "all_gather"):
                             staged = fastpath._staged_max(arena, name, n)
                             split = shm_large.split_from(arena, name)
                             assert not shm_large.reads_peers(arena, name, staged), (name, n, c)
@@ -338,11 +343,15 @@ def test_fast_calls_stop_where_the_regular_path_splits(monkeypatch):
                         cma = fastpath._scatter_cma(SimpleNamespace(), arena)
                         assert cma in (0, shm_large.split_from(arena, "scatter"))
                         assert cma == 0 or write
+                        staged = fastpath._staged_max(arena, "broadcast", n)
+                        cma = fastpath._bcast_cma(SimpleNamespace(), arena, staged)
+                        assert cma in (0, shm_large.split_from(arena, "broadcast"))
+                        assert cma == 0 or (write and staged == cma - 1)
 
 
 def _fast_split_cases() -> list[tuple[int, int, bool, bool]]:
-    """Broadcasts around CMA_MIN, every root, plain and shared-heap roots: (bytes, root,
-    heap, completed by the fast call) per call, results checked."""
+    """Broadcasts around BCAST_PAIR_MIN and CMA_MIN, every root, plain and shared-heap
+    roots: (bytes, root, heap, completed by the fast call) per call, results checked."""
     import collcomm as dist
     from collcomm.core.runtime import get_world
 
@@ -350,7 +359,8 @@ def _fast_split_cases() -> list[tuple[int, int, bool, bool]]:
     dist.barrier()
     fast = get_world("test").fast            # None on a rank without the native core
     seen = []
-    for count, dt in ((65_535, "float32"), (65_536, "float32"), (131_072, "int16"),
+    for count, dt in ((16_383, "float32"), (16_384, "float32"), (32_771, "int16"),
+                      (65_535, "float32"), (65_536, "float32"), (131_072, "int16"),
                       (300_007, "float32"), (131_075, "float64")):
         base = np.arange(count).astype(dt)
         shared = dist.empty(count, dtype=dt)   # (every rank allocates; the root's is used)
@@ -367,8 +377,9 @@ def _fast_split_cases() -> list[tuple[int, int, bool, bool]]:
 
 @pytest.mark.timeout(60)
 def test_fast_call_takes_split_broadcasts():
-    # where a broadcast splits by CMA from CMA_MIN, the fast call runs it (no Python front
-    # end): staged below CMA_MIN, split from it; with a cost that stages, only up to CMA_MIN.
+    # where a broadcast between two ranks splits by CMA (from BCAST_PAIR_MIN), the fast call
+    # runs it (no Python front end): staged below, split from there; with a cost that
+    # stages, only up to CMA_MIN.
     # Rank 1 of the last job runs in Python (rooted_split) against rank 0's fast call;
     # its shared-heap buffer as the root is read in place (rank 0's fast call hands that
     # back to shm_move.broadcast_after), a fast root's is read by CMA.

@@ -63,6 +63,14 @@ BCAST_STAGED = 2.0
 #: job that measured c = 4.2 staged its 1 MiB broadcasts, 2x slower than its neighbours.
 BCAST_PAIR = 3.0
 
+#: ... and at n = 2 (with writes) a broadcast splits from this many bytes, below CMA_MIN:
+#: the staged call's two copies run one after the other (the root's in, then the reader's
+#: cross-core copy out), the split's two halves at once. Measured 2026-11-27 (2-vCPU VM,
+#: regular path, three alternating rounds, µs staged / split): 16 KiB 9.9-10.1 / 10.6-10.7,
+#: 32 KiB 12.0 / 11.0-11.1, 64 KiB 16.0-16.3 / 12.1-12.7, 128 KiB 25.3-26.1 / 14.5-15.1.
+#: (Scatter, gather and all_gather gained nothing or lost there.)
+BCAST_PAIR_MIN = 64 << 10
+
 #: A gather splits by CMA where c·(n-1) < GATHER_STAGED·n (a scatter goes as a broadcast:
 #: BCAST_PAIR, BCAST_STAGED). Measured 2026-11-26 (2-vCPU VM, c = 3.3, forced either way
 #: with COLLCOMM_CMA_COST, 512 KiB - 4 MiB): at n = 2 the split scatter took 0.55-1.0x the
@@ -107,7 +115,8 @@ def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
     slots (a memcpy in by the writer, one out by the reader)? Every rank decides alike:
     the inputs are the same everywhere.
 
-    Not below CMA_MIN bytes, nor at CMA_MIN but for a broadcast (staging in C is faster
+    Not below CMA_MIN bytes (BCAST_PAIR_MIN for a broadcast between two ranks that may
+    write each other's memory), nor at CMA_MIN but for a broadcast (staging in C is faster
     there; a split broadcast of 256 KiB measured faster than one staged chunk); always above STAGE_MAX
     x the last-level cache; in between by ``arena.cma_cost``, what a byte read from a peer
     costs in memcpy'd bytes (measured when the arena is built), counting the bytes the
@@ -137,7 +146,11 @@ def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
     c is ~1 on most hosts; ~3.3 on the 2-vCPU VM this was measured on (process_vm_readv
     at 7-10 GB/s against memcpy at 25-33 GB/s for data in the cache), where staging wins
     until the data leaves the cache."""
-    if not arena.cma or nbytes < CMA_MIN or (nbytes == CMA_MIN and collective != "broadcast"):
+    if not arena.cma:
+        return False
+    if collective == "broadcast" and arena.n == 2 and arena.cma_write and nbytes >= BCAST_PAIR_MIN:
+        return arena.cma_cost < 2 * BCAST_PAIR or nbytes > STAGE_MAX[collective] * llc_bytes()
+    if nbytes < CMA_MIN or (nbytes == CMA_MIN and collective != "broadcast"):
         return False
     if nbytes > STAGE_MAX[collective] * llc_bytes():
         return True
@@ -169,7 +182,7 @@ def split_from(arena: Arena, collective: str) -> int:
     """The fewest bytes from which :func:`reads_peers` reads the peers for ``collective``
     (it does for every larger size too), 0 if it never does: the staged calls stop below
     it (the fast call's limits, core/fastpath.py)."""
-    for nbytes in sorted((CMA_MIN, CMA_MIN + 1, ROOTED_PARALLEL,
+    for nbytes in sorted((BCAST_PAIR_MIN, CMA_MIN, CMA_MIN + 1, ROOTED_PARALLEL,
                           int(STAGE_MAX[collective] * llc_bytes()) + 1)):
         if reads_peers(arena, collective, nbytes):
             return nbytes

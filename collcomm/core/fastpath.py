@@ -85,9 +85,10 @@ def _staged_max(arena: Any, collective: str, n: int) -> int:
     its own rounds and CMA choice) up to a slot, a scatter and a gather only below
     shm_large.split_from, where shm_large starts splitting them by CMA."""
     slot = arena.slot
-    if collective == "broadcast" and shm_large.reads_peers(arena, collective, CMA_MIN):
-        return min(slot, CMA_MIN - 1)   # CMA_MIN and more: split (_bcast_cma), or the regular path
-    if collective in ("all_reduce", "broadcast"):
+    if collective == "broadcast":   # from split_from: split (_bcast_cma), or the regular path
+        split = shm_large.split_from(arena, collective)
+        return min(slot, STAGED_MAX, split - 1) if split else min(slot, STAGED_MAX)
+    if collective == "all_reduce":
         return min(slot, STAGED_MAX)
     if collective in ("all_gather", "gather"):
         top = n * slot
@@ -157,15 +158,15 @@ def attach(group: Any, arena: Any = None) -> Any:
 def _bcast_cma(group: Any, arena: Any, staged: int) -> int:
     """From how many bytes the fast call runs a broadcast split by cross-memory attach,
     as shm_move.broadcast's native call does (0: never). Only where shm_large splits every
-    broadcast from CMA_MIN up (its choice at CMA_MIN holds for every larger size), the
-    fast call takes those below (staged: ``staged`` is CMA_MIN or less) and the plan picks
+    broadcast from CMA_MIN or less up (shm_large.split_from; BCAST_PAIR_MIN at n = 2), the
+    fast call takes those below (staged: ``staged`` is below that) and the plan picks
     shm_direct at every size; its buffer, in the shared heap or not, is read by CMA (a
     regular root's heap buffer is read in place: the two forms meet, see broadcast_after)."""
-    if (arena is None or not staged or arena.n > 64 or not arena.cma_write
-            or not shm_large.reads_peers(arena, "broadcast", CMA_MIN)
+    split = 0 if arena is None else shm_large.split_from(arena, "broadcast")
+    if (not split or split > CMA_MIN or not staged or arena.n > 64 or not arena.cma_write
             or not _limit(group, "broadcast", 1 << 40)):
         return 0
-    return CMA_MIN
+    return split
 
 
 def _scatter_cma(group: Any, arena: Any) -> int:
