@@ -248,9 +248,15 @@ def test_split_broadcast_choice_at_two_ranks():
     assert not shm_large.reads_peers(arena(3, 3.3), "broadcast", 1 << 20)
     assert shm_large.reads_peers(arena(3, 2.9), "broadcast", 1 << 20)
     assert not shm_large.reads_peers(arena(2, 4.4, write=False), "broadcast", 1 << 20)
-    for name in ("all_gather", "gather", "all_to_all", "scatter"):
+    for name in ("all_gather", "gather", "all_to_all"):
         assert not shm_large.reads_peers(arena(2, 0.5), name, CMA_MIN)
         assert shm_large.reads_peers(arena(2, 0.5), name, CMA_MIN + 1)
+    # a scatter between two ranks (with writes) from SCATTER_PAIR_MIN, as a broadcast
+    assert not shm_large.reads_peers(arena(2, 0.5), "scatter", shm_large.SCATTER_PAIR_MIN - 1)
+    assert shm_large.reads_peers(arena(2, 5.9), "scatter", shm_large.SCATTER_PAIR_MIN)
+    assert not shm_large.reads_peers(arena(2, 6.5), "scatter", CMA_MIN + 1)
+    assert not shm_large.reads_peers(arena(2, 0.5, write=False), "scatter", CMA_MIN)
+    assert shm_large.reads_peers(arena(2, 0.5, write=False), "scatter", CMA_MIN + 1)
 
 
 def test_split_scatter_and_gather_choice():
@@ -400,7 +406,7 @@ def test_fast_call_takes_split_broadcasts():
 
 
 def _fast_scatter_cases() -> list[tuple[int, int, str, bool]]:
-    """Scatters around CMA_MIN (n blocks), every root, from a list lying back to back, a
+    """Scatters around SCATTER_PAIR_MIN and CMA_MIN (n blocks), every root, from a list lying back to back, a
     list of separate arrays and (collcomm.MPI) a flat buffer: (bytes, root, form, completed
     by the fast call) per call, results checked."""
     import collcomm as dist
@@ -413,8 +419,9 @@ def _fast_scatter_cases() -> list[tuple[int, int, str, bool]]:
     fasts = {"joined": get_world("test").fast, "apart": get_world("test").fast,
              "flat": MPI.COMM_WORLD._h.g.fast}
     seen = []
-    for count, dt in ((32_767, "float32"), (32_768, "float32"), (32_769, "float32"),
-                      (150_001, "float64"), (65_539, "int16")):
+    for count, dt in ((16_383, "float32"), (16_384, "float32"), (32_767, "float32"),
+                      (32_768, "float32"), (32_769, "float32"), (150_001, "float64"),
+                      (65_539, "int16")):
         for root in range(n):
             big = (np.arange(n * count) + root).astype(dt)
             want = big[me * count:(me + 1) * count].copy()
@@ -436,12 +443,12 @@ def _fast_scatter_cases() -> list[tuple[int, int, str, bool]]:
 
 @pytest.mark.timeout(60)
 def test_fast_call_takes_split_scatters():
-    # where a scatter splits by CMA past CMA_MIN, the fast call runs it too: from a flat
-    # buffer or a list lying back to back (a list of separate arrays goes the regular way,
-    # which concatenates it); with a cost that stages, only up to the staged limit. Rank 1
-    # of the last job runs in Python against rank 0's fast call.
+    # where a scatter between two ranks splits by CMA (from SCATTER_PAIR_MIN), the fast
+    # call runs it too: from a flat buffer or a list lying back to back (a list of separate
+    # arrays goes the regular way, which concatenates it); with a cost that stages, up to
+    # the staged limit. Rank 1 of the last job runs in Python against rank 0's fast call.
     from collcomm import native
-    from collcomm.transport.arena_layout import CMA_MIN
+    from collcomm.algorithms.shm_large import SCATTER_PAIR_MIN
 
     for cost, python in (("4.4", ()), ("7", ()), ("4.4", (1,))):
         if native.core is None:
@@ -453,10 +460,8 @@ def test_fast_call_takes_split_scatters():
             for nbytes, root, form, fast in seen:
                 if rank in python:
                     want = False
-                elif nbytes <= CMA_MIN:
+                elif not split or nbytes < SCATTER_PAIR_MIN:   # staged: up to the slot, one step
                     want = True
-                elif split:   # the others: a flat receive buffer, always taken
+                else:         # split; the others: a flat receive buffer, always taken
                     want = rank != root or form != "apart"
-                else:         # staged: up to the slot (4 MiB), one step
-                    want = True
                 assert fast == want, (cost, python, rank, nbytes, root, form)

@@ -68,8 +68,11 @@ BCAST_PAIR = 3.0
 #: cross-core copy out), the split's two halves at once. Measured 2026-11-27 (2-vCPU VM,
 #: regular path, three alternating rounds, µs staged / split): 16 KiB 9.9-10.1 / 10.6-10.7,
 #: 32 KiB 12.0 / 11.0-11.1, 64 KiB 16.0-16.3 / 12.1-12.7, 128 KiB 25.3-26.1 / 14.5-15.1.
-#: (Scatter, gather and all_gather gained nothing or lost there.)
-BCAST_PAIR_MIN = 64 << 10
+#: A scatter between two ranks likewise from SCATTER_PAIR_MIN (regular path, two rounds:
+#: 64 KiB level, 128 KiB 29.4-29.9 / 26.7-26.9, 256 KiB 39.5-41.7 / 31.3-35.7); gather and
+#: all_gather lost split there, and stay at CMA_MIN.
+BCAST_PAIR_MIN, SCATTER_PAIR_MIN = 64 << 10, 128 << 10
+PAIR_MIN = {"broadcast": BCAST_PAIR_MIN, "scatter": SCATTER_PAIR_MIN}
 
 #: A gather splits by CMA where c·(n-1) < GATHER_STAGED·n (a scatter goes as a broadcast:
 #: BCAST_PAIR, BCAST_STAGED). Measured 2026-11-26 (2-vCPU VM, c = 3.3, forced either way
@@ -115,8 +118,8 @@ def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
     slots (a memcpy in by the writer, one out by the reader)? Every rank decides alike:
     the inputs are the same everywhere.
 
-    Not below CMA_MIN bytes (BCAST_PAIR_MIN for a broadcast between two ranks that may
-    write each other's memory), nor at CMA_MIN but for a broadcast (staging in C is faster
+    Not below CMA_MIN bytes (PAIR_MIN for a broadcast or scatter between two ranks that
+    may write each other's memory), nor at CMA_MIN but for a broadcast (staging in C is faster
     there; a split broadcast of 256 KiB measured faster than one staged chunk); always above STAGE_MAX
     x the last-level cache; in between by ``arena.cma_cost``, what a byte read from a peer
     costs in memcpy'd bytes (measured when the arena is built), counting the bytes the
@@ -148,7 +151,8 @@ def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
     until the data leaves the cache."""
     if not arena.cma:
         return False
-    if collective == "broadcast" and arena.n == 2 and arena.cma_write and nbytes >= BCAST_PAIR_MIN:
+    pair_min = PAIR_MIN.get(collective, 0)
+    if pair_min and arena.n == 2 and arena.cma_write and nbytes >= pair_min:
         return arena.cma_cost < 2 * BCAST_PAIR or nbytes > STAGE_MAX[collective] * llc_bytes()
     if nbytes < CMA_MIN or (nbytes == CMA_MIN and collective != "broadcast"):
         return False
@@ -182,7 +186,7 @@ def split_from(arena: Arena, collective: str) -> int:
     """The fewest bytes from which :func:`reads_peers` reads the peers for ``collective``
     (it does for every larger size too), 0 if it never does: the staged calls stop below
     it (the fast call's limits, core/fastpath.py)."""
-    for nbytes in sorted((BCAST_PAIR_MIN, CMA_MIN, CMA_MIN + 1, ROOTED_PARALLEL,
+    for nbytes in sorted((BCAST_PAIR_MIN, SCATTER_PAIR_MIN, CMA_MIN, CMA_MIN + 1, ROOTED_PARALLEL,
                           int(STAGE_MAX[collective] * llc_bytes()) + 1)):
         if reads_peers(arena, collective, nbytes):
             return nbytes
