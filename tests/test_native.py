@@ -495,16 +495,16 @@ def test_wait_policy_follows_cores_and_the_environment(monkeypatch) -> None:
     monkeypatch.delenv("COLLCOMM_POLL_US", raising=False)
     monkeypatch.setenv("COLLCOMM_CORES", "4")
     assert peer_process.cpus() == 4
-    assert arena.poll_seconds(4) == arena.POLL_SECONDS == 1e-3
-    assert arena.poll_seconds(5) == 0.0
+    assert arena.poll_seconds(4, peer_process.cpus()) == arena.POLL_SECONDS == 1e-3
+    assert arena.poll_seconds(5, peer_process.cpus()) == 0.0
     monkeypatch.setenv("COLLCOMM_POLL_US", "250")
-    assert arena.poll_seconds(5) == pytest.approx(250e-6)
+    assert arena.poll_seconds(5, peer_process.cpus()) == pytest.approx(250e-6)
     from collcomm.transport import shm_segments
     for bad in ("soon", "inf", "nan", "1e9", "-5"):   # not a number of µs up to 100 ms: the default
         shm_segments._warned.discard("poll_us")
         monkeypatch.setenv("COLLCOMM_POLL_US", bad)
         with pytest.warns(RuntimeWarning, match="COLLCOMM_POLL_US"):
-            assert arena.poll_seconds(4) == 1e-3
+            assert arena.poll_seconds(4, peer_process.cpus()) == 1e-3
     monkeypatch.setenv("COLLCOMM_CORES", "many")      # not a count: the affinity mask, a warning
     shm_segments._warned.discard("cores")
     with pytest.warns(RuntimeWarning, match="COLLCOMM_CORES"):

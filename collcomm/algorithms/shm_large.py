@@ -15,9 +15,9 @@ cache and ``arena.cma_cost`` (a CMA byte in memcpy'd bytes, measured when the ar
 built; see transport/arena.py). Where it was measured (2-vCPU VM, CMA 3.2-3.4x a memcpy)
 staging wins from 256 KiB up to a quarter of the cache, except a broadcast or scatter at n = 2,
 which goes split by CMA (see BCAST_STAGED); docs/large-copies.md has the measurements.
-With a core for every rank (``arena.cores``, agreed with the cost) the parallel reads
+With a core for every rank (:func:`core_each`) the parallel reads
 change the sums: large scatters and gathers go split, all_to_all past one slot by CMA
-(ROOTED_PARALLEL and the note above a2a_cma_limit; measured on a 16-core VM).
+(ROOTED_PARALLEL and a2a_cma_limit; measured on a 16-core VM).
 """
 from __future__ import annotations
 
@@ -151,16 +151,17 @@ def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
     until the data leaves the cache."""
     if not arena.cma:
         return False
-    pair_min = PAIR_MIN.get(collective, 0)
-    if pair_min and arena.n == 2 and arena.cma_write and nbytes >= pair_min:
-        return arena.cma_cost < 2 * BCAST_PAIR or nbytes > STAGE_MAX[collective] * llc_bytes()
-    if nbytes < CMA_MIN or (nbytes == CMA_MIN and collective != "broadcast"):
+    pair = arena.n == 2 and arena.cma_write and collective in PAIR_MIN   # (then BCAST_PAIR below)
+    if pair:
+        if nbytes < PAIR_MIN[collective]:
+            return False
+    elif nbytes < CMA_MIN or (nbytes == CMA_MIN and collective != "broadcast"):
         return False
     if nbytes > STAGE_MAX[collective] * llc_bytes():
         return True
     cost = arena.cma_cost
     if (collective == "scatter" or (collective == "gather" and arena.cma_write)) \
-            and 3 <= arena.n <= arena.cores and nbytes >= ROOTED_PARALLEL:
+            and core_each(arena) and nbytes >= ROOTED_PARALLEL:
         return cost < arena.n
     if collective in ("broadcast", "scatter") and arena.cma_write:
         return cost * (arena.n - 1) < (BCAST_PAIR if arena.n == 2 else BCAST_STAGED) * arena.n
@@ -173,20 +174,17 @@ def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
     return cost < 2.0
 
 
-#: all_to_all with a core for every rank (3 <= n <= arena.cores) reads the peers by CMA
-#: once a rank's data (n x the largest block) outgrows its slot, whatever a CMA byte
-#: costs: staged, such a call takes several steps, each a sync of all ranks waiting on
-#: the slowest; by CMA every rank reads its n-1 blocks and syncs once. Measured 2026-11-27
-#: (16-core Intel Xeon VM, c = 3.4-3.8, forced by COLLCOMM_CMA_COST): CMA vs staged at
-#: n = 8 / 16: 8 MiB a rank 0.59x / 0.45x the staged time, 32 MiB 0.91x / 0.68x; 2 MiB
-#: (one slot step) 1.23x / 0.96x, 512 KiB 1.7x / 1.4x.
+def core_each(arena: Arena) -> bool:
+    """Do three or more ranks have a core each (``arena.cores``, agreed), so that copies
+    split among them run at once?"""
+    return 3 <= arena.n <= arena.cores
 
 
 def split_from(arena: Arena, collective: str) -> int:
     """The fewest bytes from which :func:`reads_peers` reads the peers for ``collective``
     (it does for every larger size too), 0 if it never does: the staged calls stop below
     it (the fast call's limits, core/fastpath.py)."""
-    for nbytes in sorted((BCAST_PAIR_MIN, SCATTER_PAIR_MIN, CMA_MIN, CMA_MIN + 1, ROOTED_PARALLEL,
+    for nbytes in sorted((*PAIR_MIN.values(), CMA_MIN, CMA_MIN + 1, ROOTED_PARALLEL,
                           int(STAGE_MAX[collective] * llc_bytes()) + 1)):
         if reads_peers(arena, collective, nbytes):
             return nbytes
@@ -195,14 +193,20 @@ def split_from(arena: Arena, collective: str) -> int:
 
 def a2a_cma_limit(arena: Arena) -> int:
     """all_to_all reads by CMA when the largest block of any rank (bytes) exceeds this
-    (the native core's ``cma_limit``; -1: never): see reads_peers."""
+    (the native core's ``cma_limit``; -1: never): see reads_peers. With a core for every
+    rank also once a rank's data (n x the largest block) outgrows its slot, whatever a CMA
+    byte costs: staged, such a call takes several steps, each a sync of all ranks waiting
+    on the slowest; by CMA every rank reads its n-1 blocks and syncs once. Measured
+    2026-11-27 (16-core Intel Xeon VM, c = 3.4-3.8, forced by COLLCOMM_CMA_COST): CMA vs
+    staged at n = 8 / 16: 8 MiB a rank 0.59x / 0.45x the staged time, 32 MiB 0.91x /
+    0.68x; 2 MiB (one slot step) 1.23x / 0.96x, 512 KiB 1.7x / 1.4x."""
     if not arena.cma:
         return -1
     n = arena.n
     if reads_peers(arena, "all_to_all", CMA_MIN + 1):
         return CMA_MIN // n
     limit = int(STAGE_MAX["all_to_all"] * llc_bytes()) // n
-    if 3 <= n <= arena.cores:   # a core per rank: beyond one slot, CMA (see above)
+    if core_each(arena):
         limit = min(limit, max(arena.slot, CMA_MIN) // n)
     return limit
 

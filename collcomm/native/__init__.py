@@ -66,7 +66,6 @@ SPIN_NS, YIELDS = 5_000, 100
 SPIN_NS_OVERSUBSCRIBED, YIELDS_OVERSUBSCRIBED = 0, 3
 
 
-
 def attach(arena: Any) -> Any:
     """A native Core over ``arena`` (a collcomm.transport.arena.Arena), or None."""
     if core is None:
@@ -75,16 +74,14 @@ def attach(arena: Any) -> Any:
     from ..transport.arena_layout import NATIVE, ONE_SHOT, REDUCE_ONE_SHOT
     from ..transport.shm_segments import PAGE
 
-    spin, yields = ((SPIN_NS, YIELDS) if arena.n <= arena_mod.cpus()
+    spin, yields = ((SPIN_NS, YIELDS) if arena.n <= arena.cores
                     else (SPIN_NS_OVERSUBSCRIBED, YIELDS_OVERSUBSCRIBED))
     spin = int(float(os.environ.get("COLLCOMM_SPIN_US", spin / 1000)) * 1000)
     yields = int(os.environ.get("COLLCOMM_YIELDS", yields))
-    poll = arena_mod.poll_seconds(arena.n)
     try:
         return core.Core(arena.mm, arena.n, arena.rank, arena.header, arena.slot, arena.slot + PAGE,
                          PAGE, ONE_SHOT, NATIVE, spin, yields, arena_mod._FUTEX is not None,
-                         reduce_one_shot=REDUCE_ONE_SHOT, poll_ns=int(poll * 1e9),
-                         all_reduce_extra=arena.all_reduce_extra)
+                         reduce_one_shot=REDUCE_ONE_SHOT, poll_ns=int(arena.poll * 1e9))
     except (ValueError, TypeError, BufferError) as exc:   # e.g. an arena it cannot map: Python
         warnings.warn(f"collcomm: the native core cannot work in this arena ({exc}); the group "
                       "runs on the Python implementation", RuntimeWarning, stacklevel=2)

@@ -8,21 +8,20 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"mapping", "n", "rank", "header", "slot", "stride", "page",
                              "one_shot", "layout", "spin_ns", "yields", "futex",
-                             "reduce_one_shot", "poll_ns", "all_reduce_extra", NULL};
+                             "reduce_one_shot", "poll_ns", NULL};
     PyObject *mapping, *layout;
     long long spin_ns;
     int futex;
     self->reduce_one_shot = 0;     /* (not given: every reduce in two steps) */
     self->poll_ns = 0;             /* (not given: `yields` yields, then the futex) */
-    self->all_reduce_extra = (Py_ssize_t)1 << 40;   /* (not given: one step up to one_shot) */
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OiinnnnnOLip|nLn", kwlist, &mapping, &self->n,
+    self->all_reduce_extra = (Py_ssize_t)1 << 40;   /* one step up to one_shot, until the
+                                                       group agrees (Arena.check_settings) */
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OiinnnnnOLip|nL", kwlist, &mapping, &self->n,
                                      &self->rank, &self->header, &self->slot, &self->stride,
                                      &self->page, &self->one_shot, &layout, &spin_ns,
                                      &self->yields, &futex, &self->reduce_one_shot,
-                                     &self->poll_ns, &self->all_reduce_extra))
+                                     &self->poll_ns))
         return -1;
-    if (self->all_reduce_extra > ((Py_ssize_t)1 << 40) || self->all_reduce_extra < 0)
-        self->all_reduce_extra = (Py_ssize_t)1 << 40;   /* as arena_layout clamps it */
     self->spin_ns = spin_ns;
     self->use_futex = futex;
     self->part = PART_WHOLE;

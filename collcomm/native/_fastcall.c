@@ -316,6 +316,17 @@ static long fast_root(Fast *s, PyObject *obj)
     return root;
 }
 
+/* The offset of `name` in instances of `type` when it is a plain, writable object slot
+ * (``__slots__``: written directly, no setattr), else 0 (no exception). */
+static Py_ssize_t plain_slot_offset(PyTypeObject *type, PyObject *name)
+{
+    PyObject *descr = _PyType_Lookup(type, name);
+    if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type))
+        return 0;
+    PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
+    return m->type == T_OBJECT_EX && !(m->flags & READONLY) && m->offset > 0 ? m->offset : 0;
+}
+
 /* The arguments after (arena, buf, root, sig) of Core_broadcast's split CMA form
  * (shm_move.broadcast: itemsize, cma_key, the arena's pids) into tail[0..2]: new
  * references; -1 with an exception. */

@@ -387,16 +387,15 @@ static PyObject *Fast_set_async(Fast *s, PyObject *const *args, Py_ssize_t nargs
     }
     for (int i = 0; i < W_N; i++) {
         PyObject *key = PyUnicode_FromString(work_slot_names[i]);
-        PyObject *descr = key == NULL ? NULL : _PyType_Lookup((PyTypeObject *)args[0], key);
-        Py_XDECREF(key);
-        PyMemberDef *m = descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type)
-                             ? ((PyMemberDescrObject *)descr)->d_member : NULL;
-        if (m == NULL || m->type != T_OBJECT_EX || (m->flags & READONLY) || m->offset <= 0) {
+        if (key == NULL)
+            return NULL;
+        s->work_at[i] = plain_slot_offset((PyTypeObject *)args[0], key);
+        Py_DECREF(key);
+        if (s->work_at[i] == 0) {
             PyErr_Format(PyExc_TypeError, "set_async: %R has no plain slot %s", args[0],
                          work_slot_names[i]);
             return NULL;
         }
-        s->work_at[i] = m->offset;
     }
     Py_XSETREF(s->work_type, Py_NewRef(args[0]));
     Py_XSETREF(s->lock_type, Py_NewRef(args[1]));

@@ -49,14 +49,8 @@ static int Fast_init(Fast *self, PyObject *args, PyObject *kwds)
     self->seq_mask = seq_mask;
     /* the observer's ``done``: a writable object slot (Observer's __slots__) is written
      * directly by fast_set_done; anything else goes through setattr */
-    self->done_at = 0;
     self->obs_type = Py_TYPE(observer);
-    PyObject *descr = observer == Py_None ? NULL : _PyType_Lookup(Py_TYPE(observer), s_done);
-    if (descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
-        PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
-        if (m->type == T_OBJECT_EX && !(m->flags & READONLY) && m->offset > 0)
-            self->done_at = m->offset;
-    }
+    self->done_at = observer == Py_None ? 0 : plain_slot_offset(Py_TYPE(observer), s_done);
     return 0;
 }
 

@@ -89,8 +89,9 @@ FUTEX_WAIT, FUTEX_WAKE = 0, 1           # not the _PRIVATE ones: the word is sha
 _FUTEX_TIMEOUT = _TimeSpec(0, 1_000_000)  # 1 ms: a wake-up lost to store reordering costs no more
 
 
-def poll_seconds(n: int) -> float:
-    """How long a wait of a group of ``n`` ranks on this host polls before it sleeps."""
+def poll_seconds(n: int, cores: int) -> float:
+    """How long a wait of a group of ``n`` ranks on this host polls before it sleeps, this
+    process having ``cores`` CPUs (:func:`cpus`)."""
     env = os.environ.get("COLLCOMM_POLL_US", "").strip()
     if env:
         try:
@@ -102,7 +103,7 @@ def poll_seconds(n: int) -> float:
         from .shm import warn_once
         warn_once("poll_us", f"COLLCOMM_POLL_US={env!r} is not a number of µs from 0 to "
                              f"{POLL_MAX_US}; ignored")
-    return POLL_SECONDS if n <= cpus() else 0.0
+    return POLL_SECONDS if n <= cores else 0.0
 
 
 def slot_bytes() -> int:
@@ -142,8 +143,8 @@ class Arena(CrossMemoryAttach):
         self.all_reduce_extra = ALL_REDUCE_EXTRA if n <= self.cores else ONE_STEP_ALWAYS
         self.lost: PeerLostError | None = None
         # more ranks than CPUs: a spinning rank steals the CPU the late rank needs
-        self.spin = SPIN if n <= cpus() else SPIN // 20
-        self.poll = poll_seconds(n)
+        self.spin = SPIN if n <= self.cores else SPIN // 20
+        self.poll = poll_seconds(n, self.cores)
         self.put(SETTINGS_WORD, pack_settings(ALL_REDUCE_EXTRA, self.cores))   # check_settings
         #: the native core's view of this arena (collcomm.native), or None: Python only
         self.native_core: Any = native.attach(self)
