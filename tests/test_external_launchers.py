@@ -51,7 +51,9 @@ out = {"rank": r, "size": n, "sum": a.tolist(), "bcast": b.tolist(), "group": in
        "local_rank": rt._job.identity.local_rank,
        "kinds": sorted(set(rt._job.transport.kinds().values())) if n > 1 else []}
 dist.destroy_process_group()
-print("RESULT " + json.dumps(out), flush=True)
+# one write (print writes the line and its newline apart when unbuffered, and ranks sharing
+# the launcher's stdout then interleave them on one line)
+os.write(1, ("RESULT " + json.dumps(out) + "\\n").encode())
 """
 
 
