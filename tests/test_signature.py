@@ -133,7 +133,58 @@ def run_mismatch_matrix(skip: tuple[str, ...] = ()) -> list[tuple[str, str, str]
 
 @pytest.mark.parametrize("n", [2, 3])
 def test_mismatch_matrix_over_shared_memory(n: int) -> None:
-    _check_matrix(run_ranks(run_mismatch_matrix, n, timeout=90))
+    # every rank raises within the call: the eager rooted calls off (on by default where
+    # the group has more ranks than CPUs, as n=3 on a 2-CPU machine)
+    _check_matrix(run_ranks(run_mismatch_matrix, n, timeout=90,
+                            env={"COLLCOMM_EAGER_ROOTED": "0"}))
+
+
+def run_eager_matrix() -> list[tuple[str, str, str, str]]:
+    """The matrix with eager rooted calls: each case, then a follow-up all_reduce; which
+    raised; then a second all_reduce that must be right everywhere (every rank in step)."""
+    import collcomm as dist
+
+    rank, n = dist.get_rank(), dist.get_world_size()
+    seen = []
+    for what, call in _cases(rank):
+        kinds = []
+        for step in (call, lambda: dist.all_reduce(np.full(2, 1.0))):
+            try:
+                step()
+            except dist.MismatchError as exc:
+                kinds.append(("MismatchError", str(exc)))
+            except Exception as exc:  # noqa: BLE001 - reported to the test
+                kinds.append((type(exc).__name__, str(exc)))
+            else:
+                kinds.append(("no error", ""))
+        t = np.full(2, rank + 1.0)
+        dist.all_reduce(t)
+        assert t.tolist() == [n * (n + 1) / 2] * 2, (what, t)
+        seen.append((what, kinds[0][0], kinds[1][0], kinds[0][1] + kinds[1][1]))
+    return seen
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_mismatch_matrix_with_eager_rooted_calls(n: int) -> None:
+    """COLLCOMM_EAGER_ROOTED=1: a broadcast's or scatter's root leaves before the others
+    arrive and its receivers wait for the root alone, so a rank that cannot see a mismatch
+    in the call raises it as its next call begins (naming the call, both sides and why it
+    came late) and takes that call's step with a word no call makes, so that the ranks
+    which raised in the call raise in the follow-up too: every rank raises, no result is
+    wrong, and the ranks stay in step (the last all_reduce of each case is right)."""
+    results = run_ranks(run_eager_matrix, n, timeout=90, env={"COLLCOMM_EAGER_ROOTED": "1"})
+    late = 0
+    for case in range(len(results[0])):
+        what = results[0][case][0]
+        for rank, seen in enumerate(results):
+            _, in_call, follow_up, text = seen[case]
+            assert {in_call, follow_up} <= {"MismatchError", "no error"}, (what, rank, seen[case])
+            assert "MismatchError" in (in_call, follow_up), (what, rank, seen[case])
+            assert "differs in" in text or what == "split sizes", (what, rank, text)
+            if in_call == "no error":
+                late += 1
+                assert "found when this rank's next call" in text, text
+    assert late > 0      # (the broadcast and scatter cases: the root learns it late)
 
 
 def _check_matrix(results: list[Any]) -> None:

@@ -98,6 +98,13 @@ class NativeCore(Protocol):
 
     def barrier(self, arena: Arena, sig: int, /) -> int: ...
 
+    #: nonzero while a rooted call it left early (eager) is not settled yet
+    lag_target: int
+
+    def settle(self, arena: Arena, /) -> int | None: ...
+    # (waits for everybody's arrival at the call left early; its signature when some rank's
+    # differs, else None: shm_stage.settle_early; the writable ``eager`` is the arena's)
+
 
 class Arena(Protocol):
     """What shm_direct uses of a group's arena (collcomm.transport.arena.Arena)."""

@@ -54,6 +54,44 @@ def raise_mismatch(arena: Arena, mine: int) -> None:
                         "same collective call")
 
 
+#: what a mismatch found by :func:`settle_early` adds to its message
+EARLY_NOTE = ("(found when this rank's next call on the group began: with more ranks than "
+              "CPUs a broadcast's or scatter's root leaves without waiting for the others and "
+              "its receivers wait for the root alone; COLLCOMM_EAGER_ROOTED=0 checks every rank "
+              "within the call)")
+
+
+def settle_early(arena: Arena, step: bool = True) -> None:
+    """Before this rank uses the arena again: settle the call its native core left early
+    (a rooted call that did not wait for every rank, enter in native/_arena_sync.c): wait
+    for everybody's arrival at it (the timeout and dead-peer checks of any wait) and
+    compare every rank's signature; a difference is raised here as the MismatchError that
+    call would have raised (its words are still in the arena: nobody has moved past it),
+    after taking the step of the call being made (``step``; not when the group closes)."""
+    core = arena.native_core
+    if core is None or not core.lag_target:
+        return
+    sig = core.settle(arena)
+    if sig is None:
+        return
+    try:
+        _verify(arena, arena.phase, sig)
+    except MismatchError as exc:
+        text = f"{exc} {EARLY_NOTE}"
+    else:     # (cannot happen: settle found a difference)
+        text = "the ranks were not all in the same collective call " + EARLY_NOTE
+    # This call's step, taken with a word no call makes: a rank that raised in the eager
+    # call itself and went on to its next call finds it there and raises too, so the
+    # ranks' calls stay in step (each made two, both failed) for a program that goes on.
+    if not step:
+        raise MismatchError(text)
+    phase = arena.next_phase()
+    arena.put(SHARED_WORD + phase, 0)
+    arena.put(SIGNATURE_WORD + phase, signature.ABANDONED)
+    arena.sync()
+    raise MismatchError(text)
+
+
 def _verify(arena: Arena, phase: int, mine: int) -> None:
     """After the sync: MismatchError unless every rank published signature ``mine``."""
     word = SIGNATURE_WORD + phase

@@ -94,8 +94,17 @@ def with_count(base: int, count: int, root: int | None = None) -> int:
     return base | ((NO_ROOT if root is None else root & NO_ROOT) << 36) | (count & _COUNT_MASK)
 
 
+#: the signature of an arena step taken by a rank that found, as its next call began, a
+#: mismatch in an eager rooted call it had left early (shm_stage.settle_early): it raises
+#: there and takes that call's step with this word, so the ranks that raised in the eager
+#: call itself and went on raise in their next call too, and every rank stays in step
+ABANDONED = (0xE << 60) | 1
+
+
 def describe(sig: int) -> str:
     """A readable form: ``all_reduce(float32[4], op=SUM)``, ``broadcast(int64[3], root=1)``."""
+    if sig == ABANDONED:
+        return "nothing: it raised here the mismatch of the call before (found late: eager rooted call)"
     code = (sig >> 60) & 0xF
     if not 1 <= code <= len(COLLECTIVES):
         return "no collective call (or an older one)"

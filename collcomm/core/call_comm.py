@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from ..algorithms import signature
+from ..algorithms.shm_stage import settle_early
 from ..errors import CollcommError, MismatchError, SignatureMismatchError
 from ..transport.base import ABORT_SIG, Handle, Status
 from ..transport.request import Request
@@ -159,6 +160,9 @@ class GroupComm:
         arena = self._group._get_arena(self)
         if arena is not None:
             arena.timeout = self._timeout if self._timeout is not None else self._group.timeout
+            core = arena.native_core
+            if core is not None and core.lag_target:    # a rooted call left early: settle it
+                settle_early(arena)
         return arena
 
     def isend(self, arr: np.ndarray, peer: int) -> Handle:

@@ -18,12 +18,14 @@ import itertools
 import mmap
 import os
 import threading
+import warnings
 from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 
 from ..algorithms import signature
-from ..errors import CollcommError, InvalidArgumentError, with_context
+from ..algorithms.shm_stage import settle_early
+from ..errors import CollcommError, InvalidArgumentError, MismatchError, with_context
 from ..transport.base import ANY_SOURCE, Handle, Transport
 from . import fastpath
 from .async_calls import AsyncCalls, queued_call
@@ -388,10 +390,20 @@ class ProcessGroup:
             self.fast.close()
             self.fast = None
         self.async_calls.close()
+        early: CollcommError | None = None
         if self._arena is not None:
+            try:        # a rooted call left early (eager): its check, before we leave
+                settle_early(self._arena, step=False)
+            except CollcommError as exc:
+                early = exc
             self._arena.close()
             self._arena = None
         if self._tiers is not None:
             for g in self._tiers:
                 if g is not None:
                     g.close()
+        if early is not None:   # (a mismatch is raised; a peer lost or late is only told)
+            if isinstance(early, MismatchError):
+                raise with_context(early, f"closing {self.describe()}")
+            warnings.warn(f"collcomm: closing {self.describe()}: {early}", RuntimeWarning,
+                          stacklevel=2)

@@ -41,7 +41,16 @@ typedef struct {
     PyObject *timeout_of;  /* during a fast call: its group (borrowed), whose timeout the
                               arena takes before its first check (see wait_all) */
     Handed handed[2];      /* buffers a fast call holds, for the Core call it makes next */
+    int eager;             /* rooted calls may leave before the others arrive (see enter) */
+    int eager_wait;        /* the next enter only: EAGER_NO, or the rank it waits for (-1:
+                              nobody), set by a one-step rooted call when `eager` */
+    int only;              /* while >= 0, waits look at this rank's counter alone */
+    int lag_phase;         /* the phase of the call left early (lag_target != 0) */
+    uint64_t lag_target;   /* a call left early: the counter everybody must reach (settle) */
+    uint64_t lag_sig;      /* ... and the signature every rank must have written */
 } Core;
+
+#define EAGER_NO (-2)
 
 static PyObject *s_check, *s_timeout;   /* interned attribute names */
 
@@ -138,6 +147,8 @@ static uint64_t arrive(Core *c)
 /* The first rank from `from` on whose counter is below target, or -1. */
 static inline int first_late(Core *c, uint64_t target, int from)
 {
+    if (c->only >= 0)
+        return from <= c->only && get(c, c->only, c->w_counter) < target ? c->only : -1;
     for (int r = from; r < c->n; r++)
         if (get(c, r, c->w_counter) < target)
             return r;
@@ -237,7 +248,7 @@ static int wait_all(Core *c, PyObject *arena, uint64_t target, Gil *gil)
             if (late_list == NULL)
                 return -1;
             for (int r = 0; r < c->n; r++) {
-                if (get(c, r, c->w_counter) < target) {
+                if ((c->only < 0 || r == c->only) && get(c, r, c->w_counter) < target) {
                     PyObject *v = PyLong_FromLong(r);
                     int bad = v == NULL || PyList_Append(late_list, v) < 0;
                     Py_XDECREF(v);
@@ -273,6 +284,15 @@ static int sync_all(Core *c, PyObject *arena, Gil *gil)
 
 enum { PART_WHOLE, PART_START, PART_FINISH };
 
+/* Wait for rank r alone to reach target (wait_all's policy, checks and errors). */
+static int wait_one(Core *c, PyObject *arena, int r, uint64_t target, Gil *gil)
+{
+    c->only = r;
+    int e = wait_all(c, arena, target, gil);
+    c->only = -1;
+    return e;
+}
+
 /* shm_stage.enter (the Python path): publish the call's signature, sync, compare everybody's.
  * 0: same call everywhere; 1: some rank differs; -1: exception.
  * A two-part call (c->part, consumed here: later syncs of the call are whole) does the same
@@ -280,11 +300,22 @@ enum { PART_WHOLE, PART_START, PART_FINISH };
  * is staged: the others can complete the call without us); PART_FINISH, our next use of
  * the arena (the group runs it before any other call of ours), waits for everybody to
  * reach the counter we reached then, and compares. Nobody writes this phase again before
- * we arrive once more, so the words compared are the call's. */
+ * we arrive once more, so the words compared are the call's.
+ *
+ * An eager rooted call (c->eager_wait, consumed here; whole calls only): a rank that needs
+ * nobody's data this step (a broadcast or scatter root, its data staged; a gather's or
+ * one-step reduce's sender) publishes and arrives and goes on; a broadcast's or scatter's
+ * receiver waits for the root alone and compares its signature with the root's. The rest
+ * (everybody's arrival, every signature) is left to `settle`, which our next use of the
+ * arena runs first (core_call, the list calls, GroupComm.arena in Python, the group's
+ * close), so the arena's rule holds: nobody writes a phase before everybody has arrived at
+ * the step after its last use. A receiver whose root differs waits for everybody and
+ * compares as a whole call does (the mismatch raised in this call). */
 static int enter(Core *c, PyObject *arena, int phase, uint64_t sig, Gil *gil)
 {
-    int w = c->w_signature + phase, mode = c->part;
+    int w = c->w_signature + phase, mode = c->part, wait_for = c->eager_wait;
     c->part = PART_WHOLE;
+    c->eager_wait = EAGER_NO;
     if (mode == PART_FINISH) {
         if (wait_all(c, arena, get(c, c->rank, c->w_counter), gil) < 0)
             return -1;
@@ -294,11 +325,41 @@ static int enter(Core *c, PyObject *arena, int phase, uint64_t sig, Gil *gil)
             arrive(c);
             return 2;
         }
-        if (sync_all(c, arena, gil) < 0)
+        if (wait_for != EAGER_NO) {
+            uint64_t target = arrive(c);
+            if (wait_for >= 0 && wait_one(c, arena, wait_for, target, gil) < 0)
+                return -1;
+            if (wait_for < 0 || get(c, wait_for, w) == sig) {
+                c->lag_target = target;
+                c->lag_sig = sig;
+                c->lag_phase = phase;
+                return 0;
+            }
+            if (wait_all(c, arena, target, gil) < 0)
+                return -1;
+        } else if (sync_all(c, arena, gil) < 0) {
             return -1;
+        }
     }
     for (int r = 0; r < c->n; r++)
         if (get(c, r, w) != sig)
             return 1;
+    return 0;
+}
+
+/* Settle a call left early (see enter): wait for everybody's arrival at it and compare
+ * every rank's signature with ours. 0: nothing pending, or settled; 1: a rank differs
+ * (still pending: the Python code raises the mismatch, Core.settle); -1: exception. */
+static int settle(Core *c, PyObject *arena, Gil *gil)
+{
+    if (c->lag_target == 0)
+        return 0;
+    if (wait_all(c, arena, c->lag_target, gil) < 0)
+        return -1;
+    int w = c->w_signature + c->lag_phase;
+    for (int r = 0; r < c->n; r++)
+        if (get(c, r, w) != c->lag_sig)
+            return 1;
+    c->lag_target = 0;
     return 0;
 }

@@ -61,6 +61,8 @@ static PyObject *Core_broadcast(Core *c, PyObject *const *args, Py_ssize_t nargs
             stage(&k, phase, buf + lo, len, 1);
         else if (nbytes > c->one_shot)
             gil_release(&k.gil);
+        if (c->eager && part == PART_WHOLE && len == nbytes)   /* one step: eager (enter) */
+            c->eager_wait = me == root ? -1 : (int)root;
         int e = enter(c, k.arena, phase, sig, &k.gil);
         if (e == 2)
             return call_end(&k, ST_STARTED);
@@ -388,6 +390,24 @@ static PyObject *Core_barrier(Core *c, PyObject *const *args, Py_ssize_t nargs)
 }
 
 /* sync(arena): the plain counter barrier (Arena.sync). */
+/* settle(arena) -> None: the call left early (see enter) settled, or none pending; or
+ * that call's signature when some rank's differs (no longer pending: the caller raises
+ * the mismatch, the arena's words of that call still in place) */
+static PyObject *Core_settle(Core *c, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args(nargs, 1, "settle") < 0)
+        return NULL;
+    Gil gil = {NULL};
+    int e = settle(c, args[0], &gil);
+    gil_take(&gil);
+    if (e < 0)
+        return NULL;
+    if (e == 0)
+        Py_RETURN_NONE;
+    c->lag_target = 0;
+    return PyLong_FromUnsignedLongLong(c->lag_sig);
+}
+
 static PyObject *Core_sync(Core *c, PyObject *const *args, Py_ssize_t nargs)
 {
     if (check_args(nargs, 1, "sync") < 0)

@@ -25,6 +25,8 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds)
     self->spin_ns = spin_ns;
     self->use_futex = futex;
     self->part = PART_WHOLE;
+    self->eager_wait = EAGER_NO;
+    self->only = -1;
     self->w_cpu = -1;   /* (a layout without the CPU word: always spin first) */
     if (!PyArg_ParseTuple(layout, "iiiiiiii|i;layout: (words, counter, offset, size, shared, "
                           "signature, sleepers, phase[, cpu])", &self->words, &self->w_counter,
@@ -72,6 +74,11 @@ static PyMemberDef Core_members[] = {
     {"all_reduce_extra", T_PYSSIZET, offsetof(Core, all_reduce_extra), 0,
      "an all_reduce is one step while (n-1)(n-2)/n x its bytes <= this (Arena.check_settings "
      "sets the group's agreed value)"},
+    {"eager", T_INT, offsetof(Core, eager), 0,
+     "1: a rank that needs nobody's data leaves a one-step rooted call before the others "
+     "arrive (Arena.check_settings sets it; see enter in _arena_sync.c)"},
+    {"lag_target", T_ULONGLONG, offsetof(Core, lag_target), READONLY,
+     "nonzero: a call left early is not settled yet (Core.settle)"},
     {"n", T_INT, offsetof(Core, n), READONLY, "ranks"},
     {"rank", T_INT, offsetof(Core, rank), READONLY, "this rank"},
     {NULL, 0, 0, 0, NULL},

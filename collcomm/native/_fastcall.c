@@ -284,11 +284,29 @@ static inline int fast_open_part(Fast *s, int part)
     return part == PART_FINISH || (part == PART_START ? fast_timeout_scopes == 0 : fast_open(s));
 }
 
+/* Before a call uses the arena: settle the call the Core left early (enter in
+ * _arena_sync.c). 0 go on; 1 some rank made that call differently: this call is refused
+ * (ST_REFUSE: the Python path, whose GroupComm.arena settles too, raises the mismatch);
+ * -1 an exception (a timeout or lost peer while waiting; Ctrl-C). */
+static int fast_settle(Fast *s)
+{
+    Core *c = (Core *)s->core;
+    if (c->lag_target == 0)
+        return 0;
+    Gil gil = {NULL};
+    int e = settle(c, s->arena, &gil);
+    gil_take(&gil);
+    return e;
+}
+
 /* Core collectives take (arena, ..., sig, ...) as Python objects; call one with the
  * signature at args[sig_at]. */
 static PyObject *core_call(PyObject *(*fn)(Core *, PyObject *const *, Py_ssize_t), Fast *s,
                            PyObject **args, Py_ssize_t nargs, Py_ssize_t sig_at, uint64_t sig)
 {
+    int settled = fast_settle(s);
+    if (settled != 0)
+        return settled < 0 ? NULL : PyLong_FromLong(ST_REFUSE);
     PyObject *sigobj = rec_sig(&s->rw, sig);   /* (the record's int, reused) */
     if (sigobj == NULL)
         return NULL;

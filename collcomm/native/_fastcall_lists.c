@@ -137,6 +137,8 @@ static PyObject *list_scatter(Fast *s, Py_buffer *v, char *recv, Py_ssize_t kb, 
     for (int r = 0; r < c->n; r++)
         if (r != me)
             memcpy(slot + r * kb, v[r].buf, kb);
+    if (c->eager)                  /* the root needs nobody's data: eager (enter) */
+        c->eager_wait = -1;
     int e = enter(c, k.arena, phase, sig, &k.gil);
     if (e == 0 && v[me].buf != recv)
         memmove(recv, v[me].buf, kb);
@@ -216,7 +218,9 @@ static PyObject *fast_list(Fast *s, PyObject *const *args, int fc, long root, Py
     PyObject *rec, *r = NULL;
     PyObject *tag = fast_begin(s, name, sig, fc, &rec);
     if (tag != NULL) {
-        PyObject *status = gather ? list_gather(s, one.buf, v, kb, sig, fc == FC_ALL_GATHER)
+        int settled = s->core == Py_None ? 0 : fast_settle(s);
+        PyObject *status = settled < 0 ? NULL : settled ? PyLong_FromLong(ST_REFUSE)
+                           : gather ? list_gather(s, one.buf, v, kb, sig, fc == FC_ALL_GATHER)
                            : split ? list_scatter_split(s, v, one.buf, kb, root, sig, one.itemsize)
                                    : list_scatter(s, v, one.buf, kb, sig);
         r = fast_end(s, status, rec, tag, sig, fc, name, args[0], args[1], list);

@@ -332,7 +332,12 @@ static PyObject *Fast_all_to_all(Fast *s, PyObject *const *args, Py_ssize_t narg
     } else {   /* a2a_run straight away: no lists of counts, no argument objects */
         Core *core = (Core *)s->core;
         Py_ssize_t stack[4 * 16], *tab = n <= 16 ? stack : PyMem_Malloc(sizeof(Py_ssize_t) * 4 * (size_t)n);
-        if (tab == NULL) {
+        int settled = fast_settle(s);
+        if (settled != 0) {
+            status = settled < 0 ? NULL : PyLong_FromLong(ST_REFUSE);
+            if (tab != stack)
+                PyMem_Free(tab);
+        } else if (tab == NULL) {
             status = PyErr_NoMemory();
         } else {
             for (int i = 0; i < 2 * n; i++)
@@ -383,7 +388,9 @@ static PyObject *fast_barrier(Fast *s, PyObject *const *args, Py_ssize_t nargs, 
     if (tag == NULL)
         return NULL;
     /* Core_barrier's call without its argument objects */
+    int settled = s->core == Py_None ? 0 : fast_settle(s);
     PyObject *status = s->core == Py_None ? PyLong_FromLong(ST_DONE)
-                                          : barrier_call((Core *)s->core, s->arena, sig);
+                       : settled < 0 ? NULL : settled ? PyLong_FromLong(ST_REFUSE)
+                                     : barrier_call((Core *)s->core, s->arena, sig);
     return fast_end(s, status, rec, tag, sig, FC_BARRIER, args[0], Py_None, Py_None, Py_None);
 }

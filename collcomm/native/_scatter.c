@@ -64,6 +64,8 @@ static PyObject *Core_scatter(Core *c, PyObject *const *args, Py_ssize_t nargs)
                 if (r != me)
                     memcpy(slot + r * len, send + r * kb + lo, len);
         }
+        if (c->eager && part == PART_WHOLE && len == kb)   /* one step: eager (enter) */
+            c->eager_wait = me == root ? -1 : (int)root;
         int e = enter(c, k.arena, phase, sig, &k.gil);
         if (e == 2)
             return call_end(&k, ST_STARTED);
