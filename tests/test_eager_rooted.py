@@ -1,0 +1,170 @@
+"""Eager rooted calls (native/_arena_sync.c ``enter``, COLLCOMM_EAGER_ROOTED): a one-step
+broadcast's or scatter's root leaves without waiting for the others, its receivers wait
+for the root alone, and the rest of the call's check (everybody's arrival, every
+signature) is settled by the rank's next use of the group's arena, or when it closes.
+
+Here: results against numpy with the mode forced on, every root, several dtypes and
+counts, array and list forms, mixed with the other collectives; ranks that differ (the
+Python path, the mode off) in one job; the mode really taken (a call left pending, then
+settled); a rank that never comes is named by the root's next call, which does not hang;
+a mismatch found only when the group closes is raised by destroy_process_group.
+(The mismatch matrix with the mode on: tests/test_signature.py.)
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.harness import run_ranks
+
+EAGER = {"COLLCOMM_EAGER_ROOTED": "1"}
+COUNTS = (1, 7, 1000, 16_384)
+DTYPES = ("float32", "int64", "float16", "uint8")
+
+
+def _core():
+    from collcomm.core import runtime as rt
+
+    arena = rt.get_world("test")._arena
+    return None if arena is None else arena.native_core
+
+
+def _results() -> int:
+    """Every case on this rank, checked against numpy; the cases done."""
+    import collcomm as dist
+    from collcomm import MPI
+
+    n, me = dist.get_world_size(), dist.get_rank()
+    done = 0
+    for dtype in DTYPES:
+        for count in COUNTS:
+            for root in range(n):
+                buf = np.full(count, me + 1, dtype=dtype)
+                if me == root:
+                    buf[:] = np.arange(count) % 100
+                dist.broadcast(buf, src=root)
+                assert np.array_equal(buf, (np.arange(count) % 100).astype(dtype)), (dtype, count, root)
+                # a scatter (array form, then list form at the root), an all_reduce between
+                big = (np.arange(n * count) % 97).astype(dtype)
+                mine = np.zeros(count, dtype=dtype)
+                dist.scatter(mine, [big[r * count:(r + 1) * count] for r in range(n)]
+                             if me == root else None, src=root)
+                assert np.array_equal(mine, big[me * count:(me + 1) * count]), (dtype, count, root)
+                s = np.full(3, float(me))
+                dist.all_reduce(s)
+                assert s.tolist() == [n * (n - 1) / 2] * 3
+                out = np.zeros(count, dtype=dtype)      # (collcomm.MPI: one flat buffer)
+                MPI.COMM_WORLD.Scatter(big if me == root else None, out, root=root)
+                assert np.array_equal(out, big[me * count:(me + 1) * count]), (dtype, count, root)
+                done += 1
+    # a burst of broadcasts from one root, nothing between them (one step of slack)
+    for i in range(200):
+        v = np.full(4, i if me == 0 else -1, dtype=np.int64)
+        dist.broadcast(v, src=0)
+        assert v.tolist() == [i] * 4
+    dist.barrier()
+    return done
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_results_with_eager_rooted_calls(n: int) -> None:
+    done = run_ranks(_results, n, timeout=200, env=EAGER)
+    assert done == [len(DTYPES) * len(COUNTS) * n] * n
+
+
+@pytest.mark.timeout(240)
+def test_ranks_that_differ_in_the_mode_and_path() -> None:
+    """Rank 1 on the Python path, rank 2 with the mode off, ranks 0 and 3 eager: the same
+    steps in the arena, the same results."""
+    done = run_ranks(_results, 4, timeout=200, env=EAGER,
+                     rank_env={1: {"COLLCOMM_NATIVE": "0"}, 2: {"COLLCOMM_EAGER_ROOTED": "0"}})
+    assert done == [len(DTYPES) * len(COUNTS) * 4] * 4
+
+
+def _taken() -> list[int]:
+    """The root leaves its broadcast with the call pending; the next call settles it."""
+    import collcomm as dist
+
+    buf = np.ones(8, dtype=np.float32)
+    dist.barrier()
+    core = _core()
+    if core is None:
+        return []
+    dist.broadcast(buf, src=0)
+    pending = core.lag_target
+    dist.all_reduce(buf)
+    return [int(bool(pending)), int(bool(core.lag_target))]
+
+
+@pytest.mark.timeout(120)
+def test_the_root_leaves_and_the_next_call_settles() -> None:
+    from collcomm import native
+
+    if native.core is None:
+        pytest.skip("no native core (built without a compiler)")
+    on = run_ranks(_taken, 3, timeout=60, env=EAGER)
+    assert [r[0] for r in on] == [1, 1, 1] and [r[1] for r in on] == [0, 0, 0], on
+    off = run_ranks(_taken, 3, timeout=60, env={"COLLCOMM_EAGER_ROOTED": "0"})
+    assert [r[0] for r in off] == [0, 0, 0], off
+
+
+def _one_never_comes() -> str:
+    import time
+
+    import collcomm as dist
+
+    me = dist.get_rank()
+    buf = np.ones(4, dtype=np.float32)
+    dist.barrier()
+    if me == 2:
+        time.sleep(4)          # never makes the broadcast; exits after the others gave up
+        return "slept"
+    dist.broadcast(buf, src=0)          # the root leaves; rank 1 waits for the root alone
+    try:
+        with dist.call_timeout(1.0):
+            dist.barrier()
+    except dist.CommTimeoutError as exc:
+        return str(exc)
+    return "no error"
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_that_never_comes_is_named_by_the_next_call() -> None:
+    from collcomm import native
+
+    if native.core is None:
+        pytest.skip("no native core (built without a compiler)")
+    out = run_ranks(_one_never_comes, 3, timeout=60, env=EAGER)
+    assert out[2] == "slept"
+    for text in out[:2]:       # the root (settling) and rank 1 (its barrier) name rank 2
+        assert "rank 2" in text and "timed out" in text, out
+
+
+def _mismatch_then_close() -> str:
+    import collcomm as dist
+
+    me = dist.get_rank()
+    dist.barrier()
+    buf = np.ones(4, dtype=np.float64 if me == 2 else np.float32)
+    try:
+        dist.broadcast(buf, src=0)
+    except dist.MismatchError:
+        return "in the call"
+    try:
+        dist.destroy_process_group()
+    except dist.MismatchError as exc:
+        return "at close: " + str(exc)
+    return "no error"
+
+
+@pytest.mark.timeout(120)
+def test_a_mismatch_left_for_the_close_is_raised_there() -> None:
+    from collcomm import native
+
+    if native.core is None:
+        pytest.skip("no native core (built without a compiler)")
+    out = run_ranks(_mismatch_then_close, 3, timeout=60, env=EAGER)
+    assert out[2] == "in the call", out          # it waited for the root: it saw it
+    for text in out[:2]:
+        assert text.startswith("at close: ") and "differs in dtype" in text, out
