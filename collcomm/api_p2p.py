@@ -170,6 +170,9 @@ def recv(tensor: Any, src: int | None = None, group: Any = None, tag: int = 0,
 class P2POp:
     """One operation of :func:`batch_isend_irecv`: ``P2POp(dist.isend, tensor, peer)``."""
 
+    # (slots: the native batch reads them at their offsets, native/_p2p_batch.c)
+    __slots__ = ("op", "tensor", "peer", "group", "tag", "group_peer")
+
     def __init__(self, op: Callable[..., Any], tensor: Any, peer: int | None = None,
                  group: Any = None, tag: int = 0, group_peer: int | None = None) -> None:
         if op not in (isend, irecv) and getattr(op, "__name__", "") not in ("isend", "irecv"):

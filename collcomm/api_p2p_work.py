@@ -115,17 +115,11 @@ class P2PWork:
         return []
 
 
-class SentWork(P2PWork):
-    """An ``isend`` the native entry completed at once. ``_rec``: its flight-recorder
-    record, "entered" until waited for or tested, as the regular path's is."""
+class _SentFields:
+    """SentWork's fields and methods where the native core is not built (the reference:
+    native/_p2p_sent.c's ``Sent`` does the same in C)."""
 
     __slots__ = ("_group", "_peer", "_rec", "_ok")   # (P2P.batch/start set them, no __init__)
-    name = "isend"
-    _exc = None
-    _handle = property(lambda self: self)
-
-    def __init__(self, g: ProcessGroup, peer: int, rec: list[Any] | None) -> None:
-        self._group, self._peer, self._rec, self._ok = g, peer, rec, False
 
     def wait(self, timeout: float | None = None) -> bool:
         rec = self._rec
@@ -146,6 +140,25 @@ class SentWork(P2PWork):
     def source_rank(self) -> int:
         self.wait()
         return self._peer
+
+
+def _sent_base() -> Any:
+    """SentWork's base: the C type where the native core is built, else the stand-in."""
+    from . import native as nat
+    return getattr(nat.core, "Sent", None) or _SentFields
+
+
+class SentWork(_sent_base(), P2PWork):  # type: ignore[misc]
+    """An ``isend`` the native entry completed at once. ``_rec``: its flight-recorder
+    record, "entered" until waited for or tested, as the regular path's is."""
+
+    __slots__ = ()
+    name = "isend"
+    _exc = None
+    _handle = property(lambda self: self)
+
+    def __init__(self, g: ProcessGroup, peer: int, rec: list[Any] | None) -> None:
+        self._group, self._peer, self._rec, self._ok = g, peer, rec, False
 
 
 class RecvWork(core_p2p.Deferred, P2PWork):

@@ -182,3 +182,32 @@ def _threads() -> dict:
 def test_threads_waiting_their_own_tags_in_c() -> None:
     res = run_ranks(_threads, 2, transport="shm", timeout=90)
     assert res[0]["threads"] == ([False, False, False], []), res[0]
+
+
+def test_sent_work_in_c_does_what_the_reference_does() -> None:
+    """SentWork's methods in C (native/_p2p_sent.c) against the Python stand-in used
+    without the native core: the record marked completed once, at the first wait or test;
+    is_success only after a wait; source_rank the peer; wait takes one optional timeout."""
+    from collcomm.api_p2p_work import P2PWork, SentWork, _SentFields
+    from collcomm.core.recorder_records import COMPLETED, ENTERED, R_PSTATE, R_PT1
+
+    class Reference(_SentFields, P2PWork):
+        __slots__ = ()
+        name = "isend"
+
+    for cls in (SentWork, Reference):
+        rec = [None] * 9 + [ENTERED, 0.0]
+        w = cls.__new__(cls)
+        w._group, w._peer, w._rec, w._ok = None, 3, rec, False
+        assert w.is_success() is False and rec[R_PSTATE] == ENTERED
+        assert w.is_completed() is True and rec[R_PSTATE] == COMPLETED and rec[R_PT1] > 0
+        t1 = rec[R_PT1]
+        assert w.is_success() is False          # tested, not waited for
+        assert w.wait(timeout=1.0) is True and w.is_success() is True
+        assert rec[R_PT1] == t1                 # completed once
+        assert w.source_rank() == 3 and isinstance(w, P2PWork)
+        w2 = cls.__new__(cls)
+        w2._group, w2._peer, w2._rec, w2._ok = None, 1, None, False
+        assert w2.wait() is True and w2.source_rank() == 1      # no record (recorder off)
+    with pytest.raises(TypeError):
+        SentWork.__new__(SentWork).wait(1.0, 2.0)

@@ -49,6 +49,30 @@ typedef struct {
     Py_buffer buf;
 } BatchOp;
 
+/* Where a class keeps its plain slots (plain_slot_offset, _fastcall.c), found once per
+ * class: P2POp's six fields. A class without them (a subclass with a __dict__, say) has
+ * none: attribute calls then. */
+typedef struct {
+    PyTypeObject *type;          /* strong reference: the class the offsets are of */
+    Py_ssize_t at[6];
+    int ok;
+} SlotsOf;
+
+static SlotsOf b_op_slots;
+
+static int slots_of(SlotsOf *c, PyTypeObject *type, PyObject *const *names, int count)
+{
+    if (c->type != type) {
+        Py_XSETREF(c->type, (PyTypeObject *)Py_NewRef((PyObject *)type));
+        c->ok = 1;
+        for (int i = 0; i < count; i++)
+            c->ok = c->ok && (c->at[i] = plain_slot_offset(type, names[i])) > 0;
+    }
+    return c->ok;
+}
+
+#define SLOT_AT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
 /* Check op p: 1 if C takes it (o filled), 0 if not (no exception). */
 static int batch_check(P2P *s, PyObject *p, PyObject *irecv, PyObject *ndarray, PyObject *sigs,
                        BatchOp *o)
@@ -56,8 +80,13 @@ static int batch_check(P2P *s, PyObject *p, PyObject *irecv, PyObject *ndarray, 
     PyObject *names[6] = {s_b_op, s_b_tensor, s_b_peer, s_b_group, s_b_tag, s_b_group_peer};
     PyObject *v[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
     int fit = 1;
-    for (int i = 0; i < 6 && fit; i++)
-        fit = (v[i] = PyObject_GetAttr(p, names[i])) != NULL;
+    if (slots_of(&b_op_slots, Py_TYPE(p), names, 6)) {    /* P2POp's __slots__, read here */
+        for (int i = 0; i < 6 && fit; i++)
+            fit = (v[i] = Py_XNewRef(SLOT_AT(p, b_op_slots.at[i]))) != NULL;
+    } else {
+        for (int i = 0; i < 6 && fit; i++)
+            fit = (v[i] = PyObject_GetAttr(p, names[i])) != NULL;
+    }
     PyObject *op = v[0], *arr = v[1], *peer = v[2], *tag = v[4];
     fit = fit && v[3] == Py_None && v[5] == Py_None && Py_TYPE(arr) == (PyTypeObject *)ndarray &&
           PyLong_CheckExact(peer) && PyLong_CheckExact(tag);
@@ -95,9 +124,20 @@ static PyObject *batch_sent(PyTypeObject *sent, PyObject *g, PyObject *peer, PyO
     PyObject *w = sent->tp_alloc(sent, 0);
     if (w == NULL)
         return NULL;
-    if (PyObject_SetAttr(w, s_b_wgroup, g) < 0 || PyObject_SetAttr(w, s_b_wpeer, peer) < 0 ||
-        PyObject_SetAttr(w, s_b_wrec, rec) < 0 || PyObject_SetAttr(w, s_b_wok, Py_False) < 0)
-        Py_CLEAR(w);
+    if (PyType_IsSubtype(sent, &SentType)) {   /* fresh (zeroed): nothing to drop */
+        Sent *x = (Sent *)w;
+        x->group = Py_NewRef(g);
+        x->peer = Py_NewRef(peer);
+        x->rec = Py_NewRef(rec);
+        return w;
+    }
+    PyObject *names[4] = {s_b_wgroup, s_b_wpeer, s_b_wrec, s_b_wok};
+    PyObject *values[4] = {g, peer, rec, Py_False};
+    for (int i = 0; i < 4; i++)
+        if (PyObject_SetAttr(w, names[i], values[i]) < 0) {
+            Py_CLEAR(w);
+            break;
+        }
     return w;
 }
 
