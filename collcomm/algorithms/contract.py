@@ -98,12 +98,14 @@ class NativeCore(Protocol):
 
     def barrier(self, arena: Arena, sig: int, /) -> int: ...
 
-    #: nonzero while a rooted call it left early (eager) is not settled yet
+    #: nonzero while a rooted call it left early (eager) is not settled yet; its phase
     lag_target: int
+    lag_phase: int
 
-    def settle(self, arena: Arena, /) -> int | None: ...
-    # (waits for everybody's arrival at the call left early; its signature when some rank's
-    # differs, else None: shm_stage.settle_early; the writable ``eager`` is the arena's)
+    def settle(self, arena: Arena, block: bool = ..., /) -> int | None: ...
+    # (waits for everybody's arrival at the call left early, or with block False only
+    # looks; its signature when some rank's differs, else None: shm_stage.settle_early;
+    # the writable ``eager`` is the arena's)
 
 
 class Arena(Protocol):

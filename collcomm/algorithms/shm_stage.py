@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InvalidArgumentError, MismatchError
+from ..errors import CollcommError, InvalidArgumentError, MismatchError
 from ..transport.arena_layout import CMA, ONE_SHOT
 from ..transport.arena_layout import OFFSET as OFFSET_WORD
 from ..transport.arena_layout import SHARED as SHARED_WORD
@@ -61,34 +61,41 @@ EARLY_NOTE = ("(found when this rank's next call on the group began: with more r
               "within the call)")
 
 
-def settle_early(arena: Arena, step: bool = True) -> None:
-    """Before this rank uses the arena again: settle the call its native core left early
-    (a rooted call that did not wait for every rank, enter in native/_arena_sync.c): wait
-    for everybody's arrival at it (the timeout and dead-peer checks of any wait) and
-    compare every rank's signature; a difference is raised here as the MismatchError that
-    call would have raised (its words are still in the arena: nobody has moved past it),
-    after taking the step of the call being made (``step``; not when the group closes)."""
+def settle_early(arena: Arena, closing: bool = False) -> None:
+    """Before this rank's next signature-checked step in the arena: settle the call its
+    native core left early (a rooted call that did not wait for every rank, enter in
+    native/_arena_sync.c): wait for everybody's arrival at it (the timeout and dead-peer
+    checks of any wait) and compare every rank's signature. A difference is raised here
+    as the MismatchError that call would have raised (its words are still in the arena:
+    nobody has moved past it), after this rank took the step of the call being made with
+    a word no call makes (signature.ABANDONED): a rank that raised in the eager call itself
+    and went on to its next call meets that word there and raises too, so the ranks' calls
+    stay in step for a program that catches the error and goes on.
+    ``closing`` (the group closes): no wait and no step; a difference found (everybody
+    already there) is a RuntimeWarning, since nobody makes another call."""
     core = arena.native_core
     if core is None or not core.lag_target:
         return
-    sig = core.settle(arena)
+    sig = core.settle(arena, not closing)
     if sig is None:
         return
     try:
-        _verify(arena, arena.phase, sig)
+        _verify(arena, core.lag_phase, sig)
+        text = "the ranks were not all in the same collective call"   # (settle saw they were not)
     except MismatchError as exc:
-        text = f"{exc} {EARLY_NOTE}"
-    else:     # (cannot happen: settle found a difference)
-        text = "the ranks were not all in the same collective call " + EARLY_NOTE
-    # This call's step, taken with a word no call makes: a rank that raised in the eager
-    # call itself and went on to its next call finds it there and raises too, so the
-    # ranks' calls stay in step (each made two, both failed) for a program that goes on.
-    if not step:
-        raise MismatchError(text)
+        text = str(exc)
+    text = f"{text} {EARLY_NOTE}"
+    if closing:
+        import warnings
+        warnings.warn(f"collcomm: {text}", RuntimeWarning, stacklevel=3)
+        return
     phase = arena.next_phase()
     arena.put(SHARED_WORD + phase, 0)
     arena.put(SIGNATURE_WORD + phase, signature.ABANDONED)
-    arena.sync()
+    try:
+        arena.sync()
+    except CollcommError as exc:      # (the mismatch still said, the failed step too)
+        raise MismatchError(f"{text}; taking this call's step then failed: {exc}") from exc
     raise MismatchError(text)
 
 

@@ -156,12 +156,16 @@ class GroupComm:
         """Local rank ``peer``'s segment of shared allocation ``key`` (uint8)."""
         return self._transport.heap.peer(key, self._ranks[peer])  # type: ignore[union-attr]
 
-    def arena(self) -> Any:
+    def arena(self, settle: bool = True) -> Any:
+        """The group's arena for this call. A rooted call the native core left early is
+        settled first (shm_stage.settle_early), unless ``settle`` is False: a caller whose
+        steps carry no signature (the shared heap's allocation) leaves it to the next
+        collective, where a late mismatch can be met by every rank."""
         arena = self._group._get_arena(self)
         if arena is not None:
             arena.timeout = self._timeout if self._timeout is not None else self._group.timeout
             core = arena.native_core
-            if core is not None and core.lag_target:    # a rooted call left early: settle it
+            if settle and core is not None and core.lag_target:
                 settle_early(arena)
         return arena
 

@@ -18,14 +18,13 @@ import itertools
 import mmap
 import os
 import threading
-import warnings
 from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 
 from ..algorithms import signature
 from ..algorithms.shm_stage import settle_early
-from ..errors import CollcommError, InvalidArgumentError, MismatchError, with_context
+from ..errors import CollcommError, InvalidArgumentError, with_context
 from ..transport.base import ANY_SOURCE, Handle, Transport
 from . import fastpath
 from .async_calls import AsyncCalls, queued_call
@@ -265,7 +264,7 @@ class ProcessGroup:
             return f"collcomm-{engine.job}-heap-{g}-{key:x}"
 
         def body(comm: GroupComm) -> np.ndarray:
-            arena = comm.arena()
+            arena = comm.arena(settle=False)   # (its syncs carry no signature)
             try:
                 own = create_segment(name(self.global_rank), size, populate=True,
                                      what=f"{collective}: rank {self.global_rank}'s shared buffer")
@@ -390,20 +389,14 @@ class ProcessGroup:
             self.fast.close()
             self.fast = None
         self.async_calls.close()
-        early: CollcommError | None = None
         if self._arena is not None:
-            try:        # a rooted call left early (eager): its check, before we leave
-                settle_early(self._arena, step=False)
-            except CollcommError as exc:
-                early = exc
+            try:        # a rooted call left early (eager): checked if all are there, no wait
+                settle_early(self._arena, closing=True)
+            except CollcommError:
+                pass    # (a peer lost meanwhile: nothing more to say of a call that is done)
             self._arena.close()
             self._arena = None
         if self._tiers is not None:
             for g in self._tiers:
                 if g is not None:
                     g.close()
-        if early is not None:   # (a mismatch is raised; a peer lost or late is only told)
-            if isinstance(early, MismatchError):
-                raise with_context(early, f"closing {self.describe()}")
-            warnings.warn(f"collcomm: closing {self.describe()}: {early}", RuntimeWarning,
-                          stacklevel=2)

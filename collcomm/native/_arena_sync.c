@@ -310,7 +310,8 @@ static int wait_one(Core *c, PyObject *arena, int r, uint64_t target, Gil *gil)
  * arena runs first (core_call, the list calls, GroupComm.arena in Python, the group's
  * close), so the arena's rule holds: nobody writes a phase before everybody has arrived at
  * the step after its last use. A receiver whose root differs waits for everybody and
- * compares as a whole call does (the mismatch raised in this call). */
+ * compares as a whole call does (the mismatch raised in this call), and so does one whose
+ * root published its buffer in place or by address (that root waits for everybody). */
 static int enter(Core *c, PyObject *arena, int phase, uint64_t sig, Gil *gil)
 {
     int w = c->w_signature + phase, mode = c->part, wait_for = c->eager_wait;
@@ -329,7 +330,10 @@ static int enter(Core *c, PyObject *arena, int phase, uint64_t sig, Gil *gil)
             uint64_t target = arrive(c);
             if (wait_for >= 0 && wait_one(c, arena, wait_for, target, gil) < 0)
                 return -1;
-            if (wait_for < 0 || get(c, wait_for, w) == sig) {
+            /* (a root whose buffer is read in place, a Python-path root, needs everybody's
+             * closing sync: the whole call then) */
+            if (wait_for < 0 || (get(c, wait_for, w) == sig &&
+                                 get(c, wait_for, c->w_shared + phase) == 0)) {
                 c->lag_target = target;
                 c->lag_sig = sig;
                 c->lag_phase = phase;
@@ -349,11 +353,16 @@ static int enter(Core *c, PyObject *arena, int phase, uint64_t sig, Gil *gil)
 
 /* Settle a call left early (see enter): wait for everybody's arrival at it and compare
  * every rank's signature with ours. 0: nothing pending, or settled; 1: a rank differs
- * (still pending: the Python code raises the mismatch, Core.settle); -1: exception. */
-static int settle(Core *c, PyObject *arena, Gil *gil)
+ * (still pending: the Python code raises the mismatch, Core.settle); -1: exception.
+ * `block` 0 (the group closing): no wait; a rank not there yet settles it (0). */
+static int settle(Core *c, PyObject *arena, Gil *gil, int block)
 {
     if (c->lag_target == 0)
         return 0;
+    if (!block && first_late(c, c->lag_target, 0) >= 0) {
+        c->lag_target = 0;
+        return 0;
+    }
     if (wait_all(c, arena, c->lag_target, gil) < 0)
         return -1;
     int w = c->w_signature + c->lag_phase;

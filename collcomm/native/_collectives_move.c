@@ -390,15 +390,21 @@ static PyObject *Core_barrier(Core *c, PyObject *const *args, Py_ssize_t nargs)
 }
 
 /* sync(arena): the plain counter barrier (Arena.sync). */
-/* settle(arena) -> None: the call left early (see enter) settled, or none pending; or
- * that call's signature when some rank's differs (no longer pending: the caller raises
- * the mismatch, the arena's words of that call still in place) */
+/* settle(arena[, block]) -> None: the call left early (see enter) settled, or none
+ * pending; or that call's signature when some rank's differs (no longer pending: the
+ * caller raises the mismatch, the arena's words of that call, phase lag_phase, still in
+ * place). block False: no wait (a rank not there yet: None, nothing pending any more). */
 static PyObject *Core_settle(Core *c, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (check_args(nargs, 1, "settle") < 0)
+    if (nargs != 1 && nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "settle(arena[, block])");
+        return NULL;
+    }
+    int block = nargs == 1 ? 1 : PyObject_IsTrue(args[1]);
+    if (block < 0)
         return NULL;
     Gil gil = {NULL};
-    int e = settle(c, args[0], &gil);
+    int e = settle(c, args[0], &gil, block);
     gil_take(&gil);
     if (e < 0)
         return NULL;

@@ -79,6 +79,8 @@ static PyMemberDef Core_members[] = {
      "arrive (Arena.check_settings sets it; see enter in _arena_sync.c)"},
     {"lag_target", T_ULONGLONG, offsetof(Core, lag_target), READONLY,
      "nonzero: a call left early is not settled yet (Core.settle)"},
+    {"lag_phase", T_INT, offsetof(Core, lag_phase), READONLY,
+     "the phase of the call left early (its words, for the mismatch's text)"},
     {"n", T_INT, offsetof(Core, n), READONLY, "ranks"},
     {"rank", T_INT, offsetof(Core, rank), READONLY, "this rank"},
     {NULL, 0, 0, 0, NULL},

@@ -294,7 +294,7 @@ static int fast_settle(Fast *s)
     if (c->lag_target == 0)
         return 0;
     Gil gil = {NULL};
-    int e = settle(c, s->arena, &gil);
+    int e = settle(c, s->arena, &gil, 1);
     gil_take(&gil);
     return e;
 }

@@ -67,8 +67,8 @@ static PyMethodDef Core_methods[] = {
                      "cma_limit) -> status"),
     FAST(barrier, "barrier(arena, sig) -> status"),
     FAST(sync, "sync(arena) -> 0: the arena's counter barrier"),
-    FAST(settle, "settle(arena) -> None, or the signature of a call left early that some "
-                 "rank made differently (see enter in _arena_sync.c)"),
+    FAST(settle, "settle(arena, block) -> None, or the signature of a call left early that "
+                 "some rank made differently (see enter in _arena_sync.c)"),
     {NULL, NULL, 0, NULL},
 };
 
