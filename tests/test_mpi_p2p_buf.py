@@ -70,6 +70,16 @@ def p2p_buf(c: Checker, MPI, comm) -> None:
         comm.Recv(x, prv, 12)
         comm.Ssend(np.array([r], dtype="i"), nxt, 12)
     c.eq(x, [prv], "Ssend/Recv")
+    # an Irecv started natively, matched by an Issend: its wait acks the synchronous send
+    rq = comm.Irecv(x, prv, 17)
+    sq = comm.Issend(np.array([r + 40], dtype="i"), nxt, 17)
+    rq.Wait(st2)
+    sq.Wait()
+    c.eq(x, [prv + 40], "Issend/Irecv")
+    c.eq((st2.source, st2.tag, st2.Get_count(MPI.INT)), (prv, 17, 1), "Issend/Irecv status")
+    rq = comm.Irecv(x, prv, 18)         # and a plain Isend, waited for together
+    MPI.Request.Waitall([rq, comm.Isend(np.array([r + 50], dtype="i"), nxt, 18)])
+    c.eq(x, [prv + 50], "Isend/Irecv Waitall")
     # Sendrecv_replace, Isendrecv, Isendrecv_replace
     y = np.full(3, float(r))
     comm.Sendrecv_replace(y, nxt, 13, prv, 13)

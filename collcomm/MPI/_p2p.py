@@ -125,7 +125,38 @@ class _Recv:
             self._done, self.cancelled = True, True
 
 
+class _NativeRecv:
+    """``Irecv`` from one rank with an exact tag, started natively (a core Deferred, whose
+    wait receives in C): source and tag are known from the start, so its wait only takes
+    the byte count; a synchronous send's message (which C leaves to the Python receive)
+    is finished and acked as :class:`_Recv` does."""
+
+    __slots__ = ("_g", "_h", "_done", "source", "tag", "nbytes", "cancelled")
+    value = None
+
+    def __init__(self, g: Any, handle: Any, source: int, tag: int) -> None:
+        self._g, self._h, self._done = g, handle, False
+        self.source, self.tag, self.nbytes, self.cancelled = source, tag, 0, False
+
+    def wait(self) -> None:
+        if not self._done:
+            st = self._h.wait()
+            if st.tag & SYNC:
+                _Recv._finish(self, st)    # type: ignore[arg-type]
+            else:
+                self.nbytes, self._done = st.nbytes, True
+
+    def test(self) -> bool:
+        if not self._done and self._h.test():
+            self.wait()
+        return self._done
+
+    def cancel(self) -> None:
+        _Recv.cancel(self)    # type: ignore[arg-type]
+
+
 _SENT = Done(None, ANY_SOURCE, ANY_TAG, 0)   # what a request of a send done at once holds
+_new_request = Request.__new__               # (a Request without running __init__)
 
 
 def _request(op: Any) -> Request:
@@ -215,7 +246,7 @@ class PointToPoint:
 
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:  # noqa: N802
         if self._sent_natively(buf, dest, tag, "Isend"):
-            r = Request()
+            r = _new_request(Request)
             r._op = _SENT
             return r
         return _request(self._isend(buf, dest, tag, False, "Isend"))
@@ -244,14 +275,15 @@ class PointToPoint:
         f = p2p.native(g)
         if (f is not None and type(buf) is np.ndarray and type(source) is int and type(tag) is int
                 and 0 <= source < g.size and source != g.rank and 0 <= tag <= TAG_BITS
-                and buf.ndim == 1 and buf.dtype.kind in "biufc" and buf.flags.c_contiguous
-                and buf.flags.writeable):
+                and buf.ndim == 1 and buf.dtype.kind in "biufc"):
+            flags = buf.flags
             # _irecv's native start without its argument conversions (a plain 1-D array,
             # a rank of this host by number, an exact tag); None: the general way
-            h = f.start(True, p2p.Deferred, g, buf, source, tag, 0, False, EXACT)
+            h = (f.start(True, p2p.Deferred, g, buf, source, tag, 0, False, EXACT)
+                 if flags.c_contiguous and flags.writeable else None)
             if h is not None:
-                r = Request()
-                r._op = _Recv(g, h)
+                r = _new_request(Request)
+                r._op = _NativeRecv(g, h, source, tag)
                 return r
         return _request(self._irecv(buf, source, tag, "Irecv"))
 

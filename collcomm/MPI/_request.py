@@ -203,8 +203,12 @@ class Request:
                 r.Wait(_nth(statuses, i))
             return True
         for r in requests:        # (Wait without a status, inline)
-            if r._op is not None:
-                r._wait_op()
+            op = r._op
+            if op is not None:
+                try:
+                    op.wait()
+                except CollcommError as exc:
+                    raise translate(exc) from exc
                 r._completed()
         return True
 
