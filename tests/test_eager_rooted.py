@@ -103,7 +103,7 @@ def test_the_root_leaves_and_the_next_call_settles() -> None:
     from collcomm import native
 
     if native.core is None:
-        pytest.skip("no native core (built without a compiler)")
+        pytest.skip(f"native core: {native.reason}")
     on = run_ranks(_taken, 3, timeout=60, env=EAGER)
     assert [r[0] for r in on] == [1, 1, 1] and [r[1] for r in on] == [0, 0, 0], on
     off = run_ranks(_taken, 3, timeout=60, env={"COLLCOMM_EAGER_ROOTED": "0"})
@@ -135,7 +135,7 @@ def test_a_rank_that_never_comes_is_named_by_the_next_call() -> None:
     from collcomm import native
 
     if native.core is None:
-        pytest.skip("no native core (built without a compiler)")
+        pytest.skip(f"native core: {native.reason}")
     out = run_ranks(_one_never_comes, 3, timeout=60, env=EAGER)
     assert out[2] == "slept"
     for text in out[:2]:       # the root (settling) and rank 1 (its barrier) name rank 2
@@ -175,7 +175,7 @@ def test_a_mismatch_left_for_the_close_is_told_and_everything_closes() -> None:
     from collcomm import native
 
     if native.core is None:
-        pytest.skip("no native core (built without a compiler)")
+        pytest.skip(f"native core: {native.reason}")
     out = run_ranks(_mismatch_then_close, 3, timeout=60, env=EAGER)
     assert out[2][0] == "in the call", out          # it waited for the root: it saw it
     assert all(closed for _, _, closed in out), out   # the job's transport closed everywhere
@@ -254,7 +254,7 @@ def test_allocate_after_a_late_mismatch() -> None:
     from collcomm import native
 
     if native.core is None:
-        pytest.skip("no native core (built without a compiler)")
+        pytest.skip(f"native core: {native.reason}")
     out = run_ranks(_allocate_after_a_late_mismatch, 3, timeout=60, env=EAGER)
     assert out[2] == ["MismatchError", "ok", "MismatchError", "6.0"], out   # in the call; then
     for seen in out[:2]:                  # the ABANDONED step's word in its next collective

@@ -184,7 +184,9 @@ def test_mismatch_matrix_with_eager_rooted_calls(n: int) -> None:
             if in_call == "no error":
                 late += 1
                 assert "found when this rank's next call" in text, text
-    assert late > 0      # (the broadcast and scatter cases: the root learns it late)
+    from collcomm import native
+    if native.core is not None:   # (the broadcast cases: the root learns it late; without
+        assert late > 0           # the native core every rank raises within the call)
 
 
 def _check_matrix(results: list[Any]) -> None:
