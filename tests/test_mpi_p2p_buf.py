@@ -132,6 +132,7 @@ def p2p_buf(c: Checker, MPI, comm) -> None:
     req.Cancel()
     req.Wait(st2)
     c.true(st2.Is_cancelled(), "cancelled Irecv")
+    c.eq((st2.source, st2.tag), (MPI.ANY_SOURCE, MPI.ANY_TAG), "cancelled Irecv status")
     req = comm.Isend(np.ones(1), nxt, 21)
     req.Cancel()
     req.Wait(st2)

@@ -211,3 +211,5 @@ def test_sent_work_in_c_does_what_the_reference_does() -> None:
         assert w2.wait() is True and w2.source_rank() == 1      # no record (recorder off)
     with pytest.raises(TypeError):
         SentWork.__new__(SentWork).wait(1.0, 2.0)
+    with pytest.raises(TypeError):
+        SentWork.__new__(SentWork).wait(deadline=1.0)

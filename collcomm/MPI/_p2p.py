@@ -153,6 +153,8 @@ class _NativeRecv:
 
     def cancel(self) -> None:
         _Recv.cancel(self)    # type: ignore[arg-type]
+        if self.cancelled:    # (a cancelled receive's status as the general path gives it)
+            self.source, self.tag = ANY_SOURCE, ANY_TAG
 
 
 _SENT = Done(None, ANY_SOURCE, ANY_TAG, 0)   # what a request of a send done at once holds

@@ -30,7 +30,9 @@ static void sent_finish(Sent *w)
 
 static PyObject *Sent_wait(Sent *w, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (nargs + (kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames)) > 1) {
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (nargs + nkw > 1 ||
+        (nkw == 1 && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "timeout") != 0)) {
         PyErr_SetString(PyExc_TypeError, "wait(timeout=None)");
         return NULL;
     }
