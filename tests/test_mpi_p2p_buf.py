@@ -80,6 +80,24 @@ def p2p_buf(c: Checker, MPI, comm) -> None:
     rq = comm.Irecv(x, prv, 18)         # and a plain Isend, waited for together
     MPI.Request.Waitall([rq, comm.Isend(np.array([r + 50], dtype="i"), nxt, 18)])
     c.eq(x, [prv + 50], "Isend/Irecv Waitall")
+    # Irecv's native start takes plain 1-D numeric arrays; the rest goes the general way
+    arrays = [np.zeros(3, "?"), np.zeros(3, "c16"), np.zeros(3, "f2"), np.zeros(3, ">i4"),
+             np.zeros((3, 2)), np.zeros(6)[::2], np.zeros(3, "u1")]
+    for k, want in enumerate(arrays):
+        got = np.zeros_like(want)
+        rq = comm.Irecv(got, prv, 60 + k)
+        comm.Send(np.full(want.shape, r + 1).astype(want.dtype), nxt, 60 + k)
+        rq.Wait(st2)
+        c.eq(got.tolist(), np.full(want.shape, prv + 1).astype(want.dtype).tolist(),
+             f"Irecv into {want.dtype}{list(want.shape)} (strided: {not want.flags.c_contiguous})")
+        c.eq((st2.source, st2.tag), (prv, 60 + k), f"Irecv status, case {k}")
+    ro = np.zeros(3)
+    ro.flags.writeable = False
+    try:
+        comm.Irecv(ro, prv, 70)
+        c.true(False, "Irecv into a read-only array raises")
+    except BufferError:       # (as mpi4py raises it)
+        pass
     # Sendrecv_replace, Isendrecv, Isendrecv_replace
     y = np.full(3, float(r))
     comm.Sendrecv_replace(y, nxt, 13, prv, 13)

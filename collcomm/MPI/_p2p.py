@@ -275,17 +275,14 @@ class PointToPoint:
     def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:  # noqa: N802
         g = self._grp("Irecv")
         f = p2p.native(g)
-        if (f is not None and type(buf) is np.ndarray and type(source) is int and type(tag) is int
-                and 0 <= source < g.size and source != g.rank and 0 <= tag <= TAG_BITS
-                and buf.ndim == 1 and buf.dtype.kind in "biufc"):
-            flags = buf.flags
-            # _irecv's native start without its argument conversions (a plain 1-D array,
-            # a rank of this host by number, an exact tag); None: the general way
-            h = (f.start(True, p2p.Deferred, g, buf, source, tag, 0, False, EXACT)
-                 if flags.c_contiguous and flags.writeable else None)
-            if h is not None:
-                r = _new_request(Request)
-                r._op = _NativeRecv(g, h, source, tag)
+        if (f is not None and type(source) is int and type(tag) is int
+                and 0 <= source < g.size and source != g.rank and 0 <= tag <= TAG_BITS):
+            # _irecv's native start, its Request and op made in C (native/_p2p_mpi.c checks
+            # the array: a plain 1-D C-contiguous writable numeric ndarray), without the
+            # argument conversions; None: the general way
+            r = f.mpi_irecv(g, buf, source, tag, EXACT, np.ndarray, p2p.Deferred, _NativeRecv,
+                            Request)
+            if r is not None:
                 return r
         return _request(self._irecv(buf, source, tag, "Irecv"))
 

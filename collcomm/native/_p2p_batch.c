@@ -54,7 +54,7 @@ typedef struct {
  * none: attribute calls then. */
 typedef struct {
     PyTypeObject *type;          /* strong reference: the class the offsets are of */
-    Py_ssize_t at[6];
+    Py_ssize_t at[8];            /* (up to eight slots) */
     int ok;
 } SlotsOf;
 

@@ -6,6 +6,7 @@
 #include "_p2p_own.c"           /* P2P.own: a deferred receive's native wait in one call */
 #include "_p2p_sent.c"          /* Sent: SentWork's fields and methods in C */
 #include "_p2p_batch.c"         /* P2P.batch: batch_isend_irecv's start in one call */
+#include "_p2p_mpi.c"           /* P2P.mpi_irecv: collcomm.MPI Irecv in one call */
 
 /* Pipe(channel, out_view, out_base, out_ring, in_view, in_base, in_ring, eager, peer):
  * the views are writable memoryviews of the two inboxes, the bases the rings' control
@@ -185,6 +186,8 @@ static PyMethodDef P2P_methods[] = {
                 "None (not a batch C takes: nothing done); see _p2p_batch.c"),
     P2PM(start, "start(recv, cls, g, arr, local, tag, sig, record[, mask]) -> the work of an isend "
                 "written at once or of an irecv deferred | None (nothing done); see _p2p_batch.c"),
+    P2PM(mpi_irecv, "mpi_irecv(g, arr, local, tag, mask, ndarray, deferred, op, request) -> "
+                    "collcomm.MPI Irecv's Request | None (nothing done); see _p2p_mpi.c"),
     {"own", (PyCFunction)P2P_own, METH_O,
      "own(d) -> nbytes | None (left to the regular path: d posted) | False (not first in "
      "line: nothing done): the native wait of deferred receive d (see _p2p_own.c)"},
@@ -231,7 +234,7 @@ static int p2p_module_init(PyObject *m)
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL)
             return -1;
-    if (own_names() < 0 || batch_names() < 0 || deferred_module_init(m) < 0 || sent_module_init(m) < 0 || p2p_lock_init() < 0 || PyType_Ready(&PipeType) < 0 || PyType_Ready(&P2PType) < 0)
+    if (own_names() < 0 || batch_names() < 0 || mpi_names() < 0 || deferred_module_init(m) < 0 || sent_module_init(m) < 0 || p2p_lock_init() < 0 || PyType_Ready(&PipeType) < 0 || PyType_Ready(&P2PType) < 0)
         return -1;
     Py_INCREF(&PipeType);
     if (PyModule_AddObject(m, "Pipe", (PyObject *)&PipeType) < 0) {

@@ -1,0 +1,90 @@
+/* P2P.mpi_irecv: collcomm.MPI's ``Irecv`` of a plain array from one rank of this host with
+ * an exact tag, in one call (included by _p2p_type.c after _p2p_batch.c).
+ *
+ * ``mpi_irecv(g, arr, local, tag, mask, ndarray, deferred, op, request)``: ``arr`` an exact
+ * ``ndarray`` whose buffer is one-dimensional, C-contiguous, writable and numeric (what
+ * MPI/_p2p.py checked with five attribute reads), ``local`` a peer of this host with an
+ * inbound ring, ``tag`` valid: the receive is made a ``deferred`` (core/p2p.py Deferred,
+ * joining the engine's line as P2P.start does, no record: collcomm.MPI keeps none), its op
+ * an ``op`` (MPI/_p2p.py _NativeRecv: its seven slots written here, no __init__) and the
+ * returned ``request`` (MPI/_request.py Request: its ``_op`` slot). None, having done
+ * nothing, for anything else (the Python code then takes its general way).
+ */
+
+static PyObject *s_m_names[8];       /* _NativeRecv's slots, then Request's _op */
+static SlotsOf m_op_slots, m_req_slots;
+
+static int mpi_names(void)
+{
+    const char *names[8] = {"_g", "_h", "_done", "source", "tag", "nbytes", "cancelled", "_op"};
+    for (int i = 0; i < 8; i++)
+        if ((s_m_names[i] = PyUnicode_InternFromString(names[i])) == NULL)
+            return -1;
+    return 0;
+}
+
+/* A buffer format numpy gives a numeric dtype (kinds b, i, u, f, c), byte order aside */
+static int mpi_numeric(const char *f)
+{
+    if (f == NULL)
+        return 1;                       /* (unsigned bytes) */
+    if (*f == '<' || *f == '>' || *f == '=' || *f == '@' || *f == '!')
+        f++;
+    if (f[0] == 'Z')
+        return (f[1] == 'f' || f[1] == 'd' || f[1] == 'g') && f[2] == 0;
+    return f[0] != 0 && strchr("?bBhHiIlLqQnNefdg", f[0]) != NULL && f[1] == 0;
+}
+
+static PyObject *P2P_mpi_irecv(P2P *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError,
+                        "mpi_irecv(g, arr, local, tag, mask, ndarray, deferred, op, request)");
+        return NULL;
+    }
+    PyObject *g = args[0], *arr = args[1], *local = args[2], *tag = args[3], *mask = args[4],
+             *ndarray = args[5], *dcls = args[6], *ocls = args[7], *rcls = args[8];
+    if (s->paused || s->engine == NULL || Py_TYPE(arr) != (PyTypeObject *)ndarray ||
+        !PyType_Check(dcls) || !PyType_IsSubtype((PyTypeObject *)dcls, &DeferredType) ||
+        !PyType_Check(ocls) || !PyType_Check(rcls) ||
+        !slots_of(&m_op_slots, (PyTypeObject *)ocls, s_m_names, 7) ||
+        !slots_of(&m_req_slots, (PyTypeObject *)rcls, s_m_names + 7, 1))
+        Py_RETURN_NONE;
+    Py_buffer v;
+    if (PyObject_GetBuffer(arr, &v, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    int fit = v.ndim == 1 && mpi_numeric(v.format);
+    PyBuffer_Release(&v);
+    Pipe *p = fit ? p2p_pipe(s, local) : NULL;
+    if (p == NULL || !p->has_in || p2p_tag(s, tag) == 0)
+        Py_RETURN_NONE;
+    int busy = p2p_engine_busy(s->engine);
+    if (busy)
+        return busy < 0 ? NULL : Py_NewRef(Py_None);
+    PyObject *held = PyObject_GetAttr(s->engine, s_p2p_deferred);
+    if (held == NULL || !PyList_Check(held)) {
+        Py_XDECREF(held);
+        return held == NULL ? NULL : Py_NewRef(Py_None);
+    }
+    PyObject *zero = PyLong_FromLong(0);
+    PyObject *d = zero == NULL ? NULL : batch_deferred((PyTypeObject *)dcls, s, held, g, arr,
+                                                       local, tag, mask, zero, Py_None);
+    Py_DECREF(held);
+    PyObject *op = d == NULL ? NULL : ((PyTypeObject *)ocls)->tp_alloc((PyTypeObject *)ocls, 0);
+    PyObject *req = op == NULL ? NULL : ((PyTypeObject *)rcls)->tp_alloc((PyTypeObject *)rcls, 0);
+    if (req == NULL) {       /* (out of memory; a receive made stays in line, as the regular one) */
+        Py_XDECREF(zero);
+        Py_XDECREF(d);
+        Py_XDECREF(op);
+        return NULL;
+    }
+    PyObject *values[7] = {g, d, Py_False, local, tag, zero, Py_False};
+    for (int i = 0; i < 7; i++)      /* (fresh objects: nothing to drop) */
+        SLOT_AT(op, m_op_slots.at[i]) = Py_NewRef(values[i]);
+    SLOT_AT(req, m_req_slots.at[0]) = op;
+    Py_DECREF(d);
+    Py_DECREF(zero);
+    return req;
+}
