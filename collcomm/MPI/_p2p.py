@@ -158,7 +158,6 @@ class _NativeRecv:
 
 
 _SENT = Done(None, ANY_SOURCE, ANY_TAG, 0)   # what a request of a send done at once holds
-_new_request = Request.__new__               # (a Request without running __init__)
 
 
 def _request(op: Any) -> Request:
@@ -247,10 +246,11 @@ class PointToPoint:
     Bsend = Rsend = Send
 
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:  # noqa: N802
-        if self._sent_natively(buf, dest, tag, "Isend"):
-            r = _new_request(Request)
-            r._op = _SENT
-            return r
+        f = p2p.native(self._grp("Isend"))
+        if f is not None and type(tag) is int and tag <= TAG_BITS:
+            r = f.mpi_isend(buf, dest, tag, np.ndarray, Request, _SENT)   # sent at once, or None
+            if r is not None:
+                return r
         return _request(self._isend(buf, dest, tag, False, "Isend"))
 
     def Issend(self, buf: Any, dest: int, tag: int = 0) -> Request:  # noqa: N802

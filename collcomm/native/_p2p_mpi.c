@@ -1,5 +1,6 @@
-/* P2P.mpi_irecv: collcomm.MPI's ``Irecv`` of a plain array from one rank of this host with
- * an exact tag, in one call (included by _p2p_type.c after _p2p_batch.c).
+/* P2P.mpi_irecv / mpi_isend: collcomm.MPI's ``Irecv`` of a plain array from one rank of
+ * this host with an exact tag, and its ``Isend`` written at once, each in one call
+ * (included by _p2p_type.c after _p2p_batch.c).
  *
  * ``mpi_irecv(g, arr, local, tag, mask, ndarray, deferred, op, request)``: ``arr`` an exact
  * ``ndarray`` whose buffer is one-dimensional, C-contiguous, writable and numeric (what
@@ -86,5 +87,34 @@ static PyObject *P2P_mpi_irecv(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     SLOT_AT(req, m_req_slots.at[0]) = op;
     Py_DECREF(d);
     Py_DECREF(zero);
+    return req;
+}
+
+/* mpi_isend(buf, dst, tag, ndarray, request, op) -> Request | None: ``buf`` an exact
+ * ``ndarray`` written into the peer's ring at once as P2P.send(buf, dst, tag, 0) writes
+ * it, its Request holding ``op`` (MPI/_p2p.py's _SENT); None, having done nothing, where
+ * P2P.send declines (the Python code then takes its general way). */
+static PyObject *P2P_mpi_isend(P2P *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "mpi_isend(buf, dst, tag, ndarray, request, op)");
+        return NULL;
+    }
+    PyObject *rcls = args[4];
+    if (Py_TYPE(args[0]) != (PyTypeObject *)args[3] || !PyType_Check(rcls) ||
+        !slots_of(&m_req_slots, (PyTypeObject *)rcls, s_m_names + 7, 1))
+        Py_RETURN_NONE;
+    PyObject *zero = PyLong_FromLong(0);
+    if (zero == NULL)
+        return NULL;
+    PyObject *send_args[4] = {args[0], args[1], args[2], zero};
+    PyObject *sent = P2P_send(s, send_args, 4);
+    Py_DECREF(zero);
+    if (sent != Py_True)
+        return sent;                    /* None (declined) or NULL (failed) */
+    Py_DECREF(sent);
+    PyObject *req = ((PyTypeObject *)rcls)->tp_alloc((PyTypeObject *)rcls, 0);
+    if (req != NULL)
+        SLOT_AT(req, m_req_slots.at[0]) = Py_NewRef(args[5]);
     return req;
 }

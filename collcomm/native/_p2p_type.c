@@ -186,6 +186,8 @@ static PyMethodDef P2P_methods[] = {
                 "None (not a batch C takes: nothing done); see _p2p_batch.c"),
     P2PM(start, "start(recv, cls, g, arr, local, tag, sig, record[, mask]) -> the work of an isend "
                 "written at once or of an irecv deferred | None (nothing done); see _p2p_batch.c"),
+    P2PM(mpi_isend, "mpi_isend(buf, dst, tag, ndarray, request, op) -> collcomm.MPI Isend's "
+                    "Request (sent) | None (nothing done); see _p2p_mpi.c"),
     P2PM(mpi_irecv, "mpi_irecv(g, arr, local, tag, mask, ndarray, deferred, op, request) -> "
                     "collcomm.MPI Irecv's Request | None (nothing done); see _p2p_mpi.c"),
     {"own", (PyCFunction)P2P_own, METH_O,
