@@ -259,3 +259,67 @@ def test_allocate_after_a_late_mismatch() -> None:
     assert out[2] == ["MismatchError", "ok", "MismatchError", "6.0"], out   # in the call; then
     for seen in out[:2]:                  # the ABANDONED step's word in its next collective
         assert seen == ["ok", "ok", "MismatchError", "6.0"], out
+
+
+def _random_sequence(seed: int, steps: int) -> int:
+    """The same random sequence of calls on every rank (random roots, sizes from one
+    element to several slots, dtypes, list and flat forms, shared-heap roots, a rank now
+    and then in a call_timeout scope), every result checked."""
+    import contextlib
+    import random
+
+    import collcomm as dist
+    from collcomm import MPI
+
+    rng = random.Random(seed)
+    me, n = dist.get_rank(), dist.get_world_size()
+    kinds = ("bcast", "bcast", "bcast_heap", "scatter", "scatter_flat", "all_reduce", "gather",
+             "barrier", "all_to_all", "empty")
+    for step in range(steps):
+        kind, root = rng.choice(kinds), rng.randrange(n)
+        count, dt = rng.choice((1, 3, 64, 1000, 70_000, 300_000)), rng.choice(DTYPES[:3])
+        scoped = rng.random() < 0.15 and me == rng.randrange(n)
+        c = max(1, count // n)
+        with dist.call_timeout(60) if scoped else contextlib.nullcontext():
+            if kind in ("bcast", "bcast_heap"):
+                b = dist.empty(count, dt) if kind == "bcast_heap" else np.zeros(count, dt)
+                want = (np.arange(count) % 50).astype(dt)
+                b[:] = want if me == root else 0
+                dist.broadcast(b, src=root)
+                assert np.array_equal(b, want), (step, kind)
+            elif kind in ("scatter", "scatter_flat"):
+                big, out = (np.arange(n * c) % 31).astype(dt), np.zeros(c, dt)
+                if kind == "scatter":
+                    dist.scatter(out, [big[i * c:(i + 1) * c] for i in range(n)]
+                                 if me == root else None, src=root)
+                else:
+                    MPI.COMM_WORLD.Scatter(big if me == root else None, out, root=root)
+                assert np.array_equal(out, big[me * c:(me + 1) * c]), (step, kind)
+            elif kind == "all_reduce":
+                t = np.full(count, me + 1.0)
+                dist.all_reduce(t)
+                assert (t == n * (n + 1) / 2).all(), (step, kind)
+            elif kind == "gather":
+                outs = [np.zeros(c, dt) for _ in range(n)] if me == root else None
+                dist.gather(np.full(c, me, dt), outs, dst=root)
+                assert outs is None or all((outs[i] == i).all() for i in range(n)), (step, kind)
+            elif kind == "barrier":
+                dist.barrier()
+            elif kind == "all_to_all":
+                k = max(1, count // (4 * n))
+                out = np.zeros(n * k, "int32")
+                dist.all_to_all_single(out, np.full(n * k, me, "int32"))
+                assert np.array_equal(out, np.repeat(np.arange(n, dtype="int32"), k)), (step, kind)
+            else:
+                dist.empty(16, "float32")
+    return steps
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("n", [3, 4])
+def test_a_random_sequence_of_calls(n: int) -> None:
+    """Eager ranks beside a Python-path rank and a rank with the mode off, a random mix of
+    calls (the other collectives between the rooted ones, settling them)."""
+    done = run_ranks(_random_sequence, n, 7 + n, 150, timeout=200, env=EAGER,
+                     rank_env={1: {"COLLCOMM_NATIVE": "0"}, 2: {"COLLCOMM_EAGER_ROOTED": "0"}})
+    assert done == [150] * n
