@@ -79,12 +79,7 @@ def settle_early(arena: Arena, closing: bool = False) -> None:
     sig = core.settle(arena, not closing)
     if sig is None:
         return
-    try:
-        _verify(arena, core.lag_phase, sig)
-        text = "the ranks were not all in the same collective call"   # (settle saw they were not)
-    except MismatchError as exc:
-        text = str(exc)
-    text = f"{text} {EARLY_NOTE}"
+    text = f"{_mismatch_text(arena, core.lag_phase, sig)} {EARLY_NOTE}"
     if closing:
         import warnings
         warnings.warn(f"collcomm: {text}", RuntimeWarning, stacklevel=3)
@@ -101,15 +96,23 @@ def settle_early(arena: Arena, closing: bool = False) -> None:
 
 def _verify(arena: Arena, phase: int, mine: int) -> None:
     """After the sync: MismatchError unless every rank published signature ``mine``."""
+    text = _mismatch_text(arena, phase, mine)
+    if text:
+        raise MismatchError(text)
+
+
+def _mismatch_text(arena: Arena, phase: int, mine: int) -> str:
+    """What differs from signature ``mine`` in the ranks' words of ``phase`` ("": nothing)."""
     word = SIGNATURE_WORD + phase
     odd = [r for r in range(arena.n) if arena.get(r, word) != mine]
-    if odd:
-        ranks = arena.global_ranks
-        who = "; ".join(f"rank {ranks[r]} called {signature.describe(arena.get(r, word))} "
-                        f"(differs in {signature.differences(mine, arena.get(r, word))})" for r in odd)
-        raise MismatchError(f"rank {ranks[arena.rank]} called {signature.describe(mine)} but {who}: "
-                            "every rank must make the same collective calls in the same order, "
-                            "with the same dtype, count, root and op")
+    if not odd:
+        return ""
+    ranks = arena.global_ranks
+    who = "; ".join(f"rank {ranks[r]} called {signature.describe(arena.get(r, word))} "
+                    f"(differs in {signature.differences(mine, arena.get(r, word))})" for r in odd)
+    return (f"rank {ranks[arena.rank]} called {signature.describe(mine)} but {who}: every rank "
+            "must make the same collective calls in the same order, with the same dtype, count, "
+            "root and op")
 
 
 def arena_of(comm: ShmComm, collective: str) -> Arena:

@@ -284,6 +284,15 @@ static int sync_all(Core *c, PyObject *arena, Gil *gil)
 
 enum { PART_WHOLE, PART_START, PART_FINISH };
 
+/* Did every rank write `sig` in header word `w`? */
+static int all_signed(Core *c, int w, uint64_t sig)
+{
+    for (int r = 0; r < c->n; r++)
+        if (get(c, r, w) != sig)
+            return 0;
+    return 1;
+}
+
 /* Wait for rank r alone to reach target (wait_all's policy, checks and errors). */
 static int wait_one(Core *c, PyObject *arena, int r, uint64_t target, Gil *gil)
 {
@@ -302,9 +311,8 @@ static int wait_one(Core *c, PyObject *arena, int r, uint64_t target, Gil *gil)
  * reach the counter we reached then, and compares. Nobody writes this phase again before
  * we arrive once more, so the words compared are the call's.
  *
- * An eager rooted call (c->eager_wait, consumed here; whole calls only): a rank that needs
- * nobody's data this step (a broadcast or scatter root, its data staged; a gather's or
- * one-step reduce's sender) publishes and arrives and goes on; a broadcast's or scatter's
+ * An eager rooted call (c->eager_wait, consumed here; whole one-step broadcasts and
+ * scatters only): the root, its data staged, publishes and arrives and goes on; a
  * receiver waits for the root alone and compares its signature with the root's. The rest
  * (everybody's arrival, every signature) is left to `settle`, which our next use of the
  * arena runs first (core_call, the list calls, GroupComm.arena in Python, the group's
@@ -345,10 +353,7 @@ static int enter(Core *c, PyObject *arena, int phase, uint64_t sig, Gil *gil)
             return -1;
         }
     }
-    for (int r = 0; r < c->n; r++)
-        if (get(c, r, w) != sig)
-            return 1;
-    return 0;
+    return !all_signed(c, w, sig);
 }
 
 /* Settle a call left early (see enter): wait for everybody's arrival at it and compare
@@ -365,10 +370,8 @@ static int settle(Core *c, PyObject *arena, Gil *gil, int block)
     }
     if (wait_all(c, arena, c->lag_target, gil) < 0)
         return -1;
-    int w = c->w_signature + c->lag_phase;
-    for (int r = 0; r < c->n; r++)
-        if (get(c, r, w) != c->lag_sig)
-            return 1;
+    if (!all_signed(c, c->w_signature + c->lag_phase, c->lag_sig))
+        return 1;
     c->lag_target = 0;
     return 0;
 }

@@ -331,12 +331,11 @@ static PyObject *Fast_all_to_all(Fast *s, PyObject *const *args, Py_ssize_t narg
         status = PyLong_FromLong(ST_DONE);
     } else {   /* a2a_run straight away: no lists of counts, no argument objects */
         Core *core = (Core *)s->core;
-        Py_ssize_t stack[4 * 16], *tab = n <= 16 ? stack : PyMem_Malloc(sizeof(Py_ssize_t) * 4 * (size_t)n);
         int settled = fast_settle(s);
+        Py_ssize_t stack[4 * 16], *tab = settled != 0 ? NULL : n <= 16 ? stack
+                                       : PyMem_Malloc(sizeof(Py_ssize_t) * 4 * (size_t)n);
         if (settled != 0) {
             status = settled < 0 ? NULL : PyLong_FromLong(ST_REFUSE);
-            if (tab != stack)
-                PyMem_Free(tab);
         } else if (tab == NULL) {
             status = PyErr_NoMemory();
         } else {

@@ -141,6 +141,22 @@ static PyObject *batch_sent(PyTypeObject *sent, PyObject *g, PyObject *peer, PyO
     return w;
 }
 
+/* The engine's line of deferred receives, for one to join it (new reference in *held):
+ * 1; 0 not now (the engine busy, or no such list: the regular path); -1 an exception. */
+static int deferred_line(P2P *s, PyObject **held)
+{
+    *held = NULL;
+    int busy = p2p_engine_busy(s->engine);
+    if (busy)
+        return busy < 0 ? -1 : 0;
+    *held = PyObject_GetAttr(s->engine, s_p2p_deferred);
+    if (*held != NULL && PyList_Check(*held))
+        return 1;
+    int error = *held == NULL ? -1 : 0;
+    Py_CLEAR(*held);
+    return error;
+}
+
 /* A Deferred of class ``cls`` (deferred_make) joining the engine's line ``held``, as
  * core/p2p.py defer makes and holds it; NULL with an exception. */
 static PyObject *batch_deferred(PyTypeObject *cls, P2P *s, PyObject *held, PyObject *g,
@@ -178,22 +194,13 @@ static PyObject *P2P_batch(P2P *s, PyObject *const *args, Py_ssize_t nargs)
         PyObject *p = PySequence_Fast_GET_ITEM(ops, i);
         fit = Py_TYPE(p) == (PyTypeObject *)p2pop && batch_check(s, p, irecv, ndarray, sigs, &o[i]);
     }
-    if (fit) {
-        int busy = p2p_engine_busy(s->engine);
-        if (busy < 0)
-            goto done;
-        fit = !busy;
-    }
+    if (fit && (fit = deferred_line(s, &held)) < 0)
+        goto done;
     if (!fit) {
         works = Py_NewRef(Py_None);
         goto done;
     }
-    held = PyObject_GetAttr(s->engine, s_p2p_deferred);
-    if (held != NULL && !PyList_Check(held)) {
-        works = Py_NewRef(Py_None);
-        goto done;
-    }
-    works = held == NULL ? NULL : PyList_New(0);
+    works = PyList_New(0);
     for (Py_ssize_t i = 0; i < n && works != NULL; i++) {
         BatchOp *b = &o[i];
         PyObject *w = NULL, *rec = Py_None, *peer = PyLong_FromLong(b->pipe->peer);
@@ -272,14 +279,10 @@ static PyObject *P2P_start(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     if (!PyType_Check(cls) || (recv && !PyType_IsSubtype((PyTypeObject *)cls, &DeferredType)))
         Py_RETURN_NONE;
     if (recv) {
-        int busy = p2p_engine_busy(s->engine);
-        if (busy)
-            return busy < 0 ? NULL : Py_NewRef(Py_None);
-        PyObject *held = PyObject_GetAttr(s->engine, s_p2p_deferred);
-        if (held == NULL || !PyList_Check(held)) {
-            Py_XDECREF(held);
-            return held == NULL ? NULL : Py_NewRef(Py_None);
-        }
+        PyObject *held;
+        int line = deferred_line(s, &held);
+        if (line <= 0)
+            return line < 0 ? NULL : Py_NewRef(Py_None);
         if (record)
             rec = rec_p2p(&s->rw, s_rec_irecv, p->peer, s_rec_entered, rec_now(), 0.0);
         if (rec != NULL)

@@ -61,14 +61,10 @@ static PyObject *P2P_mpi_irecv(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     Pipe *p = fit ? p2p_pipe(s, local) : NULL;
     if (p == NULL || !p->has_in || p2p_tag(s, tag) == 0)
         Py_RETURN_NONE;
-    int busy = p2p_engine_busy(s->engine);
-    if (busy)
-        return busy < 0 ? NULL : Py_NewRef(Py_None);
-    PyObject *held = PyObject_GetAttr(s->engine, s_p2p_deferred);
-    if (held == NULL || !PyList_Check(held)) {
-        Py_XDECREF(held);
-        return held == NULL ? NULL : Py_NewRef(Py_None);
-    }
+    PyObject *held;
+    int line = deferred_line(s, &held);
+    if (line <= 0)
+        return line < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *zero = PyLong_FromLong(0);
     PyObject *d = zero == NULL ? NULL : batch_deferred((PyTypeObject *)dcls, s, held, g, arr,
                                                        local, tag, mask, zero, Py_None);
