@@ -39,6 +39,28 @@ else:
         reason = (f"not built ({exc}): collcomm was installed without a C compiler; it works "
                   "in pure Python (reinstall where one is available for the native core)")
 
+
+
+def _ndarray_probes() -> list[np.ndarray]:
+    """Arrays on which the core checks that it reads a numpy array's buffer as numpy's
+    getbuffer gives it (native/_ndarray.c): every built-in dtype the calls take, and the
+    shapes and flags that must be read right or declined."""
+    probes = [np.arange(6).astype(t) for t in ("?", "i1", "u1", "i2", "u2", "i4", "u4", "i8", "u8",
+                                               "f2", "f4", "f8", "c8", "c16", np.intc, np.uintc,
+                                               np.int_, np.uint, np.longlong, np.ulonglong)]
+    frozen = np.arange(5, dtype=np.float32)
+    frozen.flags.writeable = False
+    probes += [frozen, np.arange(12.0).reshape(3, 4), np.arange(12.0).reshape(3, 4)[:, 1],
+               np.array(7, np.int64), np.zeros(0, np.float32), np.arange(4, dtype=">f4"),
+               np.arange(6, dtype=np.float64)[::2], np.zeros((2, 0, 3), np.int16),
+               np.broadcast_to(np.arange(3.0), (2, 3))]
+    return probes
+
+
+if core is not None:
+    #: whether the core reads numpy arrays' buffers from their fields (else numpy's getbuffer)
+    ndarray_direct = bool(core.set_ndarray(np.ndarray, _ndarray_probes()))
+
 #: op names in the order of the C kernel table (AVG is SUM, then a division in Python)
 OPS = ("SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "LAND", "LOR", "LXOR")
 #: (kind, itemsize) -> the C dtype code; bfloat16 (uint16 bits) is BF16

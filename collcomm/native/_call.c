@@ -53,7 +53,7 @@ static int get_buffer(Call *k, PyObject *obj, int writable, char **data, Py_ssiz
             return 0;
         }
     Py_buffer *view = &k->bufs[k->nbufs];
-    if (PyObject_GetBuffer(obj, view, writable ? (PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+    if (nd_buffer(obj, view, writable ? (PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
                                                : PyBUF_C_CONTIGUOUS) < 0) {
         PyErr_Clear();   /* not contiguous, read-only, ...: the Python code says what is wrong */
         return -1;

@@ -22,7 +22,7 @@ static int fast_views(PyObject *seq, int n, int writable, int dt, Py_ssize_t kb,
     }
     PyObject **items = PySequence_Fast_ITEMS(seq);
     for (int i = 0; i < n; i++) {
-        int bad = PyObject_GetBuffer(items[i], &v[i], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT |
+        int bad = nd_buffer(items[i], &v[i], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT |
                                      (writable ? PyBUF_WRITABLE : 0)) < 0;
         if (bad)
             PyErr_Clear();
@@ -189,7 +189,7 @@ static PyObject *fast_list(Fast *s, PyObject *const *args, int fc, long root, Py
     int gather = fc != FC_SCATTER, n = s->size;
     PyObject *list = gather ? args[1] : args[0];
     Py_buffer one, *v;
-    if (PyObject_GetBuffer(gather ? args[0] : args[1], &one, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT |
+    if (nd_buffer(gather ? args[0] : args[1], &one, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT |
                            (gather ? 0 : PyBUF_WRITABLE)) < 0) {
         PyErr_Clear();
         Py_RETURN_NONE;

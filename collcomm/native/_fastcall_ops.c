@@ -45,7 +45,7 @@ static int fast_pair(Pair *p, PyObject *a, PyObject *b, int same_ok)
             continue;
         }
         int written = i == 1 || (same_ok && obj[1] == obj[0]);
-        if (PyObject_GetBuffer(obj[i], &p->v[i], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT |
+        if (nd_buffer(obj[i], &p->v[i], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT |
                                (written ? PyBUF_WRITABLE : 0)) < 0) {
             PyErr_Clear();
             return -1;
@@ -191,12 +191,12 @@ static PyObject *fast_all_gather(Fast *s, PyObject *const *args, Py_ssize_t narg
                                   : Py_NewRef(Py_None);
     Pair p = {.held = {0, 0}, .writable = {0, 1}, .obj = {args[0], args[1]}};
     Py_buffer *sv = &p.v[0], *rv = &p.v[1];
-    if (PyObject_GetBuffer(args[1], rv, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+    if (nd_buffer(args[1], rv, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
         PyErr_Clear();
         Py_RETURN_NONE;
     }
     p.held[1] = 1;
-    if (PyObject_GetBuffer(args[0], sv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+    if (nd_buffer(args[0], sv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
         PyErr_Clear();
         fast_release(&p);
         Py_RETURN_NONE;

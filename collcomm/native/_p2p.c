@@ -33,8 +33,8 @@
 #define P2P_YIELD_NS 2000000LL
 
 static PyObject *s_p2p_aborted, *s_p2p_closed, *s_p2p_lost, *s_p2p_posted, *s_p2p_unexpected,
-    *s_p2p_peer, *s_p2p_tag, *s_p2p_mask, *s_p2p_source, *s_p2p_waiter, *s_p2p_head,
-    *s_p2p_tail, *s_p2p_chclosed, *s_p2p_deferred;
+    *s_p2p_peer, *s_p2p_tag, *s_p2p_mask, *s_p2p_source, *s_p2p_waiter,
+    *s_p2p_chclosed, *s_p2p_deferred;
 
 typedef struct {
     PyObject_HEAD
@@ -45,11 +45,15 @@ typedef struct {
     uint64_t out_ring, in_ring, eager;
     long peer;                           /* global rank */
     int has_out, has_in;
+    int closed;                          /* the channel's ``closed`` (its setter keeps it) */
 } Pipe;
 
 typedef struct {
     PyObject_HEAD
     PyObject *engine, *check, *pipes;    /* pipes: tuple (local rank -> Pipe or None) */
+    /* the engine's ``health`` bytearray (byte 0: aborted, closed or a peer lost), its
+     * ``_deferred`` list and ``_defer_mutex``, read once: none is ever replaced */
+    PyObject *health, *deferred, *defer_mutex;
     uint64_t tag_base;
     long long spin_ns;
     int yields, paused;
@@ -178,12 +182,13 @@ static void p2p_release(PyObject *release)   /* keeps a pending exception */
 
 /* -------------------------------------------------------------- small helpers */
 
-static int p2p_set(PyObject *o, PyObject *name, uint64_t v)
+/* An int the package made (a signature, a tag mask: 0 .. 2**64 - 1) as a uint64_t.
+ * PyLong_AsUnsignedLongLong goes through a byte array for any value past 30 bits, most
+ * signatures (~190 instructions, four times per exchange); the mask conversion is a loop
+ * over the digits. Not for user values: it does not refuse a negative or wider int. */
+static inline uint64_t p2p_u64(PyObject *o)
 {
-    PyObject *n = PyLong_FromUnsignedLongLong(v);
-    int rc = n == NULL ? -1 : PyObject_SetAttr(o, name, n);
-    Py_XDECREF(n);
-    return rc;
+    return PyLong_AsUnsignedLongLongMask(o);
 }
 
 /* The Pipe of local rank r, or NULL (no exception). */
@@ -215,7 +220,7 @@ static uint64_t p2p_tag(P2P *s, PyObject *t)
 
 static int p2p_buffer(PyObject *o, Py_buffer *b, int writable)
 {
-    if (PyObject_GetBuffer(o, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT |
+    if (nd_buffer(o, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT |
                                      (writable ? PyBUF_WRITABLE : 0)) < 0) {
         PyErr_Clear();
         return -1;
@@ -298,9 +303,7 @@ static long long pipe_recv(P2P *s, Pipe *p, uint8_t *dst, uint64_t cap, uint64_t
             if (take) {
                 tail += length;
                 __atomic_store_n(&p->in_ctl[8], tail, __ATOMIC_RELEASE);
-                gil_take(&gil);
-                if (p2p_set(p->channel, s_p2p_tail, tail) < 0)
-                    return -1;
+                gil_take(&gil);               /* (the channel's tail is that word) */
                 if (take == 2)
                     return (long long)nbytes;
                 continue;

@@ -96,12 +96,12 @@ static int batch_check(P2P *s, PyObject *p, PyObject *irecv, PyObject *ndarray, 
         o->local = o->pipe == NULL ? -1 : PyLong_AsLong(peer);
         fit = o->pipe != NULL && p2p_tag(s, tag) != 0 && (o->recv ? o->pipe->has_in : o->pipe->has_out);
     }
-    PyObject *dtype = fit ? PyObject_GetAttr(arr, s_b_dtype) : NULL;
+    PyObject *dtype = fit ? nd_dtype(arr, s_b_dtype) : NULL;
     PyObject *sig = dtype == NULL ? NULL : PyDict_GetItemWithError(sigs, dtype);
     Py_XDECREF(dtype);
     if (sig != NULL && PyLong_Check(sig)) {
         o->wire_tag = p2p_tag(s, tag);
-        o->wire_sig = PyLong_AsUnsignedLongLong(sig);
+        o->wire_sig = p2p_u64(sig);
     }
     fit = sig != NULL && PyLong_Check(sig) && !PyErr_Occurred() &&
           p2p_buffer(arr, &o->buf, o->recv) == 0;
@@ -146,10 +146,10 @@ static PyObject *batch_sent(PyTypeObject *sent, PyObject *g, PyObject *peer, PyO
 static int deferred_line(P2P *s, PyObject **held)
 {
     *held = NULL;
-    int busy = p2p_engine_busy(s->engine);
+    int busy = p2p_engine_busy(s);
     if (busy)
         return busy < 0 ? -1 : 0;
-    *held = PyObject_GetAttr(s->engine, s_p2p_deferred);
+    *held = p2p_engine_list(s);
     if (*held != NULL && PyList_Check(*held))
         return 1;
     int error = *held == NULL ? -1 : 0;

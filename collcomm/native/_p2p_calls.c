@@ -54,14 +54,10 @@ static int p2p_write(P2P *s, Pipe *p, const Py_buffer *b, uint64_t tag, uint64_t
         return got;
     int rc = 0;
     uint64_t head;
-    PyObject *closed = PyObject_GetAttr(p->channel, s_p2p_chclosed);
-    if (closed == NULL)
-        rc = -1;
-    else if (closed == Py_False && pipe_append(p, b->buf, (uint64_t)b->len, tag, sig, &head)) {
-        rc = p2p_set(p->channel, s_p2p_head, head) < 0 ? -1 : 1;
+    if (!p->closed && pipe_append(p, b->buf, (uint64_t)b->len, tag, sig, &head)) {
+        rc = 1;                           /* (the channel's head is the ring's word) */
         s->sends++;
     }
-    Py_XDECREF(closed);
     p2p_release(p->send_release);
     return rc;
 }
@@ -78,12 +74,12 @@ static PyObject *P2P_send(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     uint64_t tag = p == NULL ? 0 : p2p_tag(s, args[2]);
     if (tag == 0 || !p->has_out || !PyLong_Check(args[3]))
         Py_RETURN_NONE;
-    uint64_t sig = PyLong_AsUnsignedLongLong(args[3]);
+    uint64_t sig = p2p_u64(args[3]);
     if (PyErr_Occurred()) {
         PyErr_Clear();
         Py_RETURN_NONE;
     }
-    int busy = p2p_engine_busy(s->engine);
+    int busy = p2p_engine_busy(s);
     if (busy)
         return busy < 0 ? NULL : Py_NewRef(Py_None);
     Py_buffer b;
@@ -125,16 +121,16 @@ static PyObject *P2P_recv(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     uint64_t tag = p == NULL ? 0 : p2p_tag(s, args[2]);
     if (tag == 0 || !p->has_in || !PyLong_Check(args[3]) || !PyLong_Check(args[4]))
         Py_RETURN_NONE;
-    uint64_t mask = PyLong_AsUnsignedLongLong(args[3]);
-    uint64_t sig = PyLong_AsUnsignedLongLong(args[4]);
+    uint64_t mask = p2p_u64(args[3]);
+    uint64_t sig = p2p_u64(args[4]);
     if (PyErr_Occurred()) {
         PyErr_Clear();
         Py_RETURN_NONE;
     }
     mask = ~P2P_USER | (mask & P2P_USER);   /* context and kind bits always compared */
-    int busy = p2p_engine_busy(s->engine);
+    int busy = p2p_engine_busy(s);
     if (!busy && !own)           /* receives deferred before this one: theirs first */
-        busy = p2p_engine_deferred(s->engine);
+        busy = p2p_engine_deferred(s);
     if (busy)
         return busy < 0 ? NULL : Py_NewRef(Py_None);
     Py_buffer b;

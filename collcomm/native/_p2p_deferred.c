@@ -43,6 +43,8 @@ static int d_none(PyObject *o) { return o == NULL || o == Py_None; }
 /* current_timeout(g.timeout): the innermost call_timeout of this thread, else the group's */
 static PyObject *d_current_timeout(PyObject *g)
 {
+    if (fast_timeout_scopes == 0)      /* no scope open in any thread (core/timeouts.py) */
+        return PyObject_GetAttr(g, s_d_timeout);
     PyObject *t = PyObject_GetAttr(d_local, s_d_timeout);
     if (t == NULL || t != Py_None)
         return t;
@@ -116,9 +118,20 @@ static int deferred_done(Deferred *d, PyObject *n)
  * count checked. 1, 0, or -1 with an exception. */
 static int d_is_work(Deferred *d)
 {
+    /* the answer for the last class asked (a strong reference: its address is not reused;
+     * a class attribute the package sets once, at class creation) */
+    static PyTypeObject *last_type;
+    static int last_work;
+    if (Py_TYPE(d) == last_type)
+        return last_work;
     PyObject *is_work = PyObject_GetAttr((PyObject *)Py_TYPE(d), s_d_is_work);
     int work = is_work == NULL ? -1 : PyObject_IsTrue(is_work);
     Py_XDECREF(is_work);
+    if (work >= 0) {
+        Py_INCREF(Py_TYPE(d));
+        Py_XSETREF(last_type, Py_TYPE(d));
+        last_work = work;
+    }
     return work;
 }
 
@@ -155,12 +168,14 @@ static PyObject *d_fast(Deferred *d)
         Py_DECREF(n);
         return Py_NewRef(d->status);
     }
-    PyObject *want = PyObject_GetAttr(d->arr, s_d_nbytes);
-    int right = want == NULL ? -1 : PyObject_RichCompareBool(n, want, Py_EQ);
-    Py_XDECREF(want);
+    Py_ssize_t want = nd_nbytes(d->arr, s_d_nbytes);
+    Py_ssize_t got = want < 0 ? -1 : PyLong_AsSsize_t(n);
     Py_DECREF(n);
-    if (right <= 0)
+    if (want < 0 || got != want) {
+        if (want >= 0)
+            PyErr_Clear();           /* (a count past Py_ssize_t is not the size either) */
         return NULL;                 /* the size error: _wait raises it */
+    }
     d->ok = 1;
     Py_RETURN_TRUE;
 }
@@ -194,7 +209,7 @@ static PyObject *deferred_make(PyTypeObject *cls, P2P *s, PyObject *g, PyObject 
 {
     PyObject *limit = d_current_timeout(g);
     PyObject *tag = limit == NULL ? NULL
-        : PyLong_FromUnsignedLongLong(s->tag_base | (PyLong_AsUnsignedLongLong(utag) & P2P_USER));
+        : PyLong_FromUnsignedLongLong(s->tag_base | (p2p_u64(utag) & P2P_USER));
     Deferred *d = tag == NULL || PyErr_Occurred() ? NULL : (Deferred *)cls->tp_alloc(cls, 0);
     if (d == NULL) {
         Py_XDECREF(limit);

@@ -4,8 +4,11 @@
 
 /* 1 if the engine is aborted/closed or has lost a peer (the Python path decides), 0 if
  * not, -1 on error. */
-static int p2p_engine_busy(PyObject *eng)
+static int p2p_engine_busy(P2P *s)
 {
+    if (s->health != NULL)
+        return PyByteArray_GET_SIZE(s->health) < 1 || PyByteArray_AS_STRING(s->health)[0] != 0;
+    PyObject *eng = s->engine;
     PyObject *a = PyObject_GetAttr(eng, s_p2p_aborted);
     if (a == NULL)
         return -1;
@@ -90,9 +93,14 @@ static int p2p_engine_claims(PyObject *eng, long src, uint64_t tag, uint64_t mas
  * before this one whose native wait is still to come, see core/p2p.py Deferred), 0 if
  * not, -1 on error. A new receive leaves them to the regular path, which posts them
  * first (Engine.irecv), so it cannot overtake them. */
-static int p2p_engine_deferred(PyObject *eng)
+static PyObject *p2p_engine_list(P2P *s)   /* engine._deferred, a new reference */
 {
-    PyObject *lst = PyObject_GetAttr(eng, s_p2p_deferred);
+    return s->deferred ? Py_NewRef(s->deferred) : PyObject_GetAttr(s->engine, s_p2p_deferred);
+}
+
+static int p2p_engine_deferred(P2P *s)
+{
+    PyObject *lst = p2p_engine_list(s);
     if (lst == NULL)
         return -1;
     int held = !PyList_Check(lst) || PyList_GET_SIZE(lst) != 0;

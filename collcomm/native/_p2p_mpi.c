@@ -52,7 +52,7 @@ static PyObject *P2P_mpi_irecv(P2P *s, PyObject *const *args, Py_ssize_t nargs)
         !slots_of(&m_req_slots, (PyTypeObject *)rcls, s_m_names + 7, 1))
         Py_RETURN_NONE;
     Py_buffer v;
-    if (PyObject_GetBuffer(arr, &v, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+    if (nd_buffer(arr, &v, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
         PyErr_Clear();
         Py_RETURN_NONE;
     }

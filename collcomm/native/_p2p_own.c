@@ -131,8 +131,9 @@ static PyObject *P2P_own(P2P *s, PyObject *d)
     if (s->engine == NULL || s->paused || !PyObject_TypeCheck(d, &DeferredType))
         Py_RETURN_FALSE;
     Deferred *c = (Deferred *)d;
-    PyObject *held = PyObject_GetAttr(s->engine, s_p2p_deferred);
-    PyObject *mutex = held == NULL ? NULL : PyObject_GetAttr(s->engine, s_own_mutex);
+    PyObject *held = p2p_engine_list(s);
+    PyObject *mutex = held == NULL ? NULL
+                    : s->defer_mutex ? Py_NewRef(s->defer_mutex) : PyObject_GetAttr(s->engine, s_own_mutex);
     PyObject *result = NULL;
     if (mutex == NULL)
         goto done;

@@ -55,7 +55,10 @@ static int Pipe_init(Pipe *self, PyObject *args, PyObject *kwds)
     }
     Py_XDECREF(send_lock);
     Py_XDECREF(poll_lock);
-    if (PyErr_Occurred())
+    PyObject *closed = PyErr_Occurred() ? NULL : PyObject_GetAttr(channel, s_p2p_chclosed);
+    self->closed = closed == NULL ? 1 : PyObject_IsTrue(closed);
+    Py_XDECREF(closed);
+    if (PyErr_Occurred() || self->closed < 0)
         return -1;
     Py_INCREF(channel);
     self->channel = channel;
@@ -96,6 +99,12 @@ static void Pipe_dealloc(Pipe *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+static PyMemberDef Pipe_members[] = {
+    {"closed", T_INT, offsetof(Pipe, closed), 0,
+     "non-zero once the channel is closed: nothing more is written to its ring"},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyTypeObject PipeType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "collcomm.native._shmcore.Pipe",
@@ -107,6 +116,7 @@ static PyTypeObject PipeType = {
     .tp_traverse = (traverseproc)Pipe_traverse,
     .tp_clear = (inquiry)Pipe_clear,
     .tp_dealloc = (destructor)Pipe_dealloc,
+    .tp_members = Pipe_members,
 };
 
 /* P2P(engine, check, pipes, tag_base, spin_ns, yields, append=None, obs_index=0, pkg=""):
@@ -139,6 +149,17 @@ static int P2P_init(P2P *self, PyObject *args, PyObject *kwds)
         Py_XSETREF(*slots[i], values[i]);
     }
     self->tag_base = tag_base;
+    /* optional (another engine type: the attribute path); a health byte of any other kind
+     * is not trusted */
+    PyObject *health = PyObject_GetAttrString(engine, "health");
+    if (health != NULL && !PyByteArray_CheckExact(health))
+        Py_CLEAR(health);
+    Py_XSETREF(self->health, health);
+    Py_XSETREF(self->deferred, PyObject_GetAttr(engine, s_p2p_deferred));
+    Py_XSETREF(self->defer_mutex, PyObject_GetAttr(engine, s_own_mutex));
+    if (self->deferred != NULL && !PyList_CheckExact(self->deferred))
+        Py_CLEAR(self->deferred);
+    PyErr_Clear();
     return 0;
 }
 
@@ -147,6 +168,9 @@ static int P2P_traverse(P2P *self, visitproc visit, void *arg)
     Py_VISIT(self->engine);
     Py_VISIT(self->check);
     Py_VISIT(self->pipes);
+    Py_VISIT(self->health);
+    Py_VISIT(self->deferred);
+    Py_VISIT(self->defer_mutex);
     return rec_traverse(&self->rw, visit, arg);
 }
 
@@ -155,6 +179,9 @@ static int P2P_clear(P2P *self)
     Py_CLEAR(self->engine);
     Py_CLEAR(self->check);
     Py_CLEAR(self->pipes);
+    Py_CLEAR(self->health);
+    Py_CLEAR(self->deferred);
+    Py_CLEAR(self->defer_mutex);
     rec_clear(&self->rw);
     self->paused = 1;     /* a cleared P2P never runs a call again */
     return 0;
@@ -230,7 +257,7 @@ static int p2p_module_init(PyObject *m)
         {&s_p2p_aborted, "_aborted"}, {&s_p2p_closed, "_closed"}, {&s_p2p_lost, "lost"},
         {&s_p2p_posted, "_posted"}, {&s_p2p_unexpected, "_unexpected"}, {&s_p2p_peer, "peer"},
         {&s_p2p_tag, "tag"}, {&s_p2p_mask, "mask"}, {&s_p2p_source, "source"},
-        {&s_p2p_waiter, "waiter"}, {&s_p2p_head, "head"}, {&s_p2p_tail, "tail"},
+        {&s_p2p_waiter, "waiter"},
         {&s_p2p_chclosed, "closed"}, {&s_p2p_deferred, "_deferred"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)

@@ -43,6 +43,7 @@
 
 /* ------------------------------------------------------------------ the parts, in order */
 #include "_dtypes.c"            /* dtype and op codes; float16/bfloat16 <-> float32 */
+#include "_ndarray.c"           /* a numpy array's buffer read from its fields */
 #include "_kernels.c"           /* acc (op)= other, per dtype x op; KERNELS; kernel_for */
 #include "_arena_sync.c"        /* Core; header words; the GIL; the counter barrier */
 #include "_call.c"              /* one call's state, buffers, peers' data, argument parsing */
@@ -139,6 +140,8 @@ static PyObject *mod_set_ties(PyObject *m, PyObject *args)
 static PyMethodDef module_methods[] = {
     {"combine", (PyCFunction)(void (*)(void))mod_combine, METH_FASTCALL,
      "combine(code, acc, other): acc = acc (op) other, elementwise, in place"},
+    {"set_ndarray", mod_set_ndarray, METH_VARARGS,
+     "set_ndarray(ndarray, probes): read arrays' buffers from their fields if the probes agree"},
     {"timeout_scope", mod_timeout_scope, METH_O,
      "timeout_scope(delta): call_timeout scopes opened/closed; returns how many are open"},
     {"set_ties", mod_set_ties, METH_VARARGS,

@@ -99,6 +99,9 @@ class Engine(DeferredReceives, EngineWaiting, Transport):
         self._resume: Any = None                 # has TCP's I/O thread take over (a wait that does not drive)
         self._aborted: BaseException | None = None
         self._closed = False
+        # byte 0 is 1 once the engine is aborted or closed or has lost a peer (it never goes
+        # back): what the native point-to-point calls read instead of those three attributes
+        self.health = bytearray(1)
         self._news = threading.Event()          # set when a message joins the unexpected list
         # receives whose posting is deferred to their wait (core/p2p.py Deferred), in
         # posting order; every receive posted here comes after them (post_deferred)
@@ -218,6 +221,7 @@ class Engine(DeferredReceives, EngineWaiting, Transport):
         with self._lock:
             if self._aborted is None:
                 self._aborted = exc
+            self.health[0] = 1
             posted, self._posted = self._posted, []
         for req in posted:
             req.fail(exc)
@@ -228,6 +232,7 @@ class Engine(DeferredReceives, EngineWaiting, Transport):
         if self._closed:
             return
         self._closed = True
+        self.health[0] = 1
         for ch in list(self.channels.values()):
             ch.close()
         self.heap.clear()
@@ -296,6 +301,7 @@ class Engine(DeferredReceives, EngineWaiting, Transport):
             if peer in self.lost:
                 return
             self.lost[peer] = exc
+            self.health[0] = 1
             if crashed:
                 self.crashed.add(peer)
             doomed = [r for r in self._posted if r.peer == peer]

@@ -79,8 +79,6 @@ class ShmChannel(StagedBodies):
         self.my_slot = my_slot
         self.held: dict[int, np.ndarray] = {}    # PRIVATE messages the peer has yet to read
         self.next_private = 1
-        self.head = int(self.out.ctl[0])
-        self.tail = int(self.inp.ctl[8])
         self.send_lock = threading.Lock()   # a leaf: staging and writing records, ``closed``
         self.poll_lock = threading.Lock()   # the consumer's; only tried (acquire(blocking=False))
         self.n_segments = 0
@@ -89,8 +87,38 @@ class ShmChannel(StagedBodies):
         self.staged_ids: dict[str, int] = {}                # pooled name -> its last message's id
         self.next_staged = 1
         self.mapped: dict[str, mmap.mmap] = {}              # pooled segments of the peer, receiver side
-        self.closed = False
+        self._closed = False
         self._pipe: Any = None
+
+    # The producer's head and the consumer's tail are the rings' own control words (only
+    # this side writes each): the native calls move them without touching this object.
+    @property
+    def head(self) -> int:
+        return int(self.out.ctl[0])
+
+    @head.setter
+    def head(self, value: int) -> None:
+        self.out.ctl[0] = value
+
+    @property
+    def tail(self) -> int:
+        return int(self.inp.ctl[8])
+
+    @tail.setter
+    def tail(self, value: int) -> None:
+        self.inp.ctl[8] = value
+
+    @property
+    def closed(self) -> bool:
+        """Set once, under ``send_lock`` (close): no record is written after it; the
+        native Pipe keeps a copy it reads instead."""
+        return self._closed
+
+    @closed.setter
+    def closed(self, value: bool) -> None:
+        self._closed = value
+        if self._pipe is not None:
+            self._pipe.closed = int(value)
 
     def pipe(self) -> Any:
         """This channel's rings seen from C (``collcomm.native``'s ``Pipe``, see
@@ -204,7 +232,6 @@ class ShmChannel(StagedBodies):
         data[off + HEADER.size:off + HEADER.size + len(body)] = body
         HEADER.pack_into(data, off, need, kind, tag, nbytes, aux, sig)
         self.head += need + pad
-        self.out.ctl[0] = self.head
         return True
 
     # -- receiving ---------------------------------------------------------------------------
@@ -224,7 +251,6 @@ class ShmChannel(StagedBodies):
                 body = data[off + HEADER.size:off + HEADER.size + nbytes]   # the common case, inline
                 self.engine.arrived(self.peer, tag, nbytes, _RingBody(body), sig)
                 self.tail += length
-                inp.ctl[8] = self.tail
         finally:
             self.poll_lock.release()
 
@@ -255,7 +281,6 @@ class ShmChannel(StagedBodies):
         elif kind == PRIVATE:
             self._take_private(tag, nbytes, aux, PRIVATE_ID.unpack_from(data, off + HEADER.size)[0], sig)
         self.tail += length
-        inp.ctl[8] = self.tail
 
     def _drop_replaced(self, name: str) -> None:
         """A new pooled segment ``name`` takes the pool slot of one we have mapped (the
