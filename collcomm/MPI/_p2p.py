@@ -68,6 +68,16 @@ def _rtag(tag: int, call: str) -> tuple[int, int]:
     return _stag(tag, call), EXACT
 
 
+def _native_tag(tag: Any) -> tuple[int, int] | None:
+    """(tag, mask) of a receive's ``tag`` for the native calls (``ANY_TAG``: any user
+    tag, the message's read back from ``P2P.last_tag``), None for anything else."""
+    if type(tag) is not int:
+        return None
+    if tag == ANY_TAG:
+        return 0, WILD
+    return (tag, EXACT) if 0 <= tag <= TAG_BITS else None
+
+
 def _null_status(status: Status | None) -> None:
     if status is not None:
         status._set(PROC_NULL, ANY_TAG, 0)
@@ -126,10 +136,10 @@ class _Recv:
 
 
 class _NativeRecv:
-    """``Irecv`` from one rank with an exact tag, started natively (a core Deferred, whose
-    wait receives in C): source and tag are known from the start, so its wait only takes
-    the byte count; a synchronous send's message (which C leaves to the Python receive)
-    is finished and acked as :class:`_Recv` does."""
+    """``Irecv`` from one rank, started natively (a core Deferred, whose wait receives in
+    C): the source is known from the start, so its wait only takes the byte count and the
+    tag (an ``ANY_TAG`` receive's is the message's); a synchronous send's message (which
+    C leaves to the Python receive) is finished and acked as :class:`_Recv` does."""
 
     __slots__ = ("_g", "_h", "_done", "source", "tag", "nbytes", "cancelled")
     value = None
@@ -144,7 +154,7 @@ class _NativeRecv:
             if st.tag & SYNC:
                 _Recv._finish(self, st)    # type: ignore[arg-type]
             else:
-                self.nbytes, self._done = st.nbytes, True
+                self.tag, self.nbytes, self._done = st.tag & TAG_BITS, st.nbytes, True
 
     def test(self) -> bool:
         if not self._done and self._h.test():
@@ -261,26 +271,27 @@ class PointToPoint:
     def Recv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG,  # noqa: N802
              status: Status | None = None) -> None:
         f = p2p.native(self._grp("Recv"))
-        if f is not None and type(buf) is np.ndarray and type(tag) is int and 0 <= tag <= TAG_BITS:
+        tm = _native_tag(tag) if f is not None and type(buf) is np.ndarray else None
+        if tm is not None:
             try:
-                n = f.recv(buf, source, tag, EXACT, 0)     # specific source, exact tag only
+                n = f.recv(buf, source, tm[0], tm[1], 0)     # a specific source only
             except CollcommError as exc:
                 raise translate(exc) from exc
             if n is not None:
                 if status is not None:
-                    status._set(source, tag, n)
+                    status._set(source, f.last_tag & TAG_BITS, n)
                 return
         self._complete(self._irecv(buf, source, tag, "Recv"), status)
 
     def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:  # noqa: N802
         g = self._grp("Irecv")
         f = p2p.native(g)
-        if (f is not None and type(source) is int and type(tag) is int
-                and 0 <= source < g.size and source != g.rank and 0 <= tag <= TAG_BITS):
+        tm = _native_tag(tag) if f is not None and type(source) is int else None
+        if tm is not None and 0 <= source < g.size and source != g.rank:
             # _irecv's native start, its Request and op made in C (native/_p2p_mpi.c checks
             # the array: a plain 1-D C-contiguous writable numeric ndarray), without the
             # argument conversions; None: the general way
-            r = f.mpi_irecv(g, buf, source, tag, EXACT, np.ndarray, p2p.Deferred, _NativeRecv,
+            r = f.mpi_irecv(g, buf, source, tm[0], tm[1], np.ndarray, p2p.Deferred, _NativeRecv,
                             Request)
             if r is not None:
                 return r
@@ -290,21 +301,22 @@ class PointToPoint:
                  source: int = ANY_SOURCE, recvtag: int = ANY_TAG, status: Status | None = None) -> None:
         g = self._grp("Sendrecv")
         f = p2p.native(g)
+        tm = _native_tag(recvtag)
         if (f is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray
-                and type(sendtag) is int and sendtag <= TAG_BITS and type(recvtag) is int
-                and 0 <= recvtag <= TAG_BITS and type(source) is int and 0 <= source < g.size
+                and type(sendtag) is int and sendtag <= TAG_BITS and tm is not None
+                and type(source) is int and 0 <= source < g.size
                 and recvbuf.dtype in _BY_NUMPY and recvbuf.flags.writeable
                 and recvbuf.flags.c_contiguous and f.send(sendbuf, dest, sendtag, 0)):
             # sent (the receive's arguments were valid, so the regular path would have sent
             # it too); the receive in C, or the regular way if C leaves it
             try:
-                n = f.recv(recvbuf, source, recvtag, EXACT, 0)
+                n = f.recv(recvbuf, source, tm[0], tm[1], 0)
             except CollcommError as exc:
                 raise translate(exc) from exc
             if n is None:
                 self._complete(self._irecv(recvbuf, source, recvtag, "Sendrecv"), status)
             elif status is not None:
-                status._set(source, recvtag, n)
+                status._set(source, f.last_tag & TAG_BITS, n)
             return
         r = self._irecv(recvbuf, source, recvtag, "Sendrecv")
         s = self._isend(sendbuf, dest, sendtag, False, "Sendrecv")

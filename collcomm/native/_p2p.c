@@ -24,6 +24,11 @@
 #define P2P_PAD 3
 #define P2P_ABORT_SIG (0xFULL << 60)     /* transport.base.ABORT_SIG */
 #define P2P_USER ((1ULL << 35) - 1)      /* core.tags.MAX_USER_TAG */
+/* The user tag proper (MPI's TAG_UB): a receive whose mask leaves some of these bits out
+ * (collcomm.MPI's ANY_TAG) takes a message whatever they hold; every other bit of the
+ * message's tag must be the receive's (MPI's SYNC, ACK, BODY flags: a synchronous send's
+ * message, which needs an ack, is left to the Python code) */
+#define P2P_WILD_BITS ((1ULL << 31) - 1)
 #define P2P_CHECK_NS 100000000LL
 /* A receive waiting on an empty ring yields the CPU for at least this long (after its
  * spin, whatever the yield count) before it sleeps: a ring has no wake-up, so a sleeping
@@ -59,6 +64,7 @@ typedef struct {
     int yields, paused;
     int steal;                           /* set by another thread: a waiting receive leaves */
     unsigned long long sends, recvs;     /* calls done here (tests check the path) */
+    unsigned long long last_tag;         /* the wire tag of the last message received here */
     RecWriter rw;                        /* the flight recorder's records (_record.c) */
 } P2P;
 
@@ -292,12 +298,14 @@ static long long pipe_recv(P2P *s, Pipe *p, uint8_t *dst, uint64_t cap, uint64_t
             memcpy(&rsig, rec + 32, 8);
             int take = kind == P2P_PAD;
             if (!take && !((rtag ^ tag) & mask)) {        /* the first message it matches */
-                if (kind != P2P_INLINE || rtag != tag || nbytes > cap || rsig == P2P_ABORT_SIG ||
+                if (kind != P2P_INLINE || ((rtag ^ tag) & ~P2P_WILD_BITS) || nbytes > cap ||
+                    rsig == P2P_ABORT_SIG ||
                     (sig && rsig && sig != rsig)) {
                     gil_take(&gil);
                     return -2;                             /* left in the ring for Python */
                 }
                 memcpy(dst, rec + P2P_HDR, nbytes);
+                s->last_tag = rtag;
                 take = 2;
             }
             if (take) {

@@ -93,9 +93,13 @@ static int d_own_failed(Deferred *d)
 }
 
 /* Deferred._done(n) in C (P2P.own calls it): the status Status(g.ranks[local], n, tag)
- * (made without its __init__ frame) and the record marked completed. 0, or -1. */
-static int deferred_done(Deferred *d, PyObject *n)
+ * (made without its __init__ frame) and the record marked completed; `wire_tag` the
+ * message's tag (the receive's, but for the bits a wildcard mask leaves out). 0, or -1. */
+static int deferred_done(Deferred *d, PyObject *n, uint64_t wire_tag)
 {
+    PyObject *tag = p2p_u64(d->tag) == wire_tag ? Py_NewRef(d->tag) : PyLong_FromUnsignedLongLong(wire_tag);
+    if (tag == NULL)
+        return -1;
     PyObject *ranks = PyObject_GetAttr(d->g, s_d_ranks);
     PyObject *src = ranks == NULL ? NULL : PyObject_GetItem(ranks, d->local);
     Py_XDECREF(ranks);
@@ -103,9 +107,10 @@ static int deferred_done(Deferred *d, PyObject *n)
     PyObject *st = src == NULL ? NULL : t->tp_alloc(t, 0);
     if (st != NULL && (PyObject_SetAttr(st, s_d_source, src) < 0 ||
                        PyObject_SetAttr(st, s_d_nbytes, n) < 0 ||
-                       PyObject_SetAttr(st, s_p2p_tag, d->tag) < 0))
+                       PyObject_SetAttr(st, s_p2p_tag, tag) < 0))
         Py_CLEAR(st);
     Py_XDECREF(src);
+    Py_DECREF(tag);
     if (st == NULL)
         return -1;
     Py_XSETREF(d->status, st);

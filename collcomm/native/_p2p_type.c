@@ -231,6 +231,8 @@ static PyMemberDef P2P_members[] = {
      "non-zero: a receive waiting on an empty ring leaves (another thread must post first)"},
     {"sends", T_ULONGLONG, offsetof(P2P, sends), READONLY, "sends completed here"},
     {"recvs", T_ULONGLONG, offsetof(P2P, recvs), READONLY, "receives completed here"},
+    {"last_tag", T_ULONGLONG, offsetof(P2P, last_tag), READONLY,
+     "the wire tag of the last message a receive here took (its user tag: & MAX_USER_TAG)"},
     {"record", T_INT, offsetof(P2P, rw.on), 0,
      "1 (default): calls asked to record append flight-recorder records; 0: not (to measure)"},
     {NULL, 0, 0, 0, NULL},
