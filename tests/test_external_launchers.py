@@ -131,6 +131,37 @@ def test_torchrun_standalone(tmp_path):
 
 
 @pytest.mark.timeout(120)
+def test_torchrun_agent_store_with_the_next_port_taken(tmp_path):
+    """Under torchrun's agent store (torch's protocol on MASTER_PORT) rank 0 hosts collcomm's
+    store on a free port and publishes it there: a job whose MASTER_PORT + 1 is taken by
+    another socket still meets (it used to fail with "Address already in use")."""
+    torch_dist = pytest.importorskip("torch.distributed")
+    import datetime
+    import socket
+
+    prog = write_prog(tmp_path)
+    agent = torch_dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                                timeout=datetime.timedelta(seconds=60))
+    taken = socket.socket()
+    try:
+        taken.bind(("127.0.0.1", agent.port + 1))
+        taken.listen()
+    except OSError:
+        pytest.skip(f"port {agent.port + 1} is already taken by something else")
+    try:
+        envs = [clean_env(RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="2",
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(agent.port),
+                          TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RUN_ID="agent-test",
+                          TORCHELASTIC_RESTART_COUNT="0")
+                for r in range(2)]
+        out = results("".join(spawn(2, envs, [prog])))
+    finally:
+        taken.close()
+    check_job(out, 2, "collcomm/torchrun")
+    assert agent.get("collcomm/store/agent-test/0/0").decode().startswith("127.0.0.1:")
+
+
+@pytest.mark.timeout(120)
 def test_torchrun_rank_failure_is_reported(tmp_path):
     """A rank that loses its peer under torchrun fails (no hang); torchrun exits non-zero."""
     pytest.importorskip("torch")

@@ -9,6 +9,7 @@ and Slurm (``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_LOCALID``). None → a worl
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 from dataclasses import dataclass
@@ -69,8 +70,14 @@ def default_url(ident: Identity, env: Mapping[str, str]) -> str:
     addr, port = env.get("MASTER_ADDR"), env.get("MASTER_PORT")
     if addr and port:
         if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-            # torchrun's agent serves its own store on MASTER_PORT: use the next port
-            return f"tcp://{addr}:{int(env.get('COLLCOMM_MASTER_PORT', int(port) + 1))}"
+            # torchrun's agent serves its own store on MASTER_PORT: rank 0 hosts collcomm's
+            # on a free port and publishes it there (rendezvous/torch_agent.py), or on
+            # COLLCOMM_MASTER_PORT when set, or on the next port without torch
+            if env.get("COLLCOMM_MASTER_PORT"):
+                return f"tcp://{addr}:{int(env['COLLCOMM_MASTER_PORT'])}"
+            if importlib.util.find_spec("torch") is not None:
+                return f"torchagent://{addr}:{port}"
+            return f"tcp://{addr}:{int(port) + 1}"
         return "env://"
     if ident.launcher in ("openmpi", "mpich", "slurm"):
         # one host (or a shared file system): meet in a file named after the job

@@ -1,4 +1,5 @@
-"""Opening the store an ``init_method`` URL names (tcp://, file://, env://)."""
+"""Opening the store an ``init_method`` URL names (tcp://, file://, env://; torchagent://,
+which collcomm itself picks under torchrun's agent store: rendezvous/torch_agent.py)."""
 from __future__ import annotations
 
 import os
@@ -6,6 +7,7 @@ from urllib.parse import urlparse
 
 from ..errors import InvalidArgumentError
 from .base import DEFAULT_TIMEOUT, Store
+from . import torch_agent
 from .file_store import FileStore
 from .tcp_client import TCPStore
 
@@ -29,6 +31,9 @@ def store_from_url(url: str, rank: int, world_size: int, timeout: float = DEFAUL
       ``tcp://`` (rank 0 hosts).
     """
     parsed = urlparse(url)
+    if parsed.scheme == torch_agent.SCHEME:
+        host, port = _host_port(parsed.netloc, url)
+        return torch_agent.open_store(host, port, rank, world_size, timeout, token)
     if parsed.scheme == "tcp":
         host, port = _host_port(parsed.netloc, url)
         return TCPStore(host, port, world_size, is_master=(rank == 0), timeout=timeout,
