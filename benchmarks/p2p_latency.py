@@ -16,7 +16,8 @@ the same machine load: on a shared machine only the ratios mean much.
   (an exchange: the time is the whole exchange, not half of it);
 * ``MPI Isend/Irecv+Waitall``: both ranks ``Waitall([Irecv, Isend])`` (an exchange);
   ``[no native]`` on the non-blocking modes: the native path paused (the Python engine);
-* ``MPI Send/Recv``, ``MPI Sendrecv`` (exchange): ``collcomm.MPI.COMM_WORLD``;
+* ``MPI Send/Recv``, ``MPI Sendrecv`` (exchange): ``collcomm.MPI.COMM_WORLD``; the
+  ``ANY_TAG`` modes receive without a tag (the default of ``Recv``/``Irecv``/``Sendrecv``);
 * ``group p2p_isend/irecv``: the core (``ProcessGroup.p2p_isend`` / ``p2p_irecv``, wait);
 * ``engine isend/irecv``: the transport alone (``Engine.isend`` / ``irecv``, ``wait``).
 
@@ -212,7 +213,12 @@ def main() -> None:
         "MPI Send/Recv": (_pingpong(me, lambda: world.Send(s, other), lambda: world.Recv(r, other, 0)), 2, on),
         "MPI Send/Recv [no native]": (_pingpong(me, lambda: world.Send(s, other),
                                                 lambda: world.Recv(r, other, 0)), 2, off),
+        "MPI Send/Recv, ANY_TAG": (_pingpong(me, lambda: world.Send(s, other),
+                                             lambda: world.Recv(r, other)), 2, on),
         "MPI Sendrecv": (lambda: world.Sendrecv(s, other, 0, r, other, 0), 1, on),
+        "MPI Sendrecv, ANY_TAG": (lambda: world.Sendrecv(s, other, 0, r, other), 1, on),
+        "MPI Isend/Irecv+Waitall, ANY_TAG": (
+            lambda: CCMPI.Request.Waitall([world.Irecv(r, other), world.Isend(s, other, 0)]), 1, on),
         "MPI Sendrecv [no native]": (lambda: world.Sendrecv(s, other, 0, r, other, 0), 1, off),
         "group p2p_isend/irecv": (_pingpong(me, lambda: g.p2p_isend(s, other, 0, sig).wait(),
                                             lambda: g.p2p_irecv(r, other, 0, sig).wait()), 2, on),
