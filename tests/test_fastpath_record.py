@@ -108,3 +108,41 @@ def test_fast_records_match_the_regular_ones_in_a_world_of_one() -> None:
 def test_fast_records_match_the_regular_ones_with_an_arena() -> None:
     for res in run_ranks(_sites, 2, transport="shm", timeout=75):
         _check(res, True)
+
+
+def _wrapped() -> dict[str, Any]:
+    """A ring of 16 records filled many times over by C records (the fast call's tuples,
+    the native point-to-point lists), which reuse the record they push out when nothing
+    else holds it (_record.c rec_recycled)."""
+    import collcomm as dist
+    from collcomm.core import recorder
+    from collcomm.core.recorder_records import R_OP, R_SEQ
+
+    me, other = dist.get_rank(), 1 - dist.get_rank()
+    x = np.ones(2, np.float32)
+    rec = recorder.recorder()
+    dist.barrier()
+    kept = rec.records()[-1]               # held here: never reused
+    kept_copy = tuple(kept)
+    for i in range(100):
+        dist.all_reduce(x)
+        if i % 3 == 0:
+            dist.send(x, other) if me == 0 else dist.recv(x, other)
+            dist.recv(x, other) if me == 0 else dist.send(x, other)
+    dist.barrier()
+    last = rec.records()
+    return {"size": len(last), "kept": tuple(kept) == kept_copy,
+            "ops": [r[R_OP] for r in last], "seqs": [r[R_SEQ] for r in last if type(r) is tuple],
+            "ids": len({id(r) for r in last}), "x": float(x[0])}
+
+
+@pytest.mark.timeout(90)
+def test_records_stay_right_when_the_ring_wraps() -> None:
+    for res in run_ranks(_wrapped, 2, transport="shm", env={"COLLCOMM_FR_SIZE": "16"}, timeout=75):
+        assert res["size"] == 16 and res["ids"] == 16          # 16 distinct records
+        assert res["kept"]                                     # a held record is not touched
+        assert res["ops"][-1] == "barrier" and "all_reduce" in res["ops"]
+        assert any(op in ("isend", "irecv", "send", "recv") for op in res["ops"])
+        seqs = res["seqs"]
+        assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)   # the collectives in order
+        assert res["x"] == 2.0 ** 100

@@ -49,6 +49,9 @@ typedef struct {
 
 typedef struct {
     PyObject *append;           /* the recorder ring's append, or NULL: no records */
+    PyObject *popleft;          /* the ring's popleft when it is a bounded deque, else NULL */
+    PyObject *ring;             /* that deque (borrowed: ``append`` holds it) */
+    Py_ssize_t maxlen;
     PyObject *index;            /* the observer's index (records name their group by it) */
     PyObject *pkg;              /* the package's path prefix (str) */
     int on;                     /* 0: no records (to measure what they cost) */
@@ -71,6 +74,17 @@ static int rec_init(RecWriter *w, PyObject *append, PyObject *index, PyObject *p
         return -1;
     }
     Py_XSETREF(w->append, append == Py_None ? NULL : Py_NewRef(append));
+    Py_CLEAR(w->popleft);
+    w->ring = NULL;
+    PyObject *ring = append != Py_None && PyCFunction_Check(append) ? PyCFunction_GET_SELF(append) : NULL;
+    if (ring != NULL && strcmp(Py_TYPE(ring)->tp_name, "collections.deque") == 0) {
+        PyObject *maxlen = PyObject_GetAttrString(ring, "maxlen");
+        w->maxlen = maxlen != NULL && PyLong_Check(maxlen) ? PyLong_AsSsize_t(maxlen) : -1;
+        Py_XDECREF(maxlen);
+        w->popleft = w->maxlen > 0 ? PyObject_GetAttrString(ring, "popleft") : NULL;
+        w->ring = w->popleft != NULL ? ring : NULL;
+        PyErr_Clear();               /* (not a bounded deque after all: records are made new) */
+    }
     Py_XSETREF(w->index, Py_NewRef(index));
     Py_XSETREF(w->pkg, Py_NewRef(pkg));
     w->on = 1;
@@ -85,12 +99,15 @@ static inline int rec_on(const RecWriter *w)
 static int rec_traverse(RecWriter *w, visitproc visit, void *arg)
 {
     Py_VISIT(w->append);
+    Py_VISIT(w->popleft);
     return 0;
 }
 
 static void rec_clear(RecWriter *w)
 {
     Py_CLEAR(w->append);
+    Py_CLEAR(w->popleft);
+    w->ring = NULL;
     Py_CLEAR(w->index);
     Py_CLEAR(w->pkg);
     for (int i = 0; i < CODE_CACHE; i++) {
@@ -252,13 +269,49 @@ static PyObject *rec_fill(RecWriter *w, PyObject *rec, PyObject *seq, PyObject *
     return rec;
 }
 
+/* The record the full ring is about to drop, emptied for reuse, when nothing else holds
+ * it and it has the shape wanted (a tuple or a list of `size` items); else NULL (no
+ * exception): make a new one. Taking it out first (popleft) costs what the append's own
+ * eviction would; what it saves is freeing one record and allocating the next, and the
+ * floats and ints it holds are dropped as the eviction would drop them. */
+static PyObject *rec_recycled(RecWriter *w, int tuple, Py_ssize_t size)
+{
+    if (w->ring == NULL || PyObject_Length(w->ring) < w->maxlen)
+        return NULL;
+    PyObject *old = PyObject_CallNoArgs(w->popleft);
+    if (old == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    if (Py_REFCNT(old) != 1 ||
+        !(tuple ? PyTuple_CheckExact(old) && PyTuple_GET_SIZE(old) == size
+                : PyList_CheckExact(old) && PyList_GET_SIZE(old) == size)) {
+        Py_DECREF(old);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < size; i++) {
+        PyObject *item;
+        if (tuple) {
+            item = PyTuple_GET_ITEM(old, i);
+            PyTuple_SET_ITEM(old, i, NULL);
+        } else {
+            item = PyList_GET_ITEM(old, i);
+            PyList_SET_ITEM(old, i, NULL);
+        }
+        Py_XDECREF(item);
+    }
+    return old;
+}
+
 /* A collective's record (Observer.call's tuple), appended; the caller's time now. A new
  * reference, or NULL with an exception. */
 static PyObject *rec_collective(RecWriter *w, PyObject *tag, PyObject *name, uint64_t sig,
                                 PyObject *algo_id)
 {
     double t0 = rec_now();
-    PyObject *rec = PyTuple_New(8);
+    PyObject *rec = rec_recycled(w, 1, 8);
+    if (rec == NULL)
+        rec = PyTuple_New(8);
     return rec == NULL ? NULL : rec_fill(w, rec, tag, name, sig, algo_id, t0);
 }
 
@@ -268,13 +321,16 @@ static PyObject *rec_collective(RecWriter *w, PyObject *tag, PyObject *name, uin
 static PyObject *rec_p2p(RecWriter *w, PyObject *op, long peer, PyObject *state, double t0,
                          double t1)
 {
-    PyObject *rec = PyList_New(11);
-    if (rec == NULL)
-        return NULL;
-    /* It only ever holds numbers, strings and a code object (the states and end time
-     * written later too): it can be in no cycle, so the collector need not walk the
-     * ring's 2000 of them (as it need not for the collectives' tuples) */
-    PyObject_GC_UnTrack(rec);
+    PyObject *rec = rec_recycled(w, 0, 11);
+    if (rec == NULL) {
+        rec = PyList_New(11);
+        if (rec == NULL)
+            return NULL;
+        /* It only ever holds numbers, strings and a code object (the states and end time
+         * written later too): it can be in no cycle, so the collector need not walk the
+         * ring's 2000 of them (as it need not for the collectives' tuples) */
+        PyObject_GC_UnTrack(rec);
+    }
     PyObject *peero = PyLong_FromLong(peer), *t1o = PyFloat_FromDouble(t1);
     PyList_SET_ITEM(rec, 8, peero);
     PyList_SET_ITEM(rec, 9, Py_NewRef(state));
