@@ -197,6 +197,28 @@ static inline uint64_t p2p_u64(PyObject *o)
     return PyLong_AsUnsignedLongLongMask(o);
 }
 
+/* Where a class keeps its plain slots (plain_slot_offset, _fastcall.c), found once per
+ * class (P2POp's fields, a Status's, collcomm.MPI's _NativeRecv and Request). A class
+ * without them (a subclass with a __dict__, say) has none: attribute calls then. */
+typedef struct {
+    PyTypeObject *type;          /* strong reference: the class the offsets are of */
+    Py_ssize_t at[8];            /* (up to eight slots) */
+    int ok;
+} SlotsOf;
+
+static int slots_of(SlotsOf *c, PyTypeObject *type, PyObject *const *names, int count)
+{
+    if (c->type != type) {
+        Py_XSETREF(c->type, (PyTypeObject *)Py_NewRef((PyObject *)type));
+        c->ok = 1;
+        for (int i = 0; i < count; i++)
+            c->ok = c->ok && (c->at[i] = plain_slot_offset(type, names[i])) > 0;
+    }
+    return c->ok;
+}
+
+#define SLOT_AT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
 /* The Pipe of local rank r, or NULL (no exception). */
 static Pipe *p2p_pipe(P2P *s, PyObject *r)
 {

@@ -49,29 +49,7 @@ typedef struct {
     Py_buffer buf;
 } BatchOp;
 
-/* Where a class keeps its plain slots (plain_slot_offset, _fastcall.c), found once per
- * class: P2POp's six fields. A class without them (a subclass with a __dict__, say) has
- * none: attribute calls then. */
-typedef struct {
-    PyTypeObject *type;          /* strong reference: the class the offsets are of */
-    Py_ssize_t at[8];            /* (up to eight slots) */
-    int ok;
-} SlotsOf;
-
-static SlotsOf b_op_slots;
-
-static int slots_of(SlotsOf *c, PyTypeObject *type, PyObject *const *names, int count)
-{
-    if (c->type != type) {
-        Py_XSETREF(c->type, (PyTypeObject *)Py_NewRef((PyObject *)type));
-        c->ok = 1;
-        for (int i = 0; i < count; i++)
-            c->ok = c->ok && (c->at[i] = plain_slot_offset(type, names[i])) > 0;
-    }
-    return c->ok;
-}
-
-#define SLOT_AT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+static SlotsOf b_op_slots;     /* P2POp's six fields (slots_of, _p2p.c) */
 
 /* Check op p: 1 if C takes it (o filled), 0 if not (no exception). */
 static int batch_check(P2P *s, PyObject *p, PyObject *irecv, PyObject *ndarray, PyObject *sigs,

@@ -103,11 +103,17 @@ static int deferred_done(Deferred *d, PyObject *n, uint64_t wire_tag)
     PyObject *ranks = PyObject_GetAttr(d->g, s_d_ranks);
     PyObject *src = ranks == NULL ? NULL : PyObject_GetItem(ranks, d->local);
     Py_XDECREF(ranks);
+    static SlotsOf status_slots;      /* transport/base.py Status: a slotted dataclass */
+    PyObject *names[3] = {s_d_source, s_d_nbytes, s_p2p_tag};
     PyTypeObject *t = (PyTypeObject *)d_status;
     PyObject *st = src == NULL ? NULL : t->tp_alloc(t, 0);
-    if (st != NULL && (PyObject_SetAttr(st, s_d_source, src) < 0 ||
-                       PyObject_SetAttr(st, s_d_nbytes, n) < 0 ||
-                       PyObject_SetAttr(st, s_p2p_tag, tag) < 0))
+    if (st != NULL && slots_of(&status_slots, t, names, 3)) {
+        PyObject *values[3] = {src, n, tag};
+        for (int i = 0; i < 3; i++)   /* (a fresh object: its slots are empty) */
+            SLOT_AT(st, status_slots.at[i]) = Py_NewRef(values[i]);
+    } else if (st != NULL && (PyObject_SetAttr(st, s_d_source, src) < 0 ||
+                              PyObject_SetAttr(st, s_d_nbytes, n) < 0 ||
+                              PyObject_SetAttr(st, s_p2p_tag, tag) < 0))
         Py_CLEAR(st);
     Py_XDECREF(src);
     Py_DECREF(tag);
