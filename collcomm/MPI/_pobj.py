@@ -23,7 +23,7 @@ from ..errors import CollcommError
 from ._consts import ANY_SOURCE, ANY_TAG, PROC_NULL
 from ._errors import Exception as MPIException, translate
 from ._msg import simple
-from ._p2p import (
+from ._p2p_ops import (
     ACK, BODY, SYNC, TAG_BITS, _EMPTY, _Recv, _Send, _ack, _dest, _done_request, _request, _rtag,
     _source, _stag, complete,
 )

@@ -364,4 +364,5 @@ static int fast_bcast_cma_args(Fast *s, Py_ssize_t itemsize, PyObject **tail)
 #include "_fastcall_ops.c"
 #include "_fastcall_rooted.c"
 #include "_fastcall_parts.c"
+#include "_fastcall_parts_end.c"   /* their second part: wait_part, test_part */
 #include "_fastcall_type.c"

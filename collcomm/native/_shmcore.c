@@ -49,7 +49,8 @@
 #include "_call.c"              /* one call's state, buffers, peers' data, argument parsing */
 #include "_collectives_reduce.c" /* all_reduce, reduce, reduce_scatter */
 #include "_cma.c"               /* cross-memory attach helpers; rooted calls split by CMA */
-#include "_collectives_move.c"  /* broadcast, gather, all_to_all, barrier, sync */
+#include "_collectives_move.c"  /* broadcast, gather, barrier, settle, sync */
+#include "_collectives_a2a.c"   /* all_to_all: agree on the blocks, then rounds of pieces */
 #include "_scatter.c"           /* scatter: staged in steps, or split by CMA */
 #include "_core_init.c"         /* Core_init, Core_dealloc, Core_members */
 

@@ -1,0 +1,205 @@
+"""collcomm.MPI point to point: the tag layout, argument checks and the operations a
+Request holds (:mod:`._p2p` has the communicator's methods that make them).
+
+An operation has ``wait``/``test``/``cancel`` and, once complete, ``source``, ``tag``,
+``nbytes``, ``cancelled`` and ``value``: ``_Send`` (a send, and a synchronous one's ack),
+``_Recv`` (a receive on the general path, which acks a synchronous send), ``_NativeRecv``
+(a receive started natively), ``_Pair`` (``Isendrecv``); ``complete`` waits for one with
+MPI's errors and fills a Status.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..core import p2p
+from ..errors import CollcommError
+from ._consts import ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB_VALUE
+from ._errors import ERR_RANK, ERR_TAG, Exception as MPIException, translate
+from ._request import Done, Request, Status
+
+TAG_BITS = TAG_UB_VALUE
+SYNC, ACK, BODY = 1 << 31, 1 << 32, 1 << 33
+EXACT = p2p.MAX_USER_TAG & ~SYNC            # compare the tag, ack and body bits
+WILD = p2p.MAX_USER_TAG & ~SYNC & ~TAG_BITS  # compare only the ack and body bits
+_EMPTY = np.empty(0, dtype=np.uint8)
+
+
+# ----------------------------------------------------------------------------- checks
+def _dest(g: Any, dest: int, call: str) -> int | None:
+    if dest == PROC_NULL:
+        return None
+    if not 0 <= dest < g.size:
+        raise MPIException(ERR_RANK, f"{call} on {g.describe()}: dest must be in [0, {g.size}) or "
+                                     f"MPI.PROC_NULL, got {dest}")
+    return int(dest)
+
+
+def _source(g: Any, source: int, call: str) -> int | None:
+    if source == ANY_SOURCE:
+        return None
+    if not 0 <= source < g.size:
+        raise MPIException(ERR_RANK, f"{call} on {g.describe()}: source must be in [0, {g.size}), "
+                                     f"MPI.ANY_SOURCE or MPI.PROC_NULL, got {source}")
+    return int(source)
+
+
+def _stag(tag: int, call: str) -> int:
+    if not 0 <= tag <= TAG_BITS:
+        raise MPIException(ERR_TAG, f"{call}: tag must be in [0, {TAG_BITS}], got {tag}")
+    return int(tag)
+
+
+def _rtag(tag: int, call: str) -> tuple[int, int]:
+    if tag == ANY_TAG:
+        return 0, WILD
+    return _stag(tag, call), EXACT
+
+
+def _native_tag(tag: Any) -> tuple[int, int] | None:
+    """(tag, mask) of a receive's ``tag`` for the native calls (``ANY_TAG``: any user
+    tag, the message's read back from ``P2P.last_tag``), None for anything else."""
+    if type(tag) is not int:
+        return None
+    if tag == ANY_TAG:
+        return 0, WILD
+    return (tag, EXACT) if 0 <= tag <= TAG_BITS else None
+
+
+def _null_status(status: Status | None) -> None:
+    if status is not None:
+        status._set(PROC_NULL, ANY_TAG, 0)
+
+
+# ----------------------------------------------------------------------------- operations
+class _Send:
+    """A send (and, for a synchronous one, the receiver's ack)."""
+
+    def __init__(self, handles: list[Any]) -> None:
+        self._h, self.value = handles, None
+        self.source, self.tag, self.nbytes, self.cancelled = ANY_SOURCE, ANY_TAG, 0, False
+
+    def test(self) -> bool:
+        return all(h.test() for h in self._h)
+
+    def wait(self) -> None:
+        for h in self._h:
+            h.wait()
+
+    def cancel(self) -> None:
+        return None      # the bytes are already on their way (eager sends)
+
+
+def _ack(g: Any, source: int, tag: int) -> None:
+    if tag & SYNC:
+        p2p.isend(g, _EMPTY, source, ACK | (tag & TAG_BITS), "ack").wait()
+
+
+class _Recv:
+    """A buffer receive; acks a synchronous send when it completes."""
+
+    def __init__(self, g: Any, handle: Any) -> None:
+        self._g, self._h, self._done, self.value = g, handle, False, None
+        self.source, self.tag, self.nbytes, self.cancelled = ANY_SOURCE, ANY_TAG, 0, False
+
+    def _finish(self, st: Any) -> None:
+        src, tag = p2p.source_tag(self._g, st)
+        self.source, self.tag, self.nbytes, self._done = src, tag & TAG_BITS, st.nbytes, True
+        _ack(self._g, src, tag)
+
+    def test(self) -> bool:
+        if not self._done and self._h.test():
+            self._finish(self._h.wait())
+        return self._done
+
+    def wait(self) -> None:
+        if not self._done:
+            self._finish(self._h.wait())
+
+    def cancel(self) -> None:
+        """Withdrawn if no message matched it yet: it completes as cancelled (status
+        ``Is_cancelled()``); a matched receive completes normally."""
+        if not self._done and p2p.cancel(self._g, self._h):
+            self._done, self.cancelled = True, True
+
+
+class _NativeRecv:
+    """``Irecv`` from one rank, started natively (a core Deferred, whose wait receives in
+    C): the source is known from the start, so its wait only takes the byte count and the
+    tag (an ``ANY_TAG`` receive's is the message's); a synchronous send's message (which
+    C leaves to the Python receive) is finished and acked as :class:`_Recv` does."""
+
+    __slots__ = ("_g", "_h", "_done", "source", "tag", "nbytes", "cancelled")
+    value = None
+
+    def __init__(self, g: Any, handle: Any, source: int, tag: int) -> None:
+        self._g, self._h, self._done = g, handle, False
+        self.source, self.tag, self.nbytes, self.cancelled = source, tag, 0, False
+
+    def wait(self) -> None:
+        if not self._done:
+            st = self._h.wait()
+            if st.tag & SYNC:
+                _Recv._finish(self, st)    # type: ignore[arg-type]
+            else:
+                self.tag, self.nbytes, self._done = st.tag & TAG_BITS, st.nbytes, True
+
+    def test(self) -> bool:
+        if not self._done and self._h.test():
+            self.wait()
+        return self._done
+
+    def cancel(self) -> None:
+        _Recv.cancel(self)    # type: ignore[arg-type]
+        if self.cancelled:    # (a cancelled receive's status as the general path gives it)
+            self.source, self.tag = ANY_SOURCE, ANY_TAG
+
+
+_SENT = Done(None, ANY_SOURCE, ANY_TAG, 0)   # what a request of a send done at once holds
+
+
+def _request(op: Any) -> Request:
+    r = Request()
+    r._op = op
+    return r
+
+
+def _done_request(source: int = PROC_NULL) -> Request:
+    return _request(Done(None, source, ANY_TAG, 0))
+
+
+def complete(op: Any, status: Status | None = None) -> Any:
+    """Wait for ``op`` (errors as MPI.Exception), fill ``status``, return its value."""
+    try:
+        op.wait()
+    except CollcommError as exc:
+        raise translate(exc) from exc
+    _fill(status, op)
+    return op.value
+
+
+def _fill(status: Status | None, op: Any) -> None:
+    if status is not None:
+        status._set(op.source, op.tag, op.nbytes)
+
+
+class _Pair:
+    """A send and a receive completing together (Isendrecv)."""
+
+    def __init__(self, send: Any, recv: Any) -> None:
+        self._s, self._r, self.value, self.cancelled = send, recv, None, False
+
+    def test(self) -> bool:
+        return bool(self._s.test()) and bool(self._r.test())
+
+    def wait(self) -> None:
+        self._s.wait()
+        self._r.wait()
+
+    def cancel(self) -> None:
+        return None
+
+    source = property(lambda self: self._r.source)
+    tag = property(lambda self: self._r.tag)
+    nbytes = property(lambda self: self._r.nbytes)

@@ -1,0 +1,145 @@
+/* Small asynchronous collectives in two parts, their end (included by _fastcall.c after
+ * _fastcall_parts.c, which starts them): the queued second part finished on the thread
+ * that waits for or tests its Work (part_finish_here), and the Work marked done here when
+ * nobody waits on it and it has no callback (part_done; else Work._finish does it).
+ */
+
+/* lock.acquire(False): 1 taken, 0 busy, -1 error */
+static int try_lock(PyObject *lock)
+{
+    PyObject *r = PyObject_CallMethodOneArg(lock, s_acquire, Py_False);
+    if (r == NULL)
+        return -1;
+    int got = r == Py_True;
+    Py_DECREF(r);
+    return got;
+}
+
+static int unlock(PyObject *lock)
+{
+    PyObject *r = PyObject_CallMethodNoArgs(lock, s_release);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* work.done = True with its result or error, as Work._finish sets them, where nobody can
+ * be waiting on it or have added a callback (else 0: Work._finish must run). 1 done. */
+static int part_done(Fast *s, PyObject *work, PyObject *exc)
+{
+    PyObject *lock = WORK_SLOT(s, work, W_LOCK);
+    int got = try_lock(lock);
+    if (got <= 0)
+        return got;
+    int plain = WORK_SLOT(s, work, W_CALLBACKS) == Py_None && WORK_SLOT(s, work, W_EVENT) == Py_None;
+    if (plain) {
+        Py_XSETREF(WORK_SLOT(s, work, W_EXC), Py_NewRef(exc != NULL ? exc : Py_None));
+        Py_XSETREF(WORK_SLOT(s, work, W_DONE), Py_NewRef(Py_True));
+    }
+    return unlock(lock) < 0 ? -1 : plain;
+}
+
+/* Finish `work`'s call (started in two parts) on this thread, its error, if any, left in
+ * it for Work.wait to raise: what AsyncCalls.run_through(work) and ProcessGroup._settled
+ * do, without their Python frames. `test`: only if every rank has arrived (the second part
+ * then waits for nothing). 1 finished; 0 not here (another call is before it, another
+ * thread runs the queue, or, testing, a rank has not arrived); -1 an exception. */
+static int part_finish_here(Fast *s, PyObject *work, int test)
+{
+    if (s->part_work != work || s->async_items == NULL)
+        return 0;
+    Py_ssize_t queued = PyObject_Length(s->async_items);
+    if (queued < 1)
+        return queued < 0 ? -1 : 0;
+    if (test) {
+        Core *c = (Core *)s->core;    /* our counter is still the started call's target */
+        if (first_late(c, get(c, c->rank, c->w_counter), 0) >= 0)
+            return 0;
+    }
+    PyObject *head = PySequence_GetItem(s->async_items, 0);
+    if (head == NULL)
+        return -1;
+    int ours = PyTuple_Check(head) && PyTuple_GET_SIZE(head) == 2 && PyTuple_GET_ITEM(head, 0) == work;
+    Py_DECREF(head);
+    int got = ours ? try_lock(s->exec_lock) : 0;
+    if (got <= 0)
+        return got;
+    /* our own references: the queue's and part_work's go below, and a callback the Work
+     * runs may close the group (Fast_clear) */
+    PyObject *items = Py_NewRef(s->async_items), *exec_lock = Py_NewRef(s->exec_lock),
+             *group_lock = Py_NewRef(s->group_lock), *group = Py_NewRef(s->group);
+    Py_INCREF(work);
+    PyObject *item = PyObject_CallMethodNoArgs(items, s_popleft);
+    Py_XDECREF(item);
+    PyObject *r = item == NULL ? NULL : Fast_finish_part(s, NULL);
+    PyObject *type = NULL, *exc = NULL, *tb = NULL;
+    if (r == NULL) {
+        PyErr_Fetch(&type, &exc, &tb);
+        PyErr_NormalizeException(&type, &exc, &tb);
+        if (tb != NULL)
+            PyException_SetTraceback(exc, tb);
+    }
+    Py_XDECREF(r);
+    int plain = part_done(s, work, exc);
+    if (plain == 0) {              /* a waiter or callbacks: Work._finish(None, exc) */
+        PyObject *fin = PyObject_CallMethod(work, "_finish", "OO", Py_None, exc != NULL ? exc : Py_None);
+        plain = fin == NULL ? -1 : 1;
+        Py_XDECREF(fin);
+    }
+    /* the queue empty: the group's fast call takes blocking calls again (ProcessGroup._settled,
+     * under the group's lock: left to the next drain if another thread holds it) */
+    if (plain > 0 && PyObject_Length(items) == 0) {
+        int got_group = try_lock(group_lock);
+        if (got_group == 1) {
+            if (PyObject_Length(items) == 0 && s->work_type != NULL &&
+                PyObject_SetAttr(group, s_pending, Py_False) == 0)
+                s->paused = 0;
+            if (unlock(group_lock) < 0)
+                plain = -1;
+        } else if (got_group < 0) {
+            plain = -1;
+        }
+    }
+    if (plain < 0 && !PyErr_Occurred())
+        PyErr_SetString(PyExc_RuntimeError, "collcomm fast call: finishing a call failed");
+    int bad = unlock(exec_lock) < 0 || plain < 0;
+    Py_DECREF(work);
+    Py_DECREF(items);
+    Py_DECREF(exec_lock);
+    Py_DECREF(group_lock);
+    Py_DECREF(group);
+    int interrupt = exc != NULL && !PyErr_GivenExceptionMatches(exc, PyExc_Exception);
+    if (interrupt && !bad) {       /* Ctrl-C in the wait: recorded, and raised (Work._run) */
+        PyErr_Restore(type, exc, tb);
+        return -1;
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(exc);
+    Py_XDECREF(tb);
+    return bad ? -1 : 1;
+}
+
+/* wait_part(work) -> True: `work`'s call (in two parts) finished here; False: not here
+ * (Work.wait takes the queue's way). */
+static PyObject *Fast_wait_part(Fast *s, PyObject *work)
+{
+    int done = part_finish_here(s, work, 0);
+    return done < 0 ? NULL : Py_NewRef(done ? Py_True : Py_False);
+}
+
+/* test_part(work) -> True: finished here (every rank had arrived); False: its call is in
+ * two parts and not finished (nobody needs to run anything for it to progress: polling
+ * again will do); None: not such a call (Work.is_completed hands it to the worker). */
+static PyObject *Fast_test_part(Fast *s, PyObject *work)
+{
+    if (s->part_work != work)
+        Py_RETURN_NONE;
+    int done = part_finish_here(s, work, 1);
+    return done < 0 ? NULL : Py_NewRef(done ? Py_True : Py_False);
+}
+
+/* part_age() -> seconds since the pending call in two parts started, or -1.0: none
+ * (the worker leaves it to its caller for a while: core/async_calls.py PART_GRACE) */
+static PyObject *Fast_part_age(Fast *s, PyObject *unused)
+{
+    return PyFloat_FromDouble(s->part_work == NULL ? -1.0 : (double)(now_ns() - s->part_since) / 1e9);
+}
