@@ -161,6 +161,27 @@ def test_torchrun_agent_store_with_the_next_port_taken(tmp_path):
     assert agent.get("collcomm/store/agent-test/0/0").decode().startswith("127.0.0.1:")
 
 
+@pytest.mark.timeout(60)
+def test_torchrun_agent_store_without_rank_0_times_out_clearly(tmp_path):
+    """A rank that never sees rank 0's address in the agent store fails after the timeout
+    with an error that says where it looked (no hang)."""
+    torch_dist = pytest.importorskip("torch.distributed")
+    import datetime
+
+    prog = write_prog(tmp_path)
+    agent = torch_dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                                timeout=datetime.timedelta(seconds=30))
+    env = clean_env(RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", LOCAL_WORLD_SIZE="2",
+                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(agent.port), COLLCOMM_TIMEOUT="3",
+                    TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RUN_ID="lonely")
+    t0 = time.monotonic()
+    res = subprocess.run([sys.executable, prog], env=env, capture_output=True, text=True, timeout=40)
+    assert res.returncode != 0
+    assert "could not meet through torchrun's agent store" in res.stderr, res.stderr[-2000:]
+    assert "collcomm/store/lonely/0/0" in res.stderr
+    assert time.monotonic() - t0 < 30
+
+
 @pytest.mark.timeout(120)
 def test_torchrun_rank_failure_is_reported(tmp_path):
     """A rank that loses its peer under torchrun fails (no hang); torchrun exits non-zero."""

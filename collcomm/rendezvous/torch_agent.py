@@ -19,6 +19,7 @@ import socket
 from datetime import timedelta
 
 from .netaddr import bind_address_for
+from ..errors import CollcommError, CommTimeoutError
 from .base import Store
 from .tcp_client import TCPStore
 
@@ -49,16 +50,29 @@ def _own_address(master: str, port: int) -> str:
 
 def open_store(master: str, port: int, rank: int, world_size: int, timeout: float,
                token: bytes | None) -> Store:
-    """The job's collcomm store, met through torchrun's agent store at ``master:port``."""
-    from torch.distributed import TCPStore as AgentStore   # noqa: PLC0415 - torchrun jobs only
-
-    agent = AgentStore(master, port, is_master=False, timeout=timedelta(seconds=timeout))
+    """The job's collcomm store, met through torchrun's agent store at ``master:port``
+    (``tcp://master:port+1`` where torch has no ``torch.distributed``)."""
+    try:
+        from torch.distributed import TCPStore as AgentStore   # noqa: PLC0415 - torchrun only
+    except ImportError:
+        return TCPStore(master, port + 1, world_size, is_master=rank == 0, timeout=timeout,
+                        token=token)
     key = _key()
-    if rank == 0:
-        store = TCPStore(_own_address(master, port), 0, world_size, is_master=True,
-                         timeout=timeout, token=token)
-        agent.set(key, store.address)
-        return store
-    host, _, p = agent.get(key).decode().rpartition(":")
+    try:
+        agent = AgentStore(master, port, is_master=False, timeout=timedelta(seconds=timeout))
+        if rank == 0:
+            store = TCPStore(_own_address(master, port), 0, world_size, is_master=True,
+                             timeout=timeout, token=token)
+            agent.set(key, store.address)
+            return store
+        address = agent.get(key).decode()
+    except CollcommError:
+        raise
+    except Exception as exc:   # torch's store errors (a timeout, a refused connection)
+        raise CommTimeoutError(
+            f"rank {rank}: could not meet through torchrun's agent store at {master}:{port} "
+            f"within {timeout:g}s ({'publishing' if rank == 0 else 'reading'} {key!r}, "
+            f"where rank 0 publishes the address of collcomm's store): {exc}") from exc
+    host, _, p = address.rpartition(":")
     return TCPStore(host.strip("[]"), int(p), world_size, is_master=False, timeout=timeout,
                     token=token)
