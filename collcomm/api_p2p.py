@@ -189,7 +189,15 @@ class P2POp:
 
 def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[P2PWork]:
     """Start every op of the list (all validated first); returns their handles in order."""
-    works = _native_batch(p2p_op_list)
+    g = runtime._world      # the world's whole batch in one C call (see _native_batch)
+    f = None if g is None else getattr(g, "_p2p_native", None)
+    tried = None
+    if f is not None:
+        tried = f.batch(p2p_op_list, P2POp, irecv, np.ndarray, _SIGS, SentWork, RecvWork, g,
+                        g.observer is not None)
+        if tried is not None and len(tried) == len(p2p_op_list):
+            return tried
+    works = _native_batch(p2p_op_list, f is not None, tried)
     if works is not None:
         return works
     if not isinstance(p2p_op_list, (list, tuple)) or not all(isinstance(p, P2POp) for p in p2p_op_list):
@@ -224,7 +232,8 @@ def _regular(name: str, g: ProcessGroup, buf: Buf, peer: int, tag: int) -> P2PWo
     return P2PWork(name, h, g, buf, g.to_global(peer))
 
 
-def _native_batch(ops: list[P2POp] | tuple[P2POp, ...]) -> list[P2PWork] | None:
+def _native_batch(ops: list[P2POp] | tuple[P2POp, ...], tried: bool = False,
+                  started: list[P2PWork] | None = None) -> list[P2PWork] | None:
     """``batch_isend_irecv`` when every op is a plain array to or from a rank of this host
     (``_native`` checks each as the regular path would, so none of them can be refused):
     each send done at once natively, each receive deferred to its wait (the regular path
@@ -232,14 +241,15 @@ def _native_batch(ops: list[P2POp] | tuple[P2POp, ...]) -> list[P2PWork] | None:
     list is no list of P2POp: the regular path raises). On the world group the whole
     batch is one C call (``P2P.batch``, native/_p2p_batch.c: the same checks, works,
     records and order) when it takes it: it starts the ops up to the first send it cannot
-    write, the rest start here one by one."""
+    write, the rest start here one by one. ``tried``: batch_isend_irecv made that C call
+    already, which started ``started`` (None: it declined), not made again."""
     g = runtime._world
     f = None if g is None else getattr(g, "_p2p_native", False)
     if f is False:
         f = core_p2p.native(g)      # (made on first use)
     if f is not None:
-        works = f.batch(ops, P2POp, irecv, np.ndarray, _SIGS, SentWork, RecvWork, g,
-                        g.observer is not None)
+        works = started if tried else f.batch(
+            ops, P2POp, irecv, np.ndarray, _SIGS, SentWork, RecvWork, g, g.observer is not None)
         if works is not None:        # every op checked: on the world, local rank = global
             if len(works) < len(ops):
                 works.extend(_start(f, g, p.peer, p) for p in ops[len(works):])

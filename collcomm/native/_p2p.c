@@ -57,8 +57,10 @@ typedef struct {
     PyObject_HEAD
     PyObject *engine, *check, *pipes;    /* pipes: tuple (local rank -> Pipe or None) */
     /* the engine's ``health`` bytearray (byte 0: aborted, closed or a peer lost), its
-     * ``_deferred`` list and ``_defer_mutex``, read once: none is ever replaced */
-    PyObject *health, *deferred, *defer_mutex;
+     * ``_deferred`` list and ``_defer_mutex``, read once: none is ever replaced; and its
+     * ``_posted`` and ``_unexpected`` lists as they were then, the current ones while the
+     * health byte is 0 (only abort and peer_lost replace them, after setting it) */
+    PyObject *health, *deferred, *defer_mutex, *posted, *unexpected;
     uint64_t tag_base;
     long long spin_ns;
     int yields, paused;

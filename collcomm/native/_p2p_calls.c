@@ -142,7 +142,7 @@ static PyObject *P2P_recv(P2P *s, PyObject *const *args, Py_ssize_t nargs)
         result = NULL;
     else if (got) {
         PyObject *rec = NULL;
-        int claim = p2p_engine_claims(s->engine, p->peer, tag, mask);
+        int claim = p2p_engine_claims(s, p->peer, tag, mask);
         if (claim == 0 && record) {       /* it waits here: recorded as entered first */
             rec = rec_p2p(&s->rw, s_rec_irecv, p->peer, s_rec_entered, t0, 0.0);
             if (rec == NULL)

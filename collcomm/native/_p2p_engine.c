@@ -51,9 +51,17 @@ static int p2p_attr_u64(PyObject *o, PyObject *name, uint64_t *out)
 /* 1 if the engine may hold or owe a message for a receive (src, tag, mask): an early
  * message from src it matches, or a receive posted before it that a message from src
  * with this tag would match. 0 if not, -1 on error. */
-static int p2p_engine_claims(PyObject *eng, long src, uint64_t tag, uint64_t mask)
+/* engine.<name> (a new reference): the list read at init while the engine is healthy */
+static PyObject *p2p_engine_queue(P2P *s, PyObject *held, PyObject *name)
 {
-    PyObject *lst = PyObject_GetAttr(eng, s_p2p_unexpected);
+    if (held != NULL && s->health != NULL && p2p_engine_busy(s) == 0)
+        return Py_NewRef(held);
+    return PyObject_GetAttr(s->engine, name);
+}
+
+static int p2p_engine_claims(P2P *s, long src, uint64_t tag, uint64_t mask)
+{
+    PyObject *lst = p2p_engine_queue(s, s->unexpected, s_p2p_unexpected);
     if (lst == NULL)
         return -1;
     int claim = 0;
@@ -71,7 +79,7 @@ static int p2p_engine_claims(PyObject *eng, long src, uint64_t tag, uint64_t mas
     Py_DECREF(lst);
     if (claim)
         return claim;
-    lst = PyObject_GetAttr(eng, s_p2p_posted);
+    lst = p2p_engine_queue(s, s->posted, s_p2p_posted);
     if (lst == NULL)
         return -1;
     for (Py_ssize_t i = 0; claim == 0 && PyList_Check(lst) && i < PyList_GET_SIZE(lst); i++) {

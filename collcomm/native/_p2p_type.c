@@ -157,8 +157,14 @@ static int P2P_init(P2P *self, PyObject *args, PyObject *kwds)
     Py_XSETREF(self->health, health);
     Py_XSETREF(self->deferred, PyObject_GetAttr(engine, s_p2p_deferred));
     Py_XSETREF(self->defer_mutex, PyObject_GetAttr(engine, s_own_mutex));
+    Py_XSETREF(self->posted, PyObject_GetAttr(engine, s_p2p_posted));
+    Py_XSETREF(self->unexpected, PyObject_GetAttr(engine, s_p2p_unexpected));
     if (self->deferred != NULL && !PyList_CheckExact(self->deferred))
         Py_CLEAR(self->deferred);
+    if (self->posted != NULL && !PyList_CheckExact(self->posted))
+        Py_CLEAR(self->posted);
+    if (self->unexpected != NULL && !PyList_CheckExact(self->unexpected))
+        Py_CLEAR(self->unexpected);
     PyErr_Clear();
     return 0;
 }
@@ -171,6 +177,8 @@ static int P2P_traverse(P2P *self, visitproc visit, void *arg)
     Py_VISIT(self->health);
     Py_VISIT(self->deferred);
     Py_VISIT(self->defer_mutex);
+    Py_VISIT(self->posted);
+    Py_VISIT(self->unexpected);
     return rec_traverse(&self->rw, visit, arg);
 }
 
@@ -182,6 +190,8 @@ static int P2P_clear(P2P *self)
     Py_CLEAR(self->health);
     Py_CLEAR(self->deferred);
     Py_CLEAR(self->defer_mutex);
+    Py_CLEAR(self->posted);
+    Py_CLEAR(self->unexpected);
     rec_clear(&self->rw);
     self->paused = 1;     /* a cleared P2P never runs a call again */
     return 0;
