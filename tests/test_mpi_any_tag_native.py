@@ -91,3 +91,40 @@ def test_any_tag_receives_native_and_python() -> None:
         assert res[me]["sendrecv"] == (60 + other, other, float(other))
     # rank 0's wildcard receives of plain messages went through C
     assert res[0]["native_recvs"] >= len(TAGS) + 3 + 1
+
+
+def _threads() -> dict:
+    import threading
+
+    from collcomm import MPI
+
+    comm = MPI.COMM_WORLD
+    me = comm.Get_rank()
+    count = 300
+    wrong: list = []
+    if me == 0:
+        def receive(src: int) -> None:
+            st = MPI.Status()
+            buf = np.zeros(1)
+            for _ in range(count):
+                comm.Recv(buf, src, status=st)          # ANY_TAG, both threads at once
+                if st.Get_tag() != int(buf[0]) or st.Get_source() != src:
+                    wrong.append((src, st.Get_tag(), buf[0]))
+        threads = [threading.Thread(target=receive, args=(src,)) for src in (1, 2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    else:
+        for i in range(count):
+            tag = (7919 * i + 104729 * me) % 100000
+            comm.Send(np.array([float(tag)]), 0, tag)
+    comm.Barrier()
+    return {"wrong": wrong}
+
+
+def test_any_tag_status_per_thread() -> None:
+    """Two threads of one rank receive without a tag from two peers at once: each status
+    has its own message's tag (the native path keeps the last tag per thread)."""
+    res = run_ranks(_threads, 3, timeout=100)
+    assert res[0]["wrong"] == []

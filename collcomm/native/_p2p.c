@@ -29,6 +29,11 @@
  * message's tag must be the receive's (MPI's SYNC, ACK, BODY flags: a synchronous send's
  * message, which needs an ack, is left to the Python code) */
 #define P2P_WILD_BITS ((1ULL << 31) - 1)
+
+/* The wire tag of the last message a native receive took on this thread (P2P.last_tag
+ * reads it): per thread, because another thread's receive may take its message while
+ * this one's waits with the GIL released, or between its return and the read. */
+static _Thread_local uint64_t p2p_last_tag;
 #define P2P_CHECK_NS 100000000LL
 /* A receive waiting on an empty ring yields the CPU for at least this long (after its
  * spin, whatever the yield count) before it sleeps: a ring has no wake-up, so a sleeping
@@ -66,7 +71,6 @@ typedef struct {
     int yields, paused;
     int steal;                           /* set by another thread: a waiting receive leaves */
     unsigned long long sends, recvs;     /* calls done here (tests check the path) */
-    unsigned long long last_tag;         /* the wire tag of the last message received here */
     RecWriter rw;                        /* the flight recorder's records (_record.c) */
 } P2P;
 
@@ -329,7 +333,7 @@ static long long pipe_recv(P2P *s, Pipe *p, uint8_t *dst, uint64_t cap, uint64_t
                     return -2;                             /* left in the ring for Python */
                 }
                 memcpy(dst, rec + P2P_HDR, nbytes);
-                s->last_tag = rtag;
+                p2p_last_tag = rtag;
                 take = 2;
             }
             if (take) {

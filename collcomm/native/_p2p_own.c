@@ -156,7 +156,7 @@ static PyObject *P2P_own(P2P *s, PyObject *d)
         Py_DECREF(args[i]);
     if (n == NULL)
         goto done;                    /* still first in line and waiting: the caller ends it */
-    if (PyLong_Check(n) && deferred_done(c, n, s->last_tag) < 0) {   /* received: d's status first, so a */
+    if (PyLong_Check(n) && deferred_done(c, n, p2p_last_tag) < 0) {   /* received: d's status first, so a */
         Py_DECREF(n);                 /* Ctrl-C while we take the mutex cannot lose the message */
         goto done;
     }

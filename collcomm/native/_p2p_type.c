@@ -235,14 +235,24 @@ static PyMethodDef P2P_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyObject *P2P_last_tag(P2P *s, void *unused)
+{
+    return PyLong_FromUnsignedLongLong(p2p_last_tag);
+}
+
+static PyGetSetDef P2P_getset[] = {
+    {"last_tag", (getter)P2P_last_tag, NULL,
+     "the wire tag of the last message a native receive took on this thread (its user tag: "
+     "& MAX_USER_TAG)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyMemberDef P2P_members[] = {
     {"paused", T_INT, offsetof(P2P, paused), 0, "non-zero: calls take the regular path"},
     {"steal", T_INT, offsetof(P2P, steal), 0,
      "non-zero: a receive waiting on an empty ring leaves (another thread must post first)"},
     {"sends", T_ULONGLONG, offsetof(P2P, sends), READONLY, "sends completed here"},
     {"recvs", T_ULONGLONG, offsetof(P2P, recvs), READONLY, "receives completed here"},
-    {"last_tag", T_ULONGLONG, offsetof(P2P, last_tag), READONLY,
-     "the wire tag of the last message a receive here took (its user tag: & MAX_USER_TAG)"},
     {"record", T_INT, offsetof(P2P, rw.on), 0,
      "1 (default): calls asked to record append flight-recorder records; 0: not (to measure)"},
     {NULL, 0, 0, 0, NULL},
@@ -261,6 +271,7 @@ static PyTypeObject P2PType = {
     .tp_dealloc = (destructor)P2P_dealloc,
     .tp_methods = P2P_methods,
     .tp_members = P2P_members,
+    .tp_getset = P2P_getset,
 };
 
 static int p2p_module_init(PyObject *m)
