@@ -128,3 +128,52 @@ def test_any_tag_status_per_thread() -> None:
     has its own message's tag (the native path keeps the last tag per thread)."""
     res = run_ranks(_threads, 3, timeout=100)
     assert res[0]["wrong"] == []
+
+
+def _order() -> dict:
+    """MPI's matching order against a receive posted earlier on the Python path, and the
+    status of a wildcard receive completed by Test()."""
+    import threading
+    import time
+
+    from collcomm import MPI
+
+    comm = MPI.COMM_WORLD
+    me = comm.Get_rank()
+    out: dict = {}
+    if me == 0:
+        early = np.zeros(1)
+        r1 = comm.Irecv(early, source=MPI.ANY_SOURCE, tag=5)    # posted in the engine
+        comm.Barrier()
+        st = MPI.Status()
+        late = np.zeros(1)
+        comm.Recv(late, source=1, status=st)      # ANY_TAG: tag 5 is r1's, so tag 7
+        out["recv"] = (st.Get_tag(), float(late[0]))
+        t = threading.Thread(target=r1.Wait, daemon=True)
+        t.start()
+        t.join(20)
+        out["early"] = (not t.is_alive(), float(early[0]))
+        buf = np.zeros(1)
+        req = comm.Irecv(buf, source=1)           # ANY_TAG, completed by Test()
+        comm.Barrier()
+        while not req.Test(st):
+            time.sleep(0.001)
+        out["test"] = (st.Get_tag(), float(buf[0]))
+    else:
+        comm.Barrier()
+        comm.Send(np.full(1, 5.0), 0, 5)
+        comm.Send(np.full(1, 7.0), 0, 7)
+        comm.Barrier()
+        comm.Send(np.full(1, 42.0), 0, 42)
+    comm.Barrier()
+    return out
+
+
+def test_any_tag_keeps_mpi_order_and_test_status() -> None:
+    """A wildcard receive does not take a message an earlier posted receive matches (the
+    engine's posted receive claims any tag both could match), and Test() reports the
+    message's tag (review of session 14: tag 5 was taken, and Test() said tag 0)."""
+    res = run_ranks(_order, 2, timeout=60)
+    assert res[0]["recv"] == (7, 7.0)
+    assert res[0]["early"] == (True, 5.0)
+    assert res[0]["test"] == (42, 42.0)

@@ -32,6 +32,9 @@ def test_direct_reading_is_checked_and_on() -> None:
     try:
         # not laid out like an ndarray: refused before any field is read
         assert native.core.set_ndarray(bytearray, [bytearray(8)]) is False
+        # nothing compared, or nothing read directly: not trusted
+        assert native.core.set_ndarray(np.ndarray, []) is False
+        assert native.core.set_ndarray(np.ndarray, [np.arange(4.0)[::2]]) is False
     finally:
         assert native.core.set_ndarray(np.ndarray, probes) is True
 
@@ -117,3 +120,40 @@ def test_health_byte_follows_the_engine() -> None:
     eng3 = Engine(0, 1, 5.0)
     eng3.abort(RuntimeError("stop"))
     assert eng3.health[0] == 1
+
+
+def _list_held() -> dict:
+    """all_gather into a list whose item another thread drops while the call waits for the
+    peer with the GIL released: the call's views hold the arrays (else it would write
+    into memory a new array has taken)."""
+    import threading
+    import time
+
+    import collcomm as dist
+
+    me, count = dist.get_rank(), 100
+    out: dict = {}
+    dist.barrier()
+    if me == 0:
+        lst = [np.zeros(count) for _ in range(2)]
+        fresh: list = []
+
+        def meddle() -> None:
+            time.sleep(0.3)
+            lst[1] = None                     # the list held the only reference
+            fresh.extend(np.full(count, 7.0) for _ in range(4))
+        t = threading.Thread(target=meddle)
+        t.start()
+        dist.all_gather(lst, np.full(count, 1.0))
+        t.join()
+        out["fresh_untouched"] = all(bool((v == 7.0).all()) for v in fresh)
+    else:
+        time.sleep(1.0)
+        dist.all_gather([np.zeros(count) for _ in range(2)], np.full(count, 2.0))
+    dist.barrier()
+    return out
+
+
+def test_list_call_holds_its_arrays() -> None:
+    res = run_ranks(_list_held, 2, timeout=60)
+    assert res[0]["fresh_untouched"]

@@ -212,8 +212,10 @@ class Deferred(deferred_fields(), Handle):  # type: ignore[misc]
         h: Any = TimedHandle(self.req, self.limit)
         self.h = h if self.rec is None else _P2PHandle(h, self.rec)
 
-    def _done(self, n: int) -> Status:
-        self.status = Status(self.g.ranks[self.local], n, self.tag)
+    def _done(self, n: int, tag: int) -> Status:
+        """Received ``n`` bytes natively; ``tag``: the message's wire tag (``f.last_tag``
+        right after the receive, on this thread: a wildcard receive's differs from its own)."""
+        self.status = Status(self.g.ranks[self.local], n, tag)
         finished(self.rec, True)
         return self.status
 
@@ -233,7 +235,7 @@ class Deferred(deferred_fields(), Handle):  # type: ignore[misc]
                         n = None
                         n = f.recv(self.arr, self.local, self.utag, self.umask, self.sig, False, True)
                         if type(n) is int:    # (own too) its status before end_native: a
-                            self._done(n)     # Ctrl-C there must not lose the message
+                            self._done(n, f.last_tag)   # Ctrl-C there must not lose it
                         eng.end_native(self, n is None)
                 except CollcommError as exc:  # the peer lost, the timeout, the engine closed
                     self.exc = exc            # (own's or recv's: it is still first in line)
@@ -271,7 +273,7 @@ class Deferred(deferred_fields(), Handle):  # type: ignore[misc]
                         return False
                     del held[0]
                     if n is not None:
-                        self._done(n)
+                        self._done(n, self.f.last_tag)
                         return True
                     self.post()                  # C left it: the regular path, in its turn
         if self.exc is not None:

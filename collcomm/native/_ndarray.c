@@ -15,9 +15,11 @@
  * dtype, read-only, strided, 0-d, 2-d): any difference and nd_buffer never reads an
  * array directly in this process.
  *
- * The view holds no reference and no export (obj NULL; PyBuffer_Release does nothing):
- * every caller holds the array for as long as it uses the view, and an array with
- * references cannot be resized (ndarray.resize checks).
+ * The view holds a reference to the array (obj), as numpy's would, and no export:
+ * PyBuffer_Release drops the reference (numpy.ndarray has no releasebuffer slot, which
+ * set_ndarray checks); an array with references cannot be resized (ndarray.resize checks).
+ * The reference matters where a caller's own does not last: a list-form call reads its
+ * arrays out of the user's list, which another thread may change while it waits.
  */
 
 typedef struct {
@@ -68,7 +70,7 @@ static int nd_direct(PyObject *o, Py_buffer *v, int flags)
     for (int i = 0; i < a->nd; i++)
         len *= a->dimensions[i];
     *v = (Py_buffer){
-        .buf = a->data, .obj = NULL, .len = len, .itemsize = nd_types[t].size,
+        .buf = a->data, .obj = Py_NewRef(o), .len = len, .itemsize = nd_types[t].size,
         .readonly = !(a->flags & ND_WRITEABLE), .ndim = a->nd,
         .format = (flags & PyBUF_FORMAT) ? (char *)nd_types[t].format : NULL,
         .shape = a->dimensions, .strides = a->strides, .suboffsets = NULL, .internal = NULL,
@@ -88,8 +90,10 @@ static PyObject *nd_dtype(PyObject *o, PyObject *name)
 static Py_ssize_t nd_nbytes(PyObject *o, PyObject *name)
 {
     Py_buffer v;
-    if (nd_direct(o, &v, PyBUF_C_CONTIGUOUS))
+    if (nd_direct(o, &v, PyBUF_C_CONTIGUOUS)) {
+        PyBuffer_Release(&v);
         return v.len;
+    }
     PyObject *n = PyObject_GetAttr(o, name);
     Py_ssize_t r = n == NULL ? -1 : PyLong_AsSsize_t(n);
     Py_XDECREF(n);
@@ -103,15 +107,45 @@ static int nd_buffer(PyObject *o, Py_buffer *v, int flags)
     return nd_direct(o, v, flags) ? 0 : PyObject_GetBuffer(o, v, flags);
 }
 
+/* Before anything behind `descr` is read: do the fields where nd_direct looks hold the
+ * probe's data pointer (__array_interface__), dimension count and dtype object? 1 yes,
+ * 0 no, -1 an exception. */
+static int nd_fields_match(PyObject *probe)
+{
+    NdFields *a = (NdFields *)probe;
+    PyObject *dtype = PyObject_GetAttrString(probe, "dtype");
+    PyObject *ndim = dtype == NULL ? NULL : PyObject_GetAttrString(probe, "ndim");
+    PyObject *face = ndim == NULL ? NULL : PyObject_GetAttrString(probe, "__array_interface__");
+    PyObject *data = face == NULL || !PyDict_Check(face) ? NULL : PyDict_GetItemString(face, "data");
+    int ok = face == NULL ? -1
+           : data != NULL && PyTuple_Check(data) && PyTuple_GET_SIZE(data) >= 1 &&
+             PyLong_AsVoidPtr(PyTuple_GET_ITEM(data, 0)) == (void *)a->data &&
+             PyLong_AsLong(ndim) == a->nd && dtype == a->descr;
+    if (ok >= 0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        ok = 0;
+    }
+    Py_XDECREF(dtype);
+    Py_XDECREF(ndim);
+    Py_XDECREF(face);
+    return ok;
+}
+
 /* Does nd_direct read `probe` as numpy's getbuffer does (or decline it)? 1 yes, 0 no,
- * -1 an exception. */
-static int nd_agrees(PyObject *probe, int flags)
+ * -1 an exception. `must`: it has to read it directly (a plain array of a built-in dtype). */
+static int nd_agrees(PyObject *probe, int flags, int must)
 {
     Py_buffer mine, theirs;
+    if (Py_TYPE(probe) == nd_type) {
+        int fields = nd_fields_match(probe);
+        if (fields <= 0)
+            return fields;
+    }
     if (!nd_direct(probe, &mine, flags))
-        return 1;
+        return !must;
     if (PyObject_GetBuffer(probe, &theirs, flags) < 0) {
         PyErr_Clear();
+        PyBuffer_Release(&mine);
         return 0;                        /* numpy refuses what nd_direct took */
     }
     const char *f = theirs.format;
@@ -124,12 +158,14 @@ static int nd_agrees(PyObject *probe, int flags)
     for (int i = 0; same && i < mine.ndim; i++)
         same = mine.shape[i] == theirs.shape[i];
     PyBuffer_Release(&theirs);
+    PyBuffer_Release(&mine);
     return same;
 }
 
 /* set_ndarray(ndarray, probes): read numpy.ndarray's buffers directly from now on if, for
- * every probe array and every flag set the calls use, nd_direct agrees with numpy.
- * Returns True if it does. */
+ * every probe array and every flag set the calls use, nd_direct agrees with numpy, and it
+ * read the first probe (a plain writable array of a built-in dtype) itself. Returns True
+ * if it does. */
 static PyObject *mod_set_ndarray(PyObject *module, PyObject *args)
 {
     PyObject *type, *probes;
@@ -137,7 +173,9 @@ static PyObject *mod_set_ndarray(PyObject *module, PyObject *args)
         return NULL;
     nd_type = NULL;
     PyTypeObject *candidate = (PyTypeObject *)type;
-    if (candidate->tp_basicsize < (Py_ssize_t)sizeof(NdFields))
+    if (PyList_GET_SIZE(probes) == 0 ||
+        candidate->tp_basicsize < (Py_ssize_t)sizeof(NdFields) || candidate->tp_as_buffer == NULL ||
+        candidate->tp_as_buffer->bf_releasebuffer != NULL)   /* (PyBuffer_Release would call it) */
         Py_RETURN_FALSE;
     const int flag_sets[] = {PyBUF_C_CONTIGUOUS, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE,
                              PyBUF_C_CONTIGUOUS | PyBUF_FORMAT,
@@ -145,7 +183,7 @@ static PyObject *mod_set_ndarray(PyObject *module, PyObject *args)
     nd_type = candidate;                 /* (nd_direct reads only while this is set) */
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(probes); i++)
         for (size_t j = 0; j < sizeof(flag_sets) / sizeof(flag_sets[0]); j++) {
-            int ok = nd_agrees(PyList_GET_ITEM(probes, i), flag_sets[j]);
+            int ok = nd_agrees(PyList_GET_ITEM(probes, i), flag_sets[j], i == 0);
             if (ok <= 0) {
                 nd_type = NULL;
                 if (ok < 0)

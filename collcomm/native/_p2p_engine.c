@@ -49,8 +49,9 @@ static int p2p_attr_u64(PyObject *o, PyObject *name, uint64_t *out)
 }
 
 /* 1 if the engine may hold or owe a message for a receive (src, tag, mask): an early
- * message from src it matches, or a receive posted before it that a message from src
- * with this tag would match. 0 if not, -1 on error. */
+ * message from src it matches, or a receive posted before it that some message from src
+ * this one matches would match too (the bits both masks compare agree). 0 if not, -1 on
+ * error. */
 /* engine.<name> (a new reference): the list read at init while the engine is healthy */
 static PyObject *p2p_engine_queue(P2P *s, PyObject *held, PyObject *name)
 {
@@ -89,7 +90,7 @@ static int p2p_engine_claims(P2P *s, long src, uint64_t tag, uint64_t mask)
             p2p_attr_u64(req, s_p2p_mask, &rmask) < 0)
             claim = -1;
         else if (((long)peer == src || (long long)peer == -1) &&
-                 (rtag == tag || !((rtag ^ tag) & rmask)))
+                 !((rtag ^ tag) & rmask & mask))  /* some tag matches both (ANY_TAG: wildcard) */
             claim = 1;
     }
     Py_DECREF(lst);
