@@ -158,7 +158,33 @@ def test_torchrun_agent_store_with_the_next_port_taken(tmp_path):
     finally:
         taken.close()
     check_job(out, 2, "collcomm/torchrun")
-    assert agent.get("collcomm/store/agent-test/0/0").decode().startswith("127.0.0.1:")
+    # rank 0 published its store's address there and deleted it once every rank had joined
+    # (torchrun's store outlives a round, and a restart may reuse the restart count)
+    assert not agent.check(["collcomm/store/agent-test/0/0"])
+
+
+@pytest.mark.timeout(120)
+def test_torchrun_agent_store_skips_a_dead_rounds_address(tmp_path):
+    """torchrun may restart its workers with the same restart count, its store still
+    holding what the last round's rank 0 wrote: a rank that reads an address nobody
+    listens at reads the key again until this round's rank 0 has written it."""
+    torch_dist = pytest.importorskip("torch.distributed")
+    import datetime
+
+    prog = write_prog(tmp_path)
+    agent = torch_dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                                timeout=datetime.timedelta(seconds=60))
+    agent.set("collcomm/store/stale-test/0/0", f"127.0.0.1:{free_port()}")   # nobody there
+    envs = [clean_env(RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="2",
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(agent.port), COLLCOMM_TIMEOUT="30",
+                      TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RUN_ID="stale-test")
+            for r in range(2)]
+    envs[0]["TEST_SLEEP_BEFORE_INIT"] = "1"
+    out = results("".join(spawn(2, envs, ["-c", "import os, time, runpy, sys; "
+                                          "time.sleep(float(os.environ.get('TEST_SLEEP_BEFORE_INIT', 0))); "
+                                          f"sys.argv = [{prog!r}]; runpy.run_path({prog!r}, run_name='__main__')"],
+                                    timeout=90)))
+    check_job(out, 2, "collcomm/torchrun")
 
 
 @pytest.mark.timeout(60)

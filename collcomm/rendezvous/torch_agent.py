@@ -8,6 +8,12 @@ there (torch's ``get`` waits for it) and connects. Until session 14 rank 0 liste
 ``MASTER_PORT + 1``, which any other socket of the machine may hold (an outgoing
 connection's ephemeral port, for one): the job then failed with "Address already in use".
 
+The key names the run, the restart and the meeting (init, destroy, init again), but torchrun
+restarts its workers with the same restart count when nodes join, and its store outlives
+the round: so rank 0 deletes the key once every rank has joined collcomm's store, and a
+rank that finds an address nobody listens at (a rank 0 that died before it could delete
+it) reads the key again until the new rank 0 has written it.
+
 A torchrun job has torch; without it (or with ``COLLCOMM_MASTER_PORT`` set, which names
 the port) the ranks meet at ``tcp://MASTER_ADDR:port`` as before.
 """
@@ -16,11 +22,13 @@ from __future__ import annotations
 import itertools
 import os
 import socket
+import time
 from datetime import timedelta
+from typing import Any
 
-from .netaddr import bind_address_for
 from ..errors import CollcommError, CommTimeoutError
-from .base import Store
+from .base import _WORKERS_READY_KEY, Store
+from .netaddr import interface_address
 from .tcp_client import TCPStore
 
 __all__ = ["SCHEME", "open_store"]
@@ -37,15 +45,51 @@ def _key() -> str:
             f"{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/{next(_meetings)}")
 
 
+def _is_local(host: str) -> bool:
+    """Is ``host`` an address of this machine (a socket can be bound to it)?"""
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        addr = socket.getaddrinfo(host, None, family, socket.SOCK_DGRAM)[0][4][0]
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.bind((addr, 0))
+        return True
+    except (OSError, IndexError, UnicodeError):
+        return False
+
+
 def _own_address(master: str, port: int) -> str:
     """An address of this machine the other ranks reach: ``master`` itself when it is
-    this machine's (a one-host job: loopback), else the one the route to it leaves from."""
-    if bind_address_for(master) not in ("0.0.0.0", "::"):
+    this machine's (a one-host job: loopback), else ``COLLCOMM_SOCKET_IFNAME``'s when set,
+    else the one the route to ``master`` leaves from."""
+    if _is_local(master):
         return master
+    ifname = os.environ.get("COLLCOMM_SOCKET_IFNAME", "")
+    if ifname and ":" not in master:
+        return interface_address(ifname)
     family = socket.AF_INET6 if ":" in master else socket.AF_INET
     with socket.socket(family, socket.SOCK_DGRAM) as s:
         s.connect((master, port))        # (a UDP connect sends nothing: it picks the route)
-        return str(s.getsockname()[0])
+        return str(s.getsockname()[0]).split("%")[0]
+
+
+def _listening(address: str, deadline: float) -> bool:
+    """Does something accept connections at ``address`` (host:port)?"""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)),
+                                      timeout=max(0.1, min(2.0, deadline - time.monotonic()))):
+            return True
+    except OSError:
+        return False
+
+
+def _read_address(agent: Any, key: str, deadline: float) -> str:
+    """The address rank 0 published under ``key``, once something listens there."""
+    while True:
+        address = agent.get(key).decode()
+        if _listening(address, deadline) or time.monotonic() >= deadline:
+            return address
+        time.sleep(0.2)                  # a dead round's rank 0 wrote it: wait for the new one
 
 
 def open_store(master: str, port: int, rank: int, world_size: int, timeout: float,
@@ -58,18 +102,24 @@ def open_store(master: str, port: int, rank: int, world_size: int, timeout: floa
         return TCPStore(master, port + 1, world_size, is_master=rank == 0, timeout=timeout,
                         token=token)
     key = _key()
+    deadline = time.monotonic() + timeout
+    store: TCPStore | None = None
     try:
         agent = AgentStore(master, port, is_master=False, timeout=timedelta(seconds=timeout))
         if rank == 0:
             store = TCPStore(_own_address(master, port), 0, world_size, is_master=True,
                              timeout=timeout, token=token)
             agent.set(key, store.address)
+            store.wait([_WORKERS_READY_KEY])   # every rank has joined: the key has done its job
+            agent.delete_key(key)
             return store
-        address = agent.get(key).decode()
-    except CollcommError:
-        raise
-    except Exception as exc:   # torch's store errors (a timeout, a refused connection)
-        raise CommTimeoutError(
+        address = _read_address(agent, key, deadline)
+    except BaseException as exc:
+        if store is not None:
+            store.close()
+        if isinstance(exc, CollcommError) or not isinstance(exc, Exception):
+            raise
+        raise CommTimeoutError(   # torch's store errors (a timeout, a refused connection)
             f"rank {rank}: could not meet through torchrun's agent store at {master}:{port} "
             f"within {timeout:g}s ({'publishing' if rank == 0 else 'reading'} {key!r}, "
             f"where rank 0 publishes the address of collcomm's store): {exc}") from exc

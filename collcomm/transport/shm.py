@@ -131,6 +131,8 @@ class ShmChannel(StagedBodies):
             self._pipe = native.core.Pipe(self, self.out.view, self.out.base, self.out.ring,
                                           self.inp.view, self.inp.base, self.inp.ring,
                                           self.eager, self.peer)
+            # (a close on another thread while it was made set only _closed: copy it now)
+            self._pipe.closed = int(self._closed)
         return self._pipe
 
     # -- sending ---------------------------------------------------------------------------
