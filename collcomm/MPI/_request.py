@@ -205,11 +205,15 @@ class Request:
         for r in requests:        # (Wait without a status, inline)
             op = r._op
             if op is not None:
-                try:
-                    op.wait()
-                except CollcommError as exc:
-                    raise translate(exc) from exc
-                r._completed()
+                if type(op) is not Done:      # (complete from the start: nothing to wait)
+                    try:
+                        op.wait()
+                    except CollcommError as exc:
+                        raise translate(exc) from exc
+                if type(r) is Request:
+                    r._op = None              # (Request._completed, without its frame)
+                else:
+                    r._completed()
         return True
 
     @classmethod
