@@ -28,8 +28,8 @@ from ._consts import ANY_SOURCE, ANY_TAG, PROC_NULL
 from ._errors import translate
 from ._msg import simple
 from ._p2p_ops import (
-    ACK, SYNC, TAG_BITS, _EMPTY, _NativeRecv, _Pair, _Recv, _Send, _SENT, _dest, _native_tag,
-    _null_status, _request, _rtag, _source, _stag, complete,
+    ACK, EXACT, SYNC, TAG_BITS, WILD, _EMPTY, _NativeRecv, _Pair, _Recv, _Send, _SENT, _dest,
+    _native_tag, _null_status, _request, _rtag, _source, _stag, complete,
 )
 from ._types import _BY_NUMPY
 from ._request import Done, Request, Status, persistent
@@ -96,7 +96,7 @@ class PointToPoint:
     Bsend = Rsend = Send
 
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:  # noqa: N802
-        f = p2p.native(self._grp("Isend"))
+        f = getattr(self._grp("Isend"), "_p2p_native", None)   # (made by a first general call)
         if f is not None and type(tag) is int and tag <= TAG_BITS:
             r = f.mpi_isend(buf, dest, tag, np.ndarray, Request, _SENT)   # sent at once, or None
             if r is not None:
@@ -125,16 +125,18 @@ class PointToPoint:
 
     def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:  # noqa: N802
         g = self._grp("Irecv")
-        f = p2p.native(g)
-        tm = _native_tag(tag) if f is not None and type(source) is int else None
-        if tm is not None and 0 <= source < g.size and source != g.rank:
+        f = getattr(g, "_p2p_native", None)   # (made by a first general call)
+        if (f is not None and type(source) is int and type(tag) is int
+                and 0 <= source < g.size and source != g.rank):
             # _irecv's native start, its Request and op made in C (native/_p2p_mpi.c checks
             # the array: a plain 1-D C-contiguous writable numeric ndarray), without the
-            # argument conversions; None: the general way
-            r = f.mpi_irecv(g, buf, source, tm[0], tm[1], np.ndarray, p2p.Deferred, _NativeRecv,
-                            Request)
-            if r is not None:
-                return r
+            # argument conversions; None: the general way. (_native_tag, inline)
+            t, mask = (0, WILD) if tag == ANY_TAG else (tag, EXACT)
+            if 0 <= t <= TAG_BITS:
+                r = f.mpi_irecv(g, buf, source, t, mask, np.ndarray, p2p.Deferred, _NativeRecv,
+                                Request)
+                if r is not None:
+                    return r
         return _request(self._irecv(buf, source, tag, "Irecv"))
 
     def Sendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,  # noqa: N802
