@@ -80,14 +80,12 @@ class PointToPoint:
 
     _complete = staticmethod(lambda op, status=None: complete(op, status))
 
-    def _sent_natively(self, buf: Any, dest: int, tag: int, call: str) -> bool:
-        """Sent at once in one C call (native/_p2p.c); False: nothing done, the regular way."""
-        f = p2p.native(self._grp(call))
-        return bool(f is not None and type(buf) is np.ndarray and type(tag) is int
-                    and tag <= TAG_BITS and f.send(buf, dest, tag, 0))
-
     def Send(self, buf: Any, dest: int, tag: int = 0) -> None:  # noqa: N802
-        if not self._sent_natively(buf, dest, tag, "Send"):
+        # sent at once in one C call (native/_p2p.c), else (nothing done) the regular way;
+        # the group's native entry is made by a first regular call
+        f = getattr(self._grp("Send"), "_p2p_native", None)
+        if not (f is not None and type(buf) is np.ndarray and type(tag) is int
+                and tag <= TAG_BITS and f.send(buf, dest, tag, 0)):
             self._complete(self._isend(buf, dest, tag, False, "Send"))
 
     def Ssend(self, buf: Any, dest: int, tag: int = 0) -> None:  # noqa: N802
@@ -110,7 +108,7 @@ class PointToPoint:
 
     def Recv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG,  # noqa: N802
              status: Status | None = None) -> None:
-        f = p2p.native(self._grp("Recv"))
+        f = getattr(self._grp("Recv"), "_p2p_native", None)   # (made by a first regular call)
         tm = _native_tag(tag) if f is not None and type(buf) is np.ndarray else None
         if tm is not None:
             try:
