@@ -188,6 +188,28 @@ def test_torchrun_agent_store_skips_a_dead_rounds_address(tmp_path):
 
 
 @pytest.mark.timeout(60)
+def test_torchrun_agent_store_stale_address_times_out_clearly(monkeypatch):
+    """Only a dead round's address in the agent store and no rank 0 this round: the rank
+    fails after its timeout (not twice it), saying where it looked and what it found."""
+    torch_dist = pytest.importorskip("torch.distributed")
+    import datetime
+
+    from collcomm.errors import CommTimeoutError
+    from collcomm.rendezvous import torch_agent
+
+    agent = torch_dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                                timeout=datetime.timedelta(seconds=30))
+    dead = free_port()
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "stale-only")
+    monkeypatch.setattr(torch_agent, "_meetings", iter([0]))
+    agent.set("collcomm/store/stale-only/0/0", f"127.0.0.1:{dead}")
+    t0 = time.monotonic()
+    with pytest.raises(CommTimeoutError, match=f"nothing listens at 127.0.0.1:{dead}"):
+        torch_agent.open_store("127.0.0.1", agent.port, 1, 2, 2.0, b"x" * 32)
+    assert time.monotonic() - t0 < 3.5
+
+
+@pytest.mark.timeout(60)
 def test_torchrun_agent_store_without_rank_0_times_out_clearly(tmp_path):
     """A rank that never sees rank 0's address in the agent store fails after the timeout
     with an error that says where it looked (no hang)."""

@@ -45,6 +45,7 @@ typedef struct {
 #define ND_WARN_ON_WRITE ((int)0x80000000u)   /* writing warns (numpy's getbuffer says so) */
 
 static PyTypeObject *nd_type;   /* numpy.ndarray once set_ndarray has checked the layout */
+static PyObject *nd_type_ref;   /* the strong reference that keeps it (the last one trusted) */
 
 /* numpy's built-in type numbers 0..23 -> (item size, PEP 3118 format); size 0: not ours */
 static const struct { int size; const char *format; } nd_types[24] = {
@@ -191,6 +192,7 @@ static PyObject *mod_set_ndarray(PyObject *module, PyObject *args)
                 Py_RETURN_FALSE;
             }
         }
-    Py_INCREF(candidate);                /* kept for the process's life */
+    Py_INCREF(candidate);                /* kept until another is trusted */
+    Py_XSETREF(nd_type_ref, (PyObject *)candidate);
     Py_RETURN_TRUE;
 }

@@ -23,6 +23,7 @@ import itertools
 import os
 import socket
 import time
+import warnings
 from datetime import timedelta
 from typing import Any
 
@@ -84,11 +85,15 @@ def _listening(address: str, deadline: float) -> bool:
 
 
 def _read_address(agent: Any, key: str, deadline: float) -> str:
-    """The address rank 0 published under ``key``, once something listens there."""
+    """The address rank 0 published under ``key``, once something listens there
+    (TimeoutError if nothing has by ``deadline``)."""
     while True:
         address = agent.get(key).decode()
-        if _listening(address, deadline) or time.monotonic() >= deadline:
+        if _listening(address, deadline):
             return address
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"nothing listens at {address}, the address found there "
+                               "(a rank 0 of an earlier round?)")
         time.sleep(0.2)                  # a dead round's rank 0 wrote it: wait for the new one
 
 
@@ -111,7 +116,12 @@ def open_store(master: str, port: int, rank: int, world_size: int, timeout: floa
                              timeout=timeout, token=token)
             agent.set(key, store.address)
             store.wait([_WORKERS_READY_KEY])   # every rank has joined: the key has done its job
-            agent.delete_key(key)
+            try:
+                agent.delete_key(key)
+            except Exception as exc:   # only cleanup: the job has met
+                warnings.warn(f"collcomm: could not delete {key!r} from torchrun's agent store "
+                              f"({exc}); a restart with the same restart count re-reads it "
+                              "until its own rank 0 writes it", RuntimeWarning, stacklevel=2)
             return store
         address = _read_address(agent, key, deadline)
     except BaseException as exc:

@@ -128,11 +128,12 @@ class ShmChannel(StagedBodies):
 
             if native.core is None:
                 return None
-            self._pipe = native.core.Pipe(self, self.out.view, self.out.base, self.out.ring,
-                                          self.inp.view, self.inp.base, self.inp.ring,
-                                          self.eager, self.peer)
-            # (a close on another thread while it was made set only _closed: copy it now)
-            self._pipe.closed = int(self._closed)
+            pipe = native.core.Pipe(self, self.out.view, self.out.base, self.out.ring,
+                                    self.inp.view, self.inp.base, self.inp.ring, self.eager,
+                                    self.peer)
+            with self.send_lock:   # (close sets the flag under it: no close can slip between)
+                pipe.closed = int(self._closed)
+                self._pipe = pipe
         return self._pipe
 
     # -- sending ---------------------------------------------------------------------------
