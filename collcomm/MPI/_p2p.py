@@ -28,8 +28,8 @@ from ._consts import ANY_SOURCE, ANY_TAG, PROC_NULL
 from ._errors import translate
 from ._msg import simple
 from ._p2p_ops import (
-    ACK, EXACT, SYNC, TAG_BITS, WILD, _EMPTY, _NativeRecv, _Pair, _Recv, _Send, _SENT, _dest,
-    _native_tag, _null_status, _request, _rtag, _source, _stag, complete,
+    ACK, SYNC, TAG_BITS, _EMPTY, _NativeRecv, _Pair, _Recv, _Send, _SENT, _dest, _native_tag,
+    _null_status, _request, _rtag, _source, _stag, complete,
 )
 from ._types import _BY_NUMPY
 from ._request import Done, Request, Status, persistent
@@ -128,11 +128,11 @@ class PointToPoint:
                 and 0 <= source < g.size and source != g.rank):
             # _irecv's native start, its Request and op made in C (native/_p2p_mpi.c checks
             # the array: a plain 1-D C-contiguous writable numeric ndarray), without the
-            # argument conversions; None: the general way. (_native_tag, inline)
-            t, mask = (0, WILD) if tag == ANY_TAG else (tag, EXACT)
-            if 0 <= t <= TAG_BITS:
-                r = f.mpi_irecv(g, buf, source, t, mask, np.ndarray, p2p.Deferred, _NativeRecv,
-                                Request)
+            # argument conversions; None: the general way
+            tm = _native_tag(tag)
+            if tm is not None:
+                r = f.mpi_irecv(g, buf, source, tm[0], tm[1], np.ndarray, p2p.Deferred,
+                                _NativeRecv, Request)
                 if r is not None:
                     return r
         return _request(self._irecv(buf, source, tag, "Irecv"))

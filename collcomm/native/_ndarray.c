@@ -92,8 +92,9 @@ static Py_ssize_t nd_nbytes(PyObject *o, PyObject *name)
 {
     Py_buffer v;
     if (nd_direct(o, &v, PyBUF_C_CONTIGUOUS)) {
+        Py_ssize_t len = v.len;
         PyBuffer_Release(&v);
-        return v.len;
+        return len;
     }
     PyObject *n = PyObject_GetAttr(o, name);
     Py_ssize_t r = n == NULL ? -1 : PyLong_AsSsize_t(n);

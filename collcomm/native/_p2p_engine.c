@@ -48,10 +48,6 @@ static int p2p_attr_u64(PyObject *o, PyObject *name, uint64_t *out)
     return 0;
 }
 
-/* 1 if the engine may hold or owe a message for a receive (src, tag, mask): an early
- * message from src it matches, or a receive posted before it that some message from src
- * this one matches would match too (the bits both masks compare agree). 0 if not, -1 on
- * error. */
 /* engine.<name> (a new reference): the list read at init while the engine is healthy */
 static PyObject *p2p_engine_queue(P2P *s, PyObject *held, PyObject *name)
 {
@@ -60,6 +56,10 @@ static PyObject *p2p_engine_queue(P2P *s, PyObject *held, PyObject *name)
     return PyObject_GetAttr(s->engine, name);
 }
 
+/* 1 if the engine may hold or owe a message for a receive (src, tag, mask): an early
+ * message from src it matches, or a receive posted before it that some message from src
+ * this one matches would match too (the bits both masks compare agree). 0 if not, -1 on
+ * error. */
 static int p2p_engine_claims(P2P *s, long src, uint64_t tag, uint64_t mask)
 {
     PyObject *lst = p2p_engine_queue(s, s->unexpected, s_p2p_unexpected);

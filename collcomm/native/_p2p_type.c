@@ -155,16 +155,15 @@ static int P2P_init(P2P *self, PyObject *args, PyObject *kwds)
     if (health != NULL && !PyByteArray_CheckExact(health))
         Py_CLEAR(health);
     Py_XSETREF(self->health, health);
-    Py_XSETREF(self->deferred, PyObject_GetAttr(engine, s_p2p_deferred));
     Py_XSETREF(self->defer_mutex, PyObject_GetAttr(engine, s_own_mutex));
-    Py_XSETREF(self->posted, PyObject_GetAttr(engine, s_p2p_posted));
-    Py_XSETREF(self->unexpected, PyObject_GetAttr(engine, s_p2p_unexpected));
-    if (self->deferred != NULL && !PyList_CheckExact(self->deferred))
-        Py_CLEAR(self->deferred);
-    if (self->posted != NULL && !PyList_CheckExact(self->posted))
-        Py_CLEAR(self->posted);
-    if (self->unexpected != NULL && !PyList_CheckExact(self->unexpected))
-        Py_CLEAR(self->unexpected);
+    PyObject **lists[] = {&self->deferred, &self->posted, &self->unexpected};
+    PyObject *list_names[] = {s_p2p_deferred, s_p2p_posted, s_p2p_unexpected};
+    for (int i = 0; i < 3; i++) {     /* (anything but a list: the attribute path) */
+        PyObject *lst = PyObject_GetAttr(engine, list_names[i]);
+        if (lst != NULL && !PyList_CheckExact(lst))
+            Py_CLEAR(lst);
+        Py_XSETREF(*lists[i], lst);
+    }
     PyErr_Clear();
     return 0;
 }
