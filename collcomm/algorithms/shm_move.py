@@ -141,9 +141,8 @@ def _gather_to(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, root: i
         in_place = in_place or any_in_place(arena, phase)
         if root is None or me == root:
             assert recv is not None
-            for r in range(n):
-                if r != me:
-                    read_peer(comm, arena, phase, r, dt, count, 0, recv[r * k + lo:r * k + lo + count])
+            for r in ((me + i) % n for i in range(1, n)):   # from the next rank on, as the core
+                read_peer(comm, arena, phase, r, dt, count, 0, recv[r * k + lo:r * k + lo + count])
     if in_place:
         arena.sync()
 
@@ -252,9 +251,9 @@ def all_to_all(comm: ShmComm, send: np.ndarray, send_counts: Sequence[int], recv
     _own_block(send, send_counts, sdispl, recv, recv_counts, rdispl, me)
     sums = tables[:, :n].sum(axis=1)
     if all(a2a_eager(arena, int(t) * dt.itemsize) for t in sums):
-        for r in range(n):   # every rank staged its buffer with the tables: our blocks
+        for r in ((me + i) % n for i in range(1, n)):   # every rank staged its buffer: our blocks
             c = recv_counts[r]
-            if r != me and c:
+            if c:
                 at = int(tables[r, :me].sum())
                 np.copyto(recv[rdispl[r]:rdispl[r] + c],
                           arena.slot_array(agree, r, dt, int(sums[r]), a2a_eager_at(n))[at:at + c])
@@ -274,9 +273,9 @@ def all_to_all(comm: ShmComm, send: np.ndarray, send_counts: Sequence[int], recv
                 if c:
                     np.copyto(staged[j, :c], send[sdispl[j] + lo:sdispl[j] + lo + c])
         arena.sync()
-        for r in range(n):
+        for r in ((me + i) % n for i in range(1, n)):   # from the next rank's slot on
             c = min(piece, max(0, recv_counts[r] - lo))
-            if r != me and c:
+            if c:
                 src = arena.slot_array(phase, r, dt, n * piece).reshape(n, piece)[me, :c]
                 np.copyto(recv[rdispl[r] + lo:rdispl[r] + lo + c], src)
 
@@ -311,9 +310,9 @@ def _all_to_all_cma(comm: ShmComm, arena: Arena, send: np.ndarray, sdispl: Seque
     arena.put(SHARED_WORD + phase, CMA)
     arena.put(OFFSET_WORD + phase, send.__array_interface__["data"][0] if send.size else 0)
     arena.sync()
-    for r in range(n):
+    for r in ((me + i) % n for i in range(1, n)):   # from the next rank on, as the native core
         c = recv_counts[r]
-        if r != me and c:
+        if c:
             start = int(arena.slot_array(phase, r, np.dtype(np.int64), n)[me])
             read_peer(comm, arena, phase, r, dt, 0, start, recv[rdispl[r]:rdispl[r] + c])
     arena.sync()

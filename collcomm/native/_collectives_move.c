@@ -143,9 +143,8 @@ static PyObject *Core_gather(Core *c, PyObject *const *args, Py_ssize_t nargs)
     if (any_shared(c, phase))
         return call_end(&k, ST_PYTHON);
     if (receiver) {
-        for (int r = 0; r < n; r++) {
-            if (r == me)
-                continue;
+        for (int i = 1; i < n; i++) {   /* from the next rank on: no slot read by all at once */
+            int r = (me + i) % n;
             const char *src = peer(&k, phase, r, kb);
             if (src == NULL)
                 return call_end(&k, -1);

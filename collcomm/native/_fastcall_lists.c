@@ -105,9 +105,8 @@ static PyObject *list_gather(Fast *s, const char *send, Py_buffer *v, Py_ssize_t
         return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
     if (any_shared(c, phase))
         return call_end(&k, ST_PYTHON);
-    for (int r = 0; r < c->n; r++) {
-        if (r == me)
-            continue;
+    for (int i = 1; i < c->n; i++) {   /* from the next rank on, as Core_gather */
+        int r = (me + i) % c->n;
         const char *src = peer(&k, phase, r, kb);
         if (src == NULL)
             return call_end(&k, -1);
