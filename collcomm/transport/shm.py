@@ -46,11 +46,12 @@ import numpy as np
 
 from ..errors import ClosedError, CommTimeoutError, PeerLostError
 from .peer_process import pid_alive, pid_stopped
-from .shm_ring import (HEADER, INLINE, LEFT, PAD, PRIVATE, PRIVATE_ID, SEGMENT, SEGMENT_ONCE,
-                       Inbox, _RingBody, _SegmentBody, _Ring, _round, eager_limit, slot_offset)
+from .shm_ring import (CTL_BYTES, HEADER, INLINE, LEFT, PAD, PRIVATE, PRIVATE_ID, SEGMENT,
+                       SEGMENT_ONCE, Inbox, _RingBody, _SegmentBody, _Ring, _round, eager_limit,
+                       slot_offset)
 from .shm_staging import StagedBodies
-from .shm_segments import (PAGE, SHM_DIR, ShmSpaceError, create_segment, mib, shm_budget,
-                           space_text, unlink_quietly, warn_once)
+from .shm_segments import (PAGE, SHM_DIR, ShmSpaceError, create_segment, mib, populate,
+                           shm_budget, space_text, unlink_quietly, warn_once)
 
 if TYPE_CHECKING:
     from .engine import Engine, Request
@@ -75,6 +76,8 @@ class ShmChannel(StagedBodies):
         out_ring = peer_ring or inbox.ring        # the peer's inbox has its own ring size
         self.out = _Ring(peer_inbox, slot_offset(my_slot, out_ring), out_ring)   # I produce
         self.inp = _Ring(inbox.mm, slot_offset(peer_slot, inbox.ring), inbox.ring)   # I consume
+        populate(peer_inbox, self.out.base, CTL_BYTES + out_ring, True)    # no page faults on
+        populate(inbox.mm, self.inp.base, CTL_BYTES + inbox.ring, False)  # a ring's first pass
         self.eager = eager_limit(out_ring)
         self.my_slot = my_slot
         self.held: dict[int, np.ndarray] = {}    # PRIVATE messages the peer has yet to read

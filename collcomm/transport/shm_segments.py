@@ -147,6 +147,24 @@ def open_segment(name: str, unlink: bool = False, populate: bool = False) -> mma
         os.close(fd)
 
 
+#: madvise advice that maps a range's pages now (Linux 5.14+; mmap has no names for them)
+MADV_POPULATE_READ, MADV_POPULATE_WRITE = 22, 23
+
+
+def populate(mm: mmap.mmap, start: int, length: int, write: bool) -> bool:
+    """Map ``length`` bytes of ``mm`` from ``start`` (a reserved range) into this process now,
+    for reading or writing, instead of one page fault per page on first use (measured: a
+    fresh 1 MiB ring's first pass cost 2 KiB messages twice their time once it wrapped).
+    The pages were reserved when the segment was made, so this takes no more space. False
+    where the kernel cannot (older than 5.14): the pages then fault in as they are used."""
+    lo = start // PAGE * PAGE
+    try:
+        mm.madvise(MADV_POPULATE_WRITE if write else MADV_POPULATE_READ, lo, start + length - lo)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def unlink_quietly(name: str) -> None:
     try:
         os.unlink(os.path.join(SHM_DIR, name))
