@@ -45,7 +45,9 @@ def _run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 def _request(work: Any, finish: Callable[[], Any] | None = None) -> Request:
     r = Request.__new__(Request)      # (no __init__: it only sets _op)
-    r._op = WorkOp(work, finish)
+    op = WorkOp.__new__(WorkOp)       # (WorkOp.__init__'s stores, without its frame)
+    op._work, op._finish, op._done, op.value = work, finish, False, None
+    r._op = op
     return r
 
 
@@ -240,6 +242,15 @@ class BufferCollectives:
         self._barrier(False, "Barrier")
 
     def Ibarrier(self) -> Request:  # noqa: N802
+        g = self._h.g
+        fast = g.fast if g is not None else None
+        if fast is not None:
+            try:   # arrives at once, its wait queued (native/_fastcall_parts.c)
+                work = fast.barrier_async("Ibarrier")
+            except CollcommError as exc:
+                raise translate(exc) from exc
+            if work is not None:
+                return _request(work)
         return _request(self._barrier(True, "Ibarrier"))
 
     def Bcast(self, buf: Any, root: int = 0) -> None:  # noqa: N802
@@ -257,8 +268,10 @@ class BufferCollectives:
         g = self._h.g
         fast = g.fast if g is not None else None
         if fast is not None and type(buf) is np.ndarray:
-            # small: started at once in two parts (native/_fastcall_parts.c)
-            work = _run(fast.broadcast_async, buf, root, "Ibcast")
+            try:   # small: started at once in two parts (native/_fastcall_parts.c)
+                work = fast.broadcast_async(buf, root, "Ibcast")
+            except CollcommError as exc:
+                raise translate(exc) from exc
             if work is not None:
                 return _request(work)
         return _request(self._bcast(buf, root, True, "Ibcast"))
@@ -360,8 +373,10 @@ class BufferCollectives:
         builtin = _builtin(op) if fast is not None and type(recvbuf) is np.ndarray else None
         if builtin is not None:
             send = recvbuf if sendbuf is IN_PLACE else sendbuf
-            # small: started at once in two parts (native/_fastcall_parts.c)
-            work = _run(fast.all_reduce_async, send, recvbuf, builtin, "Iallreduce")
+            try:   # small: started at once in two parts (native/_fastcall_parts.c)
+                work = fast.all_reduce_async(send, recvbuf, builtin, "Iallreduce")
+            except CollcommError as exc:
+                raise translate(exc) from exc
             if work is not None:
                 return _request(work)
         return _request(self._allreduce(sendbuf, recvbuf, op, True, "Iallreduce"))

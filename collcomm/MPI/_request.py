@@ -144,11 +144,15 @@ class Request:
     def Wait(self, status: Status | None = None) -> bool:  # noqa: N802
         op = self._op
         if op is not None:
-            try:
-                op.wait()      # (what _wait_op does, one frame less: the common call)
+            try:       # (what _wait_op does, frames less: the common call)
+                if type(op) is WorkOp and op._finish is None and op._work is not None:
+                    op._work.wait()        # (WorkOp.wait without its frame)
+                    op._done = True
+                else:
+                    op.wait()
             except CollcommError as exc:
                 raise translate(exc) from exc
-            self._completed()
+            self._op = None    # (_completed: the same in every subclass)
         if status is not None:
             _fill(status, op)
         return True

@@ -28,7 +28,7 @@ static const char *const work_slot_names[W_N] = {"name", "_group", "_tag", "_sta
 #define WORK_SLOT(s, w, i) (*(PyObject **)((char *)(w) + (s)->work_at[i]))
 
 static PyObject *s_append, *s_pending, *s_finish_part, *s_acquire, *s_release, *s_popleft,
-    *s_watch_part;
+    *s_watch_part, *s_sleeping, *s_worker, *s_locked;
 
 static int parts_names(void)
 {
@@ -38,7 +38,32 @@ static int parts_names(void)
            (s_acquire = PyUnicode_InternFromString("acquire")) == NULL ||
            (s_release = PyUnicode_InternFromString("release")) == NULL ||
            (s_popleft = PyUnicode_InternFromString("popleft")) == NULL ||
-           (s_watch_part = PyUnicode_InternFromString("watch_part")) == NULL ? -1 : 0;
+           (s_watch_part = PyUnicode_InternFromString("watch_part")) == NULL ||
+           (s_sleeping = PyUnicode_InternFromString("_sleeping")) == NULL ||
+           (s_worker = PyUnicode_InternFromString("_worker")) == NULL ||
+           (s_locked = PyUnicode_InternFromString("locked")) == NULL ? -1 : 0;
+}
+
+/* Is the group's worker started and looking at the queue (AsyncCalls._worker set,
+ * _sleeping False)? Then AsyncCalls.watch_part would do nothing: skip its two Python
+ * frames (~1.5k instructions a call). The item is queued before this is read, as in
+ * AsyncCalls.submit, so a worker that decides to sleep meanwhile sees it. 1 yes, 0 no,
+ * -1 an exception. */
+static int worker_looking(PyObject *calls)
+{
+    PyObject *worker = PyObject_GetAttr(calls, s_worker);
+    if (worker == NULL)
+        return -1;
+    int started = worker != Py_None;
+    Py_DECREF(worker);
+    if (!started)
+        return 0;
+    PyObject *sleeping = PyObject_GetAttr(calls, s_sleeping);
+    if (sleeping == NULL)
+        return -1;
+    int looking = sleeping == Py_False;
+    Py_DECREF(sleeping);
+    return looking;
 }
 
 static PyObject *fast_run_part(Fast *s, int part, int fc, PyObject *name, uint64_t sig,
@@ -170,7 +195,9 @@ static PyObject *part_start(Fast *s, part_fn run, PyObject *const *args, Py_ssiz
     /* the worker, as the safety net: it finishes a second part nobody else runs within
      * PART_GRACE (a peer publishing in place needs more syncs from this rank); started
      * or woken only when it is not looking already */
-    if (!bad && s->async_calls != NULL) {
+    int looking = bad || s->async_calls == NULL ? 1 : worker_looking(s->async_calls);
+    bad = bad || looking < 0;
+    if (!bad && !looking) {
         PyObject *r2 = PyObject_CallMethodNoArgs(s->async_calls, s_watch_part);
         bad = r2 == NULL;
         Py_XDECREF(r2);

@@ -1,0 +1,100 @@
+"""How a small asynchronous call started in two parts (native/_fastcall_parts.c) gets its
+second part run and its Work marked done, in the two cases the cheap ways skip:
+
+* the group's worker is already looking at the queue: the entry does not call
+  ``AsyncCalls.watch_part`` (it would do nothing), so the worker must still take a second
+  part its caller cannot finish (a peer published its buffer in place and needs more
+  syncs from this rank, which is blocked in a receive that peer sends only after);
+* another thread is inside the Work's lock when the second part ends: the Work is not
+  marked done behind its back (``part_done`` finds the lock taken) but by
+  ``Work._finish``, which waits for that thread.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from collcomm import native
+from tests.harness import run_ranks
+
+pytestmark = pytest.mark.skipif(native.core is None, reason=f"native core: {native.reason}")
+
+
+def _world() -> Any:
+    from collcomm.core import runtime
+
+    return runtime.get_world("test")
+
+
+def _in_place_with_the_worker_looking() -> list[Any]:
+    import collcomm as dist
+
+    me = dist.get_rank()
+    got = np.zeros(1, np.int64)
+    out: list[Any] = []
+    for count in (3, 5000):
+        for _ in range(5):        # the worker started and awake (it looks for IDLE = 1 s)
+            dist.all_reduce(np.ones(2), async_op=True).wait()
+        calls = _world().async_calls
+        out.append(calls._worker is not None and not calls._sleeping)
+        h = dist.empty(count, np.float64)        # (collective: every rank makes one)
+        if me == 0:
+            x = np.full(count, 1.0)
+            w = dist.all_reduce(x, async_op=True)    # its entry skips watch_part
+            dist.recv(got, src=1)
+            w.wait()
+            out.append(float(x[0]))
+        else:
+            h[:] = 2.0
+            with dist.call_timeout(60):          # the Python path: publishes h in place
+                dist.all_reduce(h)
+            dist.send(np.array([1]), dst=0)
+            out.append(float(h[0]))
+    return out
+
+
+@pytest.mark.timeout(120)
+def test_the_looking_worker_finishes_what_its_caller_cannot() -> None:
+    for out in run_ranks(_in_place_with_the_worker_looking, 2, transport="shm", timeout=90):
+        assert out == [True, 3.0, True, 3.0], out
+
+
+def _lock_held_when_the_part_ends() -> list[Any]:
+    import collcomm as dist
+
+    me = dist.get_rank()
+    out: list[Any] = []
+    for rnd in range(5):
+        x = np.full(2, me + 1.0)
+        w = dist.all_reduce(x, async_op=True)
+        if me == 0:
+            inside = threading.Event()
+            left: list[bool] = []
+
+            def hold() -> None:
+                with w._lock:          # as Work.then / a timed wait are, briefly
+                    inside.set()
+                    time.sleep(0.05)
+                    left.append(True)  # (the last thing before the lock is released)
+
+            t = threading.Thread(target=hold)
+            t.start()
+            inside.wait(5)
+            w.wait()                   # the part ends while the lock is held
+            out.append((w.done, x.tolist(), left == [True]))
+            t.join()
+        else:
+            w.wait()
+            out.append((w.done, x.tolist(), True))
+        dist.barrier()
+    return out
+
+
+@pytest.mark.timeout(120)
+def test_a_work_whose_lock_is_held_is_finished_by_work_finish() -> None:
+    for out in run_ranks(_lock_held_when_the_part_ends, 2, transport="shm", timeout=90):
+        assert out == [(True, [3.0, 3.0], True)] * 5, out
