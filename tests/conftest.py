@@ -1,6 +1,9 @@
-"""Suite-wide guard: after all tests, no child process and no shared memory of our jobs is left."""
+"""Suite-wide guard: after all tests, no child process and no shared memory of our jobs is
+left. And before them: collcomm and the tests compiled to bytecode once (see
+``pytest_configure``)."""
 from __future__ import annotations
 
+import compileall
 import os
 import shutil
 import tempfile
@@ -8,6 +11,16 @@ import tempfile
 import pytest
 
 from tests import harness
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Write collcomm's and the tests' bytecode now, once. Where PYTHONDONTWRITEBYTECODE is
+    set (this project's machines set it) no process writes it, so each of the suite's
+    ~1,000 rank and launcher processes compiled every module it imports from source:
+    ~0.09 s of CPU each for ``import collcomm`` alone (0.28 -> 0.19 s measured). A cache
+    Python finds stale (an edited source) is ignored as usual."""
+    for folder in ("collcomm", "tests"):
+        compileall.compile_dir(os.path.join(harness.ROOT, folder), quiet=2)
 
 
 def _open_mpi_segments() -> set[str]:
