@@ -40,6 +40,9 @@ def _in_place_with_the_worker_looking() -> list[Any]:
         for _ in range(5):        # the worker started and awake (it looks for IDLE = 1 s)
             dist.all_reduce(np.ones(2), async_op=True).wait()
         calls = _world().async_calls
+        deadline = time.monotonic() + 0.5    # (the woken worker needs the GIL once to look)
+        while calls._sleeping and time.monotonic() < deadline:
+            time.sleep(0.001)
         out.append(calls._worker is not None and not calls._sleeping)
         h = dist.empty(count, np.float64)        # (collective: every rank makes one)
         if me == 0:
@@ -68,6 +71,8 @@ def _lock_held_when_the_part_ends() -> list[Any]:
 
     me = dist.get_rank()
     out: list[Any] = []
+    calls = _world().async_calls
+    calls.part_age = lambda: 0.0       # the worker leaves every second part to its caller
     for rnd in range(5):
         x = np.full(2, me + 1.0)
         w = dist.all_reduce(x, async_op=True)

@@ -157,7 +157,7 @@ def populate(mm: mmap.mmap, start: int, length: int, write: bool) -> bool:
     fresh 1 MiB ring's first pass cost 2 KiB messages twice their time once it wrapped).
     The pages were reserved when the segment was made, so this takes no more space. False
     where the kernel cannot (older than 5.14): the pages then fault in as they are used."""
-    lo = start // PAGE * PAGE
+    lo = start // mmap.PAGESIZE * mmap.PAGESIZE   # (the kernel's page: 64 KiB on some)
     try:
         mm.madvise(MADV_POPULATE_WRITE if write else MADV_POPULATE_READ, lo, start + length - lo)
     except (OSError, ValueError):
