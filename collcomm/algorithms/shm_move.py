@@ -141,7 +141,7 @@ def _gather_to(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, root: i
         in_place = in_place or any_in_place(arena, phase)
         if root is None or me == root:
             assert recv is not None
-            for r in ((me + i) % n for i in range(1, n)):   # from the next rank on, as the core
+            for r in peers_from_next(me, n):
                 read_peer(comm, arena, phase, r, dt, count, 0, recv[r * k + lo:r * k + lo + count])
     if in_place:
         arena.sync()
@@ -251,7 +251,7 @@ def all_to_all(comm: ShmComm, send: np.ndarray, send_counts: Sequence[int], recv
     _own_block(send, send_counts, sdispl, recv, recv_counts, rdispl, me)
     sums = tables[:, :n].sum(axis=1)
     if all(a2a_eager(arena, int(t) * dt.itemsize) for t in sums):
-        for r in ((me + i) % n for i in range(1, n)):   # every rank staged its buffer: our blocks
+        for r in peers_from_next(me, n):   # every rank staged its buffer: our blocks
             c = recv_counts[r]
             if c:
                 at = int(tables[r, :me].sum())
@@ -273,11 +273,19 @@ def all_to_all(comm: ShmComm, send: np.ndarray, send_counts: Sequence[int], recv
                 if c:
                     np.copyto(staged[j, :c], send[sdispl[j] + lo:sdispl[j] + lo + c])
         arena.sync()
-        for r in ((me + i) % n for i in range(1, n)):   # from the next rank's slot on
+        for r in peers_from_next(me, n):
             c = min(piece, max(0, recv_counts[r] - lo))
             if c:
                 src = arena.slot_array(phase, r, dt, n * piece).reshape(n, piece)[me, :c]
                 np.copyto(recv[rdispl[r] + lo:rdispl[r] + lo + c], src)
+
+
+def peers_from_next(me: int, n: int) -> list[int]:
+    """Every rank but ``me``, from the next one on (me + 1, me + 2, ... mod n): the order
+    all_to_all and all_gather read their peers in (the native core's too), so no peer is
+    read by every rank at once (all from rank 0 first took 1.3-1.5x as long by cross-memory
+    attach: BENCHMARKS.md session 15)."""
+    return [(me + i) % n for i in range(1, n)]
 
 
 def a2a_eager_at(n: int) -> int:
@@ -310,7 +318,7 @@ def _all_to_all_cma(comm: ShmComm, arena: Arena, send: np.ndarray, sdispl: Seque
     arena.put(SHARED_WORD + phase, CMA)
     arena.put(OFFSET_WORD + phase, send.__array_interface__["data"][0] if send.size else 0)
     arena.sync()
-    for r in ((me + i) % n for i in range(1, n)):   # from the next rank on, as the native core
+    for r in peers_from_next(me, n):
         c = recv_counts[r]
         if c:
             start = int(arena.slot_array(phase, r, np.dtype(np.int64), n)[me])
