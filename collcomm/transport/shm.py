@@ -81,6 +81,7 @@ class ShmChannel(StagedBodies):
         self.eager = eager_limit(out_ring)
         self.my_slot = my_slot
         self.held: dict[int, np.ndarray] = {}    # PRIVATE messages the peer has yet to read
+        self.outside_until = 0   # ring position past the last record whose body is not in the ring
         self.next_private = 1
         self.send_lock = threading.Lock()   # a leaf: staging and writing records, ``closed``
         self.poll_lock = threading.Lock()   # the consumer's; only tried (acquire(blocking=False))
@@ -180,6 +181,8 @@ class ShmChannel(StagedBodies):
                         if kind == PRIVATE:
                             staged = ""   # nothing to give back: the copy goes when released
                 if self._try_append(record[0], req.tag, nbytes, record[1], record[2], req.sig):
+                    if record[0] != INLINE:
+                        self.outside_until = self.head
                     problem = None
                     break
             # the ring is full: wait for the peer to read, without the lock
@@ -314,13 +317,30 @@ class ShmChannel(StagedBodies):
             f"lost its shared-memory peer", peer=self.peer)
 
     def close(self, linger: float = 10.0) -> None:
-        """Wait (up to ``linger`` s, while the peer lives) until it has read what we sent,
-        so the segments it has yet to open still exist; then remove what is left."""
+        """Wait while the peer lives until it has read what we sent, then remove what is left.
+
+        Records in the ring outlive us (the ring is the peer's inbox), so for those we wait at
+        most ``linger`` s. A body staged in a segment or held in our memory (PRIVATE) is gone
+        once we close, so while the peer has yet to read one we wait up to the job's timeout:
+        a reader busy for longer than ``linger`` (a multi-GiB message) must not lose it."""
         if self.closed:
             return
-        deadline = time.monotonic() + linger
-        while (self.out.ctl[8] < self.head and time.monotonic() < deadline
-               and self.peer not in self.engine.lost and pid_alive(self.peer_pid)):
+        now = time.monotonic()
+        deadline, outside_deadline = now + linger, now + max(linger, self.engine.timeout)
+        while self.peer not in self.engine.lost and pid_alive(self.peer_pid):
+            read = self.out.ctl[8]
+            now = time.monotonic()
+            if read < self.head and now < deadline:
+                pass
+            elif read < self.outside_until and now < outside_deadline and linger > 0:
+                if now >= deadline:   # said once, when it outlasts the linger
+                    warn_once(f"close-wait-{self.peer}", (
+                        f"rank {self.engine.rank} is leaving but waits (up to "
+                        f"{self.engine.timeout:g} s, while rank {self.peer} lives) for rank "
+                        f"{self.peer} to read the large message it sent it: only this rank "
+                        "holds it"))
+            else:
+                break
             self.poll()
             time.sleep(0.001)
         with self.send_lock:   # a sender is never mid-write when the pool goes

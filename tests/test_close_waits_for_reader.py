@@ -1,0 +1,55 @@
+"""A rank that sends a large message and leaves at once must not take the body with it.
+
+A body staged outside the ring (a one-off tmpfs segment, or PRIVATE memory the receiver
+reads by cross-memory attach) lives only as long as the sender keeps it: ``ShmChannel.close``
+waits while the peer is alive and has yet to read such a record, bounded by the job timeout,
+not only by the short linger that covers ring records, and says once that it waits. The tests shrink that linger to 0.3 s
+and make the receiver start reading 2 s after the sender left: a close that stops waiting
+after the linger loses the message (PeerLostError naming the segment or "Bad address").
+"""
+from __future__ import annotations
+
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+from tests.harness import run_ranks
+
+NBYTES = 20 << 20        # a one-off segment under a 64 MiB budget, PRIVATE under a 1 MiB one
+
+
+def _send_then_leave(budget: int) -> str:
+    import collcomm
+    import collcomm.transport.shm_staging as staging
+    from collcomm.transport.shm import ShmChannel
+
+    ShmChannel.close.__defaults__ = (0.3,)   # the linger for ring records, made short
+    if collcomm.get_rank() == 0:
+        staging.shm_budget = lambda: budget
+        channel = collcomm.core.runtime._job.transport.channels[1]
+        if budget < NBYTES and not channel.peer_reads_me():
+            return "no cma"
+        payload = np.arange(NBYTES // 4, dtype=np.int32)
+        collcomm.send(payload, dst=1)
+        kind = "private" if channel.held else "segment" if channel.created else "other"
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            collcomm.destroy_process_group()     # leaves before rank 1 has read the message
+        assert any("waits (up to" in str(w.message) for w in said), [str(w.message) for w in said]
+        return kind
+    time.sleep(2.0)                          # the sender has closed by now (linger 0.3 s)
+    got = np.empty(NBYTES // 4, dtype=np.int32)
+    collcomm.recv(got, src=0)
+    assert np.array_equal(got, np.arange(NBYTES // 4, dtype=np.int32))
+    return "read"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("budget,kind", [(64 << 20, "segment"), (1 << 20, "private")])
+def test_a_sender_that_left_still_delivers_its_staged_message(budget: int, kind: str) -> None:
+    sent, read = run_ranks(_send_then_leave, 2, budget, transport="shm", timeout=45)
+    if sent == "no cma":
+        pytest.skip("cross-memory attach is not permitted here (no PRIVATE path)")
+    assert (sent, read) == (kind, "read")
