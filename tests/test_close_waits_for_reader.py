@@ -9,6 +9,7 @@ after the linger loses the message (PeerLostError naming the segment or "Bad add
 """
 from __future__ import annotations
 
+import os
 import time
 import warnings
 
@@ -17,19 +18,19 @@ import pytest
 
 from tests.harness import run_ranks
 
-NBYTES = 20 << 20        # a one-off segment under a 64 MiB budget, PRIVATE under a 1 MiB one
+NBYTES = 20 << 20        # past the pool under a 64 MiB budget: PRIVATE, or (no CMA) a one-off segment
 
 
-def _send_then_leave(budget: int) -> str:
+def _send_then_leave() -> str:
     import collcomm
     import collcomm.transport.shm_staging as staging
     from collcomm.transport.shm import ShmChannel
 
     ShmChannel.close.__defaults__ = (0.3,)   # the linger for ring records, made short
     if collcomm.get_rank() == 0:
-        staging.shm_budget = lambda: budget
+        staging.shm_budget = lambda: 64 << 20
         channel = collcomm.core.runtime._job.transport.channels[1]
-        if budget < NBYTES and not channel.peer_reads_me():
+        if not channel.peer_reads_me() and os.environ.get("COLLCOMM_CMA") != "0":
             return "no cma"
         payload = np.arange(NBYTES // 4, dtype=np.int32)
         collcomm.send(payload, dst=1)
@@ -47,9 +48,9 @@ def _send_then_leave(budget: int) -> str:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("budget,kind", [(64 << 20, "segment"), (1 << 20, "private")])
-def test_a_sender_that_left_still_delivers_its_staged_message(budget: int, kind: str) -> None:
-    sent, read = run_ranks(_send_then_leave, 2, budget, transport="shm", timeout=45)
+@pytest.mark.parametrize("cma,kind", [("0", "segment"), ("1", "private")])
+def test_a_sender_that_left_still_delivers_its_staged_message(cma: str, kind: str) -> None:
+    sent, read = run_ranks(_send_then_leave, 2, transport="shm", timeout=45, env={"COLLCOMM_CMA": cma})
     if sent == "no cma":
         pytest.skip("cross-memory attach is not permitted here (no PRIVATE path)")
     assert (sent, read) == (kind, "read")
