@@ -26,40 +26,37 @@ A stall monitor thread logs (logger ``collcomm``, WARNING) once per call that wa
 than ``COLLCOMM_STALL_WARN`` seconds (default 60) which ranks have arrived and which have
 not, with their last calls.
 
-This module keeps the ring (:class:`Recorder`), the :class:`Observer` and the process's
-:data:`settings`, and re-exports the names of its parts: :mod:`.recorder_records` (the
-record layout, callers' file:line, algorithm names), :mod:`.recorder_settings`,
+This module keeps the :class:`Observer` (what a group's calls go through) and
+:func:`observer_for`, and re-exports the names of its parts: :mod:`.recorder_ring` (the
+ring, :class:`Recorder`, its dumps, the process's ring and its :data:`settings`, read
+here as ``recorder.settings``), :mod:`.recorder_records` (the record layout, callers'
+file:line, algorithm names), :mod:`.recorder_settings` (the switches),
 :mod:`.recorder_exchange` (asking the other ranks through the store),
 :mod:`.recorder_report` (who is missing, the DETAIL check) and :mod:`.recorder_job` (the
 job-wide parts: store watcher, stall monitor, SIGUSR1 dump).
 """
 from __future__ import annotations
 
-import collections
-import json
 import logging
 import os
-import socket
 import sys
-import tempfile
-import threading
 import time
-import weakref
 from typing import Any, Callable
 
 from ..algorithms import signature
 from ..errors import CollcommError, CommTimeoutError, MismatchError, PeerLostError, with_context
-from .recorder_exchange import GATHER_SECONDS, gather_from
+from . import recorder_ring
 from .recorder_job import start_job
 from .recorder_records import (_OBSERVERS, _PKG, _SEQ_MASK, COMPLETED, ENTERED, FAILED, R_ALGO, R_CODE,
-                               R_GROUP, R_LASTI, R_OP, R_PSTATE, R_PT1, R_SEQ, R_SIG, R_T0, _codes,
-                               _internal, algorithm_name, caller, family_of, record_entry, where)
+                               R_LASTI, R_OP, R_PSTATE, R_PT1, R_SEQ, R_SIG, R_T0, _codes, _internal,
+                               algorithm_name, caller, family_of, where)
 from .recorder_report import detail_check, missing_report
-from .recorder_settings import Settings
+from .recorder_ring import Recorder, dump, gather_states, recorder
 
 # read by other modules as collcomm.core.recorder.<name>
 from .recorder_exchange import Exchange  # noqa: F401
-from .recorder_records import PACKAGE_PREFIX, R_PEER, line_of, state_of  # noqa: F401
+from .recorder_records import PACKAGE_PREFIX, R_GROUP, R_PEER, line_of, record_entry, state_of  # noqa: F401
+from .recorder_ring import Settings, fr_dir, reload_settings  # noqa: F401
 from .recorder_settings import DEFAULT_SIZE, DEFAULT_STALL_WARN  # noqa: F401
 
 log = logging.getLogger("collcomm")
@@ -68,122 +65,12 @@ _perf = time.perf_counter
 _getframe = sys._getframe
 
 
-# ------------------------------------------------------------------------------- settings
-settings = Settings()
-
-
-def reload_settings() -> None:
-    """Re-read the environment (tests and ``collcomm.stats(enable=True)``)."""
-    global settings
-    settings = Settings()
-
-
-# ------------------------------------------------------------------------------ the ring
-class Recorder:
-    """The process's ring buffer of records (see the module docstring)."""
-
-    def __init__(self, size: int) -> None:
-        self.size = max(1, size)
-        self.ring: "collections.deque[Any]" = collections.deque(maxlen=self.size)
-        self.observers: "weakref.WeakSet[Observer]" = weakref.WeakSet()
-        self.rank = 0
-        self.world_size = 1
-        self.job = ""
-        self.dumped: str | None = None
-        self.exchange: Any = None
-
-    def add(self, rec: Any) -> None:
-        self.ring.append(rec)
-
-    def records(self) -> list[Any]:
-        """The records still in the ring, oldest first."""
-        while True:
-            try:
-                return list(self.ring)
-            except RuntimeError:   # appended to while copied (another thread): again
-                continue
-
-    # -- reading -------------------------------------------------------------------------
-    entry = staticmethod(record_entry)
-
-    def group_states(self, recent: int = 16) -> dict[str, Any]:
-        """Per group (key: ctx in hex): name, ranks and its ``recent`` last records."""
-        now, wall = _perf(), time.time()
-        by_group: dict[Any, list[list[Any]]] = {}
-        for rec in reversed(self.records()):
-            lst = by_group.setdefault(rec[R_GROUP], [])
-            if len(lst) < recent:
-                lst.append(rec)
-        out: dict[str, Any] = {}
-        for obs in list(self.observers):
-            recs = [self.entry(r, now, wall) for r in reversed(by_group.get(obs.index, []))]
-            done = [r for r in recs if r["state"] == COMPLETED and "peer" not in r]
-            out[f"{obs.ctx:x}"] = {"name": obs.name, "ranks": obs.ranks, "recent": recs,
-                                   "last_completed": done[-1]["seq"] if done else 0}
-        return out
-
-    def snapshot(self, reason: str) -> dict[str, Any]:
-        now, wall = _perf(), time.time()
-        return {"version": 1, "rank": self.rank, "world_size": self.world_size, "job": self.job,
-                "pid": os.getpid(), "host": socket.gethostname(), "reason": reason,
-                "time": wall, "fr_size": self.size,
-                "groups": {f"{o.ctx:x}": {"name": o.name, "ranks": o.ranks} for o in list(self.observers)},
-                "entries": [self.entry(r, now, wall) for r in self.records()]}
-
-    def dump(self, reason: str, peers: dict[int, Any] | None = None) -> str | None:
-        """Write the ring as JSON to ``COLLCOMM_FR_DIR``; returns the path (None on failure).
-        ``peers``: the other ranks' states gathered through the store, kept in the dump
-        (``trace analyze`` uses them for ranks that left no dump)."""
-        if not settings.fr_size:
-            return None
-        folder = fr_dir(self.job)
-        try:
-            os.makedirs(folder, exist_ok=True)
-            path = os.path.join(folder, f"rank{self.rank}.json")
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w") as f:
-                snap = self.snapshot(reason)
-                if peers:
-                    snap["peer_states"] = {str(r): st for r, st in peers.items() if st is not None}
-                json.dump(snap, f, indent=1)
-            os.replace(tmp, path)
-        except OSError as exc:
-            log.warning("flight recorder: could not write its dump to %s: %s", folder, exc)
-            return None
-        self.dumped = path
-        return path
-
-
-
-def fr_dir(job: str = "") -> str:
-    """Where dumps go: ``COLLCOMM_FR_DIR``, else ``/tmp/collcomm-fr-<job id>``."""
-    folder = os.environ.get("COLLCOMM_FR_DIR")
-    if folder:
-        return folder
-    if not job:
-        from ..rendezvous.auth import job_id
-
-        job = job_id()
-    return os.path.join(tempfile.gettempdir(), f"collcomm-fr-{job}")
-
-
-_recorder: Recorder | None = None
-_lock = threading.Lock()
-
-
-def recorder() -> Recorder:
-    """The process's recorder (made on first use)."""
-    global _recorder
-    if _recorder is None:
-        with _lock:
-            if _recorder is None:
-                _recorder = Recorder(settings.fr_size)
-    return _recorder
-
-
-def dump(reason: str = "requested") -> str | None:
-    """Dump this process's flight recorder now (``collcomm.core.recorder.dump()``)."""
-    return recorder().dump(reason)
+def __getattr__(name: str) -> Any:
+    """``settings``: the process's switches now (:data:`.recorder_ring.settings`, which
+    :func:`reload_settings` replaces)."""
+    if name == "settings":
+        return recorder_ring.settings
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ----------------------------------------------------------------------------- observer
@@ -205,7 +92,7 @@ class Observer:
         self.rank, self.size = group.rank, group.size
         self.describe = group.describe()
         self.warned: Any = None
-        s = settings
+        s = recorder_ring.settings
         self.extra = s.extra
         self.tracer: Any = None
         self.stats: Any = None
@@ -318,7 +205,7 @@ class Observer:
                 self.seen.add(key)
                 log.info("%s on group %s: algorithm %s (%s)", collective, self.name,
                          algorithm_name(rec[R_ALGO]) or "?", signature.describe(rec[R_SIG]))
-            if t1 - rec[R_T0] > settings.slow_log:
+            if t1 - rec[R_T0] > recorder_ring.settings.slow_log:
                 log.info("slow call: %s #%d on group %s took %.3f s (%s)", collective, rec[R_SEQ] & _SEQ_MASK,
                          self.name, t1 - rec[R_T0], where(rec[R_CODE], rec[R_LASTI]))
         return out
@@ -389,18 +276,11 @@ def observer_for(group: Any) -> Observer | None:
     """The observer of a new process group (None when every observation is off: then the
     group's calls pay nothing). The first group of a job also starts the job-wide parts
     (store watcher, stall monitor, SIGUSR1 dump, logging, trace clock)."""
-    s = settings
+    s = recorder_ring.settings
     if not s.fr_size and not s.extra:
         return None
     rec = recorder()
     obs = Observer(group, rec)
     rec.observers.add(obs)
-    start_job(group, rec, settings, dump)
+    start_job(group, rec, recorder_ring.settings, dump)
     return obs
-
-
-
-def gather_states(patience: float = GATHER_SECONDS + 1.0) -> dict[int, Any]:
-    """Every rank's state, asked through the store (:func:`.recorder_exchange.gather_from`
-    for this process's recorder)."""
-    return gather_from(recorder(), patience)
