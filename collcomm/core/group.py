@@ -10,25 +10,25 @@ first, the caller waiting for them or the group's worker (:mod:`.async_calls`); 
 synchronous call first runs or waits for the group's pending asynchronous ones.
 
 Tag layout: :mod:`.tags`. The comm a call's algorithm runs on: :mod:`.call_comm`;
-``call_timeout`` scopes: :mod:`.timeouts`.
+``call_timeout`` scopes: :mod:`.timeouts`. The group's arena and shared-heap buffers:
+:mod:`.group_memory`.
 """
 from __future__ import annotations
 
 import itertools
-import mmap
 import os
 import threading
 from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 
-from ..algorithms import signature
 from ..algorithms.shm_stage import settle_early
 from ..errors import CollcommError, InvalidArgumentError, with_context
 from ..transport.base import ANY_SOURCE, Handle, Transport
 from . import fastpath
 from .async_calls import AsyncCalls, queued_call
 from .call_comm import GroupComm, TimedHandle, as_bytes
+from .group_memory import allocate_shared, build_arena
 from .plan import CallPlan
 from .recorder import _P2PHandle, observer_for
 from .tags import CTX_SHIFT, KIND_P2P, MAX_USER_TAG, make_ctx
@@ -36,8 +36,6 @@ from .timeouts import current_timeout
 from .work import Work
 
 T = TypeVar("T")
-
-_POPULATE = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
 
 
 class _NonGroupMember:
@@ -188,29 +186,10 @@ class ProcessGroup:
 
     # -- the shared-memory arena ---------------------------------------------------------------
     def _get_arena(self, comm: GroupComm) -> Any:
-        """The group's arena, built inside the current call by every rank together."""
+        """The group's arena, built inside the current call by every rank together
+        (:func:`.group_memory.build_arena`)."""
         if self._arena is None and self.can_share_memory:
-            from ..transport import arena as arena_mod
-
-            engine: Any = self.transport
-            pids = [os.getpid() if r == self.global_rank else engine.channels[r].peer_pid
-                    for r in self.ranks]
-            name = f"collcomm-{engine.job}-arena-{self.ctx:x}"
-            token = np.zeros(1, dtype=np.uint8)
-            # the handshake is the library's own, not part of the user's call: it carries
-            # the "internal" signature, so a call that mismatches cannot break the arena
-            setup = GroupComm(self, comm._tag, comm._timeout, signature.make("internal"))
-
-            def announce() -> None:
-                for h in [setup.isend(token, p) for p in range(1, self.size)]:
-                    h.wait()
-
-            def wait_created() -> None:
-                setup.irecv(token, 0).wait()
-
-            self._arena = arena_mod.build(self.size, self.rank, name, pids, self.ranks,
-                                          comm._timeout or self.timeout, self.rank == 0,
-                                          announce, wait_created)
+            self._arena = build_arena(self, comm)
             self.fast = fastpath.attach(self, self._arena)
             if self.fast is not None and self._pending:   # made inside an async call
                 self.fast.paused = 1
@@ -248,62 +227,7 @@ class ProcessGroup:
         (see transport/heap.py). Groups that cannot share memory get private memory, and so
         does every rank of the group when one of them finds no room in /dev/shm for its
         segment (the ranks agree first; one warning says so)."""
-        if not self.can_share_memory:
-            return np.empty(nbytes, dtype=np.uint8)
-        from ..transport import heap as heap_mod
-        from ..transport.shm_segments import (PAGE, SHM_DIR, ShmSpaceError, create_segment, mib, space_text,
-                                              unlink_quietly, warn_once)
-
-        engine: Any = self.transport
-        with self._lock:
-            self._allocs += 1
-            key = (self.ctx << 32) | self._allocs
-        size = max(PAGE, (nbytes + PAGE - 1) // PAGE * PAGE)
-
-        def name(g: int) -> str:
-            return f"collcomm-{engine.job}-heap-{g}-{key:x}"
-
-        def body(comm: GroupComm) -> np.ndarray:
-            arena = comm.arena(settle=False)   # (its syncs carry no signature)
-            try:
-                own = create_segment(name(self.global_rank), size, populate=True,
-                                     what=f"{collective}: rank {self.global_rank}'s shared buffer")
-                room = np.ones(1, dtype=np.uint8)
-            except ShmSpaceError:
-                own, room = None, np.zeros(1, dtype=np.uint8)
-            others = np.zeros(self.size, dtype=np.uint8)
-            recvs = [comm.irecv(others[p:p + 1], p) for p in range(self.size) if p != self.rank]
-            for h in [comm.isend(room, p) for p in range(self.size) if p != self.rank] + recvs:
-                h.wait()
-            others[self.rank] = room[0]
-            if not others.all():
-                if own is not None:
-                    unlink_quietly(name(self.global_rank))
-                    own.close()
-                short = [self.ranks[p] for p in range(self.size) if not others[p]]
-                warn_once("heap", f"{collective}: ranks {short} found no room in {SHM_DIR} for "
-                                  f"{mib(size)} ({space_text()} here): shared buffers of group "
-                                  f"{self.name!r} are private memory (collectives copy them)")
-                return np.empty(nbytes, dtype=np.uint8)
-            assert own is not None
-            alloc = heap_mod.Allocation(key, frozenset(self.ranks))
-            try:
-                arena.sync()                      # every segment exists
-                for g in self.ranks:
-                    if g != self.global_rank:
-                        with open(os.path.join(SHM_DIR, name(g)), "r+b") as f:
-                            alloc.peers[g] = np.frombuffer(
-                                mmap.mmap(f.fileno(), size, flags=_POPULATE), dtype=np.uint8)
-                arena.sync()                      # every rank mapped every segment
-            finally:
-                unlink_quietly(name(self.global_rank))
-            arr = np.frombuffer(own, dtype=np.uint8, count=nbytes)
-            alloc.start = np.frombuffer(own, dtype=np.uint8).ctypes.data
-            alloc.end = alloc.start + size
-            engine.heap.add(alloc, own)
-            return arr
-
-        return self.run(collective, body)  # type: ignore[return-value]
+        return allocate_shared(self, nbytes, collective)
 
     # -- user point-to-point -----------------------------------------------------------
     def _p2p_tag(self, tag: int, op: str) -> int:
