@@ -7,7 +7,10 @@ second part run and its Work marked done, in the two cases the cheap ways skip:
   syncs from this rank, which is blocked in a receive that peer sends only after);
 * another thread is inside the Work's lock when the second part ends: the Work is not
   marked done behind its back (``part_done`` finds the lock taken) but by
-  ``Work._finish``, which waits for that thread.
+  ``Work._finish``, which waits for that thread;
+* another thread is inside the group's lock when the queue empties: the group is not
+  marked settled behind its back (the C code finds the lock taken instead of taking it)
+  but by the next drain.
 """
 from __future__ import annotations
 
@@ -103,3 +106,43 @@ def _lock_held_when_the_part_ends() -> list[Any]:
 def test_a_work_whose_lock_is_held_is_finished_by_work_finish() -> None:
     for out in run_ranks(_lock_held_when_the_part_ends, 2, transport="shm", timeout=90):
         assert out == [(True, [3.0, 3.0], True)] * 5, out
+
+
+def _group_lock_held_when_the_queue_empties() -> list[Any]:
+    import collcomm as dist
+
+    me = dist.get_rank()
+    g = _world()
+    g.async_calls.part_age = lambda: 0.0     # the worker leaves every second part to its caller
+    dist.all_reduce(np.ones(2), async_op=True).wait()   # (the first call makes the arena)
+    out: list[Any] = []
+    for rnd in range(3):
+        x = np.full(2, me + 1.0)
+        w = dist.all_reduce(x, async_op=True)
+        if me == 0:
+            inside, release = threading.Event(), threading.Event()
+
+            def hold() -> None:
+                with g._lock:          # as a thread queueing an async call on the group is
+                    inside.set()
+                    release.wait(5)
+
+            t = threading.Thread(target=hold)
+            t.start()
+            inside.wait(5)
+            w.wait()                   # the queue empties while the group's lock is held
+            during = (g._pending, bool(g.fast.paused))
+            release.set()
+            t.join()
+        else:
+            w.wait()
+            during = (True, True)
+        dist.all_reduce(np.ones(1))    # a blocking call drains and settles the group
+        out.append((w.done, x.tolist(), during, g._pending, bool(g.fast.paused)))
+    return out
+
+
+@pytest.mark.timeout(120)
+def test_a_group_whose_lock_is_held_is_settled_by_the_next_drain() -> None:
+    for out in run_ranks(_group_lock_held_when_the_queue_empties, 2, transport="shm", timeout=90):
+        assert out == [(True, [3.0, 3.0], (True, True), False, False)] * 3, out

@@ -70,6 +70,10 @@ Item = tuple[Work, Callable[[], Any]]
 class AsyncCalls:
     """The queue and worker of one group's asynchronous calls (see the module docstring)."""
 
+    # (slots: the C two-part entries read _worker and _sleeping at their offsets)
+    __slots__ = ("_name", "_items", "_exec", "_wake", "_worker", "_sleeping", "_closed",
+                 "on_empty", "part_age")
+
     def __init__(self, name: str) -> None:
         self._name = name
         self._items: collections.deque[Item] = collections.deque()

@@ -24,6 +24,8 @@
  * first time the pair is seen, and are cached here.
  */
 
+#include "_cmethod.c"   /* a built-in object's C method called straight (the two-part calls) */
+
 #define FAST_OPS 24
 enum { FC_ALL_REDUCE, FC_BROADCAST, FC_BARRIER, FC_ALL_GATHER, FC_REDUCE, FC_REDUCE_SCATTER,
        FC_GATHER, FC_SCATTER, FC_ALL_TO_ALL, N_FC };
@@ -71,6 +73,10 @@ typedef struct Fast {
     PyObject *exec_lock;        /* ... the lock of the thread running it (AsyncCalls._exec) */
     PyObject *group_lock;       /* ... the group's lock (ProcessGroup._lock) */
     PyObject *async_calls;      /* ... its owner (core/async_calls.py AsyncCalls) */
+    CMethod exec_acquire, exec_release, group_locked;   /* their methods, */
+    CMethod items_append, items_popleft, work_locked;   /* called straight (_cmethod.c) */
+    Py_ssize_t worker_at, sleeping_at;   /* AsyncCalls._worker/_sleeping's slots (0: none) */
+    PyObject *finish_bound;     /* self.finish_part, made once (what the queue's items hold) */
     PyObject *part_work;        /* the Work of the call started and not finished (NULL: none) */
     PyObject *(*part_run)(struct Fast *, PyObject *const *, Py_ssize_t, int);  /* its entry */
     PyObject *part_args;        /* ... the arguments it was given (a tuple) */

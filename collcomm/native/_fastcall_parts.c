@@ -49,8 +49,14 @@ static int parts_names(void)
  * frames (~1.5k instructions a call). The item is queued before this is read, as in
  * AsyncCalls.submit, so a worker that decides to sleep meanwhile sees it. 1 yes, 0 no,
  * -1 an exception. */
-static int worker_looking(PyObject *calls)
+static int worker_looking(Fast *s, PyObject *calls)
 {
+    if (s->worker_at > 0 && s->sleeping_at > 0) {    /* (its slots: no attribute look-ups) */
+        PyObject *worker = *(PyObject **)((char *)calls + s->worker_at);
+        PyObject *sleeping = *(PyObject **)((char *)calls + s->sleeping_at);
+        if (worker != NULL && sleeping != NULL)
+            return worker != Py_None && sleeping == Py_False;
+    }
     PyObject *worker = PyObject_GetAttr(calls, s_worker);
     if (worker == NULL)
         return -1;
@@ -185,17 +191,15 @@ static PyObject *part_start(Fast *s, part_fn run, PyObject *const *args, Py_ssiz
     s->part_run = run;
     s->part_since = now_ns();
     Py_XSETREF(s->part_args, kept);
-    PyObject *finish = PyObject_GetAttr((PyObject *)s, s_finish_part);
-    PyObject *item = finish == NULL ? NULL : PyTuple_Pack(2, work, finish);
-    Py_XDECREF(finish);
-    PyObject *ok = item == NULL ? NULL : PyObject_CallMethodOneArg(s->async_items, s_append, item);
+    PyObject *item = PyTuple_Pack(2, work, s->finish_bound);
+    PyObject *ok = item == NULL ? NULL : cmethod_call(&s->items_append, s->async_items, item);
     Py_XDECREF(item);
     int bad = ok == NULL || PyObject_SetAttr(s->group, s_pending, Py_True) < 0;
     Py_XDECREF(ok);
     /* the worker, as the safety net: it finishes a second part nobody else runs within
      * PART_GRACE (a peer publishing in place needs more syncs from this rank); started
      * or woken only when it is not looking already */
-    int looking = bad || s->async_calls == NULL ? 1 : worker_looking(s->async_calls);
+    int looking = bad || s->async_calls == NULL ? 1 : worker_looking(s, s->async_calls);
     bad = bad || looking < 0;
     if (!bad && !looking) {
         PyObject *r2 = PyObject_CallMethodNoArgs(s->async_calls, s_watch_part);
@@ -284,6 +288,26 @@ static PyObject *Fast_set_async(Fast *s, PyObject *const *args, Py_ssize_t nargs
             return NULL;
         }
     }
+    PyObject *a_lock = PyObject_CallNoArgs(args[1]);   /* (the type of a Work's lock) */
+    if (a_lock == NULL)
+        return NULL;
+    cmethod_find(&s->work_locked, a_lock, s_locked);
+    Py_DECREF(a_lock);
+    cmethod_find(&s->items_append, args[2], s_append);
+    cmethod_find(&s->items_popleft, args[2], s_popleft);
+    cmethod_find(&s->exec_acquire, args[3], s_acquire);
+    cmethod_find(&s->exec_release, args[3], s_release);
+    cmethod_find(&s->group_locked, args[4], s_locked);
+    if (s->group_locked.fn == NULL) {
+        PyErr_Format(PyExc_TypeError, "set_async: the group's lock (%R) has no C locked()", args[4]);
+        return NULL;
+    }
+    PyObject *finish = PyObject_GetAttr((PyObject *)s, s_finish_part);
+    if (finish == NULL)
+        return NULL;
+    Py_XSETREF(s->finish_bound, finish);
+    s->worker_at = plain_slot_offset(Py_TYPE(args[5]), s_worker);
+    s->sleeping_at = plain_slot_offset(Py_TYPE(args[5]), s_sleeping);
     Py_XSETREF(s->work_type, Py_NewRef(args[0]));
     Py_XSETREF(s->lock_type, Py_NewRef(args[1]));
     Py_XSETREF(s->async_items, Py_NewRef(args[2]));
@@ -301,6 +325,7 @@ static int parts_traverse(Fast *s, visitproc visit, void *arg)
     Py_VISIT(s->exec_lock);
     Py_VISIT(s->group_lock);
     Py_VISIT(s->async_calls);
+    Py_VISIT(s->finish_bound);
     Py_VISIT(s->part_work);
     Py_VISIT(s->part_args);
     Py_VISIT(s->part_tag);
@@ -316,6 +341,7 @@ static void parts_clear(Fast *s)
     Py_CLEAR(s->exec_lock);
     Py_CLEAR(s->group_lock);
     Py_CLEAR(s->async_calls);
+    Py_CLEAR(s->finish_bound);
     Py_CLEAR(s->part_work);
     Py_CLEAR(s->part_args);
     Py_CLEAR(s->part_tag);

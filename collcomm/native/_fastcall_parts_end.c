@@ -4,10 +4,10 @@
  * nobody waits on it and it has no callback (part_done; else Work._finish does it).
  */
 
-/* lock.acquire(False): 1 taken, 0 busy, -1 error */
-static int try_lock(PyObject *lock)
+/* lock.acquire(False) (`acquire`: the lock's, see _cmethod.c): 1 taken, 0 busy, -1 error */
+static int try_lock(CMethod *acquire, PyObject *lock)
 {
-    PyObject *r = PyObject_CallMethodOneArg(lock, s_acquire, Py_False);
+    PyObject *r = cmethod_call(acquire, lock, Py_False);
     if (r == NULL)
         return -1;
     int got = r == Py_True;
@@ -15,9 +15,9 @@ static int try_lock(PyObject *lock)
     return got;
 }
 
-static int unlock(PyObject *lock)
+static int unlock(CMethod *release, PyObject *lock)
 {
-    PyObject *r = PyObject_CallMethodNoArgs(lock, s_release);
+    PyObject *r = cmethod_call(release, lock, NULL);
     Py_XDECREF(r);
     return r == NULL ? -1 : 0;
 }
@@ -30,7 +30,7 @@ static int unlock(PyObject *lock)
  * meanwhile (taking and releasing it cost ~1.2k instructions a call). */
 static int part_done(Fast *s, PyObject *work, PyObject *exc)
 {
-    PyObject *held = PyObject_CallMethodNoArgs(WORK_SLOT(s, work, W_LOCK), s_locked);
+    PyObject *held = cmethod_call(&s->work_locked, WORK_SLOT(s, work, W_LOCK), NULL);
     if (held == NULL)
         return -1;
     int busy = held != Py_False;
@@ -70,7 +70,7 @@ static int part_finish_here(Fast *s, PyObject *work, int test)
         return -1;
     int ours = PyTuple_Check(head) && PyTuple_GET_SIZE(head) == 2 && PyTuple_GET_ITEM(head, 0) == work;
     Py_DECREF(head);
-    int got = ours ? try_lock(s->exec_lock) : 0;
+    int got = ours ? try_lock(&s->exec_acquire, s->exec_lock) : 0;
     if (got <= 0)
         return got;
     /* our own references: the queue's and part_work's go below, and a callback the Work
@@ -78,7 +78,7 @@ static int part_finish_here(Fast *s, PyObject *work, int test)
     PyObject *items = Py_NewRef(s->async_items), *exec_lock = Py_NewRef(s->exec_lock),
              *group_lock = Py_NewRef(s->group_lock), *group = Py_NewRef(s->group);
     Py_INCREF(work);
-    PyObject *item = PyObject_CallMethodNoArgs(items, s_popleft);
+    PyObject *item = cmethod_call(&s->items_popleft, items, NULL);
     Py_XDECREF(item);
     PyObject *r = item == NULL ? NULL : Fast_finish_part(s, NULL);
     PyObject *type = NULL, *exc = NULL, *tb = NULL;
@@ -96,22 +96,25 @@ static int part_finish_here(Fast *s, PyObject *work, int test)
         Py_XDECREF(fin);
     }
     /* the queue empty: the group's fast call takes blocking calls again (ProcessGroup._settled,
-     * under the group's lock: left to the next drain if another thread holds it) */
+     * under the group's lock: left to the next drain if another thread holds it). Not by
+     * taking the lock but by finding it free (lock.locked()), as part_done does: this
+     * thread holds the GIL from that look to the last store and runs no Python code in
+     * between (a plain attribute), so nobody is inside a `with group._lock` block meanwhile */
     if (plain > 0 && PyObject_Length(items) == 0) {
-        int got_group = try_lock(group_lock);
-        if (got_group == 1) {
-            if (PyObject_Length(items) == 0 && s->work_type != NULL &&
-                PyObject_SetAttr(group, s_pending, Py_False) == 0)
-                s->paused = 0;
-            if (unlock(group_lock) < 0)
-                plain = -1;
-        } else if (got_group < 0) {
+        PyObject *held = cmethod_call(&s->group_locked, group_lock, NULL);
+        if (held == NULL) {
             plain = -1;
+        } else if (held == Py_False && PyObject_Length(items) == 0 && s->work_type != NULL) {
+            if (PyObject_SetAttr(group, s_pending, Py_False) == 0)
+                s->paused = 0;
+            else
+                plain = -1;
         }
+        Py_XDECREF(held);
     }
     if (plain < 0 && !PyErr_Occurred())
         PyErr_SetString(PyExc_RuntimeError, "collcomm fast call: finishing a call failed");
-    int bad = unlock(exec_lock) < 0 || plain < 0;
+    int bad = unlock(&s->exec_release, exec_lock) < 0 || plain < 0;
     Py_DECREF(work);
     Py_DECREF(items);
     Py_DECREF(exec_lock);
