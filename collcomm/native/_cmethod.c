@@ -1,8 +1,9 @@
-/* A C method of a built-in object called straight (included by _fastcall.c before the
- * two-part entries, which use it).
+/* A C method of a built-in object called straight (included by _shmcore.c before the
+ * flight recorder and the fast call, which use it).
  *
  * The two-part asynchronous calls (_fastcall_parts*.c) take and release the group's
- * locks, look at a Work's lock and push to and pop from the group's deque on every call.
+ * locks, look at a Work's lock and push to and pop from the group's deque on every call;
+ * the flight recorder (_record.c) pops a record from its ring and appends one per call.
  * ``PyObject_CallMethod*`` does each by looking the name up, making a bound method and,
  * for a lock's ``acquire(False)`` (METH_VARARGS | METH_KEYWORDS), an argument tuple: about
  * 500 instructions a call, five to seven of them a call. A CMethod is the method's C

@@ -24,8 +24,6 @@
  * first time the pair is seen, and are cached here.
  */
 
-#include "_cmethod.c"   /* a built-in object's C method called straight (the two-part calls) */
-
 #define FAST_OPS 24
 enum { FC_ALL_REDUCE, FC_BROADCAST, FC_BARRIER, FC_ALL_GATHER, FC_REDUCE, FC_REDUCE_SCATTER,
        FC_GATHER, FC_SCATTER, FC_ALL_TO_ALL, N_FC };

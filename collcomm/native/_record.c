@@ -51,6 +51,7 @@ typedef struct {
     PyObject *append;           /* the recorder ring's append, or NULL: no records */
     PyObject *popleft;          /* the ring's popleft when it is a bounded deque, else NULL */
     PyObject *ring;             /* that deque (borrowed: ``append`` holds it) */
+    CMethod ring_append, ring_popleft;   /* its methods, called straight (_cmethod.c) */
     Py_ssize_t maxlen;
     PyObject *index;            /* the observer's index (records name their group by it) */
     PyObject *pkg;              /* the package's path prefix (str) */
@@ -60,7 +61,8 @@ typedef struct {
     uint64_t sig_of[16];        /* signature's int object, reused while it repeats */
 } RecWriter;
 
-static PyObject *s_rec_entered, *s_rec_completed, *s_rec_failed, *s_rec_isend, *s_rec_irecv;
+static PyObject *s_rec_entered, *s_rec_completed, *s_rec_failed, *s_rec_isend, *s_rec_irecv,
+    *s_rec_append, *s_rec_popleft;
 
 /* Set the writer up (append None: it records nothing). 0, or -1 with an exception. */
 static int rec_init(RecWriter *w, PyObject *append, PyObject *index, PyObject *pkg)
@@ -84,6 +86,10 @@ static int rec_init(RecWriter *w, PyObject *append, PyObject *index, PyObject *p
         w->popleft = w->maxlen > 0 ? PyObject_GetAttrString(ring, "popleft") : NULL;
         w->ring = w->popleft != NULL ? ring : NULL;
         PyErr_Clear();               /* (not a bounded deque after all: records are made new) */
+        if (w->ring != NULL) {
+            cmethod_find(&w->ring_append, ring, s_rec_append);
+            cmethod_find(&w->ring_popleft, ring, s_rec_popleft);
+        }
     }
     Py_XSETREF(w->index, Py_NewRef(index));
     Py_XSETREF(w->pkg, Py_NewRef(pkg));
@@ -260,7 +266,8 @@ static PyObject *rec_fill(RecWriter *w, PyObject *rec, PyObject *seq, PyObject *
         Py_DECREF(rec);
         return NULL;
     }
-    PyObject *r = PyObject_CallOneArg(w->append, rec);
+    PyObject *r = w->ring != NULL ? cmethod_call(&w->ring_append, w->ring, rec)
+                                  : PyObject_CallOneArg(w->append, rec);
     if (r == NULL) {
         Py_DECREF(rec);
         return NULL;
@@ -278,7 +285,7 @@ static PyObject *rec_recycled(RecWriter *w, int tuple, Py_ssize_t size)
 {
     if (w->ring == NULL || PyObject_Length(w->ring) < w->maxlen)
         return NULL;
-    PyObject *old = PyObject_CallNoArgs(w->popleft);
+    PyObject *old = cmethod_call(&w->ring_popleft, w->ring, NULL);
     if (old == NULL) {
         PyErr_Clear();
         return NULL;
@@ -364,7 +371,8 @@ static int rec_module_init(void)
 {
     struct { PyObject **slot; const char *name; } names[] = {
         {&s_rec_entered, "entered"}, {&s_rec_completed, "completed"}, {&s_rec_failed, "failed"},
-        {&s_rec_isend, "isend"}, {&s_rec_irecv, "irecv"},
+        {&s_rec_isend, "isend"}, {&s_rec_irecv, "irecv"}, {&s_rec_append, "append"},
+        {&s_rec_popleft, "popleft"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL)

@@ -88,6 +88,7 @@ static PyTypeObject CoreType = {
 };
 
 /* ------------------------------------------------------------------ the fast call */
+#include "_cmethod.c"           /* a built-in object's C method called straight */
 #include "_record.c"            /* the flight recorder's records, written from C */
 #include "_fastcall.c"
 #include "_p2p.c"               /* native point-to-point: Pipe, P2P; the rings from C */
