@@ -1,21 +1,18 @@
-"""Fault behaviour at the API level, on both transports.
+"""Fault behaviour at the API level, on both transports: a lost peer.
 
 * a rank SIGKILLed mid-collective → every other rank raises PeerLostError naming it and
   the collective, within seconds (through the harness and through ``collcomm run``);
-* a rank that skips a collective → CommTimeoutError naming it on the others;
-* timeouts per call (``call_timeout``), per group (``new_group(timeout=)``) and per job
-  (``init_process_group(timeout=)`` / ``COLLCOMM_TIMEOUT``) bound a collective that
-  cannot complete;
-* bad input on one rank only → InvalidArgumentError there before any traffic, a short
-  timeout (not a hang) on the others;
-* destroy_process_group then init_process_group again in the same process.
+* a rank SIGSTOPped in shared memory → the others give it up (PeerLostError) within the
+  heartbeat bound.
+
+Timeouts, bad input and mismatched calls: tests/test_faults_timeouts.py; destroy and init
+again: tests/test_faults_reinit.py.
 
 Clocks: ``time.monotonic()`` is CLOCK_MONOTONIC, shared by every process of the host, so
 a rank can report *when* it raised and the test compares that with when it killed.
 """
 from __future__ import annotations
 
-import datetime
 import os
 import re
 import signal
@@ -29,28 +26,12 @@ import psutil
 import pytest
 
 import collcomm as dist
-from collcomm.errors import CollcommError, CommTimeoutError, InvalidArgumentError, PeerLostError
+from collcomm.errors import PeerLostError
+from tests.faults_common import TRANSPORTS, hold
 from tests.harness import ROOT, run_ranks, shm_files
-
-TRANSPORTS = ["shm", "tcp"]
 
 
 # -- rank bodies (module level: the ranks import them) ------------------------------------
-def hold(meet: str | None, count: int, limit: float) -> None:
-    """Say this rank is done (a file in the folder ``meet``), then stay until ``count``
-    ranks said so, ``limit`` seconds at most: no rank leaves (which its peers could see as a
-    lost peer) before every rank it waits for has its own outcome. Polls, so it costs no
-    more than the slowest rank, however loaded the machine."""
-    if meet is None:
-        return
-    open(os.path.join(meet, f"done-{dist.get_rank()}"), "w").close()
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        if sum(name.startswith("done-") for name in os.listdir(meet)) >= count:
-            return
-        time.sleep(0.01)
-
-
 def allreduce_until_lost(nbytes: int, hold_s: float = 0.0, limit: float = 30.0,
                          meet: str | None = None):
     """Loop all_reduce of ``nbytes`` until a peer is lost; report when and what was raised.
@@ -98,161 +79,6 @@ def broadcast_until_lost(src: int, hold_s: float, limit: float = 30.0, meet: str
     return "no error", loops
 
 
-def skip_one_collective(skipper: int, timeout: float, later: str, meet: str | None = None):
-    """Every rank but ``skipper`` calls all_reduce under call_timeout(timeout).
-
-    ``later`` says what the skipper does afterwards: "sleep" (outlives the others' timeout:
-    stays until they all timed out, ``meet``, then returns) or "late" (enters the
-    all_reduce after the others gave up, with its own timeout: it must fail, not hang)."""
-    rank, n = dist.get_rank(), dist.get_world_size()
-    dist.barrier()
-    if rank == skipper:
-        if later == "sleep":
-            hold(meet, n, timeout + 1.5)
-            return "skipped"
-        time.sleep(timeout + 0.3)
-        start = time.monotonic()
-        a = np.ones(1000, dtype=np.float32)
-        try:
-            with dist.call_timeout(2.0):
-                dist.all_reduce(a)
-        except CollcommError as exc:
-            return "skipper", type(exc).__name__, time.monotonic() - start
-        return "skipper", sorted(set(a.tolist())), time.monotonic() - start
-    a = np.ones(1000, dtype=np.float32)
-    start = time.monotonic()
-    try:
-        with dist.call_timeout(timeout):
-            dist.all_reduce(a)
-    except CommTimeoutError as exc:
-        took = time.monotonic() - start
-        if later == "sleep":
-            hold(meet, n, 3.0)  # until all timed out, the skipper still there: no lost peer
-        else:
-            time.sleep(0.5)
-        return took, exc.peer, str(exc)
-    return "no error"
-
-
-def stuck_collective(how: str, seconds: float, meet: str, sleeper: int = 1):
-    """Rank ``sleeper`` stays out of a broadcast until the others, bounded by ``how``'s
-    timeout, all gave up (``seconds + 2`` at most; see :func:`hold`)."""
-    rank, n = dist.get_rank(), dist.get_world_size()
-    a = np.zeros(10, dtype=np.int64)
-    if rank == sleeper:
-        hold(meet, n, seconds + 2.0)
-        return "slept"
-    start = time.monotonic()
-    try:
-        if how == "call":
-            with dist.call_timeout(seconds):
-                dist.broadcast(a, src=sleeper)
-        elif how == "group":
-            g = dist.new_group(list(range(dist.get_world_size())), timeout=datetime.timedelta(seconds=seconds))
-            dist.broadcast(a, src=sleeper, group=g)
-        else:  # the job's timeout (init_process_group(timeout=) or COLLCOMM_TIMEOUT)
-            dist.broadcast(a, src=sleeper)
-    except CommTimeoutError as exc:
-        took = time.monotonic() - start
-        hold(meet, n, seconds + 2.0)  # until every rank is done: nobody sees another leave
-        return took, exc.peer, str(exc)
-    return "no error"
-
-
-def init_with_timeout(seconds: float, meet: str):
-    dist.init_process_group(timeout=datetime.timedelta(seconds=seconds))
-    return stuck_collective("job", seconds, meet)
-
-
-def group_timeout_needs_new_group(seconds: float, meet: str):
-    """new_group must be called by every rank (it is collective in torch): do it first."""
-    rank, n = dist.get_rank(), dist.get_world_size()
-    g = dist.new_group(list(range(n)), timeout=seconds)
-    a = np.zeros(10, dtype=np.int64)
-    if rank == 1:
-        hold(meet, n, seconds + 2.0)
-        return "slept"
-    start = time.monotonic()
-    try:
-        dist.broadcast(a, src=1, group=g)
-    except CommTimeoutError as exc:
-        took = time.monotonic() - start
-        hold(meet, n, seconds + 2.0)
-        # the world (default timeout) is unaffected by the group's timeout
-        return took, exc.peer, str(exc), dist.get_world_size()
-    return "no error"
-
-
-def bad_output_on_one_rank(bad: int, timeout: float, meet: str):
-    """Rank ``bad`` passes an output of the wrong size to all_gather_into_tensor."""
-    rank, n = dist.get_rank(), dist.get_world_size()
-    inp = np.full(4, rank, dtype=np.int32)
-    out = np.zeros(4 * n + (1 if rank == bad else 0), dtype=np.int32)
-    start = time.monotonic()
-    try:
-        with dist.call_timeout(timeout):
-            dist.all_gather_into_tensor(out, inp)
-    except InvalidArgumentError as exc:
-        took = time.monotonic() - start
-        hold(meet, n, timeout + 1.5)  # stay alive: the others must time out, not lose a peer
-        return "invalid", took, str(exc), bool((out == 0).all())
-    except CommTimeoutError as exc:
-        took = time.monotonic() - start
-        hold(meet, n, timeout + 1.5)
-        return "timeout", took, exc.peer, str(exc)
-    return "no error"
-
-
-def reinit(rounds: int, skew: str):
-    """destroy_process_group, then init_process_group again, ``rounds`` times.
-
-    ``skew``: "host_first" — rank 0 (which hosts the rendezvous store on MASTER_PORT)
-    leaves first and the others 0.5 s later; "host_last" — rank 0 leaves 1 s after the
-    others (they re-join while the previous job's store is still up)."""
-    out = []
-    for i in range(rounds):
-        rank, n = dist.get_rank(), dist.get_world_size()
-        a = np.full(3, rank + i, dtype=np.int64)
-        dist.all_reduce(a)
-        out.append(int(a[0]))
-        g = dist.new_group([0, 1])
-        b = np.array([rank + 1.0])
-        if g is not dist.GroupMember.NON_GROUP_MEMBER:
-            dist.all_reduce(b, group=g)
-        out.append(float(b[0]))
-        dist.barrier()
-        if (rank == 0) == (skew == "host_last"):
-            time.sleep(0.5 if skew == "host_first" else 1.0)
-        dist.destroy_process_group()
-        assert not dist.is_initialized()
-        try:
-            dist.all_reduce(a)
-        except InvalidArgumentError:
-            pass
-        else:
-            raise AssertionError("all_reduce after destroy did not fail")
-        with dist.call_timeout(10):
-            dist.init_process_group(timeout=15)
-        assert dist.get_world_size() == n and dist.get_rank() == rank
-    return out
-
-
-def mismatched_collectives():
-    """Rank 0 calls all_reduce while rank 1 calls barrier: neither may 'succeed'."""
-    a = np.ones(1000)
-    try:
-        with dist.call_timeout(2):
-            if dist.get_rank() == 0:
-                dist.all_reduce(a)
-            else:
-                dist.barrier()
-    except CollcommError as exc:
-        time.sleep(0.5)
-        return type(exc).__name__
-    time.sleep(0.5)
-    return "completed"
-
-
 # -- the tests -------------------------------------------------------------------------------
 def _check_lost(outcomes, victim, killed_at, strict, collective="all_reduce"):
     assert outcomes[victim].exitcode == -signal.SIGKILL
@@ -282,8 +108,6 @@ def test_sigkill_mid_all_reduce(transport, n, victim):
     _check_lost(outcomes, victim, outcomes[victim].killed_at, strict=False)
     # the ranks that wait on the victim directly name it
     assert victim in [o.value[1] for o in outcomes if o.rank != victim]
-
-
 
 
 @pytest.mark.timeout(90)
@@ -361,130 +185,6 @@ def test_sigkill_through_launcher(tmp_path, transport):
     jobs = set(re.findall(r"JOB ([0-9a-f]+)", res.stdout))
     assert len(jobs) == 1
     assert not shm_files(jobs.pop())
-
-
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("transport", TRANSPORTS)
-@pytest.mark.parametrize("n", [2, 3])
-def test_skipped_collective_times_out_naming_the_skipper(transport, n, tmp_path):
-    skipper = n - 1
-    outcomes = run_ranks(skip_one_collective, n, skipper, 1.0, "sleep", str(tmp_path),
-                         transport=transport, timeout=45, expect_failure=True)
-    assert all(o.ok for o in outcomes), [(o.error_type, o.error, o.output) for o in outcomes]
-    assert outcomes[skipper].value == "skipped"
-    named = []
-    for o in outcomes[:skipper]:
-        took, peer, msg = o.value
-        assert 0.9 < took < 4.0, took
-        assert "timed out" in msg and "all_reduce" in msg, msg
-        assert f"rank {peer}" in msg
-        named.append(peer)
-    # at least one rank waits on the skipper directly and names it
-    assert skipper in named, named
-
-
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("transport", TRANSPORTS)
-def test_skipper_entering_a_later_collective_does_not_hang(transport):
-    outcomes = run_ranks(skip_one_collective, 3, 2, 1.0, "late", transport=transport,
-                         timeout=45, expect_failure=True)
-    assert all(o.ok for o in outcomes), [(o.error_type, o.error, o.output) for o in outcomes]
-    for o in outcomes[:2]:
-        took, peer, msg = o.value
-        assert took < 4.0 and "timed out" in msg
-    who, err, took = outcomes[2].value
-    assert who == "skipper" and took < 3.0, outcomes[2].value
-    # the others gave up and left: its all_reduce fails, or completes from the messages they
-    # had already sent before giving up -- then with the right sum, never with garbage
-    assert err in ("CommTimeoutError", "PeerLostError", [3.0]), err
-
-
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("transport", TRANSPORTS)
-def test_call_timeout_bounds_a_collective(transport, tmp_path):
-    outcomes = run_ranks(stuck_collective, 3, "call", 0.5, str(tmp_path), transport=transport,
-                         timeout=45, expect_failure=True)
-    assert all(o.ok for o in outcomes), [(o.error_type, o.error, o.output) for o in outcomes]
-    for o in (outcomes[0], outcomes[2]):
-        took, peer, msg = o.value
-        assert 0.45 < took < 2.5, took
-        assert "broadcast" in msg and "timed out after 0.5 s" in msg, msg
-
-
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("transport", TRANSPORTS)
-def test_group_timeout(transport, tmp_path):
-    outcomes = run_ranks(group_timeout_needs_new_group, 3, 0.7, str(tmp_path),
-                         transport=transport, timeout=45, expect_failure=True)
-    assert all(o.ok for o in outcomes), [(o.error_type, o.error, o.output) for o in outcomes]
-    for o in (outcomes[0], outcomes[2]):
-        took, peer, msg, _ = o.value
-        assert 0.65 < took < 2.5, took
-        assert "broadcast" in msg and "timed out after 0.7 s" in msg and "group2" not in msg, msg
-
-
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("transport", TRANSPORTS)
-def test_job_timeout_from_init_argument(transport, tmp_path):
-    outcomes = run_ranks(init_with_timeout, 3, 3.0, str(tmp_path), transport=transport,
-                         timeout=45, init=False, expect_failure=True)
-    assert all(o.ok for o in outcomes), [(o.error_type, o.error, o.output) for o in outcomes]
-    for o in (outcomes[0], outcomes[2]):
-        took, peer, msg = o.value
-        assert 2.9 < took < 5.5, took
-        assert "broadcast" in msg and "timed out after 3 s" in msg, msg
-
-
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("transport", TRANSPORTS)
-def test_job_timeout_from_env(transport, tmp_path):
-    outcomes = run_ranks(stuck_collective, 3, "job", 3.0, str(tmp_path), transport=transport,
-                         timeout=45, env={"COLLCOMM_TIMEOUT": "3"}, expect_failure=True)
-    assert all(o.ok for o in outcomes), [(o.error_type, o.error, o.output) for o in outcomes]
-    for o in (outcomes[0], outcomes[2]):
-        took, peer, msg = o.value
-        assert 2.9 < took < 5.5, took
-        assert "broadcast" in msg and "timed out after 3 s" in msg, msg
-
-
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("transport", TRANSPORTS)
-@pytest.mark.parametrize("n", [2, 3])
-def test_bad_input_on_one_rank(transport, n, tmp_path):
-    bad = 1
-    outcomes = run_ranks(bad_output_on_one_rank, n, bad, 1.0, str(tmp_path), transport=transport,
-                         timeout=45, expect_failure=True)
-    assert all(o.ok for o in outcomes), [(o.error_type, o.error, o.output) for o in outcomes]
-    kind, took, msg, untouched = outcomes[bad].value
-    assert kind == "invalid" and took < 0.5 and untouched
-    assert "all_gather_into_tensor" in msg and "output_tensor" in msg and str(4 * n) in msg, msg
-    for o in outcomes:
-        if o.rank == bad:
-            continue
-        kind, took, peer, msg = o.value
-        assert kind == "timeout" and 0.9 < took < 4.0, o.value
-        assert "all_gather_into_tensor" in msg and "timed out" in msg, msg
-
-
-@pytest.mark.timeout(90)
-@pytest.mark.parametrize("transport", TRANSPORTS)
-def test_destroy_then_init_again(transport):
-    res = run_ranks(reinit, 3, 3, "host_first", transport=transport, timeout=60)
-    for i in range(3):
-        assert [r[2 * i] for r in res] == [3 + 3 * i] * 3
-        assert [r[2 * i + 1] for r in res] == [3.0, 3.0, 3.0]  # rank 2 (not in the group) keeps 3.0
-
-
-@pytest.mark.timeout(90)
-def test_destroy_then_init_again_store_host_last():
-    run_ranks(reinit, 3, 1, "host_last", transport="shm", timeout=30)
-
-
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("transport", TRANSPORTS)
-def test_mismatched_collectives_are_detected(transport):
-    res = run_ranks(mismatched_collectives, 2, transport=transport, timeout=30)
-    assert res[0] != "completed" and res[1] != "completed", res
 
 
 def stops_itself_at(step: int) -> tuple[str, int | None, float]:
