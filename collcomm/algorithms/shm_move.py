@@ -263,7 +263,7 @@ def all_to_all(comm: ShmComm, send: np.ndarray, send_counts: Sequence[int], recv
     if limit >= 0 and largest * dt.itemsize > limit:
         _all_to_all_cma(comm, arena, send, sdispl, recv, rdispl, recv_counts)
         return
-    piece = chunk_elems(arena, dt.itemsize, n)
+    piece = a2a_piece(arena, dt.itemsize, n, largest)
     for lo in range(0, largest, piece):
         phase = arena.next_phase()
         staged = arena.slot_array(phase, me, dt, n * piece).reshape(n, piece)
@@ -286,6 +286,16 @@ def peers_from_next(me: int, n: int) -> list[int]:
     read by every rank at once (all from rank 0 first took 1.3-1.5x as long by cross-memory
     attach: BENCHMARKS.md session 15)."""
     return [(me + i) % n for i in range(1, n)]
+
+
+def a2a_piece(arena: Arena, itemsize: int, n: int, largest: int) -> int:
+    """Elements per block of a staged all_to_all round: the largest block (on a cache line)
+    when n of them fit a slot, else a slot's n-th. Packed, not spread over the slot: a 64
+    KiB block every 512 KiB (n = 8) put the blocks on the same cache sets (device, n = 8,
+    512 KiB: see BENCHMARKS.md session 16). The native core computes the same number."""
+    line = 64 // itemsize if itemsize < 64 else 1
+    packed = -(-largest // line) * line
+    return min(chunk_elems(arena, itemsize, n), max(1, packed))
 
 
 def a2a_eager_at(n: int) -> int:
