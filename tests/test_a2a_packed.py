@@ -3,9 +3,10 @@ a cache line (shm_move.a2a_piece; the native core computes the same number): eve
 must agree on where each block lies, the ranks on the Python path and those in C alike.
 
 Uneven blocks whose largest is no multiple of a cache line, over dtypes of 1, 4 and 16
-bytes, in one staged round (the CMA cost set high, so no rank reads by address), with
-rank 1 on the Python path: a rank that placed or looked for a block elsewhere reads
-another block's data.
+bytes, with rank 1 on the Python path: a rank that placed or looked for a block elsewhere
+reads another block's data. Most cases are one staged round (the CMA cost set high so
+that reads by address wait for larger blocks); the smallest int8 case fits the eager form
+and the largest complex128 one may read by address where cross-memory attach is allowed.
 """
 from __future__ import annotations
 

@@ -54,3 +54,58 @@ def test_a_sender_that_left_still_delivers_its_staged_message(cma: str, kind: st
     if sent == "no cma":
         pytest.skip("cross-memory attach is not permitted here (no PRIVATE path)")
     assert (sent, read) == (kind, "read")
+
+
+def _unread_then_both_leave() -> float:
+    import collcomm
+    import collcomm.transport.shm_staging as staging
+
+    if collcomm.get_rank() == 0:
+        staging.shm_budget = lambda: 64 << 20        # past the pool: PRIVATE (or one-off)
+        collcomm.send(np.ones(NBYTES // 4, dtype=np.int32), dst=1)
+        collcomm.barrier()                           # rank 1 leaves after this, unread
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        collcomm.destroy_process_group()
+        return time.monotonic() - t0
+    collcomm.barrier()
+    collcomm.destroy_process_group()                 # leaves without reading it, stays alive
+    time.sleep(6.0)
+    return 0.0
+
+
+@pytest.mark.timeout(60)
+def test_a_sender_does_not_wait_for_a_peer_that_left() -> None:
+    # the peer closed its side (it reads no more) but its process lives on: waiting for it
+    # to read would last until the job timeout (or its exit)
+    took, _ = run_ranks(_unread_then_both_leave, 2, transport="shm", timeout=45)
+    assert took < 3.0, took
+
+
+def _released_copies_go() -> list[int]:
+    import collcomm
+    import collcomm.transport.shm_staging as staging
+
+    channel = collcomm.core.runtime._job.transport.channels[1 - collcomm.get_rank()]
+    if collcomm.get_rank() == 0:
+        if not channel.peer_reads_me():
+            return [-1, -1]
+        staging.shm_budget = lambda: 64 << 20
+        collcomm.send(np.ones(NBYTES // 4, dtype=np.int32), dst=1)
+        held = len(channel.held)
+        collcomm.barrier()                           # rank 1 has read (and released) it
+        collcomm.send(np.ones(4, dtype=np.int32), dst=1)   # a small send drops the copy
+        return [held, len(channel.held)]
+    got = np.empty(NBYTES // 4, dtype=np.int32)
+    collcomm.recv(got, src=0)
+    collcomm.barrier()
+    collcomm.recv(np.empty(4, dtype=np.int32), src=0)
+    return [int(got.sum() == NBYTES // 4), 0]
+
+
+@pytest.mark.timeout(60)
+def test_a_released_private_copy_is_freed_by_the_next_send() -> None:
+    held, after = run_ranks(_released_copies_go, 2, transport="shm", timeout=45)[0]
+    if held == -1:
+        pytest.skip("cross-memory attach is not permitted here (no PRIVATE path)")
+    assert (held, after) == (1, 0)

@@ -211,8 +211,9 @@ def huge_marks(nbytes: int) -> dict[int, int]:
 
 def huge_message(nbytes):
     """A message over 4 GiB, zero but for huge_marks: the sender's buffer is untouched
-    memory (the zero page) but for those bytes, so the test pays for one 4 GiB buffer of
-    real memory (the receiver's), not two. The receiver's buffer starts as 0xAB everywhere,
+    memory (the zero page) but for those bytes, so the test pays for the receiver's 4 GiB
+    and the transport's copy (over shared memory, past the staging pool, the sender's
+    private copy the receiver reads), not a third buffer. The receiver's buffer starts as 0xAB everywhere,
     so a range the receive never wrote shows up as non-zero bytes beside the marks."""
     t = _t()
     marks = huge_marks(nbytes)

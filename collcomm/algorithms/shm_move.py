@@ -289,8 +289,9 @@ def peers_from_next(me: int, n: int) -> list[int]:
 
 
 def a2a_piece(arena: Arena, itemsize: int, n: int, largest: int) -> int:
-    """Elements per block of a staged all_to_all round: the largest block (on a cache line)
-    when n of them fit a slot, else a slot's n-th. Packed, not spread over the slot: a 64
+    """Elements per block of a staged all_to_all round: the largest block rounded up to a
+    multiple of 64 // itemsize elements (a cache line for itemsizes dividing 64) when n of
+    them fit a slot, else a slot's n-th. Packed, not spread over the slot: a 64
     KiB block every 512 KiB (n = 8) put the blocks on the same cache sets (device, n = 8,
     512 KiB: see BENCHMARKS.md session 16). The native core computes the same number."""
     line = 64 // itemsize if itemsize < 64 else 1

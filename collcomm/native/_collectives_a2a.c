@@ -172,7 +172,7 @@ static PyObject *a2a_run(Core *c, PyObject *arena, PyObject *send_obj, PyObject 
             return call_end(&k, -1);
         return call_end(&k, ST_DONE);
     }
-    /* blocks packed at the largest one's size (on a cache line), not a slot's n-th: spread
+    /* blocks packed at the largest one's size (rounded up to 64 / isz elements), not a slot's n-th: spread
      * over the slot (a 64 KiB block every 512 KiB at n = 8) they sat on the same cache sets
      * (shm_move.a2a_piece, the same number) */
     Py_ssize_t piece = c->slot / (isz * n), line = isz < 64 ? 64 / isz : 1;

@@ -89,6 +89,11 @@ static int rec_init(RecWriter *w, PyObject *append, PyObject *index, PyObject *p
         if (w->ring != NULL) {
             cmethod_find(&w->ring_append, ring, s_rec_append);
             cmethod_find(&w->ring_popleft, ring, s_rec_popleft);
+            /* (only where `append` is that deque's own append: anything else is called as given) */
+            if (w->ring_append.fn == NULL || PyCFunction_GET_FUNCTION(append) != w->ring_append.fn) {
+                Py_CLEAR(w->popleft);
+                w->ring = NULL;
+            }
         }
     }
     Py_XSETREF(w->index, Py_NewRef(index));

@@ -5,9 +5,10 @@ sender. The sender appends records to its ring in the peer's inbox and the peer 
 them (shm_ring.py: the inbox, the ring and the record format). A message up to the eager
 limit travels inline in its record; a larger one is staged: written into a shared-memory
 segment the record names (pooled, up to ``POOL_SLOTS`` per peer of up to ``POOL_MAX``
-bytes each, one of them up to ``POOL_BIG``, or one-off), or, when /dev/shm has no room for that, copied into the sender's
-private memory for the receiver to read by cross-memory attach (peer_process.py); the
-staging of large bodies, both sides, is shm_staging.py.
+bytes each, one of them up to ``POOL_BIG``), or, past the pool, copied into the sender's
+private memory for the receiver to read by cross-memory attach (peer_process.py; a one-off
+segment where the peer may not read us); the staging of large bodies, both sides, is
+shm_staging.py.
 shm_segments.py creates the segments, backing each one when it is created so that a full
 /dev/shm is an error (ShmSpaceError) or a smaller share (a warning), never a SIGBUS.
 
@@ -46,7 +47,7 @@ import numpy as np
 
 from ..errors import ClosedError, CommTimeoutError, PeerLostError
 from .peer_process import pid_alive, pid_stopped
-from .shm_ring import (CTL_BYTES, HEADER, INLINE, LEFT, PAD, PRIVATE, PRIVATE_ID, SEGMENT,
+from .shm_ring import (CTL_BYTES, HEADER, INLINE, LEFT, PAD, PRIVATE, PRIVATE_ID, RELEASED, SEGMENT,
                        SEGMENT_ONCE, Inbox, _RingBody, _SegmentBody, _Ring, _round, eager_limit,
                        slot_offset)
 from .shm_staging import StagedBodies
@@ -62,6 +63,11 @@ __all__ = ["PAGE", "SHM_DIR", "ShmChannel", "ShmSpaceError", "create_segment", "
            "pid_stopped", "shm_budget", "space_text", "unlink_quietly", "warn_once"]
 
 _CLOSED, _GONE = "closed", "gone"   # why a sender stopped waiting (resolved without the lock)
+
+#: PRIVATE copies a closed channel's peer had not released: kept for the life of the
+#: process, so a late reader gets the message, never freed memory (it gets an error only
+#: once this process is gone)
+_kept: list[np.ndarray] = []
 
 
 class ShmChannel(StagedBodies):
@@ -150,6 +156,8 @@ class ShmChannel(StagedBodies):
         buf, nbytes = req.buf, len(req.buf)
         if nbytes <= self.eager:     # the common case: inline, the ring has room
             with self.send_lock:
+                if self.held:        # PRIVATE copies the peer has released go now
+                    self.prune_held()
                 appended = not self.closed and self._try_append(INLINE, req.tag, nbytes, 0, buf, req.sig)
             if appended:
                 req.complete(self.peer, nbytes)
@@ -322,12 +330,17 @@ class ShmChannel(StagedBodies):
         Records in the ring outlive us (the ring is the peer's inbox), so for those we wait at
         most ``linger`` s. A body staged in a segment or held in our memory (PRIVATE) is gone
         once we close, so while the peer has yet to read one we wait up to the job's timeout:
-        a reader busy for longer than ``linger`` (a multi-GiB message) must not lose it."""
+        a reader busy for longer than ``linger`` (a multi-GiB message) must not lose it. Not
+        once the peer has left (it reads no more), and every channel is drained meanwhile
+        (``engine.progress``), so ranks that each wait for the next one to read cannot wait
+        in a circle. Copies the peer has not released are kept (:data:`_kept`), never freed
+        under a reader that may still come."""
         if self.closed:
             return
         now = time.monotonic()
         deadline, outside_deadline = now + linger, now + max(linger, self.engine.timeout)
-        while self.peer not in self.engine.lost and pid_alive(self.peer_pid):
+        while (self.peer not in self.engine.lost and pid_alive(self.peer_pid)
+               and not self.inp.ctl[LEFT]):
             read = self.out.ctl[8]
             now = time.monotonic()
             if read < self.head and now < deadline:
@@ -341,7 +354,10 @@ class ShmChannel(StagedBodies):
                         "holds it"))
             else:
                 break
-            self.poll()
+            try:
+                self.engine.progress()
+            except Exception:   # noqa: BLE001 - leaving anyway: what a peer sent is lost with it
+                break
             time.sleep(0.001)
         with self.send_lock:   # a sender is never mid-write when the pool goes
             self.closed = True
@@ -356,4 +372,6 @@ class ShmChannel(StagedBodies):
                 pass  # a message still being read holds it; it goes with the process
         self.pool.clear()
         self.mapped.clear()
+        released = int(self.out.ctl[RELEASED])
+        _kept.extend(copy for ident, copy in self.held.items() if ident >= released)
         self.held.clear()

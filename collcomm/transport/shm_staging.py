@@ -92,12 +92,16 @@ class StagedBodies:
         return self.my_slot < INBOX_HEADER // 8 and \
             struct.unpack_from("<Q", self.out.mm, 8 * self.my_slot)[0] == 1
 
-    def _private(self, buf: memoryview) -> tuple[int, str, int, int]:
-        """Copy a large body into private memory for the peer to read (caller holds
-        ``send_lock``): (PRIVATE, id, address, 0)."""
+    def prune_held(self) -> None:
+        """Drop the PRIVATE copies the peer has released (caller holds ``send_lock``)."""
         released = int(self.out.ctl[RELEASED])
         for ident in [i for i in self.held if i < released]:
             del self.held[ident]
+
+    def _private(self, buf: memoryview) -> tuple[int, str, int, int]:
+        """Copy a large body into private memory for the peer to read (caller holds
+        ``send_lock``): (PRIVATE, id, address, 0)."""
+        self.prune_held()
         copy = np.empty(len(buf), dtype=np.uint8)
         copy[:] = np.frombuffer(buf, dtype=np.uint8)
         ident = self.next_private
@@ -106,12 +110,12 @@ class StagedBodies:
         return PRIVATE, str(ident), int(copy.ctypes.data), 0
 
     def _stage(self, buf: memoryview) -> tuple[int, str, int, int]:
-        """Copy a large body into a staging segment at the sender's page offset: a pooled
-        one while /dev/shm has room for it (a quarter of the budget), else a one-off one
-        (half the budget), else private memory the peer reads directly (see the module
-        docstring); ShmSpaceError when none of them can be had. Returns (kind, name,
-        offset, id): a pooled segment's message id, which its record carries and the
-        receiver acknowledges (0 for the others)."""
+        """Stage a large body: into a pooled segment at the sender's page offset while one
+        takes it (/dev/shm has room: a quarter of the budget), else into private memory the
+        peer reads directly when it may, else into a one-off segment (at most half the
+        budget; see the module docstring); ShmSpaceError when none of them can be had.
+        Returns (kind, name, offset, id): a pooled segment's message id, which its record
+        carries and the receiver acknowledges (0 for the others)."""
         offset = PAGE + buffer_address(buf) % PAGE
         need = offset + len(buf)
         for mm, capacity, name in self.pool:
@@ -120,9 +124,7 @@ class StagedBodies:
                 break
         else:
             if self.held:
-                released = int(self.out.ctl[RELEASED])
-                for ident in [i for i in self.held if i < released]:
-                    del self.held[ident]
+                self.prune_held()
             budget = shm_budget()
             capacity = pool_capacity(need)
             slot = self._pool_slot(capacity, budget)
