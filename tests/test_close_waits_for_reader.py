@@ -109,3 +109,30 @@ def test_a_released_private_copy_is_freed_by_the_next_send() -> None:
     if held == -1:
         pytest.skip("cross-memory attach is not permitted here (no PRIVATE path)")
     assert (held, after) == (1, 0)
+
+
+def _sender_fails_while_peer_waits() -> tuple[str, float]:
+    import collcomm
+    import collcomm.transport.shm_staging as staging
+
+    if collcomm.get_rank() == 0:
+        staging.shm_budget = lambda: 64 << 20
+        collcomm.send(np.ones(NBYTES // 4, dtype=np.int32), dst=1)
+        collcomm.destroy_process_group()             # (as a `finally:` after an error would)
+        return "left", 0.0
+    t0 = time.monotonic()
+    try:
+        collcomm.barrier()                           # rank 0 never comes
+    except collcomm.CollcommError as exc:
+        return type(exc).__name__ + ": " + str(exc), time.monotonic() - t0
+    return "no error", time.monotonic() - t0
+
+
+@pytest.mark.timeout(60)
+def test_a_peer_waiting_in_a_collective_hears_at_once_that_the_sender_left() -> None:
+    # rank 0 waits in close for rank 1 to read its message (rank 1 lives); rank 1, waiting
+    # for rank 0 in a barrier, must not wait out the job timeout for a rank that left (the
+    # transport's health word says rank 0 is closing as soon as its close begins)
+    _, (what, took) = run_ranks(_sender_fails_while_peer_waits, 2, transport="shm", timeout=45,
+                                env={"COLLCOMM_TIMEOUT": "30"})
+    assert what.startswith("PeerLostError") and "left the job" in what and took < 5.0, (what, took)
