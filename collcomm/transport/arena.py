@@ -22,7 +22,9 @@ waits, and these same checks (``_check``) called from it every 100 ms.
 
 Cross-memory attach (CMA: reading a peer's buffer directly instead of staging it, probed
 and timed when the arena is built) is the Arena's base class
-:class:`~.arena_cma.CrossMemoryAttach`, in arena_cma.py with libc's bindings for it.
+:class:`~.arena_cma.CrossMemoryAttach`, in arena_cma.py with libc's bindings for it; what
+a long wait checks (dead, departed, stopped ranks; the timeout) is its base class
+:class:`~.arena_liveness.Liveness`.
 
 Shared memory per group: ``P × n × (C + 4096)`` bytes plus one page per 64 ranks; with
 the default ``C`` = 4 MiB (``COLLCOMM_SHM_SLOT``) that is 16 MiB for 2 ranks, 32 MiB for 4.
@@ -39,8 +41,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .. import native
-from ..errors import ClosedError, CommTimeoutError, MismatchError, PeerLostError
+from ..errors import ClosedError, MismatchError, PeerLostError
 from .arena_cma import CrossMemoryAttach
+from .arena_liveness import Liveness
 from .arena_layout import LEFT as LEFT_WORD
 from .arena_layout import LINE, PHASES, PROBE_MAGIC, WORDS
 from .arena_layout import ALL_REDUCE_EXTRA, ONE_STEP_ALWAYS, pack_settings, unpack_settings
@@ -48,7 +51,7 @@ from .arena_layout import PHASE as PHASE_WORD
 from .arena_layout import SETTINGS as SETTINGS_WORD
 from .arena_layout import SLEEPERS as SLEEPERS_WORD
 from .peer_process import cpus
-from .shm import PAGE, pid_alive, pid_stopped
+from .shm import PAGE
 
 SPIN, YIELD = 400, 100
 #: With a CPU per rank, a wait goes on yielding until this far in before it sleeps on the
@@ -132,7 +135,7 @@ def arena_size(n: int, slot: int) -> int:
     return header + PHASES * n * (slot + PAGE)
 
 
-class Arena(CrossMemoryAttach):
+class Arena(CrossMemoryAttach, Liveness):
     """This rank's view of a group's arena (see module docstring)."""
 
     def __init__(self, mm: mmap.mmap, n: int, rank: int, slot: int, pids: Sequence[int],
@@ -271,48 +274,6 @@ class Arena(CrossMemoryAttach):
         seen = words[at]
         if seen < target:
             _FUTEX(self.address + at * 8, FUTEX_WAIT, seen & 0xFFFFFFFF, ctypes.byref(_FUTEX_TIMEOUT))
-
-    def _check(self, late: list[int], target: int, waited: float) -> None:
-        """A member that died without leaving cleanly dooms the group (even if it passed this
-        sync: it cannot finish its part, and the ranks that waited on it gave up); one that
-        left cleanly is only missed if it never reached this sync."""
-        me = self.global_ranks[self.rank]
-        for r in range(self.n):
-            if r == self.rank or pid_alive(self.pids[r]):
-                continue
-            g = self.global_ranks[r]
-            if not self.get(r, LEFT_WORD):
-                raise PeerLostError(f"rank {g} (pid {self.pids[r]}, same host) died; rank {me} "
-                                    "was waiting in shared memory", peer=g)
-            if self.words[r * WORDS] < target:
-                raise PeerLostError(f"rank {g} left the job (destroy_process_group) before this "
-                                    f"call; rank {me} was waiting for it in shared memory", peer=g)
-        self._check_stopped(late, me)
-        if waited > self.timeout:
-            who = ", ".join(f"rank {self.global_ranks[r]} (at step {self.get(r, 0)})" for r in late)
-            raise CommTimeoutError(
-                f"rank {self.global_ranks[self.rank]} timed out after {self.timeout:g} s in shared "
-                f"memory at step {target}: still waiting for {who} (did it skip this call?)",
-                peer=self.global_ranks[late[0]])
-
-    def _check_stopped(self, late: list[int], me: int) -> None:
-        """Shared memory's heartbeat: a late rank whose process stays stopped (SIGSTOP, a
-        debugger) as long as TCP tolerates a silent peer (COLLCOMM_HEARTBEAT_TIMEOUT, 15 s)
-        is given up on, as TCP gives up on missed heartbeats."""
-        now = time.monotonic()
-        for r in late:
-            if not pid_stopped(self.pids[r]):
-                self._stopped_since.pop(r, None)
-                continue
-            since = self._stopped_since.setdefault(r, now)
-            bound = float(os.environ.get("COLLCOMM_HEARTBEAT_TIMEOUT", "15"))
-            if now - since > bound:
-                g = self.global_ranks[r]
-                raise PeerLostError(
-                    f"rank {g} (pid {self.pids[r]}, same host) has been stopped (state T: SIGSTOP "
-                    f"or a debugger) for {now - since:.0f} s (COLLCOMM_HEARTBEAT_TIMEOUT={bound:g}); "
-                    f"rank {me} was waiting for it in shared memory ('kill -CONT "
-                    f"{self.pids[r]}' would have resumed it)", peer=g)
 
     def close(self) -> None:
         self.put(LEFT_WORD, 1)    # we leave cleanly: not a crash
