@@ -7,7 +7,7 @@ work in the job refuses every collective cleanly.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -151,62 +151,60 @@ def c_reduce_scatter(ctx: Ctx, fam: str) -> None:
         ctx.guard("reduce_scatter", fam, what, case)
 
 
-def c_gather(ctx: Ctx, fam: str) -> None:
-    n, me = ctx.n, ctx.rank
-    for root in range(n):
+def rooted_cases(ctx: Ctx, fam: str) -> Iterator[tuple[int, bool, Any, int, str]]:
+    """Every (root, in place, dtype, block count) a rooted gather or scatter of ``fam`` is
+    checked with, and its description."""
+    for root in range(ctx.n):
         for inplace in (False, True):
             for dtype in DTYPES:
-                counts = block_counts(ctx, fam, root in edge_roots(n) and not inplace and ctx.large(fam),
-                                      dtype)
-                for count in counts:
-                    what = f"root={root} inplace={inplace} count={count} {np.dtype(dtype)}"
+                for count in block_counts(ctx, fam, root in edge_roots(ctx.n) and not inplace
+                                          and ctx.large(fam), dtype):
+                    yield root, inplace, dtype, count, \
+                        f"root={root} inplace={inplace} count={count} {np.dtype(dtype)}"
 
-                    def case() -> None:
-                        mine = data(me, count, dtype, salt=root)
-                        send = mine.copy()
-                        recv = None
-                        if me == root:
-                            recv = np.full(n * count, 99, dtype)
-                            if inplace:
-                                recv[me * count:(me + 1) * count] = mine
-                                send = recv[me * count:(me + 1) * count]
-                        ctx.world.run("gather", lambda c: algorithms.gather(
-                            c, send, recv, root, algorithm=fam))
-                        if me == root:
-                            expected = np.concatenate([data(r, count, dtype, salt=root)
-                                                       for r in range(n)])
-                            ctx.expect("gather", fam, what, recv, expected)
-                        ctx.expect("gather", fam, what + " (send modified)", send, mine)
 
-                    ctx.guard("gather", fam, what, case)
+def c_gather(ctx: Ctx, fam: str) -> None:
+    n, me = ctx.n, ctx.rank
+    for root, inplace, dtype, count, what in rooted_cases(ctx, fam):
+        def case() -> None:
+            mine = data(me, count, dtype, salt=root)
+            send = mine.copy()
+            recv = None
+            if me == root:
+                recv = np.full(n * count, 99, dtype)
+                if inplace:
+                    recv[me * count:(me + 1) * count] = mine
+                    send = recv[me * count:(me + 1) * count]
+            ctx.world.run("gather", lambda c: algorithms.gather(
+                c, send, recv, root, algorithm=fam))
+            if me == root:
+                expected = np.concatenate([data(r, count, dtype, salt=root)
+                                           for r in range(n)])
+                ctx.expect("gather", fam, what, recv, expected)
+            ctx.expect("gather", fam, what + " (send modified)", send, mine)
+
+        ctx.guard("gather", fam, what, case)
 
 
 def c_scatter(ctx: Ctx, fam: str) -> None:
     n, me = ctx.n, ctx.rank
-    for root in range(n):
-        for inplace in (False, True):
-            for dtype in DTYPES:
-                counts = block_counts(ctx, fam, root in edge_roots(n) and not inplace and ctx.large(fam),
-                                      dtype)
-                for count in counts:
-                    what = f"root={root} inplace={inplace} count={count} {np.dtype(dtype)}"
+    for root, inplace, dtype, count, what in rooted_cases(ctx, fam):
+        def case() -> None:
+            full = np.concatenate([data(r, count, dtype, salt=root)
+                                   for r in range(n)])
+            send = None
+            recv = np.full(count, 99, dtype)
+            if me == root:
+                send = full.copy()
+                if inplace:
+                    recv = send[me * count:(me + 1) * count]
+            ctx.world.run("scatter", lambda c: algorithms.scatter(
+                c, send, recv, root, algorithm=fam))
+            ctx.expect("scatter", fam, what, recv, full[me * count:(me + 1) * count])
+            if me == root:
+                ctx.expect("scatter", fam, what + " (send modified)", send, full)
 
-                    def case() -> None:
-                        full = np.concatenate([data(r, count, dtype, salt=root)
-                                               for r in range(n)])
-                        send = None
-                        recv = np.full(count, 99, dtype)
-                        if me == root:
-                            send = full.copy()
-                            if inplace:
-                                recv = send[me * count:(me + 1) * count]
-                        ctx.world.run("scatter", lambda c: algorithms.scatter(
-                            c, send, recv, root, algorithm=fam))
-                        ctx.expect("scatter", fam, what, recv, full[me * count:(me + 1) * count])
-                        if me == root:
-                            ctx.expect("scatter", fam, what + " (send modified)", send, full)
-
-                    ctx.guard("scatter", fam, what, case)
+        ctx.guard("scatter", fam, what, case)
 
 
 def a2a_layouts(ctx: Ctx, fam: str) -> list[tuple[str, list[list[int]], Any]]:

@@ -51,8 +51,7 @@ static PyObject *cmethod_call(CMethod *m, PyObject *obj, PyObject *arg)
 {
     int nargs = arg != NULL;
     if (m->fn == NULL || Py_TYPE(obj) != m->type)
-        return nargs ? PyObject_CallMethodOneArg(obj, m->name, arg)
-                     : PyObject_CallMethodNoArgs(obj, m->name);
+        goto regular;
     PyObject *r;
     switch (m->flags) {
     case METH_NOARGS:

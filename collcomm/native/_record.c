@@ -49,8 +49,8 @@ typedef struct {
 
 typedef struct {
     PyObject *append;           /* the recorder ring's append, or NULL: no records */
-    PyObject *popleft;          /* the ring's popleft when it is a bounded deque, else NULL */
-    PyObject *ring;             /* that deque (borrowed: ``append`` holds it) */
+    PyObject *ring;             /* the deque when ``append`` is a bounded deque's own append
+                                   (borrowed: ``append`` holds it), else NULL */
     CMethod ring_append, ring_popleft;   /* its methods, called straight (_cmethod.c) */
     Py_ssize_t maxlen;
     PyObject *index;            /* the observer's index (records name their group by it) */
@@ -76,25 +76,19 @@ static int rec_init(RecWriter *w, PyObject *append, PyObject *index, PyObject *p
         return -1;
     }
     Py_XSETREF(w->append, append == Py_None ? NULL : Py_NewRef(append));
-    Py_CLEAR(w->popleft);
     w->ring = NULL;
     PyObject *ring = append != Py_None && PyCFunction_Check(append) ? PyCFunction_GET_SELF(append) : NULL;
     if (ring != NULL && strcmp(Py_TYPE(ring)->tp_name, "collections.deque") == 0) {
         PyObject *maxlen = PyObject_GetAttrString(ring, "maxlen");
         w->maxlen = maxlen != NULL && PyLong_Check(maxlen) ? PyLong_AsSsize_t(maxlen) : -1;
         Py_XDECREF(maxlen);
-        w->popleft = w->maxlen > 0 ? PyObject_GetAttrString(ring, "popleft") : NULL;
-        w->ring = w->popleft != NULL ? ring : NULL;
         PyErr_Clear();               /* (not a bounded deque after all: records are made new) */
-        if (w->ring != NULL) {
-            cmethod_find(&w->ring_append, ring, s_rec_append);
-            cmethod_find(&w->ring_popleft, ring, s_rec_popleft);
-            /* (only where `append` is that deque's own append: anything else is called as given) */
-            if (w->ring_append.fn == NULL || PyCFunction_GET_FUNCTION(append) != w->ring_append.fn) {
-                Py_CLEAR(w->popleft);
-                w->ring = NULL;
-            }
-        }
+        cmethod_find(&w->ring_append, ring, s_rec_append);
+        cmethod_find(&w->ring_popleft, ring, s_rec_popleft);
+        /* only where `append` is that deque's own append (anything else is called as given) */
+        if (w->maxlen > 0 && w->ring_append.fn != NULL &&
+            PyCFunction_GET_FUNCTION(append) == w->ring_append.fn)
+            w->ring = ring;
     }
     Py_XSETREF(w->index, Py_NewRef(index));
     Py_XSETREF(w->pkg, Py_NewRef(pkg));
@@ -110,14 +104,12 @@ static inline int rec_on(const RecWriter *w)
 static int rec_traverse(RecWriter *w, visitproc visit, void *arg)
 {
     Py_VISIT(w->append);
-    Py_VISIT(w->popleft);
     return 0;
 }
 
 static void rec_clear(RecWriter *w)
 {
     Py_CLEAR(w->append);
-    Py_CLEAR(w->popleft);
     w->ring = NULL;
     Py_CLEAR(w->index);
     Py_CLEAR(w->pkg);

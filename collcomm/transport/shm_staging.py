@@ -92,6 +92,13 @@ class StagedBodies:
         return self.my_slot < INBOX_HEADER // 8 and \
             struct.unpack_from("<Q", self.out.mm, 8 * self.my_slot)[0] == 1
 
+    def _warn_short(self, nbytes: int) -> None:
+        """Say once that /dev/shm is too short for staging segments (its text made only then)."""
+        warn_once("private", f"{space_text()}: messages that do not fit there (first: {mib(nbytes)} "
+                             f"from rank {self.engine.rank} to rank {self.peer}) go through private "
+                             "memory the receiver reads directly (cross-memory attach) instead of "
+                             "a staging segment")
+
     def prune_held(self) -> None:
         """Drop the PRIVATE copies the peer has released (caller holds ``send_lock``)."""
         released = int(self.out.ctl[RELEASED])
@@ -130,12 +137,9 @@ class StagedBodies:
             slot = self._pool_slot(capacity, budget)
             pooled = slot >= 0
             private = self.peer_reads_me()
-            why = (f"{space_text()}: messages that do not fit there (first: {mib(len(buf))} from "
-                   f"rank {self.engine.rank} to rank {self.peer}) go through private memory the "
-                   "receiver reads directly (cross-memory attach) instead of a staging segment")
             if not pooled and private:   # (faster than a one-off segment: see the docstring)
                 if need > budget // 2:
-                    warn_once("private", why)
+                    self._warn_short(len(buf))
                 return self._private(buf)
             self.n_segments += 1
             name = f"collcomm-{self.job}-m{self.engine.rank}-{self.peer}-{self.n_segments}"
@@ -152,7 +156,7 @@ class StagedBodies:
             except ShmSpaceError:
                 if not private:
                     raise
-                warn_once("private", why)
+                self._warn_short(len(buf))
                 return self._private(buf)
             self.created.append(name)
             kind = SEGMENT if pooled else SEGMENT_ONCE
