@@ -3,7 +3,9 @@ mpi4py + Open MPI and torch.distributed Gloo, and the alpha-beta cost-model cali
 
 Modules: ``options`` (argument and size parsing), ``worker`` (the per-rank sweep, the
 collcomm backend), ``peers`` (mpi4py and Gloo backends), ``report`` (busbw factors, rows,
-tables, JSON), ``runner`` (launching and interleaving), ``calibrate``, ``plot``.
+tables, JSON), ``jobs`` (one library's ranks, started), ``turns`` (the libraries taking
+turns at every size), ``runner`` (the parent: jobs, turns or whole sweeps, printing),
+``calibrate``, ``plot``.
 
     collcomm bench -n 2 --op all_reduce -b 8 -e 64M --check
     collcomm bench -n 2 --op all --compare mpi,gloo --json out.json --plot out.png

@@ -176,7 +176,11 @@ class Options:
     plot_path: str | None = None
     compare: list[str] = field(default_factory=list)
     rounds: int = 2
+    interleave: str = "size"          # "size": per-size turns (turns.py); "sweep": whole sweeps
     progress_path: str | None = None
+    turns_path: str | None = None     # set by the parent for the ranks of --interleave size
+    turns_parent: int | None = None   # the parent's pid (a rank waiting for a turn checks it)
+    turn_libs: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -218,10 +222,14 @@ bandwidth (nccl-tests conventions)
 --compare mpi,gloo
   Runs the same sweep, measured the same way, with mpi4py on Open MPI (mpiexec from the
   'bench' extra) and torch.distributed Gloo (CPU tensors, 'torch' extra), one job per
-  library, interleaved in rounds (collcomm, mpi, gloo, collcomm, mpi, gloo, ...; --rounds,
-  default 2); the reported time per size is the median over rounds. ratio = peer time /
-  collcomm time = collcomm busbw / peer busbw (> 1: collcomm is faster). Out-of-place
-  only unless --inplace.
+  library. --interleave size (default): every job stays up and the libraries take turns
+  at every size, --rounds times (default 2), the order rotating (collcomm mpi gloo, mpi
+  gloo collcomm, ...), the idle jobs asleep; so each library meets the machine in the
+  same state at each size, even on a machine whose speed drifts (a VM's CPUs being
+  moved). --interleave sweep: whole sweeps alternate instead, one job per library and
+  round. time per size = the median over rounds; ratio = the median over rounds of
+  (peer time / collcomm time) in that round (> 1: collcomm is faster). Out-of-place only
+  unless --inplace.
 
 --api mpi,torch
   Also measures collcomm through its other front ends, with the very code that measures the
@@ -278,6 +286,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also time collcomm through collcomm.MPI and/or the torch backend")
     p.add_argument("--rounds", type=int, default=None,
                    help="rounds with --compare (default 2; 1 otherwise)")
+    p.add_argument("--interleave", choices=["size", "sweep"], default="size",
+                   help="with --compare/--api: libraries take turns at every size (default), "
+                        "or whole sweeps alternate")
     p.add_argument("--calibrate", action="store_true",
                    help="measure the alpha-beta-gamma cost model instead of a sweep")
     p.add_argument("--save", nargs="?", const="", default=None, metavar="PATH",
@@ -308,4 +319,5 @@ def options_from_args(args: argparse.Namespace) -> Options:
         warmup=args.warmup, min_iters=min(5, args.iters), time_per_size=args.time_per_size,
         modes=modes, check=args.check, algo=args.algo, transport=args.transport,
         alloc=args.alloc, latency=args.latency, json_path=args.json_path,
-        plot_path=args.plot_path, compare=compare, rounds=rounds)
+        plot_path=args.plot_path, compare=compare, rounds=rounds,
+        interleave=getattr(args, "interleave", "size"))

@@ -8,6 +8,7 @@ could not run it). Everything here is pure formatting, testable without ranks.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -53,7 +54,7 @@ def merge_rounds(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per (lib, op, size, mode): times are medians over rounds, wrong the max,
     bandwidths recomputed from the median time; ``rounds`` says how many were merged."""
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for r in rows:
+    for r in sorted(rows, key=lambda r: r.get("round", 0)):
         groups.setdefault((r["lib"], r["op"], r["size"], r["mode"]), []).append(r)
     out = []
     for rs in groups.values():
@@ -77,6 +78,7 @@ def merge_rounds(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             lat_max_us=med("lat_max_us"))
         merged["rounds"] = len(ok)
         merged["round_times_us"] = [r["time_us"] for r in ok]
+        merged["round_ids"] = [r.get("round", 0) for r in ok]
         out.append(merged)
     return out
 
@@ -86,6 +88,22 @@ def ratio(collcomm_time_us: float | None, peer_time_us: float | None) -> float |
     if not collcomm_time_us or not peer_time_us:
         return None
     return peer_time_us / collcomm_time_us
+
+
+def paired_ratio(cc: dict[str, Any], peer: dict[str, Any]) -> float | None:
+    """The middle over rounds of (peer time / collcomm time) within each round both ran
+    (the median of the ratios taken on a log scale: two rounds give their geometric mean),
+    when the rows carry their rounds: a machine whose speed drifts slows both libraries of
+    a round alike, while the ratio of two medians may pair a fast round with a slow one.
+    Else the ratio of the two times."""
+    ids_cc, ids_peer = cc.get("round_ids"), peer.get("round_ids")
+    if ids_cc and ids_peer:
+        mine = dict(zip(ids_cc, cc["round_times_us"]))
+        pairs = [ratio(mine[i], t) for i, t in zip(ids_peer, peer["round_times_us"]) if i in mine]
+        logs = [math.log(x) for x in pairs if x]
+        if logs:
+            return math.exp(statistics.median(logs))
+    return ratio(cc.get("time_us"), peer.get("time_us"))
 
 
 # --------------------------------------------------------------------------- nccl-tests table
@@ -188,14 +206,15 @@ def compare_rows(rows: Sequence[dict[str, Any]], libs: Sequence[str]) -> list[di
         entry["libs"][r["lib"]] = r
     out = []
     for entry in table.values():
-        cc = entry["libs"].get("collcomm", {}).get("time_us")
-        entry["ratios"] = {lib: ratio(cc, entry["libs"].get(lib, {}).get("time_us"))
+        cc = entry["libs"].get("collcomm", {})
+        entry["ratios"] = {lib: paired_ratio(cc, entry["libs"].get(lib, {}))
                            for lib in libs if lib != "collcomm"}
         out.append(entry)
     return out
 
 
-def format_compare(rows: Sequence[dict[str, Any]], libs: Sequence[str], rounds: int) -> str:
+def format_compare(rows: Sequence[dict[str, Any]], libs: Sequence[str], rounds: int,
+                   interleave: str = "size") -> str:
     """One table per (op, mode): size, count, per-lib time(us)/busbw, collcomm/peer ratios."""
     peers = [lib for lib in libs if lib != "collcomm"]
     checked = any(r.get("wrong", -1) >= 0 for r in rows)
@@ -205,9 +224,12 @@ def format_compare(rows: Sequence[dict[str, Any]], libs: Sequence[str], rounds: 
         if (e["op"], e["mode"]) != current:
             current = (e["op"], e["mode"])
             place = "in-place" if e["mode"] == "ip" else "out-of-place"
+            turns = ("libraries taking turns at each size" if interleave == "size"
+                     else "whole sweeps alternated")
             lines.append(f"# {e['op']}  n={e['nproc']}  {place}  time = median over {rounds} "
-                         f"interleaved round(s) of max-over-ranks median(op); "
-                         f"ratio = collcomm busbw / peer busbw (>1: collcomm faster)")
+                         f"round(s) ({turns}) of max-over-ranks median(op); "
+                         f"ratio = median over rounds of peer time / collcomm time in the same round "
+                         f"(>1: collcomm faster)")
             head = f"#{'size':>11}  {'count':>12}"
             for lib in libs:
                 head += f"  {lib + '(us)':>13}  {'busbw':>6}"

@@ -7,12 +7,7 @@ prints.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
-import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -20,14 +15,14 @@ import time
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from .options import Options, collcomm_env
+from .jobs import Job, LaunchFailed, peer_unavailable, start
+from .options import Options
 from .report import format_compare, format_latency, format_table, merge_rounds, write_json
+from .turns import Board, run_turns
 
 PEER_TIMEOUT_S = 1800.0
 
-
-class LaunchFailed(RuntimeError):
-    pass
+__all__ = ["LaunchFailed", "bench", "in_job", "main", "render"]
 
 
 def in_job() -> bool:
@@ -48,151 +43,9 @@ def _environ(extra: dict[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def mpiexec_path() -> str | None:
-    for cand in (os.path.join(sys.prefix, "bin", "mpiexec"),
-                 os.path.join(os.path.dirname(sys.executable), "mpiexec")):
-        if os.path.exists(cand):
-            return cand
-    return shutil.which("mpiexec")
-
-
-def peer_unavailable(lib: str) -> str | None:
-    """None if ``lib`` can run here, else the one-line reason it is skipped."""
-    if lib == "mpi":
-        if importlib.util.find_spec("mpi4py") is None:
-            return "mpi4py is not installed (pip install 'collcomm[bench]')"
-        if mpiexec_path() is None:
-            return "mpiexec not found (pip install 'collcomm[bench]' provides Open MPI)"
-        return None
-    if lib in ("gloo", "cc-torch"):
-        if importlib.util.find_spec("torch") is None:
-            return "torch is not installed (pip install 'collcomm[torch]')"
-        return None
-    if lib == "cc-mpi":
-        return None if importlib.util.find_spec("collcomm.MPI") else "collcomm.MPI is missing"
-    return f"unknown peer {lib!r}"
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _read_rows(path: str, lib: str) -> list[dict[str, Any]]:
-    import json
-
-    try:
-        with open(path) as fh:
-            return list(json.load(fh))
-    except (OSError, ValueError) as exc:
-        raise LaunchFailed(f"{lib}: no results ({exc})") from None
-
-
-def _tail(text: str, lines: int = 6) -> str:
-    return " | ".join(text.strip().splitlines()[-lines:])
-
-
-def _wait_procs(procs: list[subprocess.Popen[bytes]], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    try:
-        for p in procs:
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-
-
-def run_collcomm(opts: Options, opts_path: str, out_path: str) -> list[dict[str, Any]]:
-    from ..launcher import LaunchConfig, launch
-
-    cfg = LaunchConfig(nproc=opts.nproc, program="collcomm.tools.bench.worker",
-                       args=[opts_path, out_path], module=True, prefix=False)
-    with _environ(collcomm_env(opts)):
-        code = launch(cfg)
-    if code != 0:
-        raise LaunchFailed(f"collcomm ranks failed (exit code {code})")
-    return _read_rows(out_path, "collcomm")
-
-
-def run_mpi(opts: Options, opts_path: str, out_path: str) -> list[dict[str, Any]]:
-    mpiexec = mpiexec_path()
-    assert mpiexec is not None
-    cmd = [mpiexec, "--allow-run-as-root", "--oversubscribe", "-n", str(opts.nproc),
-           sys.executable, "-m", "collcomm.tools.bench.peers", "mpi", opts_path, out_path]
-    env = dict(os.environ)
-    env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-    try:
-        _, err = proc.communicate(timeout=PEER_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        raise LaunchFailed("mpi: timed out") from None
-    if proc.returncode != 0:
-        raise LaunchFailed(f"mpi: mpiexec exited {proc.returncode}: "
-                           f"{_tail(err.decode('utf-8', 'replace'))}")
-    return _read_rows(out_path, "mpi")
-
-
-def run_gloo(opts: Options, opts_path: str, out_path: str) -> list[dict[str, Any]]:
-    port = _free_port()
-    procs: list[subprocess.Popen[bytes]] = []
-    errs: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="collcomm-bench-gloo-") as tmp:
-        files = []
-        for rank in range(opts.nproc):
-            env = dict(os.environ)
-            env.update(RANK=str(rank), WORLD_SIZE=str(opts.nproc), LOCAL_RANK=str(rank),
-                       LOCAL_WORLD_SIZE=str(opts.nproc), MASTER_ADDR="127.0.0.1",
-                       MASTER_PORT=str(port))
-            fh = open(os.path.join(tmp, f"err{rank}"), "w+b")
-            files.append(fh)
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "collcomm.tools.bench.peers", "gloo", opts_path, out_path],
-                stdout=subprocess.DEVNULL, stderr=fh, stdin=subprocess.DEVNULL, env=env,
-                start_new_session=True))
-        try:
-            _wait_procs(procs, PEER_TIMEOUT_S)
-        finally:
-            for fh in files:
-                fh.seek(0)
-                errs.append(fh.read().decode("utf-8", "replace"))
-                fh.close()
-    bad = [(i, p.returncode) for i, p in enumerate(procs) if p.returncode != 0]
-    if bad:
-        i, code = bad[0]
-        raise LaunchFailed(f"gloo: rank {i} exited {code}: {_tail(errs[i])}")
-    return _read_rows(out_path, "gloo")
-
-
-def run_front_end(lib: str) -> Any:
-    """A runner for one of collcomm's other front ends (``--api``): the peer sweep of
-    peers.py on collcomm, launched like the functional API's."""
-    def run(opts: Options, opts_path: str, out_path: str) -> list[dict[str, Any]]:
-        from ..launcher import LaunchConfig, launch
-
-        cfg = LaunchConfig(nproc=opts.nproc, program="collcomm.tools.bench.peers",
-                           args=[lib, opts_path, out_path], module=True, prefix=False)
-        with _environ(collcomm_env(opts)):
-            code = launch(cfg)
-        if code != 0:
-            raise LaunchFailed(f"{lib} ranks failed (exit code {code})")
-        return _read_rows(out_path, lib)
-    return run
-
-
-_RUNNERS = {"collcomm": run_collcomm, "mpi": run_mpi, "gloo": run_gloo,
-            "cc-mpi": run_front_end("cc-mpi"), "cc-torch": run_front_end("cc-torch")}
-
-
 class ProgressBar:
-    """Draws the ranks' progress file as one ``\\r`` line on a tty stderr."""
+    """Draws the progress file (written by rank 0, or by the turns' parent) as one ``\\r``
+    line on a tty stderr."""
 
     def __init__(self, path: str, stream: TextIO, enabled: bool) -> None:
         self.path, self.stream, self.enabled = path, stream, enabled
@@ -221,6 +74,14 @@ class ProgressBar:
             self.stream.write(f"\r[{bar:<30}] {self.label} {done}/{total} {' '.join(what)[:30]:<30}")
             self.stream.flush()
 
+    def write(self, done: int, total: int, label: str) -> None:
+        """Report progress from this process (the ranks' ``Progress`` does it from theirs)."""
+        tmp = self.path + ".tmp"
+        with contextlib.suppress(OSError):
+            with open(tmp, "w") as fh:
+                fh.write(f"{done} {total} {label}\n")
+            os.replace(tmp, self.path)
+
     def stop(self) -> None:
         if self._thread is not None:
             self._stop.set()
@@ -241,40 +102,112 @@ def bench(opts: Options, err: TextIO | None = None) -> tuple[list[dict[str, Any]
             notes.append(f"# {lib}: skipped: {reason}")
         else:
             libs.append(lib)
-    rows: list[dict[str, Any]] = []
-    failed: set[str] = set()
     with tempfile.TemporaryDirectory(prefix="collcomm-bench-") as tmp:
         bar = ProgressBar(os.path.join(tmp, "progress"), err, err.isatty())
-        opts_path = os.path.join(tmp, "options.json")
-        worker_opts = Options.from_json(opts.to_json())
-        worker_opts.progress_path = bar.path
-        with open(opts_path, "w") as fh:
-            fh.write(worker_opts.to_json())
-        for rnd in range(opts.rounds):
-            for lib in libs:
-                if lib in failed:
-                    continue
-                out_path = os.path.join(tmp, f"{lib}-{rnd}.json")
-                label = f"{lib} round {rnd + 1}/{opts.rounds}" if opts.rounds > 1 else lib
-                t0 = time.monotonic()
-                bar.start(label)
-                try:
-                    got = _RUNNERS[lib](opts, opts_path, out_path)
-                except LaunchFailed as exc:
-                    if lib == "collcomm":
-                        raise
-                    failed.add(lib)
-                    notes.append(f"# {lib}: skipped: {exc}")
-                    continue
-                finally:
-                    bar.stop()
-                for r in got:
-                    r["round"] = rnd
-                rows.extend(got)
-                if opts.rounds > 1 or len(libs) > 1:
-                    print(f"# bench: {label}: {time.monotonic() - t0:.1f} s", file=err, flush=True)
+        if len(libs) > 1 and opts.interleave == "size":
+            rows = _in_turns(opts, libs, tmp, bar, notes)
+        else:
+            rows = _in_sweeps(opts, libs, tmp, bar, notes, err)
     merged = merge_rounds(rows)
     return merged, notes
+
+
+def _options_file(opts: Options, tmp: str, **changes: Any) -> str:
+    worker_opts = Options.from_json(opts.to_json())
+    for k, v in changes.items():
+        setattr(worker_opts, k, v)
+    path = os.path.join(tmp, "options.json")
+    with open(path, "w") as fh:
+        fh.write(worker_opts.to_json())
+    return path
+
+
+def _finished(job: Job, timeout: float) -> list[dict[str, Any]]:
+    """Wait for ``job``; its rows, or LaunchFailed saying why there are none."""
+    try:
+        code = job.wait(timeout)
+        if code != 0:
+            raise LaunchFailed(job.failure(code))
+        return job.rows()
+    finally:
+        job.close()
+
+
+def _in_sweeps(opts: Options, libs: list[str], tmp: str, bar: ProgressBar,
+               notes: list[str], err: TextIO) -> list[dict[str, Any]]:
+    """--interleave sweep (and a single library): one job per library and round, whole
+    sweeps alternated (collcomm, mpi, gloo, collcomm, ...)."""
+    opts_path = _options_file(opts, tmp, progress_path=bar.path)
+    rows: list[dict[str, Any]] = []
+    failed: set[str] = set()
+    for rnd in range(opts.rounds):
+        for lib in libs:
+            if lib in failed:
+                continue
+            label = f"{lib} round {rnd + 1}/{opts.rounds}" if opts.rounds > 1 else lib
+            t0 = time.monotonic()
+            bar.start(label)
+            try:
+                got = _finished(start(lib, opts, opts_path, os.path.join(tmp, f"{lib}-{rnd}.json"),
+                                      tmp), PEER_TIMEOUT_S)
+            except LaunchFailed as exc:
+                if lib == "collcomm":
+                    raise
+                failed.add(lib)
+                notes.append(f"# {lib}: skipped: {exc}")
+                continue
+            finally:
+                bar.stop()
+            for r in got:
+                r["round"] = rnd
+            rows.extend(got)
+            if opts.rounds > 1 or len(libs) > 1:
+                print(f"# bench: {label}: {time.monotonic() - t0:.1f} s", file=err, flush=True)
+    return rows
+
+
+def _in_turns(opts: Options, libs: list[str], tmp: str, bar: ProgressBar,
+              notes: list[str]) -> list[dict[str, Any]]:
+    """--interleave size: every library's job up at once, taking turns at every size
+    (turns.py); a peer that fails is noted and its turns skipped, collcomm's failure stops
+    the run."""
+    board_path = os.path.join(tmp, "turns")
+    board = Board(board_path, len(libs), opts.nproc, create=True)
+    opts_path = _options_file(opts, tmp, turns_path=board_path, turn_libs=libs,
+                              turns_parent=os.getpid())
+    jobs: list[Job] = []
+    try:
+        for lib in libs:
+            jobs.append(start(lib, opts, opts_path, os.path.join(tmp, f"{lib}.json"), tmp))
+        bar.start("turns")
+
+        def on_turn(k: int, total: int, label: str) -> None:
+            bar.write(k, total, label)
+
+        failed = run_turns(board, libs, opts, lambda i: jobs[i].poll() is None, on_turn,
+                           turn_timeout=PEER_TIMEOUT_S)
+        bar.stop()
+        rows: list[dict[str, Any]] = []
+        for i, job in enumerate(jobs):
+            if i in failed and job.poll() is None:
+                job.kill()
+            try:
+                got = _finished(job, PEER_TIMEOUT_S)
+                if i in failed:
+                    raise LaunchFailed(f"{job.lib}: stopped (no turn done in time)")
+            except LaunchFailed as exc:
+                if job.lib == "collcomm":
+                    raise
+                notes.append(f"# {job.lib}: skipped: {exc}")
+                continue
+            rows.extend(got)
+        return rows
+    finally:
+        bar.stop()
+        for job in jobs:
+            job.kill()
+            job.close()
+        board.close()
 
 
 def render(opts: Options, rows: list[dict[str, Any]], notes: list[str]) -> str:
@@ -287,7 +220,7 @@ def render(opts: Options, rows: list[dict[str, Any]], notes: list[str]) -> str:
     if opts.latency:
         parts.append(format_latency(rows))
     elif len(libs) > 1:
-        parts.append(format_compare(rows, libs, opts.rounds))
+        parts.append(format_compare(rows, libs, opts.rounds, opts.interleave))
     else:
         parts.append(format_table([r for r in rows if r["lib"] == "collcomm"]))
     parts.extend(notes)

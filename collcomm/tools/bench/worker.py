@@ -28,6 +28,7 @@ import numpy as np
 
 from .options import REDUCING, ROOTED, Options, collcomm_env, count_for, format_size
 from .report import make_row
+from .turns import RankTurns, Stopped, cells
 
 
 class Unsupported(Exception):
@@ -131,14 +132,6 @@ class Progress:
             pass
 
 
-def _units(opts: Options) -> list[tuple[str, int]]:
-    units = []
-    for op in opts.ops:
-        for size in ([0] if op == "barrier" else opts.sizes):
-            units.append((op, size))
-    return units
-
-
 def pick_iters(estimate_s: float, opts: Options) -> int:
     """Iterations for about ``opts.time_per_size`` seconds, within [min_iters, iters]."""
     lo, hi = max(1, min(opts.min_iters, opts.iters)), opts.iters
@@ -182,64 +175,83 @@ def _run_check(backend: Any, case: Case, op: str, count: int, per: int, opts: Op
     return 0 if want is None else count_wrong(case.recv, want)
 
 
-def sweep(backend: Any, opts: Options, lib: str) -> list[dict[str, Any]]:
-    """Every (op, size, mode) of ``opts`` on ``backend``; the same rows on every rank."""
+def measure_cell(backend: Any, opts: Options, lib: str, op: str, size: int,
+                 mode: str) -> dict[str, Any]:
+    """One (op, size, mode) on ``backend``: the row every rank gets (collective)."""
     n = backend.size
     root = opts.root % n
-    units = _units(opts)
-    progress = Progress(opts.progress_path if backend.rank == 0 else None,
-                        len(units) * len(opts.modes))
-    itemsize = np.dtype(opts.dtype).itemsize
-    rows: list[dict[str, Any]] = []
-    for op, size in units:
-        count, per = count_for(op, size, itemsize, n)
-        if op != "barrier" and per == 0:
-            for _ in opts.modes:
-                progress.step(f"{op} {format_size(size)}")
-            continue
-        for mode in opts.modes:
-            base = dict(lib=lib, op=op, size=count * itemsize, count=count,
-                        dtype=opts.dtype, redop=opts.redop if op in REDUCING else "none",
-                        root=root if op in ROOTED else -1, mode=mode, nproc=n)
-            error = None
-            try:
-                if op == "sendrecv" and n < 2:
-                    raise Unsupported("sendrecv needs at least 2 ranks")
-                case = backend.make(op, mode, count, per, opts.dtype, opts.redop, root)
-                if case.send is not None:
-                    case.send.reshape(-1)[:] = timing_fill(opts.redop)
-                times, iters = run_case(backend, case, opts)
-            except Unsupported as exc:
-                error = str(exc) or "unsupported"
-            except Exception as exc:  # a peer library refusing an op, e.g. Gloo + avg
-                if lib == "collcomm":  # a collcomm failure is a bug: fail loudly, whole job
-                    raise
-                error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:160]
-            if error is not None:
-                rows.append(make_row(**base, time_us=None, error=error))
-                progress.step(f"{op} {format_size(size)} {mode}")
-                backend.barrier()
-                continue
-            wrong = -1
-            if opts.check:
-                try:
-                    wrong = _run_check(backend, case, op, count, per, opts, root)
-                except Exception as exc:
-                    if lib == "collcomm":
-                        raise
-                    print(f"collcomm bench: {lib} {op} check failed: {exc}", file=sys.stderr)
-                    wrong = count
-            med = statistics.median(times) if times else 0.0
-            mean = statistics.fmean(times) if times else 0.0
-            stats = backend.allgather_floats([med, mean, float(max(wrong, 0))])
-            meds, means, wrongs = stats[:, 0], stats[:, 1], stats[:, 2]
-            rows.append(make_row(
-                **base, time_us=float(meds.max()) * 1e6, iters=iters,
-                wrong=int(wrongs.sum()) if opts.check else -1,
-                lat_avg_us=float(means.mean()) * 1e6, lat_min_us=float(means.min()) * 1e6,
-                lat_max_us=float(means.max()) * 1e6))
-            del case
-            progress.step(f"{op} {format_size(size)} {mode}")
+    count, per = count_for(op, size, np.dtype(opts.dtype).itemsize, n)
+    base = dict(lib=lib, op=op, size=count * np.dtype(opts.dtype).itemsize, count=count,
+                dtype=opts.dtype, redop=opts.redop if op in REDUCING else "none",
+                root=root if op in ROOTED else -1, mode=mode, nproc=n)
+    error = None
+    try:
+        if op == "sendrecv" and n < 2:
+            raise Unsupported("sendrecv needs at least 2 ranks")
+        case = backend.make(op, mode, count, per, opts.dtype, opts.redop, root)
+        if case.send is not None:
+            case.send.reshape(-1)[:] = timing_fill(opts.redop)
+        times, iters = run_case(backend, case, opts)
+    except Unsupported as exc:
+        error = str(exc) or "unsupported"
+    except Exception as exc:  # a peer library refusing an op, e.g. Gloo + avg
+        if lib == "collcomm":  # a collcomm failure is a bug: fail loudly, whole job
+            raise
+        error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:160]
+    if error is not None:
+        backend.barrier()
+        return make_row(**base, time_us=None, error=error)
+    wrong = -1
+    if opts.check:
+        try:
+            wrong = _run_check(backend, case, op, count, per, opts, root)
+        except Exception as exc:
+            if lib == "collcomm":
+                raise
+            print(f"collcomm bench: {lib} {op} check failed: {exc}", file=sys.stderr)
+            wrong = count
+    med = statistics.median(times) if times else 0.0
+    mean = statistics.fmean(times) if times else 0.0
+    stats = backend.allgather_floats([med, mean, float(max(wrong, 0))])
+    meds, means, wrongs = stats[:, 0], stats[:, 1], stats[:, 2]
+    return make_row(
+        **base, time_us=float(meds.max()) * 1e6, iters=iters,
+        wrong=int(wrongs.sum()) if opts.check else -1,
+        lat_avg_us=float(means.mean()) * 1e6, lat_min_us=float(means.min()) * 1e6,
+        lat_max_us=float(means.max()) * 1e6)
+
+
+def sweep(backend: Any, opts: Options, lib: str) -> list[dict[str, Any]]:
+    """Every (op, size, mode) of ``opts`` on ``backend``; the same rows on every rank. With
+    ``opts.turns_path`` (set by the parent of ``--interleave size``) each cell waits for its
+    turns (turns.py), is measured ``opts.rounds`` times, and the rows carry their round."""
+    if opts.turns_path:
+        return _sweep_in_turns(backend, opts, lib)
+    table = cells(opts, backend.size)
+    progress = Progress(opts.progress_path if backend.rank == 0 else None, len(table))
+    rows = []
+    for op, size, mode in table:
+        rows.append(measure_cell(backend, opts, lib, op, size, mode))
+        progress.step(f"{op} {format_size(size)} {mode}")
+    return rows
+
+
+def _sweep_in_turns(backend: Any, opts: Options, lib: str) -> list[dict[str, Any]]:
+    turns = RankTurns(opts, lib, backend.rank)
+    table = cells(opts, backend.size)
+    backend.barrier()           # every rank up: only then may the parent start the turns
+    turns.ready()
+    rows = []
+    try:
+        for k, cell, rnd in turns.mine:
+            turns.wait(k)
+            op, size, mode = table[cell]
+            row = measure_cell(backend, opts, lib, op, size, mode)
+            row["round"] = rnd
+            rows.append(row)
+            turns.done()
+    except Stopped:
+        pass
     return rows
 
 
