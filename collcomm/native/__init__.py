@@ -80,12 +80,17 @@ refused: dict[tuple[str, str, str], str] = {}
 #: is a disaster (1 ms: 1-1.8 ms medians, 200 µs: 270-680, 50 µs: 100-280, 2-20 µs:
 #: 27-240): the peer may be waiting for the very CPU we spin on, and a yield hands it over.
 #: n=4: spin 0 + 3 yields 10-30% faster than 2 µs + 100 yields, no worse than 0-30 yields.
+#: Session 17 (quiet 2-vCPU VM, two groups of the same ranks, one per setting, alternated
+#: in one job, (barrier; call) medians of the slowest rank): 30 yields beat 3 at n=3 and 4
+#: (two barriers back to back 9-12 µs vs 18-28, one barrier 8.6-10.3 vs 10.2-11.5,
+#: all_reduce 8 B 9.9-11.4 vs 11.5-12.8), 10-1000 all alike: with 3 a wait fell asleep on
+#: the futex in 6-11% of barriers (a wake-up costs tens of µs here), with 30 in none.
 #: Whatever the spin, a waiter whose late peer last arrived on the waiter's own CPU
 #: (arena_layout.CPU) yields at once: with one other busy process on 2 CPUs the two
 #: ranks often share a CPU, and a spin there only delays the peer (bench medians of
 #: 8-byte calls at n=2: 21-55 µs spinning first, 5.5-7.5 µs yielding at once).
 SPIN_NS, YIELDS = 5_000, 100
-SPIN_NS_OVERSUBSCRIBED, YIELDS_OVERSUBSCRIBED = 0, 3
+SPIN_NS_OVERSUBSCRIBED, YIELDS_OVERSUBSCRIBED = 0, 30
 
 
 def attach(arena: Any) -> Any:
