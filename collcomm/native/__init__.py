@@ -93,6 +93,17 @@ SPIN_NS, YIELDS = 5_000, 100
 SPIN_NS_OVERSUBSCRIBED, YIELDS_OVERSUBSCRIBED = 0, 30
 
 
+def stage_nt() -> int:
+    """COLLCOMM_STAGE_NT=1: the native core writes staged copies of 64 KiB or more with
+    streaming (non-temporal) stores (_stage_nt.c, docs/native.md); 0 (default): plain."""
+    text = os.environ.get("COLLCOMM_STAGE_NT", "0").strip()
+    if text not in ("", "0", "1"):
+        warnings.warn(f"collcomm: COLLCOMM_STAGE_NT={text!r} is neither 0 nor 1; using 0",
+                      RuntimeWarning, stacklevel=2)
+        return 0
+    return int(text == "1")
+
+
 def attach(arena: Any) -> Any:
     """A native Core over ``arena`` (a collcomm.transport.arena.Arena), or None."""
     if core is None:
@@ -108,7 +119,8 @@ def attach(arena: Any) -> Any:
     try:
         return core.Core(arena.mm, arena.n, arena.rank, arena.header, arena.slot, arena.slot + PAGE,
                          PAGE, ONE_SHOT, NATIVE, spin, yields, arena_mod._FUTEX is not None,
-                         reduce_one_shot=REDUCE_ONE_SHOT, poll_ns=int(arena.poll * 1e9))
+                         reduce_one_shot=REDUCE_ONE_SHOT, poll_ns=int(arena.poll * 1e9),
+                         stage_nt=stage_nt())
     except (ValueError, TypeError, BufferError) as exc:   # e.g. an arena it cannot map: Python
         warnings.warn(f"collcomm: the native core cannot work in this arena ({exc}); the group "
                       "runs on the Python implementation", RuntimeWarning, stacklevel=2)

@@ -48,6 +48,8 @@ typedef struct {
     int lag_phase;         /* the phase of the call left early (lag_target != 0) */
     uint64_t lag_target;   /* a call left early: the counter everybody must reach (settle) */
     uint64_t lag_sig;      /* ... and the signature every rank must have written */
+    int stage_nt;          /* 1: staged copies of NT_MIN bytes or more streamed (_stage_nt.c) */
+    unsigned long long streamed;  /* staged copies written so (tests check the path) */
 } Core;
 
 #define EAGER_NO (-2)

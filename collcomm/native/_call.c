@@ -100,7 +100,7 @@ static char *stage(Call *k, int phase, const char *data, Py_ssize_t nbytes, int 
     char *mine = slot_at(c, phase, c->rank) + off;
     if (nbytes > c->one_shot)
         gil_release(&k->gil);
-    memcpy(mine, data, nbytes);
+    staged_copy(c, mine, data, nbytes);
     return mine;
 }
 

@@ -8,21 +8,26 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"mapping", "n", "rank", "header", "slot", "stride", "page",
                              "one_shot", "layout", "spin_ns", "yields", "futex",
-                             "reduce_one_shot", "poll_ns", NULL};
+                             "reduce_one_shot", "poll_ns", "stage_nt", NULL};
     PyObject *mapping, *layout;
     long long spin_ns;
     int futex;
     self->reduce_one_shot = 0;     /* (not given: every reduce in two steps) */
     self->poll_ns = 0;             /* (not given: `yields` yields, then the futex) */
+    self->stage_nt = 0;            /* (not given: plain stores) */
     self->all_reduce_extra = (Py_ssize_t)1 << 40;   /* one step up to one_shot, until the
                                                        group agrees (Arena.check_settings) */
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OiinnnnnOLip|nL", kwlist, &mapping, &self->n,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OiinnnnnOLip|nLi", kwlist, &mapping, &self->n,
                                      &self->rank, &self->header, &self->slot, &self->stride,
                                      &self->page, &self->one_shot, &layout, &spin_ns,
                                      &self->yields, &futex, &self->reduce_one_shot,
-                                     &self->poll_ns))
+                                     &self->poll_ns, &self->stage_nt))
         return -1;
     self->spin_ns = spin_ns;
+    if (self->stage_nt != 0 && self->stage_nt != 1) {
+        PyErr_SetString(PyExc_ValueError, "stage_nt must be 0 or 1");
+        return -1;
+    }
     self->use_futex = futex;
     self->part = PART_WHOLE;
     self->eager_wait = EAGER_NO;
@@ -81,6 +86,10 @@ static PyMemberDef Core_members[] = {
      "nonzero: a call left early is not settled yet (Core.settle)"},
     {"lag_phase", T_INT, offsetof(Core, lag_phase), READONLY,
      "the phase of the call left early (its words, for the mismatch's text)"},
+    {"stage_nt", T_INT, offsetof(Core, stage_nt), READONLY,
+     "1: staged copies of 64 KiB or more are written with streaming stores (_stage_nt.c)"},
+    {"streamed", T_ULONGLONG, offsetof(Core, streamed), READONLY,
+     "staged copies written with streaming stores"},
     {"n", T_INT, offsetof(Core, n), READONLY, "ranks"},
     {"rank", T_INT, offsetof(Core, rank), READONLY, "this rank"},
     {NULL, 0, 0, 0, NULL},

@@ -46,6 +46,7 @@
 #include "_ndarray.c"           /* a numpy array's buffer read from its fields */
 #include "_kernels.c"           /* acc (op)= other, per dtype x op; KERNELS; kernel_for */
 #include "_arena_sync.c"        /* Core; header words; the GIL; the counter barrier */
+#include "_stage_nt.c"          /* large staged copies: streamed stores when asked */
 #include "_call.c"              /* one call's state, buffers, peers' data, argument parsing */
 #include "_collectives_reduce.c" /* all_reduce, reduce, reduce_scatter */
 #include "_cma.c"               /* cross-memory attach helpers; rooted calls split by CMA */
@@ -177,7 +178,8 @@ PyMODINIT_FUNC PyInit__shmcore(void)
         PyModule_AddIntConstant(m, "MISMATCH", ST_MISMATCH) < 0 ||
         PyModule_AddIntConstant(m, "PYTHON", ST_PYTHON) < 0 ||
         PyModule_AddIntConstant(m, "PAIRS", ST_PAIRS) < 0 ||
-        PyModule_AddIntConstant(m, "REFUSE", ST_REFUSE) < 0) {
+        PyModule_AddIntConstant(m, "REFUSE", ST_REFUSE) < 0 ||
+        PyModule_AddIntConstant(m, "NT_MIN", (long)NT_MIN) < 0) {
         Py_DECREF(&CoreType);
         Py_DECREF(m);
         return NULL;

@@ -1,0 +1,62 @@
+/* Large staged copies written with streaming (non-temporal) stores, when asked
+ * (COLLCOMM_STAGE_NT=1; plain stores by default).
+ *
+ * Included by _shmcore.c (after _arena_sync.c, before _call.c, whose stage() writes
+ * through staged_copy). A staged copy is written by one CPU and read by another soon
+ * after. Written with plain stores it sits dirty in the writer's cache and each line the
+ * reader wants is pulled from there; streamed, it goes to memory and the reader reads it
+ * from there. Where the two CPUs share a last-level cache the pull is cheap and streaming
+ * only adds a trip to memory; where they are far apart the pull can cost several times a
+ * memory read. On the 2-vCPU VM of BENCHMARKS.md, whose host moves the vCPUs every few
+ * seconds, a 256 KiB handoff (writer then reader) took 45-77 µs plain / 46-65 streamed in
+ * one placement and 160-204 / 46-67 in another. Choosing by timing both sides at run time
+ * was tried (session 17, docs/native.md) and was not reliable there, so this is a switch
+ * a user sets for a machine known to place ranks far apart. Results are bit for bit the
+ * same either way; copies below NT_MIN are never streamed.
+ */
+
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
+#define NT_MIN ((Py_ssize_t)64 << 10)
+
+/* Copy n bytes with non-temporal stores (16-byte SSE2, in every x86-64); elsewhere memcpy. */
+static void nt_copy(char *dst, const char *src, Py_ssize_t n)
+{
+#if defined(__x86_64__)
+    Py_ssize_t head = (Py_ssize_t)((16 - ((uintptr_t)dst & 15)) & 15);
+    if (head > n)
+        head = n;
+    memcpy(dst, src, head);
+    dst += head;
+    src += head;
+    n -= head;
+    Py_ssize_t body = n & ~(Py_ssize_t)63;
+    for (Py_ssize_t i = 0; i < body; i += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(src + i));
+        __m128i b = _mm_loadu_si128((const __m128i *)(src + i + 16));
+        __m128i d = _mm_loadu_si128((const __m128i *)(src + i + 32));
+        __m128i e = _mm_loadu_si128((const __m128i *)(src + i + 48));
+        _mm_stream_si128((__m128i *)(dst + i), a);
+        _mm_stream_si128((__m128i *)(dst + i + 16), b);
+        _mm_stream_si128((__m128i *)(dst + i + 32), d);
+        _mm_stream_si128((__m128i *)(dst + i + 48), e);
+    }
+    _mm_sfence();        /* streamed stores are weakly ordered: all done before we arrive */
+    memcpy(dst + body, src + body, n - body);
+#else
+    memcpy(dst, src, n);
+#endif
+}
+
+/* Write a staged copy, streamed when the core is told to and it is large enough. */
+static void staged_copy(Core *c, char *dst, const char *src, Py_ssize_t n)
+{
+    if (c->stage_nt && n >= NT_MIN) {
+        nt_copy(dst, src, n);
+        c->streamed++;
+    } else {
+        memcpy(dst, src, n);
+    }
+}
