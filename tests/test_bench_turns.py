@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -96,9 +97,14 @@ def test_turns_go_in_order_and_a_stuck_library_is_passed_over(tmp_path):
     release = threading.Event()
     threads = [_lib_thread(opts, "collcomm", ran), _lib_thread(opts, "gloo", ran),
                _lib_thread(opts, "mpi", ran, stuck_at=1, release=release)]
-    seen = []
+    seen, stopped = [], []
+
+    def on_fail(i):                               # (the runner kills the job here)
+        stopped.append((i, len(seen)))
+
     failed = T.run_turns(board, libs, opts, lambda i: True,
-                         lambda k, total, label: seen.append(label), turn_timeout=0.5)
+                         lambda k, total, label: seen.append(label), turn_timeout=0.5,
+                         on_fail=on_fail)
     release.set()
     for th in threads:
         th.join(10)
@@ -111,6 +117,41 @@ def test_turns_go_in_order_and_a_stuck_library_is_passed_over(tmp_path):
     assert [x for x in ran if x[0] != "stopped"] == expected
     assert ("stopped", "mpi") in ran            # released late, it finds its turn passed
     assert seen[0] == "collcomm all_reduce 8 oop" and len(seen) == len(expected)
+    assert stopped == [(1, 4)]                    # at once, not after the schedule
+    board.close()
+
+
+@pytest.mark.timeout(30)
+def test_a_last_word_just_before_exiting_counts(tmp_path):
+    """A library that reports its turn done and exits before the parent looks again: the
+    parent reads what is in the pipe before it calls the library dead."""
+    libs = ["collcomm", "mpi"]
+    opts = O.Options(nproc=2, ops=["all_reduce"], sizes=[8, 64], modes=["oop"], rounds=1,
+                     turns_path=str(tmp_path / "board"), turn_libs=libs)
+    board = T.Board(opts.turns_path, 2, 2, create=True)
+    ran: list = []
+    gone = {0: threading.Event(), 1: threading.Event()}
+
+    def lib(name, i):
+        turns = T.RankTurns(opts, name, 0)
+        turns.ready()
+        for k, cell, rnd in turns.mine:
+            turns.wait(k)
+            ran.append((k, name))
+            turns.done()
+        gone[i].set()                             # ... and the job has exited
+
+    threads = [threading.Thread(target=lib, args=(name, i), daemon=True)
+               for i, name in enumerate(libs)]
+    for th in threads:
+        th.start()
+
+    def alive(i):
+        time.sleep(0.05)                          # (the parent looks late)
+        return not gone[i].is_set()
+
+    failed = T.run_turns(board, libs, opts, alive, lambda *a: None)
+    assert failed == set() and [k for k, _ in ran] == [0, 1, 2, 3]
     board.close()
 
 
@@ -187,6 +228,35 @@ def test_compare_in_turns_and_in_sweeps_with_mpi(tmp_path):
             for size in (8, 512))
         assert all(r["round_ids"] == [0, 1] and r["wrong"] == 0 for r in rows), rows
         assert "skipped" not in p.stdout, p.stdout
+
+
+@pytest.mark.timeout(60)
+def test_stopping_a_collcomm_job_stops_its_ranks(tmp_path):
+    """collcomm's ranks run in sessions of their own: Job.kill asks the launcher first
+    (SIGTERM), which stops them; a Ctrl-C while waiting for a job stops it too."""
+    psutil = pytest.importorskip("psutil")
+
+    def job():
+        p = subprocess.Popen([sys.executable, "-m", "collcomm", "run", "-n", "2", "python", "-c",
+                              "import time; time.sleep(120)"], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 30
+        while len(psutil.Process(p.pid).children()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ranks = psutil.Process(p.pid).children()
+        assert len(ranks) == 2
+        return J.Job("collcomm", [p], str(tmp_path / "x.json"), []), ranks
+
+    j, ranks = job()
+    j.kill()
+    gone, alive = psutil.wait_procs(ranks, timeout=10)
+    assert not alive and j.poll() is not None
+    j, ranks = job()
+    threading.Timer(0.5, os.kill, args=(os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        j.wait(None)
+    gone, alive = psutil.wait_procs(ranks, timeout=10)
+    assert not alive and j.poll() is not None
 
 
 @pytest.mark.timeout(20)

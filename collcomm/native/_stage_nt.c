@@ -21,8 +21,9 @@
 
 #define NT_MIN ((Py_ssize_t)64 << 10)
 
-/* Copy n bytes with non-temporal stores (16-byte SSE2, in every x86-64); elsewhere memcpy. */
-static void nt_copy(char *dst, const char *src, Py_ssize_t n)
+/* Copy n bytes with non-temporal stores (16-byte SSE2, in every x86-64): 1; elsewhere
+ * memcpy: 0. */
+static int nt_copy(char *dst, const char *src, Py_ssize_t n)
 {
 #if defined(__x86_64__)
     Py_ssize_t head = (Py_ssize_t)((16 - ((uintptr_t)dst & 15)) & 15);
@@ -45,18 +46,18 @@ static void nt_copy(char *dst, const char *src, Py_ssize_t n)
     }
     _mm_sfence();        /* streamed stores are weakly ordered: all done before we arrive */
     memcpy(dst + body, src + body, n - body);
+    return 1;
 #else
     memcpy(dst, src, n);
+    return 0;
 #endif
 }
 
 /* Write a staged copy, streamed when the core is told to and it is large enough. */
 static void staged_copy(Core *c, char *dst, const char *src, Py_ssize_t n)
 {
-    if (c->stage_nt && n >= NT_MIN) {
-        nt_copy(dst, src, n);
-        c->streamed++;
-    } else {
+    if (c->stage_nt && n >= NT_MIN)
+        c->streamed += nt_copy(dst, src, n);
+    else
         memcpy(dst, src, n);
-    }
 }

@@ -4,7 +4,9 @@ mpi4py under Open MPI's ``mpiexec``, torch Gloo as plain processes with torch's 
 :func:`start` launches a library's sweep (``worker.py`` for collcomm, ``peers.py`` for the
 rest) and returns a :class:`Job` at once, so the runner can either wait for each job in
 turn (whole sweeps alternated) or keep every library's job up and hand out turns
-(``turns.py``). A job's processes get their own session, so a kill reaches every rank.
+(``turns.py``). A job's processes get their own session; :meth:`Job.kill` asks first
+(SIGTERM: ``collcomm run`` then stops its ranks, which run in sessions of their own) and
+kills the session after a grace period.
 """
 from __future__ import annotations
 
@@ -21,6 +23,11 @@ import time
 from typing import IO, Any
 
 from .options import Options, collcomm_env
+
+
+#: seconds a job gets to stop after SIGTERM before its session is killed (collcomm run
+#: itself gives its ranks 3 s, then SIGKILL)
+KILL_GRACE_S = 8.0
 
 
 class LaunchFailed(RuntimeError):
@@ -78,24 +85,35 @@ class Job:
             return bad[0]
         return None if any(c is None for c in codes) else 0
 
-    def kill(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(p.pid, signal.SIGKILL)
-        for p in self.procs:
-            p.wait()
+    def kill(self, grace: float = KILL_GRACE_S) -> None:
+        """SIGTERM to each process's session, SIGKILL to what is left after ``grace`` s.
+        (collcomm's launcher stops its ranks on SIGTERM, escalating itself; SIGKILL would
+        orphan them: each rank has a session of its own.)"""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for p in self.procs:
+                if p.poll() is None:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(p.pid, sig)
+            deadline = time.monotonic() + grace
+            for p in self.procs:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(timeout=max(0.0, deadline - time.monotonic()) if sig == signal.SIGTERM
+                           else None)
 
-    def wait(self, timeout: float) -> int:
-        """Wait for every process (killing them all after ``timeout`` s); the exit code, or
-        raise LaunchFailed when it timed out."""
-        deadline = time.monotonic() + timeout
+    def wait(self, timeout: float | None) -> int:
+        """Wait for every process (None: for as long as it takes; else killing them all after
+        ``timeout`` s); the exit code, or raise LaunchFailed when it timed out. Interrupted
+        (Ctrl-C), it stops the job before the exception goes on."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
             for p in self.procs:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+                p.wait(timeout=None if deadline is None else max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             self.kill()
             raise LaunchFailed(f"{self.lib}: timed out") from None
+        except BaseException:
+            self.kill()
+            raise
         code = self.poll()
         return 0 if code is None else code
 

@@ -122,8 +122,9 @@ def _options_file(opts: Options, tmp: str, **changes: Any) -> str:
     return path
 
 
-def _finished(job: Job, timeout: float) -> list[dict[str, Any]]:
-    """Wait for ``job``; its rows, or LaunchFailed saying why there are none."""
+def _finished(job: Job, timeout: float | None) -> list[dict[str, Any]]:
+    """Wait for ``job`` (stopping it if interrupted); its rows, or LaunchFailed saying why
+    there are none."""
     try:
         code = job.wait(timeout)
         if code != 0:
@@ -131,6 +132,12 @@ def _finished(job: Job, timeout: float) -> list[dict[str, Any]]:
         return job.rows()
     finally:
         job.close()
+
+
+def _timeout(lib: str) -> float | None:
+    """How long a job may run: collcomm's as long as it takes (its calls have timeouts of
+    their own, and a long sweep is what was asked for), a peer's PEER_TIMEOUT_S."""
+    return None if lib == "collcomm" else PEER_TIMEOUT_S
 
 
 def _in_sweeps(opts: Options, libs: list[str], tmp: str, bar: ProgressBar,
@@ -149,7 +156,7 @@ def _in_sweeps(opts: Options, libs: list[str], tmp: str, bar: ProgressBar,
             bar.start(label)
             try:
                 got = _finished(start(lib, opts, opts_path, os.path.join(tmp, f"{lib}-{rnd}.json"),
-                                      tmp), PEER_TIMEOUT_S)
+                                      tmp), _timeout(lib))
             except LaunchFailed as exc:
                 if lib == "collcomm":
                     raise
@@ -185,14 +192,12 @@ def _in_turns(opts: Options, libs: list[str], tmp: str, bar: ProgressBar,
             bar.write(k, total, label)
 
         failed = run_turns(board, libs, opts, lambda i: jobs[i].poll() is None, on_turn,
-                           turn_timeout=PEER_TIMEOUT_S)
+                           turn_timeout=PEER_TIMEOUT_S, on_fail=lambda i: jobs[i].kill())
         bar.stop()
         rows: list[dict[str, Any]] = []
         for i, job in enumerate(jobs):
-            if i in failed and job.poll() is None:
-                job.kill()
             try:
-                got = _finished(job, PEER_TIMEOUT_S)
+                got = _finished(job, _timeout(job.lib))
                 if i in failed:
                     raise LaunchFailed(f"{job.lib}: stopped (no turn done in time)")
             except LaunchFailed as exc:

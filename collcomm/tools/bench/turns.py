@@ -205,36 +205,51 @@ class RankTurns:
 
 def run_turns(board: Board, libs: Sequence[str], opts: Options, alive: Callable[[int], bool],
               on_turn: Callable[[int, int, str], None], ready_timeout: float = 300.0,
-              turn_timeout: float = 1800.0, essential: int = 0) -> set[int]:
+              turn_timeout: float = 1800.0, essential: int = 0,
+              on_fail: Callable[[int], None] | None = None) -> set[int]:
     """The parent's side: wait until every live job is ready, then hand out the schedule.
     ``alive(i)``: library i's job still runs; ``on_turn(done, total, label)`` reports
-    progress. Returns the libraries that failed (died, or never became ready / finished a
-    turn in time); their turns are skipped, and once library ``essential`` (collcomm) has
-    failed nothing more is handed out. Stops every rank at the end either way."""
+    progress; ``on_fail(i)`` is called as soon as library i has failed (died, or never
+    became ready / finished a turn in time: a hung job would otherwise go on loading the
+    CPUs the others are timed on; the runner stops it there). Returns the failed
+    libraries; their turns are skipped, and once library ``essential`` (collcomm) has
+    failed nothing more is handed out; the essential library's turns have no time
+    limit (its calls have their own). Stops every rank at the end either way."""
     failed: set[int] = set()
     ready: set[int] = set()
     done = [0] * len(libs)
 
-    def listen(timeout: float) -> None:
+    def fail(i: int) -> None:
+        if i not in failed:
+            failed.add(i)
+            if on_fail is not None:
+                on_fail(i)
+
+    def listen(timeout: float) -> bool:
         heard = board.hear(timeout)
-        if heard is not None:
-            lib, value = heard
-            if value < 0:
-                ready.add(lib)
-            else:
-                done[lib] = max(done[lib], value)
+        if heard is None:
+            return False
+        lib, value = heard
+        if value < 0:
+            ready.add(lib)
+        else:
+            done[lib] = max(done[lib], value)
+        return True
 
     board.open_all()
     try:
         deadline = time.monotonic() + ready_timeout
         while True:
             pending = [i for i in range(len(libs)) if i not in failed and i not in ready]
-            failed.update(i for i in pending if not alive(i))
+            for i in pending:
+                if not alive(i):
+                    fail(i)
             pending = [i for i in pending if i not in failed]
             if not pending or essential in failed:
                 break
             if time.monotonic() > deadline:
-                failed.update(pending)
+                for i in pending:
+                    fail(i)
                 break
             listen(CHECK_S)
         table = cells(opts)
@@ -249,12 +264,16 @@ def run_turns(board: Board, libs: Sequence[str], opts: Options, alive: Callable[
             on_turn(k, len(turns), f"{libs[t.lib]} {op} {format_size(size)} {mode}")
             board.go(t.lib, k)
             counts[t.lib] += 1
-            deadline = time.monotonic() + turn_timeout
+            deadline = None if t.lib == essential else time.monotonic() + turn_timeout
             while done[t.lib] < counts[t.lib]:
-                if not alive(t.lib) or time.monotonic() > deadline:
-                    failed.add(t.lib)
+                if not alive(t.lib) or (deadline is not None and time.monotonic() > deadline):
+                    while done[t.lib] < counts[t.lib] and listen(0):
+                        pass    # (its last word may have come just before it exited)
+                    if done[t.lib] < counts[t.lib]:
+                        fail(t.lib)
                     break
-                listen(min(CHECK_S, max(0.0, deadline - time.monotonic())))
+                listen(CHECK_S if deadline is None
+                       else min(CHECK_S, max(0.0, deadline - time.monotonic())))
     finally:
         board.stop()
     return failed

@@ -237,8 +237,11 @@ def sweep(backend: Any, opts: Options, lib: str) -> list[dict[str, Any]]:
 
 
 def _sweep_in_turns(backend: Any, opts: Options, lib: str) -> list[dict[str, Any]]:
+    if backend.size != opts.nproc:     # (the parent's schedule is for opts.nproc ranks)
+        raise RuntimeError(f"collcomm bench: {lib} runs {backend.size} ranks, the turns were "
+                           f"made for {opts.nproc}")
     turns = RankTurns(opts, lib, backend.rank)
-    table = cells(opts, backend.size)
+    table = cells(opts)
     backend.barrier()           # every rank up: only then may the parent start the turns
     turns.ready()
     rows = []
