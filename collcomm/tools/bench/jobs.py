@@ -86,19 +86,27 @@ class Job:
         return None if any(c is None for c in codes) else 0
 
     def kill(self, grace: float = KILL_GRACE_S) -> None:
-        """SIGTERM to each process's session, SIGKILL to what is left after ``grace`` s.
-        (collcomm's launcher stops its ranks on SIGTERM, escalating itself; SIGKILL would
-        orphan them: each rank has a session of its own.)"""
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for p in self.procs:
-                if p.poll() is None:
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.killpg(p.pid, sig)
-            deadline = time.monotonic() + grace
-            for p in self.procs:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    p.wait(timeout=max(0.0, deadline - time.monotonic()) if sig == signal.SIGTERM
-                           else None)
+        """SIGTERM to each process (a launcher: collcomm run stops its ranks, mpiexec its),
+        then SIGKILL to the sessions of what is left after ``grace`` s. (SIGKILL alone would
+        orphan collcomm's ranks, each in a session of its own.)"""
+        for p in self.procs:
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(p.pid, signal.SIGTERM)
+        self.settle(grace)
+        for p in self.procs:
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(p.pid, signal.SIGKILL)
+        for p in self.procs:
+            p.wait()
+
+    def settle(self, grace: float) -> None:
+        """Wait up to ``grace`` s for every process to exit by itself."""
+        deadline = time.monotonic() + grace
+        for p in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
 
     def wait(self, timeout: float | None) -> int:
         """Wait for every process (None: for as long as it takes; else killing them all after

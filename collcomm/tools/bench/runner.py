@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from .jobs import Job, LaunchFailed, peer_unavailable, start
+from .jobs import KILL_GRACE_S, Job, LaunchFailed, peer_unavailable, start
 from .options import Options
 from .report import format_compare, format_latency, format_table, merge_rounds, write_json
 from .turns import Board, run_turns
@@ -209,10 +209,14 @@ def _in_turns(opts: Options, libs: list[str], tmp: str, bar: ProgressBar,
         return rows
     finally:
         bar.stop()
-        for job in jobs:
-            job.kill()
-            job.close()
-        board.close()
+        try:        # (told to stop, a job between turns leaves by itself, its library cleanly)
+            for job in jobs:
+                job.settle(KILL_GRACE_S)
+        finally:
+            for job in jobs:
+                job.kill()
+                job.close()
+            board.close()
 
 
 def render(opts: Options, rows: list[dict[str, Any]], notes: list[str]) -> str:
