@@ -68,8 +68,9 @@ def test_paired_ratio_pairs_the_rounds():
     assert R.paired_ratio(plain, {"time_us": None}) is None
 
 
-def _lib_thread(opts, lib, ran, stuck_at=None, release=None):
-    """A library with one rank, run as a thread: takes its turns, notes each in ``ran``."""
+def _lib_thread(opts, lib, ran, stuck_at=None, release=None, gone=None):
+    """A library with one rank, run as a thread: takes its turns, notes each in ``ran``;
+    sets ``gone`` when it has left (as if its job had exited)."""
     def body():
         turns = T.RankTurns(opts, lib, 0)
         turns.ready()
@@ -82,6 +83,8 @@ def _lib_thread(opts, lib, ran, stuck_at=None, release=None):
                 turns.done()
         except T.Stopped:
             ran.append(("stopped", lib))
+        if gone is not None:
+            gone.set()
     th = threading.Thread(target=body, daemon=True)
     th.start()
     return th
@@ -131,20 +134,8 @@ def test_a_last_word_just_before_exiting_counts(tmp_path):
     board = T.Board(opts.turns_path, 2, 2, create=True)
     ran: list = []
     gone = {0: threading.Event(), 1: threading.Event()}
-
-    def lib(name, i):
-        turns = T.RankTurns(opts, name, 0)
-        turns.ready()
-        for k, cell, rnd in turns.mine:
-            turns.wait(k)
-            ran.append((k, name))
-            turns.done()
-        gone[i].set()                             # ... and the job has exited
-
-    threads = [threading.Thread(target=lib, args=(name, i), daemon=True)
-               for i, name in enumerate(libs)]
-    for th in threads:
-        th.start()
+    for i, name in enumerate(libs):
+        _lib_thread(opts, name, ran, gone=gone[i])
 
     def alive(i):
         time.sleep(0.05)                          # (the parent looks late)

@@ -19,6 +19,7 @@ from .jobs import KILL_GRACE_S, Job, LaunchFailed, peer_unavailable, start
 from .options import Options
 from .report import format_compare, format_latency, format_table, merge_rounds, write_json
 from .turns import Board, run_turns
+from .worker import write_progress
 
 PEER_TIMEOUT_S = 1800.0
 
@@ -76,11 +77,7 @@ class ProgressBar:
 
     def write(self, done: int, total: int, label: str) -> None:
         """Report progress from this process (the ranks' ``Progress`` does it from theirs)."""
-        tmp = self.path + ".tmp"
-        with contextlib.suppress(OSError):
-            with open(tmp, "w") as fh:
-                fh.write(f"{done} {total} {label}\n")
-            os.replace(tmp, self.path)
+        write_progress(self.path, done, total, label)
 
     def stop(self) -> None:
         if self._thread is not None:

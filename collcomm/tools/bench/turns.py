@@ -173,7 +173,8 @@ class RankTurns:
         self.parent = opts.turns_parent
         assert opts.turns_path is not None
         self.board = Board(opts.turns_path, len(opts.turn_libs), opts.nproc)
-        turns = schedule(len(cells(opts)), opts.rounds, len(opts.turn_libs))
+        self.table = cells(opts)
+        turns = schedule(len(self.table), opts.rounds, len(opts.turn_libs))
         #: (global turn index, cell, round) of this library's turns, in order
         self.mine = [(k, t.cell, t.round) for k, t in enumerate(turns) if t.lib == self.lib]
         self.count = 0

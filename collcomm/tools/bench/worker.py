@@ -113,23 +113,28 @@ def timing_fill(redop: str) -> int:
 
 # --------------------------------------------------------------------------- the sweep
 
+def write_progress(path: str, done: int, total: int, label: str) -> None:
+    """``done total label`` into the file the parent draws its bar from (replaced whole;
+    a failed write is skipped)."""
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "w") as fh:
+            fh.write(f"{done} {total} {label}\n")
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
 class Progress:
-    """Rank 0 writes ``done total label`` to a file the parent draws a bar from."""
+    """Rank 0 reports each cell done (write_progress)."""
 
     def __init__(self, path: str | None, total: int) -> None:
         self.path, self.total, self.done = path, total, 0
 
     def step(self, label: str) -> None:
         self.done += 1
-        if not self.path:
-            return
-        try:
-            tmp = self.path + ".tmp"
-            with open(tmp, "w") as fh:
-                fh.write(f"{self.done} {self.total} {label}\n")
-            os.replace(tmp, self.path)
-        except OSError:
-            pass
+        if self.path:
+            write_progress(self.path, self.done, self.total, label)
 
 
 def pick_iters(estimate_s: float, opts: Options) -> int:
@@ -180,8 +185,9 @@ def measure_cell(backend: Any, opts: Options, lib: str, op: str, size: int,
     """One (op, size, mode) on ``backend``: the row every rank gets (collective)."""
     n = backend.size
     root = opts.root % n
-    count, per = count_for(op, size, np.dtype(opts.dtype).itemsize, n)
-    base = dict(lib=lib, op=op, size=count * np.dtype(opts.dtype).itemsize, count=count,
+    itemsize = np.dtype(opts.dtype).itemsize
+    count, per = count_for(op, size, itemsize, n)
+    base = dict(lib=lib, op=op, size=count * itemsize, count=count,
                 dtype=opts.dtype, redop=opts.redop if op in REDUCING else "none",
                 root=root if op in ROOTED else -1, mode=mode, nproc=n)
     error = None
@@ -241,7 +247,7 @@ def _sweep_in_turns(backend: Any, opts: Options, lib: str) -> list[dict[str, Any
         raise RuntimeError(f"collcomm bench: {lib} runs {backend.size} ranks, the turns were "
                            f"made for {opts.nproc}")
     turns = RankTurns(opts, lib, backend.rank)
-    table = cells(opts)
+    table = turns.table
     backend.barrier()           # every rank up: only then may the parent start the turns
     turns.ready()
     rows = []
