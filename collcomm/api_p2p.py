@@ -97,6 +97,12 @@ def isend(tensor: Any, dst: int | None = None, group: Any = None, tag: int = 0,
     A small array to a rank of this host is sent at once natively when its ring has room
     (one C call; the handle is then complete and the array free to reuse, as the regular
     path's is after a shared-memory send)."""
+    g = runtime._world
+    if group is None and group_dst is None and g is not None:    # the world: one C call
+        f = getattr(g, "_p2p_native", None)
+        if f is not None and (w := f.one(False, tensor, dst, tag, np.ndarray, _SIGS, SentWork,
+                                         RecvWork, g, g.observer is not None)) is not None:
+            return w
     fast = _native(tensor, dst, group, tag, group_dst, False, "isend")
     if fast is not None:
         w = start_native(*fast, False, tensor, tag, _p2p_sig(tensor.dtype))
@@ -112,6 +118,12 @@ def irecv(tensor: Any, src: int | None = None, group: Any = None, tag: int = 0,
 
     A receive of a numeric array from a rank of this host is deferred to its wait, which
     receives natively when it can (core/p2p.py ``Deferred``: still matched in posting order)."""
+    g = runtime._world
+    if group is None and group_src is None and g is not None:    # the world: one C call
+        f = getattr(g, "_p2p_native", None)
+        if f is not None and (w := f.one(True, tensor, src, tag, np.ndarray, _SIGS, SentWork,
+                                         RecvWork, g, g.observer is not None)) is not None:
+            return w
     fast = _native(tensor, src, group, tag, group_src, True, "irecv")
     if fast is not None:
         w = start_native(*fast, True, tensor, tag, _p2p_sig(tensor.dtype))

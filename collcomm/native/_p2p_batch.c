@@ -51,25 +51,15 @@ typedef struct {
 
 static SlotsOf b_op_slots;     /* P2POp's six fields (slots_of, _p2p.c) */
 
-/* Check op p: 1 if C takes it (o filled), 0 if not (no exception). */
-static int batch_check(P2P *s, PyObject *p, PyObject *irecv, PyObject *ndarray, PyObject *sigs,
-                       BatchOp *o)
+/* Check one op's values (a P2POp's fields, or isend's / irecv's arguments on the world
+ * group): 1 if C takes it (o filled), 0 if not (no exception). */
+static int batch_values(P2P *s, int recv, PyObject *arr, PyObject *peer, PyObject *tag,
+                        PyObject *ndarray, PyObject *sigs, BatchOp *o)
 {
-    PyObject *names[6] = {s_b_op, s_b_tensor, s_b_peer, s_b_group, s_b_tag, s_b_group_peer};
-    PyObject *v[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
-    int fit = 1;
-    if (slots_of(&b_op_slots, Py_TYPE(p), names, 6)) {    /* P2POp's __slots__, read here */
-        for (int i = 0; i < 6 && fit; i++)
-            fit = (v[i] = Py_XNewRef(SLOT_AT(p, b_op_slots.at[i]))) != NULL;
-    } else {
-        for (int i = 0; i < 6 && fit; i++)
-            fit = (v[i] = PyObject_GetAttr(p, names[i])) != NULL;
-    }
-    PyObject *op = v[0], *arr = v[1], *peer = v[2], *tag = v[4];
-    fit = fit && v[3] == Py_None && v[5] == Py_None && Py_TYPE(arr) == (PyTypeObject *)ndarray &&
-          PyLong_CheckExact(peer) && PyLong_CheckExact(tag);
+    int fit = Py_TYPE(arr) == (PyTypeObject *)ndarray && PyLong_CheckExact(peer) &&
+              PyLong_CheckExact(tag);
     if (fit) {
-        o->recv = op == irecv;
+        o->recv = recv;
         o->pipe = p2p_pipe(s, peer);
         o->local = o->pipe == NULL ? -1 : PyLong_AsLong(peer);
         fit = o->pipe != NULL && p2p_tag(s, tag) != 0 && (o->recv ? o->pipe->has_in : o->pipe->has_out);
@@ -90,9 +80,41 @@ static int batch_check(P2P *s, PyObject *p, PyObject *irecv, PyObject *ndarray, 
         o->tag = Py_NewRef(tag);
     }
     PyErr_Clear();           /* anything odd: the Python path checks it and raises */
+    return fit;
+}
+
+/* Check op p (a P2POp): 1 if C takes it (o filled), 0 if not (no exception). */
+static int batch_check(P2P *s, PyObject *p, PyObject *irecv, PyObject *ndarray, PyObject *sigs,
+                       BatchOp *o)
+{
+    PyObject *names[6] = {s_b_op, s_b_tensor, s_b_peer, s_b_group, s_b_tag, s_b_group_peer};
+    PyObject *v[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+    int fit = 1;
+    if (slots_of(&b_op_slots, Py_TYPE(p), names, 6)) {    /* P2POp's __slots__, read here */
+        for (int i = 0; i < 6 && fit; i++)
+            fit = (v[i] = Py_XNewRef(SLOT_AT(p, b_op_slots.at[i]))) != NULL;
+    } else {
+        for (int i = 0; i < 6 && fit; i++)
+            fit = (v[i] = PyObject_GetAttr(p, names[i])) != NULL;
+    }
+    fit = fit && v[3] == Py_None && v[5] == Py_None &&
+          batch_values(s, v[0] == irecv, v[1], v[2], v[4], ndarray, sigs, o);
+    PyErr_Clear();
     for (int i = 0; i < 6; i++)
         Py_XDECREF(v[i]);
     return fit;
+}
+
+/* Release what batch_values holds of an op. */
+static void batch_release(BatchOp *o)
+{
+    if (o->has_buf) {
+        PyBuffer_Release(&o->buf);
+        Py_DECREF(o->arr);
+        Py_DECREF(o->sig);
+        Py_DECREF(o->tag);
+        o->has_buf = 0;
+    }
 }
 
 /* A SentWork of class ``sent`` (api_p2p_work.py) with its four slots set here, as its
@@ -147,6 +169,50 @@ static PyObject *batch_deferred(PyTypeObject *cls, P2P *s, PyObject *held, PyObj
     return w;
 }
 
+/* Start checked op b (a receive: joining the engine's line ``held``): its work (a new
+ * reference), Py_None (new) for a send C could not write (nothing done), NULL with an
+ * exception. */
+static PyObject *batch_run(P2P *s, BatchOp *b, int record, PyObject *held, PyObject *g,
+                           PyObject *sent, PyObject *received)
+{
+    PyObject *w = NULL, *rec = Py_None, *peer = PyLong_FromLong(b->pipe->peer);
+    if (peer == NULL)
+        return NULL;
+    if (!b->recv) {
+        int wrote = p2p_write(s, b->pipe, &b->buf, b->wire_tag, b->wire_sig);
+        if (wrote <= 0) {
+            Py_DECREF(peer);
+            return wrote < 0 ? NULL : Py_NewRef(Py_None);
+        }
+    }
+    if (record && (rec = rec_p2p(&s->rw, b->recv ? s_rec_irecv : s_rec_isend, b->pipe->peer,
+                                 s_rec_entered, rec_now(), 0.0)) == NULL) {
+        Py_DECREF(peer);
+        return NULL;
+    }
+    if (b->recv) {
+        PyObject *local = PyLong_FromLong(b->local);
+        if (local != NULL)
+            w = batch_deferred((PyTypeObject *)received, s, held, g, b->arr, local, b->tag,
+                               b_user_mask, b->sig, rec);
+        Py_XDECREF(local);
+    } else
+        w = batch_sent((PyTypeObject *)sent, g, peer, rec);
+    Py_DECREF(peer);
+    if (record)
+        Py_DECREF(rec);
+    return w;
+}
+
+/* Are the batch's classes what it needs? (sent, received: types, received a Deferred) */
+static int batch_classes(P2P *s, PyObject *ndarray, PyObject *sigs, PyObject *sent,
+                         PyObject *received)
+{
+    return !s->paused && s->engine != NULL && PyDict_Check(sigs) && PyType_Check(ndarray) &&
+           PyType_Check(sent) && PyType_Check(received) &&
+           PyType_IsSubtype((PyTypeObject *)received, &DeferredType);
+}
+
 static PyObject *P2P_batch(P2P *s, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 9) {
@@ -157,9 +223,8 @@ static PyObject *P2P_batch(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     PyObject *ops = args[0], *p2pop = args[1], *irecv = args[2], *ndarray = args[3],
              *sigs = args[4], *sent = args[5], *received = args[6], *g = args[7];
     int record = args[8] == Py_True && rec_on(&s->rw);
-    if (s->paused || s->engine == NULL || !PyDict_Check(sigs) || !PyType_Check(ndarray) ||
-        (!PyList_CheckExact(ops) && !PyTuple_CheckExact(ops)) || !PyType_Check(sent) ||
-        !PyType_Check(received) || !PyType_IsSubtype((PyTypeObject *)received, &DeferredType))
+    if (!batch_classes(s, ndarray, sigs, sent, received) ||
+        (!PyList_CheckExact(ops) && !PyTuple_CheckExact(ops)))
         Py_RETURN_NONE;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(ops);
     if (n == 0 || n > BATCH_MAX)
@@ -180,35 +245,11 @@ static PyObject *P2P_batch(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     }
     works = PyList_New(0);
     for (Py_ssize_t i = 0; i < n && works != NULL; i++) {
-        BatchOp *b = &o[i];
-        PyObject *w = NULL, *rec = Py_None, *peer = PyLong_FromLong(b->pipe->peer);
-        if (peer == NULL)
-            goto fail;
-        if (!b->recv) {
-            int wrote = p2p_write(s, b->pipe, &b->buf, b->wire_tag, b->wire_sig);
-            if (wrote <= 0) {         /* the rest op by op (the caller), or the error */
-                Py_DECREF(peer);
-                if (wrote < 0)
-                    goto fail;
-                break;
-            }
+        PyObject *w = batch_run(s, &o[i], record, held, g, sent, received);
+        if (w == Py_None) {       /* a send C could not write: the rest op by op (the caller) */
+            Py_DECREF(w);
+            break;
         }
-        if (record && (rec = rec_p2p(&s->rw, b->recv ? s_rec_irecv : s_rec_isend, b->pipe->peer,
-                                     s_rec_entered, rec_now(), 0.0)) == NULL) {
-            Py_DECREF(peer);
-            goto fail;
-        }
-        if (b->recv) {
-            PyObject *local = PyLong_FromLong(b->local);
-            if (local != NULL)
-                w = batch_deferred((PyTypeObject *)received, s, held, g, b->arr, local, b->tag,
-                                   b_user_mask, b->sig, rec);
-            Py_XDECREF(local);
-        } else
-            w = batch_sent((PyTypeObject *)sent, g, peer, rec);
-        Py_DECREF(peer);
-        if (record)
-            Py_DECREF(rec);
         if (w == NULL || PyList_Append(works, w) < 0) {
             Py_XDECREF(w);
             goto fail;
@@ -220,14 +261,42 @@ fail:
     Py_CLEAR(works);
 done:
     for (Py_ssize_t i = 0; i < n; i++)
-        if (o[i].has_buf) {
-            PyBuffer_Release(&o[i].buf);
-            Py_DECREF(o[i].arr);
-            Py_DECREF(o[i].sig);
-            Py_DECREF(o[i].tag);
-        }
+        batch_release(&o[i]);
     Py_XDECREF(held);
     return works;
+}
+
+/* P2P.one(recv, arr, peer, tag, ndarray, sigs, sent, received, g, record): the functional
+ * API's isend (``recv`` False) or irecv on the world group ``g`` in one call, the checks
+ * api_p2p._native makes in Python (an exact ``ndarray``, a peer of this host other than
+ * this rank, a tag in the user space, a numeric C-contiguous buffer, writable to receive)
+ * made as the batch makes them for an op: its work, started as the batch starts an op;
+ * None having done nothing (anything else, a send C cannot write: the caller goes on in
+ * Python, which checks again and raises what it raises). */
+static PyObject *P2P_one(P2P *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError,
+                        "one(recv, arr, peer, tag, ndarray, sigs, sent, received, g, record)");
+        return NULL;
+    }
+    PyObject *ndarray = args[4], *sigs = args[5], *sent = args[6], *received = args[7],
+             *g = args[8];
+    int recv = args[0] == Py_True, record = args[9] == Py_True && rec_on(&s->rw);
+    BatchOp o;
+    memset(&o, 0, sizeof(o));
+    if (!batch_classes(s, ndarray, sigs, sent, received) ||
+        !batch_values(s, recv, args[1], args[2], args[3], ndarray, sigs, &o))
+        Py_RETURN_NONE;
+    PyObject *held = NULL, *w = NULL;
+    int line = recv ? deferred_line(s, &held) : 1;
+    if (line > 0)
+        w = batch_run(s, &o, record, held, g, sent, received);
+    else if (line == 0)
+        w = Py_NewRef(Py_None);
+    Py_XDECREF(held);
+    batch_release(&o);
+    return w;
 }
 
 /* P2P.start(recv, cls, g, arr, local, tag, sig, record[, mask]): api_p2p_work.start_native

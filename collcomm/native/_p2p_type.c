@@ -220,6 +220,9 @@ static PyMethodDef P2P_methods[] = {
     P2PM(batch, "batch(ops, p2pop, irecv, ndarray, sigs, sent, received, g, record) -> the "
                 "works of the ops started (all, or those before a send C could not write) | "
                 "None (not a batch C takes: nothing done); see _p2p_batch.c"),
+    P2PM(one, "one(recv, arr, peer, tag, ndarray, sigs, sent, received, g, record) -> the work "
+              "of the functional API's isend / irecv on the world group | None (nothing done); "
+              "see _p2p_batch.c"),
     P2PM(start, "start(recv, cls, g, arr, local, tag, sig, record[, mask]) -> the work of an isend "
                 "written at once or of an irecv deferred | None (nothing done); see _p2p_batch.c"),
     P2PM(mpi_isend, "mpi_isend(buf, dst, tag, ndarray, request, op) -> collcomm.MPI Isend's "

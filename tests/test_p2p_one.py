@@ -1,0 +1,102 @@
+"""The functional API's ``isend`` / ``irecv`` on the world group in one C call (P2P.one,
+native/_p2p_batch.c): a plain array to or from a rank of this host starts there with no
+Python-level check; everything C does not take (another group, any source, a bad peer or
+tag, a buffer C cannot use) falls through to the Python path, which gives the same results
+and raises the same errors as when the native path is paused.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from collcomm import native
+from tests.harness import run_ranks
+
+pytestmark = [pytest.mark.timeout(90),
+              pytest.mark.skipif(native.core is None, reason=f"native core: {native.reason}")]
+
+
+def _cases() -> dict:
+    import collcomm as dist
+    from collcomm import api_p2p
+    from collcomm.core import p2p, runtime
+
+    me = dist.get_rank()
+    other = 1 - me
+    g = runtime.get_world("test")
+    f = p2p.native(g)
+    slow = {"n": 0}
+    real_native = api_p2p._native
+
+    def counted(*a, **k):        # the Python-level checks: reached only when C declined
+        slow["n"] += 1
+        return real_native(*a, **k)
+
+    api_p2p._native = counted
+    out: dict = {}
+    for paused in (0, 1):
+        f.paused = paused
+        slow["n"] = 0
+        got: list = []
+        dist.barrier()
+        # plain: one C call each, the works the batch makes (from the second call of a
+        # dtype: its signature is made and cached by the first, on the Python path)
+        s = np.arange(5, dtype=np.int32) + 10 * me
+        r = np.zeros(5, np.int32)
+        dist.isend(s, other, tag=7).wait()
+        dist.irecv(r, other, tag=7).wait()
+        slow["n"] = 0
+        a = dist.isend(s, other, tag=7)
+        b = dist.irecv(r, other, tag=7)
+        got.append((type(a).__name__, type(b).__name__))
+        a.wait()
+        b.wait()
+        got.append(r.tolist())
+        plain_slow = slow["n"]
+        # what C leaves to Python: results the same either way
+        strided = np.arange(10, dtype=np.float64)[::2] + me       # not contiguous
+        rr = np.zeros(5, np.float64)
+        ws = [dist.isend(strided, other), dist.irecv(rr, None)]    # any source
+        for w in ws:
+            w.wait()
+        got.append((rr.tolist(), ws[1].source_rank()))
+        x = np.zeros(3, np.float32)
+        ws = [dist.isend(np.ones(3, np.float32) * me, group=dist.GroupMember.WORLD, group_dst=other),
+              dist.irecv(x, group=dist.GroupMember.WORLD, group_src=other)]
+        for w in ws:
+            w.wait()
+        got.append(x.tolist())
+        errors = []
+        ro = np.zeros(2, np.float32)
+        ro.flags.writeable = False
+        for call in (lambda: dist.isend(np.ones(2), me),               # this rank
+                     lambda: dist.isend(np.ones(2), 7),                # no such rank
+                     lambda: dist.irecv(np.ones(2), other, tag=-1),    # bad tag
+                     lambda: dist.irecv(ro, other),                    # read-only
+                     lambda: dist.isend(np.array(["a"], object), other),
+                     lambda: dist.isend([1.0, 2.0], other, tag="x")):
+            try:
+                call()
+                errors.append("no error")
+            except Exception as exc:  # noqa: BLE001 - compared
+                errors.append(f"{type(exc).__name__}: {exc}")
+        got.append(errors)
+        out[paused] = (got, plain_slow)
+    f.paused = 0
+    dist.barrier()
+    return out
+
+
+def test_isend_irecv_one_call_and_fallbacks() -> None:
+    res = run_ranks(_cases, 2, transport="shm", timeout=80)
+    for rank, out in enumerate(res):
+        native_got, native_slow = out[0]
+        paused_got, _ = out[1]
+        assert native_got[0] == ("SentWork", "RecvWork"), native_got[0]
+        assert native_slow == 0, "isend/irecv of plain arrays reached the Python checks"
+        other = 1 - rank
+        assert native_got[1] == [i + 10 * other for i in range(5)], native_got[1]
+        assert native_got[2] == ([float(2 * i + other) for i in range(5)], other)
+        assert native_got[3] == [float(other)] * 3
+        assert native_got[1:] == paused_got[1:], (native_got, paused_got)
+        assert all(e != "no error" for e in native_got[4]), native_got[4]
