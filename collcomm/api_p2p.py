@@ -90,6 +90,22 @@ def _native(tensor: Any, peer: Any, group: Any, tag: Any, group_peer: Any,
     return f, g, local
 
 
+def _world_native(tensor: Any, peer: Any, group: Any, tag: Any, group_peer: Any
+                  ) -> tuple[Any, ProcessGroup, int] | None:
+    """``_native``'s answer for a blocking send/recv on the world group in a few tests: an
+    exact ndarray, int peer and tag, the world's native entry made; None: ask ``_native``.
+    The rest of its checks (the peer a rank of this host other than this one, the tag's
+    range, a numeric C-contiguous buffer, writable to receive) the C call makes before it
+    records anything, declining (None) where one fails (native/_p2p_calls.c)."""
+    g = runtime._world
+    if (group is None and group_peer is None and g is not None and type(peer) is int
+            and type(tag) is int and type(tensor) is np.ndarray):
+        f = getattr(g, "_p2p_native", None)
+        if f is not None:
+            return f, g, peer
+    return None
+
+
 def isend(tensor: Any, dst: int | None = None, group: Any = None, tag: int = 0,
           group_dst: int | None = None) -> P2PWork:
     """Start sending ``tensor`` to global rank ``dst``; returns a handle with ``wait()``.
@@ -136,7 +152,9 @@ def irecv(tensor: Any, src: int | None = None, group: Any = None, tag: int = 0,
 def send(tensor: Any, dst: int | None = None, group: Any = None, tag: int = 0,
          group_dst: int | None = None) -> None:
     """Send ``tensor`` to global rank ``dst`` and wait until it left this buffer."""
-    fast = _native(tensor, dst, group, tag, group_dst, False, "isend")
+    fast = _world_native(tensor, dst, group, tag, group_dst)
+    if fast is None:
+        fast = _native(tensor, dst, group, tag, group_dst, False, "isend")
     if fast is not None:     # one C call (native/_p2p.c) with its record, or nothing done
         f, g, local = fast
         if f.send(tensor, local, tag, _p2p_sig(tensor.dtype), True):
@@ -152,7 +170,9 @@ def recv(tensor: Any, src: int | None = None, group: Any = None, tag: int = 0,
          group_src: int | None = None) -> int:
     """Receive into ``tensor`` from ``src`` (None: any rank); returns the sender's global rank."""
     rec = None
-    fast = _native(tensor, src, group, tag, group_src, True, "irecv")
+    fast = _world_native(tensor, src, group, tag, group_src)
+    if fast is None:
+        fast = _native(tensor, src, group, tag, group_src, True, "irecv")
     if fast is not None:     # one C call (native/_p2p.c) with its record, or nothing consumed
         f, g, local = fast
         try:

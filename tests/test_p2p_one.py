@@ -1,5 +1,5 @@
 """The functional API's ``isend`` / ``irecv`` on the world group in one C call (P2P.one,
-native/_p2p_batch.c): a plain array to or from a rank of this host starts there with no
+native/_p2p_batch.c), and ``send`` / ``recv`` with a few type tests before theirs: a plain array to or from a rank of this host starts there with no
 Python-level check; everything C does not take (another group, any source, a bad peer or
 tag, a buffer C cannot use) falls through to the Python path, which gives the same results
 and raises the same errors as when the native path is paused.
@@ -52,6 +52,14 @@ def _cases() -> dict:
         a.wait()
         b.wait()
         got.append(r.tolist())
+        for i in range(2):               # blocking, in turns (ping-pong)
+            if me == 0:
+                dist.send(s + i, other, tag=9)
+                dist.recv(r, other, tag=9)
+            else:
+                dist.recv(r, other, tag=9)
+                dist.send(s + i, other, tag=9)
+        got.append(r.tolist())
         plain_slow = slow["n"]
         # what C leaves to Python: results the same either way
         strided = np.arange(10, dtype=np.float64)[::2] + me       # not contiguous
@@ -66,6 +74,15 @@ def _cases() -> dict:
         for w in ws:
             w.wait()
         got.append(x.tolist())
+        # blocking calls C declines: a numpy integer peer, a strided send
+        y = np.zeros(5, np.float64)
+        if me == 0:
+            dist.send(np.arange(10.0)[::2], np.int64(other))
+            dist.recv(y, other)
+        else:
+            dist.recv(y, np.int64(other))
+            dist.send(np.arange(5.0) * 2, other)
+        got.append(y.tolist())
         errors = []
         ro = np.zeros(2, np.float32)
         ro.flags.writeable = False
@@ -74,7 +91,13 @@ def _cases() -> dict:
                      lambda: dist.irecv(np.ones(2), other, tag=-1),    # bad tag
                      lambda: dist.irecv(ro, other),                    # read-only
                      lambda: dist.isend(np.array(["a"], object), other),
-                     lambda: dist.isend([1.0, 2.0], other, tag="x")):
+                     lambda: dist.isend([1.0, 2.0], other, tag="x"),
+                     lambda: dist.send(np.ones(2), me),
+                     lambda: dist.send(np.ones(2), 9),
+                     lambda: dist.send(np.ones(2), other, tag=1 << 40),
+                     lambda: dist.recv(ro, other),
+                     lambda: dist.recv(np.zeros(10)[::2], other),
+                     lambda: dist.recv(np.ones(2), other, tag=-3)):
             try:
                 call()
                 errors.append("no error")
@@ -87,16 +110,18 @@ def _cases() -> dict:
     return out
 
 
-def test_isend_irecv_one_call_and_fallbacks() -> None:
+def test_world_p2p_in_one_call_and_fallbacks() -> None:
     res = run_ranks(_cases, 2, transport="shm", timeout=80)
     for rank, out in enumerate(res):
         native_got, native_slow = out[0]
         paused_got, _ = out[1]
         assert native_got[0] == ("SentWork", "RecvWork"), native_got[0]
-        assert native_slow == 0, "isend/irecv of plain arrays reached the Python checks"
+        assert native_slow == 0, "p2p calls of plain arrays reached the Python checks"
         other = 1 - rank
         assert native_got[1] == [i + 10 * other for i in range(5)], native_got[1]
-        assert native_got[2] == ([float(2 * i + other) for i in range(5)], other)
-        assert native_got[3] == [float(other)] * 3
+        assert native_got[2] == [i + 10 * other + 1 for i in range(5)], native_got[2]  # ping-pong
+        assert native_got[3] == ([float(2 * i + other) for i in range(5)], other)
+        assert native_got[4] == [float(other)] * 3
+        assert native_got[5] == [2.0 * i for i in range(5)], native_got[5]     # numpy peer
         assert native_got[1:] == paused_got[1:], (native_got, paused_got)
-        assert all(e != "no error" for e in native_got[4]), native_got[4]
+        assert all(e != "no error" for e in native_got[6]), native_got[6]
