@@ -1,7 +1,6 @@
-"""reduce past a slot on the shared-memory arena: by cross-memory attach where the ranks
-can read each other's memory (shm_reduce._reduce_cma: each rank reduces its slice of the
-whole buffer in rank order from the others' memory, the root reads the reduced slices),
-staged slot by slot otherwise (``COLLCOMM_CMA=0``), in C or Python alike. Slots of
+"""reduce past a slot on the shared-memory arena, staged slot by slot (between two ranks
+as a pipeline: shm_reduce._reduce_pair, the native core's reduce_pair), in C or Python
+alike, and with a Python rank among native ones. Slots of
 256 KiB make a few-MB buffer go past a slot. Every root, in place and out of place,
 several dtypes and ops, odd counts; the values are small integers so every order of
 reduction gives the same bits, and the result is checked against numpy.
@@ -66,7 +65,9 @@ def test_large_reduce(n, env):
 
 
 @pytest.mark.timeout(60)
-def test_large_reduce_native_and_python_ranks_together():
-    res = run_ranks(_cases, 3, env={"COLLCOMM_SHM_SLOT": str(SLOT)}, timeout=100,
+@pytest.mark.parametrize("n", [2, 3])
+def test_large_reduce_native_and_python_ranks_together(n):
+    # (n = 2: the pipelined pair, reduce_pair in C and _reduce_pair in Python, step for step)
+    res = run_ranks(_cases, n, env={"COLLCOMM_SHM_SLOT": str(SLOT)}, timeout=100,
                     rank_env={1: {"COLLCOMM_NATIVE": "0"}})
-    assert len(set(res)) == 1 and res[0] == len(CASES) * 3
+    assert len(set(res)) == 1 and res[0] == len(CASES) * n

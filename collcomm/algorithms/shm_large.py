@@ -27,17 +27,12 @@ import os
 
 import numpy as np
 
-from ..transport.arena_layout import CMA, CMA_MIN
+from ..transport.arena_layout import CMA, CMA_MIN, PIPE_MIN, PIPE_STEPS
 from ..transport.arena_layout import OFFSET as OFFSET_WORD
 from ..transport.arena_layout import SHARED as SHARED_WORD
 from .contract import Arena, ShmComm
 from .shm_stage import read_peer
 
-#: A staged broadcast goes in steps of about 1/PIPE_STEPS of the buffer, none smaller than
-#: PIPE_MIN bytes (each step costs a native call and a sync; 2 steps of 128 KiB measured
-#: slower than one of 256 KiB) nor larger than a slot: the root copies step i+1 in while
-#: the others copy step i out.
-PIPE_MIN, PIPE_STEPS = 256 << 10, 8
 
 #: Above this many times the last-level cache (the call's bytes: see reads_peers), large
 #: one-to-many calls read the peers by cross-memory attach whatever it costs per byte:

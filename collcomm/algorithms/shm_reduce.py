@@ -104,7 +104,8 @@ def reduce(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, fn: ReduceF
     arena = arena_of(comm, "reduce")
     n, me, dt = comm.size, comm.rank, send.dtype
     core = native_core(arena)
-    if core is not None and send.nbytes <= arena.slot:
+    pair = n == 2 and send.nbytes > arena.slot      # (the native core too: reduce_pair)
+    if core is not None and (send.nbytes <= arena.slot or pair):
         code = native.code_for(fn, dt)
         if code >= 0:
             mine = call_sig(comm, "reduce", send.size)
@@ -113,7 +114,7 @@ def reduce(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, fn: ReduceF
                 return
             if status == MISMATCH:
                 raise_mismatch(arena, mine)
-    if n == 2 and send.nbytes > arena.slot:
+    if pair:
         _reduce_pair(comm, arena, send, recv, fn, root)
         return
     if send.nbytes * n <= REDUCE_ONE_SHOT:     # one step: the root combines every slot
@@ -149,32 +150,37 @@ def reduce(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, fn: ReduceF
 
 def _reduce_pair(comm: ShmComm, arena: Arena, send: np.ndarray, recv: np.ndarray | None, fn: ReduceFn,
                  root: int) -> None:
-    """reduce between two ranks past a slot, pipelined: the other rank stages its buffer in
-    steps (the phases alternate), the root folds each step into ``recv`` as it arrives, in
-    rank order (rank 0's data first), while the other stages the next step. Each byte is
-    copied once by the other rank and reduced once by the root; the two-shot loop had both
-    ranks stage everything, reduce half each, sync, and the root copy it all out again
-    (measured 2026-11-26, 8-64 MiB: 0.34-0.5x Open MPI before). ``recv`` may be ``send``
-    at the root (every step of it is read before it is written)."""
+    """reduce between two ranks past a slot, pipelined: the other rank stages its
+    buffer in steps (the phases alternate), the root folds each step into ``recv`` as it
+    arrives, in rank order (rank 0's data first), while the other stages the next step;
+    every step checks the signature, as each native step does (ranks may mix the two).
+    Rank 0 as the root copies its own step into ``recv`` before the step's sync (while the
+    other stages). Each byte is copied once by the other rank and reduced once by the
+    root; the two-shot loop had both ranks stage everything, reduce half each, sync, and
+    the root copy it all out again (measured 2026-11-26, 8-64 MiB: 0.34-0.5x Open MPI
+    before; within a slot the two-shot call is faster, both ranks reducing half: the pair
+    took 1.1-1.6x its time at 1-2 MiB, session 18). ``recv`` may be ``send`` at
+    the root (every step of it is read before it is written). The native core's reduce
+    does the same (native/_collectives_reduce.c reduce_pair)."""
     me, dt, count = comm.rank, send.dtype, send.size
     step = pipeline_elems(arena, send)
     in_place = me == root and recv is not None and np.shares_memory(send, recv)
     for lo in range(0, count, step):
         chunk = send[lo:lo + step]
         phase = arena.next_phase()
+        out = None if recv is None else recv[lo:lo + chunk.size]
         if me != root:
             stage(arena, phase, chunk)
         else:
             arena.put(OFFSET_WORD + phase, 0)   # (nothing staged: nobody reads the root's slot)
-        enter(comm, arena, phase, "reduce", count, lo == 0)
+            if me == 0 and not in_place:
+                np.copyto(out, chunk)
+        enter(comm, arena, phase, "reduce", count, True)
         if me != root:
             continue
-        assert recv is not None
+        assert out is not None
         other = peer_slot(arena, phase, 1 - me, dt, chunk.size)
-        out = recv[lo:lo + chunk.size]
         if me == 0:
-            if not in_place:
-                np.copyto(out, chunk)
             fn(out, other)
         else:
             mine = chunk.copy() if in_place else chunk

@@ -109,7 +109,7 @@ def attach(arena: Any) -> Any:
     if core is None:
         return None
     from ..transport import arena as arena_mod
-    from ..transport.arena_layout import NATIVE, ONE_SHOT, REDUCE_ONE_SHOT
+    from ..transport.arena_layout import NATIVE, ONE_SHOT, PIPE_MIN, PIPE_STEPS, REDUCE_ONE_SHOT
     from ..transport.shm_segments import PAGE
 
     spin, yields = ((SPIN_NS, YIELDS) if arena.n <= arena.cores
@@ -120,7 +120,7 @@ def attach(arena: Any) -> Any:
         return core.Core(arena.mm, arena.n, arena.rank, arena.header, arena.slot, arena.slot + PAGE,
                          PAGE, ONE_SHOT, NATIVE, spin, yields, arena_mod._FUTEX is not None,
                          reduce_one_shot=REDUCE_ONE_SHOT, poll_ns=int(arena.poll * 1e9),
-                         stage_nt=stage_nt())
+                         stage_nt=stage_nt(), pipe_min=PIPE_MIN, pipe_steps=PIPE_STEPS)
     except (ValueError, TypeError, BufferError) as exc:   # e.g. an arena it cannot map: Python
         warnings.warn(f"collcomm: the native core cannot work in this arena ({exc}); the group "
                       "runs on the Python implementation", RuntimeWarning, stacklevel=2)

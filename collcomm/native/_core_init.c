@@ -8,21 +8,29 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"mapping", "n", "rank", "header", "slot", "stride", "page",
                              "one_shot", "layout", "spin_ns", "yields", "futex",
-                             "reduce_one_shot", "poll_ns", "stage_nt", NULL};
+                             "reduce_one_shot", "poll_ns", "stage_nt", "pipe_min", "pipe_steps",
+                             NULL};
     PyObject *mapping, *layout;
     long long spin_ns;
     int futex;
     self->reduce_one_shot = 0;     /* (not given: every reduce in two steps) */
     self->poll_ns = 0;             /* (not given: `yields` yields, then the futex) */
     self->stage_nt = 0;            /* (not given: plain stores) */
+    self->pipe_min = 0;            /* (not given: a reduce between two ranks is two-shot) */
+    self->pipe_steps = 1;
     self->all_reduce_extra = (Py_ssize_t)1 << 40;   /* one step up to one_shot, until the
                                                        group agrees (Arena.check_settings) */
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OiinnnnnOLip|nLi", kwlist, &mapping, &self->n,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OiinnnnnOLip|nLini", kwlist, &mapping, &self->n,
                                      &self->rank, &self->header, &self->slot, &self->stride,
                                      &self->page, &self->one_shot, &layout, &spin_ns,
                                      &self->yields, &futex, &self->reduce_one_shot,
-                                     &self->poll_ns, &self->stage_nt))
+                                     &self->poll_ns, &self->stage_nt, &self->pipe_min,
+                                     &self->pipe_steps))
         return -1;
+    if (self->pipe_min < 0 || self->pipe_steps < 1) {
+        PyErr_SetString(PyExc_ValueError, "pipe_min must be >= 0 and pipe_steps >= 1");
+        return -1;
+    }
     self->spin_ns = spin_ns;
     if (self->stage_nt != 0 && self->stage_nt != 1) {
         PyErr_SetString(PyExc_ValueError, "stage_nt must be 0 or 1");

@@ -71,6 +71,13 @@ PROBE_MAGIC = 0x636F6C6C636F6D6D
 #: it too, past ALL_REDUCE_EXTRA, where every rank has a core).
 ONE_SHOT = 64 << 10
 
+#: A staged broadcast, and a reduce between two ranks past a slot, go in steps of
+#: about 1/PIPE_STEPS of the buffer, none smaller than PIPE_MIN bytes (each step costs a
+#: sync; 2 steps of 128 KiB measured slower than one of 256 KiB) nor larger than a slot:
+#: the writer copies step i+1 in while the others read step i (shm_large.pipeline_elems;
+#: the native core takes both for its reduce).
+PIPE_MIN, PIPE_STEPS = 256 << 10, 8
+
 #: all_reduce is one step (every rank reduces all n slots: it reads (n - 1) x the call's
 #: bytes) or two (each rank reduces its slice of every slot, a sync, every slice copied
 #: out: 2 (n - 1) / n x the bytes, one sync more). With a core per rank, one step while
