@@ -71,3 +71,51 @@ def test_large_reduce_native_and_python_ranks_together(n):
     res = run_ranks(_cases, n, env={"COLLCOMM_SHM_SLOT": str(SLOT)}, timeout=100,
                     rank_env={1: {"COLLCOMM_NATIVE": "0"}})
     assert len(set(res)) == 1 and res[0] == len(CASES) * n
+
+
+def _pair_cases() -> list:
+    """reduce between two ranks past a 1 MiB slot through the core layer (out of place and
+    in place, roots 0 and 1): steps of an eighth of the buffer, not a multiple of the
+    itemsize for some dtypes; random data with signed zeros and NaNs up front, so a swap of
+    the operands shows in the bits (max/min of -0.0 and 0.0, NaN payloads). Each result is
+    compared bit for bit with numpy's in rank order."""
+    import collcomm.core.collectives as cc
+    from collcomm import ReduceOp
+    from collcomm.core import runtime
+
+    g = runtime.get_world("test")
+    me = g.rank
+    out = []
+    for dt, count in (("float64", 500_001), ("float32", 700_003), ("complex64", 300_001),
+                      ("int16", 1_500_001)):
+        rng = np.random.default_rng(7)
+        a = [(rng.standard_normal(count) * 100).astype(dt) for _ in range(2)]
+        if dt.startswith("float"):
+            a[0][:4] = [-0.0, 0.0, np.nan, 1.0]
+            a[1][:4] = [0.0, -0.0, 1.0, -np.nan]
+        for op, uf in ((ReduceOp.SUM, np.add), (ReduceOp.MAX, np.maximum), (ReduceOp.MIN, np.minimum)):
+            if dt == "complex64" and op is not ReduceOp.SUM:
+                continue
+            with np.errstate(all="ignore"):
+                want = uf(a[0], a[1])
+            for root in (0, 1):
+                for in_place in (True, False):
+                    send = a[me].copy()
+                    recv = (send if in_place else np.full(count, 3, dt)) if me == root else None
+                    cc.reduce(g, send, recv, op, root)
+                    got = recv if me == root else send
+                    expect = want if me == root else a[me]
+                    out.append((dt, str(op), root, in_place,
+                                bool(np.array_equal(got.view(np.uint8), expect.view(np.uint8)))))
+    return out
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("python_rank", [None, 0, 1])
+def test_reduce_pair_bits_steps_and_mixed_ranks(python_rank):
+    env = None if python_rank is None else {python_rank: {"COLLCOMM_NATIVE": "0"}}
+    res = run_ranks(_pair_cases, 2, env={"COLLCOMM_SHM_SLOT": str(1 << 20)}, timeout=100,
+                    rank_env=env)
+    bad = [case for rank in res for case in rank if not case[-1]]
+    assert not bad, bad
+    assert len(res[0]) == len(res[1]) == 40

@@ -125,3 +125,49 @@ def test_world_p2p_in_one_call_and_fallbacks() -> None:
         assert native_got[5] == [2.0 * i for i in range(5)], native_got[5]     # numpy peer
         assert native_got[1:] == paused_got[1:], (native_got, paused_got)
         assert all(e != "no error" for e in native_got[6]), native_got[6]
+
+
+def _after_a_peer_is_lost() -> list:
+    """Rank 0 marks rank 1 lost (as the engine does when a peer dies), then isend, send
+    and irecv + wait to it, native and paused: the same error each way (the native entry
+    declines on an engine with a peer lost; the ring to that peer is still open)."""
+    import time
+
+    import collcomm as dist
+    from collcomm.core import p2p, runtime
+    from collcomm.errors import PeerLostError
+
+    me = dist.get_rank()
+    g = runtime.get_world("test")
+    f = p2p.native(g)
+    s = np.arange(4, dtype=np.int32)
+    r = np.zeros(4, np.int32)
+    if me == 0:                    # (the int32 signature cached: the native entry takes it)
+        dist.isend(s, 1, tag=3).wait()
+    else:
+        dist.irecv(r, 0, tag=3).wait()
+    dist.barrier()
+    out: list = []
+    if me == 1:
+        time.sleep(1.0)
+        return out
+    g.transport.peer_lost(1, PeerLostError("rank 1 lost (simulated)", peer=1), crashed=False)
+    for paused in (0, 1):
+        f.paused = paused
+        for call in (lambda: dist.isend(s, 1, tag=5).wait(), lambda: dist.send(s, 1, tag=5),
+                     lambda: dist.irecv(r, 1, tag=5).wait()):
+            try:
+                call()
+                out.append((paused, "no error"))
+            except Exception as exc:  # noqa: BLE001 - compared
+                out.append((paused, f"{type(exc).__name__}: {exc}"[:160]))
+    return out
+
+
+def test_world_p2p_after_a_peer_is_lost() -> None:
+    res = run_ranks(_after_a_peer_is_lost, 2, transport="shm", timeout=40)
+    native = [text for paused, text in res[0] if not paused]
+    regular = [text for paused, text in res[0] if paused]
+    assert len(native) == len(regular) == 3
+    assert native == regular, (native, regular)
+    assert all(text.startswith("PeerLostError") for text in native), native

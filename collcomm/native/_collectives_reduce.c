@@ -215,7 +215,7 @@ static PyObject *Core_reduce(Core *c, PyObject *const *args, Py_ssize_t nargs)
         return call_end(&k, ST_REFUSE);
     Py_ssize_t count = nbytes / isz;
     int part = c->part;            /* (one step: it may run in two parts, see enter) */
-    if (part != PART_WHOLE && !one_step)
+    if (part != PART_WHOLE && (!one_step || pair))
         return call_end(&k, ST_REFUSE);
     if (pair)
         return call_end(&k, reduce_pair(&k, fn, isz, send, recv, nbytes, root, sig));

@@ -288,12 +288,15 @@ static PyObject *P2P_one(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     if (!batch_classes(s, ndarray, sigs, sent, received) ||
         !batch_values(s, recv, args[1], args[2], args[3], ndarray, sigs, &o))
         Py_RETURN_NONE;
+    /* the engine open with no peer lost, as P2P.send and the batch (deferred_line) ask:
+     * else the Python path, which fails the call as it must (PeerLostError, ...) */
     PyObject *held = NULL, *w = NULL;
-    int line = recv ? deferred_line(s, &held) : 1;
+    int line = recv ? deferred_line(s, &held) : p2p_engine_busy(s);
+    line = recv ? line : line < 0 ? -1 : !line;
     if (line > 0)
         w = batch_run(s, &o, record, held, g, sent, received);
     else if (line == 0)
-        w = Py_NewRef(Py_None);
+        w = Py_NewRef(Py_None);       /* (line < 0: the exception, w NULL) */
     Py_XDECREF(held);
     batch_release(&o);
     return w;
