@@ -21,6 +21,7 @@ from ..errors import MismatchError
 from ..transport.arena_layout import CMA, ONE_SHOT
 from ..transport.arena_layout import OFFSET as OFFSET_WORD
 from ..transport.arena_layout import SHARED as SHARED_WORD
+from ..transport.arena_layout import A2A_VOTE_CMA, A2A_VOTE_SHIFT
 from ..transport.arena_layout import SIZE as SIZE_WORD
 from .contract import Arena, ShmComm
 from .linear import displacements
@@ -258,9 +259,11 @@ def all_to_all(comm: ShmComm, send: np.ndarray, send_counts: Sequence[int], recv
                 np.copyto(recv[rdispl[r]:rdispl[r] + c],
                           arena.slot_array(agree, r, dt, int(sums[r]), a2a_eager_at(n))[at:at + c])
         return
-    largest = max(arena.get(r, SIZE_WORD + agree) for r in range(n))
+    words = [arena.get(r, SIZE_WORD + agree) for r in range(n)]
+    largest = max(w & ((1 << A2A_VOTE_SHIFT) - 1) for w in words)
+    vote = words[0] >> A2A_VOTE_SHIFT      # rank 0's (native/_a2a_choice.c); ours is none
     limit = a2a_cma_limit(arena)
-    if limit >= 0 and largest * dt.itemsize > limit:
+    if limit >= 0 and (vote == A2A_VOTE_CMA or (vote == 0 and largest * dt.itemsize > limit)):
         _all_to_all_cma(comm, arena, send, sdispl, recv, rdispl, recv_counts)
         return
     piece = a2a_piece(arena, dt.itemsize, n, largest)

@@ -104,12 +104,25 @@ def stage_nt() -> int:
     return int(text == "1")
 
 
+def a2a_adapt() -> bool:
+    """COLLCOMM_A2A_ADAPT (default 1): a rank 0 on the native core chooses, for every
+    all_to_all of at least CMA_MIN bytes, between staging and cross-memory attach from
+    what the two have cost it lately (native/_a2a_choice.c); 0: the fixed rule alone."""
+    text = os.environ.get("COLLCOMM_A2A_ADAPT", "1").strip()
+    if text not in ("0", "1"):
+        warnings.warn(f"collcomm: COLLCOMM_A2A_ADAPT={text!r} is neither 0 nor 1; using 1",
+                      RuntimeWarning, stacklevel=2)
+        return True
+    return text == "1"
+
+
 def attach(arena: Any) -> Any:
     """A native Core over ``arena`` (a collcomm.transport.arena.Arena), or None."""
     if core is None:
         return None
     from ..transport import arena as arena_mod
-    from ..transport.arena_layout import NATIVE, ONE_SHOT, PIPE_MIN, PIPE_STEPS, REDUCE_ONE_SHOT
+    from ..transport.arena_layout import (CMA_MIN, NATIVE, ONE_SHOT, PIPE_MIN, PIPE_STEPS,
+                                          REDUCE_ONE_SHOT)
     from ..transport.shm_segments import PAGE
 
     spin, yields = ((SPIN_NS, YIELDS) if arena.n <= arena.cores
@@ -120,7 +133,8 @@ def attach(arena: Any) -> Any:
         return core.Core(arena.mm, arena.n, arena.rank, arena.header, arena.slot, arena.slot + PAGE,
                          PAGE, ONE_SHOT, NATIVE, spin, yields, arena_mod._FUTEX is not None,
                          reduce_one_shot=REDUCE_ONE_SHOT, poll_ns=int(arena.poll * 1e9),
-                         stage_nt=stage_nt(), pipe_min=PIPE_MIN, pipe_steps=PIPE_STEPS)
+                         stage_nt=stage_nt(), pipe_min=PIPE_MIN, pipe_steps=PIPE_STEPS,
+                         a2a_adapt=CMA_MIN if a2a_adapt() else 0)
     except (ValueError, TypeError, BufferError) as exc:   # e.g. an arena it cannot map: Python
         warnings.warn(f"collcomm: the native core cannot work in this arena ({exc}); the group "
                       "runs on the Python implementation", RuntimeWarning, stacklevel=2)

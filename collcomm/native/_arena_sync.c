@@ -18,6 +18,16 @@ typedef struct {
     int writable;
 } Handed;
 
+/* What rank 0 has measured of one size class of all_to_all (see _a2a_choice.c) */
+#define A2A_CLASSES 48
+typedef struct {
+    double cost[2];        /* ns per byte sent, staged / by CMA (smoothed; 0: not measured) */
+    long long seen[2];     /* when each was last measured (now_ns) */
+    signed char trial;     /* the way being tried (0 / 1) for `left` more calls, or -1 */
+    signed char left;
+    signed char last;      /* the way the previous call went (-1: none) */
+} A2aChoice;
+
 typedef struct {
     PyObject_HEAD
     char *base;            /* the arena mapping */
@@ -50,6 +60,10 @@ typedef struct {
     int lag_phase;         /* the phase of the call left early (lag_target != 0) */
     uint64_t lag_target;   /* a call left early: the counter everybody must reach (settle) */
     uint64_t lag_sig;      /* ... and the signature every rank must have written */
+    Py_ssize_t a2a_adapt;  /* > 0: rank 0 chooses staged or CMA for all_to_alls of at least
+                              this many bytes from its timings (_a2a_choice.c); 0: never */
+    A2aChoice a2a_choice[A2A_CLASSES];
+    unsigned long long a2a_by[2];   /* all_to_alls rank 0's vote sent staged / by CMA */
     int stage_nt;          /* 1: staged copies of NT_MIN bytes or more streamed (_stage_nt.c) */
     unsigned long long streamed;  /* staged copies written so (tests check the path) */
 } Core;

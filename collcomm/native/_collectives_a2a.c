@@ -5,8 +5,9 @@
 
 /* all_to_all(arena, send, send_counts, recv, recv_counts, itemsize, sig, cma_limit[, pids]):
  * agree on the largest block (and check the split sizes pair by pair), then rounds of
- * staged pieces. cma_limit >= 0: past the agreement, if largest * itemsize > cma_limit
- * the call ends by cross-memory attach: with `pids` (every rank's) here, as
+ * staged pieces. cma_limit >= 0: past the agreement, if rank 0 voted so (_a2a_choice.c)
+ * or, without its vote, if largest * itemsize > cma_limit, the call ends by cross-memory
+ * attach: with every rank's pids (`pids`, else the arena's) here, as
  * shm_move._all_to_all_cma does it (the same words and syncs), else the Python code
  * finishes it (ST_PYTHON).
  *
@@ -83,7 +84,8 @@ static PyObject *a2a_run(Core *c, PyObject *arena, PyObject *send_obj, PyObject 
         slot_elems < n)
         return call_end(&k, ST_REFUSE);
     int agree = next_phase(&k);
-    put(c, c->w_size + agree, (uint64_t)largest);
+    int vote = a2a_vote(c, ssum * isz, cma_limit);     /* (rank 0's: _a2a_choice.c) */
+    put(c, c->w_size + agree, (uint64_t)largest | ((uint64_t)vote << A2A_VOTE_SHIFT));
     int64_t *table = (int64_t *)slot_at(c, agree, me);
     for (int j = 0; j < n; j++) {
         table[j] = sc[j];
@@ -134,13 +136,20 @@ static PyObject *a2a_run(Core *c, PyObject *arena, PyObject *send_obj, PyObject 
     }
     Py_ssize_t all_largest = 0;
     for (int r = 0; r < n; r++) {
-        Py_ssize_t v = (Py_ssize_t)get(c, r, c->w_size + agree);
+        Py_ssize_t v = (Py_ssize_t)(get(c, r, c->w_size + agree) & A2A_COUNT_MASK);
         if (v > all_largest)
             all_largest = v;
     }
-    if (cma_limit >= 0 && all_largest * isz > cma_limit) {
+    int voted = (int)(get(c, 0, c->w_size + agree) >> A2A_VOTE_SHIFT);
+    long long t0 = vote != A2A_VOTE_NONE ? now_ns() : 0;
+    if (cma_limit >= 0 && (voted == A2A_VOTE_CMA ||
+                           (voted == A2A_VOTE_NONE && all_largest * isz > cma_limit))) {
         pid_t pids[64];
-        int got = pids_obj != NULL ? read_pids(pids_obj, n, pids) : 1;
+        gil_take(&k.gil);      /* (the agreement's wait may have let it go) */
+        PyObject *held = pids_obj == NULL ? PyObject_GetAttrString(k.arena, "pids") : NULL;
+        int got = pids_obj != NULL ? read_pids(pids_obj, n, pids)
+                : held != NULL ? read_pids(held, n, pids) : (PyErr_Clear(), 1);
+        Py_XDECREF(held);
         if (got != 0)
             return call_end(&k, got < 0 ? -1 : ST_PYTHON);
         /* shm_move._all_to_all_cma: our send displacements in our slot, our send
@@ -170,6 +179,7 @@ static PyObject *a2a_run(Core *c, PyObject *arena, PyObject *send_obj, PyObject 
         }
         if (sync_all(c, k.arena, &k.gil) < 0)
             return call_end(&k, -1);
+        a2a_record(c, ssum * isz, vote, t0);
         return call_end(&k, ST_DONE);
     }
     /* blocks packed at the largest one's size (rounded up to 64 / isz elements), not a slot's n-th: spread
@@ -203,6 +213,7 @@ static PyObject *a2a_run(Core *c, PyObject *arena, PyObject *send_obj, PyObject 
                        cnt * isz);
         }
     }
+    a2a_record(c, ssum * isz, vote, t0);
     return call_end(&k, ST_DONE);
 }
 

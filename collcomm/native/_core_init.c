@@ -9,7 +9,7 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds)
     static char *kwlist[] = {"mapping", "n", "rank", "header", "slot", "stride", "page",
                              "one_shot", "layout", "spin_ns", "yields", "futex",
                              "reduce_one_shot", "poll_ns", "stage_nt", "pipe_min", "pipe_steps",
-                             NULL};
+                             "a2a_adapt", NULL};
     PyObject *mapping, *layout;
     long long spin_ns;
     int futex;
@@ -18,17 +18,21 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds)
     self->stage_nt = 0;            /* (not given: plain stores) */
     self->pipe_min = 0;            /* (not given: a reduce between two ranks is two-shot) */
     self->pipe_steps = 1;
+    self->a2a_adapt = 0;           /* (not given: all_to_all by the fixed rule alone) */
+    for (int i = 0; i < A2A_CLASSES; i++) {
+        self->a2a_choice[i] = (A2aChoice){{0, 0}, {0, 0}, -1, 0, -1};
+    }
     self->all_reduce_extra = (Py_ssize_t)1 << 40;   /* one step up to one_shot, until the
                                                        group agrees (Arena.check_settings) */
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OiinnnnnOLip|nLini", kwlist, &mapping, &self->n,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OiinnnnnOLip|nLinin", kwlist, &mapping, &self->n,
                                      &self->rank, &self->header, &self->slot, &self->stride,
                                      &self->page, &self->one_shot, &layout, &spin_ns,
                                      &self->yields, &futex, &self->reduce_one_shot,
                                      &self->poll_ns, &self->stage_nt, &self->pipe_min,
-                                     &self->pipe_steps))
+                                     &self->pipe_steps, &self->a2a_adapt))
         return -1;
-    if (self->pipe_min < 0 || self->pipe_steps < 1) {
-        PyErr_SetString(PyExc_ValueError, "pipe_min must be >= 0 and pipe_steps >= 1");
+    if (self->pipe_min < 0 || self->pipe_steps < 1 || self->a2a_adapt < 0) {
+        PyErr_SetString(PyExc_ValueError, "pipe_min and a2a_adapt must be >= 0 and pipe_steps >= 1");
         return -1;
     }
     self->spin_ns = spin_ns;
@@ -98,6 +102,10 @@ static PyMemberDef Core_members[] = {
      "1: staged copies of 64 KiB or more are written with streaming stores (_stage_nt.c)"},
     {"streamed", T_ULONGLONG, offsetof(Core, streamed), READONLY,
      "staged copies written with streaming stores"},
+    {"a2a_staged", T_ULONGLONG, offsetof(Core, a2a_by), READONLY,
+     "all_to_alls this rank (rank 0) voted to stage (_a2a_choice.c)"},
+    {"a2a_cma", T_ULONGLONG, offsetof(Core, a2a_by) + sizeof(unsigned long long), READONLY,
+     "all_to_alls this rank (rank 0) voted to read by cross-memory attach"},
     {"n", T_INT, offsetof(Core, n), READONLY, "ranks"},
     {"rank", T_INT, offsetof(Core, rank), READONLY, "this rank"},
     {NULL, 0, 0, 0, NULL},

@@ -21,7 +21,9 @@ word  meaning
 7     the CPU this rank last arrived on (synced), + 1 (0: not known; only the native
       core writes it): a waiter whose late peer last arrived on the waiter's CPU
       yields at once instead of spinning (the peer cannot arrive while it spins there)
-8, 9  per phase: a size the rank announces (all_to_all: its largest block)
+8, 9  per phase: a size the rank announces (all_to_all: its largest block; rank 0's top
+      two bits, from :data:`A2A_VOTE_SHIFT`: its vote, staged or by CMA, which every
+      rank follows: native/_a2a_choice.c)
 10    this rank's phase: which of the two slot sets its last call wrote (flipped by
       every call, the native core's and the Python code's alike)
 11    this rank's settings, written once (:func:`pack_settings`): its :data:`ALL_REDUCE_EXTRA`
@@ -70,6 +72,11 @@ PROBE_MAGIC = 0x636F6C6C636F6D6D
 #: all_reduce above it takes two steps (reduce-scatter + all-gather) instead of one (below
 #: it too, past ALL_REDUCE_EXTRA, where every rank has a core).
 ONE_SHOT = 64 << 10
+
+#: all_to_all: rank 0's vote in the top bits of its SIZE word of the agreement phase
+#: (0: none, the fixed rule; 1: staged; 2: by cross-memory attach; native/_a2a_choice.c)
+A2A_VOTE_SHIFT = 62
+A2A_VOTE_STAGED, A2A_VOTE_CMA = 1, 2
 
 #: A staged broadcast, and a reduce between two ranks past a slot, go in steps of
 #: about 1/PIPE_STEPS of the buffer, none smaller than PIPE_MIN bytes (each step costs a

@@ -1,0 +1,83 @@
+/* all_to_all staged or by cross-memory attach: rank 0 chooses from what it measures
+ * (included by _shmcore.c before _collectives_a2a.c, which calls a2a_vote / a2a_record).
+ *
+ * Why: which way is cheaper can change while a job runs. On the 2-vCPU VM the host moves
+ * the two vCPUs every few minutes between placements where a staged 1 MiB all_to_all
+ * takes 39-86 µs and where it takes 275-392 µs, while a read by cross-memory attach
+ * costs about the same in both (BENCHMARKS.md session 18); a fixed rule (cma_limit, from
+ * the CMA cost measured when the arena was built) loses 3x in one placement or 2x in the
+ * other.
+ *
+ * How, without the ranks ever going different ways: rank 0 votes, in the top two bits
+ * of its SIZE word of the agreement phase (arena_layout.A2A_VOTE_SHIFT; the rest is its
+ * largest block); after the agreement's sync every rank reads rank 0's vote and goes
+ * that way (A2A_VOTE_NONE: the fixed rule). The other ranks, and a rank 0 on the Python
+ * path, vote NONE; the Python code obeys rank 0's vote as C does (shm_move.all_to_all).
+ *
+ * Rank 0 keeps, per size class (log2 of its send bytes, from a2a_adapt bytes up), the
+ * cost per byte of each way, smoothed, measured from the agreement's sync to the end of
+ * its data movement; it goes the cheaper way and every A2A_EXPLORE_NS tries the other for
+ * A2A_TRIAL calls, of which the first after a change of way is not counted (the slots or
+ * buffers it meets are cold). At most one call in a quarter second pays for a try.
+ */
+#define A2A_VOTE_SHIFT 62              /* arena_layout.A2A_VOTE_SHIFT */
+#define A2A_VOTE_NONE 0
+#define A2A_VOTE_STAGED 1
+#define A2A_VOTE_CMA 2
+#define A2A_COUNT_MASK ((1ULL << A2A_VOTE_SHIFT) - 1)
+#define A2A_EXPLORE_NS 500000000LL
+#define A2A_TRIAL 2
+
+static inline A2aChoice *a2a_class(Core *c, Py_ssize_t bytes)
+{
+    int k = 0;
+    while (bytes > 1 && k < A2A_CLASSES - 1) {
+        bytes >>= 1;
+        k++;
+    }
+    return &c->a2a_choice[k];
+}
+
+/* Rank 0's vote for an all_to_all sending `bytes` (A2A_VOTE_*) */
+static int a2a_vote(Core *c, Py_ssize_t bytes, long cma_limit)
+{
+    if (c->rank != 0 || c->a2a_adapt <= 0 || cma_limit < 0 || bytes < c->a2a_adapt)
+        return A2A_VOTE_NONE;
+    A2aChoice *h = a2a_class(c, bytes);
+    int way;
+    if (h->trial >= 0 && h->left > 0) {
+        way = h->trial;
+        h->left--;
+    } else {
+        h->trial = -1;
+        if (h->cost[0] == 0 || h->cost[1] == 0)
+            way = h->cost[0] == 0 ? 0 : 1;
+        else {
+            int best = h->cost[0] <= h->cost[1] ? 0 : 1;
+            way = now_ns() - h->seen[1 - best] > A2A_EXPLORE_NS ? 1 - best : best;
+        }
+        if (h->cost[way] == 0 || way != h->last) {    /* a try: A2A_TRIAL calls this way */
+            h->trial = (signed char)way;
+            h->left = A2A_TRIAL - 1;
+        }
+    }
+    return way == 0 ? A2A_VOTE_STAGED : A2A_VOTE_CMA;
+}
+
+/* Rank 0, after a call it voted for went that way: what it cost (t0: the agreement's sync) */
+static void a2a_record(Core *c, Py_ssize_t bytes, int vote, long long t0)
+{
+    if (vote == A2A_VOTE_NONE)
+        return;
+    int way = vote == A2A_VOTE_CMA;
+    A2aChoice *h = a2a_class(c, bytes);
+    c->a2a_by[way]++;
+    long long now = now_ns();
+    int counted = h->last == way;
+    h->last = (signed char)way;
+    if (!counted)
+        return;
+    double per = (double)(now - t0) / (double)bytes;
+    h->cost[way] = h->cost[way] == 0 ? per : 0.5 * h->cost[way] + 0.5 * per;
+    h->seen[way] = now;
+}

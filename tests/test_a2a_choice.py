@@ -1,0 +1,64 @@
+"""all_to_all staged or by cross-memory attach, as rank 0 votes (native/_a2a_choice.c):
+rank 0 tries both ways on a size it has not seen, then goes the cheaper one; every rank
+follows its vote, native or Python; results are right whichever way a call went, with
+even and uneven blocks; COLLCOMM_A2A_ADAPT=0 leaves the fixed rule alone.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from collcomm import native
+from tests.harness import run_ranks
+
+pytestmark = [pytest.mark.timeout(90),
+              pytest.mark.skipif(native.core is None, reason=f"native core: {native.reason}")]
+
+
+def _calls(count: int) -> dict:
+    import collcomm as dist
+    from collcomm.core import runtime
+
+    n, me = dist.get_world_size(), dist.get_rank()
+    dist.barrier()
+    arena = runtime._world._arena
+    core = arena.native_core
+    per = (96 << 10) + 3 * me          # float32s per block (uneven: rank i sends 96K + 3i)
+    bad = 0
+    for i in range(count):
+        sizes = [per] * n                              # what we send to each rank
+        send = np.concatenate([np.arange(per, dtype=np.float32) + 1e6 * me + 1e3 * j + i
+                               for j in range(n)])
+        got = [(96 << 10) + 3 * r for r in range(n)]   # what each rank sends us
+        recv = np.full(sum(got), -1, np.float32)
+        dist.all_to_all_single(recv, send, output_split_sizes=got, input_split_sizes=sizes)
+        at = 0
+        for r in range(n):
+            want = np.arange(got[r], dtype=np.float32) + 1e6 * r + 1e3 * me + i
+            bad += not np.array_equal(recv[at:at + got[r]], want)
+            at += got[r]
+    votes = None if core is None else (core.a2a_staged, core.a2a_cma)
+    return {"bad": bad, "votes": votes, "cma": bool(arena.cma)}
+
+
+@pytest.mark.parametrize("n,python_rank", [(2, None), (3, None), (2, 1), (3, 0)])
+def test_rank_0_votes_and_every_rank_follows(n, python_rank) -> None:
+    env = None if python_rank is None else {python_rank: {"COLLCOMM_NATIVE": "0"}}
+    res = run_ranks(_calls, n, 12, transport="shm", timeout=80, rank_env=env)
+    assert all(r["bad"] == 0 for r in res), [r["bad"] for r in res]
+    if not res[0]["cma"]:
+        pytest.skip("no cross-memory attach here: nothing to choose")
+    for r, out in enumerate(res):
+        if r == python_rank:
+            assert out["votes"] is None
+        elif r == 0:
+            staged, by_cma = out["votes"]
+            assert staged >= 2 and by_cma >= 2 and staged + by_cma == 12, out["votes"]
+        else:
+            assert out["votes"] == (0, 0), out["votes"]
+
+
+def test_no_votes_when_switched_off() -> None:
+    res = run_ranks(_calls, 2, 6, transport="shm", timeout=80, env={"COLLCOMM_A2A_ADAPT": "0"})
+    assert all(r["bad"] == 0 for r in res)
+    assert [r["votes"] for r in res] == [(0, 0), (0, 0)]
