@@ -21,7 +21,7 @@ from ..errors import MismatchError
 from ..transport.arena_layout import CMA, ONE_SHOT
 from ..transport.arena_layout import OFFSET as OFFSET_WORD
 from ..transport.arena_layout import SHARED as SHARED_WORD
-from ..transport.arena_layout import A2A_VOTE_CMA, A2A_VOTE_SHIFT
+from ..transport.arena_layout import A2A_VOTE_CMA, A2A_VOTE_SHIFT, A2A_VOTE_STAGED
 from ..transport.arena_layout import SIZE as SIZE_WORD
 from .contract import Arena, ShmComm
 from .linear import displacements
@@ -281,6 +281,8 @@ def all_to_all(comm: ShmComm, send: np.ndarray, send_counts: Sequence[int], recv
             if c:
                 src = arena.slot_array(phase, r, dt, n * piece).reshape(n, piece)[me, :c]
                 np.copyto(recv[rdispl[r] + lo:rdispl[r] + lo + c], src)
+    if vote == A2A_VOTE_STAGED:    # (as the native core: a voted staged call ends synced)
+        arena.sync()
 
 
 def peers_from_next(me: int, n: int) -> list[int]:
