@@ -1,7 +1,7 @@
 """all_to_all staged or by cross-memory attach, as rank 0 votes (native/_a2a_choice.c):
 rank 0 tries both ways on a size it has not seen, then goes the cheaper one; every rank
 follows its vote, native or Python; results are right whichever way a call went, with
-even and uneven blocks; COLLCOMM_A2A_ADAPT=0 leaves the fixed rule alone.
+even and uneven blocks; COLLCOMM_VOTE=0 leaves the fixed rule alone.
 """
 from __future__ import annotations
 
@@ -59,6 +59,50 @@ def test_rank_0_votes_and_every_rank_follows(n, python_rank) -> None:
 
 
 def test_no_votes_when_switched_off() -> None:
-    res = run_ranks(_calls, 2, 6, transport="shm", timeout=80, env={"COLLCOMM_A2A_ADAPT": "0"})
+    res = run_ranks(_calls, 2, 6, transport="shm", timeout=80, env={"COLLCOMM_VOTE": "0"})
     assert all(r["bad"] == 0 for r in res)
     assert [r["votes"] for r in res] == [(0, 0), (0, 0)]
+
+
+def _gathers(count: int) -> dict:
+    """all_gather from 256 KiB, flat and as lists, out of place and in place, float32 and
+    int16 (an odd count: chunks of whole elements across a 256 KiB slot)."""
+    import collcomm as dist
+    from collcomm.core import runtime
+
+    n, me = dist.get_world_size(), dist.get_rank()
+    dist.barrier()
+    core = runtime._world._arena.native_core
+    bad = 0
+    for dt, k in (("float32", (100 << 10) + 7), ("int16", (300 << 10) + 1)):
+        want = np.concatenate([(np.arange(k) % 1000 + 7 * r).astype(dt) for r in range(n)])
+        for i in range(count):
+            mine = (np.arange(k) % 1000 + 7 * me).astype(dt)
+            out = np.zeros(k * n, dt)
+            dist.all_gather_into_tensor(out, mine)
+            bad += not np.array_equal(out, want)
+            lst = [np.zeros(k, dt) for _ in range(n)]
+            dist.all_gather(lst, mine)
+            bad += not np.array_equal(np.concatenate(lst), want)
+            inplace = np.zeros(k * n, dt)
+            inplace[me * k:(me + 1) * k] = mine
+            dist.all_gather_into_tensor(inplace, inplace[me * k:(me + 1) * k])
+            bad += not np.array_equal(inplace, want)
+    votes = None if core is None else (core.ag_staged, core.ag_cma)
+    return {"bad": bad, "votes": votes, "cma": bool(runtime._world._arena.cma)}
+
+
+@pytest.mark.parametrize("n,python_rank", [(2, None), (3, None), (2, 0), (3, 1)])
+def test_all_gather_follows_rank_0s_vote(n, python_rank) -> None:
+    env = None if python_rank is None else {python_rank: {"COLLCOMM_NATIVE": "0"}}
+    res = run_ranks(_gathers, n, 4, transport="shm", timeout=80, rank_env=env,
+                    env={"COLLCOMM_SHM_SLOT": str(256 << 10)})
+    assert all(r["bad"] == 0 for r in res), [r["bad"] for r in res]
+    if not res[0]["cma"]:
+        pytest.skip("no cross-memory attach here: nothing to choose")
+    if python_rank == 0:          # a Python rank 0 does not vote: the fixed rule
+        assert all(r["votes"] in (None, (0, 0)) for r in res), res
+        return
+    staged, by_cma = res[0]["votes"]
+    assert staged >= 2 and by_cma >= 2 and staged + by_cma == 24, res[0]["votes"]
+    assert all(r["votes"] in (None, (0, 0)) for r in res[1:])

@@ -118,6 +118,7 @@ class Arena(Protocol):
     cma: bool                     # every rank can read every other's memory (read_remote)
     cma_write: bool               # ... and write it (write_remote)
     cma_cost: float               # a byte read by CMA costs this many memcpy'd bytes (agreed)
+    ag_vote_min: int              # all_gathers of this many bytes up go the voted way (0: none)
     cores: int                    # the fewest CPUs any rank may run on (agreed)
     all_reduce_extra: int         # the group's all_reduce one-step bound (arena_layout; agreed)
     global_ranks: Sequence[int]   # global rank of each rank (for error messages)

@@ -28,7 +28,7 @@ from .linear import displacements
 from .shm_large import a2a_cma_limit, pipeline_elems, reads_peers, rooted_split
 from .shm_stage import (
     MISMATCH, PAIRS, PYTHON, REFUSE, any_in_place, arena_of, call_sig, chunk_elems, enter,
-    heap_location, native_core, publish, raise_mismatch, read_peer,
+    heap_location, native_core, peer_slot, publish, raise_mismatch, read_peer,
 )
 
 
@@ -118,6 +118,10 @@ def _gather_to(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, root: i
     dt = send.dtype
     shared = heap_location(comm, send)
     cma = reads_peers(arena, name, send.nbytes * n)
+    if root is None and _voted(arena, send.nbytes * n):
+        assert recv is not None
+        _gather_voted(comm, arena, send, recv, cma)
+        return
     if cma and root is not None and arena.cma_write:
         phase = arena.next_phase()
         if me == root:   # the root's receive buffer, where the others write their share
@@ -156,6 +160,12 @@ def _gather_native(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, roo
     if core is None or heap_location(comm, send) is not None:
         return False
     cma = reads_peers(arena, name, send.nbytes * comm.size)
+    if root is None and _voted(arena, send.nbytes * comm.size):   # any size: in chunks
+        mine = call_sig(comm, name, send.size)
+        status = core.gather(arena, send, recv, -1, mine, cma, send.dtype.itemsize)
+        if status != REFUSE:
+            gather_after(comm, arena, status, mine, send, recv)
+        return status != REFUSE
     split = cma and root is not None and arena.cma_write
     if not split and (send.nbytes > arena.slot or cma):
         return False
@@ -170,6 +180,45 @@ def _gather_native(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, roo
     if status != REFUSE:
         gather_after(comm, arena, status, mine, send, recv if receiver else None, root if split else None)
     return status != REFUSE
+
+
+def _voted(arena: Arena, nbytes: int) -> bool:
+    """Does an all_gather of ``nbytes`` (all ranks') go the voted way? The same on every rank."""
+    return 0 < arena.ag_vote_min <= nbytes
+
+
+def _gather_voted(comm: ShmComm, arena: Arena, send: np.ndarray, recv: np.ndarray,
+                  fixed_cma: bool) -> None:
+    """An all_gather staged or by cross-memory attach as rank 0 votes: every rank announces
+    its buffer's address, rank 0 its vote (a Python rank 0 does not vote: ``fixed_cma``,
+    reads_peers' answer, decides), a sync with the signature check; then by CMA (each
+    reads every other's block, a closing sync) or staged in chunks of a slot (each staged,
+    synced, copied out; a voted call ends synced). The native core's all_gather_voted
+    (native/_all_gather_voted.c, which says why) does the same, step for step. Our own
+    block is in ``recv`` already."""
+    n, me, k, dt = comm.size, comm.rank, send.size, send.dtype
+    phase = arena.next_phase()
+    arena.put(SHARED_WORD + phase, CMA)
+    arena.put(OFFSET_WORD + phase, send.__array_interface__["data"][0])
+    arena.put(SIZE_WORD + phase, 0)
+    enter(comm, arena, phase, "all_gather", k, True)
+    vote = arena.get(0, SIZE_WORD + phase) >> A2A_VOTE_SHIFT
+    if vote == A2A_VOTE_CMA or (vote == 0 and fixed_cma):
+        for r in peers_from_next(me, n):
+            read_peer(comm, arena, phase, r, dt, k, 0, recv[r * k:(r + 1) * k])
+        arena.sync()
+        return
+    step = chunk_elems(arena, dt.itemsize)
+    for lo in range(0, k, step):
+        chunk = send[lo:lo + step]
+        count = chunk.size
+        staged = arena.next_phase()
+        publish(arena, staged, chunk, None, lo, False)
+        arena.sync()
+        for r in peers_from_next(me, n):
+            np.copyto(recv[r * k + lo:r * k + lo + count], peer_slot(arena, staged, r, dt, count))
+    if vote == A2A_VOTE_STAGED:
+        arena.sync()
 
 
 def gather_after(comm: ShmComm, arena: Arena, status: int, mine: int, send: np.ndarray,

@@ -104,13 +104,14 @@ def stage_nt() -> int:
     return int(text == "1")
 
 
-def a2a_adapt() -> bool:
-    """COLLCOMM_A2A_ADAPT (default 1): a rank 0 on the native core chooses, for every
-    all_to_all of at least CMA_MIN bytes, between staging and cross-memory attach from
-    what the two have cost it lately (native/_a2a_choice.c); 0: the fixed rule alone."""
-    text = os.environ.get("COLLCOMM_A2A_ADAPT", "1").strip()
+def votes() -> bool:
+    """COLLCOMM_VOTE (default 1): a rank 0 on the native core chooses, for every all_to_all
+    and all_gather of at least CMA_MIN bytes, between staging and cross-memory attach from
+    what the two have cost it lately, and the group follows (native/_a2a_choice.c); 0:
+    the fixed rule alone."""
+    text = os.environ.get("COLLCOMM_VOTE", "1").strip()
     if text not in ("0", "1"):
-        warnings.warn(f"collcomm: COLLCOMM_A2A_ADAPT={text!r} is neither 0 nor 1; using 1",
+        warnings.warn(f"collcomm: COLLCOMM_VOTE={text!r} is neither 0 nor 1; using 1",
                       RuntimeWarning, stacklevel=2)
         return True
     return text == "1"
@@ -134,7 +135,7 @@ def attach(arena: Any) -> Any:
                          PAGE, ONE_SHOT, NATIVE, spin, yields, arena_mod._FUTEX is not None,
                          reduce_one_shot=REDUCE_ONE_SHOT, poll_ns=int(arena.poll * 1e9),
                          stage_nt=stage_nt(), pipe_min=PIPE_MIN, pipe_steps=PIPE_STEPS,
-                         a2a_adapt=CMA_MIN if a2a_adapt() else 0)
+                         a2a_adapt=CMA_MIN if votes() else 0)
     except (ValueError, TypeError, BufferError) as exc:   # e.g. an arena it cannot map: Python
         warnings.warn(f"collcomm: the native core cannot work in this arena ({exc}); the group "
                       "runs on the Python implementation", RuntimeWarning, stacklevel=2)

@@ -1,5 +1,6 @@
-/* all_to_all staged or by cross-memory attach: rank 0 chooses from what it measures
- * (included by _shmcore.c before _collectives_a2a.c, which calls a2a_vote / a2a_record).
+/* all_to_all and all_gather staged or by cross-memory attach: rank 0 chooses from what it
+ * measures (included by _shmcore.c before _all_gather_voted.c and _collectives_a2a.c,
+ * which call way_vote / way_record with their own tables).
  *
  * Why: which way is cheaper can change while a job runs. On the 2-vCPU VM the host moves
  * the two vCPUs every few minutes between placements where a staged 1 MiB all_to_all
@@ -28,22 +29,23 @@
 #define A2A_EXPLORE_NS 500000000LL
 #define A2A_TRIAL 2
 
-static inline A2aChoice *a2a_class(Core *c, Py_ssize_t bytes)
+static inline A2aChoice *way_class(A2aChoice *table, Py_ssize_t bytes)
 {
     int k = 0;
     while (bytes > 1 && k < A2A_CLASSES - 1) {
         bytes >>= 1;
         k++;
     }
-    return &c->a2a_choice[k];
+    return &table[k];
 }
 
-/* Rank 0's vote for an all_to_all sending `bytes` (A2A_VOTE_*) */
-static int a2a_vote(Core *c, Py_ssize_t bytes, long cma_limit)
+/* Rank 0's vote (A2A_VOTE_*) for a call of `bytes` whose sizes `table` records; `cma`: the
+ * call can go by CMA at all */
+static int way_vote(Core *c, A2aChoice *table, Py_ssize_t bytes, int cma)
 {
-    if (c->rank != 0 || c->a2a_adapt <= 0 || cma_limit < 0 || bytes < c->a2a_adapt)
+    if (c->rank != 0 || c->a2a_adapt <= 0 || !cma || bytes < c->a2a_adapt)
         return A2A_VOTE_NONE;
-    A2aChoice *h = a2a_class(c, bytes);
+    A2aChoice *h = way_class(table, bytes);
     int way;
     if (h->trial >= 0 && h->left > 0) {
         way = h->trial;
@@ -64,14 +66,16 @@ static int a2a_vote(Core *c, Py_ssize_t bytes, long cma_limit)
     return way == 0 ? A2A_VOTE_STAGED : A2A_VOTE_CMA;
 }
 
-/* Rank 0, after a call it voted for went that way: what it cost (t0: the agreement's sync) */
-static void a2a_record(Core *c, Py_ssize_t bytes, int vote, long long t0)
+/* Rank 0, after a call it voted for went that way: what it cost (t0: the agreement's
+ * sync); `by` counts the calls each way */
+static void way_record(A2aChoice *table, unsigned long long *by, Py_ssize_t bytes, int vote,
+                       long long t0)
 {
     if (vote == A2A_VOTE_NONE)
         return;
     int way = vote == A2A_VOTE_CMA;
-    A2aChoice *h = a2a_class(c, bytes);
-    c->a2a_by[way]++;
+    A2aChoice *h = way_class(table, bytes);
+    by[way]++;
     long long now = now_ns();
     int counted = h->last == way;
     h->last = (signed char)way;

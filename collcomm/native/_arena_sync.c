@@ -64,6 +64,11 @@ typedef struct {
                               this many bytes from its timings (_a2a_choice.c); 0: never */
     A2aChoice a2a_choice[A2A_CLASSES];
     unsigned long long a2a_by[2];   /* all_to_alls rank 0's vote sent staged / by CMA */
+    Py_ssize_t ag_vote_min;         /* all_gathers of at least this many bytes (all ranks')
+                                       take an agreement step, rank 0 voting (0: none;
+                                       _all_gather_voted.c; Arena.build sets it) */
+    A2aChoice ag_choice[A2A_CLASSES];
+    unsigned long long ag_by[2];
     int stage_nt;          /* 1: staged copies of NT_MIN bytes or more streamed (_stage_nt.c) */
     unsigned long long streamed;  /* staged copies written so (tests check the path) */
 } Core;

@@ -84,7 +84,7 @@ static PyObject *a2a_run(Core *c, PyObject *arena, PyObject *send_obj, PyObject 
         slot_elems < n)
         return call_end(&k, ST_REFUSE);
     int agree = next_phase(&k);
-    int vote = a2a_vote(c, ssum * isz, cma_limit);     /* (rank 0's: _a2a_choice.c) */
+    int vote = way_vote(c, c->a2a_choice, ssum * isz, cma_limit >= 0);     /* (rank 0's: _a2a_choice.c) */
     put(c, c->w_size + agree, (uint64_t)largest | ((uint64_t)vote << A2A_VOTE_SHIFT));
     int64_t *table = (int64_t *)slot_at(c, agree, me);
     for (int j = 0; j < n; j++) {
@@ -179,7 +179,7 @@ static PyObject *a2a_run(Core *c, PyObject *arena, PyObject *send_obj, PyObject 
         }
         if (sync_all(c, k.arena, &k.gil) < 0)
             return call_end(&k, -1);
-        a2a_record(c, ssum * isz, vote, t0);
+        way_record(c->a2a_choice, c->a2a_by, ssum * isz, vote, t0);
         return call_end(&k, ST_DONE);
     }
     /* blocks packed at the largest one's size (rounded up to 64 / isz elements), not a slot's n-th: spread
@@ -218,7 +218,7 @@ static PyObject *a2a_run(Core *c, PyObject *arena, PyObject *send_obj, PyObject 
      * to a piece's copy: 16 MiB staged at 1.3x the time of CMA, which it measured faster) */
     if (voted == A2A_VOTE_STAGED && sync_all(c, k.arena, &k.gil) < 0)
         return call_end(&k, -1);
-    a2a_record(c, ssum * isz, vote, t0);
+    way_record(c->a2a_choice, c->a2a_by, ssum * isz, vote, t0);
     return call_end(&k, ST_DONE);
 }
 

@@ -87,16 +87,26 @@ static PyObject *Core_broadcast(Core *c, PyObject *const *args, Py_ssize_t nargs
 
 /* gather(arena, send, recv or None, root (-1: all_gather), sig): one chunk, staged (but
  * for a gather's root, whose block nobody reads); it may run in two parts (Core.part).
+ * An all_gather of ag_vote_min bytes or more goes the voted way (all_gather_voted, whole
+ * calls only); gather(arena, send, recv, -1, sig, fixed_cma, itemsize): such an
+ * all_gather of any size, `fixed_cma` the fixed rule's answer should rank 0 not vote.
  * gather(..., itemsize, cma_key, pids): a gather (root >= 0) split by cross-memory attach
  * (rooted_cma). */
 static PyObject *Core_gather(Core *c, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 8 && check_args(nargs, 5, "gather") < 0)
+    if (nargs != 8 && nargs != 7 && check_args(nargs, 5, "gather") < 0)
         return NULL;
     PARSE_LONG(root, args[3]);
     PARSE_U64(sig, args[4]);
     long itemsize = 0;
     uint64_t cma_key = 0;
+    int fixed_cma = 0;
+    if (nargs == 7) {     /* (..., fixed_cma, itemsize): an all_gather the Python code hands over */
+        fixed_cma = PyObject_IsTrue(args[5]);
+        itemsize = PyLong_AsLong(args[6]);
+        if (fixed_cma < 0 || PyErr_Occurred())
+            return NULL;
+    }
     if (nargs == 8) {
         itemsize = PyLong_AsLong(args[5]);
         cma_key = PyLong_AsUnsignedLongLongMask(args[6]);
@@ -120,7 +130,18 @@ static PyObject *Core_gather(Core *c, PyObject *const *args, Py_ssize_t nargs)
         return rooted_cma(&k, receiver ? recv : send, kb, root, sig, itemsize, cma_key, args[7],
                           SPLIT_GATHER, apart ? recv + me * kb : NULL, send);
     }
-    if (kb > c->slot || kb == 0 || root >= n || (receiver && (recv == NULL || rbytes != n * kb)))
+    if (root < 0 && c->ag_vote_min > 0 && kb * n >= c->ag_vote_min && kb > 0) {
+        /* the voted all_gather (_all_gather_voted.c): whole calls only; chunks of whole
+         * elements (without the itemsize, one chunk: a slot at most) */
+        Py_ssize_t chunk = itemsize > 0 ? c->slot / itemsize * itemsize : c->slot;
+        if (c->part != PART_WHOLE || recv == NULL || rbytes != n * kb || chunk <= 0 ||
+            (itemsize <= 0 && kb > c->slot))
+            return call_end(&k, ST_REFUSE);
+        int st = all_gather_voted(&k, send, kb, recv, sig, fixed_cma, chunk);
+        return call_end(&k, st);
+    }
+    if (nargs == 7 || kb > c->slot || kb == 0 || root >= n ||
+        (receiver && (recv == NULL || rbytes != n * kb)))
         return call_end(&k, ST_REFUSE);
     int part = c->part;            /* (a two-part call: see enter; its second part stages nothing) */
     if (receiver && recv != NULL && part != PART_FINISH) {

@@ -21,6 +21,7 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds)
     self->a2a_adapt = 0;           /* (not given: all_to_all by the fixed rule alone) */
     for (int i = 0; i < A2A_CLASSES; i++) {
         self->a2a_choice[i] = (A2aChoice){{0, 0}, {0, 0}, -1, 0, -1};
+        self->ag_choice[i] = self->a2a_choice[i];
     }
     self->all_reduce_extra = (Py_ssize_t)1 << 40;   /* one step up to one_shot, until the
                                                        group agrees (Arena.check_settings) */
@@ -106,6 +107,13 @@ static PyMemberDef Core_members[] = {
      "all_to_alls this rank (rank 0) voted to stage (_a2a_choice.c)"},
     {"a2a_cma", T_ULONGLONG, offsetof(Core, a2a_by) + sizeof(unsigned long long), READONLY,
      "all_to_alls this rank (rank 0) voted to read by cross-memory attach"},
+    {"ag_vote_min", T_PYSSIZET, offsetof(Core, ag_vote_min), 0,
+     "all_gathers of at least this many bytes take the voted way (_all_gather_voted.c; 0: "
+     "none; the same on every rank: Arena.build sets it)"},
+    {"ag_staged", T_ULONGLONG, offsetof(Core, ag_by), READONLY,
+     "all_gathers this rank (rank 0) voted to stage"},
+    {"ag_cma", T_ULONGLONG, offsetof(Core, ag_by) + sizeof(unsigned long long), READONLY,
+     "all_gathers this rank (rank 0) voted to read by cross-memory attach"},
     {"n", T_INT, offsetof(Core, n), READONLY, "ranks"},
     {"rank", T_INT, offsetof(Core, rank), READONLY, "this rank"},
     {NULL, 0, 0, 0, NULL},

@@ -196,7 +196,10 @@ static PyObject *fast_list(Fast *s, PyObject *const *args, int fc, long root, Py
     int dt = fast_dtype(&one);
     Py_ssize_t kb = one.len, count = kb / (one.itemsize ? one.itemsize : 1);
     int split = !gather && s->scatter_cma > 0 && kb * n >= s->scatter_cma;
-    if (dt < 0 || kb <= 0 || (!split && kb * n > s->limit[fc]) ||
+    Core *core = s->core == Py_None ? NULL : (Core *)s->core;
+    int voted = fc == FC_ALL_GATHER && core != NULL && core->ag_vote_min > 0 &&
+                kb * n >= core->ag_vote_min;     /* (the regular path: _all_gather_voted.c) */
+    if (dt < 0 || kb <= 0 || voted || (!split && kb * n > s->limit[fc]) ||
         fast_views(list, n, gather, dt, kb, &v) < 0) {
         PyBuffer_Release(&one);
         Py_RETURN_NONE;

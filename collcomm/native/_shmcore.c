@@ -50,8 +50,9 @@
 #include "_call.c"              /* one call's state, buffers, peers' data, argument parsing */
 #include "_collectives_reduce.c" /* all_reduce, reduce, reduce_scatter */
 #include "_cma.c"               /* cross-memory attach helpers; rooted calls split by CMA */
+#include "_a2a_choice.c"        /* all_to_all / all_gather staged or by CMA: rank 0's vote */
+#include "_all_gather_voted.c"  /* all_gather from ag_vote_min bytes, as rank 0 votes */
 #include "_collectives_move.c"  /* broadcast, gather, barrier, settle, sync */
-#include "_a2a_choice.c"        /* all_to_all staged or by CMA: rank 0's measured vote */
 #include "_collectives_a2a.c"   /* all_to_all: agree on the blocks, then rounds of pieces */
 #include "_scatter.c"           /* scatter: staged in steps, or split by CMA */
 #include "_core_init.c"         /* Core_init, Core_dealloc, Core_members */

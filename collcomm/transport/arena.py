@@ -45,7 +45,7 @@ from ..errors import ClosedError, MismatchError, PeerLostError
 from .arena_cma import CrossMemoryAttach
 from .arena_liveness import Liveness
 from .arena_layout import LEFT as LEFT_WORD
-from .arena_layout import LINE, PHASES, PROBE_MAGIC, WORDS
+from .arena_layout import CMA_MIN, LINE, PHASES, PROBE_MAGIC, WORDS
 from .arena_layout import ALL_REDUCE_EXTRA, ONE_STEP_ALWAYS, pack_settings, unpack_settings
 from .arena_layout import PHASE as PHASE_WORD
 from .arena_layout import SETTINGS as SETTINGS_WORD
@@ -152,6 +152,7 @@ class Arena(CrossMemoryAttach, Liveness):
         self._views: dict[tuple, np.ndarray] = {}
         self._probe_buf = np.full(1, PROBE_MAGIC, dtype=np.uint64)
         self.cma = False          # set by build(): peers can read our memory directly
+        self.ag_vote_min = 0      # set by build(): see there
         self.cma_write = False    # set by build(): ... and write it (write_remote)
         #: set by build() when ``cma``: a byte read from a peer's memory costs this many
         #: memcpy'd bytes (the same on every rank; see _time_cma)
@@ -358,6 +359,11 @@ def build(n: int, rank: int, name: str, pids: Sequence[int], ranks: Sequence[int
             arena.close()
             raise
         arena.cma = arena._probe_cma()
+        # all_gathers from this many bytes take the voted way (shm_move._gather_voted; the
+        # native core's _all_gather_voted.c): the same on every rank, as ``cma`` is
+        arena.ag_vote_min = CMA_MIN if arena.cma else 0
+        if arena.native_core is not None:
+            arena.native_core.ag_vote_min = arena.ag_vote_min
     finally:
         if create:                # also when a rank never came: nothing may stay behind
             unlink_quietly(name)
