@@ -17,7 +17,8 @@
  *
  * Rank 0 keeps, per size class (log2 of its send bytes, from a2a_adapt bytes up), the
  * cost per byte of each way, smoothed, measured from the agreement's sync to the end of
- * its data movement; it goes the cheaper way and every A2A_EXPLORE_NS tries the other for
+ * its data movement (both ways end with a sync); it keeps the way it took until the other
+ * costs less than A2A_MARGIN of it, and every A2A_EXPLORE_NS tries the other for
  * A2A_TRIAL calls, of which the first after a change of way is not counted (the slots or
  * buffers it meets are cold). At most one call in a quarter second pays for a try.
  */
@@ -28,6 +29,7 @@
 #define A2A_COUNT_MASK ((1ULL << A2A_VOTE_SHIFT) - 1)
 #define A2A_EXPLORE_NS 500000000LL
 #define A2A_TRIAL 2
+#define A2A_MARGIN 0.8                 /* switch when the other way costs < 0.8x */
 
 static inline A2aChoice *way_class(A2aChoice *table, Py_ssize_t bytes)
 {
@@ -55,8 +57,13 @@ static int way_vote(Core *c, A2aChoice *table, Py_ssize_t bytes, int cma)
         if (h->cost[0] == 0 || h->cost[1] == 0)
             way = h->cost[0] == 0 ? 0 : 1;
         else {
-            int best = h->cost[0] <= h->cost[1] ? 0 : 1;
-            way = now_ns() - h->seen[1 - best] > A2A_EXPLORE_NS ? 1 - best : best;
+            /* the other way must be clearly cheaper to be taken: noise alone (two ways
+             * within a few per cent) made a 4 MiB all_gather switch 3 calls in 10 */
+            int pick = h->pick < 0 ? (h->cost[0] <= h->cost[1] ? 0 : 1) : h->pick;
+            if (h->cost[1 - pick] < A2A_MARGIN * h->cost[pick])
+                pick = 1 - pick;
+            h->pick = (signed char)pick;
+            way = now_ns() - h->seen[1 - pick] > A2A_EXPLORE_NS ? 1 - pick : pick;
         }
         if (h->cost[way] == 0 || way != h->last) {    /* a try: A2A_TRIAL calls this way */
             h->trial = (signed char)way;
