@@ -19,17 +19,22 @@
  * cost per byte of each way, smoothed, measured from the agreement's sync to the end of
  * its data movement (both ways end with a sync); it keeps the way it took until the other
  * costs less than A2A_MARGIN of it, and every A2A_EXPLORE_NS tries the other for
- * A2A_TRIAL calls, of which the first after a change of way is not counted (the slots or
- * buffers it meets are cold). At most one call in a quarter second pays for a try.
+ * A2A_TRIAL calls, of which the first A2A_COLD after a change of way are not counted: the
+ * slots and buffers they meet are cold (the phases alternate: the second call stages into
+ * the other phase's slot; counting it made a new 1 MiB all_gather pick the way that
+ * took 1.5x as long). At most 4 calls in half a second, or in 400 calls' time, pay for
+ * a try.
  */
 #define A2A_VOTE_SHIFT 62              /* arena_layout.A2A_VOTE_SHIFT */
 #define A2A_VOTE_NONE 0
 #define A2A_VOTE_STAGED 1
 #define A2A_VOTE_CMA 2
 #define A2A_COUNT_MASK ((1ULL << A2A_VOTE_SHIFT) - 1)
-#define A2A_EXPLORE_NS 500000000LL
-#define A2A_TRIAL 2
-#define A2A_MARGIN 0.8                 /* switch when the other way costs < 0.8x */
+#define A2A_EXPLORE_NS 500000000LL    /* a try of the other way at most this often ... */
+#define A2A_EXPLORE_CALLS 400.0        /* ... and than this many calls of the way taken */
+#define A2A_TRIAL 4                    /* calls a try goes the other way ... */
+#define A2A_COLD 2                     /* ... of which the first ones are not counted */
+#define A2A_MARGIN 0.9                 /* switch when the other way costs < 0.9x */
 
 static inline A2aChoice *way_class(A2aChoice *table, Py_ssize_t bytes)
 {
@@ -58,12 +63,16 @@ static int way_vote(Core *c, A2aChoice *table, Py_ssize_t bytes, int cma)
             way = h->cost[0] == 0 ? 0 : 1;
         else {
             /* the other way must be clearly cheaper to be taken: noise alone (two ways
-             * within a few per cent) made a 4 MiB all_gather switch 3 calls in 10 */
+             * within a few per cent) made a 4 MiB all_gather switch 3 calls in 10; a wider margin
+             * kept a first wrong pick 1.3x slower) */
             int pick = h->pick < 0 ? (h->cost[0] <= h->cost[1] ? 0 : 1) : h->pick;
             if (h->cost[1 - pick] < A2A_MARGIN * h->cost[pick])
                 pick = 1 - pick;
             h->pick = (signed char)pick;
-            way = now_ns() - h->seen[1 - pick] > A2A_EXPLORE_NS ? 1 - pick : pick;
+            /* (tries at most every A2A_EXPLORE_CALLS calls' time: a few per cent at most) */
+            double every = A2A_EXPLORE_CALLS * h->cost[pick] * (double)bytes;
+            long long gap = every > A2A_EXPLORE_NS ? (long long)every : A2A_EXPLORE_NS;
+            way = now_ns() - h->seen[1 - pick] > gap ? 1 - pick : pick;
         }
         if (h->cost[way] == 0 || way != h->last) {    /* a try: A2A_TRIAL calls this way */
             h->trial = (signed char)way;
@@ -84,9 +93,9 @@ static void way_record(A2aChoice *table, unsigned long long *by, Py_ssize_t byte
     A2aChoice *h = way_class(table, bytes);
     by[way]++;
     long long now = now_ns();
-    int counted = h->last == way;
+    h->streak = h->last == way ? (h->streak > A2A_COLD ? h->streak : h->streak + 1) : 0;
     h->last = (signed char)way;
-    if (!counted)
+    if (h->streak < A2A_COLD)
         return;
     double per = (double)(now - t0) / (double)bytes;
     h->cost[way] = h->cost[way] == 0 ? per : 0.5 * h->cost[way] + 0.5 * per;

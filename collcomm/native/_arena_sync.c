@@ -26,6 +26,7 @@ typedef struct {
     signed char trial;     /* the way being tried (0 / 1) for `left` more calls, or -1 */
     signed char left;
     signed char last;      /* the way the previous call went (-1: none) */
+    signed char streak;    /* calls in a row that way, up to A2A_COLD + 1 */
     signed char pick;      /* the way taken between tries (-1: none yet) */
 } A2aChoice;
 

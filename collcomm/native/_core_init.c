@@ -20,7 +20,7 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds)
     self->pipe_steps = 1;
     self->a2a_adapt = 0;           /* (not given: all_to_all by the fixed rule alone) */
     for (int i = 0; i < A2A_CLASSES; i++) {
-        self->a2a_choice[i] = (A2aChoice){{0, 0}, {0, 0}, -1, 0, -1, -1};
+        self->a2a_choice[i] = (A2aChoice){{0, 0}, {0, 0}, -1, 0, -1, 0, -1};
         self->ag_choice[i] = self->a2a_choice[i];
     }
     self->all_reduce_extra = (Py_ssize_t)1 << 40;   /* one step up to one_shot, until the
