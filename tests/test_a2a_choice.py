@@ -106,3 +106,48 @@ def test_all_gather_follows_rank_0s_vote(n, python_rank) -> None:
     staged, by_cma = res[0]["votes"]
     assert staged >= 2 and by_cma >= 2 and staged + by_cma == 24, res[0]["votes"]
     assert all(r["votes"] in (None, (0, 0)) for r in res[1:])
+
+
+def _gathers_in_a_slot(count: int) -> dict:
+    """all_gather of 400 KiB and more in all, each block within the default slot: the
+    native fast call's size (below split_from), flat and as a list, out of place."""
+    import collcomm as dist
+    from collcomm.core import runtime
+
+    n, me = dist.get_world_size(), dist.get_rank()
+    dist.barrier()
+    core = runtime._world._arena.native_core
+    k = (50 << 10) + 3                                  # float32s per rank: 200 KiB + 12 B
+    want = np.concatenate([np.arange(k, dtype=np.float32) * (r + 1) - r for r in range(n)])
+    bad = 0
+    for _ in range(count):
+        mine = np.arange(k, dtype=np.float32) * (me + 1) - me
+        out = np.full(k * n, -1, np.float32)
+        dist.all_gather_into_tensor(out, mine)
+        bad += not np.array_equal(out, want)
+        lst = [np.full(k, -1, np.float32) for _ in range(n)]
+        dist.all_gather(lst, mine)
+        bad += not np.array_equal(np.concatenate(lst), want)
+    votes = None if core is None else (core.ag_staged, core.ag_cma)
+    return {"bad": bad, "votes": votes, "cma": bool(runtime._world._arena.cma)}
+
+
+@pytest.mark.parametrize("python_rank,knob", [
+    (None, {}), (1, {}), (0, {}),
+    (0, {"COLLCOMM_CMA_COST": "0.5"}),     # the fixed rule reads by CMA; rank 0 cannot vote
+    (None, {"COLLCOMM_CMA_COST": "0.5"}),
+    (1, {"COLLCOMM_VOTE": "0"}),
+])
+def test_all_gather_within_a_slot_follows_the_vote(python_rank, knob) -> None:
+    env = None if python_rank is None else {python_rank: {"COLLCOMM_NATIVE": "0"}}
+    res = run_ranks(_gathers_in_a_slot, 2, 5, transport="shm", timeout=80, rank_env=env,
+                    env=knob)
+    assert all(r["bad"] == 0 for r in res), [r["bad"] for r in res]
+    if not res[0]["cma"]:
+        pytest.skip("no cross-memory attach here: nothing to choose")
+    if python_rank == 0 or knob.get("COLLCOMM_VOTE") == "0":     # nobody votes
+        assert all(r["votes"] in (None, (0, 0)) for r in res), res
+        return
+    staged, by_cma = res[0]["votes"]
+    assert staged >= 2 and by_cma >= 2 and staged + by_cma == 10, res[0]["votes"]
+    assert res[1]["votes"] in (None, (0, 0)), res

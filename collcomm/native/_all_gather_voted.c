@@ -21,6 +21,14 @@ static int all_gather_voted(Call *k, const char *send, Py_ssize_t kb, char *recv
     Core *c = k->c;
     int n = c->n, me = c->rank;
     Py_ssize_t total = kb * n;
+    /* the pids first, before any traffic: should they not do (more than 64 ranks), the
+     * Python code runs the same steps, and no peer is left waiting mid-call */
+    pid_t pids[64];
+    PyObject *held = PyObject_GetAttrString(k->arena, "pids");
+    int got = held == NULL ? -1 : read_pids(held, n, pids);
+    Py_XDECREF(held);
+    if (got != 0)
+        return got < 0 ? -1 : ST_REFUSE;
     int vote = way_vote(c, c->ag_choice, total, 1);
     int phase = next_phase(k);
     put(c, c->w_shared + phase, 1);                     /* arena_layout.CMA */
@@ -37,19 +45,6 @@ static int all_gather_voted(Call *k, const char *send, Py_ssize_t kb, char *recv
     int voted = (int)(get(c, 0, c->w_size + phase) >> A2A_VOTE_SHIFT);
     long long t0 = vote != A2A_VOTE_NONE ? now_ns() : 0;
     if (voted == A2A_VOTE_CMA || (voted == A2A_VOTE_NONE && fixed_cma)) {
-        pid_t pids[64];
-        gil_take(&k->gil);
-        PyObject *held = PyObject_GetAttrString(k->arena, "pids");
-        int got = held == NULL ? -1 : read_pids(held, n, pids);
-        Py_XDECREF(held);
-        if (got != 0) {
-            if (got > 0)
-                PyErr_SetString(PyExc_RuntimeError, "collcomm native core: the arena's pids "
-                                "are not one per rank");
-            return -1;
-        }
-        if (total > c->one_shot)
-            gil_release(&k->gil);
         for (int i = 1; i < n; i++) {   /* from the next rank on: no peer read by all at once */
             int r = (me + i) % n;
             if (cma_move(pids[r], recv + r * kb, get(c, r, c->w_offset + phase), kb, 0) < 0) {

@@ -221,6 +221,9 @@ static PyObject *fast_all_gather(Fast *s, PyObject *const *args, Py_ssize_t narg
     }
     uint64_t sig = s->plain_sig[FC_ALL_GATHER] | (s->dt_sig[dt] << 55) |
                    ((uint64_t)0x3FFF << 36) | COUNT_BITS(count);
+    /* Core_gather's 5-argument form: should the call be of ag_vote_min bytes or more it goes
+     * the voted way with fixed_cma 0, which is the Python rule's answer too (fastpath's limit
+     * keeps fast calls below shm_large.split_from, where reads_peers says stage) */
     PyObject *all = PyLong_FromLong(-1);   /* Core_gather's root for all_gather (a cached int) */
     PyObject *cargs[5] = {NULL, args[0], args[1], all, NULL};
     PyObject *r = fast_run_part(s, part, FC_ALL_GATHER, args[2], sig, Core_gather, cargs, 5, 4,
