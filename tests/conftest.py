@@ -1,11 +1,12 @@
 """Suite-wide guard: after all tests, no child process and no shared memory of our jobs is
 left. And before them: collcomm and the tests compiled to bytecode once (see
-``pytest_configure``)."""
+``pytest_configure``), with Ctrl-C turned back on where the suite was started with it ignored."""
 from __future__ import annotations
 
 import compileall
 import os
 import shutil
+import signal
 import tempfile
 
 import pytest
@@ -21,6 +22,12 @@ def pytest_configure(config: pytest.Config) -> None:
     Python finds stale (an edited source) is ignored as usual."""
     for folder in ("collcomm", "tests"):
         compileall.compile_dir(os.path.join(harness.ROOT, folder), quiet=2)
+    # A shell without job control starts its background commands with SIGINT ignored, and
+    # Python then leaves it so, in this process and every rank it starts: the tests of
+    # Ctrl-C (test_native_checks, test_async_queue, test_bench_turns) would never see one.
+    # Handled here, the signal is back at its default in the ranks (an exec resets handlers).
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _open_mpi_segments() -> set[str]:
