@@ -69,6 +69,7 @@ typedef struct {
     uint64_t tag_base;
     long long spin_ns;
     int yields, paused;
+    int take_now;                        /* receives taken when started, their message there */
     int steal;                           /* set by another thread: a waiting receive leaves */
     unsigned long long sends, recvs;     /* calls done here (tests check the path) */
     RecWriter rw;                        /* the flight recorder's records (_record.c) */

@@ -157,14 +157,64 @@ static int deferred_line(P2P *s, PyObject **held)
     return error;
 }
 
+/* The receive ``d`` (made, in no line) taken now if its message is already there and
+ * nothing waits in the engine's line ``held`` before it: what Deferred.test does for a
+ * receive first in line, without waiting (P2P.recv, ``block`` False). Received: its status
+ * and record set as its wait would set them (``early`` too, for a RecvWork of the right
+ * size: its wait only marks it waited for). 1 taken (or its error kept in ``exc`` for its wait
+ * to raise, as P2P.own's), 0 not (nothing there, or C leaves it to the regular path), -1
+ * with an exception. */
+static int batch_take_now(P2P *s, Deferred *d, PyObject *held)
+{
+    if (!s->take_now || !PyList_CheckExact(held) || PyList_GET_SIZE(held) != 0)
+        return 0;
+    PyObject *args[8] = {d->arr, d->local, d->utag, d->umask, d->sig, Py_False, Py_False, Py_False};
+    PyObject *n = P2P_recv(s, args, 8);
+    if (n == NULL) {                 /* a CollcommError kept for the wait, like own's */
+        PyObject *t, *v, *tb;
+        PyErr_Fetch(&t, &v, &tb);
+        PyErr_NormalizeException(&t, &v, &tb);
+        int mine = v != NULL && d_error != NULL ? PyObject_IsInstance(v, d_error) : 0;
+        if (mine > 0) {
+            if (tb != NULL)
+                PyException_SetTraceback(v, tb);
+            D_SET(d->exc, v);
+            Py_XDECREF(t);
+            Py_XDECREF(v);
+            Py_XDECREF(tb);
+            return 1;
+        }
+        PyErr_Restore(t, v, tb);
+        return -1;
+    }
+    if (!PyLong_CheckExact(n)) {     /* False: nothing yet; None: the regular path's */
+        Py_DECREF(n);
+        return 0;
+    }
+    int work = deferred_done(d, n, p2p_last_tag) < 0 ? -1 : d_is_work(d);
+    if (work > 0) {
+        Py_ssize_t want = nd_nbytes(d->arr, s_d_nbytes);
+        Py_ssize_t got = want < 0 ? -1 : PyLong_AsSsize_t(n);
+        if (want < 0 || got < 0)
+            work = -1;
+        d->early = got == want;      /* (else its wait raises the size error) */
+    }
+    Py_DECREF(n);
+    return work < 0 ? -1 : 1;
+}
+
 /* A Deferred of class ``cls`` (deferred_make) joining the engine's line ``held``, as
- * core/p2p.py defer makes and holds it; NULL with an exception. */
+ * core/p2p.py defer makes and holds it, unless its message is there already (taken now:
+ * batch_take_now); NULL with an exception. */
 static PyObject *batch_deferred(PyTypeObject *cls, P2P *s, PyObject *held, PyObject *g,
                                 PyObject *arr, PyObject *local, PyObject *tag, PyObject *mask,
                                 PyObject *sig, PyObject *rec)
 {
     PyObject *w = deferred_make(cls, s, g, arr, local, tag, mask, sig, rec);
-    if (w != NULL && PyList_Append(held, w) < 0)
+    if (w == NULL)
+        return NULL;
+    int now = batch_take_now(s, (Deferred *)w, held);
+    if (now < 0 || (now == 0 && PyList_Append(held, w) < 0))
         Py_CLEAR(w);
     return w;
 }

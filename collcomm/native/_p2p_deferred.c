@@ -26,6 +26,7 @@ typedef struct {
         *status, *exc, *work_exc;
     char waiting;      /* its wait receives natively (Engine.begin_native) */
     char ok;           /* (RecvWork) waited for, the size right */
+    char early;        /* received when started, the size right (_p2p_batch.c batch_take_now) */
 } Deferred;
 
 static PyObject *s_d_wait, *s_d_timeout, *s_d_end_native, *s_d_nbytes, *s_d_is_work,
@@ -155,6 +156,10 @@ static PyObject *d_fast(Deferred *d)
     if (work) {
         if (d->ok)
             Py_RETURN_TRUE;
+        if (d->early && d_none(d->work_exc)) {   /* received when it started: waited for now */
+            d->ok = 1;
+            Py_RETURN_TRUE;
+        }
     } else if (!d_none(d->status))
         return Py_NewRef(d->status);
     if (!d_none(d->h) || !d_none(d->exc) || !d_none(d->status) || !d_none(d->work_exc) ||
@@ -306,6 +311,7 @@ static PyMemberDef Deferred_members[] = {
     {"_exc", T_OBJECT, offsetof(Deferred, work_exc), 0, "(RecvWork) the wait's error, kept"},
     {"waiting", T_BOOL, offsetof(Deferred, waiting), 0, NULL},
     {"_ok", T_BOOL, offsetof(Deferred, ok), 0, NULL},
+    {"early", T_BOOL, offsetof(Deferred, early), READONLY, "received when it was started"},
     {NULL, 0, 0, 0, NULL},
 };
 

@@ -149,6 +149,7 @@ static int P2P_init(P2P *self, PyObject *args, PyObject *kwds)
         Py_XSETREF(*slots[i], values[i]);
     }
     self->tag_base = tag_base;
+    self->take_now = 1;
     /* optional (another engine type: the attribute path); a health byte of any other kind
      * is not trusted */
     PyObject *health = PyObject_GetAttrString(engine, "health");
@@ -251,6 +252,8 @@ static PyGetSetDef P2P_getset[] = {
 
 static PyMemberDef P2P_members[] = {
     {"paused", T_INT, offsetof(P2P, paused), 0, "non-zero: calls take the regular path"},
+    {"take_now", T_INT, offsetof(P2P, take_now), 0,
+     "non-zero (the default): a receive whose message is there when it starts is taken then"},
     {"steal", T_INT, offsetof(P2P, steal), 0,
      "non-zero: a receive waiting on an empty ring leaves (another thread must post first)"},
     {"sends", T_ULONGLONG, offsetof(P2P, sends), READONLY, "sends completed here"},
