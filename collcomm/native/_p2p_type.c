@@ -10,7 +10,9 @@
 
 /* Pipe(channel, out_view, out_base, out_ring, in_view, in_base, in_ring, eager, peer):
  * the views are writable memoryviews of the two inboxes, the bases the rings' control
- * lines (head at word 0, tail at word 8, data after 128 bytes). */
+ * lines (head at word 0, tail at word 8, data after 128 bytes); ``eager`` the largest
+ * message written inline (the channel's inline limit: a send the ring has no room for is
+ * declined, and the Python path stages it or waits, as shm.py says). */
 static int Pipe_init(Pipe *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"channel", "out_view", "out_base", "out_ring", "in_view", "in_base",

@@ -3,7 +3,8 @@
 Every rank owns an *inbox*: one POSIX shared-memory segment holding a ring per local
 sender. The sender appends records to its ring in the peer's inbox and the peer reads
 them (shm_ring.py: the inbox, the ring and the record format). A message up to the eager
-limit travels inline in its record; a larger one is staged: written into a shared-memory
+limit travels inline in its record (a full ring is waited for), one up to the inline limit
+(half the ring) too when the ring has room for it at once; any other is staged: written into a shared-memory
 segment the record names (pooled, up to ``POOL_SLOTS`` per peer of up to ``POOL_MAX``
 bytes each, one of them up to ``POOL_BIG``), or, past the pool, copied into the sender's
 private memory for the receiver to read by cross-memory attach (peer_process.py; a one-off
@@ -48,7 +49,7 @@ import numpy as np
 from ..errors import ClosedError, CommTimeoutError, PeerLostError
 from .peer_process import pid_alive, pid_stopped
 from .shm_ring import (CTL_BYTES, HEADER, INLINE, LEFT, PAD, PRIVATE, PRIVATE_ID, RELEASED, SEGMENT,
-                       SEGMENT_ONCE, Inbox, _RingBody, _SegmentBody, _Ring, _round, eager_limit,
+                       SEGMENT_ONCE, Inbox, _RingBody, _SegmentBody, _Ring, _round, eager_limit, inline_limit,
                        slot_offset)
 from .shm_staging import StagedBodies
 from .shm_segments import (PAGE, SHM_DIR, ShmSpaceError, create_segment, mib, populate,
@@ -84,7 +85,8 @@ class ShmChannel(StagedBodies):
         self.inp = _Ring(inbox.mm, slot_offset(peer_slot, inbox.ring), inbox.ring)   # I consume
         populate(peer_inbox, self.out.base, CTL_BYTES + out_ring, True)    # no page faults on
         populate(inbox.mm, self.inp.base, CTL_BYTES + inbox.ring, False)  # a ring's first pass
-        self.eager = eager_limit(out_ring)
+        self.eager = eager_limit(out_ring)       # inline always (a full ring waited for)
+        self.inline = inline_limit(out_ring)     # inline if the ring has room now, else staged
         self.my_slot = my_slot
         self.held: dict[int, np.ndarray] = {}    # PRIVATE messages the peer has yet to read
         self.outside_until = 0   # ring position past the last record whose body is not in the ring
@@ -139,7 +141,7 @@ class ShmChannel(StagedBodies):
             if native.core is None:
                 return None
             pipe = native.core.Pipe(self, self.out.view, self.out.base, self.out.ring,
-                                    self.inp.view, self.inp.base, self.inp.ring, self.eager,
+                                    self.inp.view, self.inp.base, self.inp.ring, self.inline,
                                     self.peer)
             with self.send_lock:   # (close sets the flag under it: no close can slip between)
                 pipe.closed = int(self._closed)
@@ -154,7 +156,7 @@ class ShmChannel(StagedBodies):
         and a failure (peer gone, transport closed, timeout) fails ``req`` after releasing it.
         """
         buf, nbytes = req.buf, len(req.buf)
-        if nbytes <= self.eager:     # the common case: inline, the ring has room
+        if nbytes <= self.inline:    # the common case: inline, the ring has room
             with self.send_lock:
                 if self.held:        # PRIVATE copies the peer has released go now
                     self.prune_held()
