@@ -229,7 +229,14 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[P2PWork]:
                         g.observer is not None)
         if tried is not None and len(tried) == len(p2p_op_list):
             return tried
-    works = _native_batch(p2p_op_list, f is not None, tried)
+    return _batch_rest(p2p_op_list, f is not None, tried)
+
+
+def _batch_rest(p2p_op_list: list[P2POp], tried: bool, started: list[P2PWork] | None) -> list[P2PWork]:
+    """The rest of :func:`batch_isend_irecv` once the world's C call (``tried``) started
+    ``started`` (None: it declined) or was not made: the ops it left, natively one by one
+    or on the regular path (native/_p2p_entry.c calls this too)."""
+    works = _native_batch(p2p_op_list, tried, started)
     if works is not None:
         return works
     if not isinstance(p2p_op_list, (list, tuple)) or not all(isinstance(p, P2POp) for p in p2p_op_list):
@@ -307,3 +314,18 @@ def _start(f: Any, g: ProcessGroup, local: int, p: P2POp) -> P2PWork:
         buf = (as_output if recv else as_input)(arr, "batch_isend_irecv", g.describe(), "tensor")
         w = _regular("irecv" if recv else "isend", g, buf, local, p.tag)
     return w
+
+
+def _native_entry() -> Any:
+    """:func:`batch_isend_irecv` as a C callable where the native core is loaded
+    (native/_p2p_entry.c: the function's first lines without its frame); the Python
+    function stays the reference, its fallback and its ``__wrapped__``."""
+    from . import native
+    make = getattr(native.core, "BatchCall", None)
+    if make is None:
+        return batch_isend_irecv
+    return make(batch_isend_irecv, _batch_rest, runtime, P2POp, irecv, np.ndarray, _SIGS,
+                SentWork, RecvWork)
+
+
+batch_isend_irecv = _native_entry()  # noqa: F811 - the same call, in C where it is built
