@@ -12,17 +12,10 @@ import pytest
 
 from collcomm import native
 from tests.harness import run_ranks
+from tests.test_p2p_native import _err
 
 pytestmark = [pytest.mark.timeout(90),
               pytest.mark.skipif(native.core is None, reason=f"native core: {native.reason}")]
-
-
-def _err(fn) -> str:
-    try:
-        fn()
-    except Exception as exc:  # noqa: BLE001 - the text is what is compared
-        return f"{type(exc).__name__}: {exc}"
-    return "no error"
 
 
 def _calls() -> dict:

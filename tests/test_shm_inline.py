@@ -40,9 +40,7 @@ def _stream(count: int) -> dict:
             dist.recv(r, 0, tag=4)
             got.append(float(r[0]) if (r == r[0]).all() else -1.0)
         out["got"] = got
-        x = np.zeros(K, np.float32)        # an exchange of one such message each way: inline
-    if me == 0:
-        x = np.zeros(K, np.float32)
+    x = np.zeros(K, np.float32)            # an exchange of one such message each way: inline
     y = np.full(K, 7 + me, np.float32)
     for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, y, 1 - me, tag=5),
                                      dist.P2POp(dist.irecv, x, 1 - me, tag=5)]):

@@ -170,34 +170,16 @@ static int batch_take_now(P2P *s, Deferred *d, PyObject *held)
         return 0;
     PyObject *args[8] = {d->arr, d->local, d->utag, d->umask, d->sig, Py_False, Py_False, Py_False};
     PyObject *n = P2P_recv(s, args, 8);
-    if (n == NULL) {                 /* a CollcommError kept for the wait, like own's */
-        PyObject *t, *v, *tb;
-        PyErr_Fetch(&t, &v, &tb);
-        PyErr_NormalizeException(&t, &v, &tb);
-        int mine = v != NULL && d_error != NULL ? PyObject_IsInstance(v, d_error) : 0;
-        if (mine > 0) {
-            if (tb != NULL)
-                PyException_SetTraceback(v, tb);
-            D_SET(d->exc, v);
-            Py_XDECREF(t);
-            Py_XDECREF(v);
-            Py_XDECREF(tb);
-            return 1;
-        }
-        PyErr_Restore(t, v, tb);
-        return -1;
-    }
+    if (n == NULL)                   /* a CollcommError kept for the wait, like own's */
+        return d_keep_error(d) > 0 ? 1 : -1;
     if (!PyLong_CheckExact(n)) {     /* False: nothing yet; None: the regular path's */
         Py_DECREF(n);
         return 0;
     }
     int work = deferred_done(d, n, p2p_last_tag) < 0 ? -1 : d_is_work(d);
     if (work > 0) {
-        Py_ssize_t want = nd_nbytes(d->arr, s_d_nbytes);
-        Py_ssize_t got = want < 0 ? -1 : PyLong_AsSsize_t(n);
-        if (want < 0 || got < 0)
-            work = -1;
-        d->early = got == want;      /* (else its wait raises the size error) */
+        work = d_size_right(d, n);
+        d->early = work > 0;         /* (else its wait raises the size error) */
     }
     Py_DECREF(n);
     return work < 0 ? -1 : 1;

@@ -53,11 +53,12 @@ static PyObject *d_current_timeout(PyObject *g)
     return PyObject_GetAttr(g, s_d_timeout);
 }
 
-/* P2P.own raised: Deferred._wait's two except clauses. 0: a CollcommError, now kept in
- * ``exc`` (the caller goes on to _wait, which raises it); -1 with the exception to raise. */
-static int d_own_failed(Deferred *d)
+/* The pending exception kept in ``exc`` if it is a CollcommError (the wait raises it, with
+ * the call's context): 1, nothing pending now; 0 any other exception, -1 the test failed
+ * (the exception still pending, either way). */
+static int d_keep_error(Deferred *d)
 {
-    PyObject *t, *v, *tb, *r;
+    PyObject *t, *v, *tb;
     PyErr_Fetch(&t, &v, &tb);
     PyErr_NormalizeException(&t, &v, &tb);
     if (tb != NULL && v != NULL)
@@ -65,14 +66,28 @@ static int d_own_failed(Deferred *d)
     int mine = v != NULL && d_error != NULL ? PyObject_IsInstance(v, d_error) : 0;
     if (mine > 0) {
         D_SET(d->exc, v);
-        r = PyObject_CallMethodObjArgs(d->eng, s_d_end_native, (PyObject *)d, Py_False, NULL);
         Py_XDECREF(t);
         Py_XDECREF(v);
         Py_XDECREF(tb);
+        return 1;
+    }
+    PyErr_Restore(t, v, tb);
+    return mine;
+}
+
+/* P2P.own raised: Deferred._wait's two except clauses. 0: a CollcommError, now kept in
+ * ``exc`` (the caller goes on to _wait, which raises it); -1 with the exception to raise. */
+static int d_own_failed(Deferred *d)
+{
+    PyObject *t, *v, *tb, *r;
+    int mine = d_keep_error(d);
+    if (mine > 0) {
+        r = PyObject_CallMethodObjArgs(d->eng, s_d_end_native, (PyObject *)d, Py_False, NULL);
         Py_XDECREF(r);
         return r == NULL ? -1 : 0;
     }
     if (mine == 0 && d->waiting) {
+        PyErr_Fetch(&t, &v, &tb);
         r = PyObject_CallMethodObjArgs(d->eng, s_d_end_native, (PyObject *)d,
                                        d_none(d->status) ? Py_True : Py_False, NULL);
         if (r == NULL) {              /* raised while handling: that one, chained */
@@ -88,9 +103,24 @@ static int d_own_failed(Deferred *d)
             return -1;
         }
         Py_DECREF(r);
+        PyErr_Restore(t, v, tb);
     }
-    PyErr_Restore(t, v, tb);
     return -1;
+}
+
+/* Is ``n`` (the bytes a receive got) the size of d's array? 1, 0 (not: a count past
+ * Py_ssize_t is not the size either), -1 with an exception. */
+static int d_size_right(Deferred *d, PyObject *n)
+{
+    Py_ssize_t want = nd_nbytes(d->arr, s_d_nbytes);
+    if (want < 0)
+        return -1;
+    Py_ssize_t got = PyLong_AsSsize_t(n);
+    if (got == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return got == want;
 }
 
 /* Deferred._done(n) in C (P2P.own calls it): the status Status(g.ranks[local], n, tag)
@@ -184,14 +214,10 @@ static PyObject *d_fast(Deferred *d)
         Py_DECREF(n);
         return Py_NewRef(d->status);
     }
-    Py_ssize_t want = nd_nbytes(d->arr, s_d_nbytes);
-    Py_ssize_t got = want < 0 ? -1 : PyLong_AsSsize_t(n);
+    int right = d_size_right(d, n);
     Py_DECREF(n);
-    if (want < 0 || got != want) {
-        if (want >= 0)
-            PyErr_Clear();           /* (a count past Py_ssize_t is not the size either) */
+    if (right <= 0)
         return NULL;                 /* the size error: _wait raises it */
-    }
     d->ok = 1;
     Py_RETURN_TRUE;
 }

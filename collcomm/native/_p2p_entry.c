@@ -22,28 +22,22 @@ typedef struct {
 
 static PyObject *s_e_world, *s_e_native, *s_e_observer;
 
-static PyObject *batch_call_python(BatchCall *b, PyObject *const *args, size_t nargsf,
-                                   PyObject *kwnames)
+static PyObject *BatchCall_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                                      PyObject *kwnames)
 {
-    return PyObject_Vectorcall(b->python, args, nargsf, kwnames);
-}
-
-static PyObject *batch_call(BatchCall *b, PyObject *const *args, size_t nargsf, PyObject *kwnames)
-{
+    BatchCall *b = (BatchCall *)self;
     if (PyVectorcall_NARGS(nargsf) != 1 || kwnames != NULL)
-        return batch_call_python(b, args, nargsf, kwnames);
+        return PyObject_Vectorcall(b->python, args, nargsf, kwnames);
     PyObject *ops = args[0];
     PyObject *g = PyObject_GetAttr(b->runtime, s_e_world);
     if (g == NULL)
         return NULL;
     PyObject *f = g == Py_None ? NULL : PyObject_GetAttr(g, s_e_native);
-    if (f == NULL)
-        PyErr_Clear();                       /* (not made yet: the reference makes it) */
     PyObject *obs = f == NULL || Py_TYPE(f) != &P2PType ? NULL : PyObject_GetAttr(g, s_e_observer);
     PyObject *result = NULL;
-    if (obs == NULL) {
+    if (obs == NULL) {                  /* (no native entry yet: the reference makes it) */
         PyErr_Clear();
-        result = batch_call_python(b, args, nargsf, kwnames);
+        result = PyObject_Vectorcall(b->python, args, nargsf, kwnames);
         goto done;
     }
     PyObject *bargs[9] = {ops, b->p2pop, b->irecv, b->ndarray, b->sigs, b->sent, b->received, g,
@@ -63,12 +57,6 @@ done:
     Py_XDECREF(f);
     Py_DECREF(g);
     return result;
-}
-
-static PyObject *BatchCall_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
-                                      PyObject *kwnames)
-{
-    return batch_call((BatchCall *)self, args, nargsf, kwnames);
 }
 
 /* BatchCall(python, rest, runtime, p2pop, irecv, ndarray, sigs, sent, received) */

@@ -3,11 +3,11 @@
 Every rank owns an *inbox*: one POSIX shared-memory segment holding a ring per local
 sender. The sender appends records to its ring in the peer's inbox and the peer reads
 them (shm_ring.py: the inbox, the ring and the record format). A message up to the eager
-limit travels inline in its record (a full ring is waited for), one up to the inline limit
-(half the ring) too when the ring has room for it at once; any other is staged: written into a shared-memory
-segment the record names (pooled, up to ``POOL_SLOTS`` per peer of up to ``POOL_MAX``
-bytes each, one of them up to ``POOL_BIG``), or, past the pool, copied into the sender's
-private memory for the receiver to read by cross-memory attach (peer_process.py; a one-off
+limit travels inline in its record (a full ring is waited for), one up to the inline
+limit (half the ring) too when the ring has room for it at once; any other is staged:
+written into a shared-memory segment the record names (pooled, up to ``POOL_SLOTS`` per
+peer of up to ``POOL_MAX`` bytes each, one of them up to ``POOL_BIG``), or, past the
+pool, copied into the sender's private memory for the receiver to read by cross-memory attach (peer_process.py; a one-off
 segment where the peer may not read us); the staging of large bodies, both sides, is
 shm_staging.py.
 shm_segments.py creates the segments, backing each one when it is created so that a full
@@ -49,8 +49,8 @@ import numpy as np
 from ..errors import ClosedError, CommTimeoutError, PeerLostError
 from .peer_process import pid_alive, pid_stopped
 from .shm_ring import (CTL_BYTES, HEADER, INLINE, LEFT, PAD, PRIVATE, PRIVATE_ID, RELEASED, SEGMENT,
-                       SEGMENT_ONCE, Inbox, _RingBody, _SegmentBody, _Ring, _round, eager_limit, inline_limit,
-                       slot_offset)
+                       SEGMENT_ONCE, Inbox, _RingBody, _SegmentBody, _Ring, _round, eager_limit,
+                       inline_limit, slot_offset)
 from .shm_staging import StagedBodies
 from .shm_segments import (PAGE, SHM_DIR, ShmSpaceError, create_segment, mib, populate,
                            shm_budget, space_text, unlink_quietly, warn_once)

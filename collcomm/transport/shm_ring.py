@@ -76,7 +76,7 @@ def inline_limit(ring: int) -> int:
     56-67 µs against 74-114 staged; a stream of eight 512 KiB isends, which only one at a
     time fits inline, staged as before (always inline, waiting for room: 204-217 µs a
     message against 59-60)."""
-    return max(eager_limit(ring), min(512 << 10, ring // 2))
+    return min(512 << 10, ring // 2)    # (never below eager_limit: a quarter, 256 KiB at most)
 
 
 def _round(n: int) -> int:
