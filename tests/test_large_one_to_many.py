@@ -259,14 +259,16 @@ def test_split_broadcast_choice_at_two_ranks():
     assert shm_large.reads_peers(arena(2, 0.5, write=False), "scatter", CMA_MIN + 1)
 
 
-def test_split_scatter_and_gather_choice():
+def test_split_scatter_and_gather_choice(monkeypatch):
     # a scatter splits as a broadcast does (from above CMA_MIN); a gather only while
     # c·(n-1) < GATHER_STAGED·n; without writes, both only while c <= 1; above a quarter
-    # of the cache, always
+    # of the cache, always (a 32 MiB cache here: the host's may be 300 MiB)
     from types import SimpleNamespace
 
     from collcomm.algorithms import shm_large
     from collcomm.transport.arena_layout import CMA_MIN
+
+    monkeypatch.setattr(shm_large, "llc_bytes", lambda: 32 << 20)
 
     def arena(n: int, c: float, write: bool = True) -> SimpleNamespace:
         return SimpleNamespace(cma=True, cma_write=write, cma_cost=c, n=n, cores=2)
