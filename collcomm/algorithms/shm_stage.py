@@ -29,16 +29,21 @@ from . import signature
 from .contract import Arena, NativeCore, ShmComm
 
 
-def enter(comm: ShmComm, arena: Arena, phase: int, collective: str, count: int, first: bool) -> None:
+def enter(comm: ShmComm, arena: Arena, phase: int, collective: str, count: int, first: bool,
+          last: bool = False) -> None:
     """A call's sync; at its first one every rank checks that all are in the same call:
     the same collective, dtype, count, root and op (the call's signature, see
-    :mod:`.signature`), else MismatchError on every rank, naming the ranks that differ."""
+    :mod:`.signature`), else MismatchError on every rank, naming the ranks that differ.
+    ``last``: this rank arrives once every other rank is there (Arena.sync_last)."""
     if not first:
         arena.sync()
         return
     mine = call_sig(comm, collective, count)
     arena.put(SIGNATURE_WORD + phase, mine)
-    arena.sync()
+    if last:
+        arena.sync_last(phase)
+    else:
+        arena.sync()
     _verify(arena, phase, mine)
 
 

@@ -59,6 +59,7 @@ typedef struct {
     int eager_wait;        /* the next enter only: EAGER_NO, or the rank it waits for (-1:
                               nobody), set by a one-step rooted call when `eager` */
     int only;              /* while >= 0, waits look at this rank's counter alone */
+    int skip;              /* while >= 0, waits do not look at this rank's counter */
     int lag_phase;         /* the phase of the call left early (lag_target != 0) */
     uint64_t lag_target;   /* a call left early: the counter everybody must reach (settle) */
     uint64_t lag_sig;      /* ... and the signature every rank must have written */
@@ -175,7 +176,7 @@ static inline int first_late(Core *c, uint64_t target, int from)
     if (c->only >= 0)
         return from <= c->only && get(c, c->only, c->w_counter) < target ? c->only : -1;
     for (int r = from; r < c->n; r++)
-        if (get(c, r, c->w_counter) < target)
+        if (r != c->skip && get(c, r, c->w_counter) < target)
             return r;
     return -1;
 }
@@ -273,7 +274,8 @@ static int wait_all(Core *c, PyObject *arena, uint64_t target, Gil *gil)
             if (late_list == NULL)
                 return -1;
             for (int r = 0; r < c->n; r++) {
-                if ((c->only < 0 || r == c->only) && get(c, r, c->w_counter) < target) {
+                if ((c->only < 0 || r == c->only) && r != c->skip &&
+                    get(c, r, c->w_counter) < target) {
                     PyObject *v = PyLong_FromLong(r);
                     int bad = v == NULL || PyList_Append(late_list, v) < 0;
                     Py_XDECREF(v);
@@ -378,6 +380,30 @@ static int enter(Core *c, PyObject *arena, int phase, uint64_t sig, Gil *gil)
             return -1;
         }
     }
+    return !all_signed(c, w, sig);
+}
+
+/* The barrier collective when more ranks share the CPUs than there are (c->eager) and this
+ * is rank 0: it publishes its signature, waits for every other rank's arrival, and only
+ * then arrives itself, so the others leave the barrier once rank 0 runs. A call rank 0
+ * roots next (a broadcast or scatter, whose receivers wait for the root alone) then starts
+ * at once, instead of its receivers waiting for a root still queued behind them on a busy
+ * CPU. Any rank may arrive later than the others: the steps are the same. 0, 1 (some rank
+ * differs) or -1, as enter. */
+#define HOLD (1ULL << 61)         /* arena_layout.HOLD */
+
+static int enter_last(Core *c, PyObject *arena, int phase, uint64_t sig, Gil *gil)
+{
+    int w = c->w_signature + phase;
+    uint64_t target = get(c, c->rank, c->w_counter) + 1;
+    put(c, w, sig);
+    put(c, c->w_size + phase, HOLD | target);   /* (for the others' checks: Liveness._check) */
+    c->skip = c->rank;
+    int e = wait_all(c, arena, target, gil);
+    c->skip = -1;
+    if (e < 0)
+        return -1;
+    arrive(c);
     return !all_signed(c, w, sig);
 }
 

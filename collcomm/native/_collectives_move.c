@@ -181,7 +181,8 @@ static PyObject *barrier_call(Core *c, PyObject *arena, uint64_t sig)
     Call k;
     call_begin(&k, c, arena);
     int phase = c->part == PART_FINISH ? k.phase : next_phase(&k);   /* (Core.part: see enter) */
-    int e = enter(c, k.arena, phase, sig, &k.gil);
+    int last = c->eager && c->rank == 0 && c->part == PART_WHOLE && c->eager_wait == EAGER_NO;
+    int e = last ? enter_last(c, k.arena, phase, sig, &k.gil) : enter(c, k.arena, phase, sig, &k.gil);
     return call_end(&k, e < 0 ? -1 : e == 2 ? ST_STARTED : e ? ST_MISMATCH : ST_DONE);
 }
 

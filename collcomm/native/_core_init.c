@@ -45,6 +45,7 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds)
     self->part = PART_WHOLE;
     self->eager_wait = EAGER_NO;
     self->only = -1;
+    self->skip = -1;
     self->w_cpu = -1;   /* (a layout without the CPU word: always spin first) */
     if (!PyArg_ParseTuple(layout, "iiiiiiii|i;layout: (words, counter, offset, size, shared, "
                           "signature, sleepers, phase[, cpu])", &self->words, &self->w_counter,

@@ -36,7 +36,7 @@ import math
 import mmap
 import os
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -45,10 +45,11 @@ from ..errors import ClosedError, MismatchError, PeerLostError
 from .arena_cma import CrossMemoryAttach
 from .arena_liveness import Liveness
 from .arena_layout import LEFT as LEFT_WORD
-from .arena_layout import CMA_MIN, LINE, PHASES, PROBE_MAGIC, WORDS
+from .arena_layout import CMA_MIN, HOLD, LINE, PHASES, PROBE_MAGIC, WORDS
 from .arena_layout import ALL_REDUCE_EXTRA, ONE_STEP_ALWAYS, pack_settings, unpack_settings
 from .arena_layout import PHASE as PHASE_WORD
 from .arena_layout import SETTINGS as SETTINGS_WORD
+from .arena_layout import SIZE as SIZE_WORD
 from .arena_layout import SLEEPERS as SLEEPERS_WORD
 from .peer_process import cpus
 from .shm import PAGE
@@ -162,6 +163,7 @@ class Arena(CrossMemoryAttach, Liveness):
         self.cores = cpus()
         #: set by build() (check_settings): the group's all_reduce_one_step bound
         self.all_reduce_extra = ALL_REDUCE_EXTRA if n <= self.cores else ONE_STEP_ALWAYS
+        self.eager = False    # (check_settings sets it: eager_rooted of the agreed cores)
         self.lost: PeerLostError | None = None
         # more ranks than CPUs: a spinning rank steals the CPU the late rank needs
         self.spin = SPIN if n <= self.cores else SPIN // 20
@@ -215,14 +217,33 @@ class Arena(CrossMemoryAttach, Liveness):
         if self.native_core is not None:
             self.native_core.sync(self)
             return
-        words, stride, n = self.words, WORDS, self.n
-        me = self._me
+        target = self._arrive()
+        self._wait_for(range(self.n), target)
+
+    def sync_last(self, phase: int) -> None:
+        """The sync of a barrier whose rank arrives last (Python path; the native core's
+        enter_last): wait for every other rank to reach the next counter value, then
+        arrive, the SIZE word of ``phase`` saying so meanwhile (arena_layout.HOLD)."""
+        target = self.words[self._me] + 1
+        self.put(SIZE_WORD + phase, HOLD | target)
+        self._wait_for((r for r in range(self.n) if r != self.rank), target)
+        self._arrive()
+
+    def _arrive(self) -> int:
+        """Bump our counter, wake whoever sleeps on it; the value everybody must reach."""
+        words, me = self.words, self._me
         target = words[me] + 1
         words[me] = target
         if words[me + SLEEPERS_WORD] and _FUTEX is not None:   # somebody sleeps on us: wake
             words[me + SLEEPERS_WORD] = 0
             _FUTEX(self.address + me * 8, FUTEX_WAKE, 0x7FFFFFFF, None)
-        late = [r for r in range(n) if words[r * stride] < target]
+        return target
+
+    def _wait_for(self, ranks: Iterable[int], target: int) -> None:
+        """Wait until the counters of ``ranks`` reach ``target``: spin, yield, then sleep on
+        the futex of a late one, with the checks of a long wait every 100 ms."""
+        words, stride = self.words, WORDS
+        late = [r for r in ranks if words[r * stride] < target]
         if not late:
             return
         rounds = 0
@@ -257,9 +278,10 @@ class Arena(CrossMemoryAttach, Liveness):
         extras = [extra for extra, _ in words]
         self.cores = min(c for _, c in words)
         self.all_reduce_extra = extras[0] if self.n <= self.cores else ONE_STEP_ALWAYS
+        self.eager = eager_rooted(self.n, self.cores)
         if self.native_core is not None:
             self.native_core.all_reduce_extra = self.all_reduce_extra
-            self.native_core.eager = eager_rooted(self.n, self.cores)
+            self.native_core.eager = self.eager
         if len(set(extras)) > 1:
             who = ", ".join(f"rank {g}: {x}" for g, x in zip(self.global_ranks, extras))
             raise MismatchError(

@@ -23,7 +23,10 @@ word  meaning
       yields at once instead of spinning (the peer cannot arrive while it spins there)
 8, 9  per phase: a size the rank announces (all_to_all: its largest block; rank 0's top
       two bits, from :data:`A2A_VOTE_SHIFT`: its vote, staged or by CMA, which every
-      rank follows: native/_a2a_choice.c)
+      rank follows: native/_a2a_choice.c); or :data:`HOLD` | the counter value rank 0
+      holds its arrival back from in a barrier until every other rank is there
+      (native/_arena_sync.c, enter_last), so a wait that times out names the ranks
+      missing and not rank 0
 10    this rank's phase: which of the two slot sets its last call wrote (flipped by
       every call, the native core's and the Python code's alike)
 11    this rank's settings, written once (:func:`pack_settings`): its :data:`ALL_REDUCE_EXTRA`
@@ -77,6 +80,9 @@ ONE_SHOT = 64 << 10
 #: (0: none, the fixed rule; 1: staged; 2: by cross-memory attach; native/_a2a_choice.c)
 A2A_VOTE_SHIFT = 62
 A2A_VOTE_STAGED, A2A_VOTE_CMA = 1, 2
+#: a SIZE word of ``HOLD | target``: the rank is in a barrier, waiting for every other rank
+#: to reach ``target`` before it arrives there itself (no size is 2**61 bytes)
+HOLD = 1 << 61
 
 #: A staged broadcast, and a reduce between two ranks past a slot, go in steps of
 #: about 1/PIPE_STEPS of the buffer, none smaller than PIPE_MIN bytes (each step costs a

@@ -5,7 +5,8 @@ A member that died without leaving cleanly dooms the group; one that left cleanl
 (destroy_process_group: its LEFT word) is only missed if it never reached the sync waited
 on; one whose process stays stopped (SIGSTOP, a debugger) as long as TCP tolerates a
 silent peer is given up on; past the arena's timeout the wait names the ranks that never
-arrived and where they were.
+arrived and where they were (not a rank that holds its arrival back until every other
+rank is there: rank 0 in a barrier when ranks outnumber CPUs, see :meth:`_holding`).
 """
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ import time
 from typing import TYPE_CHECKING
 
 from ..errors import CommTimeoutError, PeerLostError
+from .arena_layout import HOLD, PHASES, SIZE, WORDS
 from .arena_layout import LEFT as LEFT_WORD
-from .arena_layout import WORDS
 from .peer_process import pid_alive, pid_stopped
 
 
@@ -38,6 +39,7 @@ class Liveness:
         sync: it cannot finish its part, and the ranks that waited on it gave up); one that
         left cleanly is only missed if it never reached this sync."""
         me = self.global_ranks[self.rank]
+        late = [r for r in late if not self._holding(r, target)] or late
         for r in range(self.n):
             if r == self.rank or pid_alive(self.pids[r]):
                 continue
@@ -55,6 +57,13 @@ class Liveness:
                 f"rank {self.global_ranks[self.rank]} timed out after {self.timeout:g} s in shared "
                 f"memory at step {target}: still waiting for {who} (did it skip this call?)",
                 peer=self.global_ranks[late[0]])
+
+    def _holding(self, r: int, target: int) -> bool:
+        """Is rank ``r`` in the barrier, holding its arrival at ``target`` back until every
+        other rank is there (arena_layout.HOLD: rank 0 when ranks outnumber CPUs)? It is
+        not the one missing then."""
+        mark = HOLD | target
+        return any(self.get(r, SIZE + p) == mark for p in range(PHASES))
 
     def _check_stopped(self, late: list[int], me: int) -> None:
         """Shared memory's heartbeat: a late rank whose process stays stopped (SIGSTOP, a
