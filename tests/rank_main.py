@@ -14,6 +14,9 @@ from tests.harness import Outcome
 
 def main(tmp: str) -> int:
     import collcomm.core.runtime as collcomm
+    from tests import rank_pytest
+
+    rank_pytest.install()     # the test's module imports without pytest's cost (see there)
 
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # the harness asks on a hang
 
