@@ -47,14 +47,15 @@ def __getattr__(name: str) -> Any:
     """Any other name: the real pytest's (imported now, in place of this module)."""
     if name.startswith("__"):
         raise AttributeError(name)
-    me = sys.modules.pop("pytest", None)
-    try:
-        real = importlib.import_module("pytest")
-    except BaseException:
-        if me is not None:
+    me = sys.modules[__name__]
+    if sys.modules.get("pytest") is me:        # (not yet replaced by the real one)
+        del sys.modules["pytest"]
+        try:
+            importlib.import_module("pytest")
+        except BaseException:
             sys.modules["pytest"] = me
-        raise
-    return getattr(real, name)
+            raise
+    return getattr(sys.modules["pytest"], name)
 
 
 def install() -> None:
