@@ -10,13 +10,13 @@ other calls, and ranks that differ in path and mode in one job.
 """
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
 import pytest
 
 from tests.harness import run_ranks
+from tests.test_native_checks import _await_file
 
 EAGER = {"COLLCOMM_EAGER_ROOTED": "1"}
 PATHS = {"native": {}, "python": {"COLLCOMM_NATIVE": "0"}}
@@ -26,12 +26,6 @@ def _arena():
     from collcomm.core import runtime as rt
 
     return rt.get_world("test")._arena
-
-
-def _await_file(path: str, limit: float) -> None:
-    deadline = time.monotonic() + limit
-    while not os.path.exists(path) and time.monotonic() < deadline:
-        time.sleep(0.01)
 
 
 def _watch_rank0(flag: str) -> str:
