@@ -69,10 +69,34 @@ def wait_errors(work: Any, error: type[BaseException], times: int = 2) -> list[B
     return errors
 
 
+# Ports for MASTER_PORT are drawn below the kernel's ephemeral range (32768-60999 by default),
+# a block per pytest-xdist worker: a port the kernel hands out for bind(0) or for an outgoing
+# connection can be taken by another worker's job (or its client sockets) between our check and
+# rank 0's bind, which failed a CI run ("Address already in use", the other job's store then
+# refusing our token). Inside a block the draw is random and checked by a bind.
+_PORT_BLOCK = 2000
+_PORT_BASE = 12000
+
+
+def _port_block() -> range:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    start = _PORT_BASE + (index % 10) * _PORT_BLOCK
+    return range(start, start + _PORT_BLOCK)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now, from this test worker's own block (see _port_block)."""
+    block = _port_block()
+    for _ in range(200):
+        port = secrets.choice(block)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {block}")
 
 
 def shm_files(job_id: str) -> list[str]:

@@ -14,6 +14,8 @@ from collcomm.errors import AuthError, ClosedError, CollcommError, CommTimeoutEr
 from collcomm.rendezvous import (FileStore, PrefixStore, Store, TCPStore, TCPStoreServer,
                             store_from_url)
 
+from tests.harness import free_port
+
 TOKEN = b"test-token"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -103,7 +105,7 @@ def test_wait_for_workers():
                       token=TOKEN, wait_for_workers=True):
             done.append(time.monotonic())
 
-    srv_port = _free_port()
+    srv_port = free_port()
     t = threading.Thread(target=start_master, args=(srv_port,))
     t.start()
     time.sleep(0.5)
@@ -114,17 +116,11 @@ def test_wait_for_workers():
     assert done and done[0] >= joined
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.timeout(30)
 def test_connect_timeout_when_no_server():
     t0 = time.monotonic()
     with pytest.raises(CommTimeoutError, match="could not connect"):
-        TCPStore("127.0.0.1", _free_port(), timeout=0.5, token=TOKEN)
+        TCPStore("127.0.0.1", free_port(), timeout=0.5, token=TOKEN)
     assert time.monotonic() - t0 < 5
 
 
@@ -303,7 +299,7 @@ def test_prefix_store(server):
 
 @pytest.mark.timeout(30)
 def test_store_from_url_tcp():
-    port = _free_port()
+    port = free_port()
     stores: list[Store] = []
 
     def rank1() -> None:
@@ -344,7 +340,7 @@ def test_store_from_url_env(server, monkeypatch):
     # MASTER_ADDR/MASTER_PORT: rank 0 hosts
     monkeypatch.delenv("COLLCOMM_STORE")
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
     with store_from_url("env://", 0, 1, 5, TOKEN) as s:
         s.set("z", b"3")
         assert s.get("z") == b"3"
