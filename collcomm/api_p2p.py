@@ -40,12 +40,13 @@ _SIGS = signature._P2P        # (its cache, which P2P.batch reads)
 
 
 def _isend(tensor: Any, dst: int | None, group: Any, tag: int, group_dst: int | None,
-           name: str, rec: list[Any] | None = None) -> tuple[Handle, ProcessGroup, Buf, int]:
+           name: str, rec: list[Any] | None = None, lend: bool = False
+           ) -> tuple[Handle, ProcessGroup, Buf, int]:
     g = p2p_group(group, name)
     buf = as_input(tensor, name, g.describe(), "tensor")
     peer = p2p_peer(g, name, "dst", dst, group_dst)
     assert peer is not None
-    return g.p2p_isend(buf.arr, peer, tag, _p2p_sig(buf.dtype), rec), g, buf, peer
+    return g.p2p_isend(buf.arr, peer, tag, _p2p_sig(buf.dtype), rec, lend), g, buf, peer
 
 
 def _irecv(tensor: Any, src: int | None, group: Any, tag: int, group_src: int | None,
@@ -124,7 +125,7 @@ def isend(tensor: Any, dst: int | None = None, group: Any = None, tag: int = 0,
         w = start_native(*fast, False, tensor, tag, _p2p_sig(tensor.dtype))
         if w is not None:
             return w
-    h, g, buf, peer = _isend(tensor, dst, group, tag, group_dst, "isend")
+    h, g, buf, peer = _isend(tensor, dst, group, tag, group_dst, "isend", lend=True)
     return P2PWork("isend", h, g, buf, g.to_global(peer))
 
 
@@ -265,7 +266,7 @@ def _batch_rest(p2p_op_list: list[P2POp], tried: bool, started: list[P2PWork] | 
 def _regular(name: str, g: ProcessGroup, buf: Buf, peer: int, tag: int) -> P2PWork:
     """An op of ``batch_isend_irecv`` started on the regular path (its checks made)."""
     if name == "isend":
-        h = g.p2p_isend(buf.arr, peer, tag, _p2p_sig(buf.dtype))
+        h = g.p2p_isend(buf.arr, peer, tag, _p2p_sig(buf.dtype), lend=True)
     else:
         h = g.p2p_irecv(buf.arr, peer, tag, _p2p_sig(buf.dtype))
     return P2PWork(name, h, g, buf, g.to_global(peer))

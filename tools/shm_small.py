@@ -13,10 +13,12 @@ result is checked. It does so for each configuration in ``--configs``:
 * ``arena0``: ``COLLCOMM_ARENA=0`` (collectives over the rings and staging segments);
 * ``cma0``: ``COLLCOMM_CMA=0`` (no cross-memory attach: the arena stages everything; a
   message that fits no staging segment cannot go through private memory either, so it
-  must be refused with a ShmSpaceError naming the sizes: counted as ``refused``).
+  must be refused with a ShmSpaceError naming the sizes: counted as ``refused``);
+* ``lend0``: ``COLLCOMM_LEND=0`` (non-blocking sends copy their large bodies, as blocking
+  ones do, instead of lending them: see transport/shm_lent.py).
 
 A rank killed by SIGBUS counts in ``sigbus``; the criterion is 0 SIGBUS, 0 wrong results,
-0 hangs, nothing left in /dev/shm, and every rank of ``default``/``arena0`` done.
+0 hangs, nothing left in /dev/shm, and every rank of ``default``/``arena0``/``lend0`` done.
 
     python tools/shm_small.py                           # 4 ranks, 64m and 16m, all configs
     python tools/shm_small.py --sizes 16m -n 2 --configs default --coll 1K,8M --p2p 64M
@@ -34,7 +36,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-CONFIGS = {"default": {}, "arena0": {"COLLCOMM_ARENA": "0"}, "cma0": {"COLLCOMM_CMA": "0"}}
+CONFIGS = {"default": {}, "arena0": {"COLLCOMM_ARENA": "0"}, "cma0": {"COLLCOMM_CMA": "0"},
+           "lend0": {"COLLCOMM_LEND": "0"}}
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 

@@ -54,7 +54,7 @@ class PointToPoint:
         if f is not None and f.send(arr, d, t, 0):   # sent at once natively, or nothing done
             return Done(None, ANY_SOURCE, ANY_TAG, 0)   # (what a completed _Send reads)
         try:
-            handles = [p2p.isend(g, arr, d, (SYNC if sync else 0) | t, call)]
+            handles = [p2p.isend(g, arr, d, (SYNC if sync else 0) | t, call, lend=call != "Send")]
             if sync:
                 handles.append(p2p.irecv(g, _EMPTY, d, ACK | t, p2p.MAX_USER_TAG, call))
         except CollcommError as exc:

@@ -18,6 +18,7 @@ from ..errors import InvalidArgumentError
 from ..transport.engine import Engine
 from ..transport.peer_process import can_read, probe_address
 from ..transport.shm import ShmChannel
+from ..transport.shm_lent import takes_lent
 from ..transport.shm_ring import make_inbox
 from ..transport.shm_segments import ShmSpaceError, open_segment, space_text, warn_once
 from ..transport.tcp import TcpHub, advertised_host
@@ -105,6 +106,7 @@ def connect_transport(job: Job, kv: Any, token: bytes, jid: str, timeout: float,
             if r < rank:
                 host, peer_port = infos[r]["tcp"]
                 hub.connect(r, host, int(peer_port), deadline)
+        lends = takes_lent()      # (said to every shm peer: it may lend us large isends)
         for r in shm_peers:
             assert inbox is not None
             peer_inbox = open_segment(f"collcomm-{jid}-inbox-{r}")
@@ -114,7 +116,8 @@ def connect_transport(job: Job, kv: Any, token: bytes, jid: str, timeout: float,
                                polled=True)
             # may large messages from r come through its private memory? (read below, by r,
             # after the "connected" barrier)
-            inbox.set_can_read(local.index(r), can_read(int(infos[r]["pid"]), int(infos[r].get("probe", 0))))
+            inbox.set_can_read(local.index(r), can_read(int(infos[r]["pid"]), int(infos[r].get("probe", 0))),
+                               takes_lent=lends)
         while acceptor.is_alive() and time.monotonic() < deadline + 1:
             acceptor.join(JoinWatch.SLICE)
             if acceptor.is_alive() and watch is not None:

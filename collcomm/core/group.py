@@ -237,14 +237,15 @@ class ProcessGroup:
         return (self.ctx << CTX_SHIFT) | KIND_P2P | int(tag)
 
     def p2p_isend(self, arr: np.ndarray, dst: int, tag: int = 0, sig: int = 0,
-                  rec: list[Any] | None = None) -> Handle:
+                  rec: list[Any] | None = None, lend: bool = False) -> Handle:
         """Send ``arr`` to local rank ``dst`` in the user tag space. ``sig``: what the message
         is (``signature.p2p(dtype)``); a receive expecting another dtype refuses it.
-        ``rec``: the flight recorder's record a native attempt already made (core/p2p.py)."""
+        ``rec``: the flight recorder's record a native attempt already made (core/p2p.py).
+        ``lend``: a non-blocking send (``arr`` untouched until it is done: see Transport.isend)."""
         if self.transport is None:
             raise InvalidArgumentError(f"isend on {self.describe()}: no peer to send to")
         h = self.transport.isend(as_bytes(arr), self.ranks[dst], self._p2p_tag(tag, "isend"),
-                                 sig=sig)  # type: ignore[call-arg]
+                                 sig=sig, lend=lend)
         if rec is not None:
             return _P2PHandle(TimedHandle(h, current_timeout(self.timeout)), rec)
         if self.observer is not None:

@@ -329,9 +329,11 @@ def _bytes(arr: np.ndarray) -> memoryview:
     return as_bytes(arr)
 
 
-def isend(g: ProcessGroup, arr: np.ndarray, dst: int, tag: int, op: str = "isend") -> Handle:
-    """Send ``arr`` to local rank ``dst`` with user tag ``tag``."""
-    h = transport(g).isend(_bytes(arr), g.ranks[dst], _space(g, tag, op))
+def isend(g: ProcessGroup, arr: np.ndarray, dst: int, tag: int, op: str = "isend",
+          lend: bool = False) -> Handle:
+    """Send ``arr`` to local rank ``dst`` with user tag ``tag``; ``lend``: a non-blocking
+    send (``arr`` untouched until it is done: see Transport.isend)."""
+    h = transport(g).isend(_bytes(arr), g.ranks[dst], _space(g, tag, op), lend=lend)
     return TimedHandle(h, current_timeout(g.timeout))
 
 

@@ -142,7 +142,38 @@ static PyObject *mod_set_ties(PyObject *m, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* swap_word(buffer, offset, expected, new): compare-and-swap of the aligned 8-byte word
+ * at `offset` of a writable buffer (shared memory): it becomes `new` if it held `expected`.
+ * Returns the word it held (== expected: swapped). Both sides of a LENT record's handover
+ * (transport/shm_lent.py) use it: a Python-only rank neither lends nor takes lent records. */
+static PyObject *mod_swap_word(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args(nargs, 4, "swap_word") < 0)
+        return NULL;
+    Py_ssize_t off = PyLong_AsSsize_t(args[1]);
+    unsigned long long expected = PyLong_AsUnsignedLongLong(args[2]);
+    unsigned long long desired = PyLong_AsUnsignedLongLong(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer b;
+    if (PyObject_GetBuffer(args[0], &b, PyBUF_WRITABLE) < 0)
+        return NULL;
+    if (off < 0 || off > b.len - 8 || ((uintptr_t)b.buf + (uintptr_t)off) % 8) {
+        PyBuffer_Release(&b);
+        PyErr_Format(PyExc_ValueError, "swap_word: offset %zd is not an aligned word of the "
+                     "%zd-byte buffer", off, b.len);
+        return NULL;
+    }
+    uint64_t held = expected;
+    __atomic_compare_exchange_n((uint64_t *)((char *)b.buf + off), &held, (uint64_t)desired, 0,
+                                __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    PyBuffer_Release(&b);
+    return PyLong_FromUnsignedLongLong(held);
+}
+
 static PyMethodDef module_methods[] = {
+    {"swap_word", (PyCFunction)(void (*)(void))mod_swap_word, METH_FASTCALL,
+     "swap_word(buffer, offset, expected, new) -> the word held (compare-and-swap)"},
     {"combine", (PyCFunction)(void (*)(void))mod_combine, METH_FASTCALL,
      "combine(code, acc, other): acc = acc (op) other, elementwise, in place"},
     {"set_ndarray", mod_set_ndarray, METH_VARARGS,

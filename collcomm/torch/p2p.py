@@ -82,7 +82,7 @@ class PointToPoint:
             return P2PWork("send", h, self.core_group.to_local, tensors)
         v = self._view(tensors[0], "send", "tensor")
         try:
-            h = self.core_group.p2p_isend(v.arr, dstRank, tag, _sig(v))
+            h = self.core_group.p2p_isend(v.arr, dstRank, tag, _sig(v), lend=True)   # (a Work: untouched till done)
         except CollcommError as exc:
             raise translate(exc) from None
         return P2PWork("send", h, self.core_group.to_local, tensors)

@@ -79,11 +79,12 @@ class Transport(ABC):
     timeout: float
 
     @abstractmethod
-    def isend(self, buf: Buffer, dst: int, tag: int, sig: int = 0) -> Handle:
+    def isend(self, buf: Buffer, dst: int, tag: int, sig: int = 0, lend: bool = False) -> Handle:
         """Start sending ``buf`` (contiguous bytes) to ``dst`` with ``tag`` (0 <= tag < 2**64).
 
         ``sig`` is the 64-bit signature of the call the message belongs to; it travels in
-        the message header."""
+        the message header. ``lend``: the caller leaves ``buf`` untouched until the handle
+        is done (a non-blocking send), so the transport may have the peer read it in place."""
 
     @abstractmethod
     def irecv(self, buf: Buffer, src: int, tag: int, sig: int = 0) -> Handle:

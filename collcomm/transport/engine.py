@@ -43,7 +43,8 @@ the other way round; "leaf": nothing else is taken while holding it):
     other lock)  →  TcpChannel.lock (leaf), TcpHub.wlock (leaf), Engine._lock (leaf)
     Heap._lock (leaf)
     Engine._defer_mutex (with its Condition _defer_lock; taken holding no other lock: posting the deferred
-    receives; the native attempt of a deferred receive's test() holds it)  →
+    receives; the native attempt of a deferred receive's test() holds it; only tried by a
+    channel about to read a large body, which holds its poll_lock: post_deferred_if_free)  →
     ShmChannel.poll_lock (only tried)  →  Engine._lock (leaf)
     request._EVENT_LOCK (leaf: only makes a request's event, see Request)
 
@@ -126,8 +127,10 @@ class Engine(DeferredReceives, EngineWaiting, Transport):
         return {p: c.kind for p, c in sorted(self.channels.items())}
 
     # -- the contract -----------------------------------------------------------------------
-    def isend(self, buf: Buffer, dst: int, tag: int, sig: int = 0) -> Handle:
-        """The contract's send; ``sig``: the call signature the message carries."""
+    def isend(self, buf: Buffer, dst: int, tag: int, sig: int = 0, lend: bool = False) -> Handle:
+        """The contract's send; ``sig``: the call signature the message carries; ``lend``:
+        the caller leaves ``buf`` alone until the send is done (a non-blocking send), so a
+        channel may read it there instead of copying it first (shm_lent.py)."""
         if self._aborted is not None or self._closed:
             self._check_open()
         req = Request(self, "send", buf, dst, tag, FULL_MASK, sig)
@@ -144,7 +147,10 @@ class Engine(DeferredReceives, EngineWaiting, Transport):
             if lost is not None:
                 req.fail(lost)
                 return req
-        channel.send(req)  # type: ignore[union-attr]
+        if lend:
+            channel.send(req, True)  # type: ignore[union-attr]
+        else:
+            channel.send(req)  # type: ignore[union-attr]
         return req
 
     def irecv(self, buf: Buffer, src: int, tag: int, mask: int = FULL_MASK, sig: int = 0) -> Handle:

@@ -78,6 +78,19 @@ class DeferredReceives:
             upto.post()
             return True
 
+    def post_deferred_if_free(self) -> None:
+        """Post every deferred receive now, unless another thread holds the line (the
+        mutex taken, or one of them receiving natively): then leave them. Called by a
+        channel about to read a large body (holding its ``poll_lock``, so the mutex is
+        only tried), which then lands in place rather than aside and copied again."""
+        if not self._defer_mutex.acquire(blocking=False):
+            return
+        try:
+            if not any(d.waiting for d in self._deferred):
+                self._post_before(None)
+        finally:
+            self._defer_mutex.release()
+
     def begin_native(self, d: Any) -> bool:
         """The wait of deferred receive ``d`` is about to receive natively: post those
         deferred before it and mark it ``waiting`` (it stays first in line, so nothing

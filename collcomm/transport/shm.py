@@ -48,7 +48,8 @@ import numpy as np
 
 from ..errors import ClosedError, CommTimeoutError, PeerLostError
 from .peer_process import pid_alive, pid_stopped
-from .shm_ring import (CTL_BYTES, HEADER, INLINE, LEFT, PAD, PRIVATE, PRIVATE_ID, RELEASED, SEGMENT,
+from .shm_lent import LentBodies
+from .shm_ring import (CTL_BYTES, HEADER, INLINE, LEFT, LENT, PAD, PRIVATE, PRIVATE_ID, RELEASED, SEGMENT,
                        SEGMENT_ONCE, Inbox, _RingBody, _SegmentBody, _Ring, _round, eager_limit,
                        inline_limit, slot_offset)
 from .shm_staging import StagedBodies
@@ -71,8 +72,9 @@ _CLOSED, _GONE = "closed", "gone"   # why a sender stopped waiting (resolved wit
 _kept: list[np.ndarray] = []
 
 
-class ShmChannel(StagedBodies):
-    """Messages to and from one peer on this host (large bodies: :class:`StagedBodies`)."""
+class ShmChannel(LentBodies, StagedBodies):
+    """Messages to and from one peer on this host (large bodies: :class:`StagedBodies`;
+    those of non-blocking sends lent: :class:`LentBodies`)."""
 
     kind = "shm"
 
@@ -90,7 +92,9 @@ class ShmChannel(StagedBodies):
         self.my_slot = my_slot
         self.held: dict[int, np.ndarray] = {}    # PRIVATE messages the peer has yet to read
         self.outside_until = 0   # ring position past the last record whose body is not in the ring
-        self.next_private = 1
+        self.next_private = 1                    # release ids: PRIVATE and LENT records
+        self.lent: dict[int, Any] = {}           # LENT sends the peer has yet to release
+        self.lent_due = float("inf")
         self.send_lock = threading.Lock()   # a leaf: staging and writing records, ``closed``
         self.poll_lock = threading.Lock()   # the consumer's; only tried (acquire(blocking=False))
         self.n_segments = 0
@@ -149,8 +153,10 @@ class ShmChannel(StagedBodies):
         return self._pipe
 
     # -- sending ---------------------------------------------------------------------------
-    def send(self, req: "Request") -> None:
+    def send(self, req: "Request", lend: bool = False) -> None:
         """Append the message to the peer's ring (a large body staged first), then complete.
+        ``lend``: the caller keeps its buffer untouched until the request is done, so a
+        large body may be lent (shm_lent.py): the request completes once the peer read it.
 
         ``send_lock`` is held only to stage and write; a full ring is waited for without it,
         and a failure (peer gone, transport closed, timeout) fails ``req`` after releasing it.
@@ -166,6 +172,7 @@ class ShmChannel(StagedBodies):
                 return
         record: tuple[int, int, memoryview | bytes] | None = None   # kind, aux, body
         staged = ""
+        lent = 0      # the release id of a LENT record
         engine = self.engine
         start = time.monotonic()
         next_check = start + 0.1
@@ -178,6 +185,9 @@ class ShmChannel(StagedBodies):
                 if record is None:
                     if nbytes <= self.eager:
                         record = (INLINE, 0, buf)
+                    elif lend and self.lends():
+                        kind, address, body, lent = self.lent_record(buf)
+                        record = (kind, address, body)
                     else:
                         try:
                             kind, staged, offset, ident = self._stage(buf)
@@ -193,6 +203,8 @@ class ShmChannel(StagedBodies):
                 if self._try_append(record[0], req.tag, nbytes, record[1], record[2], req.sig):
                     if record[0] != INLINE:
                         self.outside_until = self.head
+                    if lent:
+                        self.lent_out(req, lent)
                     problem = None
                     break
             # the ring is full: wait for the peer to read, without the lock
@@ -214,7 +226,8 @@ class ShmChannel(StagedBodies):
                         f"rank {self.peer} stayed full ({req.describe()})", peer=self.peer)
                     break
         if problem is None:
-            req.complete(self.peer, nbytes)
+            if not lent:
+                req.complete(self.peer, nbytes)
             return
         if staged:
             self._unstage(staged)
@@ -255,6 +268,8 @@ class ShmChannel(StagedBodies):
 
     # -- receiving ---------------------------------------------------------------------------
     def poll(self) -> None:
+        if self.lent or self.held:
+            self.settle_lent()
         inp = self.inp
         if inp.ctl[0] == self.tail or not self.poll_lock.acquire(blocking=False):
             return
@@ -299,6 +314,8 @@ class ShmChannel(StagedBodies):
             self.engine.arrived(self.peer, tag, nbytes, _SegmentBody(mm, aux, nbytes, pooled, ident), sig)
         elif kind == PRIVATE:
             self._take_private(tag, nbytes, aux, PRIVATE_ID.unpack_from(data, off + HEADER.size)[0], sig)
+        elif kind == LENT:
+            self.take_lent(off, tag, nbytes, aux, sig)
         self.tail += length
 
     def _drop_replaced(self, name: str) -> None:
@@ -363,6 +380,7 @@ class ShmChannel(StagedBodies):
             time.sleep(0.001)
         with self.send_lock:   # a sender is never mid-write when the pool goes
             self.closed = True
+            _kept.extend(self.drop_lent())
         self.out.ctl[LEFT] = 1   # tell the peer we left cleanly (not a crash)
         for name in self.created:
             unlink_quietly(name)

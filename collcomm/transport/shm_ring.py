@@ -22,6 +22,10 @@ to 64 bytes:
   receiver with ``process_vm_readv`` (cross-memory attach) and released through a
   watermark word in the ring's control line: the fallback when /dev/shm has no room for
   a staging segment (see shm_segments.py);
+* LENT: a large message of a non-blocking send, left in the sender's own buffer (no copy)
+  for the receiver to read by cross-memory attach; its body holds the release id, a state
+  word the two sides hand over with a compare-and-swap (the sender may withdraw it into a
+  private copy while the receiver has not claimed it) and that copy's address (shm_lent.py);
 * PAD: skip to the end of the ring (a record never wraps).
 
 The receiver hands a body to the engine as a payload: :class:`_RingBody` (inline, still in
@@ -37,7 +41,7 @@ from .shm_segments import (SHM_DIR, ShmSpaceError, create_segment, mib, shm_budg
                            warn_once)
 
 HEADER = struct.Struct("<IIQQQQ")  # record length, kind, tag, nbytes, aux, call signature
-INLINE, SEGMENT, PAD, SEGMENT_ONCE, PRIVATE = 1, 2, 3, 4, 5
+INLINE, SEGMENT, PAD, SEGMENT_ONCE, PRIVATE, LENT = 1, 2, 3, 4, 5, 6
 #: Word ``ACK_AT`` of a pooled staging segment: the id of the last message the receiver took
 #: out of it. The sender reuses the segment only when it holds the id it staged there last
 #: (shm_staging.py): a "free" flag, which any zero written at the wrong time sets (which
@@ -50,7 +54,10 @@ ALIGN = 64
 CTL_BYTES = 128                   # head at 0, tail at 64: separate cache lines
 LEFT = 1                          # control word set by the producer when it leaves cleanly
 RELEASED = 9                      # control word set by the consumer: PRIVATE ids below it are released
-INBOX_HEADER = 4096               # word s: 1 if the inbox's owner can read local slot s's memory, 2 if not
+INBOX_HEADER = 4096               # word s: READS_YOU(|TAKES_LENT) or CANNOT_READ, for local slot s
+READS_YOU = 1                     # the inbox's owner can read slot s's memory (cross-memory attach)
+CANNOT_READ = 2                   # ... it cannot
+TAKES_LENT = 4                    # ... and takes LENT records (it has the native core: shm_lent.py)
 MIN_RING = 32 << 10
 PRIVATE_ID = struct.Struct("<Q")
 
@@ -95,10 +102,12 @@ class Inbox:
                                  ranges=ranges)
         self.linked = True
 
-    def set_can_read(self, slot: int, ok: bool) -> None:
-        """Record whether this rank can read local slot ``slot``'s memory directly."""
+    def set_can_read(self, slot: int, ok: bool, takes_lent: bool = False) -> None:
+        """Record whether this rank can read local slot ``slot``'s memory directly, and
+        whether it then takes LENT records from it."""
         if 0 <= slot < INBOX_HEADER // 8:
-            struct.pack_into("<Q", self.mm, 8 * slot, 1 if ok else 2)
+            word = (READS_YOU | (TAKES_LENT if takes_lent else 0)) if ok else CANNOT_READ
+            struct.pack_into("<Q", self.mm, 8 * slot, word)
 
     def unlink(self) -> None:
         if self.linked:

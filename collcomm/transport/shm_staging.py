@@ -31,7 +31,8 @@ import numpy as np
 
 from ..errors import PeerLostError
 from .peer_process import buffer_address, pid_alive
-from .shm_ring import ACK, ACK_AT, INBOX_HEADER, LEFT, PRIVATE, RELEASED, SEGMENT, SEGMENT_ONCE, _Ring
+from .shm_ring import (ACK, ACK_AT, INBOX_HEADER, LEFT, PRIVATE, READS_YOU, RELEASED, SEGMENT, SEGMENT_ONCE,
+                       _Ring)
 from .shm_segments import (PAGE, SHM_DIR, ShmSpaceError, create_segment, mib, open_segment, shm_budget,
                            space_text, warn_once)
 
@@ -89,8 +90,13 @@ class StagedBodies:
 
     def peer_reads_me(self) -> bool:
         """Can the peer read this process's memory (it probed us at the rendezvous)?"""
-        return self.my_slot < INBOX_HEADER // 8 and \
-            struct.unpack_from("<Q", self.out.mm, 8 * self.my_slot)[0] == 1
+        return bool(self.peer_word() & READS_YOU)
+
+    def peer_word(self) -> int:
+        """What the peer wrote about us in its inbox's header (shm_ring.READS_YOU, ...)."""
+        if self.my_slot >= INBOX_HEADER // 8:
+            return 0
+        return int(struct.unpack_from("<Q", self.out.mm, 8 * self.my_slot)[0])
 
     def _warn_short(self, nbytes: int) -> None:
         """Say once that /dev/shm is too short for staging segments (its text made only then)."""
@@ -221,11 +227,14 @@ class StagedBodies:
                 peer=self.peer) from None
 
     def _take_private(self, tag: int, nbytes: int, address: int, ident: int, sig: int) -> None:
-        """Read a PRIVATE message out of the sender's memory now (straight into the posted
-        receive when there is one), then release the sender's copy (poll_lock held)."""
+        """Read a PRIVATE (or LENT) message out of the sender's memory now (straight into
+        the posted receive when there is one: the receives deferred to their wait are posted
+        first if the line is free), then release the sender's copy (poll_lock held)."""
         from .arena_cma import _IoVec, _READV
 
         engine = self.engine
+        if engine._deferred:     # read into place: a receive deferred to its wait may be the one
+            engine.post_deferred_if_free()
         view, token = engine.arriving(self.peer, tag, nbytes, sig)
         base = buffer_address(view)
         done, err = 0, 0

@@ -60,7 +60,7 @@ class TcpChannel:
         self.frame: tuple[int, int, int] = (0, 0, 0)
 
     # -- sending (any thread) ------------------------------------------------------------
-    def send(self, req: "Request") -> None:
+    def send(self, req: "Request", lend: bool = False) -> None:
         self._enqueue(FRAME.pack(req.tag, len(req.buf), req.sig, DATA), req.buf, req)
 
     def _enqueue(self, header: bytes, body: memoryview | bytes, req: "Request | None") -> None:

@@ -1,0 +1,223 @@
+"""Large non-blocking sends lent to the receiver (transport/shm_lent.py): read once, by
+cross-memory attach, straight out of the sender's buffer; withdrawn into a copy when the
+receiver does not come; never a hang, never a body read after the sender took it back.
+
+Each job checks every byte it receives and which way the bodies went: the channel's
+``loans`` / ``withdrawals`` counters, its ``held`` copies, its staging ``pool``.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+from collcomm import native
+from tests.harness import run_ranks
+
+BIG = 1 << 21              # 2 MiB: past the inline limit of a 2-rank ring (512 KiB)
+COUNT = BIG // 8
+
+needs_core = pytest.mark.skipif(native.core is None, reason="lending needs the native core")
+
+
+def _body(rank: int, i: int = 0) -> np.ndarray:
+    return np.arange(COUNT, dtype=np.float64) * (rank + 2) + 1000.0 * i
+
+
+def _channel(peer: int):
+    import collcomm.core.runtime as rt
+
+    return rt.get_world("test").transport.channels[peer]
+
+
+def _exchange(rounds: int) -> dict:
+    """n ranks in a ring, batch_isend_irecv then the waits in list order (the send's
+    first): every body checked; how they went."""
+    import collcomm as dist
+
+    r, n = dist.get_rank(), dist.get_world_size()
+    right, left = (r + 1) % n, (r - 1) % n
+    bad = 0
+    for i in range(rounds):
+        out, got = _body(r, i), np.zeros(COUNT)
+        ops = [dist.P2POp(dist.isend, out, right), dist.P2POp(dist.irecv, got, left)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        bad += not np.array_equal(got, _body(left, i))
+    ch = _channel(right)
+    return {"bad": bad, "loans": ch.loans, "withdrawals": ch.withdrawals, "pool": len(ch.pool),
+            "held": len(ch.held), "lent": len(ch.lent)}
+
+
+@needs_core
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n", [2, 3])
+def test_exchange_lends_and_reads_once(n):
+    for res in run_ranks(_exchange, n, 6, transport="shm", timeout=90):
+        assert res["bad"] == 0, res
+        assert res["loans"] == 6 and res["pool"] == 0 and res["lent"] == 0, res
+
+
+@pytest.mark.timeout(120)
+def test_lend_off_or_python_receiver_copies():
+    # COLLCOMM_LEND=0 on rank 1: nobody lends to it (it offers no loans), rank 1 itself
+    # still lends to rank 0; a rank without the native core neither lends nor is lent to
+    for env, lenders in (({1: {"COLLCOMM_LEND": "0"}}, {1}),
+                         ({1: {"COLLCOMM_NATIVE": "0"}}, set())):
+        res = run_ranks(_exchange, 2, 3, transport="shm", timeout=90, rank_env=env)
+        for r, got in enumerate(res):
+            assert got["bad"] == 0, got
+            lends = r in lenders and native.core is not None
+            assert (got["loans"] == 3) == lends and (got["pool"] == 0) == lends, (r, got)
+
+
+def _receiver_elsewhere(patience: float) -> dict:
+    """Rank 0 waits for its lent send while rank 1 sits in a barrier that waits for rank
+    0 (it polls no ring): the loan is withdrawn; rank 0 then overwrites its buffer, and
+    rank 1 still gets what was sent."""
+    import collcomm as dist
+    from collcomm.transport import shm_lent
+
+    shm_lent.LEND_PATIENCE = patience
+    dist.barrier()        # (the first one builds the arena over the rings: rank 1 would poll)
+    out = {}
+    if dist.get_rank() == 0:
+        buf = _body(0)
+        t0 = time.monotonic()
+        dist.isend(buf, 1).wait()
+        out["waited"] = time.monotonic() - t0
+        buf[:] = -1.0                       # the caller's again: the receiver must not see this
+        dist.barrier()
+        ch = _channel(1)
+        out.update(loans=ch.loans, withdrawals=ch.withdrawals)
+        dist.barrier()                      # rank 1 has read it
+        ch.engine.progress()                # (what any wait does first)
+        out["held"] = len(ch.held)
+    else:
+        dist.barrier()
+        got = np.zeros(COUNT)
+        dist.recv(got, 0)
+        out["ok"] = bool(np.array_equal(got, _body(0)))
+        dist.barrier()
+    return out
+
+
+@needs_core
+@pytest.mark.timeout(120)
+def test_a_receiver_busy_elsewhere_gets_a_withdrawn_copy():
+    sender, receiver = run_ranks(_receiver_elsewhere, 2, 0.005, transport="shm", timeout=90)
+    assert receiver["ok"], receiver
+    assert sender["loans"] == 1 and sender["withdrawals"] == 1, sender
+    assert sender["waited"] < 5, sender          # the patience and a copy, not the timeout
+    assert sender["held"] == 0, sender           # the copy went at a poll once released
+
+
+def _both_wait_first() -> bool:
+    """Both ranks wait for their isend before receiving (an unsafe program for MPI's
+    rendezvous, fine with copies): the waits read each other's loans aside."""
+    import collcomm as dist
+    from collcomm.transport import shm_lent
+
+    shm_lent.LEND_PATIENCE = 60.0               # never withdrawn: the reads must do it
+    r = dist.get_rank()
+    dist.isend(_body(r), 1 - r).wait()
+    got = np.zeros(COUNT)
+    dist.recv(got, 1 - r)
+    return bool(np.array_equal(got, _body(1 - r))) and _channel(1 - r).withdrawals == 0
+
+
+@needs_core
+@pytest.mark.timeout(120)
+def test_both_ranks_wait_for_their_isend_before_receiving():
+    assert run_ranks(_both_wait_first, 2, transport="shm", timeout=90) == [True, True]
+
+
+def _order() -> list[bool]:
+    """Rank 0 lends a large message, then sends a small one with the same tag and one
+    with another tag; rank 1 takes the other tag first (the loan is read aside), then the
+    two in order; with MPI's Recv (the native receive leaves LENT records to Python)."""
+    from collcomm.MPI import COMM_WORLD as comm
+
+    if comm.Get_rank() == 0:
+        big, small, other = _body(0), np.full(3, 7.0), np.full(5, 9.0)
+        reqs = [comm.Isend(big, 1, tag=1), comm.Isend(small, 1, tag=1), comm.Isend(other, 1, tag=2)]
+        for q in reqs:
+            q.Wait()
+        comm.Barrier()
+        return [_channel(1).loans == 1]
+    got_other, got_big, got_small = np.zeros(5), np.zeros(COUNT), np.zeros(3)
+    comm.Recv(got_other, 0, tag=2)
+    comm.Recv(got_big, 0, tag=1)
+    comm.Recv(got_small, 0, tag=1)
+    comm.Barrier()
+    return [bool(np.all(got_other == 9.0)), bool(np.array_equal(got_big, _body(0))),
+            bool(np.all(got_small == 7.0))]
+
+
+@needs_core
+@pytest.mark.timeout(120)
+def test_a_loan_keeps_its_place_in_the_order():
+    sender, receiver = run_ranks(_order, 2, transport="shm", timeout=90)
+    assert sender == [True] and receiver == [True, True, True], (sender, receiver)
+
+
+def _race(rounds: int) -> dict:
+    """No patience at all: the sender withdraws at its first look while the receiver
+    claims at its own; whoever wins, the receiver reads exactly what was sent (the
+    sender scribbles over its buffer as soon as its wait returns)."""
+    import collcomm as dist
+    from collcomm.transport import shm_lent
+
+    shm_lent.LEND_PATIENCE = 0.0
+    r = dist.get_rank()
+    bad = 0
+    for i in range(rounds):
+        if r == 0:
+            buf = _body(0, i)
+            dist.isend(buf, 1).wait()
+            buf[:] = -1.0
+        else:
+            got = np.zeros(COUNT)
+            dist.recv(got, 0)
+            bad += not np.array_equal(got, _body(0, i))
+    dist.barrier()
+    ch = _channel(1 - r)
+    return {"bad": bad, "loans": ch.loans, "withdrawals": ch.withdrawals}
+
+
+@needs_core
+@pytest.mark.timeout(120)
+def test_withdrawal_racing_the_claim_never_tears_a_body():
+    sender, receiver = run_ranks(_race, 2, 40, transport="shm", timeout=90)
+    assert receiver["bad"] == 0, receiver
+    assert sender["loans"] == 40, sender
+
+
+def _sender_dies() -> str:
+    """Rank 0 lends a body and dies before rank 1 reads it: rank 1's receive fails naming
+    rank 0, it does not hang."""
+    import collcomm as dist
+    from collcomm.transport import shm_lent
+
+    shm_lent.LEND_PATIENCE = 60.0
+    dist.barrier()        # (the first one builds the arena over the rings: rank 1 would poll)
+    if dist.get_rank() == 0:
+        dist.isend(_body(0), 1)
+        dist.barrier()
+        os._exit(3)
+    dist.barrier()
+    time.sleep(0.5)                              # rank 0 is gone by now
+    try:
+        dist.recv(np.zeros(COUNT), 0)
+    except dist.PeerLostError as exc:
+        return f"PeerLostError: {exc}"
+    return "no error"
+
+
+@needs_core
+@pytest.mark.timeout(120)
+def test_a_lender_that_dies_fails_the_receive_by_name():
+    got = run_ranks(_sender_dies, 2, transport="shm", timeout=60, expect_failure=True)[1]
+    assert got.ok and got.value.startswith("PeerLostError") and "rank 0" in got.value, got
