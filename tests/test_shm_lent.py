@@ -20,6 +20,7 @@ BIG = 1 << 21              # 2 MiB: past the inline limit of a 2-rank ring (512 
 COUNT = BIG // 8
 
 needs_core = pytest.mark.skipif(native.core is None, reason="lending needs the native core")
+TWO_CPUS = {"COLLCOMM_CORES": "2"}     # a CPU per rank (else no loans), whatever this host has
 
 
 def _body(rank: int, i: int = 0) -> np.ndarray:
@@ -55,7 +56,8 @@ def _exchange(rounds: int) -> dict:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("n", [2, 3])
 def test_exchange_lends_and_reads_once(n):
-    for res in run_ranks(_exchange, n, 6, transport="shm", timeout=90):
+    # (COLLCOMM_CORES: a CPU per rank, else no loans: test_lend_off_or_python_receiver_copies)
+    for res in run_ranks(_exchange, n, 6, transport="shm", timeout=90, env={"COLLCOMM_CORES": str(n)}):
         assert res["bad"] == 0, res
         assert res["loans"] == 6 and res["pool"] == 0 and res["lent"] == 0, res
 
@@ -63,10 +65,12 @@ def test_exchange_lends_and_reads_once(n):
 @pytest.mark.timeout(120)
 def test_lend_off_or_python_receiver_copies():
     # COLLCOMM_LEND=0 on rank 1: nobody lends to it (it offers no loans), rank 1 itself
-    # still lends to rank 0; a rank without the native core neither lends nor is lent to
+    # still lends to rank 0; a rank without the native core neither lends nor is lent to;
+    # a rank that counts fewer CPUs than the host's ranks offers no loans
     for env, lenders in (({1: {"COLLCOMM_LEND": "0"}}, {1}),
-                         ({1: {"COLLCOMM_NATIVE": "0"}}, set())):
-        res = run_ranks(_exchange, 2, 3, transport="shm", timeout=90, rank_env=env)
+                         ({1: {"COLLCOMM_NATIVE": "0"}}, set()),
+                         ({0: {"COLLCOMM_CORES": "1"}}, {0})):
+        res = run_ranks(_exchange, 2, 3, transport="shm", timeout=90, env=TWO_CPUS, rank_env=env)
         for r, got in enumerate(res):
             assert got["bad"] == 0, got
             lends = r in lenders and native.core is not None
@@ -107,7 +111,7 @@ def _receiver_elsewhere(patience: float) -> dict:
 @needs_core
 @pytest.mark.timeout(120)
 def test_a_receiver_busy_elsewhere_gets_a_withdrawn_copy():
-    sender, receiver = run_ranks(_receiver_elsewhere, 2, 0.005, transport="shm", timeout=90)
+    sender, receiver = run_ranks(_receiver_elsewhere, 2, 0.005, transport="shm", timeout=90, env=TWO_CPUS)
     assert receiver["ok"], receiver
     assert sender["loans"] == 1 and sender["withdrawals"] == 1, sender
     assert sender["waited"] < 5, sender          # the patience and a copy, not the timeout
@@ -131,7 +135,7 @@ def _both_wait_first() -> bool:
 @needs_core
 @pytest.mark.timeout(120)
 def test_both_ranks_wait_for_their_isend_before_receiving():
-    assert run_ranks(_both_wait_first, 2, transport="shm", timeout=90) == [True, True]
+    assert run_ranks(_both_wait_first, 2, transport="shm", timeout=90, env=TWO_CPUS) == [True, True]
 
 
 def _order() -> list[bool]:
@@ -159,7 +163,7 @@ def _order() -> list[bool]:
 @needs_core
 @pytest.mark.timeout(120)
 def test_a_loan_keeps_its_place_in_the_order():
-    sender, receiver = run_ranks(_order, 2, transport="shm", timeout=90)
+    sender, receiver = run_ranks(_order, 2, transport="shm", timeout=90, env=TWO_CPUS)
     assert sender == [True] and receiver == [True, True, True], (sender, receiver)
 
 
@@ -190,7 +194,7 @@ def _race(rounds: int) -> dict:
 @needs_core
 @pytest.mark.timeout(120)
 def test_withdrawal_racing_the_claim_never_tears_a_body():
-    sender, receiver = run_ranks(_race, 2, 40, transport="shm", timeout=90)
+    sender, receiver = run_ranks(_race, 2, 40, transport="shm", timeout=90, env=TWO_CPUS)
     assert receiver["bad"] == 0, receiver
     assert sender["loans"] == 40, sender
 
@@ -219,5 +223,5 @@ def _sender_dies() -> str:
 @needs_core
 @pytest.mark.timeout(120)
 def test_a_lender_that_dies_fails_the_receive_by_name():
-    got = run_ranks(_sender_dies, 2, transport="shm", timeout=60, expect_failure=True)[1]
+    got = run_ranks(_sender_dies, 2, transport="shm", timeout=60, expect_failure=True, env=TWO_CPUS)[1]
     assert got.ok and got.value.startswith("PeerLostError") and "rank 0" in got.value, got
