@@ -173,6 +173,13 @@ static int p2p_lock_init(void)
 
 static int p2p_try(PyObject *acquire)   /* 1: taken, 0: busy, -1: error */
 {
+    GilLock *g = gil_lock_of(acquire);    /* (the GIL is held: a plain load and store) */
+    if (g != NULL) {
+        if (g->locked)
+            return 0;
+        g->locked = 1;
+        return 1;
+    }
     P2PLock *l = p2p_lock_of(acquire);
     if (l != NULL)
         return p2p_take(l);
@@ -186,6 +193,11 @@ static int p2p_try(PyObject *acquire)   /* 1: taken, 0: busy, -1: error */
 
 static void p2p_release(PyObject *release)   /* keeps a pending exception */
 {
+    GilLock *g = gil_lock_of(release);
+    if (g != NULL && g->locked) {
+        g->locked = 0;
+        return;
+    }
     P2PLock *l = p2p_lock_of(release);
     if (l != NULL && l->locked)
         p2p_give(l);

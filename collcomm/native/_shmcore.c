@@ -94,6 +94,7 @@ static PyTypeObject CoreType = {
 #include "_cmethod.c"           /* a built-in object's C method called straight */
 #include "_record.c"            /* the flight recorder's records, written from C */
 #include "_fastcall.c"
+#include "_gil_lock.c"          /* GilLock: send_lock / poll_lock of the shm channels */
 #include "_p2p.c"               /* native point-to-point: Pipe, P2P; the rings from C */
 #include "_p2p_calls.c"         /* P2P.send, P2P.recv, P2P.note */
 #include "_p2p_type.c"          /* the two types: init, gc, methods, module init */
@@ -201,7 +202,7 @@ PyMODINIT_FUNC PyInit__shmcore(void)
     s_check = PyUnicode_InternFromString("_check");
     s_timeout = PyUnicode_InternFromString("timeout");
     if (s_check == NULL || s_timeout == NULL || fast_module_init(m) < 0 ||
-        p2p_module_init(m) < 0) {
+        p2p_module_init(m) < 0 || gil_lock_module_init(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

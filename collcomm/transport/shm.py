@@ -40,6 +40,7 @@ same consumer step :meth:`ShmChannel.poll` runs, so other receivers still get th
 from __future__ import annotations
 
 import mmap
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -72,6 +73,17 @@ _CLOSED, _GONE = "closed", "gone"   # why a sender stopped waiting (resolved wit
 _kept: list[np.ndarray] = []
 
 
+def _lock() -> Any:
+    """A channel lock: the native core's GilLock (taken and released with a plain load and
+    store under the GIL; see native/_gil_lock.c) where there is a core and a GIL, else a
+    _thread lock. Either way one object both the Python and the native sides take."""
+    from .. import native
+
+    if native.core is not None and getattr(sys, "_is_gil_enabled", lambda: True)():
+        return native.core.GilLock()
+    return threading.Lock()
+
+
 class ShmChannel(LentBodies, StagedBodies):
     """Messages to and from one peer on this host (large bodies: :class:`StagedBodies`;
     those of non-blocking sends lent: :class:`LentBodies`)."""
@@ -95,8 +107,8 @@ class ShmChannel(LentBodies, StagedBodies):
         self.next_private = 1                    # release ids: PRIVATE and LENT records
         self.lent: dict[int, Any] = {}           # LENT sends the peer has yet to release
         self.lent_due = float("inf")
-        self.send_lock = threading.Lock()   # a leaf: staging and writing records, ``closed``
-        self.poll_lock = threading.Lock()   # the consumer's; only tried (acquire(blocking=False))
+        self.send_lock = _lock()   # a leaf: staging and writing records, ``closed``
+        self.poll_lock = _lock()   # the consumer's; only tried (acquire(blocking=False))
         self.n_segments = 0
         self.created: list[str] = []
         self.pool: list[tuple[mmap.mmap, int, str]] = []   # (mapping, capacity, name), sender side
