@@ -4,7 +4,9 @@ Every rank owns an *inbox*: one POSIX shared-memory segment holding a ring per l
 sender. The sender appends records to its ring in the peer's inbox and the peer reads
 them (shm_ring.py: the inbox, the ring and the record format). A message up to the eager
 limit travels inline in its record (a full ring is waited for), one up to the inline
-limit (half the ring) too when the ring has room for it at once; any other is staged:
+limit (half the ring) too when the ring has room for it at once; a larger one of a
+non-blocking send is lent (read by the receiver straight out of the sender's buffer,
+shm_lent.py); any other is staged:
 written into a shared-memory segment the record names (pooled, up to ``POOL_SLOTS`` per
 peer of up to ``POOL_MAX`` bytes each, one of them up to ``POOL_BIG``), or, past the
 pool, copied into the sender's private memory for the receiver to read by cross-memory attach (peer_process.py; a one-off
@@ -15,7 +17,9 @@ shm_segments.py creates the segments, backing each one when it is created so tha
 
 The sender copies eagerly and completes at once, so sends never wait for the receiver,
 except when the ring is full: then the sender drains its own inbox while it waits, so two
-ranks flooding each other cannot deadlock. Names are unlinked as soon as every user has
+ranks flooding each other cannot deadlock; and except a large non-blocking send, which
+lends its buffer (a LENT record: no copy) and completes once the receiver has read it or
+the loan was withdrawn into a copy (shm_lent.py). Names are unlinked as soon as every user has
 mapped them (inboxes after the rendezvous, message segments when the receiver opens them),
 so a killed rank leaves nothing in /dev/shm; the few names still linked all start with
 ``collcomm-<job id>-`` for the launcher to sweep. Peer death is noticed by checking the
