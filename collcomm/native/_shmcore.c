@@ -152,9 +152,13 @@ static PyObject *mod_swap_word(PyObject *m, PyObject *const *args, Py_ssize_t na
     if (check_args(nargs, 4, "swap_word") < 0)
         return NULL;
     Py_ssize_t off = PyLong_AsSsize_t(args[1]);
+    if (off == -1 && PyErr_Occurred())
+        return NULL;
     unsigned long long expected = PyLong_AsUnsignedLongLong(args[2]);
+    if (expected == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
     unsigned long long desired = PyLong_AsUnsignedLongLong(args[3]);
-    if (PyErr_Occurred())
+    if (desired == (unsigned long long)-1 && PyErr_Occurred())
         return NULL;
     Py_buffer b;
     if (PyObject_GetBuffer(args[0], &b, PyBUF_WRITABLE) < 0)

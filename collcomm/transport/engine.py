@@ -39,6 +39,8 @@ Lock order of the transport (a lock may be taken while holding the ones before i
 the other way round; "leaf": nothing else is taken while holding it):
 
     ShmChannel.send_lock  →  ShmChannel.poll_lock (only tried, never waited for)  →  Engine._lock (leaf)
+    (a poll settling lent sends, shm_lent.py, only tries send_lock: the native receive
+    polls holding poll_lock)
     TcpHub.io (the selector's holder: the I/O thread or a waiting caller; taken holding no
     other lock)  →  TcpChannel.lock (leaf), TcpHub.wlock (leaf), Engine._lock (leaf)
     Heap._lock (leaf)

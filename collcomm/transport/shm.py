@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import ClosedError, CommTimeoutError, PeerLostError
-from .peer_process import pid_alive, pid_stopped
+from .peer_process import buffer_address, pid_alive, pid_stopped
 from .shm_lent import LentBodies
 from .shm_ring import (CTL_BYTES, HEADER, INLINE, LEFT, LENT, PAD, PRIVATE, PRIVATE_ID, RELEASED, SEGMENT,
                        SEGMENT_ONCE, Inbox, _RingBody, _SegmentBody, _Ring, _round, eager_limit,
@@ -186,9 +186,14 @@ class ShmChannel(LentBodies, StagedBodies):
             if appended:
                 req.complete(self.peer, nbytes)
                 return
-        record: tuple[int, int, memoryview | bytes] | None = None   # kind, aux, body
+        # kind, aux, body: a PRIVATE or LENT record's body (None here) carries its release
+        # id, taken only with the append that writes it (under the same hold of send_lock):
+        # RELEASED is a watermark, so ids must reach the ring in order, whichever thread
+        # writes first after a full ring
+        record: tuple[int, int, memoryview | bytes | None] | None = None
         staged = ""
-        lent = 0      # the release id of a LENT record
+        copy = None   # a PRIVATE record's copy, held under its id once written
+        lent = 0      # the release id of a LENT record written
         engine = self.engine
         start = time.monotonic()
         next_check = start + 0.1
@@ -202,25 +207,33 @@ class ShmChannel(LentBodies, StagedBodies):
                     if nbytes <= self.eager:
                         record = (INLINE, 0, buf)
                     elif lend and self.lends():
-                        kind, address, body, lent = self.lent_record(buf)
-                        record = (kind, address, body)
+                        record = (LENT, buffer_address(buf), None)
                     else:
                         try:
-                            kind, staged, offset, ident = self._stage(buf)
+                            kind, staged, offset, ident, copy = self._stage(buf)
                         except ShmSpaceError as exc:
                             problem = exc
                             break
                         # a segment's name ends at its NUL (the rest of the record is stale
                         # ring bytes but for a pooled segment's message id right after it)
-                        record = (kind, offset, PRIVATE_ID.pack(int(staged)) if kind == PRIVATE
+                        record = (kind, offset, None if kind == PRIVATE
                                   else staged.encode() + b"\0" + PRIVATE_ID.pack(ident))
-                        if kind == PRIVATE:
-                            staged = ""   # nothing to give back: the copy goes when released
-                if self._try_append(record[0], req.tag, nbytes, record[1], record[2], req.sig):
-                    if record[0] != INLINE:
+                kind, aux, body = record
+                release = self.next_private if body is None else 0
+                if kind == PRIVATE:
+                    body = PRIVATE_ID.pack(release)
+                elif kind == LENT:
+                    body = self.lent_body(release)
+                if self._try_append(kind, req.tag, nbytes, aux, body, req.sig):  # type: ignore[arg-type]
+                    if kind != INLINE:
                         self.outside_until = self.head
-                    if lent:
-                        self.lent_out(req, lent)
+                    if release:
+                        self.next_private = release + 1
+                        if kind == PRIVATE:
+                            self.held[release] = copy   # type: ignore[assignment]
+                        else:
+                            lent = release
+                            self.lent_out(req, lent)
                     problem = None
                     break
             # the ring is full: wait for the peer to read, without the lock

@@ -12,7 +12,8 @@ between two ranks took 5.7 ms through the staging segments against about 2 with 
 read each (Open MPI, whose default is the same read: 1.7-1.9 ms), measured 2026-11-28.
 
 The receiver never makes the sender wait on it for long, so nothing that works with a
-copied send can hang with a lent one:
+copied send can hang with a lent one (and a loan still out when the channel closes is
+withdrawn too, so a late reader never sees a buffer its owner has taken back):
 
 * it reads a LENT record when it takes it off the ring (any wait of the receiver polls),
   into the posted receive, or aside when none is posted yet. Receives deferred to their
@@ -34,8 +35,11 @@ a rank, and only with the core itself. ``COLLCOMM_LEND=0`` turns lending off (th
 receiving rank then does not offer it), and so do more ranks on the host than CPUs
 (:func:`takes_lent`).
 
-Blocking sends keep copying: their buffer is the caller's again when they return, and a
-lent blocking send would wait for the receiver (up to ``LEND_PATIENCE``) every time.
+Blocking sends (``collcomm.send``, ``MPI.Send``/``Bsend``/``Rsend``) keep copying: their
+buffer is the caller's again when they return, and a lent one would wait for the receiver
+(up to ``LEND_PATIENCE``) every time. torch's blocking ``dist.send`` waits on the Work of
+the backend's ``send``, which lends (as ``isend`` does: torch's contract for both is the
+tensor untouched until the Work is done); ``MPI.Ssend`` waits for the receiver anyway.
 """
 from __future__ import annotations
 
@@ -48,7 +52,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import ClosedError
-from .peer_process import buffer_address
 from .shm_ring import HEADER, LENT, READS_YOU, RELEASED, TAKES_LENT, _Ring
 
 if TYPE_CHECKING:
@@ -124,12 +127,11 @@ class LentBodies:
         want = READS_YOU | TAKES_LENT
         return native.core is not None and self.peer_word() & want == want
 
-    def lent_record(self, buf: Any) -> tuple[int, int, bytes, int]:
-        """The LENT record of ``buf`` (caller holds ``send_lock``): (kind, address, body,
-        release id)."""
-        ident = self.next_private
-        self.next_private += 1
-        return LENT, buffer_address(buf), LENT_BODY.pack(ident, LENT_POSTED, 0), ident
+    @staticmethod
+    def lent_body(ident: int) -> bytes:
+        """The body of a LENT record with release id ``ident`` (taken by the sender with the
+        append that writes it: ids reach the ring in order)."""
+        return LENT_BODY.pack(ident, LENT_POSTED, 0)
 
     def lent_out(self, req: "Request", ident: int) -> None:
         """The LENT record of ``req`` (release id ``ident``) is the last one written (caller
@@ -142,34 +144,56 @@ class LentBodies:
     def settle_lent(self) -> None:
         """Complete the lent sends the peer has released; withdraw those it has not claimed
         within ``LEND_PATIENCE``; drop the private copies it has released (called by any
-        polling thread, holding no lock, while there are loans or copies)."""
+        polling thread, holding no lock, while there are loans or copies). ``send_lock`` is
+        only tried (a busy one: the next poll settles): a native receive polls holding
+        ``poll_lock``, which comes after ``send_lock`` in the lock order. A lost peer's
+        loans fail (its copies stay: close keeps what was never released)."""
+        lost = self.engine.lost.get(self.peer)
+        if lost is not None and not self.lent:
+            return
         released = int(self.out.ctl[RELEASED])
         first = min(min(self.lent, default=released), min(self.held, default=released))
-        if released <= first and time.monotonic() < self.lent_due:
+        if lost is None and released <= first and time.monotonic() < self.lent_due:
+            return
+        if not self.send_lock.acquire(blocking=False):
             return
         done: list[Request] = []
-        with self.send_lock:
-            released = int(self.out.ctl[RELEASED])
-            if self.held:
-                self.prune_held()
-            now = time.monotonic()
-            due = float("inf")
-            for ident in sorted(self.lent):
-                loan = self.lent[ident]
-                if ident < released:
-                    del self.lent[ident]
-                    done.append(loan.req)
-                elif loan.claimed:
-                    continue
-                elif now - loan.since >= LEND_PATIENCE:
-                    if self._withdraw(ident, loan):
-                        del self.lent[ident]
-                        done.append(loan.req)
-                else:
-                    due = min(due, loan.since + LEND_PATIENCE)
-            self.lent_due = due
+        try:
+            if lost is not None:
+                failed = [loan.req for loan in self.lent.values()]
+                self.lent.clear()
+                self.lent_due = float("inf")
+            else:
+                failed = []
+                self._settle_locked(done)
+        finally:
+            self.send_lock.release()
         for req in done:
             req.complete(self.peer, len(req.buf))
+        for req in failed:
+            req.fail(lost)   # type: ignore[arg-type]
+
+    def _settle_locked(self, done: list["Request"]) -> None:
+        """settle_lent's work, ``send_lock`` held: the requests that completed go to ``done``."""
+        released = int(self.out.ctl[RELEASED])
+        if self.held:
+            self.prune_held()
+        now = time.monotonic()
+        due = float("inf")
+        for ident in sorted(self.lent):
+            loan = self.lent[ident]
+            if ident < released:
+                del self.lent[ident]
+                done.append(loan.req)
+            elif loan.claimed:
+                continue
+            elif now - loan.since >= LEND_PATIENCE:
+                if self._withdraw(ident, loan):
+                    del self.lent[ident]
+                    done.append(loan.req)
+            else:
+                due = min(due, loan.since + LEND_PATIENCE)
+        self.lent_due = due
 
     def _withdraw(self, ident: int, loan: _Loan) -> bool:
         """Copy a loan the peer has not claimed and point its record at the copy (caller
@@ -195,20 +219,21 @@ class LentBodies:
         return True
 
     def drop_lent(self) -> list[Any]:
-        """The channel closes (``send_lock`` held): the buffers of loans the peer has not
-        released (kept for a late reader by the caller) and their requests failed."""
+        """The channel closes (``send_lock`` held): every loan the peer has not claimed is
+        withdrawn first (its copy held, then kept by close like any unreleased copy: a late
+        reader still gets the message, never a buffer its owner has taken back) and its send
+        completes, as do the released ones; a loan being read fails with ClosedError (its
+        buffer is returned, for the caller to keep alive for that reader)."""
         released = int(self.out.ctl[RELEASED])
         kept: list[Any] = []
         for ident, loan in sorted(self.lent.items()):
-            if ident >= released:
-                kept.append(loan.buf)
-            exc = None if ident < released else ClosedError(
-                f"rank {self.engine.rank}: transport closed before rank {self.peer} read the "
-                f"{loan.req.describe()}")
-            if exc is None:
+            if ident < released or (not loan.claimed and self._withdraw(ident, loan)):
                 loan.req.complete(self.peer, len(loan.req.buf))
-            else:
-                loan.req.fail(exc)
+                continue
+            kept.append(loan.buf)
+            loan.req.fail(ClosedError(
+                f"rank {self.engine.rank}: transport closed while rank {self.peer} was reading "
+                f"the {loan.req.describe()}"))
         self.lent.clear()
         return kept
 
@@ -220,6 +245,8 @@ class LentBodies:
 
         data = self.inp.data
         ident = LENT_BODY.unpack_from(data, off + HEADER.size)[0]
-        if native.core.swap_word(data, off + _STATE_AT, LENT_POSTED, LENT_CLAIMED) != LENT_POSTED:
+        if native.core.swap_word(data, off + _STATE_AT, LENT_POSTED, LENT_CLAIMED) == LENT_WITHDRAWN:
             address = LENT_BODY.unpack_from(data, off + HEADER.size)[2]    # withdrawn: the copy
+        # (LENT_CLAIMED already: our own claim, this record taken again after an exception
+        # between the claim and the read left it at the tail: the loan is still ours)
         self._take_private(tag, nbytes, address, ident, sig)

@@ -111,24 +111,24 @@ class StagedBodies:
         for ident in [i for i in self.held if i < released]:
             del self.held[ident]
 
-    def _private(self, buf: memoryview) -> tuple[int, str, int, int]:
+    def _private(self, buf: memoryview) -> tuple[int, str, int, int, np.ndarray]:
         """Copy a large body into private memory for the peer to read (caller holds
-        ``send_lock``): (PRIVATE, id, address, 0)."""
+        ``send_lock``): (PRIVATE, "", address, 0, the copy). Its release id is taken, and
+        the copy held under it, only when its record is written (ShmChannel.send): ids must
+        reach the ring in order, RELEASED being a watermark."""
         self.prune_held()
         copy = np.empty(len(buf), dtype=np.uint8)
         copy[:] = np.frombuffer(buf, dtype=np.uint8)
-        ident = self.next_private
-        self.next_private += 1
-        self.held[ident] = copy
-        return PRIVATE, str(ident), int(copy.ctypes.data), 0
+        return PRIVATE, "", int(copy.ctypes.data), 0, copy
 
-    def _stage(self, buf: memoryview) -> tuple[int, str, int, int]:
+    def _stage(self, buf: memoryview) -> tuple[int, str, int, int, np.ndarray | None]:
         """Stage a large body: into a pooled segment at the sender's page offset while one
         takes it (/dev/shm has room: a quarter of the budget), else into private memory the
         peer reads directly when it may, else into a one-off segment (at most half the
         budget; see the module docstring); ShmSpaceError when none of them can be had.
-        Returns (kind, name, offset, id): a pooled segment's message id, which its record
-        carries and the receiver acknowledges (0 for the others)."""
+        Returns (kind, name, offset, id, copy): a pooled segment's message id, which its
+        record carries and the receiver acknowledges (0 for the others); a PRIVATE body's
+        copy (else None)."""
         offset = PAGE + buffer_address(buf) % PAGE
         need = offset + len(buf)
         for mm, capacity, name in self.pool:
@@ -186,7 +186,7 @@ class StagedBodies:
             mm.close()
             if len(self.created) > 64:
                 self.created = [n for n in self.created if os.path.exists(os.path.join(SHM_DIR, n))]
-        return kind, name, offset, ident
+        return kind, name, offset, ident, None
 
     def _pool_slot(self, capacity: int, budget: int) -> int:
         """Where a new pooled segment of ``capacity`` bytes goes (caller holds ``send_lock``):
