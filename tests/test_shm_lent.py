@@ -54,7 +54,7 @@ def _exchange(rounds: int) -> dict:
 
 @needs_core
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("n", [2, 3, 5])
 def test_exchange_lends_and_reads_once(n):
     # (COLLCOMM_CORES: a CPU per rank, else no loans: test_lend_off_or_python_receiver_copies)
     for res in run_ranks(_exchange, n, 6, transport="shm", timeout=90, env={"COLLCOMM_CORES": str(n)}):
