@@ -72,6 +72,10 @@ def every_call(how: str, path: str) -> dict:
             dist.barrier(group=gloo)
             continue
         c.same(f"{name} (collcomm vs gloo)", mine, theirs)
+        # no case may start before every rank has left the last: a rank sending in the next
+        # one could feed a receive-from-any-source still waiting in this one (gloo's
+        # "recv any source" once took rank 3's batch_isend_irecv message: 16 vs 8 bytes)
+        dist.barrier(group=gloo)
     _only_collcomm(dist, c, r, n, os.path.join(os.path.dirname(path), "timed-out"))
     _sub_groups(dist, c, r, n, gloo)
     _errors(dist, c, r, n)

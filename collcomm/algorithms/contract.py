@@ -76,6 +76,10 @@ class NativeCore(Protocol):
     def reduce(self, arena: Arena, send: np.ndarray, recv: np.ndarray | None, code: int, root: int,
                sig: int, /) -> int: ...
 
+    def reduce_cma(self, arena: Arena, send: np.ndarray, recv: np.ndarray | None, code: int, root: int,
+                   sig: int, cma_key: int, pids: Sequence[int], /) -> int: ...
+    # (two ranks: the root reads the other's buffer by cross-memory attach)
+
     def broadcast(self, arena: Arena, buf: np.ndarray, root: int, sig: int, step: int = ...,
                   cma_key: int = ..., pids: Sequence[int] = ..., /) -> int: ...
     # (with step: staged in steps of that many bytes; with cma_key and pids too, split by

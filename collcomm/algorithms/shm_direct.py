@@ -67,8 +67,8 @@ from typing import Any
 from .contract import ShmComm
 from .shm_move import all_gather, all_to_all, all_to_all_after, broadcast, broadcast_after, gather, gather_after
 from .shm_scatter import scatter, scatter_after
-from .shm_reduce import all_reduce, all_reduce_after, reduce, reduce_scatter
-from .shm_stage import MISMATCH, REFUSE, arena_of, call_sig, enter, native_core, raise_mismatch
+from .shm_reduce import all_reduce, all_reduce_after, reduce, reduce_cma_after, reduce_scatter
+from .shm_stage import MISMATCH, PYTHON, REFUSE, arena_of, call_sig, enter, native_core, raise_mismatch
 
 __all__ = ["all_gather", "all_reduce", "all_to_all", "barrier", "broadcast", "finish_native", "gather",
            "reduce", "reduce_scatter", "scatter"]
@@ -116,3 +116,5 @@ def finish_native(comm: ShmComm, status: int, collective: str, *args: Any) -> No
         scatter_after(comm, arena, status, comm.sig, *args)
     elif status == MISMATCH:
         raise_mismatch(arena, comm.sig)
+    elif collective == "reduce" and status == PYTHON:   # a root reduce_cma handed back
+        reduce_cma_after(comm, arena, *args)

@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import native
-from ..transport.arena_layout import CMA, CMA_MIN, REDUCE_ONE_SHOT, all_reduce_one_step
+from ..transport.arena_layout import (CMA, CMA_MIN, REDUCE_CMA_MAX, REDUCE_CMA_MIN, REDUCE_ONE_SHOT,
+                                      all_reduce_one_step)
 from ..transport.arena_layout import OFFSET as OFFSET_WORD
 from ..transport.arena_layout import SHARED as SHARED_WORD
 from .base import ReduceFn
@@ -103,6 +104,9 @@ def reduce(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, fn: ReduceF
         return
     arena = arena_of(comm, "reduce")
     n, me, dt = comm.size, comm.rank, send.dtype
+    if reduce_by_cma(arena, send.nbytes):
+        _reduce_cma(comm, arena, send, recv, fn, root)
+        return
     core = native_core(arena)
     pair = n == 2 and send.nbytes > arena.slot      # (the native core too: reduce_pair)
     if core is not None and (send.nbytes <= arena.slot or pair):
@@ -146,6 +150,74 @@ def reduce(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, fn: ReduceF
             for r in range(n):
                 r0, r1 = split_bounds(count, n, r)
                 np.copyto(out[r0:r1], peer_slot(arena, phase, r, dt, count)[r0:r1] if r != me else mine[r0:r1])
+
+
+def reduce_by_cma(arena: Arena, nbytes: int) -> bool:
+    """Does a reduce of ``nbytes`` a rank go by cross-memory attach (:func:`_reduce_cma`)?
+    Two ranks that read each other's memory, REDUCE_CMA_MIN..REDUCE_CMA_MAX bytes within a
+    slot: the same answer on every rank."""
+    return (arena.n == 2 and arena.cma and REDUCE_CMA_MIN <= nbytes <= REDUCE_CMA_MAX
+            and nbytes <= arena.slot)
+
+
+def _reduce_cma(comm: ShmComm, arena: Arena, send: np.ndarray, recv: np.ndarray | None, fn: ReduceFn,
+                root: int) -> None:
+    """reduce between two ranks by cross-memory attach: the other rank announces its send
+    buffer (by address; in place when it lies in the shared heap), the root nothing; a sync
+    with the signature check; the root reads the other's data into its own slot of the
+    phase and combines, rank 0's data first; a closing sync keeps the other's buffer
+    untouched until then. The native core's reduce_cma (native/_cma.c) does the same, its
+    combine in one pass (a three-operand kernel) with the same bits; a root it hands the
+    call back to (a peer announced in place, a read that failed) finishes here."""
+    me, dt, count = comm.rank, send.dtype, send.size
+    shared = heap_location(comm, send)
+    core = native_core(arena)
+    code = native.code_for(fn, dt) if core is not None and shared is None else -1
+    if code >= 0:
+        mine = call_sig(comm, "reduce", count)
+        status = core.reduce_cma(arena, send, recv, code, root, mine, CMA, arena.pids)
+        if status == DONE:
+            return
+        if status == MISMATCH:
+            raise_mismatch(arena, mine)
+        if status == PYTHON:
+            reduce_cma_after(comm, arena, send, recv, fn, root)
+            return
+    phase = arena.next_phase()
+    if me == root:
+        arena.put(SHARED_WORD + phase, 0)
+        arena.put(OFFSET_WORD + phase, 0)
+    else:
+        publish(arena, phase, send, shared, 0, True)
+    enter(comm, arena, phase, "reduce", count, True)
+    if me == root:
+        _reduce_cma_root(comm, arena, phase, send, recv, fn)
+    arena.sync()
+
+
+def reduce_cma_after(comm: ShmComm, arena: Arena, send: np.ndarray, recv: np.ndarray | None,
+                     fn: ReduceFn, root: int) -> None:
+    """The rest of a reduce_cma the native core handed back (PYTHON, the root alone): the
+    root's part, then the closing sync."""
+    _reduce_cma_root(comm, arena, arena.phase, send, recv, fn)
+    arena.sync()
+
+
+def _reduce_cma_root(comm: ShmComm, arena: Arena, phase: int, send: np.ndarray, recv: np.ndarray | None,
+                     fn: ReduceFn) -> None:
+    """The root's part of :func:`_reduce_cma` past the first sync: the other's data into
+    our own slot, then ``recv`` = rank 0's data (op) rank 1's."""
+    assert recv is not None
+    me, dt, count = comm.rank, send.dtype, send.size
+    other = arena.slot_array(phase, me, dt, count)
+    read_peer(comm, arena, phase, 1 - me, dt, count, 0, other)
+    if me == 0:
+        if not np.shares_memory(recv, send):
+            np.copyto(recv, send)
+        fn(recv, other)
+    else:
+        fn(other, send)
+        np.copyto(recv, other)
 
 
 def _reduce_pair(comm: ShmComm, arena: Arena, send: np.ndarray, recv: np.ndarray | None, fn: ReduceFn,

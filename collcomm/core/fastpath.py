@@ -83,7 +83,9 @@ def _staged_max(arena: Any, collective: str, n: int) -> int:
     to a quarter of the cache) and each block fits a slot; reduce, scatter, reduce_scatter
     (without CMA: with it, blocks up to CMA_MIN) and all_to_all (whose native call makes
     its own rounds and CMA choice) up to a slot, a scatter and a gather only below
-    shm_large.split_from, where shm_large starts splitting them by CMA."""
+    shm_large.split_from, where shm_large starts splitting them by CMA (a reduce between two
+    ranks that read each other's memory goes by CMA in the C entry as in shm_reduce:
+    reduce_by_cma)."""
     slot = arena.slot
     if collective == "broadcast":   # from split_from: split (_bcast_cma), or the regular path
         split = shm_large.split_from(arena, collective)

@@ -19,6 +19,8 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds)
     self->pipe_min = 0;            /* (not given: a reduce between two ranks is two-shot) */
     self->pipe_steps = 1;
     self->a2a_adapt = 0;           /* (not given: all_to_all by the fixed rule alone) */
+    self->reduce_cma_min = self->reduce_cma_max = 0;   /* (until Arena.build says: never) */
+    self->pids = NULL;
     for (int i = 0; i < A2A_CLASSES; i++) {
         self->a2a_choice[i] = (A2aChoice){{0, 0}, {0, 0}, -1, 0, -1, 0, -1};
         self->ag_choice[i] = self->a2a_choice[i];
@@ -82,6 +84,7 @@ static void Core_dealloc(Core *self)
 {
     if (self->base != NULL)
         PyBuffer_Release(&self->mapping);
+    Py_CLEAR(self->pids);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -111,6 +114,11 @@ static PyMemberDef Core_members[] = {
     {"ag_vote_min", T_PYSSIZET, offsetof(Core, ag_vote_min), 0,
      "all_gathers of at least this many bytes take the voted way (_all_gather_voted.c; 0: "
      "none; the same on every rank: Arena.build sets it)"},
+    {"reduce_cma_min", T_PYSSIZET, offsetof(Core, reduce_cma_min), 0,
+     "a reduce between two ranks of reduce_cma_min..reduce_cma_max bytes goes by cross-memory "
+     "attach, also from the fast call (0: never; Arena.build sets them: shm_reduce.reduce_by_cma)"},
+    {"reduce_cma_max", T_PYSSIZET, offsetof(Core, reduce_cma_max), 0, "see reduce_cma_min"},
+    {"pids", T_OBJECT, offsetof(Core, pids), 0, "every rank's pid (the fast call's reduce_cma)"},
     {"ag_staged", T_ULONGLONG, offsetof(Core, ag_by), READONLY,
      "all_gathers this rank (rank 0) voted to stage"},
     {"ag_cma", T_ULONGLONG, offsetof(Core, ag_by) + sizeof(unsigned long long), READONLY,

@@ -1,4 +1,5 @@
-/* The reduction kernels: acc[i] = acc[i] (op) other[i], one function per dtype x op.
+/* The reduction kernels: acc[i] = acc[i] (op) other[i], one function per dtype x op, and
+ * their three-operand twins out[i] = a[i] (op) b[i] (NAME3, KERNELS3).
  *
  * Included by _shmcore.c, after _dtypes.c. KERNELS[dtype][op] is NULL where collcomm.ops
  * does not allow the op on the dtype (or where C cannot match numpy bit for bit: PRODUCT
@@ -11,6 +12,8 @@
  * the expression per op, in terms of x = acc[i] and y = other[i] as read.
  */
 typedef void (*kernel_t)(void *acc, const void *b, Py_ssize_t count);
+/* out[i] = a[i] (op) b[i]: the same expression, a third buffer (out may be a or b) */
+typedef void (*kernel3_t)(void *out, const void *a, const void *b, Py_ssize_t count);
 
 #define AS_IS(v) (v)
 #define NONZERO(v) ((v) != 0)
@@ -24,6 +27,14 @@ typedef void (*kernel_t)(void *acc, const void *b, Py_ssize_t count);
         for (Py_ssize_t i = 0; i < n; i++) {                                             \
             C x = LOAD(a[i]), y = LOAD(b[i]);                                            \
             a[i] = STORE(EXPR);                                                          \
+        }                                                                                \
+    }                                                                                    \
+    static void NAME##3(void *o_, const void *a_, const void *b_, Py_ssize_t n) {        \
+        T *o = (T *)o_; const T *a = (const T *)a_; const T *b = (const T *)b_;          \
+        SETUP                                                                            \
+        for (Py_ssize_t i = 0; i < n; i++) {                                             \
+            C x = LOAD(a[i]), y = LOAD(b[i]);                                            \
+            o[i] = STORE(EXPR);                                                          \
         }                                                                                \
     }
 
@@ -90,27 +101,42 @@ LOGICAL_KERNELS(f16, uint16_t, float, f16_to_f32, (uint16_t), 0x3c00u, 0)
  * not reproduced here (PRODUCT on complex stays in Python). */
 static void c64_sum(void *a, const void *b, Py_ssize_t n) { f32_sum(a, b, 2 * n); }
 static void c128_sum(void *a, const void *b, Py_ssize_t n) { f64_sum(a, b, 2 * n); }
+static void c64_sum3(void *o, const void *a, const void *b, Py_ssize_t n) { f32_sum3(o, a, b, 2 * n); }
+static void c128_sum3(void *o, const void *a, const void *b, Py_ssize_t n) { f64_sum3(o, a, b, 2 * n); }
 LOGICAL_KERNELS(c64, float _Complex, int, NONZERO, (float _Complex), 1, 0)
 LOGICAL_KERNELS(c128, double _Complex, int, NONZERO, (double _Complex), 1, 0)
 
-#define INT_ROW(P) {P##_sum, P##_prod, P##_min, P##_max, P##_band, P##_bor, P##_bxor, \
-                    P##_land, P##_lor, P##_lxor}
-#define FLOAT_ROW(P) {P##_sum, P##_prod, P##_min, P##_max, NULL, NULL, NULL, \
-                      P##_land, P##_lor, P##_lxor}
-#define COMPLEX_ROW(P) {P##_sum, NULL, NULL, NULL, NULL, NULL, NULL, P##_land, P##_lor, P##_lxor}
-/* NULL: the op is not allowed for the dtype (collcomm.ops refuses it before any call) */
-static const kernel_t KERNELS[N_DT][N_OP] = {
-    /* bool (numpy: any non-zero byte is True, written as 1): SUM is or, PRODUCT and, MIN
-     * and, MAX or; the bitwise ops are the logical ones */
-    [DT_BOOL] = {u8_lor, u8_land, u8_land, u8_lor, u8_land, u8_lor, u8_lxor, u8_land, u8_lor,
-                 u8_lxor},
-    [DT_I8] = INT_ROW(i8), [DT_U8] = INT_ROW(u8), [DT_I16] = INT_ROW(i16),
-    [DT_U16] = INT_ROW(u16), [DT_I32] = INT_ROW(i32), [DT_U32] = INT_ROW(u32),
-    [DT_I64] = INT_ROW(i64), [DT_U64] = INT_ROW(u64),
-    [DT_F16] = FLOAT_ROW(f16), [DT_F32] = FLOAT_ROW(f32), [DT_F64] = FLOAT_ROW(f64),
-    [DT_BF16] = FLOAT_ROW(bf16),
-    [DT_C64] = COMPLEX_ROW(c64), [DT_C128] = COMPLEX_ROW(c128),
-};
+/* the table of one kernel family: S empty (acc (op)= b) or 3 (out = a (op) b) */
+#define INT_ROW(P, S) {P##_sum##S, P##_prod##S, P##_min##S, P##_max##S, P##_band##S, P##_bor##S, \
+                       P##_bxor##S, P##_land##S, P##_lor##S, P##_lxor##S}
+#define FLOAT_ROW(P, S) {P##_sum##S, P##_prod##S, P##_min##S, P##_max##S, NULL, NULL, NULL, \
+                         P##_land##S, P##_lor##S, P##_lxor##S}
+#define COMPLEX_ROW(P, S) {P##_sum##S, NULL, NULL, NULL, NULL, NULL, NULL, P##_land##S, P##_lor##S, \
+                           P##_lxor##S}
+/* NULL: the op is not allowed for the dtype (collcomm.ops refuses it before any call).
+ * bool (numpy: any non-zero byte is True, written as 1): SUM is or, PRODUCT and, MIN and,
+ * MAX or; the bitwise ops are the logical ones */
+#define KERNEL_TABLE(S) {                                                                     \
+    [DT_BOOL] = {u8_lor##S, u8_land##S, u8_land##S, u8_lor##S, u8_land##S, u8_lor##S,          \
+                 u8_lxor##S, u8_land##S, u8_lor##S, u8_lxor##S},                              \
+    [DT_I8] = INT_ROW(i8, S), [DT_U8] = INT_ROW(u8, S), [DT_I16] = INT_ROW(i16, S),           \
+    [DT_U16] = INT_ROW(u16, S), [DT_I32] = INT_ROW(i32, S), [DT_U32] = INT_ROW(u32, S),       \
+    [DT_I64] = INT_ROW(i64, S), [DT_U64] = INT_ROW(u64, S),                                   \
+    [DT_F16] = FLOAT_ROW(f16, S), [DT_F32] = FLOAT_ROW(f32, S), [DT_F64] = FLOAT_ROW(f64, S),  \
+    [DT_BF16] = FLOAT_ROW(bf16, S),                                                           \
+    [DT_C64] = COMPLEX_ROW(c64, S), [DT_C128] = COMPLEX_ROW(c128, S),                         \
+}
+static const kernel_t KERNELS[N_DT][N_OP] = KERNEL_TABLE();
+/* the same table, out = a (op) b (the reduce between two ranks by CMA) */
+static const kernel3_t KERNELS3[N_DT][N_OP] = KERNEL_TABLE(3);
+
+static kernel3_t kernel3_for(long code)
+{
+    long op = code >> 8, dt = code & 0xff;
+    if (op < 0 || op >= N_OP || dt < 0 || dt >= N_DT)
+        return NULL;
+    return KERNELS3[dt][op];
+}
 
 /* code = op * 256 + dtype, as shm_direct packs it; NULL (no exception) if unsupported */
 static kernel_t kernel_for(long code, int *itemsize)

@@ -62,6 +62,8 @@
 static PyMethodDef Core_methods[] = {
     FAST(all_reduce, "all_reduce(arena, buf, code, sig) -> status"),
     FAST(reduce, "reduce(arena, send, recv, code, root, sig) -> status"),
+    FAST(reduce_cma, "reduce_cma(arena, send, recv, code, root, sig, cma_key, pids) -> status "
+                     "(two ranks: the root reads the other's buffer)"),
     FAST(broadcast, "broadcast(arena, buf, root, sig[, step[, cma_key, pids]]) -> status"),
     FAST(gather, "gather(arena, send, recv, root, sig[, itemsize, cma_key, pids]) -> status "
                  "(root -1: all_gather)"),

@@ -45,7 +45,7 @@ from ..errors import ClosedError, MismatchError, PeerLostError
 from .arena_cma import CrossMemoryAttach
 from .arena_liveness import Liveness
 from .arena_layout import LEFT as LEFT_WORD
-from .arena_layout import CMA_MIN, HOLD, LINE, PHASES, PROBE_MAGIC, WORDS
+from .arena_layout import CMA_MIN, HOLD, LINE, PHASES, PROBE_MAGIC, REDUCE_CMA_MAX, REDUCE_CMA_MIN, WORDS
 from .arena_layout import ALL_REDUCE_EXTRA, ONE_STEP_ALWAYS, pack_settings, unpack_settings
 from .arena_layout import PHASE as PHASE_WORD
 from .arena_layout import SETTINGS as SETTINGS_WORD
@@ -386,6 +386,10 @@ def build(n: int, rank: int, name: str, pids: Sequence[int], ranks: Sequence[int
         arena.ag_vote_min = CMA_MIN if arena.cma else 0
         if arena.native_core is not None:
             arena.native_core.ag_vote_min = arena.ag_vote_min
+            if arena.cma and n == 2:    # (shm_reduce.reduce_by_cma: the same rule)
+                arena.native_core.pids = tuple(arena.pids)
+                arena.native_core.reduce_cma_min = REDUCE_CMA_MIN
+                arena.native_core.reduce_cma_max = min(REDUCE_CMA_MAX, arena.slot)
     finally:
         if create:                # also when a rank never came: nothing may stay behind
             unlink_quietly(name)

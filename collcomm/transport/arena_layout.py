@@ -145,6 +145,16 @@ def unpack_settings(word: int) -> tuple[int, int]:
 #: Every rank must agree on it.
 REDUCE_ONE_SHOT = 64 << 10
 
+#: A reduce between two ranks of REDUCE_CMA_MIN to REDUCE_CMA_MAX bytes a rank (within a
+#: slot), where the arena reads peers by cross-memory attach, goes by it: the root reads the
+#: other's buffer into its own slot and combines it with its own data into recv in one pass
+#: (shm_reduce._reduce_cma). Staged, both ranks copied in, reduced half each, and the root
+#: copied out, pulling lines the other core had just written. Measured 2026-11-28 (2-vCPU
+#: Intel VM, two processes, numpy): 64 KiB 9.5 against 13-16 µs staged, 128 KiB 14 / 27,
+#: 256 KiB 30-35 / 45-47, 512 KiB 51-56 / 81-87, 1 MiB 240-263 / 229-247 (no gain: above,
+#: the two-shot call stays). Every rank must agree on them.
+REDUCE_CMA_MIN, REDUCE_CMA_MAX = 64 << 10, 512 << 10
+
 #: broadcast, all_gather / gather, reduce_scatter (per-rank block) and all_to_all (largest
 #: block × n) read the peers' buffers by cross-memory attach only above this many bytes;
 #: below they stage through the slots (one copy more, but in C: measured 1.2-3x faster
