@@ -20,6 +20,20 @@ BIG = 1 << 21              # 2 MiB: past the inline limit of a 2-rank ring (512 
 COUNT = BIG // 8
 
 needs_core = pytest.mark.skipif(native.core is None, reason="lending needs the native core")
+
+
+def _reads_peer() -> bool:
+    import collcomm as dist
+
+    return bool(_channel(1 - dist.get_rank()).peer_reads_me())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cross_memory_attach():
+    """Loans are read by cross-memory attach: where a rank may not read its peer's memory
+    (Yama, a container's seccomp, COLLCOMM_CMA=0) nothing is lent, and these tests skip."""
+    if not all(run_ranks(_reads_peer, 2, transport="shm", timeout=60)):
+        pytest.skip("cross-memory attach is not permitted here: no loans")
 TWO_CPUS = {"COLLCOMM_CORES": "2"}     # a CPU per rank (else no loans), whatever this host has
 
 
