@@ -130,6 +130,15 @@ def _taken() -> list[int]:
     return calls + [int(bool(runtime._world._arena.cma))]
 
 
+def test_the_native_core_announces_cma_as_the_layout_does():
+    from collcomm import native
+    from collcomm.transport.arena_layout import CMA
+
+    if native.core is None:
+        pytest.skip("no native core")
+    assert native.core.CMA_KEY == CMA
+
+
 @pytest.mark.timeout(120)
 def test_two_ranks_with_cma_take_it_and_three_do_not():
     two = run_ranks(_taken, 2, transport="shm", timeout=90, env={"COLLCOMM_FAST": "0"})

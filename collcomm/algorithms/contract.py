@@ -76,9 +76,8 @@ class NativeCore(Protocol):
     def reduce(self, arena: Arena, send: np.ndarray, recv: np.ndarray | None, code: int, root: int,
                sig: int, /) -> int: ...
 
-    def reduce_cma(self, arena: Arena, send: np.ndarray, recv: np.ndarray | None, code: int, root: int,
-                   sig: int, cma_key: int, pids: Sequence[int], /) -> int: ...
-    # (two ranks: the root reads the other's buffer by cross-memory attach)
+    # (reduce: between two ranks of Core.reduce_cma_min..reduce_cma_max bytes the root reads
+    # the other's buffer by cross-memory attach; PYTHON: the root hands back, reduce_cma_after)
 
     def broadcast(self, arena: Arena, buf: np.ndarray, root: int, sig: int, step: int = ...,
                   cma_key: int = ..., pids: Sequence[int] = ..., /) -> int: ...

@@ -175,7 +175,7 @@ def _reduce_cma(comm: ShmComm, arena: Arena, send: np.ndarray, recv: np.ndarray 
     code = native.code_for(fn, dt) if core is not None and shared is None else -1
     if code >= 0:
         mine = call_sig(comm, "reduce", count)
-        status = core.reduce_cma(arena, send, recv, code, root, mine, CMA, arena.pids)
+        status = core.reduce(arena, send, recv, code, root, mine)   # (by CMA: Core.reduce_cma_min)
         if status == DONE:
             return
         if status == MISMATCH:

@@ -73,9 +73,9 @@ typedef struct {
     A2aChoice ag_choice[A2A_CLASSES];
     unsigned long long ag_by[2];
     Py_ssize_t reduce_cma_min, reduce_cma_max;   /* a reduce of this many bytes a rank goes by
-                                       CMA (two ranks: Core_reduce_cma; 0: never; Arena.build
-                                       sets them, and `pids`, once CMA is known to work) */
-    PyObject *pids;                 /* every rank's pid (a tuple), for the fast call's CMA */
+                                       CMA (two ranks: reduce_cma in _cma.c; 0: never;
+                                       Arena.build sets them, and `pids`, once CMA works) */
+    PyObject *pids;                 /* every rank's pid (a tuple), for reduce_cma */
     int stage_nt;          /* 1: staged copies of NT_MIN bytes or more streamed (_stage_nt.c) */
     unsigned long long streamed;  /* staged copies written so (tests check the path) */
 } Core;

@@ -7,6 +7,8 @@
  */
 #include <sys/uio.h>
 
+#define CMA_KEY 1   /* arena_layout.CMA: a SHARED value, the data at the OFFSET word's address */
+
 /* Move `len` bytes between `local` and `remote` in process `pid` (process_vm_readv, or
  * process_vm_writev if `write`), looping over partial transfers; 0, or -1 (errno kept: the
  * caller hands the call back to the Python code, which raises the arena's errors). */
@@ -124,64 +126,49 @@ static PyObject *rooted_cma(Call *k, char *buf, Py_ssize_t block, long root, uin
     return call_end(k, ST_DONE);
 }
 
-/* reduce_cma(arena, send, recv or None, code, root, sig, cma_key, pids): a reduce between
- * two ranks by cross-memory attach (shm_reduce._reduce_cma, step for step). The other rank
- * announces its send buffer's address (SHARED = `cma_key`), the root nothing; a sync with
- * the signature check; the root reads the other's data into its own slot of the phase and
- * writes recv = rank 0's data (op) rank 1's in one pass (the three-operand kernel, the
- * Python code's order and bits); a closing sync keeps the other's buffer untouched until
- * the root has read it. Past the first sync the root hands back (ST_PYTHON) a peer that
- * announced anything else (its buffer in the shared heap) or a failed read: the Python
- * code finishes from there, closing sync included. Two ranks only, whole calls of at most
- * a slot: anything else is refused before any traffic. */
-static PyObject *Core_reduce_cma(Core *c, PyObject *const *args, Py_ssize_t nargs)
+/* Core_reduce's step between two ranks by cross-memory attach (shm_reduce._reduce_cma,
+ * step for step), for calls of c->reduce_cma_min..reduce_cma_max bytes (set by
+ * Arena.build with c->pids where CMA works and n = 2). The other rank announces its send
+ * buffer's address (SHARED = CMA), the root nothing; a sync with the signature check;
+ * the root reads the other's data into its own slot of the phase and writes recv = rank
+ * 0's data (op) rank 1's in one pass (the three-operand kernel, the Python code's order
+ * and bits); a closing sync keeps the other's buffer untouched until the root has read
+ * it. Past the first sync the root hands back (ST_PYTHON) a peer that announced anything
+ * else (its buffer in the shared heap) or a failed read: the Python code finishes from
+ * there, closing sync included (shm_reduce.reduce_cma_after). */
+static PyObject *reduce_cma(Call *k, long code, const char *send, char *recv, Py_ssize_t nbytes,
+                            long root, uint64_t sig)
 {
-    if (check_args(nargs, 8, "reduce_cma") < 0)
-        return NULL;
-    PARSE_LONG(code, args[3]);
-    PARSE_LONG(root, args[4]);
-    PARSE_U64(sig, args[5]);
-    PARSE_U64(cma_key, args[6]);
-    int isz;
+    Core *c = k->c;
+    int isz, me = c->rank;
     kernel_t fn = kernel_for(code, &isz);
     kernel3_t fn3 = kernel3_for(code);
-    Call k;
-    if (call_begin(&k, c, args[0]) < 0)
-        return NULL;
-    char *send, *recv;
-    Py_ssize_t nbytes, rbytes;
-    if (get_buffer(&k, args[1], 0, &send, &nbytes) < 0 ||
-        get_buffer(&k, args[2], 1, &recv, &rbytes) < 0)
-        return call_end(&k, ST_REFUSE);
-    int n = c->n, me = c->rank;
     pid_t pids[64];
-    int bad = read_pids(args[7], n, pids);
+    int bad = read_pids(c->pids, c->n, pids);
     if (bad < 0)
-        return call_end(&k, -1);
-    if (bad || fn == NULL || fn3 == NULL || n != 2 || cma_key == 0 || nbytes == 0 || nbytes % isz ||
-        nbytes > c->slot || root < 0 || root >= n || c->part != PART_WHOLE ||
-        (me == root && (recv == NULL || rbytes != nbytes)))
-        return call_end(&k, ST_REFUSE);
-    int phase = next_phase(&k);
-    put(c, c->w_shared + phase, me == root ? 0 : cma_key);
+        return call_end(k, -1);
+    if (bad || fn == NULL || fn3 == NULL)
+        return call_end(k, ST_REFUSE);
+    int phase = next_phase(k);
+    put(c, c->w_shared + phase, me == root ? 0 : CMA_KEY);
     put(c, c->w_offset + phase, me == root ? 0 : (uint64_t)(uintptr_t)send);
-    gil_release(&k.gil);
-    int e = enter(c, k.arena, phase, sig, &k.gil);
+    gil_release(&k->gil);
+    int e = enter(c, k->arena, phase, sig, &k->gil);
     if (e != 0)
-        return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
+        return call_end(k, e < 0 ? -1 : ST_MISMATCH);
     if (me == root) {
         int other = 1 - me;
         char *scratch = slot_at(c, phase, me);      /* nobody reads the root's slot */
-        if (get(c, other, c->w_shared + phase) != cma_key ||
+        if (get(c, other, c->w_shared + phase) != CMA_KEY ||
             cma_move(pids[other], scratch, get(c, other, c->w_offset + phase), nbytes, 0) < 0)
-            return call_end(&k, ST_PYTHON);
+            return call_end(k, ST_PYTHON);
         Py_ssize_t count = nbytes / isz;
         if (me == 0)
             fn3(recv, send, scratch, count);
         else
             fn3(recv, scratch, send, count);
     }
-    if (sync_all(c, k.arena, &k.gil) < 0)
-        return call_end(&k, -1);
-    return call_end(&k, ST_DONE);
+    if (sync_all(c, k->arena, &k->gil) < 0)
+        return call_end(k, -1);
+    return call_end(k, ST_DONE);
 }

@@ -185,7 +185,12 @@ static int reduce_pair(Call *k, kernel_t fn, int isz, const char *send, char *re
     return status;
 }
 
-/* reduce(arena, send, recv or None, code, root, sig): always staged; up to
+static PyObject *reduce_cma(Call *k, long code, const char *send, char *recv, Py_ssize_t nbytes,
+                            long root, uint64_t sig);   /* (_cma.c) */
+
+/* reduce(arena, send, recv or None, code, root, sig): between two ranks of
+ * reduce_cma_min..reduce_cma_max bytes by cross-memory attach (reduce_cma, _cma.c); else
+ * always staged; up to
  * reduce_one_shot bytes of all ranks' data in one step (the root combines every slot; it
  * may then run in two parts), else past a slot between two ranks in steps (reduce_pair),
  * else one chunk in two (each rank reduces its slice, a sync, the root collects the
@@ -219,6 +224,9 @@ static PyObject *Core_reduce(Core *c, PyObject *const *args, Py_ssize_t nargs)
         return call_end(&k, ST_REFUSE);
     if (pair)
         return call_end(&k, reduce_pair(&k, fn, isz, send, recv, nbytes, root, sig));
+    if (c->reduce_cma_min > 0 && nbytes >= c->reduce_cma_min && nbytes <= c->reduce_cma_max &&
+        part == PART_WHOLE && c->pids != NULL)
+        return reduce_cma(&k, code, send, recv, nbytes, root, sig);
     int phase = part == PART_FINISH ? k.phase : next_phase(&k);
     char *mine = part == PART_FINISH ? peer(&k, phase, me, nbytes) : stage(&k, phase, send, nbytes, 0);
     if (mine == NULL)

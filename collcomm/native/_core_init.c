@@ -116,9 +116,9 @@ static PyMemberDef Core_members[] = {
      "none; the same on every rank: Arena.build sets it)"},
     {"reduce_cma_min", T_PYSSIZET, offsetof(Core, reduce_cma_min), 0,
      "a reduce between two ranks of reduce_cma_min..reduce_cma_max bytes goes by cross-memory "
-     "attach, also from the fast call (0: never; Arena.build sets them: shm_reduce.reduce_by_cma)"},
+     "attach (0: never; Arena.build sets them: shm_reduce.reduce_by_cma)"},
     {"reduce_cma_max", T_PYSSIZET, offsetof(Core, reduce_cma_max), 0, "see reduce_cma_min"},
-    {"pids", T_OBJECT, offsetof(Core, pids), 0, "every rank's pid (the fast call's reduce_cma)"},
+    {"pids", T_OBJECT, offsetof(Core, pids), 0, "every rank's pid (reduce's CMA step)"},
     {"ag_staged", T_ULONGLONG, offsetof(Core, ag_by), READONLY,
      "all_gathers this rank (rank 0) voted to stage"},
     {"ag_cma", T_ULONGLONG, offsetof(Core, ag_by) + sizeof(unsigned long long), READONLY,

@@ -260,26 +260,9 @@ static PyObject *fast_reduce(Fast *s, PyObject *const *args, Py_ssize_t nargs, i
     }
     uint64_t sig = s->plain_sig[FC_REDUCE] | (e->sig[dt] & ~TOP4) |
                    ((uint64_t)(root & 0x3FFF) << 36) | COUNT_BITS(count);
-    Core *core = s->core == Py_None ? NULL : (Core *)s->core;
-    PyObject *r;
-    if (core != NULL && part == PART_WHOLE && core->pids != NULL && core->reduce_cma_min > 0 &&
-        nbytes >= core->reduce_cma_min && nbytes <= core->reduce_cma_max) {
-        /* two ranks by CMA, as shm_reduce.reduce_by_cma decides (a handed-back root: finish) */
-        PyObject *key = PyLong_FromLong(1);      /* arena_layout.CMA */
-        if (key == NULL) {
-            fast_release(&p);
-            Py_DECREF(code);
-            return NULL;
-        }
-        PyObject *cargs[8] = {NULL, args[0], args[1], code, args[3], NULL, key, core->pids};
-        r = fast_run_part(s, part, FC_REDUCE, args[4], sig, Core_reduce_cma, cargs, 8, 5, args[0],
-                          args[1], args[2], &p);
-        Py_DECREF(key);
-    } else {
-        PyObject *cargs[6] = {NULL, args[0], args[1], code, args[3], NULL};
-        r = fast_run_part(s, part, FC_REDUCE, args[4], sig, Core_reduce, cargs, 6, 5, args[0],
-                          args[1], args[2], &p);
-    }
+    PyObject *cargs[6] = {NULL, args[0], args[1], code, args[3], NULL};
+    PyObject *r = fast_run_part(s, part, FC_REDUCE, args[4], sig, Core_reduce, cargs, 6, 5, args[0],
+                                args[1], args[2], &p);
     Py_DECREF(code);
     return r;
 }

@@ -62,8 +62,6 @@
 static PyMethodDef Core_methods[] = {
     FAST(all_reduce, "all_reduce(arena, buf, code, sig) -> status"),
     FAST(reduce, "reduce(arena, send, recv, code, root, sig) -> status"),
-    FAST(reduce_cma, "reduce_cma(arena, send, recv, code, root, sig, cma_key, pids) -> status "
-                     "(two ranks: the root reads the other's buffer)"),
     FAST(broadcast, "broadcast(arena, buf, root, sig[, step[, cma_key, pids]]) -> status"),
     FAST(gather, "gather(arena, send, recv, root, sig[, itemsize, cma_key, pids]) -> status "
                  "(root -1: all_gather)"),
@@ -219,7 +217,8 @@ PyMODINIT_FUNC PyInit__shmcore(void)
         PyModule_AddIntConstant(m, "PYTHON", ST_PYTHON) < 0 ||
         PyModule_AddIntConstant(m, "PAIRS", ST_PAIRS) < 0 ||
         PyModule_AddIntConstant(m, "REFUSE", ST_REFUSE) < 0 ||
-        PyModule_AddIntConstant(m, "NT_MIN", (long)NT_MIN) < 0) {
+        PyModule_AddIntConstant(m, "NT_MIN", (long)NT_MIN) < 0 ||
+        PyModule_AddIntConstant(m, "CMA_KEY", CMA_KEY) < 0) {
         Py_DECREF(&CoreType);
         Py_DECREF(m);
         return NULL;

@@ -149,10 +149,7 @@ class Engine(DeferredReceives, EngineWaiting, Transport):
             if lost is not None:
                 req.fail(lost)
                 return req
-        if lend:
-            channel.send(req, True)  # type: ignore[union-attr]
-        else:
-            channel.send(req)  # type: ignore[union-attr]
+        channel.send(req, lend)  # type: ignore[union-attr]
         return req
 
     def irecv(self, buf: Buffer, src: int, tag: int, mask: int = FULL_MASK, sig: int = 0) -> Handle:
