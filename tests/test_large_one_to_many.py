@@ -248,9 +248,16 @@ def test_split_broadcast_choice_at_two_ranks():
     assert not shm_large.reads_peers(arena(3, 3.3), "broadcast", 1 << 20)
     assert shm_large.reads_peers(arena(3, 2.9), "broadcast", 1 << 20)
     assert not shm_large.reads_peers(arena(2, 4.4, write=False), "broadcast", 1 << 20)
-    for name in ("all_gather", "gather", "all_to_all"):
+    for name in ("all_gather", "all_to_all"):
         assert not shm_large.reads_peers(arena(2, 0.5), name, CMA_MIN)
         assert shm_large.reads_peers(arena(2, 0.5), name, CMA_MIN + 1)
+    # a gather between two ranks (with writes) from GATHER_PAIR_MIN while c < 2 * GATHER_STAGED
+    assert not shm_large.reads_peers(arena(2, 0.5), "gather", shm_large.GATHER_PAIR_MIN - 1)
+    assert shm_large.reads_peers(arena(2, 7.9), "gather", shm_large.GATHER_PAIR_MIN)
+    assert not shm_large.reads_peers(arena(2, 8.1), "gather", CMA_MIN + 1)
+    assert not shm_large.reads_peers(arena(2, 0.5, write=False), "gather", CMA_MIN)
+    assert not shm_large.reads_peers(arena(3, 0.5), "gather", CMA_MIN)
+    assert shm_large.reads_peers(arena(3, 0.5), "gather", CMA_MIN + 1)
     # a scatter between two ranks (with writes) from SCATTER_PAIR_MIN, as a broadcast
     assert not shm_large.reads_peers(arena(2, 0.5), "scatter", shm_large.SCATTER_PAIR_MIN - 1)
     assert shm_large.reads_peers(arena(2, 5.9), "scatter", shm_large.SCATTER_PAIR_MIN)
@@ -260,7 +267,7 @@ def test_split_broadcast_choice_at_two_ranks():
 
 
 def test_split_scatter_and_gather_choice(monkeypatch):
-    # a scatter splits as a broadcast does (from above CMA_MIN); a gather only while
+    # a scatter splits as a broadcast does (from above CMA_MIN); a gather while
     # c·(n-1) < GATHER_STAGED·n; without writes, both only while c <= 1; above a quarter
     # of the cache, always (a 32 MiB cache here: the host's may be 300 MiB)
     from types import SimpleNamespace
@@ -278,10 +285,10 @@ def test_split_scatter_and_gather_choice(monkeypatch):
     assert not shm_large.reads_peers(arena(2, 6.5), "scatter", mib)
     assert not shm_large.reads_peers(arena(4, 3.3), "scatter", mib)
     assert shm_large.reads_peers(arena(4, 2.5), "scatter", mib)
-    assert not shm_large.reads_peers(arena(2, 3.3), "gather", mib)
-    assert shm_large.reads_peers(arena(2, 1.9), "gather", mib)
-    assert not shm_large.reads_peers(arena(4, 1.5), "gather", mib)
-    assert shm_large.reads_peers(arena(4, 1.3), "gather", mib)
+    assert shm_large.reads_peers(arena(2, 4.2), "gather", mib)
+    assert not shm_large.reads_peers(arena(2, 8.1), "gather", mib)
+    assert not shm_large.reads_peers(arena(4, 5.4), "gather", mib)   # (two ranks a core)
+    assert shm_large.reads_peers(arena(4, 5.3), "gather", mib)
     for name in ("scatter", "gather"):
         assert not shm_large.reads_peers(arena(2, 1.5, write=False), name, mib)
         assert shm_large.reads_peers(arena(2, 1.0, write=False), name, mib)
@@ -307,9 +314,11 @@ def test_choices_with_a_core_per_rank(monkeypatch):
         for name in ("scatter", "gather"):
             assert shm_large.reads_peers(arena(n, n - 0.5, 16), name, big)
             assert not shm_large.reads_peers(arena(n, n + 0.5, 16), name, big)
-            assert shm_large.reads_peers(arena(n, 3.4, 16), name, big - 1) == \
-                shm_large.reads_peers(arena(n, 3.4, 1), name, big - 1)   # as before below it
-            assert not shm_large.reads_peers(arena(n, 3.4, n - 1), name, big)  # two on a core
+            # below it: as before (a gather among ranks with a core each: c·(n-1) < n)
+            assert not shm_large.reads_peers(arena(n, 3.4, 16), name, big - 1)
+            assert shm_large.reads_peers(arena(n, 0.9, 16), name, big - 1)
+            # two on a core: a scatter stages, a gather splits (GATHER_STAGED)
+            assert shm_large.reads_peers(arena(n, 3.4, n - 1), name, big) == (name == "gather")
         assert shm_large.reads_peers(arena(n, 3.4, 16, write=False), "scatter", big)
         assert not shm_large.reads_peers(arena(n, 3.4, 16, write=False), "gather", big)
         for name in ("broadcast", "all_gather"):   # unchanged: staged
@@ -317,7 +326,7 @@ def test_choices_with_a_core_per_rank(monkeypatch):
         # all_to_all: blocks past slot / n go by CMA (a rank's data over its slot)
         assert shm_large.a2a_cma_limit(arena(n, 3.4, 16)) == 4 * mib // n
         assert shm_large.a2a_cma_limit(arena(n, 3.4, n - 1)) == (300 << 20) // 4 // n
-    assert not shm_large.reads_peers(arena(2, 3.4, 16), "gather", big)   # n = 2: as before
+    assert shm_large.reads_peers(arena(2, 3.4, 16), "gather", big)   # n = 2: GATHER_STAGED
     assert shm_large.a2a_cma_limit(arena(2, 3.4, 16)) == (300 << 20) // 4 // 2
 
 
@@ -348,9 +357,10 @@ def test_fast_calls_stop_where_the_regular_path_splits(monkeypatch):
                                 assert staged < split and all(
                                     shm_large.reads_peers(arena, name, b)
                                     for b in (split, 2 * split, split + 4 * mib, split + 64 * mib)), (name, n, c)
-                        cma = fastpath._scatter_cma(SimpleNamespace(), arena)
-                        assert cma in (0, shm_large.split_from(arena, "scatter"))
-                        assert cma == 0 or write
+                        for rooted in ("scatter", "gather"):
+                            cma = fastpath._rooted_cma(SimpleNamespace(), arena, rooted)
+                            assert cma in (0, shm_large.split_from(arena, rooted))
+                            assert cma == 0 or write
                         staged = fastpath._staged_max(arena, "broadcast", n)
                         cma = fastpath._bcast_cma(SimpleNamespace(), arena, staged)
                         assert cma in (0, shm_large.split_from(arena, "broadcast"))

@@ -66,6 +66,7 @@ from typing import Any
 
 from .contract import ShmComm
 from .shm_move import all_gather, all_to_all, all_to_all_after, broadcast, broadcast_after, gather, gather_after
+from .shm_large import reads_peers
 from .shm_scatter import scatter, scatter_after
 from .shm_reduce import all_reduce, all_reduce_after, reduce, reduce_cma_after, reduce_scatter
 from .shm_stage import MISMATCH, PYTHON, REFUSE, arena_of, call_sig, enter, native_core, raise_mismatch
@@ -110,8 +111,10 @@ def finish_native(comm: ShmComm, status: int, collective: str, *args: Any) -> No
     elif collective == "all_to_all":
         all_to_all_after(comm, arena, status, comm.sig, *args)
     elif collective == "gather":
-        send, recv, root = args
-        gather_after(comm, arena, status, comm.sig, send, recv if comm.rank == root else None)
+        send, recv, root = args   # split by CMA as the fast call splits it (fastpath._rooted_cma)
+        split = arena.cma_write and reads_peers(arena, "gather", send.nbytes * comm.size)
+        gather_after(comm, arena, status, comm.sig, send, recv if comm.rank == root else None,
+                     root if split else None)
     elif collective == "scatter":
         scatter_after(comm, arena, status, comm.sig, *args)
     elif status == MISMATCH:

@@ -14,7 +14,9 @@ broadcast, all_gather / gather, scatter and all_to_all above ``CMA_MIN`` go one 
 cache and ``arena.cma_cost`` (a CMA byte in memcpy'd bytes, measured when the arena is
 built; see transport/arena.py). Where it was measured (2-vCPU VM, CMA 3.2-3.4x a memcpy)
 staging wins from 256 KiB up to a quarter of the cache, except a broadcast or scatter at n = 2,
-which goes split by CMA (see BCAST_STAGED); docs/large-copies.md has the measurements.
+which goes split by CMA (see BCAST_STAGED), and a gather, which goes split from 64 KiB between
+two ranks and past 256 KiB among more (see GATHER_STAGED); docs/large-copies.md has the
+measurements.
 With a core for every rank (:func:`core_each`) the parallel reads
 change the sums: large scatters and gathers go split, all_to_all past one slot by CMA
 (ROOTED_PARALLEL and a2a_cma_limit; measured on a 16-core VM).
@@ -64,17 +66,27 @@ BCAST_PAIR = 3.0
 #: regular path, three alternating rounds, µs staged / split): 16 KiB 9.9-10.1 / 10.6-10.7,
 #: 32 KiB 12.0 / 11.0-11.1, 64 KiB 16.0-16.3 / 12.1-12.7, 128 KiB 25.3-26.1 / 14.5-15.1.
 #: A scatter between two ranks likewise from SCATTER_PAIR_MIN (regular path, two rounds:
-#: 64 KiB level, 128 KiB 29.4-29.9 / 26.7-26.9, 256 KiB 39.5-41.7 / 31.3-35.7); gather and
-#: all_gather lost split there, and stay at CMA_MIN.
-BCAST_PAIR_MIN, SCATTER_PAIR_MIN = 64 << 10, 128 << 10
-PAIR_MIN = {"broadcast": BCAST_PAIR_MIN, "scatter": SCATTER_PAIR_MIN}
+#: 64 KiB level, 128 KiB 29.4-29.9 / 26.7-26.9, 256 KiB 39.5-41.7 / 31.3-35.7), and a
+#: gather from GATHER_PAIR_MIN: measured 2026-11-29 (2-vCPU VM, the fast call, which since
+#: then splits a gather itself, bench rounds of two jobs forced either way by
+#: COLLCOMM_CMA_COST, all ranks' bytes, µs staged / split): 32 KiB 5.4-5.7 / 4.8-6.6,
+#: 64 KiB 9.0-10.5 / 5.8-6.6, 128 KiB 14-19 / 8.3-8.6, 256 KiB 24-30 / 13, 512 KiB 42-44 /
+#: 21-22. all_gather stays at CMA_MIN.
+BCAST_PAIR_MIN, SCATTER_PAIR_MIN, GATHER_PAIR_MIN = 64 << 10, 128 << 10, 64 << 10
+PAIR_MIN = {"broadcast": BCAST_PAIR_MIN, "scatter": SCATTER_PAIR_MIN, "gather": GATHER_PAIR_MIN}
 
 #: A gather splits by CMA where c·(n-1) < GATHER_STAGED·n (a scatter goes as a broadcast:
-#: BCAST_PAIR, BCAST_STAGED). Measured 2026-11-26 (2-vCPU VM, c = 3.3, forced either way
-#: with COLLCOMM_CMA_COST, 512 KiB - 4 MiB): at n = 2 the split scatter took 0.55-1.0x the
-#: staged one and the split gather 1.05-1.75x; at n = 4 (two ranks per core) both split
-#: took 1.3-2.4x the staged time.
-GATHER_STAGED = 1.0
+#: BCAST_PAIR, BCAST_STAGED), but with a core for every rank below ROOTED_PARALLEL, where
+#: c·(n-1) < n (see there). Staged, the others copy their blocks in, a sync, then the root
+#: copies n-1 blocks out; split, the root's reads and the others' writes run at once, and
+#: the call is one native step, not a pipeline of synced ones: it won by far more than the
+#: bytes moved say. Measured 2026-11-29 (2-vCPU VM, the fast call, c measured 2.7-4.2 from
+#: job to job, forced either way, µs staged / split, all ranks' bytes): n = 2 1 MiB 84-90 /
+#: 42-53, 2 MiB 236-237 / 159-173, 8 MiB 881-892 / 689-788; n = 3 512 KiB 70 / 39, 1 MiB
+#: 171 / 63, 8 MiB 948 / 652; n = 4 (two ranks a core) 512 KiB 79 / 56, 1 MiB 133 / 100,
+#: 4 MiB 675 / 385. (Session 8's 1.0 was measured when a split gather was no fast call: it
+#: paid ~80 Python calls, and lost.)
+GATHER_STAGED = 4.0
 
 #: With a core for every rank (3 <= n <= arena.cores), a scatter (with writes or not: without,
 #: each rank reads its whole block) or a gather (with writes) of at least
@@ -130,7 +142,8 @@ def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
       same rule as a broadcast (measured alike: see GATHER_STAGED);
     * gather, split: each rank writes (n-1)/n of its block into the root's buffer, the
       root reads the rest of every block: CMA if c·(n-1) < GATHER_STAGED·n (staged, the
-      ranks copy their blocks in at once, then the root copies them out);
+      ranks copy their blocks in at once, then the root copies them out; see there), with
+      a core for every rank below ROOTED_PARALLEL if c·(n-1) < n;
     * broadcast, scatter and gather without writes: the readers (the root of a gather)
       copy (n-1)·c·B by CMA, or B per reader and per writer with staging (the root's copy
       in overlaps the others' copy out): CMA if c ≤ 1;
@@ -161,7 +174,7 @@ def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
     if collective in ("broadcast", "scatter") and arena.cma_write:
         return cost * (arena.n - 1) < (BCAST_PAIR if arena.n == 2 else BCAST_STAGED) * arena.n
     if collective == "gather" and arena.cma_write:
-        return cost * (arena.n - 1) < GATHER_STAGED * arena.n
+        return cost * (arena.n - 1) < (1.0 if core_each(arena) else GATHER_STAGED) * arena.n
     if collective in ("broadcast", "gather", "scatter"):
         return cost <= 1.0
     if collective == "all_gather":

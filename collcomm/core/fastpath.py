@@ -83,7 +83,8 @@ def _staged_max(arena: Any, collective: str, n: int) -> int:
     to a quarter of the cache) and each block fits a slot; reduce, scatter, reduce_scatter
     (without CMA: with it, blocks up to CMA_MIN) and all_to_all (whose native call makes
     its own rounds and CMA choice) up to a slot, a scatter and a gather only below
-    shm_large.split_from, where shm_large starts splitting them by CMA (a reduce between two
+    shm_large.split_from, where shm_large starts splitting them by CMA (the fast call
+    takes those split, see _rooted_cma; a reduce between two
     ranks that read each other's memory goes by CMA in the C entry as in shm_reduce:
     reduce_by_cma)."""
     slot = arena.slot
@@ -98,7 +99,7 @@ def _staged_max(arena: Any, collective: str, n: int) -> int:
         return min(top, split - 1) if split else top
     if collective == "reduce_scatter" and arena.cma:
         return min(slot, n * CMA_MIN)
-    if collective == "scatter":     # from split_from: by CMA (_scatter_cma), or the regular path
+    if collective == "scatter":     # from split_from: by CMA (_rooted_cma), or the regular path
         split = shm_large.split_from(arena, collective)
         return min(slot, split - 1) if split else slot
     return slot
@@ -148,7 +149,8 @@ def attach(group: Any, arena: Any = None) -> Any:
         limits=limits, size=group.size, rank=group.rank)
     fast.a2a_cma = -1 if arena is None else shm_large.a2a_cma_limit(arena)   # as shm_direct's
     fast.bcast_cma = _bcast_cma(group, arena, limits[COLLECTIVES.index("broadcast")])
-    fast.scatter_cma = _scatter_cma(group, arena)
+    fast.scatter_cma = _rooted_cma(group, arena, "scatter")
+    fast.gather_cma = _rooted_cma(group, arena, "gather")
     fast.cma_key = CMA
     # small asynchronous all_reduce / broadcast in two parts (native/_fastcall_parts.c)
     calls = group.async_calls
@@ -171,14 +173,15 @@ def _bcast_cma(group: Any, arena: Any, staged: int) -> int:
     return split
 
 
-def _scatter_cma(group: Any, arena: Any) -> int:
-    """From how many bytes (n blocks) the fast call runs a scatter split by cross-memory
-    attach, as shm_scatter's native call does (0: never): from where shm_large starts
-    splitting (shm_large.split_from: past CMA_MIN, or from ROOTED_PARALLEL with a core per
-    rank; the fast call stages those below, see _staged_max), where the ranks may write
-    each other's memory and the plan picks shm_direct at every size."""
-    split = 0 if arena is None else shm_large.split_from(arena, "scatter")
-    if not split or arena.n > 64 or not arena.cma_write or not _limit(group, "scatter", 1 << 40):
+def _rooted_cma(group: Any, arena: Any, collective: str) -> int:
+    """From how many bytes (n blocks) the fast call runs a scatter or gather split by
+    cross-memory attach, as shm_scatter's / shm_move's native call does (0: never): from
+    where shm_large starts splitting (shm_large.split_from: past CMA_MIN, SCATTER_PAIR_MIN
+    for a scatter between two ranks, or from ROOTED_PARALLEL with a core per rank; the fast
+    call stages those below, see _staged_max), where the ranks may write each other's
+    memory and the plan picks shm_direct at every size."""
+    split = 0 if arena is None else shm_large.split_from(arena, collective)
+    if not split or arena.n > 64 or not arena.cma_write or not _limit(group, collective, 1 << 40):
         return 0
     return split
 
@@ -293,6 +296,8 @@ class Hooks:
             return a, b, self._combiner(c, a, name)
         if collective == "all_to_all":            # (send, recv, the equal counts)
             return a, c, b, c
+        if collective == "gather" and b is not None and b.dtype != a.dtype:
+            b = b.view(a.dtype)   # a split gather's list memory, as bytes (_fastcall_lists.c)
         if collective in ("gather", "scatter"):   # (send, recv, root)
             return a, b, root
         return {"barrier": (), "broadcast": (a, b), "all_gather": (a, b)}[collective]

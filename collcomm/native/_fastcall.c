@@ -56,6 +56,7 @@ typedef struct Fast {
     Py_ssize_t a2a_cma;         /* all_to_all's cma_limit argument (shm_direct: -1 or CMA_MIN/n) */
     Py_ssize_t bcast_cma;       /* > 0: a broadcast of this many bytes or more goes split by CMA */
     Py_ssize_t scatter_cma;     /* > 0: a scatter of this many bytes or more (n blocks) too */
+    Py_ssize_t gather_cma;      /* > 0: a gather of this many bytes or more (n blocks) too */
     unsigned long long cma_key; /* ... announced with this SHARED word (arena_layout.CMA) */
     int paused;                 /* > 0: every call takes the regular path, */
     unsigned long exec_thread;  /* ... but this thread's (PyThread ident; 0: none), which

@@ -144,12 +144,13 @@ static PyObject *list_scatter(Fast *s, Py_buffer *v, char *recv, Py_ssize_t kb, 
     return call_end(&k, e < 0 ? -1 : e ? ST_MISMATCH : ST_DONE);
 }
 
-/* A split scatter at the root from a list whose buffers lie back to back in memory (one
- * buffer of n blocks, as shm_move's regular path would send from): rooted_cma with it,
- * the root's own block copied into `recv` after its transfers. NULL with an exception, or
- * the status (DONE, MISMATCH, PYTHON: Hooks.finish completes it). */
-static PyObject *list_scatter_split(Fast *s, Py_buffer *v, char *recv, Py_ssize_t kb, long root,
-                                    uint64_t sig, Py_ssize_t itemsize)
+/* A split scatter or gather at the root with a list whose buffers lie back to back in
+ * memory (one buffer of n blocks, as shm_move's regular path would use): rooted_cma with it,
+ * the root's own block copied after its transfers (scatter: into `one`, the receive
+ * buffer; gather: from `one`, the send buffer). NULL with an exception, or the status
+ * (DONE, MISMATCH, PYTHON: Hooks.finish completes it; a gather on the list's memory). */
+static PyObject *list_split(Fast *s, Py_buffer *v, char *one, Py_ssize_t kb, long root,
+                            uint64_t sig, Py_ssize_t itemsize, int gather)
 {
     Core *c = (Core *)s->core;
     PyObject *pids = PyObject_GetAttrString(s->arena, "pids");
@@ -157,9 +158,10 @@ static PyObject *list_scatter_split(Fast *s, Py_buffer *v, char *recv, Py_ssize_
         return NULL;
     Call k;
     call_begin(&k, c, s->arena);
-    int me = s->rank;
+    char *own = (char *)v[s->rank].buf;
     PyObject *status = rooted_cma(&k, (char *)v[0].buf, kb, root, sig, itemsize, s->cma_key, pids,
-                                  SPLIT_SCATTER, v[me].buf != recv ? recv : NULL, (char *)v[me].buf);
+                                  gather ? SPLIT_GATHER : SPLIT_SCATTER,
+                                  own == one ? NULL : gather ? own : one, gather ? one : own);
     Py_DECREF(pids);
     return status;
 }
@@ -178,8 +180,8 @@ static int views_back_to_back(Py_buffer *v, int n, Py_ssize_t kb)
  * buffers and the arena. None (nothing done) unless the one buffer is C-contiguous
  * (writable for scatter) of a native dtype, the list (or tuple) holds exactly n
  * C-contiguous buffers (writable for the gathers) of that dtype and size, a gather's list
- * buffers do not overlap one another, and n blocks fit the limit (or, a scatter split by
- * CMA, the list lies back to back: list_scatter_split): else the regular path
+ * buffers do not overlap one another, and n blocks fit the limit (or, a scatter or gather
+ * split by CMA, the list lies back to back: list_split): else the regular path
  * runs and raises every error with its text. A call handed back (mismatch, a peer's buffer
  * read in place) gets the list as its receive (gathers) or send (scatter) side:
  * Hooks.finish completes it. `root` is -1 for all_gather. */
@@ -195,7 +197,8 @@ static PyObject *fast_list(Fast *s, PyObject *const *args, int fc, long root, Py
     }
     int dt = fast_dtype(&one);
     Py_ssize_t kb = one.len, count = kb / (one.itemsize ? one.itemsize : 1);
-    int split = !gather && s->scatter_cma > 0 && kb * n >= s->scatter_cma;
+    Py_ssize_t split_at = fc == FC_SCATTER ? s->scatter_cma : fc == FC_GATHER ? s->gather_cma : 0;
+    int split = split_at > 0 && kb * n >= split_at;
     Core *core = s->core == Py_None ? NULL : (Core *)s->core;
     int voted = fc == FC_ALL_GATHER && core != NULL && core->ag_vote_min > 0 &&
                 kb * n >= core->ag_vote_min;     /* (the regular path: _all_gather_voted.c) */
@@ -222,10 +225,28 @@ static PyObject *fast_list(Fast *s, PyObject *const *args, int fc, long root, Py
     if (tag != NULL) {
         int settled = s->core == Py_None ? 0 : fast_settle(s);
         PyObject *status = settled < 0 ? NULL : settled ? PyLong_FromLong(ST_REFUSE)
+                           : split ? list_split(s, v, one.buf, kb, root, sig, one.itemsize, gather)
                            : gather ? list_gather(s, one.buf, v, kb, sig, fc == FC_ALL_GATHER)
-                           : split ? list_scatter_split(s, v, one.buf, kb, root, sig, one.itemsize)
                                    : list_scatter(s, v, one.buf, kb, sig);
-        r = fast_end(s, status, rec, tag, sig, fc, name, args[0], args[1], list);
+        /* a split gather handed back after the others wrote into the list's memory goes on
+         * there: Hooks.finish gets that memory as the flat receive buffer */
+        PyObject *flat = NULL;
+        if (split && gather && status != NULL && PyLong_AsLong(status) == ST_PYTHON) {
+            flat = PyMemoryView_FromMemory((char *)v[0].buf, n * kb, PyBUF_WRITE);
+            if (flat == NULL)
+                Py_CLEAR(status);
+        }
+        r = fast_end(s, status, rec, tag, sig, fc, name, args[0], flat ? flat : args[1],
+                     flat ? Py_None : list);
+        if (flat != NULL) {      /* nothing may use the list's memory through it later */
+            PyObject *et, *ev, *tb;
+            PyErr_Fetch(&et, &ev, &tb);
+            PyObject *done = PyObject_CallMethod(flat, "release", NULL);
+            Py_XDECREF(done);
+            PyErr_Clear();       /* (a BufferError while an array still views it) */
+            PyErr_Restore(et, ev, tb);
+            Py_DECREF(flat);
+        }
     }
     fast_views_release(v, n);
     PyBuffer_Release(&one);

@@ -1,7 +1,8 @@
 /* The fast call's rooted data moves: gather and scatter, plain buffers or (at the root)
- * lists (_fastcall_lists.c), staged in one chunk, or a scatter split by cross-memory attach
- * (Core_scatter's split form, rooted_cma) where shm_large splits every scatter past
- * CMA_MIN (Fast.scatter_cma, set by core/fastpath.py).
+ * lists (_fastcall_lists.c), staged in one chunk, or split by cross-memory attach
+ * (Core_scatter's and Core_gather's split forms, rooted_cma) where shm_large splits every
+ * scatter or gather from some size up (Fast.scatter_cma, Fast.gather_cma, set by
+ * core/fastpath.py; a gather at the root from a list is split by the regular path).
  *
  * Included by _fastcall.c after _fastcall_lists.c and _fastcall_ops.c.
  */
@@ -22,7 +23,8 @@ static PyObject *fast_rooted(Fast *s, PyObject *const *args, Py_ssize_t nargs, i
     Pair p;
     int dt = fast_pair(&p, args[0], args[1], 0);
     Py_ssize_t kb = p.len[gather ? 0 : 1], count = kb / p.itemsize;
-    int split = !gather && s->scatter_cma > 0 && kb * s->size >= s->scatter_cma;
+    Py_ssize_t split_from = gather ? s->gather_cma : s->scatter_cma;
+    int split = split_from > 0 && kb * s->size >= split_from;
     int fits = dt >= 0 && kb > 0 && (split || kb * s->size <= s->limit[fc]) &&
                !(split && part != PART_WHOLE) && part_size_ok(s, part, kb * s->size) &&
                (big == Py_None || p.len[gather ? 1 : 0] == kb * s->size);

@@ -196,6 +196,8 @@ static PyMemberDef Fast_members[] = {
      "> 0: broadcasts of this many bytes or more go split by cross-memory attach (shm_large)"},
     {"scatter_cma", T_PYSSIZET, offsetof(Fast, scatter_cma), 0,
      "> 0: scatters of this many bytes or more (n blocks) go split by cross-memory attach"},
+    {"gather_cma", T_PYSSIZET, offsetof(Fast, gather_cma), 0,
+     "> 0: gathers of this many bytes or more (n blocks) go split by cross-memory attach"},
     {"cma_key", T_ULONGLONG, offsetof(Fast, cma_key), 0, "the SHARED word of a CMA buffer"},
     {"calls", T_ULONGLONG, offsetof(Fast, calls), READONLY, "calls completed here"},
     {"record", T_INT, offsetof(Fast, rw.on), 0,
