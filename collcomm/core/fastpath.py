@@ -186,6 +186,31 @@ def _rooted_cma(group: Any, arena: Any, collective: str) -> int:
     return split
 
 
+def _flat(x: Any) -> Any:
+    """_array(x), one-dimensional (a view: the C call took only C-contiguous buffers), as
+    shm_direct's collectives take their buffers."""
+    x = _array(x)
+    return x.reshape(-1) if isinstance(x, np.ndarray) else x
+
+
+def _joined(items: Any, k: int, dtype: np.dtype) -> np.ndarray | None:
+    """The list's buffers as one flat array over their own memory, when they lie back to
+    back (k elements of ``dtype`` each, in order: as the C entry splits a gather from such
+    a list, _fastcall_lists.c), else None."""
+    first = _array(items[0])
+    if not isinstance(first, np.ndarray) or first.dtype != dtype or first.size != k:
+        return None
+    start, width = first.__array_interface__["data"][0], k * dtype.itemsize
+    for r, x in enumerate(items):
+        x = _array(x)
+        if (not isinstance(x, np.ndarray) or not x.flags.c_contiguous or x.size != k
+                or x.__array_interface__["data"][0] != start + r * width):
+            return None
+    # a view of the first buffer reaching over the others (it keeps the first one's base,
+    # the whole allocation where the list was cut from one array, alive)
+    return np.lib.stride_tricks.as_strided(first.reshape(-1), (k * len(items),), (dtype.itemsize,))
+
+
 def _array(x: Any) -> Any:
     """A buffer the C call took (a bytearray, an array.array …) as a numpy array over the
     same memory; anything else as it is."""
@@ -255,7 +280,7 @@ class Hooks:
             if collective in ("all_gather", "gather", "scatter") and isinstance(c, (list, tuple)):
                 self._finish_list(comm, status, collective, sig, b if collective == "scatter" else a, c)
             else:
-                args = self._args(collective, name, sig, _array(a), _array(b), c)
+                args = self._args(collective, name, sig, _flat(a), _flat(b), c)
                 shm_direct.finish_native(comm, status, collective, *args)
         except CollcommError as exc:
             raise self.failed(exc, rec, name, tag, sig) from exc
@@ -276,10 +301,13 @@ class Hooks:
             send = np.concatenate([_array(x).reshape(-1) for x in items]).astype(one.dtype, copy=False)
             shm_direct.finish_native(comm, status, collective, send, one, root)
             return
-        recv = np.empty(k * len(items), one.dtype)
+        joined = _joined(items, k, one.dtype)   # (a split gather's: the others wrote there)
+        recv = np.empty(k * len(items), one.dtype) if joined is None else joined
         recv[me * k:(me + 1) * k] = one
         shm_direct.finish_native(comm, status, collective, one, recv,
                                  *(() if collective == "all_gather" else (root,)))
+        if joined is not None:
+            return
         for r, x in enumerate(items):
             if r != me:
                 memoryview(x).cast("B")[:] = recv[r * k:(r + 1) * k].view(np.uint8)
@@ -296,8 +324,6 @@ class Hooks:
             return a, b, self._combiner(c, a, name)
         if collective == "all_to_all":            # (send, recv, the equal counts)
             return a, c, b, c
-        if collective == "gather" and b is not None and b.dtype != a.dtype:
-            b = b.view(a.dtype)   # a split gather's list memory, as bytes (_fastcall_lists.c)
         if collective in ("gather", "scatter"):   # (send, recv, root)
             return a, b, root
         return {"barrier": (), "broadcast": (a, b), "all_gather": (a, b)}[collective]

@@ -228,25 +228,7 @@ static PyObject *fast_list(Fast *s, PyObject *const *args, int fc, long root, Py
                            : split ? list_split(s, v, one.buf, kb, root, sig, one.itemsize, gather)
                            : gather ? list_gather(s, one.buf, v, kb, sig, fc == FC_ALL_GATHER)
                                    : list_scatter(s, v, one.buf, kb, sig);
-        /* a split gather handed back after the others wrote into the list's memory goes on
-         * there: Hooks.finish gets that memory as the flat receive buffer */
-        PyObject *flat = NULL;
-        if (split && gather && status != NULL && PyLong_AsLong(status) == ST_PYTHON) {
-            flat = PyMemoryView_FromMemory((char *)v[0].buf, n * kb, PyBUF_WRITE);
-            if (flat == NULL)
-                Py_CLEAR(status);
-        }
-        r = fast_end(s, status, rec, tag, sig, fc, name, args[0], flat ? flat : args[1],
-                     flat ? Py_None : list);
-        if (flat != NULL) {      /* nothing may use the list's memory through it later */
-            PyObject *et, *ev, *tb;
-            PyErr_Fetch(&et, &ev, &tb);
-            PyObject *done = PyObject_CallMethod(flat, "release", NULL);
-            Py_XDECREF(done);
-            PyErr_Clear();       /* (a BufferError while an array still views it) */
-            PyErr_Restore(et, ev, tb);
-            Py_DECREF(flat);
-        }
+        r = fast_end(s, status, rec, tag, sig, fc, name, args[0], args[1], list);
     }
     fast_views_release(v, n);
     PyBuffer_Release(&one);

@@ -2,7 +2,7 @@
  * lists (_fastcall_lists.c), staged in one chunk, or split by cross-memory attach
  * (Core_scatter's and Core_gather's split forms, rooted_cma) where shm_large splits every
  * scatter or gather from some size up (Fast.scatter_cma, Fast.gather_cma, set by
- * core/fastpath.py; a gather at the root from a list is split by the regular path).
+ * core/fastpath.py; at the root from a list lying back to back: _fastcall_lists.c).
  *
  * Included by _fastcall.c after _fastcall_lists.c and _fastcall_ops.c.
  */
