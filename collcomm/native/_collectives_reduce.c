@@ -43,19 +43,29 @@ static int copy_slices(Call *k, int phase, int isz, const char *mine, char *out,
 }
 
 /* One-shot: `out` = every rank's staged data of this phase combined in rank order (ours
- * from `mine`), so every rank that does it gets identical bits. 0, or -1 with an exception. */
-static int fold_slots(Call *k, int phase, kernel_t fn, const char *mine, char *out,
+ * from `mine`), so every rank that does it gets identical bits: the first two in one pass
+ * (`fn3`, out = r0 (op) r1: the same bits as a copy then `fn`; NULL: that), then `fn` for
+ * each further rank. `out` overlaps no rank's data. 0, or -1 with an exception. */
+static int fold_slots(Call *k, int phase, kernel_t fn, kernel3_t fn3, const char *mine, char *out,
                       Py_ssize_t count, Py_ssize_t nbytes)
 {
+    const char *first = NULL;
     for (int r = 0; r < k->c->n; r++) {
         const char *src = r == k->c->rank ? mine : peer(k, phase, r, nbytes);
         if (src == NULL)
             return -1;
         if (r == 0)
-            memcpy(out, src, nbytes);
-        else
+            first = src;
+        else if (r == 1 && fn3 != NULL)
+            fn3(out, first, src, count);
+        else {
+            if (r == 1)
+                memcpy(out, first, nbytes);
             fn(out, src, count);
+        }
     }
+    if (k->c->n == 1)
+        memcpy(out, first, nbytes);
     return 0;
 }
 
@@ -97,7 +107,8 @@ static PyObject *Core_all_reduce(Core *c, PyObject *const *args, Py_ssize_t narg
     if (any_shared(c, phase))
         return call_end(&k, ST_PYTHON);
     if (one_step)     /* every rank reduces all n slots */
-        return call_end(&k, fold_slots(&k, phase, fn, mine, buf, count, nbytes) < 0 ? -1 : ST_DONE);
+        return call_end(&k, fold_slots(&k, phase, fn, kernel3_for(code), mine, buf, count, nbytes) < 0
+                                ? -1 : ST_DONE);
     /* two-shot: our slice of every slot reduced into our slot, sync, every slice out */
     if (reduce_own_slice(&k, phase, fn, isz, mine, count, nbytes) < 0 ||
         sync_all(c, k.arena, &k.gil) < 0 || copy_slices(&k, phase, isz, mine, buf, count, nbytes) < 0)
@@ -228,7 +239,11 @@ static PyObject *Core_reduce(Core *c, PyObject *const *args, Py_ssize_t nargs)
         part == PART_WHOLE && c->pids != NULL)
         return reduce_cma(&k, code, send, recv, nbytes, root, sig);
     int phase = part == PART_FINISH ? k.phase : next_phase(&k);
-    char *mine = part == PART_FINISH ? peer(&k, phase, me, nbytes) : stage(&k, phase, send, nbytes, 0);
+    /* one step in one part: only the root reads the slots, so the root stages nothing and
+     * combines its send buffer where it is (in place, recv overlapping it: staged, as before) */
+    int direct = one_step && part == PART_WHOLE && me == root && !overlaps(recv, nbytes, send, nbytes);
+    char *mine = direct ? send : part == PART_FINISH ? peer(&k, phase, me, nbytes)
+                                                     : stage(&k, phase, send, nbytes, 0);
     if (mine == NULL)
         return call_end(&k, -1);
     int e = enter(c, k.arena, phase, sig, &k.gil);
@@ -237,8 +252,8 @@ static PyObject *Core_reduce(Core *c, PyObject *const *args, Py_ssize_t nargs)
     if (e != 0)
         return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
     if (one_step)     /* the root combines all n slots */
-        return call_end(&k, me == root && fold_slots(&k, phase, fn, mine, recv, count, nbytes) < 0
-                                ? -1 : ST_DONE);
+        return call_end(&k, me == root && fold_slots(&k, phase, fn, kernel3_for(code), mine, recv,
+                                                     count, nbytes) < 0 ? -1 : ST_DONE);
     if (reduce_own_slice(&k, phase, fn, isz, mine, count, nbytes) < 0 ||
         sync_all(c, k.arena, &k.gil) < 0 ||
         (me == root && copy_slices(&k, phase, isz, mine, recv, count, nbytes) < 0))
