@@ -368,7 +368,7 @@ def test_fast_calls_stop_where_the_regular_path_splits(monkeypatch):
 
 
 def _fast_split_cases() -> list[tuple[int, int, bool, bool]]:
-    """Broadcasts around BCAST_PAIR_MIN and CMA_MIN, every root, plain and shared-heap
+    """Broadcasts around BCAST_PAIR_MIN (16 KiB), 64 KiB and CMA_MIN, every root, plain and shared-heap
     roots: (bytes, root, heap, completed by the fast call) per call, results checked."""
     import collcomm as dist
     from collcomm.core.runtime import get_world
@@ -377,7 +377,8 @@ def _fast_split_cases() -> list[tuple[int, int, bool, bool]]:
     dist.barrier()
     fast = get_world("test").fast            # None on a rank without the native core
     seen = []
-    for count, dt in ((16_383, "float32"), (16_384, "float32"), (32_771, "int16"),
+    for count, dt in ((4_095, "float32"), (4_096, "float32"),   # around BCAST_PAIR_MIN
+                      (16_383, "float32"), (16_384, "float32"), (32_771, "int16"),
                       (65_535, "float32"), (65_536, "float32"), (131_072, "int16"),
                       (300_007, "float32"), (131_075, "float64")):
         base = np.arange(count).astype(dt)
@@ -431,7 +432,8 @@ def _fast_scatter_cases() -> list[tuple[int, int, str, bool]]:
     fasts = {"joined": get_world("test").fast, "apart": get_world("test").fast,
              "flat": MPI.COMM_WORLD._h.g.fast}
     seen = []
-    for count, dt in ((16_383, "float32"), (16_384, "float32"), (32_767, "float32"),
+    for count, dt in ((8_191, "float32"), (8_192, "float32"),   # around SCATTER_PAIR_MIN
+                      (16_383, "float32"), (16_384, "float32"), (32_767, "float32"),
                       (32_768, "float32"), (32_769, "float32"), (150_001, "float64"),
                       (65_539, "int16")):
         for root in range(n):

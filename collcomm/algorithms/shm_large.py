@@ -62,17 +62,17 @@ BCAST_PAIR = 3.0
 
 #: ... and at n = 2 (with writes) a broadcast splits from this many bytes, below CMA_MIN:
 #: the staged call's two copies run one after the other (the root's in, then the reader's
-#: cross-core copy out), the split's two halves at once. Measured 2026-11-27 (2-vCPU VM,
-#: regular path, three alternating rounds, µs staged / split): 16 KiB 9.9-10.1 / 10.6-10.7,
-#: 32 KiB 12.0 / 11.0-11.1, 64 KiB 16.0-16.3 / 12.1-12.7, 128 KiB 25.3-26.1 / 14.5-15.1.
-#: A scatter between two ranks likewise from SCATTER_PAIR_MIN (regular path, two rounds:
-#: 64 KiB level, 128 KiB 29.4-29.9 / 26.7-26.9, 256 KiB 39.5-41.7 / 31.3-35.7), and a
-#: gather from GATHER_PAIR_MIN: measured 2026-11-29 (2-vCPU VM, the fast call, which since
-#: then splits a gather itself, bench rounds of two jobs forced either way by
-#: COLLCOMM_CMA_COST, all ranks' bytes, µs staged / split): 32 KiB 5.4-5.7 / 4.8-6.6,
-#: 64 KiB 9.0-10.5 / 5.8-6.6, 128 KiB 14-19 / 8.3-8.6, 256 KiB 24-30 / 13, 512 KiB 42-44 /
-#: 21-22. all_gather stays at CMA_MIN.
-BCAST_PAIR_MIN, SCATTER_PAIR_MIN, GATHER_PAIR_MIN = 64 << 10, 128 << 10, 64 << 10
+#: cross-core copy out), the split's two halves at once. Measured through the fast call
+#: 2026-11-29 (2-vCPU VM, bench, two jobs each forced either way by COLLCOMM_CMA_COST, µs
+#: staged / split): 8 KiB 3.7-4.4 / 5.8-6.1, 16 KiB 5.7-6.2 / 4.9-5.6, 32 KiB 8.3-10.0 /
+#: 4.9-5.1, 64 KiB 13.4-14.1 / 6.9-7.5 (session 12, on the regular path: from 64 KiB).
+#: A scatter between two ranks likewise from SCATTER_PAIR_MIN (the same runs, all ranks'
+#: bytes: 16 KiB 3.5-3.6 / 4.1-5.2, 32 KiB 4.9-5.4 / 4.6-5.4, 64 KiB 7.6-10.5 / 6.0-6.4,
+#: 128 KiB 14-17 / 9-10.6; session 12: from 128 KiB), and a gather from GATHER_PAIR_MIN
+#: (2026-11-29 likewise, since the fast call splits a gather itself: 32 KiB 5.4-5.7 /
+#: 4.8-6.6, 64 KiB 9.0-10.5 / 5.8-6.6, 128 KiB 14-19 / 8.3-8.6, 256 KiB 24-30 / 13,
+#: 512 KiB 42-44 / 21-22). all_gather stays at CMA_MIN.
+BCAST_PAIR_MIN, SCATTER_PAIR_MIN, GATHER_PAIR_MIN = 16 << 10, 64 << 10, 64 << 10
 PAIR_MIN = {"broadcast": BCAST_PAIR_MIN, "scatter": SCATTER_PAIR_MIN, "gather": GATHER_PAIR_MIN}
 
 #: A gather splits by CMA where c·(n-1) < GATHER_STAGED·n (a scatter goes as a broadcast:
