@@ -323,7 +323,9 @@ def test_a_loan_out_when_the_channel_closes_is_withdrawn():
 def _claim_then_fail() -> dict:
     """The receiver claims a loan, then fails before reading it (its receive's buffer
     could not be had, injected once): the record stays at the ring's tail, claimed; the
-    next wait takes it again as its own claim and reads the lent buffer."""
+    next wait takes it again as its own claim and reads the lent buffer. (A receive from
+    any source: the Python path's take_lent, which the injection reaches; a native
+    receive reads the record in C, native/_p2p.c pipe_read_lent.)"""
     import collcomm as dist
     import collcomm.core.runtime as rt
     from collcomm.transport import shm_lent
@@ -347,7 +349,7 @@ def _claim_then_fail() -> dict:
 
     eng.arriving = arriving
     got = np.zeros(COUNT)
-    h = dist.irecv(got, 0)
+    h = dist.irecv(got)
     seen = ""
     try:
         h.wait()

@@ -35,6 +35,12 @@ from ._types import _BY_NUMPY
 from ._request import Done, Request, Status, persistent
 
 
+#: A Sendrecv of this many bytes or more to a rank of this host that takes lent buffers
+#: lends its send buffer (native/_p2p_lend.c): the receiver reads it by cross-memory
+#: attach straight into its receive buffer, one copy instead of two through the ring.
+LEND_FROM = 64 << 10
+
+
 # ----------------------------------------------------------------------------- the mixin
 class PointToPoint:
     """Point-to-point methods of a communicator (``self._grp(call)`` gives its group)."""
@@ -146,17 +152,33 @@ class PointToPoint:
                 and type(sendtag) is int and sendtag <= TAG_BITS and tm is not None
                 and type(source) is int and 0 <= source < g.size
                 and recvbuf.dtype in _BY_NUMPY and recvbuf.flags.writeable
-                and recvbuf.flags.c_contiguous and f.send(sendbuf, dest, sendtag, 0)):
-            # sent (the receive's arguments were valid, so the regular path would have sent
-            # it too); the receive in C, or the regular way if C leaves it
+                and recvbuf.flags.c_contiguous
+                and ((loan := f.lend(sendbuf, dest, sendtag, 0) if sendbuf.nbytes >= LEND_FROM
+                      else None) is not None or f.send(sendbuf, dest, sendtag, 0))):
+            # sent, or lent (the receive's arguments were valid, so the regular path would
+            # have sent it too); the receive in C, or the regular way if C leaves it; then
+            # a lent send waited for (released by the receiver, or withdrawn)
             try:
-                n = f.recv(recvbuf, source, tm[0], tm[1], 0)
-            except CollcommError as exc:
-                raise translate(exc) from exc
-            if n is None:
-                self._complete(self._irecv(recvbuf, source, recvtag, "Sendrecv"), status)
-            elif status is not None:
-                status._set(source, f.last_tag & TAG_BITS, n)
+                try:
+                    n = f.recv(recvbuf, source, tm[0], tm[1], 0)
+                except CollcommError as exc:
+                    raise translate(exc) from exc
+                if n is None:
+                    self._complete(self._irecv(recvbuf, source, recvtag, "Sendrecv"), status)
+                elif status is not None:
+                    status._set(source, f.last_tag & TAG_BITS, n)
+            except BaseException:
+                if loan is not None:     # (the receive's error is the one raised)
+                    try:
+                        f.loan_wait(dest, loan[0], loan[1], sendbuf)
+                    except BaseException:  # noqa: BLE001
+                        pass
+                raise
+            if loan is not None:
+                try:
+                    f.loan_wait(dest, loan[0], loan[1], sendbuf)
+                except CollcommError as exc:
+                    raise translate(exc) from exc
             return
         r = self._irecv(recvbuf, source, recvtag, "Sendrecv")
         s = self._isend(sendbuf, dest, sendtag, False, "Sendrecv")

@@ -22,6 +22,11 @@
 #define P2P_HDR 40                       /* shm.HEADER.size: "<IIQQQQ" */
 #define P2P_INLINE 1
 #define P2P_PAD 3
+#define P2P_LENT 6                       /* shm_ring.LENT: the body is in the sender's memory */
+#define P2P_RELEASED 9                   /* shm_ring.RELEASED: the consumer's release watermark */
+#define LENT_POSTED 0                    /* shm_lent.py: the state word of a LENT record */
+#define LENT_CLAIMED 1
+#define LENT_WITHDRAWN 2
 #define P2P_ABORT_SIG (0xFULL << 60)     /* transport.base.ABORT_SIG */
 #define P2P_USER ((1ULL << 35) - 1)      /* core.tags.MAX_USER_TAG */
 /* The user tag proper (MPI's TAG_UB): a receive whose mask leaves some of these bits out
@@ -56,6 +61,8 @@ typedef struct {
     long peer;                           /* global rank */
     int has_out, has_in;
     int closed;                          /* the channel's ``closed`` (its setter keeps it) */
+    long peer_pid;                       /* the peer's pid (0: unknown: LENT records to Python) */
+    int lends;                           /* the peer takes LENT records (shm_lent.py) */
 } Pipe;
 
 typedef struct {
@@ -316,6 +323,28 @@ static int pipe_append(Pipe *p, const void *body, uint64_t n, uint64_t tag, uint
 }
 
 /* -------------------------------------------------------------- the rings: recv */
+/* Read the LENT record at `rec` (shm_lent.py: its body is `nbytes` of the sender's memory)
+ * into `dst`, as LentBodies.take_lent does: claim the loan (its state word POSTED ->
+ * CLAIMED; already CLAIMED: our own claim, the record taken again after a failed read; a
+ * WITHDRAWN loan is read from the sender's copy, whose address it carries), read it by
+ * cross-memory attach, then release it (the ring's RELEASED word: the sender's request
+ * completes, or its copy is dropped). 1 read; 0 the read failed: the record stays at the
+ * tail, claimed, and the Python path reads it again and raises what it raises. */
+static int pipe_read_lent(Pipe *p, uint8_t *rec, uint64_t nbytes, uint8_t *dst)
+{
+    uint64_t ident, address, held = LENT_POSTED;
+    memcpy(&ident, rec + P2P_HDR, 8);
+    memcpy(&address, rec + 24, 8);                     /* the header's aux: the buffer */
+    __atomic_compare_exchange_n((uint64_t *)(rec + P2P_HDR + 8), &held, LENT_CLAIMED, 0,
+                                __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    if (held == LENT_WITHDRAWN)
+        memcpy(&address, rec + P2P_HDR + 16, 8);       /* (written before the swap) */
+    if (nbytes && cma_move((pid_t)p->peer_pid, (char *)dst, address, (Py_ssize_t)nbytes, 0) < 0)
+        return 0;
+    __atomic_store_n(&p->in_ctl[P2P_RELEASED], ident + 1, __ATOMIC_RELEASE);
+    return 1;
+}
+
 /* Receive from the ring (poll_lock held, GIL held on entry and return): the byte count,
  * -2 to leave it to Python, -1 with an exception. */
 static long long pipe_recv(P2P *s, Pipe *p, uint8_t *dst, uint64_t cap, uint64_t tag,
@@ -339,13 +368,22 @@ static long long pipe_recv(P2P *s, Pipe *p, uint8_t *dst, uint64_t cap, uint64_t
             memcpy(&rsig, rec + 32, 8);
             int take = kind == P2P_PAD;
             if (!take && !((rtag ^ tag) & mask)) {        /* the first message it matches */
-                if (kind != P2P_INLINE || ((rtag ^ tag) & ~P2P_WILD_BITS) || nbytes > cap ||
-                    rsig == P2P_ABORT_SIG ||
+                int lent = kind == P2P_LENT && p->peer_pid > 0;
+                if ((kind != P2P_INLINE && !lent) || ((rtag ^ tag) & ~P2P_WILD_BITS) ||
+                    nbytes > cap || rsig == P2P_ABORT_SIG ||
                     (sig && rsig && sig != rsig)) {
                     gil_take(&gil);
                     return -2;                             /* left in the ring for Python */
                 }
-                memcpy(dst, rec + P2P_HDR, nbytes);
+                if (lent) {
+                    if (nbytes > 65536)
+                        gil_release(&gil);
+                    if (!pipe_read_lent(p, (uint8_t *)rec, nbytes, dst)) {
+                        gil_take(&gil);
+                        return -2;        /* (claimed: Python's take_lent reads it again) */
+                    }
+                } else
+                    memcpy(dst, rec + P2P_HDR, nbytes);
                 p2p_last_tag = rtag;
                 take = 2;
             }

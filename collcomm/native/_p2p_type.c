@@ -8,6 +8,7 @@
 #include "_p2p_batch.c"         /* P2P.batch: batch_isend_irecv's start in one call */
 #include "_p2p_entry.c"         /* BatchCall: batch_isend_irecv itself in C */
 #include "_p2p_mpi.c"           /* P2P.mpi_irecv: collcomm.MPI Irecv in one call */
+#include "_p2p_lend.c"          /* P2P.lend, P2P.loan_wait: a send lent from C */
 
 /* Pipe(channel, out_view, out_base, out_ring, in_view, in_base, in_ring, eager, peer):
  * the views are writable memoryviews of the two inboxes, the bases the rings' control
@@ -105,6 +106,10 @@ static void Pipe_dealloc(Pipe *self)
 static PyMemberDef Pipe_members[] = {
     {"closed", T_INT, offsetof(Pipe, closed), 0,
      "non-zero once the channel is closed: nothing more is written to its ring"},
+    {"peer_pid", T_LONG, offsetof(Pipe, peer_pid), 0,
+     "the peer's pid: a native receive reads LENT records from its memory (0: never)"},
+    {"lends", T_INT, offsetof(Pipe, lends), 0,
+     "non-zero: the peer takes LENT records (P2P.lend may lend it a buffer)"},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -233,6 +238,10 @@ static PyMethodDef P2P_methods[] = {
                     "Request (sent) | None (nothing done); see _p2p_mpi.c"),
     P2PM(mpi_irecv, "mpi_irecv(g, arr, local, tag, mask, ndarray, deferred, op, request) -> "
                     "collcomm.MPI Irecv's Request | None (nothing done); see _p2p_mpi.c"),
+    P2PM(lend, "lend(buf, dst, tag, sig) -> (ident, start): a LENT record written | None "
+               "(nothing done); see _p2p_lend.c"),
+    P2PM(loan_wait, "loan_wait(dst, ident, start, buf) -> True once the loan is released or "
+                    "withdrawn; see _p2p_lend.c"),
     {"own", (PyCFunction)P2P_own, METH_O,
      "own(d) -> nbytes | None (left to the regular path: d posted) | False (not first in "
      "line: nothing done): the native wait of deferred receive d (see _p2p_own.c)"},
@@ -294,7 +303,7 @@ static int p2p_module_init(PyObject *m)
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL)
             return -1;
-    if (own_names() < 0 || batch_names() < 0 || mpi_names() < 0 || deferred_module_init(m) < 0 || sent_module_init(m) < 0 || entry_module_init(m) < 0 || p2p_lock_init() < 0 || PyType_Ready(&PipeType) < 0 || PyType_Ready(&P2PType) < 0)
+    if (own_names() < 0 || batch_names() < 0 || mpi_names() < 0 || lend_names() < 0 || deferred_module_init(m) < 0 || sent_module_init(m) < 0 || entry_module_init(m) < 0 || p2p_lock_init() < 0 || PyType_Ready(&PipeType) < 0 || PyType_Ready(&P2PType) < 0)
         return -1;
     Py_INCREF(&PipeType);
     if (PyModule_AddObject(m, "Pipe", (PyObject *)&PipeType) < 0) {

@@ -163,6 +163,10 @@ class ShmChannel(LentBodies, StagedBodies):
             pipe = native.core.Pipe(self, self.out.view, self.out.base, self.out.ring,
                                     self.inp.view, self.inp.base, self.inp.ring, self.inline,
                                     self.peer)
+            # a native receive reads LENT records from the peer's memory (the peer lends only
+            # where this rank said it reads them); P2P.lend lends where the peer said so
+            pipe.peer_pid = self.peer_pid
+            pipe.lends = int(self.lends())
             with self.send_lock:   # (close sets the flag under it: no close can slip between)
                 pipe.closed = int(self._closed)
                 self._pipe = pipe
