@@ -7,8 +7,9 @@ the buffer or, past the patience, withdraws the loan into a private copy (P2P.lo
 Checked here on real ranks: every size around the threshold in a ring of two and three
 ranks (results, status, loans counted), a receiver that comes late (the loan withdrawn:
 the sender overwrites its buffer and the receiver still gets what was sent), a receiver
-without the native core (nothing lent), a Python-lent Isend read by a native Recv, and a
-receiver that dies (the error names it; nothing hangs).
+without the native core (nothing lent), a Python-lent Isend read by a native Recv, a
+receiver that dies and a lender that dies with its loan out (each error names the dead
+rank; nothing hangs).
 """
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ def _ring() -> dict:
         comm.Sendrecv(np.zeros(1, dt), right, 99, np.zeros(1, dt), left, 99)
     comm.Barrier()
     f = p2p.native(comm._grp("Sendrecv"))
-    before, lent, sends = _channel(right).loans, 0, f.sends
+    before, lent, sends, recvs = _channel(right).loans, 0, f.sends, f.recvs
     for count, dt in _sizes():
         for i in range(3):
             out = (np.arange(count) * (r + 2) + i).astype(dt)
@@ -77,9 +78,11 @@ def _ring() -> dict:
             lent += out.nbytes >= LEND_FROM
     comm.Barrier()
     ch = _channel(right)
-    # every send went natively: lent (LENT records, from C) or inline
-    return {"loans": ch.loans - before, "want": lent, "lent_out": len(ch.lent),
-            "native": f.sends - sends, "calls": 3 * len(_sizes())}
+    ch.engine.progress()                        # (a poll drops released copies, if any)
+    # every send went natively, lent (LENT records, from C) or inline, and every receive
+    # (a native receive reads the LENT records itself); no copy left held
+    return {"loans": ch.loans - before, "want": lent, "held": len(ch.held),
+            "native": f.sends - sends, "native_recv": f.recvs - recvs, "calls": 3 * len(_sizes())}
 
 
 @needs_core
@@ -88,8 +91,8 @@ def _ring() -> dict:
 def test_sendrecv_lends_around_the_threshold(n: int) -> None:
     # (COLLCOMM_CORES: a CPU per rank, else a rank offers no loans: shm_lent.takes_lent)
     for res in run_ranks(_ring, n, transport="shm", timeout=90, env={"COLLCOMM_CORES": str(n)}):
-        assert res["want"] > 0 and res["loans"] == res["want"] and res["lent_out"] == 0, res
-        assert res["native"] == res["calls"], res
+        assert res["want"] > 0 and res["loans"] == res["want"] and res["held"] == 0, res
+        assert res["native"] == res["calls"] and res["native_recv"] == res["calls"], res
 
 
 def _warm(comm) -> None:
@@ -220,3 +223,32 @@ def test_a_receiver_that_dies_is_named() -> None:
     out = res[0]
     assert out.ok, out.error + out.output
     assert "rank 1" in out.value["error"] and out.value["took"] < 20, out.value
+
+
+def _dying_lender() -> dict:
+    """Rank 0 lends (Sendrecv) and is killed in the receive that follows; rank 1 then
+    receives: its native read of the loan fails, and the receive names rank 0."""
+    from collcomm import MPI
+
+    comm = MPI.COMM_WORLD
+    _warm(comm)
+    if comm.Get_rank() == 0:
+        comm.Sendrecv(np.ones(100_000), 1, 5, np.zeros(1), 1, 6)   # killed in there
+        return {}
+    time.sleep(2.5)                           # (rank 0 is killed at 1.5 s)
+    got = np.zeros(100_000)
+    try:
+        comm.Recv(got, 0, 5)
+    except Exception as exc:  # noqa: BLE001
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return {"error": "", "sum": float(got.sum())}
+
+
+@needs_core
+@pytest.mark.timeout(120)
+def test_a_lender_that_dies_is_named() -> None:
+    res = run_ranks(_dying_lender, 2, transport="shm", timeout=90, env={"COLLCOMM_CORES": "2"},
+                    expect_failure=True, kill={0: 1.5})
+    out = res[1]
+    assert out.ok, out.error + out.output
+    assert "rank 0" in out.value["error"], out.value

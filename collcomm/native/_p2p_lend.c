@@ -17,9 +17,11 @@
  * ``held`` under the id until released (ShmChannel drops it at a later poll, or keeps it
  * at close). A loan the receiver claimed first (or whose record it took) is waited for
  * to the release. While it waits (the GIL released: spin, yield, then naps) the check
- * hook runs every 100 ms and raises what it raises (the engine closed, the peer lost);
- * an unclaimed loan is withdrawn before such an error leaves, so no reader ever sees the
- * buffer once the call has returned.
+ * hook runs every 100 ms and raises what it raises (the engine closed, the peer lost,
+ * Ctrl-C, the timeout: its text is a receive's, the only wait it words); the loan ends
+ * before such an error leaves (loan_give_up): withdrawn if unclaimed, so no reader sees
+ * the buffer once the call has returned, or, claimed (being read), the buffer kept alive
+ * for the reader.
  */
 
 #define LEND_PATIENCE_NS 5000000LL   /* shm_lent.LEND_PATIENCE */
@@ -89,6 +91,20 @@ static int pipe_append_lent(Pipe *p, uint64_t address, uint64_t nbytes, uint64_t
     return 1;
 }
 
+/* Keep `obj` alive for a reader that may still come (transport/shm.py's _kept, as
+ * ShmChannel.close keeps unreleased copies): 0, or -1 with an exception. */
+static int lend_keep(PyObject *obj)
+{
+    PyObject *mod = PyImport_ImportModule("collcomm.transport.shm");
+    PyObject *kept = mod == NULL ? NULL : PyObject_GetAttrString(mod, "_kept");
+    int rc = kept == NULL || !PyList_Check(kept) ? -1 : PyList_Append(kept, obj);
+    if (kept != NULL && !PyList_Check(kept))
+        PyErr_SetString(PyExc_TypeError, "collcomm.transport.shm._kept is not a list");
+    Py_XDECREF(kept);
+    Py_XDECREF(mod);
+    return rc;
+}
+
 /* Withdraw the loan at ring position `start` (send_lock held, GIL held): 1 withdrawn
  * (the copy held under `ident`), 0 the receiver claimed or took it first, -1 error. */
 static int loan_withdraw(Pipe *p, uint64_t ident, uint64_t start, PyObject *buf)
@@ -111,15 +127,24 @@ static int loan_withdraw(Pipe *p, uint64_t ident, uint64_t start, PyObject *buf)
         Py_DECREF(copy);
         return 0;                                 /* claimed first: it is being read */
     }
-    PyObject *dict = PyObject_GetAttr(p->channel, s_l_held);
-    PyObject *key = PyLong_FromUnsignedLongLong(ident);
-    int rc = dict == NULL || key == NULL || PyObject_SetItem(dict, key, copy) < 0 ? -1 : 1;
-    Py_XDECREF(dict);
-    Py_XDECREF(key);
-    Py_DECREF(copy);     /* (held by the dict: the reader reads it until it releases it) */
-    if (rc == 1 && lend_bump(p->channel, s_l_withdrawals, NULL) < 0)
-        rc = -1;
-    return rc;           /* (-1 after the swap: the copy may be gone; the error says so) */
+    /* held under its id until released (ShmChannel.prune_held); a closed channel has
+     * handed its held copies to shm._kept already: there, for a late reader */
+    int rc;
+    if (p->closed)
+        rc = lend_keep(copy) < 0 ? -1 : 1;
+    else {
+        PyObject *dict = PyObject_GetAttr(p->channel, s_l_held);
+        PyObject *key = PyLong_FromUnsignedLongLong(ident);
+        rc = dict == NULL || key == NULL || PyObject_SetItem(dict, key, copy) < 0 ? -1 : 1;
+        Py_XDECREF(dict);
+        Py_XDECREF(key);
+    }
+    if (rc < 0)
+        return -1;       /* (the copy leaks: the record points at it, a reader may come) */
+    Py_DECREF(copy);
+    if (lend_bump(p->channel, s_l_withdrawals, NULL) < 0)
+        PyErr_WriteUnraisable(p->channel);
+    return 1;
 }
 
 /* The channel's fields after a LENT record went out (ShmChannel.send keeps them so):
@@ -188,6 +213,47 @@ static PyObject *P2P_lend(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     return result == Py_None ? Py_NewRef(Py_None) : result;
 }
 
+/* loan_wait's way out with the check hook's error (GIL held, the error set): the loan
+ * ends first. Released meanwhile: the send is done, the error dropped but for Ctrl-C;
+ * unclaimed: withdrawn (send_lock waited for); claimed: the reader is reading (or died
+ * reading), so the buffer is kept alive for it (shm._kept) and the error raised. NULL,
+ * or True where the error was dropped. */
+static PyObject *loan_give_up(Pipe *p, uint64_t ident, uint64_t start, PyObject *buf)
+{
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    int done = 0;
+    while (!done) {
+        if (__atomic_load_n(&p->out_ctl[P2P_RELEASED], __ATOMIC_ACQUIRE) > ident) {
+            if (!PyErr_GivenExceptionMatches(et, PyExc_KeyboardInterrupt)) {
+                Py_XDECREF(et);
+                Py_XDECREF(ev);
+                Py_XDECREF(tb);
+                Py_RETURN_TRUE;                   /* read meanwhile: the send is done */
+            }
+            break;
+        }
+        int got = p2p_try(p->send_acquire);
+        if (got < 0)
+            break;
+        if (got == 0) {                           /* busy: another thread sends */
+            Py_BEGIN_ALLOW_THREADS
+            struct timespec ts = {0, 50000};
+            nanosleep(&ts, NULL);
+            Py_END_ALLOW_THREADS
+            continue;
+        }
+        int w = loan_withdraw(p, ident, start, buf);
+        p2p_release(p->send_release);
+        if (w <= 0 && lend_keep(buf) < 0)         /* claimed (being read), or no copy */
+            PyErr_WriteUnraisable(p->channel);
+        PyErr_Clear();
+        done = 1;
+    }
+    PyErr_Restore(et, ev, tb);
+    return NULL;
+}
+
 static PyObject *P2P_loan_wait(P2P *s, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 4) {
@@ -214,12 +280,12 @@ static PyObject *P2P_loan_wait(P2P *s, PyObject *const *args, Py_ssize_t nargs)
             gil_take(&gil);
             int got = p2p_try(p->send_acquire);
             if (got < 0)
-                return NULL;
+                return loan_give_up(p, ident, start, args[3]);
             if (got) {
                 int w = loan_withdraw(p, ident, start, args[3]);
                 p2p_release(p->send_release);
                 if (w < 0)
-                    return NULL;
+                    return loan_give_up(p, ident, start, args[3]);
                 if (w > 0)
                     break;
                 claimed = 1;
@@ -231,37 +297,20 @@ static PyObject *P2P_loan_wait(P2P *s, PyObject *const *args, Py_ssize_t nargs)
             PyObject *r = PyErr_CheckSignals() < 0 ? NULL :
                 PyObject_CallFunction(s->check, "OKKd", p->channel, 0ULL, 0ULL,
                                       (double)(now - t0) / 1e9);
-            if (r == NULL) {
-                if (__atomic_load_n(&p->out_ctl[P2P_RELEASED], __ATOMIC_ACQUIRE) > ident) {
-                    PyErr_Clear();               /* read meanwhile: done */
-                    break;
-                }
-                if (!claimed) {                  /* no reader may see it after we return */
-                    PyObject *et, *ev, *tb;
-                    PyErr_Fetch(&et, &ev, &tb);
-                    if (p2p_try(p->send_acquire) == 1) {
-                        loan_withdraw(p, ident, start, args[3]);
-                        p2p_release(p->send_release);
-                    }
-                    PyErr_Clear();
-                    PyErr_Restore(et, ev, tb);
-                }
-                return NULL;
-            }
+            if (r == NULL)
+                return loan_give_up(p, ident, start, args[3]);
             Py_DECREF(r);
         }
         gil_release(&gil);
         if (now - t0 < s->spin_ns) {
             for (int i = 0; i < 64; i++)
                 cpu_relax();
-        } else if (now - t0 < LEND_PATIENCE_NS || claimed) {
-            if (now - t0 < P2P_YIELD_NS)
-                sched_yield();
-            else {
-                struct timespec ts = {0, sleep_ns};
-                nanosleep(&ts, NULL);
-                sleep_ns = sleep_ns * 2 > 1000000 ? 1000000 : sleep_ns * 2;
-            }
+        } else if (now - t0 < P2P_YIELD_NS) {
+            sched_yield();
+        } else {                  /* (claimed, or past the patience with send_lock busy) */
+            struct timespec ts = {0, sleep_ns};
+            nanosleep(&ts, NULL);
+            sleep_ns = sleep_ns * 2 > 1000000 ? 1000000 : sleep_ns * 2;
         }
     }
     gil_take(&gil);
