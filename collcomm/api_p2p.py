@@ -28,7 +28,7 @@ from .core import p2p as core_p2p
 from .core import runtime
 from .core.group import ProcessGroup
 from .core.tags import MAX_USER_TAG
-from .api_p2p_work import P2PWork, RecvWork, SentWork, _p2p_context, _size_error, start_native
+from .api_p2p_work import P2PWork, RecvWork, SentWork, _p2p_context, _size_error, lend_native, start_native
 from .errors import CollcommError, InvalidArgumentError, with_context
 from .transport.base import Handle, Status
 
@@ -113,7 +113,9 @@ def isend(tensor: Any, dst: int | None = None, group: Any = None, tag: int = 0,
 
     A small array to a rank of this host is sent at once natively when its ring has room
     (one C call; the handle is then complete and the array free to reuse, as the regular
-    path's is after a shared-memory send)."""
+    path's is after a shared-memory send); one of 256 KiB or more (shm_lent.LEND_FROM_WORK) to
+    a rank that takes loans is lent from C: the receiver reads it from the array, and the
+    handle completes when it has (api_p2p_work.LentWork)."""
     g = runtime._world
     if group is None and group_dst is None and g is not None:    # the world: one C call
         f = getattr(g, "_p2p_native", None)
@@ -122,7 +124,8 @@ def isend(tensor: Any, dst: int | None = None, group: Any = None, tag: int = 0,
             return w
     fast = _native(tensor, dst, group, tag, group_dst, False, "isend")
     if fast is not None:
-        w = start_native(*fast, False, tensor, tag, _p2p_sig(tensor.dtype))
+        sig = _p2p_sig(tensor.dtype)
+        w = lend_native(*fast, tensor, tag, sig) or start_native(*fast, False, tensor, tag, sig)
         if w is not None:
             return w
     h, g, buf, peer = _isend(tensor, dst, group, tag, group_dst, "isend", lend=True)
@@ -310,7 +313,9 @@ def _native_batch(ops: list[P2POp] | tuple[P2POp, ...], tried: bool = False,
 def _start(f: Any, g: ProcessGroup, local: int, p: P2POp) -> P2PWork:
     """One op of a checked batch: natively, else (C declined it) on the regular path."""
     arr, recv = p.tensor, p.op is irecv
-    w = start_native(f, g, local, recv, arr, p.tag, _p2p_sig(arr.dtype))
+    w = None if recv else lend_native(f, g, local, arr, p.tag, _p2p_sig(arr.dtype))
+    if w is None:
+        w = start_native(f, g, local, recv, arr, p.tag, _p2p_sig(arr.dtype))
     if w is None:
         buf = (as_output if recv else as_input)(arr, "batch_isend_irecv", g.describe(), "tensor")
         w = _regular("irecv" if recv else "isend", g, buf, local, p.tag)

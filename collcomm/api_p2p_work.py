@@ -17,6 +17,7 @@ stays posted), any other failure is kept and raised again.
 """
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -26,9 +27,10 @@ from .core import p2p as core_p2p
 from .core.group import ProcessGroup
 from .core.recorder_records import ENTERED, R_PSTATE
 from .errors import CollcommError, MismatchError, with_context
+from .transport import shm_lent
 from .transport.base import Handle, Status
 
-__all__ = ["P2PWork", "RecvWork", "SentWork", "start_native"]
+__all__ = ["LentWork", "P2PWork", "RecvWork", "SentWork", "lend_native", "start_native"]
 
 
 def _p2p_context(name: str, g: ProcessGroup, peer: int | None) -> str:
@@ -210,6 +212,102 @@ class RecvWork(core_p2p.Deferred, P2PWork):
     def source_rank(self) -> int:
         self.wait()
         return self.g.ranks[self.local]
+
+
+class LentWork(P2PWork):
+    """An ``isend`` lent from C (``P2P.lend``: a LENT record with the buffer's address,
+    native/_p2p_lend.c): done once the receiver has read the buffer, or, unclaimed past the
+    patience, withdrawn into a copy. Its wait spins in C a little at a time and, between,
+    lets the first deferred receive in the engine's line take what has come (its
+    ``test()``: never waiting), so two ranks that both wait for their sends first read each
+    other's loans at once; past PROGRESS_S it waits in C alone (the check hook: the peer's
+    liveness, the timeout). ``_buf`` keeps the array alive until then."""
+
+    #: the wait's steps in C (ns) between the deferred receive's tries, and how long those
+    #: tries go on
+    STEP_NS, PROGRESS_S = 20_000, 0.1
+
+    def __init__(self, f: Any, g: ProcessGroup, local: int, loan: tuple[int, int, int],
+                 arr: np.ndarray, rec: Any) -> None:
+        super().__init__("isend", None, g, arr, g.ranks[local])   # type: ignore[arg-type]
+        self._f, self._local, self._loan, self._rec = f, local, loan, rec
+
+    def _over(self, block: bool) -> bool:
+        f, local, (ident, start, since), buf = self._f, self._local, self._loan, self._buf
+        patience = int(shm_lent.LEND_PATIENCE * 1e9)
+        if not block:
+            return bool(f.loan_wait(local, ident, start, buf, since, 1, patience))
+        eng, deadline, progress = self._group.transport, time.monotonic() + self.PROGRESS_S, True
+        while not f.loan_wait(local, ident, start, buf, since, self.STEP_NS, patience):
+            if progress:          # the receives take what came: the first deferred one, or
+                try:              # (none deferred) the engine's poll, which reads loans aside
+                    held = eng._deferred
+                    if held:
+                        held[0].test()
+                    else:
+                        eng.progress()
+                except CollcommError:     # (the receive's own wait raises it)
+                    progress = False
+            if time.monotonic() > deadline:
+                return bool(f.loan_wait(local, ident, start, buf, since, 0, patience))
+        return True
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._exc is not None:
+            raise self._exc
+        if self._status is None:
+            try:
+                self._over(True)
+            except CollcommError as exc:
+                self._exc = with_context(exc, self._context())
+                core_p2p.finished(self._rec, False)
+                raise self._exc from exc
+            self._done()
+        return True
+
+    def is_completed(self) -> bool:
+        if self._status is None and self._exc is None:
+            try:
+                if not self._over(False):
+                    return False
+            except CollcommError as exc:
+                self._exc = with_context(exc, self._context())
+                return True
+            self._done()
+        return True
+
+    def _done(self) -> None:
+        self._status = Status(self._peer, 0, self._buf.nbytes)
+        self._buf = None                  # the receiver has it, or our copy
+        core_p2p.finished(self._rec, True)
+
+    def __del__(self) -> None:
+        # dropped unwaited: the loan ends now (withdrawn into a copy), or, being read, the
+        # array stays alive for its reader (shm._kept), never freed under it
+        buf = self.__dict__.get("_buf")
+        if self.__dict__.get("_status") is not None or buf is None or "_loan" not in self.__dict__:
+            return
+        ident, start, since = self._loan
+        try:
+            over = self._f.loan_wait(self._local, ident, start, buf, since, 1, 0)
+        except Exception:  # noqa: BLE001 - (the group gone: keep it)
+            over = False
+        if not over:
+            from .transport.shm import _kept
+            _kept.append(buf)
+
+
+def lend_native(f: Any, g: ProcessGroup, local: int, arr: np.ndarray, tag: int, sig: int) -> LentWork | None:
+    """An ``isend`` of ``arr`` to local rank ``local`` lent from C (a rank of this host that
+    takes loans, ``arr`` of ``f.lend_from`` bytes or more), as its work; None having done
+    nothing (the caller sends the other ways)."""
+    if f.lend_from <= 0 or arr.nbytes < f.lend_from:
+        return None
+    loan = f.lend(arr, local, tag, sig)
+    if loan is None:
+        return None
+    rec = f.note(False, local) if g.observer is not None else None
+    return LentWork(f, g, local, loan, arr, rec)
 
 
 def start_native(f: Any, g: ProcessGroup, local: int, recv: bool, arr: np.ndarray, tag: int,

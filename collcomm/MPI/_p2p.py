@@ -32,13 +32,16 @@ from ._p2p_ops import (
     _null_status, _request, _rtag, _source, _stag, complete,
 )
 from ._types import _BY_NUMPY
+from ..transport import shm_lent
+from ..transport.shm_lent import LEND_FROM
 from ._request import Done, Request, Status, persistent
 
 
-#: A Sendrecv of this many bytes or more to a rank of this host that takes lent buffers
-#: lends its send buffer (native/_p2p_lend.c): the receiver reads it by cross-memory
-#: attach straight into its receive buffer, one copy instead of two through the ring.
-LEND_FROM = 64 << 10
+
+
+def patience() -> int:
+    """How long a lent send waits for its receiver before it withdraws the loan (ns)."""
+    return int(shm_lent.LEND_PATIENCE * 1e9)
 
 
 # ----------------------------------------------------------------------------- the mixin
@@ -170,13 +173,13 @@ class PointToPoint:
             except BaseException:
                 if loan is not None:     # (the receive's error is the one raised)
                     try:
-                        f.loan_wait(dest, loan[0], loan[1], sendbuf)
+                        f.loan_wait(dest, loan[0], loan[1], sendbuf, loan[2], 0, patience())
                     except BaseException:  # noqa: BLE001
                         pass
                 raise
             if loan is not None:
                 try:
-                    f.loan_wait(dest, loan[0], loan[1], sendbuf)
+                    f.loan_wait(dest, loan[0], loan[1], sendbuf, loan[2], 0, patience())
                 except CollcommError as exc:
                     raise translate(exc) from exc
             return

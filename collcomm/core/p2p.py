@@ -96,6 +96,7 @@ def _make_native(g: ProcessGroup) -> Any:
     from .. import native as nat
     from ..transport.arena import cpus
     from ..transport.shm import ShmChannel
+    from ..transport.shm_lent import LEND_FROM_WORK
 
     t = g.transport
     if type(t) is not Engine or not fastpath.enabled():
@@ -117,9 +118,11 @@ def _make_native(g: ProcessGroup) -> Any:
 
     g._p2p_shm = tuple(p is not None for p in pipes)   # local ranks a deferred receive may wait for
     obs = g.observer       # the records of collcomm.send/recv are written in C (_record.c)
-    return nat.core.P2P(t, check, tuple(pipes), (g.ctx << CTX_SHIFT) | KIND_P2P, spin, yields,
-                        append=obs.append if obs is not None else None,
-                        obs_index=obs.index if obs is not None else 0, pkg=PACKAGE_PREFIX)
+    f = nat.core.P2P(t, check, tuple(pipes), (g.ctx << CTX_SHIFT) | KIND_P2P, spin, yields,
+                     append=obs.append if obs is not None else None,
+                     obs_index=obs.index if obs is not None else 0, pkg=PACKAGE_PREFIX)
+    f.lend_from = LEND_FROM_WORK   # (isend / batch sends from there: lent, api_p2p_work.LentWork)
+    return f
 
 
 def finished(rec: list[Any] | None, ok: bool) -> None:

@@ -211,7 +211,8 @@ static PyObject *batch_run(P2P *s, BatchOp *b, int record, PyObject *held, PyObj
     if (peer == NULL)
         return NULL;
     if (!b->recv) {
-        int wrote = p2p_write(s, b->pipe, &b->buf, b->wire_tag, b->wire_sig);
+        int wrote = s->lend_from > 0 && b->buf.len >= s->lend_from && b->pipe->lends ? 0
+                  : p2p_write(s, b->pipe, &b->buf, b->wire_tag, b->wire_sig);   /* (lent: Python) */
         if (wrote <= 0) {
             Py_DECREF(peer);
             return wrote < 0 ? NULL : Py_NewRef(Py_None);

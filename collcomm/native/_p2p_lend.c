@@ -5,14 +5,20 @@
  * ``lend(buf, dst, tag, sig)``: writes one LENT record to dst's ring, as ShmChannel.send
  * writes one for a lent request (its release id the channel's ``next_private``, taken
  * under send_lock with the append; ``outside_until`` and ``loans`` kept as there), and
- * returns ``(ident, start)``: the release id and the record's ring position. None, having
+ * returns ``(ident, start, since)``: the release id, the record's ring position and when
+ * (now_ns(): LentWork's patience counts from there). None, having
  * done nothing, where the Python send would not lend or C cannot write it now (the peer
  * takes no LENT records or its pid is unknown, an empty buffer, a busy lock, a full ring,
  * the engine or channel closed): the caller sends the Python way.
  *
- * ``loan_wait(dst, ident, start, buf)``: returns True once the loan is over: released by
+ * ``loan_wait(dst, ident, start, buf[, since[, spin]])``: returns True once the loan is over
+ * (``since``: when it was lent, now_ns(), for the patience; ``spin`` > 0: give up after
+ * spinning that many ns, False: the loan still out, to be waited for again; such a call
+ * runs no check hook and withdraws only past the patience; ``patience``: ns, default
+ * LEND_PATIENCE_NS, the callers pass shm_lent.LEND_PATIENCE): released by
  * the receiver (it read the buffer), or withdrawn after LEND_PATIENCE_NS unclaimed, as
- * LentBodies._withdraw does: a private copy of ``buf`` whose address goes into the record
+ * LentBodies._withdraw does (at once once the channel is closed, as drop_lent withdraws
+ * the Python loans): a private copy of ``buf`` whose address goes into the record
  * before the state word's swap POSTED -> WITHDRAWN, the copy then held in the channel's
  * ``held`` under the id until released (ShmChannel drops it at a later poll, or keeps it
  * at close). A loan the receiver claimed first (or whose record it took) is waited for
@@ -196,7 +202,8 @@ static PyObject *P2P_lend(P2P *s, PyObject *const *args, Py_ssize_t nargs)
                                                tag, sig, ident, &start, &head)) {
             lend_note(p, ident, head);
             s->sends++;
-            result = Py_BuildValue("KK", (unsigned long long)ident, (unsigned long long)start);
+            result = Py_BuildValue("KKL", (unsigned long long)ident, (unsigned long long)start,
+                                   now_ns());
             if (result == NULL) {          /* (memory) no reader may see it after we return */
                 PyObject *et, *ev, *tb;
                 PyErr_Fetch(&et, &ev, &tb);
@@ -256,12 +263,15 @@ static PyObject *loan_give_up(Pipe *p, uint64_t ident, uint64_t start, PyObject 
 
 static PyObject *P2P_loan_wait(P2P *s, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "loan_wait(dst, ident, start, buf)");
+    if (nargs < 4 || nargs > 7) {
+        PyErr_SetString(PyExc_TypeError, "loan_wait(dst, ident, start, buf[, since[, spin[, patience]]])");
         return NULL;
     }
     Pipe *p = p2p_pipe(s, args[0]);
     uint64_t ident = PyLong_AsUnsignedLongLong(args[1]), start = PyLong_AsUnsignedLongLong(args[2]);
+    long long since = nargs > 4 ? PyLong_AsLongLong(args[4]) : 0;
+    long long spin = nargs > 5 ? PyLong_AsLongLong(args[5]) : 0;
+    long long patience = nargs > 6 ? PyLong_AsLongLong(args[6]) : LEND_PATIENCE_NS;
     if (PyErr_Occurred())
         return NULL;
     if (p == NULL || !p->has_out) {
@@ -270,13 +280,19 @@ static PyObject *P2P_loan_wait(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     }
     Gil gil = {NULL};
     long long t0 = now_ns(), next_check = t0 + P2P_CHECK_NS;
+    if (since <= 0 || since > t0)
+        since = t0;                               /* (the patience counts from the loan) */
     long sleep_ns = 50000;
     int claimed = 0;
     while (1) {
         if (__atomic_load_n(&p->out_ctl[P2P_RELEASED], __ATOMIC_ACQUIRE) > ident)
             break;                                /* read: the buffer is ours again */
         long long now = now_ns();
-        if (!claimed && now - t0 >= LEND_PATIENCE_NS) {
+        if (spin > 0 && now - t0 >= spin && (claimed || now - since < patience)) {
+            gil_take(&gil);
+            Py_RETURN_FALSE;                      /* (bounded: not over yet) */
+        }
+        if (!claimed && (now - since >= patience || p->closed)) {   /* (closed: as drop_lent) */
             gil_take(&gil);
             int got = p2p_try(p->send_acquire);
             if (got < 0)
@@ -302,7 +318,7 @@ static PyObject *P2P_loan_wait(P2P *s, PyObject *const *args, Py_ssize_t nargs)
             Py_DECREF(r);
         }
         gil_release(&gil);
-        if (now - t0 < s->spin_ns) {
+        if (spin > 0 || now - t0 < s->spin_ns) {
             for (int i = 0; i < 64; i++)
                 cpu_relax();
         } else if (now - t0 < P2P_YIELD_NS) {

@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from .engine import Engine
     from .request import Request
 
-__all__ = ["LENT_BODY", "LEND_PATIENCE", "LentBodies", "takes_lent"]
+__all__ = ["LENT_BODY", "LEND_FROM", "LEND_FROM_WORK", "LEND_PATIENCE", "LentBodies", "takes_lent"]
 
 #: The body of a LENT record: release id, state word, address of the sender's copy.
 LENT_BODY = struct.Struct("<QQQ")
@@ -69,6 +69,18 @@ assert _RECORD == 64 and _STATE_AT % 8 == 0
 #: How long a lent send waits for the receiver to claim it before it withdraws the loan
 #: (copies the buffer and completes).
 LEND_PATIENCE = 0.005
+#: From this many bytes collcomm.MPI's Sendrecv lends its send from C (native/_p2p_lend.c),
+#: below the inline limit too: one read by the receiver instead of two copies through the
+#: ring. Measured 2026-11-29 (2-vCPU VM, n = 2, alternating jobs, µs lent / copied):
+#: 16 KiB 4.7-7.3 / 5.7-6.0, 32 KiB 5.0-8.3 / 7.4-7.7, 64 KiB 9.0-10.1 / 11.4-12.3,
+#: 128 KiB 14.5-15.4 / 22.
+LEND_FROM = 64 << 10
+#: ... and the functional API's isend / batch_isend_irecv sends from this many bytes
+#: (api_p2p_work.LentWork: a Python work around the C loan, whose wait lets the deferred
+#: receives take their messages meanwhile). Measured likewise (batch + waits, µs lent /
+#: through the ring): 64 KiB 15.7-15.8 / 12.4-12.7, 128 KiB 20.4-20.5 / 20.5-21.5,
+#: 256 KiB 31.4-31.7 / 39.1-39.2, 384 KiB 35.6-36.6 / 58.2, 512 KiB 44.8-45.4 / 82.7-88.1.
+LEND_FROM_WORK = 256 << 10
 
 
 def takes_lent(local_ranks: int) -> bool:

@@ -1,0 +1,149 @@
+"""The functional API's large sends lent from C (api_p2p_work.LentWork, native/_p2p_lend.c).
+
+From shm_lent.LEND_FROM_WORK bytes, to a rank of this host that takes loans, ``isend`` and
+``batch_isend_irecv`` lend the array from C; the work's wait lets the receives take their
+messages meanwhile (the first deferred receive's ``test()``, or the engine's poll), so two
+ranks that wait for their sends first read each other's loans without the withdrawal.
+Checked on real ranks with a patience no test waits out (a wait that only a withdrawal
+could end would hang until the harness's timeout): the exchange in rings of two and three,
+a work dropped unwaited (withdrawn at once: the sender scribbles, the receiver still reads
+what was sent), and ``is_completed()`` polled while the receiver is busy elsewhere.
+"""
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+from collcomm import native
+from tests.harness import run_ranks
+
+needs_core = pytest.mark.skipif(native.core is None, reason="lending needs the native core")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cross_memory_attach():
+    from tests.test_shm_lent import _reads_peer
+
+    if not all(run_ranks(_reads_peer, 2, transport="shm", timeout=60)):
+        pytest.skip("cross-memory attach is not permitted here: no loans")
+
+
+def _channel(peer: int):
+    import collcomm.core.runtime as rt
+
+    return rt.get_world("test").transport.channels[peer]
+
+
+def _ring(counts: list[int]) -> dict:
+    """batch_isend_irecv around the ring, the send's wait first, three rounds a size."""
+    import collcomm as dist
+    from collcomm.api_p2p_work import LentWork
+    from collcomm.transport import shm_lent
+
+    import collcomm.core.runtime as rt
+    from collcomm.core import p2p
+
+    shm_lent.LEND_PATIENCE = 60.0
+    r, n = dist.get_rank(), dist.get_world_size()
+    right, left = (r + 1) % n, (r - 1) % n
+    dist.barrier()
+    # a receive never takes its message when it starts (a rank whose batch comes second
+    # would read the other's loan there): every one waits deferred, so only the send's
+    # wait letting it take its message ends the loans
+    p2p.native(rt.get_world("test")).take_now = 0
+    ch = _channel(right)
+    before, lent, bad = ch.loans, 0, 0
+    for count in counts:
+        for i in range(3):
+            out = np.arange(count, dtype=np.float32) * (r + 1) + i
+            got = np.zeros(count, np.float32)
+            works = dist.batch_isend_irecv([dist.P2POp(dist.isend, out, right),
+                                            dist.P2POp(dist.irecv, got, left)])
+            lent += type(works[0]) is LentWork
+            for w in works:
+                w.wait()
+            bad += not np.array_equal(got, np.arange(count, dtype=np.float32) * (left + 1) + i)
+    dist.barrier()
+    return {"bad": bad, "lent": lent, "loans": ch.loans - before, "withdrawals": ch.withdrawals}
+
+
+@needs_core
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_ring_of_lent_sends_reads_each_loan_once(n: int) -> None:
+    from collcomm.transport.shm_lent import LEND_FROM_WORK
+
+    k = LEND_FROM_WORK // 4
+    counts = [k - 1, k, 262_147, 1_000_003]      # below it: through the ring
+    for res in run_ranks(_ring, n, counts, transport="shm", timeout=90, env={"COLLCOMM_CORES": str(n)}):
+        assert res["bad"] == 0 and res["lent"] == 9 and res["loans"] >= 9, res
+        assert res["withdrawals"] == 0, res
+
+
+def _dropped() -> dict:
+    """Rank 0 drops an isend's work unwaited: the loan is withdrawn at once (a copy),
+    rank 0 overwrites the array, and rank 1 still reads what was sent."""
+    import collcomm as dist
+    from collcomm.transport import shm_lent
+
+    shm_lent.LEND_PATIENCE = 60.0
+    dist.barrier()
+    count = 300_001
+    if dist.get_rank() == 0:
+        buf = np.arange(count, dtype=np.float64)
+        w = dist.isend(buf, 1)
+        kind = type(w).__name__
+        del w
+        gc.collect()
+        buf[:] = -1.0
+        dist.barrier()
+        dist.barrier()
+        return {"kind": kind, "withdrawals": _channel(1).withdrawals}
+    dist.barrier()
+    got = np.zeros(count)
+    dist.recv(got, 0)
+    dist.barrier()
+    return {"ok": bool(np.array_equal(got, np.arange(count, dtype=np.float64)))}
+
+
+@needs_core
+@pytest.mark.timeout(120)
+def test_a_work_dropped_unwaited_withdraws_its_loan() -> None:
+    sender, receiver = run_ranks(_dropped, 2, transport="shm", timeout=90, env={"COLLCOMM_CORES": "2"})
+    assert sender == {"kind": "LentWork", "withdrawals": 1}, sender
+    assert receiver["ok"], receiver
+
+
+def _polled() -> dict:
+    """Rank 0 polls is_completed() while rank 1 waits in a barrier for rank 0 (it reads
+    no ring): past the patience the loan is withdrawn and the poll sees it done."""
+    import collcomm as dist
+
+    dist.barrier()
+    count = 300_001
+    if dist.get_rank() == 0:
+        buf = np.arange(count, dtype=np.float64)
+        w = dist.isend(buf, 1)
+        polls = 0
+        while not w.is_completed():
+            polls += 1
+        w.wait()
+        buf[:] = -1.0
+        dist.barrier()
+        dist.barrier()
+        return {"polls": polls, "withdrawals": _channel(1).withdrawals}
+    dist.barrier()
+    got = np.zeros(count)
+    dist.recv(got, 0)
+    dist.barrier()
+    return {"ok": bool(np.array_equal(got, np.arange(count, dtype=np.float64)))}
+
+
+@needs_core
+@pytest.mark.timeout(120)
+def test_is_completed_polled_while_the_receiver_is_elsewhere() -> None:
+    sender, receiver = run_ranks(_polled, 2, transport="shm", timeout=90, env={"COLLCOMM_CORES": "2"})
+    assert receiver["ok"], receiver
+    assert sender["polls"] > 0 and sender["withdrawals"] == 1, sender
