@@ -113,9 +113,9 @@ def isend(tensor: Any, dst: int | None = None, group: Any = None, tag: int = 0,
 
     A small array to a rank of this host is sent at once natively when its ring has room
     (one C call; the handle is then complete and the array free to reuse, as the regular
-    path's is after a shared-memory send); one of 256 KiB or more (shm_lent.LEND_FROM_WORK) to
-    a rank that takes loans is lent from C: the receiver reads it from the array, and the
-    handle completes when it has (api_p2p_work.LentWork)."""
+    path's is after a shared-memory send); one past the inline limit to a rank that takes
+    loans is lent from C: the receiver reads it from the array, and the handle completes
+    when it has (api_p2p_work.LentWork; batch_isend_irecv lends from 256 KiB)."""
     g = runtime._world
     if group is None and group_dst is None and g is not None:    # the world: one C call
         f = getattr(g, "_p2p_native", None)
@@ -125,7 +125,7 @@ def isend(tensor: Any, dst: int | None = None, group: Any = None, tag: int = 0,
     fast = _native(tensor, dst, group, tag, group_dst, False, "isend")
     if fast is not None:
         sig = _p2p_sig(tensor.dtype)
-        w = lend_native(*fast, tensor, tag, sig) or start_native(*fast, False, tensor, tag, sig)
+        w = lend_native(*fast, tensor, tag, sig, True) or start_native(*fast, False, tensor, tag, sig)
         if w is not None:
             return w
     h, g, buf, peer = _isend(tensor, dst, group, tag, group_dst, "isend", lend=True)

@@ -26,7 +26,8 @@ from .buffers import Buf, as_output
 from .core import p2p as core_p2p
 from .core.group import ProcessGroup
 from .core.recorder_records import ENTERED, R_PSTATE
-from .errors import CollcommError, MismatchError, with_context
+from .core.timeouts import current_timeout
+from .errors import CollcommError, CommTimeoutError, MismatchError, with_context
 from .transport import shm_lent
 from .transport.base import Handle, Status
 
@@ -217,39 +218,50 @@ class RecvWork(core_p2p.Deferred, P2PWork):
 class LentWork(P2PWork):
     """An ``isend`` lent from C (``P2P.lend``: a LENT record with the buffer's address,
     native/_p2p_lend.c): done once the receiver has read the buffer, or, unclaimed past the
-    patience, withdrawn into a copy. Its wait spins in C a little at a time and, between,
-    lets the first deferred receive in the engine's line take what has come (its
-    ``test()``: never waiting), so two ranks that both wait for their sends first read each
-    other's loans at once; past PROGRESS_S it waits in C alone (the check hook: the peer's
-    liveness, the timeout). ``_buf`` keeps the array alive until then."""
+    patience, withdrawn into a copy. Its wait spins in C a little at a time (the GIL
+    released) and, between, lets the first deferred receive in the engine's line take what
+    has come (its ``test()``: never waiting; with none deferred, the engine's poll, which
+    reads loans aside), so two ranks that both wait for their sends first read each
+    other's loans at once; every CHECK_S it checks the engine, the peer and the timeout as
+    a native receive does. ``_buf`` keeps the array alive until the loan is over."""
 
-    #: the wait's steps in C (ns) between the deferred receive's tries, and how long those
-    #: tries go on
-    STEP_NS, PROGRESS_S = 20_000, 0.1
+    #: the wait's steps in C (ns) between the receives' tries; its checks' period (s)
+    STEP_NS, CHECK_S = 20_000, 0.1
 
     def __init__(self, f: Any, g: ProcessGroup, local: int, loan: tuple[int, int, int],
                  arr: np.ndarray, rec: Any) -> None:
         super().__init__("isend", None, g, arr, g.ranks[local])   # type: ignore[arg-type]
         self._f, self._local, self._loan, self._rec = f, local, loan, rec
 
-    def _over(self, block: bool) -> bool:
+    def _over(self, block: bool, timeout: float | None = None) -> bool:
         f, local, (ident, start, since), buf = self._f, self._local, self._loan, self._buf
         patience = int(shm_lent.LEND_PATIENCE * 1e9)
         if not block:
             return bool(f.loan_wait(local, ident, start, buf, since, 1, patience))
-        eng, deadline, progress = self._group.transport, time.monotonic() + self.PROGRESS_S, True
+        g = self._group
+        eng, t0, progress = g.transport, time.monotonic(), True
+        next_check = t0 + self.CHECK_S
         while not f.loan_wait(local, ident, start, buf, since, self.STEP_NS, patience):
             if progress:          # the receives take what came: the first deferred one, or
                 try:              # (none deferred) the engine's poll, which reads loans aside
-                    held = eng._deferred
-                    if held:
-                        held[0].test()
+                    try:
+                        first = eng._deferred[0]
+                    except IndexError:    # (none; or another thread took the last one)
+                        first = None
+                    if first is not None:
+                        first.test()
                     else:
                         eng.progress()
                 except CollcommError:     # (the receive's own wait raises it)
                     progress = False
-            if time.monotonic() > deadline:
-                return bool(f.loan_wait(local, ident, start, buf, since, 0, patience))
+            now = time.monotonic()
+            if timeout is not None and now - t0 > timeout:
+                raise CommTimeoutError(f"rank {g.rank}: the isend of {buf.nbytes} bytes to "
+                                       f"global rank {self._peer} was not read within {timeout:g} s",
+                                       peer=self._peer)
+            if now >= next_check:  # as a native receive's wait: closed, the peer lost, the timeout
+                next_check = now + self.CHECK_S
+                eng.native_check(self._peer, buf.nbytes, 0, now - t0, current_timeout(g.timeout))
         return True
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -257,11 +269,10 @@ class LentWork(P2PWork):
             raise self._exc
         if self._status is None:
             try:
-                self._over(True)
+                self._over(True, timeout)
             except CollcommError as exc:
-                self._exc = with_context(exc, self._context())
-                core_p2p.finished(self._rec, False)
-                raise self._exc from exc
+                self._failed(exc, timeout)
+                raise self._exc if self._exc is not None else with_context(exc, self._context()) from exc
             self._done()
         return True
 
@@ -271,19 +282,31 @@ class LentWork(P2PWork):
                 if not self._over(False):
                     return False
             except CollcommError as exc:
-                self._exc = with_context(exc, self._context())
+                self._failed(exc, None)
                 return True
             self._done()
         return True
 
+    def _failed(self, exc: CollcommError, timeout: float | None) -> None:
+        """The wait failed: a timeout under an explicit ``timeout`` leaves the loan out (the
+        wait may be retried); any other error is kept, the loan having ended (loan_wait
+        withdraws it first, or keeps the array for its reader)."""
+        err, keep = _failed(exc, self._context(), timeout)
+        if keep:
+            self._exc = err
+            self._buf = None
+            core_p2p.finished(self._rec, False)
+
     def _done(self) -> None:
-        self._status = Status(self._peer, 0, self._buf.nbytes)
-        self._buf = None                  # the receiver has it, or our copy
-        core_p2p.finished(self._rec, True)
+        if self._status is None:
+            buf = self._buf
+            self._status = Status(self._peer, 0 if buf is None else buf.nbytes)
+            self._buf = None              # the receiver has it, or our copy
+            core_p2p.finished(self._rec, True)
 
     def __del__(self) -> None:
-        # dropped unwaited: the loan ends now (withdrawn into a copy), or, being read, the
-        # array stays alive for its reader (shm._kept), never freed under it
+        # dropped unwaited: the loan ends now (withdrawn into a copy), or, being read (or
+        # send_lock busy), the array stays alive for its reader (shm._kept)
         buf = self.__dict__.get("_buf")
         if self.__dict__.get("_status") is not None or buf is None or "_loan" not in self.__dict__:
             return
@@ -297,12 +320,21 @@ class LentWork(P2PWork):
             _kept.append(buf)
 
 
-def lend_native(f: Any, g: ProcessGroup, local: int, arr: np.ndarray, tag: int, sig: int) -> LentWork | None:
+def lend_native(f: Any, g: ProcessGroup, local: int, arr: np.ndarray, tag: int, sig: int,
+                alone: bool = False) -> LentWork | None:
     """An ``isend`` of ``arr`` to local rank ``local`` lent from C (a rank of this host that
     takes loans, ``arr`` of ``f.lend_from`` bytes or more), as its work; None having done
-    nothing (the caller sends the other ways)."""
+    nothing (the caller sends the other ways). ``alone``: a plain ``isend``, which lends
+    only past the channel's inline limit (as the Python path does): up to it the ring
+    takes the message at once, and its work is done whenever the receiver comes, where a
+    loan waits for the receiver (up to the patience) — a batch pairs its sends with the
+    other ranks' receives."""
     if f.lend_from <= 0 or arr.nbytes < f.lend_from:
         return None
+    if alone:
+        ch = g.transport.channels.get(g.ranks[local])
+        if ch is None or arr.nbytes <= getattr(ch, "inline", 1 << 62):
+            return None
     loan = f.lend(arr, local, tag, sig)
     if loan is None:
         return None

@@ -7,7 +7,8 @@ ranks that wait for their sends first read each other's loans without the withdr
 Checked on real ranks with a patience no test waits out (a wait that only a withdrawal
 could end would hang until the harness's timeout): the exchange in rings of two and three,
 a work dropped unwaited (withdrawn at once: the sender scribbles, the receiver still reads
-what was sent), and ``is_completed()`` polled while the receiver is busy elsewhere.
+what was sent), ``is_completed()`` polled while the receiver is busy elsewhere, and a
+``wait(timeout=)`` that runs out (the loan stays out; waited again once read, it completes).
 """
 from __future__ import annotations
 
@@ -147,3 +148,42 @@ def test_is_completed_polled_while_the_receiver_is_elsewhere() -> None:
     sender, receiver = run_ranks(_polled, 2, transport="shm", timeout=90, env={"COLLCOMM_CORES": "2"})
     assert receiver["ok"], receiver
     assert sender["polls"] > 0 and sender["withdrawals"] == 1, sender
+
+
+def _timed_out_then_read() -> dict:
+    """wait(timeout=) on a loan nobody reads yet raises CommTimeoutError and leaves it
+    out (the patience is longer); once rank 1 has read it, wait() completes it."""
+    import collcomm as dist
+    from collcomm.errors import CommTimeoutError
+    from collcomm.transport import shm_lent
+
+    shm_lent.LEND_PATIENCE = 60.0
+    dist.barrier()
+    count = 300_001
+    if dist.get_rank() == 0:
+        w = dist.isend(np.arange(count, dtype=np.float64), 1)
+        try:
+            w.wait(timeout=0.05)
+            timed_out = False
+        except CommTimeoutError:
+            timed_out = True
+        pending = not w.is_completed()
+        dist.barrier()
+        w.wait()
+        ch = _channel(1)
+        return {"timed_out": timed_out, "pending": pending, "to": w.source_rank(),
+                "withdrawals": ch.withdrawals, "kind": type(w).__name__}
+    dist.barrier()
+    got = np.zeros(count)
+    dist.recv(got, 0)
+    return {"ok": bool(np.array_equal(got, np.arange(count, dtype=np.float64)))}
+
+
+@needs_core
+@pytest.mark.timeout(120)
+def test_a_wait_that_times_out_leaves_the_loan_out() -> None:
+    sender, receiver = run_ranks(_timed_out_then_read, 2, transport="shm", timeout=90,
+                                 env={"COLLCOMM_CORES": "2"})
+    assert receiver["ok"], receiver
+    assert sender == {"timed_out": True, "pending": True, "to": 1, "withdrawals": 0,
+                      "kind": "LentWork"}, sender

@@ -202,16 +202,17 @@ static PyObject *batch_deferred(PyTypeObject *cls, P2P *s, PyObject *held, PyObj
 }
 
 /* Start checked op b (a receive: joining the engine's line ``held``): its work (a new
- * reference), Py_None (new) for a send C could not write (nothing done), NULL with an
+ * reference), Py_None (new) for a send C could not write or, ``lends`` (a batch's), is to
+ * lend (P2P.lend_from: Python lends it, api_p2p_work.LentWork; nothing done), NULL with an
  * exception. */
 static PyObject *batch_run(P2P *s, BatchOp *b, int record, PyObject *held, PyObject *g,
-                           PyObject *sent, PyObject *received)
+                           PyObject *sent, PyObject *received, int lends)
 {
     PyObject *w = NULL, *rec = Py_None, *peer = PyLong_FromLong(b->pipe->peer);
     if (peer == NULL)
         return NULL;
     if (!b->recv) {
-        int wrote = s->lend_from > 0 && b->buf.len >= s->lend_from && b->pipe->lends ? 0
+        int wrote = lends && s->lend_from > 0 && b->buf.len >= s->lend_from && b->pipe->lends ? 0
                   : p2p_write(s, b->pipe, &b->buf, b->wire_tag, b->wire_sig);   /* (lent: Python) */
         if (wrote <= 0) {
             Py_DECREF(peer);
@@ -278,7 +279,7 @@ static PyObject *P2P_batch(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     }
     works = PyList_New(0);
     for (Py_ssize_t i = 0; i < n && works != NULL; i++) {
-        PyObject *w = batch_run(s, &o[i], record, held, g, sent, received);
+        PyObject *w = batch_run(s, &o[i], record, held, g, sent, received, 1);
         if (w == Py_None) {       /* a send C could not write: the rest op by op (the caller) */
             Py_DECREF(w);
             break;
@@ -327,7 +328,7 @@ static PyObject *P2P_one(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     int line = recv ? deferred_line(s, &held) : p2p_engine_busy(s);
     line = recv ? line : line < 0 ? -1 : !line;
     if (line > 0)
-        w = batch_run(s, &o, record, held, g, sent, received);
+        w = batch_run(s, &o, record, held, g, sent, received, 0);   /* (isend: no loan here) */
     else if (line == 0)
         w = Py_NewRef(Py_None);       /* (line < 0: the exception, w NULL) */
     Py_XDECREF(held);

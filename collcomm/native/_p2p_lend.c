@@ -125,13 +125,20 @@ static int loan_withdraw(Pipe *p, uint64_t ident, uint64_t start, PyObject *buf)
     if (copy == NULL)
         return -1;
     uint8_t *rec = p->out_data + start % p->out_ring;
+    uint64_t state = __atomic_load_n((uint64_t *)(rec + P2P_HDR + 8), __ATOMIC_ACQUIRE);
+    if (state != LENT_POSTED) {                   /* withdrawn already (another thread of
+                                                   * ours, an earlier try): over; claimed: 0 */
+        Py_DECREF(copy);
+        return state == LENT_WITHDRAWN ? 1 : 0;
+    }
     uint64_t alt = (uint64_t)(uintptr_t)PyByteArray_AS_STRING(copy), held = LENT_POSTED;
-    memcpy(rec + P2P_HDR + 16, &alt, 8);          /* before the swap */
+    memcpy(rec + P2P_HDR + 16, &alt, 8);          /* before the swap (only while POSTED) */
     __atomic_compare_exchange_n((uint64_t *)(rec + P2P_HDR + 8), &held, LENT_WITHDRAWN, 0,
                                 __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
     if (held != LENT_POSTED) {
-        Py_DECREF(copy);
-        return 0;                                 /* claimed first: it is being read */
+        Py_DECREF(copy);                          /* (the reader claimed it: it reads the
+                                                   * lent buffer, not the address we wrote) */
+        return held == LENT_WITHDRAWN ? 1 : 0;
     }
     /* held under its id until released (ShmChannel.prune_held); a closed channel has
      * handed its held copies to shm._kept already: there, for a late reader */
@@ -229,7 +236,7 @@ static PyObject *loan_give_up(Pipe *p, uint64_t ident, uint64_t start, PyObject 
 {
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
-    int done = 0;
+    int done = 0, tries = 0;
     while (!done) {
         if (__atomic_load_n(&p->out_ctl[P2P_RELEASED], __ATOMIC_ACQUIRE) > ident) {
             if (!PyErr_GivenExceptionMatches(et, PyExc_KeyboardInterrupt)) {
@@ -243,6 +250,12 @@ static PyObject *loan_give_up(Pipe *p, uint64_t ident, uint64_t start, PyObject 
         int got = p2p_try(p->send_acquire);
         if (got < 0)
             break;
+        if (got == 0 && ++tries > 2000) {         /* busy ~100 ms (this thread holds it?) */
+            if (lend_keep(buf) < 0)               /* the array kept for a reader instead */
+                PyErr_WriteUnraisable(p->channel);
+            PyErr_Clear();
+            break;
+        }
         if (got == 0) {                           /* busy: another thread sends */
             Py_BEGIN_ALLOW_THREADS
             struct timespec ts = {0, 50000};
@@ -297,6 +310,8 @@ static PyObject *P2P_loan_wait(P2P *s, PyObject *const *args, Py_ssize_t nargs)
             int got = p2p_try(p->send_acquire);
             if (got < 0)
                 return loan_give_up(p, ident, start, args[3]);
+            if (got == 0 && spin > 0)
+                Py_RETURN_FALSE;                  /* (bounded: busy, perhaps by this thread) */
             if (got) {
                 int w = loan_withdraw(p, ident, start, args[3]);
                 p2p_release(p->send_release);
