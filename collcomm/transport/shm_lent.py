@@ -35,6 +35,15 @@ a rank, and only with the core itself. ``COLLCOMM_LEND=0`` turns lending off (th
 receiving rank then does not offer it), and so do more ranks on the host than CPUs
 (:func:`takes_lent`).
 
+The native core does both halves too (native/_p2p_lend.c, native/_p2p.c): a native receive
+reads a LENT record itself (claim, one read, release), and ``P2P.lend`` / ``P2P.loan_wait``
+lend from C, below the inline limit too, for the sends whose wait lets the receives take
+their messages meanwhile: ``MPI.Sendrecv`` from :data:`LEND_FROM`, the functional
+``batch_isend_irecv`` from :data:`LEND_FROM_WORK` and a plain ``isend`` past the inline
+limit (api_p2p_work.LentWork). Those loans are the caller's to end (released, or withdrawn
+by its wait): they never enter ``lent``, and a withdrawn one's copy goes into ``held`` as
+any other.
+
 Blocking sends (``collcomm.send``, ``MPI.Send``/``Bsend``/``Rsend``) keep copying: their
 buffer is the caller's again when they return, and a lent one would wait for the receiver
 (up to ``LEND_PATIENCE``) every time. torch's blocking ``dist.send`` waits on the Work of
