@@ -17,7 +17,6 @@ stays posted), any other failure is kept and raised again.
 """
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
@@ -26,9 +25,8 @@ from .buffers import Buf, as_output
 from .core import p2p as core_p2p
 from .core.group import ProcessGroup
 from .core.recorder_records import ENTERED, R_PSTATE
-from .core.timeouts import current_timeout
-from .errors import CollcommError, CommTimeoutError, MismatchError, with_context
-from .transport import shm_lent
+from .core.p2p_loans import keep_unwaited, loan_over
+from .errors import CollcommError, MismatchError, with_context
 from .transport.base import Handle, Status
 
 __all__ = ["LentWork", "P2PWork", "RecvWork", "SentWork", "lend_native", "start_native"]
@@ -218,58 +216,20 @@ class RecvWork(core_p2p.Deferred, P2PWork):
 class LentWork(P2PWork):
     """An ``isend`` lent from C (``P2P.lend``: a LENT record with the buffer's address,
     native/_p2p_lend.c): done once the receiver has read the buffer, or, unclaimed past the
-    patience, withdrawn into a copy. Its wait spins in C a little at a time (the GIL
-    released) and, between, lets the first deferred receive in the engine's line take what
-    has come (its ``test()``: never waiting; with none deferred, the engine's poll, which
-    reads loans aside), so two ranks that both wait for their sends first read each
-    other's loans at once; every CHECK_S it checks the engine, the peer and the timeout as
-    a native receive does. ``_buf`` keeps the array alive until the loan is over."""
-
-    #: the wait's steps in C (ns) between the receives' tries; its checks' period (s)
-    STEP_NS, CHECK_S = 20_000, 0.1
+    patience, withdrawn into a copy; its wait is core/p2p_loans.py's loop (the receives
+    take their messages meanwhile). ``_buf`` keeps the array alive until the loan is over."""
 
     def __init__(self, f: Any, g: ProcessGroup, local: int, loan: tuple[int, int, int],
                  arr: np.ndarray, rec: Any) -> None:
         super().__init__("isend", None, g, arr, g.ranks[local])   # type: ignore[arg-type]
         self._f, self._local, self._loan, self._rec = f, local, loan, rec
 
-    def _over(self, block: bool, timeout: float | None = None) -> bool:
-        f, local, (ident, start, since), buf = self._f, self._local, self._loan, self._buf
-        patience = int(shm_lent.LEND_PATIENCE * 1e9)
-        if not block:
-            return bool(f.loan_wait(local, ident, start, buf, since, 1, patience))
-        g = self._group
-        eng, t0, progress = g.transport, time.monotonic(), True
-        next_check = t0 + self.CHECK_S
-        while not f.loan_wait(local, ident, start, buf, since, self.STEP_NS, patience):
-            if progress:          # the receives take what came: the first deferred one, or
-                try:              # (none deferred) the engine's poll, which reads loans aside
-                    try:
-                        first = eng._deferred[0]
-                    except IndexError:    # (none; or another thread took the last one)
-                        first = None
-                    if first is not None:
-                        first.test()
-                    else:
-                        eng.progress()
-                except CollcommError:     # (the receive's own wait raises it)
-                    progress = False
-            now = time.monotonic()
-            if timeout is not None and now - t0 > timeout:
-                raise CommTimeoutError(f"rank {g.rank}: the isend of {buf.nbytes} bytes to "
-                                       f"global rank {self._peer} was not read within {timeout:g} s",
-                                       peer=self._peer)
-            if now >= next_check:  # as a native receive's wait: closed, the peer lost, the timeout
-                next_check = now + self.CHECK_S
-                eng.native_check(self._peer, buf.nbytes, 0, now - t0, current_timeout(g.timeout))
-        return True
-
     def wait(self, timeout: float | None = None) -> bool:
         if self._exc is not None:
             raise self._exc
         if self._status is None:
             try:
-                self._over(True, timeout)
+                loan_over(self._f, self._group, self._local, self._loan, self._buf, True, timeout)
             except CollcommError as exc:
                 self._failed(exc, timeout)
                 raise self._exc if self._exc is not None else with_context(exc, self._context()) from exc
@@ -279,7 +239,7 @@ class LentWork(P2PWork):
     def is_completed(self) -> bool:
         if self._status is None and self._exc is None:
             try:
-                if not self._over(False):
+                if not loan_over(self._f, self._group, self._local, self._loan, self._buf, False):
                     return False
             except CollcommError as exc:
                 self._failed(exc, None)
@@ -305,19 +265,9 @@ class LentWork(P2PWork):
             core_p2p.finished(self._rec, True)
 
     def __del__(self) -> None:
-        # dropped unwaited: the loan ends now (withdrawn into a copy), or, being read (or
-        # send_lock busy), the array stays alive for its reader (shm._kept)
         buf = self.__dict__.get("_buf")
-        if self.__dict__.get("_status") is not None or buf is None or "_loan" not in self.__dict__:
-            return
-        ident, start, since = self._loan
-        try:
-            over = self._f.loan_wait(self._local, ident, start, buf, since, 1, 0)
-        except Exception:  # noqa: BLE001 - (the group gone: keep it)
-            over = False
-        if not over:
-            from .transport.shm import _kept
-            _kept.append(buf)
+        if self.__dict__.get("_status") is None and buf is not None and "_loan" in self.__dict__:
+            keep_unwaited(self._f, self._local, self._loan, buf)
 
 
 def lend_native(f: Any, g: ProcessGroup, local: int, arr: np.ndarray, tag: int, sig: int,

@@ -252,3 +252,76 @@ def test_a_lender_that_dies_is_named() -> None:
     out = res[1]
     assert out.ok, out.error + out.output
     assert "rank 0" in out.value["error"], out.value
+
+
+def _halo(order: str) -> dict:
+    """Irecv + Isend + Waitall around a ring (the halo exchange of mpi4py programs), the
+    requests waited in ``order`` ("recv" first or "send" first), with a patience no test
+    waits out: an Isend of LEND_FROM_WORK bytes or more is lent from C, and only the reads
+    (the receive's native wait, or the send's wait letting the receive take its message)
+    can end the loans."""
+    from collcomm import MPI
+    from collcomm.transport import shm_lent
+    from collcomm.transport.shm_lent import LEND_FROM_WORK
+
+    shm_lent.LEND_PATIENCE = 60.0
+    comm = MPI.COMM_WORLD
+    r, n = comm.Get_rank(), comm.Get_size()
+    right, left = (r + 1) % n, (r - 1) % n
+    comm.Sendrecv(np.zeros(1, np.float32), right, 99, np.zeros(1, np.float32), left, 99)
+    comm.Barrier()
+    before, bad, lent = _channel(right).loans, 0, 0
+    for count in (LEND_FROM_WORK // 4 - 1, LEND_FROM_WORK // 4, 700_001):
+        for i in range(3):
+            out = np.arange(count, dtype=np.float32) * (r + 1) + i
+            got = np.zeros(count, np.float32)
+            rq, sq = comm.Irecv(got, left, 7), comm.Isend(out, right, 7)
+            lent += out.nbytes >= LEND_FROM_WORK
+            MPI.Request.Waitall([rq, sq] if order == "recv" else [sq, rq])
+            bad += not np.array_equal(got, np.arange(count, dtype=np.float32) * (left + 1) + i)
+    comm.Barrier()
+    ch = _channel(right)
+    return {"bad": bad, "loans": ch.loans - before, "want": lent, "withdrawals": ch.withdrawals}
+
+
+@needs_core
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n,order", [(2, "recv"), (2, "send"), (3, "send")])
+def test_isend_lends_and_waitall_reads_in_either_order(n: int, order: str) -> None:
+    for res in run_ranks(_halo, n, order, transport="shm", timeout=90, env={"COLLCOMM_CORES": str(n)}):
+        assert res["bad"] == 0 and res["loans"] == res["want"] == 6, res
+        assert res["withdrawals"] == 0, res
+
+
+def _isend_tested() -> dict:
+    """Test() polled on a lent Isend while rank 1 waits in a barrier for rank 0: past the
+    patience the loan is withdrawn, the poll sees it done, and rank 1 reads the copy."""
+    from collcomm import MPI
+
+    comm = MPI.COMM_WORLD
+    _warm(comm)
+    count = 300_001
+    if comm.Get_rank() == 0:
+        buf = np.arange(count, dtype=np.float64)
+        req = comm.Isend(buf, 1, 2)
+        polls = 0
+        while not req.Test():
+            polls += 1
+        buf[:] = -1.0
+        comm.Barrier()
+        comm.Barrier()
+        return {"polls": polls, "withdrawals": _channel(1).withdrawals}
+    comm.Barrier()
+    got = np.zeros(count)
+    comm.Recv(got, 0, 2)
+    comm.Barrier()
+    return {"ok": bool(np.array_equal(got, np.arange(count, dtype=np.float64)))}
+
+
+@needs_core
+@pytest.mark.timeout(120)
+def test_a_lent_isend_tested_while_its_receiver_is_elsewhere() -> None:
+    sender, receiver = run_ranks(_isend_tested, 2, transport="shm", timeout=90,
+                                 env={"COLLCOMM_CORES": "2"})
+    assert receiver["ok"], receiver
+    assert sender["polls"] > 0 and sender["withdrawals"] == 1, sender

@@ -28,12 +28,12 @@ from ._consts import ANY_SOURCE, ANY_TAG, PROC_NULL
 from ._errors import translate
 from ._msg import simple
 from ._p2p_ops import (
-    ACK, SYNC, TAG_BITS, _EMPTY, _NativeRecv, _Pair, _Recv, _Send, _SENT, _dest, _native_tag,
+    ACK, SYNC, TAG_BITS, _EMPTY, _LentSend, _NativeRecv, _Pair, _Recv, _Send, _SENT, _dest, _native_tag,
     _null_status, _request, _rtag, _source, _stag, complete,
 )
 from ._types import _BY_NUMPY
 from ..transport import shm_lent
-from ..transport.shm_lent import LEND_FROM
+from ..transport.shm_lent import LEND_FROM, LEND_FROM_WORK
 from ._request import Done, Request, Status, persistent
 
 
@@ -103,8 +103,12 @@ class PointToPoint:
     Bsend = Rsend = Send
 
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:  # noqa: N802
-        f = getattr(self._grp("Isend"), "_p2p_native", None)   # (made by a first general call)
+        g = self._grp("Isend")
+        f = getattr(g, "_p2p_native", None)   # (made by a first general call)
         if f is not None and type(tag) is int and tag <= TAG_BITS:
+            if (type(buf) is np.ndarray and buf.nbytes >= LEND_FROM_WORK and type(dest) is int
+                    and (loan := f.lend(buf, dest, tag, 0)) is not None):
+                return _request(_LentSend(f, g, dest, loan, buf))   # lent: read by the receiver
             r = f.mpi_isend(buf, dest, tag, np.ndarray, Request, _SENT)   # sent at once, or None
             if r is not None:
                 return r

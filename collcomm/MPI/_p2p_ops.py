@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..core import p2p
+from ..core.p2p_loans import keep_unwaited, loan_over
 from ..errors import CollcommError
 from ._consts import ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB_VALUE
 from ._errors import ERR_RANK, ERR_TAG, Exception as MPIException, translate
@@ -89,6 +90,45 @@ class _Send:
 
     def cancel(self) -> None:
         return None      # the bytes are already on their way (eager sends)
+
+
+class _LentSend:
+    """An ``Isend`` lent from C (P2P.lend, native/_p2p_lend.c): done once the receiver
+    has read the buffer, or withdrawn past the patience (core/p2p_loans.py); the array is
+    kept alive until then (dropped unwaited, the loan ends, or the array stays for its
+    reader)."""
+
+    __slots__ = ("_f", "_g", "_local", "_loan", "_buf", "source", "tag", "nbytes", "cancelled")
+    value = None
+
+    def __init__(self, f: Any, g: Any, local: int, loan: tuple[int, int, int], buf: Any) -> None:
+        self._f, self._g, self._local, self._loan, self._buf = f, g, local, loan, buf
+        self.source, self.tag, self.nbytes, self.cancelled = ANY_SOURCE, ANY_TAG, 0, False
+
+    def wait(self) -> None:
+        if self._buf is not None:
+            try:
+                loan_over(self._f, self._g, self._local, self._loan, self._buf, True)
+            finally:      # (over, or ended by its error: withdrawn, or the array kept)
+                self._buf = None
+
+    def test(self) -> bool:
+        if self._buf is not None:
+            try:
+                if not loan_over(self._f, self._g, self._local, self._loan, self._buf, False):
+                    return False
+            except BaseException:
+                self._buf = None
+                raise
+            self._buf = None
+        return True
+
+    def cancel(self) -> None:
+        return None      # (MPI: a send may not be cancellable; it completes as sent)
+
+    def __del__(self) -> None:
+        if getattr(self, "_buf", None) is not None:
+            keep_unwaited(self._f, self._local, self._loan, self._buf)
 
 
 def _ack(g: Any, source: int, tag: int) -> None:
