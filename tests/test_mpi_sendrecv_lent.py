@@ -304,6 +304,7 @@ def _isend_tested() -> dict:
     if comm.Get_rank() == 0:
         buf = np.arange(count, dtype=np.float64)
         req = comm.Isend(buf, 1, 2)
+        assert type(req._op).__name__ == "_LentSend"     # lent from C (not the Python path)
         polls = 0
         while not req.Test():
             polls += 1

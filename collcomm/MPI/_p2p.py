@@ -33,7 +33,7 @@ from ._p2p_ops import (
 )
 from ._types import _BY_NUMPY
 from ..transport import shm_lent
-from ..transport.shm_lent import LEND_FROM, LEND_FROM_WORK
+from ..transport.shm_lent import LEND_FROM
 from ._request import Done, Request, Status, persistent
 
 
@@ -106,7 +106,7 @@ class PointToPoint:
         g = self._grp("Isend")
         f = getattr(g, "_p2p_native", None)   # (made by a first general call)
         if f is not None and type(tag) is int and tag <= TAG_BITS:
-            if (type(buf) is np.ndarray and buf.nbytes >= LEND_FROM_WORK and type(dest) is int
+            if (type(buf) is np.ndarray and 0 < f.lend_from <= buf.nbytes and type(dest) is int
                     and (loan := f.lend(buf, dest, tag, 0)) is not None):
                 return _request(_LentSend(f, g, dest, loan, buf))   # lent: read by the receiver
             r = f.mpi_isend(buf, dest, tag, np.ndarray, Request, _SENT)   # sent at once, or None
