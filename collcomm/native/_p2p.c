@@ -290,12 +290,14 @@ static int p2p_buffer(PyObject *o, Py_buffer *b, int writable)
 }
 
 /* -------------------------------------------------------------- the rings: send */
-/* Append one INLINE record (send_lock held): 1 written, 0 no room. */
-static int pipe_append(Pipe *p, const void *body, uint64_t n, uint64_t tag, uint64_t sig,
-                       uint64_t *head_out)
+/* Append one record (send_lock held; PAD first where it would wrap): its header (`kind`,
+ * `tag`, `nbytes`, `aux`, `sig`) and a body of `blen` bytes; 1 written (*start: its ring
+ * position, *head_out: the new head), 0 no room. */
+static int pipe_record(Pipe *p, uint32_t kind, const void *body, uint64_t blen, uint64_t nbytes,
+                       uint64_t aux, uint64_t tag, uint64_t sig, uint64_t *start, uint64_t *head_out)
 {
     uint64_t ring = p->out_ring;
-    uint64_t need = (P2P_HDR + n + 63) / 64 * 64;
+    uint64_t need = (P2P_HDR + blen + 63) / 64 * 64;
     uint64_t head = __atomic_load_n(&p->out_ctl[0], __ATOMIC_RELAXED);   /* ours alone */
     uint64_t off = head % ring;
     uint64_t pad = ring - off < need ? ring - off : 0;
@@ -305,24 +307,32 @@ static int pipe_append(Pipe *p, const void *body, uint64_t n, uint64_t tag, uint
     uint8_t *d = p->out_data;
     if (pad) {
         uint8_t h[P2P_HDR] = {0};
-        uint32_t len32 = (uint32_t)pad, kind = P2P_PAD;
+        uint32_t len32 = (uint32_t)pad, pk = P2P_PAD;
         memcpy(h, &len32, 4);
-        memcpy(h + 4, &kind, 4);
+        memcpy(h + 4, &pk, 4);
         memcpy(d + off, h, P2P_HDR);
         off = 0;
     }
-    memcpy(d + off + P2P_HDR, body, n);
-    uint32_t len32 = (uint32_t)need, kind = P2P_INLINE;
-    uint64_t zero = 0;
+    memcpy(d + off + P2P_HDR, body, blen);
+    uint32_t len32 = (uint32_t)need;
     memcpy(d + off, &len32, 4);
     memcpy(d + off + 4, &kind, 4);
     memcpy(d + off + 8, &tag, 8);
-    memcpy(d + off + 16, &n, 8);
-    memcpy(d + off + 24, &zero, 8);
+    memcpy(d + off + 16, &nbytes, 8);
+    memcpy(d + off + 24, &aux, 8);
     memcpy(d + off + 32, &sig, 8);
-    *head_out = head + need + pad;
+    *start = head + pad;
+    *head_out = head + pad + need;
     __atomic_store_n(&p->out_ctl[0], *head_out, __ATOMIC_RELEASE);   /* body before head */
     return 1;
+}
+
+/* Append one INLINE record (send_lock held): 1 written, 0 no room. */
+static int pipe_append(Pipe *p, const void *body, uint64_t n, uint64_t tag, uint64_t sig,
+                       uint64_t *head_out)
+{
+    uint64_t start;
+    return pipe_record(p, P2P_INLINE, body, n, n, 0, tag, sig, &start, head_out);
 }
 
 /* -------------------------------------------------------------- the rings: recv */

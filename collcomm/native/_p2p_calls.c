@@ -62,6 +62,26 @@ static int p2p_write(P2P *s, Pipe *p, const Py_buffer *b, uint64_t tag, uint64_t
     return rc;
 }
 
+/* What P2P.send and P2P.lend check of (buf, dst, tag, sig): 1 all fits (*p, *tag, *sig
+ * set, *b held: the caller releases it), 0 the caller declines (nothing held), -1 error. */
+static int p2p_send_args(P2P *s, PyObject *const *args, Pipe **p, uint64_t *tag, uint64_t *sig,
+                         Py_buffer *b)
+{
+    *p = s->paused ? NULL : p2p_pipe(s, args[1]);
+    *tag = *p == NULL ? 0 : p2p_tag(s, args[2]);
+    if (*tag == 0 || !(*p)->has_out || !PyLong_Check(args[3]))
+        return 0;
+    *sig = p2p_u64(args[3]);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    int busy = p2p_engine_busy(s);
+    if (busy)
+        return busy < 0 ? -1 : 0;
+    return p2p_buffer(args[0], b, 0) < 0 ? 0 : 1;
+}
+
 static PyObject *P2P_send(P2P *s, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 4 && nargs != 5) {
@@ -70,21 +90,12 @@ static PyObject *P2P_send(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     }
     int record = nargs == 5 && args[4] == Py_True && rec_on(&s->rw);
     double t0 = record ? rec_now() : 0.0;
-    Pipe *p = s->paused ? NULL : p2p_pipe(s, args[1]);
-    uint64_t tag = p == NULL ? 0 : p2p_tag(s, args[2]);
-    if (tag == 0 || !p->has_out || !PyLong_Check(args[3]))
-        Py_RETURN_NONE;
-    uint64_t sig = p2p_u64(args[3]);
-    if (PyErr_Occurred()) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    int busy = p2p_engine_busy(s);
-    if (busy)
-        return busy < 0 ? NULL : Py_NewRef(Py_None);
+    Pipe *p;
+    uint64_t tag, sig;
     Py_buffer b;
-    if (p2p_buffer(args[0], &b, 0) < 0)
-        Py_RETURN_NONE;
+    int ok = p2p_send_args(s, args, &p, &tag, &sig, &b);
+    if (ok <= 0)
+        return ok < 0 ? NULL : Py_NewRef(Py_None);
     int wrote = p2p_write(s, p, &b, tag, sig);
     PyObject *result = wrote < 0 ? NULL : wrote ? Py_True : Py_None;
     PyBuffer_Release(&b);

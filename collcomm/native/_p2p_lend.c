@@ -31,7 +31,6 @@
  */
 
 #define LEND_PATIENCE_NS 5000000LL   /* shm_lent.LEND_PATIENCE */
-#define P2P_LENT_RECORD 64           /* header + LENT_BODY ("<QQQ"), rounded to 64 */
 
 static PyObject *s_l_next, *s_l_outside, *s_l_loans, *s_l_held, *s_l_withdrawals;
 
@@ -60,41 +59,6 @@ static int lend_bump(PyObject *channel, PyObject *name, uint64_t *old)
     if (old != NULL)
         *old = x;
     return rc;
-}
-
-/* Append the LENT record (send_lock held): 1 written (*start: its position), 0 no room. */
-static int pipe_append_lent(Pipe *p, uint64_t address, uint64_t nbytes, uint64_t tag,
-                            uint64_t sig, uint64_t ident, uint64_t *start, uint64_t *head_out)
-{
-    uint64_t ring = p->out_ring, need = P2P_LENT_RECORD;
-    uint64_t head = __atomic_load_n(&p->out_ctl[0], __ATOMIC_RELAXED);
-    uint64_t off = head % ring;
-    uint64_t pad = ring - off < need ? ring - off : 0;
-    uint64_t tail = __atomic_load_n(&p->out_ctl[8], __ATOMIC_ACQUIRE);
-    if (need + pad > ring || ring - (head - tail) < need + pad)
-        return 0;
-    uint8_t *d = p->out_data;
-    if (pad) {
-        uint8_t h[P2P_HDR] = {0};
-        uint32_t len32 = (uint32_t)pad, kind = P2P_PAD;
-        memcpy(h, &len32, 4);
-        memcpy(h + 4, &kind, 4);
-        memcpy(d + off, h, P2P_HDR);
-        off = 0;
-    }
-    uint64_t body[3] = {ident, LENT_POSTED, 0};
-    uint32_t len32 = (uint32_t)need, kind = P2P_LENT;
-    memcpy(d + off + P2P_HDR, body, sizeof body);
-    memcpy(d + off, &len32, 4);
-    memcpy(d + off + 4, &kind, 4);
-    memcpy(d + off + 8, &tag, 8);
-    memcpy(d + off + 16, &nbytes, 8);
-    memcpy(d + off + 24, &address, 8);
-    memcpy(d + off + 32, &sig, 8);
-    *start = head + pad;
-    *head_out = head + pad + need;
-    __atomic_store_n(&p->out_ctl[0], *head_out, __ATOMIC_RELEASE);   /* record before head */
-    return 1;
 }
 
 /* Keep `obj` alive for a reader that may still come (transport/shm.py's _kept, as
@@ -180,23 +144,14 @@ static PyObject *P2P_lend(P2P *s, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "lend(buf, dst, tag, sig)");
         return NULL;
     }
-    Pipe *p = s->paused ? NULL : p2p_pipe(s, args[1]);
-    uint64_t tag = p == NULL ? 0 : p2p_tag(s, args[2]);
-    if (tag == 0 || !p->has_out || !p->lends || p->peer_pid <= 0 || !PyLong_Check(args[3]))
-        Py_RETURN_NONE;
-    uint64_t sig = p2p_u64(args[3]);
-    if (PyErr_Occurred()) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    int busy = p2p_engine_busy(s);
-    if (busy)
-        return busy < 0 ? NULL : Py_NewRef(Py_None);
+    Pipe *p;
+    uint64_t tag, sig;
     Py_buffer b;
-    if (p2p_buffer(args[0], &b, 0) < 0)
-        Py_RETURN_NONE;
+    int ok = p2p_send_args(s, args, &p, &tag, &sig, &b);
+    if (ok <= 0)
+        return ok < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *result = Py_None;
-    int got = b.len > 0 ? p2p_try(p->send_acquire) : 0;
+    int got = b.len > 0 && p->lends && p->peer_pid > 0 ? p2p_try(p->send_acquire) : 0;
     if (got < 0)
         result = NULL;
     else if (got) {
@@ -205,8 +160,9 @@ static PyObject *P2P_lend(P2P *s, PyObject *const *args, Py_ssize_t nargs)
         Py_XDECREF(v);
         if (PyErr_Occurred())
             result = NULL;
-        else if (v != NULL && pipe_append_lent(p, (uint64_t)(uintptr_t)b.buf, (uint64_t)b.len,
-                                               tag, sig, ident, &start, &head)) {
+        else if (v != NULL && pipe_record(p, P2P_LENT, (uint64_t[3]){ident, LENT_POSTED, 0}, 24,
+                                          (uint64_t)b.len, (uint64_t)(uintptr_t)b.buf, tag, sig,
+                                          &start, &head)) {   /* body: shm_lent.LENT_BODY */
             lend_note(p, ident, head);
             s->sends++;
             result = Py_BuildValue("KKL", (unsigned long long)ident, (unsigned long long)start,
