@@ -22,6 +22,11 @@ def pytest_configure(config: pytest.Config) -> None:
     Python finds stale (an edited source) is ignored as usual."""
     for folder in ("collcomm", "tests"):
         compileall.compile_dir(os.path.join(harness.ROOT, folder), quiet=2)
+    # numpy's OpenBLAS starts a thread per CPU at import and spins it up: ~0.12 s of CPU
+    # in every one of those processes (measured on the 2-vCPU VM), 10-15% of the suite's
+    # CPU time. No test uses a threaded BLAS (the launcher's own setting is tested with
+    # these variables cleared: test_launcher.py).
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     # A shell without job control starts its background commands with SIGINT ignored, and
     # Python then leaves it so, in this process and every rank it starts: the tests of
     # Ctrl-C (test_native_checks, test_async_queue, test_bench_turns) would never see one.

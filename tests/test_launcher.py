@@ -15,6 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from collcomm.tools.launcher import THREAD_VARS, LaunchConfig, rank_env, threads_per_rank
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -81,7 +83,8 @@ def test_env_contract_and_store(tmp_path):
         from collcomm.rendezvous import store_from_url
         from collcomm.rendezvous.auth import job_token
         names = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                 "MASTER_ADDR", "MASTER_PORT", "COLLCOMM_STORE", "COLLCOMM_TOKEN", "COLLCOMM_JOB_ID"]
+                 "MASTER_ADDR", "MASTER_PORT", "COLLCOMM_STORE", "COLLCOMM_TOKEN", "COLLCOMM_JOB_ID",
+                 "OMP_NUM_THREADS"]
         env = {n: os.environ.get(n) for n in names}
         store = store_from_url("env://", int(env["RANK"]), 3, 20, job_token())
         store.add("joined", 1)
@@ -91,9 +94,11 @@ def test_env_contract_and_store(tmp_path):
         store.close()
         print("ENV " + json.dumps(env))
     """)
-    res = run(["-n", "3", prog])
+    # no thread-pool size set (empty counts as unset): each rank gets its share of the cores
+    res = run(["-n", "3", prog], env={v: "" for v in THREAD_VARS})
     assert res.returncode == 0, res.stderr
     envs = [json.loads(line.split("ENV ", 1)[1]) for line in res.stdout.splitlines()]
+    share = str(max(1, len(os.sched_getaffinity(0)) // 3))
     assert sorted(e["RANK"] for e in envs) == ["0", "1", "2"]
     for e in envs:
         assert e["LOCAL_RANK"] == e["RANK"] and e["WORLD_SIZE"] == "3"
@@ -104,8 +109,23 @@ def test_env_contract_and_store(tmp_path):
         assert re.fullmatch(r"[0-9a-f]{32}", e["COLLCOMM_TOKEN"])
         assert re.fullmatch(r"[0-9a-f]{12}", e["COLLCOMM_JOB_ID"])
         assert e["joined"] == 3
+        assert e["OMP_NUM_THREADS"] == share
     for name in ("COLLCOMM_TOKEN", "COLLCOMM_JOB_ID", "MASTER_PORT"):
         assert len({e[name] for e in envs}) == 1
+
+
+def test_thread_pool_share_only_where_the_user_set_none():
+    """OMP_NUM_THREADS = the cores // local ranks (at least 1), for several local ranks
+    only, and never over a size the user gave in any of the variables."""
+    cpus = len(os.sched_getaffinity(0))
+    for nproc in (2, 3, cpus, 4 * cpus):
+        env = rank_env(LaunchConfig(nproc=nproc, program="p.py"), 0, 1, "t", "j", base={})
+        assert env["OMP_NUM_THREADS"] == str(max(1, cpus // nproc)) == str(threads_per_rank(nproc))
+    assert "OMP_NUM_THREADS" not in rank_env(LaunchConfig(nproc=1, program="p.py"), 0, 1, "t",
+                                             "j", base={})
+    for var in THREAD_VARS:
+        env = rank_env(LaunchConfig(nproc=2, program="p.py"), 1, 1, "t", "j", base={var: "5"})
+        assert env[var] == "5" and env.get("OMP_NUM_THREADS", "5") == "5"
 
 
 _CHATTY = """
