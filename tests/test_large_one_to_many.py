@@ -231,7 +231,7 @@ def test_split_broadcast_choice_at_two_ranks():
     from types import SimpleNamespace
 
     from collcomm.algorithms import shm_large
-    from collcomm.transport.arena_layout import CMA_MIN
+    from collcomm.transport.arena_layout import AG_PAIR_MIN, CMA_MIN
 
     def arena(n: int, c: float, write: bool = True) -> SimpleNamespace:
         return SimpleNamespace(cma=True, cma_write=write, cma_cost=c, n=n, cores=2)
@@ -248,9 +248,16 @@ def test_split_broadcast_choice_at_two_ranks():
     assert not shm_large.reads_peers(arena(3, 3.3), "broadcast", 1 << 20)
     assert shm_large.reads_peers(arena(3, 2.9), "broadcast", 1 << 20)
     assert not shm_large.reads_peers(arena(2, 4.4, write=False), "broadcast", 1 << 20)
-    for name in ("all_gather", "all_to_all"):
-        assert not shm_large.reads_peers(arena(2, 0.5), name, CMA_MIN)
-        assert shm_large.reads_peers(arena(2, 0.5), name, CMA_MIN + 1)
+    assert not shm_large.reads_peers(arena(2, 0.5), "all_to_all", CMA_MIN)
+    assert shm_large.reads_peers(arena(2, 0.5), "all_to_all", CMA_MIN + 1)
+    # an all_gather between two ranks from AG_PAIR_MIN whatever c is, writes or not
+    for c, write in ((0.5, True), (9.0, True), (9.0, False)):
+        assert not shm_large.reads_peers(arena(2, c, write), "all_gather", AG_PAIR_MIN - 1)
+        assert shm_large.reads_peers(arena(2, c, write), "all_gather", AG_PAIR_MIN)
+    assert not shm_large.reads_peers(arena(3, 0.5), "all_gather", CMA_MIN)
+    assert shm_large.reads_peers(arena(3, 0.5), "all_gather", CMA_MIN + 1)
+    assert not shm_large.reads_peers(SimpleNamespace(cma=False, cma_write=False, cma_cost=0.5,
+                                                     n=2, cores=2), "all_gather", 1 << 20)
     # a gather between two ranks (with writes) from GATHER_PAIR_MIN while c < 2 * GATHER_STAGED
     assert not shm_large.reads_peers(arena(2, 0.5), "gather", shm_large.GATHER_PAIR_MIN - 1)
     assert shm_large.reads_peers(arena(2, 7.9), "gather", shm_large.GATHER_PAIR_MIN)
@@ -331,13 +338,16 @@ def test_choices_with_a_core_per_rank(monkeypatch):
 
 
 def test_fast_calls_stop_where_the_regular_path_splits(monkeypatch):
-    # the fast call stages a scatter / gather / all_gather only below the size from which
+    # the fast call stages a broadcast / scatter / gather only below the size from which
     # shm_large reads the peers (a rank on the regular path must take the same steps), and
-    # splits a scatter from exactly there; a core per rank or not, any cost, writes or not
+    # splits a scatter from exactly there; an all_gather it takes up to n slots, the voted
+    # way from ag_vote_min, never above that size, with its answer (Fast.ag_cma); a core
+    # per rank or not, any cost, writes or not
     from types import SimpleNamespace
 
     from collcomm.algorithms import shm_large
     from collcomm.core import fastpath
+    from collcomm.transport.arena_layout import ag_vote_min
 
     monkeypatch.setattr(fastpath, "_limit", lambda group, c, most: most)
     mib = 1 << 20
@@ -349,7 +359,12 @@ def test_fast_calls_stop_where_the_regular_path_splits(monkeypatch):
                     for write in (True, False):
                         arena = SimpleNamespace(cma=True, cma_write=write, cma_cost=c, n=n,
                                                 cores=cores, slot=4 * mib)
-                        for name in ("broadcast", "scatter", "gather", "all_gather"):
+                        split = shm_large.split_from(arena, "all_gather")
+                        assert fastpath._staged_max(arena, "all_gather", n) == n * arena.slot
+                        assert 0 < ag_vote_min(n, True) <= (split or ag_vote_min(n, True))
+                        assert not split or all(shm_large.reads_peers(arena, "all_gather", b)
+                                                for b in (split, 2 * split, split + 4 * mib))
+                        for name in ("broadcast", "scatter", "gather"):
                             staged = fastpath._staged_max(arena, name, n)
                             split = shm_large.split_from(arena, name)
                             assert not shm_large.reads_peers(arena, name, staged), (name, n, c)

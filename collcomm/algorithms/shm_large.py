@@ -29,7 +29,7 @@ import os
 
 import numpy as np
 
-from ..transport.arena_layout import CMA, CMA_MIN, PIPE_MIN, PIPE_STEPS
+from ..transport.arena_layout import AG_PAIR_MIN, CMA, CMA_MIN, PIPE_MIN, PIPE_STEPS
 from ..transport.arena_layout import OFFSET as OFFSET_WORD
 from ..transport.arena_layout import SHARED as SHARED_WORD
 from .contract import Arena, ShmComm
@@ -71,7 +71,7 @@ BCAST_PAIR = 3.0
 #: 128 KiB 14-17 / 9-10.6; session 12: from 128 KiB), and a gather from GATHER_PAIR_MIN
 #: (2026-11-29 likewise, since the fast call splits a gather itself: 32 KiB 5.4-5.7 /
 #: 4.8-6.6, 64 KiB 9.0-10.5 / 5.8-6.6, 128 KiB 14-19 / 8.3-8.6, 256 KiB 24-30 / 13,
-#: 512 KiB 42-44 / 21-22). all_gather stays at CMA_MIN.
+#: 512 KiB 42-44 / 21-22). all_gather: from arena_layout.AG_PAIR_MIN, whatever c is.
 BCAST_PAIR_MIN, SCATTER_PAIR_MIN, GATHER_PAIR_MIN = 16 << 10, 64 << 10, 64 << 10
 PAIR_MIN = {"broadcast": BCAST_PAIR_MIN, "scatter": SCATTER_PAIR_MIN, "gather": GATHER_PAIR_MIN}
 
@@ -151,7 +151,9 @@ def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
       rank, from ROOTED_PARALLEL bytes: the staged root copies (n-1) blocks alone, the
       split ranks about c/n of a block each at once: CMA if c < n;
     * all_gather: 1 + (n-1)·c blocks by CMA, or n + 1 staged (own, in, n-1 out):
-      CMA if c·(n-1) < n;
+      CMA if c·(n-1) < n; between two ranks from AG_PAIR_MIN whatever c is (the staged
+      copy out of the peer's slot is cross-core, which the probe's c, a read against a
+      hot local copy, leaves out: see arena_layout.AG_PAIR_MIN);
     * all_to_all: 1 + (n-1)·c blocks by CMA, or 2n - 1 staged: CMA if c < 2.
 
     c is ~1 on most hosts; ~3.3 on the 2-vCPU VM this was measured on (process_vm_readv
@@ -159,6 +161,8 @@ def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
     until the data leaves the cache."""
     if not arena.cma:
         return False
+    if collective == "all_gather" and arena.n == 2:   # (a read each: no writes needed)
+        return nbytes >= AG_PAIR_MIN
     pair = arena.n == 2 and arena.cma_write and collective in PAIR_MIN   # (then BCAST_PAIR below)
     if pair:
         if nbytes < PAIR_MIN[collective]:

@@ -78,9 +78,11 @@ def _staged_max(arena: Any, collective: str, n: int) -> int:
     all_reduce and broadcast stop at STAGED_MAX: above it a buffer in the shared heap is
     read in place (no copy in), and a broadcast goes in several native steps (a broadcast
     that shm_large splits by CMA from CMA_MIN stops below it: the fast call takes those
-    split, see _bcast_cma); gather and
-    all_gather go on while shm_large stages them (CMA costs more than two memcpys here, up
-    to a quarter of the cache) and each block fits a slot; reduce, scatter, reduce_scatter
+    split, see _bcast_cma); all_gather while each block fits a slot (from the core's
+    ag_vote_min the C entry takes the voted way as shm_move's native call does, passing it
+    the fixed rule's answer, from ``Fast.ag_cma``); gather while shm_large stages it (CMA
+    costs more than two memcpys here, up to a quarter of the cache) and each block fits a
+    slot; reduce, scatter, reduce_scatter
     (without CMA: with it, blocks up to CMA_MIN) and all_to_all (whose native call makes
     its own rounds and CMA choice) up to a slot, a scatter and a gather only below
     shm_large.split_from, where shm_large starts splitting them by CMA (the fast call
@@ -93,7 +95,9 @@ def _staged_max(arena: Any, collective: str, n: int) -> int:
         return min(slot, STAGED_MAX, split - 1) if split else min(slot, STAGED_MAX)
     if collective == "all_reduce":
         return min(slot, STAGED_MAX)
-    if collective in ("all_gather", "gather"):
+    if collective == "all_gather":     # from the core's ag_vote_min, the voted way (Fast.ag_cma)
+        return n * slot
+    if collective == "gather":
         top = n * slot
         split = shm_large.split_from(arena, collective)
         return min(top, split - 1) if split else top
@@ -151,6 +155,7 @@ def attach(group: Any, arena: Any = None) -> Any:
     fast.bcast_cma = _bcast_cma(group, arena, limits[COLLECTIVES.index("broadcast")])
     fast.scatter_cma = _rooted_cma(group, arena, "scatter")
     fast.gather_cma = _rooted_cma(group, arena, "gather")
+    fast.ag_cma = 0 if arena is None else shm_large.split_from(arena, "all_gather")
     fast.cma_key = CMA
     # small asynchronous all_reduce / broadcast in two parts (native/_fastcall_parts.c)
     calls = group.async_calls

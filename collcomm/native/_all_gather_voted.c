@@ -14,10 +14,13 @@
  *   either way.
  *
  * Against the fixed rule this costs one sync more per staged call (~1 µs on calls of
- * 256 KiB and up). Returns a status, or -1 with an exception. */
-static int all_gather_voted(Call *k, const char *send, Py_ssize_t kb, char *recv, uint64_t sig,
-                            int fixed_cma, Py_ssize_t chunk)
+ * 256 KiB and up). Rank r's block goes to recv + r * kb, or with `views` (the fast call's
+ * list form, _fastcall_lists.c) to views[r].buf. Returns a status, or -1 with an
+ * exception. */
+static int all_gather_voted(Call *k, const char *send, Py_ssize_t kb, char *recv,
+                            const Py_buffer *views, uint64_t sig, int fixed_cma, Py_ssize_t chunk)
 {
+#define AG_BLOCK(r) (views != NULL ? (char *)views[r].buf : recv + (r) * kb)
     Core *c = k->c;
     int n = c->n, me = c->rank;
     Py_ssize_t total = kb * n;
@@ -36,7 +39,7 @@ static int all_gather_voted(Call *k, const char *send, Py_ssize_t kb, char *recv
     put(c, c->w_size + phase, (uint64_t)vote << A2A_VOTE_SHIFT);
     if (total > c->one_shot)
         gil_release(&k->gil);
-    char *own = recv + me * kb;
+    char *own = AG_BLOCK(me);
     if (!overlaps(own, kb, send, kb))
         memcpy(own, send, kb);
     int e = enter(c, k->arena, phase, sig, &k->gil);
@@ -47,7 +50,7 @@ static int all_gather_voted(Call *k, const char *send, Py_ssize_t kb, char *recv
     if (voted == A2A_VOTE_CMA || (voted == A2A_VOTE_NONE && fixed_cma)) {
         for (int i = 1; i < n; i++) {   /* from the next rank on: no peer read by all at once */
             int r = (me + i) % n;
-            if (cma_move(pids[r], recv + r * kb, get(c, r, c->w_offset + phase), kb, 0) < 0) {
+            if (cma_move(pids[r], AG_BLOCK(r), get(c, r, c->w_offset + phase), kb, 0) < 0) {
                 int err = errno;
                 cma_raise(k, r, "read", err);
                 return -1;
@@ -55,6 +58,7 @@ static int all_gather_voted(Call *k, const char *send, Py_ssize_t kb, char *recv
         }
         if (sync_all(c, k->arena, &k->gil) < 0)
             return -1;
+        c->ag_read++;
     } else {
         for (Py_ssize_t lo = 0; lo < kb; lo += chunk) {
             Py_ssize_t len = kb - lo < chunk ? kb - lo : chunk;
@@ -67,7 +71,7 @@ static int all_gather_voted(Call *k, const char *send, Py_ssize_t kb, char *recv
                 const char *src = peer(k, step, r, len);
                 if (src == NULL)
                     return -1;
-                memcpy(recv + r * kb + lo, src, len);
+                memcpy(AG_BLOCK(r) + lo, src, len);
             }
         }
         if (voted == A2A_VOTE_STAGED && sync_all(c, k->arena, &k->gil) < 0)
@@ -75,4 +79,5 @@ static int all_gather_voted(Call *k, const char *send, Py_ssize_t kb, char *recv
     }
     way_record(c->ag_choice, c->ag_by, total, vote, t0);
     return ST_DONE;
+#undef AG_BLOCK
 }

@@ -72,6 +72,7 @@ typedef struct {
                                        _all_gather_voted.c; Arena.build sets it) */
     A2aChoice ag_choice[A2A_CLASSES];
     unsigned long long ag_by[2];
+    unsigned long long ag_read;     /* voted-way all_gathers this rank read by CMA (any reason) */
     Py_ssize_t reduce_cma_min, reduce_cma_max;   /* a reduce of this many bytes a rank goes by
                                        CMA (two ranks: reduce_cma in _cma.c; 0: never;
                                        Arena.build sets them, and `pids`, once CMA works) */

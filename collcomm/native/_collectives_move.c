@@ -137,7 +137,7 @@ static PyObject *Core_gather(Core *c, PyObject *const *args, Py_ssize_t nargs)
         if (c->part != PART_WHOLE || recv == NULL || rbytes != n * kb || chunk <= 0 ||
             (itemsize <= 0 && kb > c->slot))
             return call_end(&k, ST_REFUSE);
-        int st = all_gather_voted(&k, send, kb, recv, sig, fixed_cma, chunk);
+        int st = all_gather_voted(&k, send, kb, recv, NULL, sig, fixed_cma, chunk);
         return call_end(&k, st);
     }
     if (nargs == 7 || kb > c->slot || kb == 0 || root >= n ||

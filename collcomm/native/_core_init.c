@@ -123,6 +123,9 @@ static PyMemberDef Core_members[] = {
      "all_gathers this rank (rank 0) voted to stage"},
     {"ag_cma", T_ULONGLONG, offsetof(Core, ag_by) + sizeof(unsigned long long), READONLY,
      "all_gathers this rank (rank 0) voted to read by cross-memory attach"},
+    {"ag_read", T_ULONGLONG, offsetof(Core, ag_read), READONLY,
+     "voted-way all_gathers this rank read by cross-memory attach (rank 0's vote or the "
+     "fixed rule)"},
     {"n", T_INT, offsetof(Core, n), READONLY, "ranks"},
     {"rank", T_INT, offsetof(Core, rank), READONLY, "this rank"},
     {NULL, 0, 0, 0, NULL},

@@ -57,6 +57,8 @@ typedef struct Fast {
     Py_ssize_t bcast_cma;       /* > 0: a broadcast of this many bytes or more goes split by CMA */
     Py_ssize_t scatter_cma;     /* > 0: a scatter of this many bytes or more (n blocks) too */
     Py_ssize_t gather_cma;      /* > 0: a gather of this many bytes or more (n blocks) too */
+    Py_ssize_t ag_cma;          /* > 0: an all_gather of this many bytes or more (n blocks)
+                                   reads by CMA unless rank 0 votes (shm_large.reads_peers) */
     unsigned long long cma_key; /* ... announced with this SHARED word (arena_layout.CMA) */
     int paused;                 /* > 0: every call takes the regular path, */
     unsigned long exec_thread;  /* ... but this thread's (PyThread ident; 0: none), which

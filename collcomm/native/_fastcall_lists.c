@@ -115,6 +115,21 @@ static PyObject *list_gather(Fast *s, const char *send, Py_buffer *v, Py_ssize_t
     return call_end(&k, ST_DONE);
 }
 
+/* An all_gather into a list of n buffers from the core's ag_vote_min: the voted way
+ * (_all_gather_voted.c), each block straight into its buffer, the fixed rule's answer
+ * from Fast.ag_cma as the flat form's (the caller checked that `send` overlaps no buffer
+ * of the list but, exactly, our own). */
+static PyObject *list_voted(Fast *s, const char *send, Py_buffer *v, Py_ssize_t kb,
+                            Py_ssize_t itemsize, uint64_t sig)
+{
+    Core *c = (Core *)s->core;
+    Call k;
+    call_begin(&k, c, s->arena);
+    int fixed = s->ag_cma > 0 && kb * c->n >= s->ag_cma;
+    return call_end(&k, all_gather_voted(&k, send, kb, NULL, v, sig, fixed,
+                                         c->slot / itemsize * itemsize));
+}
+
 /* Core_scatter at the root with the send side a list of n buffers of kb bytes: the others'
  * buffers staged into our slot (row r of n rows of kb bytes; our own row left empty), the
  * sync and signature check, then our own block copied out (after the staging, so a
@@ -201,11 +216,18 @@ static PyObject *fast_list(Fast *s, PyObject *const *args, int fc, long root, Py
     int split = split_at > 0 && kb * n >= split_at;
     Core *core = s->core == Py_None ? NULL : (Core *)s->core;
     int voted = fc == FC_ALL_GATHER && core != NULL && core->ag_vote_min > 0 &&
-                kb * n >= core->ag_vote_min;     /* (the regular path: _all_gather_voted.c) */
-    if (dt < 0 || kb <= 0 || voted || (!split && kb * n > s->limit[fc]) ||
+                kb * n >= core->ag_vote_min;     /* (_all_gather_voted.c: list_voted) */
+    if (dt < 0 || kb <= 0 || (!split && kb * n > s->limit[fc]) ||
         fast_views(list, n, gather, dt, kb, &v) < 0) {
         PyBuffer_Release(&one);
         Py_RETURN_NONE;
+    }
+    for (int r = 0; voted && r < n; r++) {   /* (peers read `one` while we fill the list) */
+        if (overlaps(one.buf, kb, v[r].buf, kb) && !(r == s->rank && one.buf == v[r].buf)) {
+            fast_views_release(v, n);
+            PyBuffer_Release(&one);
+            Py_RETURN_NONE;
+        }
     }
     if (split && (!views_back_to_back(v, n, kb) ||   /* the regular path concatenates them */
                   (overlaps(one.buf, kb, v[0].buf, n * kb) && one.buf != v[s->rank].buf))) {
@@ -226,6 +248,7 @@ static PyObject *fast_list(Fast *s, PyObject *const *args, int fc, long root, Py
         int settled = s->core == Py_None ? 0 : fast_settle(s);
         PyObject *status = settled < 0 ? NULL : settled ? PyLong_FromLong(ST_REFUSE)
                            : split ? list_split(s, v, one.buf, kb, root, sig, one.itemsize, gather)
+                           : voted ? list_voted(s, one.buf, v, kb, one.itemsize, sig)
                            : gather ? list_gather(s, one.buf, v, kb, sig, fc == FC_ALL_GATHER)
                                    : list_scatter(s, v, one.buf, kb, sig);
         r = fast_end(s, status, rec, tag, sig, fc, name, args[0], args[1], list);

@@ -221,14 +221,28 @@ static PyObject *fast_all_gather(Fast *s, PyObject *const *args, Py_ssize_t narg
     }
     uint64_t sig = s->plain_sig[FC_ALL_GATHER] | (s->dt_sig[dt] << 55) |
                    ((uint64_t)0x3FFF << 36) | COUNT_BITS(count);
-    /* Core_gather's 5-argument form: should the call be of ag_vote_min bytes or more it goes
-     * the voted way with fixed_cma 0, which is the Python rule's answer too (fastpath's limit
-     * keeps fast calls below shm_large.split_from, where reads_peers says stage) */
+    /* Core_gather's 5-argument form, or from the core's ag_vote_min (the voted way, whole
+     * calls only: a part of one goes the regular way) its 7-argument form with the fixed
+     * rule's answer, as shm_move's native call passes it (reads_peers: from ag_cma) */
+    Core *core = s->core == Py_None ? NULL : (Core *)s->core;
+    int voted = core != NULL && core->ag_vote_min > 0 && rv->len >= core->ag_vote_min;
+    if (voted && part != PART_WHOLE) {
+        fast_release(&p);
+        Py_RETURN_NONE;
+    }
     PyObject *all = PyLong_FromLong(-1);   /* Core_gather's root for all_gather (a cached int) */
-    PyObject *cargs[5] = {NULL, args[0], args[1], all, NULL};
-    PyObject *r = fast_run_part(s, part, FC_ALL_GATHER, args[2], sig, Core_gather, cargs, 5, 4,
-                                args[0], args[1], Py_None, &p);
-    Py_XDECREF(all);
+    PyObject *isz = voted ? PyLong_FromSsize_t(sv->itemsize) : NULL;
+    PyObject *fixed = s->ag_cma > 0 && rv->len >= s->ag_cma ? Py_True : Py_False;
+    PyObject *cargs[7] = {NULL, args[0], args[1], all, NULL, fixed, isz};
+    if (all == NULL || (voted && isz == NULL)) {
+        Py_XDECREF(all);
+        fast_release(&p);
+        return NULL;
+    }
+    PyObject *r = fast_run_part(s, part, FC_ALL_GATHER, args[2], sig, Core_gather, cargs,
+                                voted ? 7 : 5, 4, args[0], args[1], Py_None, &p);
+    Py_XDECREF(isz);
+    Py_DECREF(all);
     return r;
 }
 

@@ -198,6 +198,10 @@ static PyMemberDef Fast_members[] = {
      "> 0: scatters of this many bytes or more (n blocks) go split by cross-memory attach"},
     {"gather_cma", T_PYSSIZET, offsetof(Fast, gather_cma), 0,
      "> 0: gathers of this many bytes or more (n blocks) go split by cross-memory attach"},
+    {"ag_cma", T_PYSSIZET, offsetof(Fast, ag_cma), 0,
+     "> 0: all_gathers of this many bytes or more (n blocks) read by cross-memory attach "
+     "unless rank 0 votes (the fixed rule, shm_large.reads_peers; they take the voted way "
+     "from the core's ag_vote_min)"},
     {"cma_key", T_ULONGLONG, offsetof(Fast, cma_key), 0, "the SHARED word of a CMA buffer"},
     {"calls", T_ULONGLONG, offsetof(Fast, calls), READONLY, "calls completed here"},
     {"record", T_INT, offsetof(Fast, rw.on), 0,

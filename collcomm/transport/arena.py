@@ -46,7 +46,7 @@ from .arena_cma import CrossMemoryAttach
 from .arena_liveness import Liveness
 from .arena_layout import LEFT as LEFT_WORD
 from .arena_layout import CMA_MIN, HOLD, LINE, PHASES, PROBE_MAGIC, REDUCE_CMA_MAX, REDUCE_CMA_MIN, WORDS
-from .arena_layout import ALL_REDUCE_EXTRA, ONE_STEP_ALWAYS, pack_settings, unpack_settings
+from .arena_layout import ALL_REDUCE_EXTRA, ONE_STEP_ALWAYS, ag_vote_min, pack_settings, unpack_settings
 from .arena_layout import PHASE as PHASE_WORD
 from .arena_layout import SETTINGS as SETTINGS_WORD
 from .arena_layout import SIZE as SIZE_WORD
@@ -381,9 +381,9 @@ def build(n: int, rank: int, name: str, pids: Sequence[int], ranks: Sequence[int
             arena.close()
             raise
         arena.cma = arena._probe_cma()
-        # all_gathers from this many bytes take the voted way (shm_move._gather_voted; the
-        # native core's _all_gather_voted.c): the same on every rank, as ``cma`` is
-        arena.ag_vote_min = CMA_MIN if arena.cma else 0
+        # all_gathers from this many bytes take the voted way: the same on every rank, as
+        # ``cma`` is (rank 0 votes only from CMA_MIN: below, the fixed rule decides)
+        arena.ag_vote_min = ag_vote_min(n, arena.cma)
         if arena.native_core is not None:
             arena.native_core.ag_vote_min = arena.ag_vote_min
             if arena.cma and n == 2:    # (shm_reduce.reduce_by_cma: the same rule)

@@ -161,6 +161,24 @@ REDUCE_CMA_MIN, REDUCE_CMA_MAX = 64 << 10, 512 << 10
 #: than the attach path at 128-256 KiB, n = 2 and 4). Every rank must agree on it.
 CMA_MIN = 256 << 10
 
+#: ... but an all_gather between two ranks reads its peer's block by cross-memory attach
+#: from this many bytes (both blocks): staged, each rank copies its block into its slot
+#: and into its receive buffer, then the peer's block out of the peer's slot, a cross-core
+#: copy that costs about what the attach's read costs; by CMA it makes one copy and one
+#: read. Measured 2026-11-29 (2-vCPU VM, the native core, µs staged / CMA, forced either
+#: way): 16 KiB 3.7-3.9 / 4.1-4.3, 32 KiB 5.5 / 5.4-5.5, 64 KiB 8.4-8.9 / 6.0-7.3, 128 KiB
+#: 14.6 / 9.5-12.4, 512 KiB 42-47 / 29-30 (staged there in the voted form, one sync more).
+#: From CMA_MIN on rank 0 votes between the two (native/_a2a_choice.c).
+AG_PAIR_MIN = 64 << 10
+
+
+def ag_vote_min(n: int, cma: bool) -> int:
+    """From how many bytes (all ranks') an all_gather of n ranks takes the voted way
+    (shm_move._gather_voted; the native core's _all_gather_voted.c), 0: never (no CMA).
+    Never above the size from which shm_large.reads_peers reads the peers: a call it reads
+    by CMA goes the voted way on every rank, the fast call's and the regular path's alike."""
+    return 0 if not cma else AG_PAIR_MIN if n == 2 else CMA_MIN
+
 #: The words the native core needs, in the order it takes them.
 NATIVE = (WORDS, COUNTER, OFFSET, SIZE, SHARED, SIGNATURE, SLEEPERS, PHASE, CPU)
 
