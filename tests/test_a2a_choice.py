@@ -109,15 +109,16 @@ def test_all_gather_follows_rank_0s_vote(n, python_rank) -> None:
 
 
 def _gathers_in_a_slot(count: int) -> dict:
-    """all_gather of 400 KiB and more in all, each block within the default slot: the
-    native fast call's size (below split_from), flat and as a list, out of place."""
+    """all_gather of 800 KiB in all (two ranks vote from 512 KiB: arena_layout.vote_min),
+    each block within the default slot: the native fast call's size, flat and as a list,
+    out of place."""
     import collcomm as dist
     from collcomm.core import runtime
 
     n, me = dist.get_world_size(), dist.get_rank()
     dist.barrier()
     core = runtime._world._arena.native_core
-    k = (50 << 10) + 3                                  # float32s per rank: 200 KiB + 12 B
+    k = (100 << 10) + 3                                 # float32s per rank: 400 KiB + 12 B
     want = np.concatenate([np.arange(k, dtype=np.float32) * (r + 1) - r for r in range(n)])
     bad = 0
     for _ in range(count):
@@ -151,3 +152,36 @@ def test_all_gather_within_a_slot_follows_the_vote(python_rank, knob) -> None:
     staged, by_cma = res[0]["votes"]
     assert staged >= 2 and by_cma >= 2 and staged + by_cma == 10, res[0]["votes"]
     assert res[1]["votes"] in (None, (0, 0)), res
+
+
+def _many_all_to_alls(count: int) -> dict:
+    """``count`` all_to_alls of 768 KiB a rank, back to back (a few ms in all)."""
+    import collcomm as dist
+    from collcomm.core import runtime
+
+    n, me = dist.get_world_size(), dist.get_rank()
+    dist.barrier()
+    core = runtime._world._arena.native_core
+    per = 96 << 10
+    send = np.concatenate([np.arange(per, dtype=np.float32) + 1e6 * me + 1e3 * j for j in range(n)])
+    recv = np.empty_like(send)
+    want = np.concatenate([np.arange(per, dtype=np.float32) + 1e6 * r + 1e3 * me for r in range(n)])
+    bad = 0
+    for _ in range(count):
+        dist.all_to_all_single(recv, send)
+        bad += not np.array_equal(recv, want)
+    return {"bad": bad, "votes": None if core is None else (core.a2a_staged, core.a2a_cma)}
+
+
+def test_first_pick_is_tried_again_soon() -> None:
+    # the first pick rests on two calls each way: the other way is tried again (4 calls)
+    # after 8, 16, 32 and 64 calls' time (A2A_EARLY), not only every 0.5 s: within 200
+    # calls of a few ms each way runs its first try and four more (4 + 16), or, picked in
+    # between, at least as many. (Without the early tries a pick that holds leaves the
+    # other way its first 4 calls: measured (4, 196), and (48, 152) where it flipped.)
+    res = run_ranks(_many_all_to_alls, 2, 200, transport="shm", timeout=80)
+    assert [r["bad"] for r in res] == [0, 0]
+    staged, by_cma = res[0]["votes"]
+    if staged + by_cma == 0:
+        pytest.skip("no cross-memory attach here: nothing to choose")
+    assert staged + by_cma == 200 and min(staged, by_cma) >= 20, res[0]["votes"]

@@ -334,7 +334,10 @@ def test_choices_with_a_core_per_rank(monkeypatch):
         assert shm_large.a2a_cma_limit(arena(n, 3.4, 16)) == 4 * mib // n
         assert shm_large.a2a_cma_limit(arena(n, 3.4, n - 1)) == (300 << 20) // 4 // n
     assert shm_large.reads_peers(arena(2, 3.4, 16), "gather", big)   # n = 2: GATHER_STAGED
-    assert shm_large.a2a_cma_limit(arena(2, 3.4, 16)) == (300 << 20) // 4 // 2
+    # n = 2: blocks from A2A_PAIR_BLOCK, whatever c or the cache
+    for c in (0.5, 3.4, 9.0):
+        assert shm_large.a2a_cma_limit(arena(2, c, 16)) == shm_large.A2A_PAIR_BLOCK - 1
+        assert shm_large.a2a_cma_limit(arena(2, c, 2)) == shm_large.A2A_PAIR_BLOCK - 1
 
 
 def test_fast_calls_stop_where_the_regular_path_splits(monkeypatch):

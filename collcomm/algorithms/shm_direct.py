@@ -33,7 +33,8 @@ it lies in the shared heap (``collcomm.empty`` & co, see transport/heap.py) inst
 staging a copy; the rank announces the heap key and offset in its header words. Such a
 call always takes the two-shot path and ends with one more sync, since nobody may change a
 buffer that others read in place until they are done. all_reduce on shared buffers then
-moves ~2K bytes per rank instead of ~3K.
+moves ~2K bytes per rank instead of ~3K. (An all_gather from arena.ag_vote_min bytes takes
+the voted way instead, heap or not: read by CMA or staged, as rank 0 votes.)
 
 Large one-to-many calls (broadcast, all_gather / gather, all_to_all above ``CMA_MIN``):
 either staged as above or read straight from the peers' buffers by cross-memory attach

@@ -15,8 +15,10 @@ cache and ``arena.cma_cost`` (a CMA byte in memcpy'd bytes, measured when the ar
 built; see transport/arena.py). Where it was measured (2-vCPU VM, CMA 3.2-3.4x a memcpy)
 staging wins from 256 KiB up to a quarter of the cache, except a broadcast or scatter at n = 2,
 which goes split by CMA (see BCAST_STAGED), and a gather, which goes split from 64 KiB between
-two ranks and past 256 KiB among more (see GATHER_STAGED); docs/large-copies.md has the
-measurements.
+two ranks and past 256 KiB among more (see GATHER_STAGED); between two ranks an all_gather
+reads the peer from 64 KiB (arena_layout.AG_PAIR_MIN) and an all_to_all from a 32 KiB
+block (A2A_PAIR_BLOCK), below CMA_MIN too, whatever the cost says; docs/large-copies.md
+has the measurements.
 With a core for every rank (:func:`core_each`) the parallel reads
 change the sums: large scatters and gathers go split, all_to_all past one slot by CMA
 (ROOTED_PARALLEL and a2a_cma_limit; measured on a 16-core VM).
@@ -125,8 +127,9 @@ def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
     slots (a memcpy in by the writer, one out by the reader)? Every rank decides alike:
     the inputs are the same everywhere.
 
-    Not below CMA_MIN bytes (PAIR_MIN for a broadcast or scatter between two ranks that
-    may write each other's memory), nor at CMA_MIN but for a broadcast (staging in C is faster
+    Not below CMA_MIN bytes (PAIR_MIN for a broadcast, scatter or gather between two ranks
+    that may write each other's memory; an all_gather between two ranks: from AG_PAIR_MIN,
+    always), nor at CMA_MIN but for a broadcast (staging in C is faster
     there; a split broadcast of 256 KiB measured faster than one staged chunk); always above STAGE_MAX
     x the last-level cache; in between by ``arena.cma_cost``, what a byte read from a peer
     costs in memcpy'd bytes (measured when the arena is built), counting the bytes the
@@ -203,11 +206,23 @@ def split_from(arena: Arena, collective: str) -> int:
     return 0
 
 
+#: An all_to_all between two ranks reads its block from the peer by CMA from this many
+#: bytes (the block; a call whose whole send buffer fits ONE_SHOT, 64 KiB, is eager: one
+#: step, the data staged with the split sizes), for the reason an all_gather does
+#: (arena_layout.AG_PAIR_MIN: staged, the copy out of the peer's slot is cross-core too).
+#: Measured 2026-11-29 (2-vCPU VM, the fast call, Fast.a2a_cma pinned either way,
+#: COLLCOMM_VOTE=0, medians of 1,500 calls, two passes, µs staged / CMA, sizes of one
+#: rank's send buffer): 128 KiB 14.0-14.5 / 9.9-11.5, 256 KiB 24-27 / 14-16,
+#: 512 KiB 44-47 / 24-26 (Open MPI 9.9-12.7, 14.5-21, 27-40 in other runs that day).
+#: From CMA_MIN (a rank's send bytes) rank 0 votes, as before.
+A2A_PAIR_BLOCK = 32 << 10
+
+
 def a2a_cma_limit(arena: Arena) -> int:
     """all_to_all reads by CMA when the largest block of any rank (bytes) exceeds this
     (the native core's ``cma_limit``; -1: never): see reads_peers. With a core for every
     rank also once a rank's data (n x the largest block) outgrows its slot, whatever a CMA
-    byte costs: staged, such a call takes several steps, each a sync of all ranks waiting
+    byte costs; between two ranks from A2A_PAIR_BLOCK (see there), whatever it costs: staged, such a call takes several steps, each a sync of all ranks waiting
     on the slowest; by CMA every rank reads its n-1 blocks and syncs once. Measured
     2026-11-27 (16-core Intel Xeon VM, c = 3.4-3.8, forced by COLLCOMM_CMA_COST): CMA vs
     staged at n = 8 / 16: 8 MiB a rank 0.59x / 0.45x the staged time, 32 MiB 0.91x /
@@ -215,6 +230,8 @@ def a2a_cma_limit(arena: Arena) -> int:
     if not arena.cma:
         return -1
     n = arena.n
+    if n == 2:      # as an all_gather between two ranks (A2A_PAIR_BLOCK), whatever c is
+        return A2A_PAIR_BLOCK - 1
     if reads_peers(arena, "all_to_all", CMA_MIN + 1):
         return CMA_MIN // n
     limit = int(STAGE_MAX["all_to_all"] * llc_bytes()) // n

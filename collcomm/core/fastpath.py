@@ -51,11 +51,11 @@ _DTYPES = [np.dtype(t) for t in ("bool", "int8", "uint8", "int16", "uint16", "in
                                  "complex128")]
 #: the largest message a Fast of a group of one takes (bytes): the one-shot size
 LIMIT = ONE_SHOT
-#: ... and of a group with an arena: every shm_direct collective up to CMA_MIN bytes is one
-#: native call on staged data whatever the cost of cross-memory attach (shm_large.
-#: reads_peers), so the fast call runs exactly the regular path's native call there, less
-#: its 10-40 µs of Python at 128 KiB - 1 MiB (docs/large-copies.md); never above a slot.
-#: Some go further: see _staged_max.
+#: ... and of a group with an arena: the fast call runs exactly the regular path's native
+#: call, less its 10-40 µs of Python at 128 KiB - 1 MiB (docs/large-copies.md); all_reduce
+#: and broadcast up to CMA_MIN bytes, one native call on staged data, never above a slot;
+#: the others as _staged_max says (some read by CMA below CMA_MIN between two ranks:
+#: shm_large.reads_peers).
 STAGED_MAX = CMA_MIN
 _SEQ_MASK = (1 << 35) - 1
 

@@ -106,7 +106,8 @@ def stage_nt() -> int:
 
 def votes() -> bool:
     """COLLCOMM_VOTE (default 1): a rank 0 on the native core chooses, for every all_to_all
-    and all_gather of at least CMA_MIN bytes, between staging and cross-memory attach from
+    and all_gather of at least arena_layout.vote_min(n) bytes (CMA_MIN; 512 KiB between
+    two ranks), between staging and cross-memory attach from
     what the two have cost it lately, and the group follows (native/_a2a_choice.c); 0:
     the fixed rule alone."""
     text = os.environ.get("COLLCOMM_VOTE", "1").strip()
@@ -122,7 +123,7 @@ def attach(arena: Any) -> Any:
     if core is None:
         return None
     from ..transport import arena as arena_mod
-    from ..transport.arena_layout import (CMA_MIN, NATIVE, ONE_SHOT, PIPE_MIN, PIPE_STEPS,
+    from ..transport.arena_layout import (NATIVE, ONE_SHOT, PIPE_MIN, PIPE_STEPS, vote_min,
                                           REDUCE_ONE_SHOT)
     from ..transport.shm_segments import PAGE
 
@@ -135,7 +136,7 @@ def attach(arena: Any) -> Any:
                          PAGE, ONE_SHOT, NATIVE, spin, yields, arena_mod._FUTEX is not None,
                          reduce_one_shot=REDUCE_ONE_SHOT, poll_ns=int(arena.poll * 1e9),
                          stage_nt=stage_nt(), pipe_min=PIPE_MIN, pipe_steps=PIPE_STEPS,
-                         a2a_adapt=CMA_MIN if votes() else 0)
+                         a2a_adapt=vote_min(arena.n) if votes() else 0)
     except (ValueError, TypeError, BufferError) as exc:   # e.g. an arena it cannot map: Python
         warnings.warn(f"collcomm: the native core cannot work in this arena ({exc}); the group "
                       "runs on the Python implementation", RuntimeWarning, stacklevel=2)

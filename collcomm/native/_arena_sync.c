@@ -28,6 +28,7 @@ typedef struct {
     signed char last;      /* the way the previous call went (-1: none) */
     signed char streak;    /* calls in a row that way, up to A2A_COLD + 1 */
     signed char pick;      /* the way taken between tries (-1: none yet) */
+    unsigned char tries;   /* tries of the other way since the first pick (up to A2A_EARLY) */
 } A2aChoice;
 
 typedef struct {
@@ -67,6 +68,7 @@ typedef struct {
                               this many bytes from its timings (_a2a_choice.c); 0: never */
     A2aChoice a2a_choice[A2A_CLASSES];
     unsigned long long a2a_by[2];   /* all_to_alls rank 0's vote sent staged / by CMA */
+    unsigned long long a2a_read;    /* all_to_alls this rank read by CMA (any reason) */
     Py_ssize_t ag_vote_min;         /* all_gathers of at least this many bytes (all ranks')
                                        take an agreement step, rank 0 voting (0: none;
                                        _all_gather_voted.c; Arena.build sets it) */

@@ -179,6 +179,7 @@ static PyObject *a2a_run(Core *c, PyObject *arena, PyObject *send_obj, PyObject 
         }
         if (sync_all(c, k.arena, &k.gil) < 0)
             return call_end(&k, -1);
+        c->a2a_read++;
         way_record(c->a2a_choice, c->a2a_by, ssum * isz, vote, t0);
         return call_end(&k, ST_DONE);
     }

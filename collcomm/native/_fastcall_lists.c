@@ -222,6 +222,13 @@ static PyObject *fast_list(Fast *s, PyObject *const *args, int fc, long root, Py
         PyBuffer_Release(&one);
         Py_RETURN_NONE;
     }
+    /* (a voted call refused, the regular path finishing it from the list would leave our
+     * own element: more than 64 ranks, or a slot that holds no element, go that way whole) */
+    if (voted && (n > 64 || core->slot < one.itemsize)) {
+        fast_views_release(v, n);
+        PyBuffer_Release(&one);
+        Py_RETURN_NONE;
+    }
     for (int r = 0; voted && r < n; r++) {   /* (peers read `one` while we fill the list) */
         if (overlaps(one.buf, kb, v[r].buf, kb) && !(r == s->rank && one.buf == v[r].buf)) {
             fast_views_release(v, n);

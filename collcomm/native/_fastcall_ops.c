@@ -236,6 +236,7 @@ static PyObject *fast_all_gather(Fast *s, PyObject *const *args, Py_ssize_t narg
     PyObject *cargs[7] = {NULL, args[0], args[1], all, NULL, fixed, isz};
     if (all == NULL || (voted && isz == NULL)) {
         Py_XDECREF(all);
+        Py_XDECREF(isz);
         fast_release(&p);
         return NULL;
     }

@@ -172,6 +172,21 @@ CMA_MIN = 256 << 10
 AG_PAIR_MIN = 64 << 10
 
 
+#: Rank 0 votes (native/_a2a_choice.c) on all_to_alls and all_gathers from CMA_MIN bytes
+#: (all_gather: all ranks'; all_to_all: rank 0's send buffer), between two ranks only from
+#: VOTE_PAIR_MIN: below it a read by CMA beat staging in both of the 2-vCPU VM's states
+#: (BENCHMARKS.md session 18: staged 256 KiB all_to_all 23-24 µs in the fast state, 1 MiB
+#: 51; session 22, the slow one: staged 24-27 / CMA 14-16 at 256 KiB, 44-47 / 24-26 at 512
+#: KiB; CMA costs the same in both), and the vote's first tries, two calls each way,
+#: picked staging at 256 KiB in some jobs and kept it (0.66-0.76x Open MPI).
+VOTE_PAIR_MIN = 512 << 10
+
+
+def vote_min(n: int) -> int:
+    """From how many bytes rank 0 votes among ``n`` ranks (the core's ``a2a_adapt``)."""
+    return VOTE_PAIR_MIN if n == 2 else CMA_MIN
+
+
 def ag_vote_min(n: int, cma: bool) -> int:
     """From how many bytes (all ranks') an all_gather of n ranks takes the voted way
     (shm_move._gather_voted; the native core's _all_gather_voted.c), 0: never (no CMA).

@@ -1,5 +1,9 @@
-"""An all_gather between two ranks reads its peer's block by cross-memory attach from
-arena_layout.AG_PAIR_MIN (issue 8): the fixed rule below CMA_MIN, rank 0's vote above; the
+"""Between two ranks an all_gather and an all_to_all read the peer's block by cross-memory
+attach (issue 8): an all_gather from arena_layout.AG_PAIR_MIN, an all_to_all from a block
+of shm_large.A2A_PAIR_BLOCK past the eager size, by the fixed rule below CMA_MIN and
+rank 0's vote above.
+
+An all_gather's fixed rule below CMA_MIN, rank 0's vote above; the
 fast call takes it itself, from a flat receive buffer and from a list of n buffers
 (list_voted, native/_fastcall_lists.c), and a rank on the regular path (COLLCOMM_FAST=0)
 or in Python (COLLCOMM_NATIVE=0) takes the same steps (shm_move._gather_voted).
@@ -9,7 +13,8 @@ every form: out of place, in place (the send buffer our block of the receive buf
 list of separate arrays, a list whose own element is the send buffer, a list whose other
 element overlaps the send buffer (the regular path's: the peer reads the send buffer while
 the list is filled), and checks every result, which calls read by CMA below CMA_MIN
-(Core.ag_read) and which ones the fast call completed.
+(Core.ag_read) and which ones the fast call completed. all_to_all_single likewise with
+even and uneven splits (a small block to the peer stages; Core.a2a_read).
 """
 from __future__ import annotations
 
@@ -69,13 +74,42 @@ def _gathers() -> dict:
             seen.append((n * count * np.dtype(dt).itemsize, form,
                          g.fast is not None and g.fast.calls > fast_before,
                          None if core is None else core.ag_read - read_before))
-    return {"bad": bad, "seen": seen, "cma": bool(arena.cma), "vote_min": arena.ag_vote_min}
+    a2a = _all_to_alls(core)
+    return {"bad": bad + a2a["bad"], "seen": seen, "a2a": a2a["seen"], "cma": bool(arena.cma),
+            "vote_min": arena.ag_vote_min}
+
+
+#: all_to_all_single: (float32s this rank sends itself, float32s it sends the peer)
+A2A_CASES = ((8_192, 8_192), (8_194, 8_194), (8_191, 8_193), (40_000, 4_000), (20_000, 8_200),
+             (65_536, 65_536), (300_001, 299_999))
+
+
+def _all_to_alls(core) -> dict:
+    import collcomm as dist
+
+    n, me = dist.get_world_size(), dist.get_rank()
+    seen, bad = [], []
+    for own, other in A2A_CASES:
+        sizes = [own if j == me else other for j in range(n)]      # what we send each rank
+        got = [own if r == me else other for r in range(n)]        # what each rank sends us
+        send = np.concatenate([np.arange(sizes[j], dtype=np.float32) * 5 + 100 * me + j
+                               for j in range(n)])
+        recv = np.full(sum(got), -1, np.float32)
+        before = core.a2a_read if core is not None else 0
+        dist.all_to_all_single(recv, send, output_split_sizes=got, input_split_sizes=sizes)
+        want = np.concatenate([np.arange(got[r], dtype=np.float32) * 5 + 100 * r + me
+                               for r in range(n)])
+        if not np.array_equal(recv, want):
+            bad.append(("all_to_all", own, other))
+        seen.append((send.nbytes, other * 4, None if core is None else core.a2a_read - before))
+    return {"bad": bad, "seen": seen}
 
 
 @pytest.mark.parametrize("env", [None, {0: {"COLLCOMM_FAST": "0"}}, {1: {"COLLCOMM_NATIVE": "0"}}],
                          ids=["fast", "rank0-regular", "rank1-python"])
-def test_pair_all_gather_reads_by_cma_from_ag_pair_min(env) -> None:
-    from collcomm.transport.arena_layout import AG_PAIR_MIN, CMA_MIN
+def test_pair_all_gather_and_all_to_all_read_by_cma(env) -> None:
+    from collcomm.algorithms.shm_large import A2A_PAIR_BLOCK
+    from collcomm.transport.arena_layout import AG_PAIR_MIN, CMA_MIN, ONE_SHOT
 
     res = run_ranks(_gathers, 2, transport="shm", timeout=100, rank_env=env)
     assert [r["bad"] for r in res] == [[], []], [r["bad"] for r in res]
@@ -97,3 +131,10 @@ def test_pair_all_gather_reads_by_cma_from_ag_pair_min(env) -> None:
             # the fast call takes every form but a list overlapping the send buffer there
             assert by_fast == (not regular and not (form == "list_overlap" and
                                                     nbytes >= AG_PAIR_MIN)), (r, nbytes, form)
+        for nbytes, block, read in out["a2a"]:
+            if python or nbytes >= CMA_MIN:    # (there rank 0 votes)
+                continue
+            # eager if the send buffers fit ONE_SHOT (of the same size on both ranks in
+            # these cases), else by CMA from a block of A2A_PAIR_BLOCK (both ways alike)
+            eager = nbytes <= ONE_SHOT
+            assert read == (0 if eager or block < A2A_PAIR_BLOCK else 1), (r, nbytes, block, read)
