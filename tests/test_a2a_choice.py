@@ -65,8 +65,9 @@ def test_no_votes_when_switched_off() -> None:
 
 
 def _gathers(count: int) -> dict:
-    """all_gather from 256 KiB, flat and as lists, out of place and in place, float32 and
-    int16 (an odd count: chunks of whole elements across a 256 KiB slot)."""
+    """all_gather past the vote's start (256 KiB; 512 KiB between two ranks), flat and as
+    lists, out of place and in place, float32 and int16 (an odd count: chunks of whole
+    elements across a 256 KiB slot)."""
     import collcomm as dist
     from collcomm.core import runtime
 

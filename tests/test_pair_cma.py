@@ -1,20 +1,21 @@
 """Between two ranks an all_gather and an all_to_all read the peer's block by cross-memory
 attach (issue 8): an all_gather from arena_layout.AG_PAIR_MIN, an all_to_all from a block
-of shm_large.A2A_PAIR_BLOCK past the eager size, by the fixed rule below CMA_MIN and
-rank 0's vote above.
+of shm_large.A2A_PAIR_BLOCK past the eager size, by the fixed rule below
+arena_layout.vote_min(2) = 512 KiB and rank 0's vote above.
 
-An all_gather's fixed rule below CMA_MIN, rank 0's vote above; the
+An all_gather's
 fast call takes it itself, from a flat receive buffer and from a list of n buffers
 (list_voted, native/_fastcall_lists.c), and a rank on the regular path (COLLCOMM_FAST=0)
 or in Python (COLLCOMM_NATIVE=0) takes the same steps (shm_move._gather_voted).
 
-Each job gathers below, at and past AG_PAIR_MIN, odd sizes and past CMA_MIN included, in
+Each job gathers below, at and past AG_PAIR_MIN, odd sizes and past the vote's start included, in
 every form: out of place, in place (the send buffer our block of the receive buffer), a
 list of separate arrays, a list whose own element is the send buffer, a list whose other
 element overlaps the send buffer (the regular path's: the peer reads the send buffer while
-the list is filled), and checks every result, which calls read by CMA below CMA_MIN
-(Core.ag_read) and which ones the fast call completed. all_to_all_single likewise with
-even and uneven splits (a small block to the peer stages; Core.a2a_read).
+the list is filled), and checks every result, which calls read by CMA below the vote's
+start (Core.ag_read) and which ones the fast call completed. all_to_all_single likewise,
+with split sizes (even, uneven, a block of exactly A2A_PAIR_BLOCK and one element less)
+and without (the fast call's form; Fast.calls), counting Core.a2a_read.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.timeout(120)
 
 #: (elements a rank, dtype)
 CASES = ((8_191, "float32"), (8_192, "float32"), (8_195, "float32"), (4_097, "float64"),
-         (16_387, "int16"), (40_000, "float32"), (131_075, "float32"))
+         (16_387, "int16"), (40_000, "float32"), (50_001, "float32"), (131_075, "float32"))
 FORMS = ("flat", "in_place", "list", "list_own", "list_overlap")
 
 
@@ -79,29 +80,39 @@ def _gathers() -> dict:
             "vote_min": arena.ag_vote_min}
 
 
-#: all_to_all_single: (float32s this rank sends itself, float32s it sends the peer)
-A2A_CASES = ((8_192, 8_192), (8_194, 8_194), (8_191, 8_193), (40_000, 4_000), (20_000, 8_200),
-             (65_536, 65_536), (300_001, 299_999))
+#: all_to_all_single: (float32s this rank sends itself, float32s it sends the peer, with
+#: split sizes); without them (the fast call's form) only equal blocks
+A2A_CASES = ((8_192, 8_192, True), (8_194, 8_194, True), (8_191, 8_193, True),
+             (40_000, 4_000, True), (20_000, 8_200, True), (8_200, 8_192, True),
+             (8_200, 8_191, True), (8_200, 8_200, False), (50_000, 50_000, False),
+             (50_000, 50_000, True), (65_536, 65_536, False), (300_001, 299_999, True))
 
 
 def _all_to_alls(core) -> dict:
     import collcomm as dist
+    from collcomm.core.runtime import get_world
 
     n, me = dist.get_world_size(), dist.get_rank()
+    g = get_world("test")
     seen, bad = [], []
-    for own, other in A2A_CASES:
+    for own, other, splits in A2A_CASES:
         sizes = [own if j == me else other for j in range(n)]      # what we send each rank
         got = [own if r == me else other for r in range(n)]        # what each rank sends us
         send = np.concatenate([np.arange(sizes[j], dtype=np.float32) * 5 + 100 * me + j
                                for j in range(n)])
         recv = np.full(sum(got), -1, np.float32)
         before = core.a2a_read if core is not None else 0
-        dist.all_to_all_single(recv, send, output_split_sizes=got, input_split_sizes=sizes)
+        fast_before = g.fast.calls if g.fast is not None else 0
+        if splits:
+            dist.all_to_all_single(recv, send, output_split_sizes=got, input_split_sizes=sizes)
+        else:
+            dist.all_to_all_single(recv, send)
         want = np.concatenate([np.arange(got[r], dtype=np.float32) * 5 + 100 * r + me
                                for r in range(n)])
         if not np.array_equal(recv, want):
             bad.append(("all_to_all", own, other))
-        seen.append((send.nbytes, other * 4, None if core is None else core.a2a_read - before))
+        seen.append((send.nbytes, other * 4, None if core is None else core.a2a_read - before,
+                     splits, g.fast is not None and g.fast.calls > fast_before))
     return {"bad": bad, "seen": seen}
 
 
@@ -109,7 +120,9 @@ def _all_to_alls(core) -> dict:
                          ids=["fast", "rank0-regular", "rank1-python"])
 def test_pair_all_gather_and_all_to_all_read_by_cma(env) -> None:
     from collcomm.algorithms.shm_large import A2A_PAIR_BLOCK
-    from collcomm.transport.arena_layout import AG_PAIR_MIN, CMA_MIN, ONE_SHOT
+    from collcomm.transport.arena_layout import AG_PAIR_MIN, ONE_SHOT, vote_min
+
+    votes_from = vote_min(2)
 
     res = run_ranks(_gathers, 2, transport="shm", timeout=100, rank_env=env)
     assert [r["bad"] for r in res] == [[], []], [r["bad"] for r in res]
@@ -126,13 +139,17 @@ def test_pair_all_gather_and_all_to_all_read_by_cma(env) -> None:
                 assert read is None
                 continue
             # the fixed rule, rank 0 not voting: below AG_PAIR_MIN staged, then by CMA
-            if nbytes < CMA_MIN:
+            if nbytes < votes_from:
                 assert read == (1 if nbytes >= AG_PAIR_MIN else 0), (r, nbytes, form, read)
             # the fast call takes every form but a list overlapping the send buffer there
             assert by_fast == (not regular and not (form == "list_overlap" and
                                                     nbytes >= AG_PAIR_MIN)), (r, nbytes, form)
-        for nbytes, block, read in out["a2a"]:
-            if python or nbytes >= CMA_MIN:    # (there rank 0 votes)
+        for nbytes, block, read, splits, by_fast in out["a2a"]:
+            if python:
+                continue
+            # the fast call takes an all_to_all without split sizes
+            assert by_fast == (not regular and not splits), (r, nbytes, splits, by_fast)
+            if nbytes >= votes_from:    # (there rank 0 votes)
                 continue
             # eager if the send buffers fit ONE_SHOT (of the same size on both ranks in
             # these cases), else by CMA from a block of A2A_PAIR_BLOCK (both ways alike)

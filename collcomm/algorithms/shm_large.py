@@ -157,7 +157,8 @@ def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
       CMA if c·(n-1) < n; between two ranks from AG_PAIR_MIN whatever c is (the staged
       copy out of the peer's slot is cross-core, which the probe's c, a read against a
       hot local copy, leaves out: see arena_layout.AG_PAIR_MIN);
-    * all_to_all: 1 + (n-1)·c blocks by CMA, or 2n - 1 staged: CMA if c < 2.
+    * all_to_all: 1 + (n-1)·c blocks by CMA, or 2n - 1 staged: CMA if c < 2 (between two
+      ranks a2a_cma_limit reads from A2A_PAIR_BLOCK instead, whatever c is).
 
     c is ~1 on most hosts; ~3.3 on the 2-vCPU VM this was measured on (process_vm_readv
     at 7-10 GB/s against memcpy at 25-33 GB/s for data in the cache), where staging wins
@@ -214,16 +215,17 @@ def split_from(arena: Arena, collective: str) -> int:
 #: COLLCOMM_VOTE=0, medians of 1,500 calls, two passes, µs staged / CMA, sizes of one
 #: rank's send buffer): 128 KiB 14.0-14.5 / 9.9-11.5, 256 KiB 24-27 / 14-16,
 #: 512 KiB 44-47 / 24-26 (Open MPI 9.9-12.7, 14.5-21, 27-40 in other runs that day).
-#: From CMA_MIN (a rank's send bytes) rank 0 votes, as before.
+#: From arena_layout.vote_min(2) = 512 KiB (a rank's send bytes) rank 0 votes.
 A2A_PAIR_BLOCK = 32 << 10
 
 
 def a2a_cma_limit(arena: Arena) -> int:
     """all_to_all reads by CMA when the largest block of any rank (bytes) exceeds this
-    (the native core's ``cma_limit``; -1: never): see reads_peers. With a core for every
-    rank also once a rank's data (n x the largest block) outgrows its slot, whatever a CMA
-    byte costs; between two ranks from A2A_PAIR_BLOCK (see there), whatever it costs: staged, such a call takes several steps, each a sync of all ranks waiting
-    on the slowest; by CMA every rank reads its n-1 blocks and syncs once. Measured
+    (the native core's ``cma_limit``; -1: never): see reads_peers; between two ranks from
+    A2A_PAIR_BLOCK (see there), whatever a CMA byte costs. With a core for every rank also
+    once a rank's data (n x the largest block) outgrows its slot, whatever a CMA byte
+    costs: staged, such a call takes several steps, each a sync of all ranks waiting on
+    the slowest; by CMA every rank reads its n-1 blocks and syncs once. Measured
     2026-11-27 (16-core Intel Xeon VM, c = 3.4-3.8, forced by COLLCOMM_CMA_COST): CMA vs
     staged at n = 8 / 16: 8 MiB a rank 0.59x / 0.45x the staged time, 32 MiB 0.91x /
     0.68x; 2 MiB (one slot step) 1.23x / 0.96x, 512 KiB 1.7x / 1.4x."""

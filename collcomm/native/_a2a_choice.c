@@ -23,11 +23,12 @@
  * slots and buffers they meet are cold (the phases alternate: the second call stages into
  * the other phase's slot; counting it made a new 1 MiB all_gather pick the way that
  * took 1.5x as long). At most 4 calls in half a second, or in 400 calls' time, pay for
- * a try. The first A2A_EARLY tries after the first pick come sooner, after 8, 16, 32, 64
- * calls' time: that pick rests on two calls each way, and a job's first calls can run
- * 3-5x slower either way while the processes settle (a 256 KiB all_to_all at 66-82 µs
- * both ways, then 26 staged / 13 by CMA: the staged pick stayed for the next 0.5 s, the
- * whole of a benchmark's size).
+ * a try, but the first A2A_EARLY tries after the first pick, which come sooner: after 8,
+ * 16, 32 and 64 calls the picked way (16 calls the other way in a size's first ~140).
+ * That pick rests on two calls each way, and a job's first calls can run 3-5x slower
+ * either way while the processes settle (a 256 KiB all_to_all at 66-82 µs both ways,
+ * then 26 staged / 13 by CMA: the staged pick stayed for the next 0.5 s, the whole of a
+ * benchmark's size).
  */
 #define A2A_VOTE_SHIFT 62              /* arena_layout.A2A_VOTE_SHIFT */
 #define A2A_VOTE_NONE 0
@@ -40,7 +41,7 @@
 #define A2A_COLD 2                     /* ... of which the first ones are not counted */
 #define A2A_MARGIN 0.9                 /* switch when the other way costs < 0.9x */
 #define A2A_EARLY 4                    /* tries soon after the first pick ... */
-#define A2A_EARLY_CALLS 8.0            /* ... the first after this many calls' time, then 2x */
+#define A2A_EARLY_CALLS 8              /* ... the first after this many calls, then 2x */
 
 static inline A2aChoice *way_class(A2aChoice *table, Py_ssize_t bytes)
 {
@@ -59,7 +60,7 @@ static int way_vote(Core *c, A2aChoice *table, Py_ssize_t bytes, int cma)
     if (c->rank != 0 || c->a2a_adapt <= 0 || !cma || bytes < c->a2a_adapt)
         return A2A_VOTE_NONE;
     A2aChoice *h = way_class(table, bytes);
-    int way;
+    int way, try_it = 0;
     if (h->trial >= 0 && h->left > 0) {
         way = h->trial;
         h->left--;
@@ -76,20 +77,25 @@ static int way_vote(Core *c, A2aChoice *table, Py_ssize_t bytes, int cma)
                 pick = 1 - pick;
             h->pick = (signed char)pick;
             /* (tries at most every A2A_EXPLORE_CALLS calls' time: a few per cent at most;
-             * the first few sooner) */
-            double per_call = h->cost[pick] * (double)bytes;
-            long long gap;
+             * the first A2A_EARLY after 8, 16, 32, 64 calls the picked way, counted, not
+             * timed: a call's measured cost leaves out whatever the program does between) */
+            int other;
             if (h->tries < A2A_EARLY)
-                gap = (long long)(A2A_EARLY_CALLS * (double)(1 << h->tries) * per_call);
+                other = h->since >= (A2A_EARLY_CALLS << h->tries);
             else {
-                double every = A2A_EXPLORE_CALLS * per_call;
-                gap = every > A2A_EXPLORE_NS ? (long long)every : A2A_EXPLORE_NS;
+                double every = A2A_EXPLORE_CALLS * h->cost[pick] * (double)bytes;
+                long long gap = every > A2A_EXPLORE_NS ? (long long)every : A2A_EXPLORE_NS;
+                other = now_ns() - h->seen[1 - pick] > gap;
             }
-            way = now_ns() - h->seen[1 - pick] > gap ? 1 - pick : pick;
-            if (way != pick && h->tries < A2A_EARLY)
-                h->tries++;
+            way = other ? 1 - pick : pick;
+            if (other) {
+                h->tries += h->tries < A2A_EARLY;
+                h->since = 0;
+                try_it = 1;        /* (even right after a try of that way) */
+            } else if (h->since < 0xFFFF)
+                h->since++;
         }
-        if (h->cost[way] == 0 || way != h->last) {    /* a try: A2A_TRIAL calls this way */
+        if (try_it || h->cost[way] == 0 || way != h->last) {   /* a try: A2A_TRIAL calls */
             h->trial = (signed char)way;
             h->left = A2A_TRIAL - 1;
         }

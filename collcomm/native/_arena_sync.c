@@ -29,6 +29,7 @@ typedef struct {
     signed char streak;    /* calls in a row that way, up to A2A_COLD + 1 */
     signed char pick;      /* the way taken between tries (-1: none yet) */
     unsigned char tries;   /* tries of the other way since the first pick (up to A2A_EARLY) */
+    unsigned short since;  /* calls the picked way since the last try (early tries count them) */
 } A2aChoice;
 
 typedef struct {

@@ -124,7 +124,8 @@ static PyMemberDef Core_members[] = {
     {"ag_cma", T_ULONGLONG, offsetof(Core, ag_by) + sizeof(unsigned long long), READONLY,
      "all_gathers this rank (rank 0) voted to read by cross-memory attach"},
     {"a2a_read", T_ULONGLONG, offsetof(Core, a2a_read), READONLY,
-     "all_to_alls this rank read by cross-memory attach (rank 0's vote or the fixed rule)"},
+     "all_to_alls this rank's core read by cross-memory attach (rank 0's vote or the fixed "
+     "rule; not those it handed to the Python code)"},
     {"ag_read", T_ULONGLONG, offsetof(Core, ag_read), READONLY,
      "voted-way all_gathers this rank read by cross-memory attach (rank 0's vote or the "
      "fixed rule)"},

@@ -53,7 +53,7 @@ typedef struct Fast {
     uint64_t dt_sig[N_DT];      /* the 5-bit signature dtype code of each native dtype */
     Py_ssize_t limit[N_FC];     /* the largest message taken per collective (0: none) */
     int size, rank;
-    Py_ssize_t a2a_cma;         /* all_to_all's cma_limit argument (shm_direct: -1 or CMA_MIN/n) */
+    Py_ssize_t a2a_cma;         /* all_to_all's cma_limit argument (shm_large.a2a_cma_limit) */
     Py_ssize_t bcast_cma;       /* > 0: a broadcast of this many bytes or more goes split by CMA */
     Py_ssize_t scatter_cma;     /* > 0: a scatter of this many bytes or more (n blocks) too */
     Py_ssize_t gather_cma;      /* > 0: a gather of this many bytes or more (n blocks) too */

@@ -191,7 +191,7 @@ static PyMemberDef Fast_members[] = {
     {"exec_rec", T_OBJECT, offsetof(Fast, exec_rec), 0,
      "... and the record it completes instead of appending one (None: it appends one)"},
     {"a2a_cma", T_PYSSIZET, offsetof(Fast, a2a_cma), 0,
-     "all_to_all's cross-memory-attach limit (shm_direct passes CMA_MIN // n, or -1)"},
+     "all_to_all's cross-memory-attach limit (shm_large.a2a_cma_limit, as shm_direct's; -1: never)"},
     {"bcast_cma", T_PYSSIZET, offsetof(Fast, bcast_cma), 0,
      "> 0: broadcasts of this many bytes or more go split by cross-memory attach (shm_large)"},
     {"scatter_cma", T_PYSSIZET, offsetof(Fast, scatter_cma), 0,

@@ -382,7 +382,7 @@ def build(n: int, rank: int, name: str, pids: Sequence[int], ranks: Sequence[int
             raise
         arena.cma = arena._probe_cma()
         # all_gathers from this many bytes take the voted way: the same on every rank, as
-        # ``cma`` is (rank 0 votes only from CMA_MIN: below, the fixed rule decides)
+        # ``cma`` is (rank 0 votes only from arena_layout.vote_min: below, the fixed rule)
         arena.ag_vote_min = ag_vote_min(n, arena.cma)
         if arena.native_core is not None:
             arena.native_core.ag_vote_min = arena.ag_vote_min

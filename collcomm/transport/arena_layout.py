@@ -168,7 +168,7 @@ CMA_MIN = 256 << 10
 #: read. Measured 2026-11-29 (2-vCPU VM, the native core, µs staged / CMA, forced either
 #: way): 16 KiB 3.7-3.9 / 4.1-4.3, 32 KiB 5.5 / 5.4-5.5, 64 KiB 8.4-8.9 / 6.0-7.3, 128 KiB
 #: 14.6 / 9.5-12.4, 512 KiB 42-47 / 29-30 (staged there in the voted form, one sync more).
-#: From CMA_MIN on rank 0 votes between the two (native/_a2a_choice.c).
+#: From VOTE_PAIR_MIN on rank 0 votes between the two (native/_a2a_choice.c).
 AG_PAIR_MIN = 64 << 10
 
 
