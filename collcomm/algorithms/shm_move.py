@@ -261,9 +261,9 @@ def all_to_all_after(comm: ShmComm, arena: Arena, status: int, mine: int, send: 
     if status == PAIRS:
         _check_pairs(comm, arena, arena.phase)
         raise_mismatch(arena, mine)
-    if status == PYTHON:   # blocks large enough to read by address
-        _all_to_all_cma(comm, arena, send, displacements(send_counts), recv,
-                        displacements(recv_counts), recv_counts)
+    if status == PYTHON:   # blocks large enough to read by address (past the agreement)
+        _all_to_all_cma(comm, arena, arena.phase, send, recv, displacements(recv_counts),
+                        recv_counts)
 
 
 def all_to_all(comm: ShmComm, send: np.ndarray, send_counts: Sequence[int], recv: np.ndarray,
@@ -287,6 +287,8 @@ def all_to_all(comm: ShmComm, send: np.ndarray, send_counts: Sequence[int], recv
     dt = send.dtype
     agree = arena.next_phase()
     arena.put(SIZE_WORD + agree, max((c for j, c in enumerate(send_counts) if j != me), default=0))
+    arena.put(SHARED_WORD + agree, CMA)      # our send buffer's address, for a call by CMA
+    arena.put(OFFSET_WORD + agree, send.__array_interface__["data"][0] if send.size else 0)
     counts = arena.slot_array(agree, me, np.dtype(np.int64), 2 * n)
     counts[:n], counts[n:] = send_counts, recv_counts
     total = sdispl[n]
@@ -313,7 +315,7 @@ def all_to_all(comm: ShmComm, send: np.ndarray, send_counts: Sequence[int], recv
     vote = words[0] >> A2A_VOTE_SHIFT      # rank 0's (native/_a2a_choice.c); ours is none
     limit = a2a_cma_limit(arena)
     if limit >= 0 and (vote == A2A_VOTE_CMA or (vote == 0 and largest * dt.itemsize > limit)):
-        _all_to_all_cma(comm, arena, send, sdispl, recv, rdispl, recv_counts)
+        _all_to_all_cma(comm, arena, agree, send, recv, rdispl, recv_counts)
         return
     piece = a2a_piece(arena, dt.itemsize, n, largest)
     for lo in range(0, largest, piece):
@@ -373,21 +375,19 @@ def _own_block(send: np.ndarray, send_counts: Sequence[int], sdispl: Sequence[in
         np.copyto(recv[rdispl[me]:rdispl[me] + recv_counts[me]], send[sdispl[me]:sdispl[me] + send_counts[me]])
 
 
-def _all_to_all_cma(comm: ShmComm, arena: Arena, send: np.ndarray, sdispl: Sequence[int], recv: np.ndarray,
+def _all_to_all_cma(comm: ShmComm, arena: Arena, agree: int, send: np.ndarray, recv: np.ndarray,
                     rdispl: Sequence[int], recv_counts: Sequence[int]) -> None:
-    """all_to_all(v) past the agreement, one copy: read our block straight from each
-    sender's buffer, at the displacement it left in its slot."""
+    """all_to_all(v) past the agreement (phase ``agree``), one copy: read our block straight
+    from each sender's buffer, whose address it announced in the agreement, at the place
+    its send counts there give (the counts of the ranks before us), then a sync (nobody
+    touches a send buffer until all have read it). Two syncs in all, the agreement's
+    included."""
     n, me, dt = comm.size, comm.rank, send.dtype
-    phase = arena.next_phase()
-    np.copyto(arena.slot_array(phase, me, np.dtype(np.int64), n), np.asarray(sdispl[:n], dtype=np.int64))
-    arena.put(SHARED_WORD + phase, CMA)
-    arena.put(OFFSET_WORD + phase, send.__array_interface__["data"][0] if send.size else 0)
-    arena.sync()
     for r in peers_from_next(me, n):
         c = recv_counts[r]
         if c:
-            start = int(arena.slot_array(phase, r, np.dtype(np.int64), n)[me])
-            read_peer(comm, arena, phase, r, dt, 0, start, recv[rdispl[r]:rdispl[r] + c])
+            start = int(arena.slot_array(agree, r, np.dtype(np.int64), n)[:me].sum())
+            read_peer(comm, arena, agree, r, dt, 0, start, recv[rdispl[r]:rdispl[r] + c])
     arena.sync()
 
 

@@ -86,6 +86,9 @@ static PyObject *a2a_run(Core *c, PyObject *arena, PyObject *send_obj, PyObject 
     int agree = next_phase(&k);
     int vote = way_vote(c, c->a2a_choice, ssum * isz, cma_limit >= 0);     /* (rank 0's: _a2a_choice.c) */
     put(c, c->w_size + agree, (uint64_t)largest | ((uint64_t)vote << A2A_VOTE_SHIFT));
+    /* our send buffer's address, for a call that goes by CMA (SHARED = arena_layout.CMA) */
+    put(c, c->w_shared + agree, 1);
+    put(c, c->w_offset + agree, ssum ? (uint64_t)(uintptr_t)send : 0);
     int64_t *table = (int64_t *)slot_at(c, agree, me);
     for (int j = 0; j < n; j++) {
         table[j] = sc[j];
@@ -152,25 +155,20 @@ static PyObject *a2a_run(Core *c, PyObject *arena, PyObject *send_obj, PyObject 
         Py_XDECREF(held);
         if (got != 0)
             return call_end(&k, got < 0 ? -1 : ST_PYTHON);
-        /* shm_move._all_to_all_cma: our send displacements in our slot, our send
-         * buffer's address (SHARED = arena_layout.CMA = 1), sync, read our block from each
-         * sender, sync (nobody touches a send buffer until all have read it) */
-        int phase = next_phase(&k);
-        int64_t *disp = (int64_t *)slot_at(c, phase, me);
-        for (int j = 0; j < n; j++)
-            disp[j] = sd[j];
-        put(c, c->w_shared + phase, 1);
-        put(c, c->w_offset + phase, ssum ? (uint64_t)(uintptr_t)send : 0);
+        /* shm_move._all_to_all_cma: read our block from each sender's buffer (its address
+         * announced in the agreement, our block's place in it from its table), sync
+         * (nobody touches a send buffer until all have read it) */
         gil_release(&k.gil);
-        if (sync_all(c, k.arena, &k.gil) < 0)
-            return call_end(&k, -1);
         for (int i = 1; i < n; i++) {   /* from the next rank on: no peer read by all at once
                                          * (all at rank 0 first took 1.3-1.5x as long: BENCHMARKS.md) */
             int r = (me + i) % n;
             if (rc[r] == 0)
                 continue;
-            int64_t start = ((const int64_t *)slot_at(c, phase, r))[me];
-            if (cma_move(pids[r], recv + rd[r] * isz, get(c, r, c->w_offset + phase) +
+            const int64_t *tr = (const int64_t *)slot_at(c, agree, r);
+            int64_t start = 0;
+            for (int j = 0; j < me; j++)
+                start += tr[j];
+            if (cma_move(pids[r], recv + rd[r] * isz, get(c, r, c->w_offset + agree) +
                          (uint64_t)(start * isz), rc[r] * isz, 0) < 0) {
                 int err = errno;
                 cma_raise(&k, r, "read", err);
