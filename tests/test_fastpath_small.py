@@ -20,7 +20,9 @@ from tests.harness import run_ranks
 
 from collcomm.transport.arena_layout import ONE_SHOT
 
-#: (name, counts(i, j, n): what rank i sends rank j, syncs: 1 eager, 2 agreement + a round)
+#: (name, counts(i, j, n): what rank i sends rank j, syncs: 1 eager, 2 agreement + a round
+#: or, blocks read by cross-memory attach (two ranks, a block of A2A_PAIR_BLOCK = 32 KiB:
+#: the last two here), agreement + the closing sync)
 Q = ONE_SHOT // 4   # int32 elements in ONE_SHOT bytes
 A2A_CASES: list[tuple[str, Any, int]] = [
     ("equal 2", lambda i, j, n: 2, 1),
@@ -48,7 +50,8 @@ def _a2a_rank(cases: str = "A2A_CASES") -> dict[str, Any]:
     n, me = dist.get_world_size(), dist.get_rank()
     dist.barrier()   # (the arena exists from the first call on)
     arena = runtime.get_world("test")._arena
-    out: dict[str, Any] = {}
+    core = arena.native_core
+    out: dict[str, Any] = {"cma": bool(arena.cma)}
     for name, counts, _ in globals()[cases]:
         sc = [counts(me, j, n) for j in range(n)]
         rc = [counts(j, me, n) for j in range(n)]
@@ -57,11 +60,14 @@ def _a2a_rank(cases: str = "A2A_CASES") -> dict[str, Any]:
         recv = np.full(sum(rc), -1, np.int32)
         dist.barrier()
         before = arena.count
+        read_before = core.a2a_read if core is not None else 0
         if len(set(sc)) == 1 and sc == rc:
             dist.all_to_all_single(recv, send)
         else:
             dist.all_to_all_single(recv, send, output_split_sizes=rc, input_split_sizes=sc)
         out[name] = (arena.count - before, recv.tobytes() == want.tobytes())
+        if core is not None:
+            out["read " + name] = core.a2a_read - read_before
     return out
 
 
@@ -79,6 +85,11 @@ def test_small_all_to_all_is_one_sync_native_and_mixed() -> None:
         for r, res in enumerate(results):
             for name, _, syncs in cases:
                 assert res[name] == (syncs, True), (job, r, name, res[name])
+    # which of them went by cross-memory attach: between two ranks the blocks of 32 KiB
+    by_cma = {"one element past it on one rank", "large on every rank"}
+    for r, res in enumerate(jobs["native n=2"]):
+        for name, _, _ in A2A_CASES:
+            assert res["read " + name] == (name in by_cma and res["cma"]), (r, name)
 
 
 @pytest.mark.timeout(60)

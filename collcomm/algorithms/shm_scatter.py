@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..transport.arena_layout import CMA
+from ..transport.arena_layout import SHARED as SHARED_WORD
 from .contract import Arena, ShmComm
 from .shm_large import reads_peers, rooted_split
 from .shm_stage import MISMATCH, PYTHON, REFUSE, arena_of, call_sig, chunk_elems, enter, native_core, publish, raise_mismatch
@@ -53,6 +54,7 @@ def scatter(comm: ShmComm, send: np.ndarray | None, recv: np.ndarray, root: int)
         phase = arena.next_phase()
         if me == root:        # the others' blocks only: nobody reads the root's row
             assert send is not None
+            arena.put(SHARED_WORD + phase, 0)    # staged (an earlier call's word may say 1)
             staged = arena.slot_array(phase, me, dt, n * count).reshape(n, count)
             blocks = send.reshape(n, k)
             if me:

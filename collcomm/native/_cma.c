@@ -1,7 +1,7 @@
 /* Cross-memory attach for the native collectives: moving bytes to or from a peer process
  * (process_vm_readv/writev), every rank's pid, the arena's error for a failed transfer,
  * and the rooted calls split by CMA (broadcast, scatter, gather: shm_large.rooted_split).
- * all_to_all's CMA exchange, in _collectives_move.c, uses the same helpers.
+ * all_to_all's CMA exchange, in _collectives_a2a.c, uses the same helpers.
  *
  * Included by _shmcore.c before _collectives_move.c.
  */

@@ -148,6 +148,7 @@ static PyObject *list_scatter(Fast *s, Py_buffer *v, char *recv, Py_ssize_t kb, 
     if (c->n * kb > c->one_shot)
         gil_release(&k.gil);
     char *slot = slot_at(c, phase, me);
+    put(c, c->w_shared + phase, 0);   /* staged (as _scatter.c's root says it) */
     for (int r = 0; r < c->n; r++)
         if (r != me)
             memcpy(slot + r * kb, v[r].buf, kb);

@@ -60,6 +60,9 @@ static PyObject *Core_scatter(Core *c, PyObject *const *args, Py_ssize_t nargs)
         int phase = part == PART_FINISH ? k.phase : next_phase(&k);
         if (me == root && part != PART_FINISH) {   /* the others' pieces, row r of n rows */
             char *slot = slot_at(c, phase, me);
+            /* staged: nothing of ours in place or by address (a receiver may leave an
+             * eager step early only then: enter; an earlier call's word may say 1) */
+            put(c, c->w_shared + phase, 0);
             for (int r = 0; r < n; r++)
                 if (r != me)
                     memcpy(slot + r * len, send + r * kb + lo, len);
