@@ -189,3 +189,28 @@ def test_a_wait_that_times_out_leaves_the_loan_out() -> None:
     assert receiver["ok"], receiver
     assert sender == {"timed_out": True, "pending": True, "to": 1, "withdrawals": 0,
                       "kind": "LentWork"}, sender
+
+
+def test_the_wait_steps_grow_from_2_us_and_let_receives_progress_between() -> None:
+    """core/p2p_loans.loan_over waits in C 2 µs first, then twice as long each time up to
+    STEP_NS, and lets the first deferred receive test() between steps (a fake P2P and
+    engine: no processes)."""
+    from types import SimpleNamespace
+
+    from collcomm.core import p2p_loans
+
+    steps, tests = [], []
+
+    class FakeP2P:
+        def loan_wait(self, local, ident, start, buf, since, step, patience):
+            steps.append(step)
+            return len(steps) == 8
+
+    receive = SimpleNamespace(test=lambda: tests.append(len(steps)))
+    eng = SimpleNamespace(_deferred=[receive], progress=lambda: None,
+                          native_check=lambda *a: None)
+    g = SimpleNamespace(transport=eng, ranks=[0, 1], timeout=None)
+    assert p2p_loans.loan_over(FakeP2P(), g, 1, (1, 0, 0), bytearray(8), True)
+    assert steps == [2_000, 4_000, 8_000, 16_000, 20_000, 20_000, 20_000, 20_000]
+    assert steps[0] == p2p_loans.FIRST_STEP_NS and max(steps) == p2p_loans.STEP_NS
+    assert tests == [1, 2, 3, 4, 5, 6, 7]      # after every step that did not end it

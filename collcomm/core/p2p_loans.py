@@ -22,8 +22,9 @@ from ..transport import shm_lent
 from .group import ProcessGroup
 from .timeouts import current_timeout
 
-#: the wait's steps in C (ns) between the receives' tries; its checks' period (s)
-STEP_NS, CHECK_S = 20_000, 0.1
+#: the wait's steps in C (ns) between the receives' tries, the first FIRST_STEP_NS, each
+#: next twice as long up to STEP_NS; its checks' period (s)
+FIRST_STEP_NS, STEP_NS, CHECK_S = 2_000, 20_000, 0.1
 
 
 def patience_ns() -> int:
@@ -42,8 +43,10 @@ def loan_over(f: Any, g: ProcessGroup, local: int, loan: tuple[int, int, int], b
         return bool(f.loan_wait(local, ident, start, buf, since, 1, patience))
     eng, t0, progress = g.transport, time.monotonic(), True
     next_check, peer, nbytes = t0 + CHECK_S, g.ranks[local], memoryview(buf).nbytes
+    step = FIRST_STEP_NS
     try:
-        while not f.loan_wait(local, ident, start, buf, since, STEP_NS, patience):
+        while not f.loan_wait(local, ident, start, buf, since, step, patience):
+            step = min(STEP_NS, 2 * step)
             if progress:          # the receives take what came: the first deferred one, or
                 try:              # (none deferred) the engine's poll, which reads loans aside
                     try:
