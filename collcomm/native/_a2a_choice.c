@@ -42,6 +42,9 @@
 #define A2A_MARGIN 0.9                 /* switch when the other way costs < 0.9x */
 #define A2A_EARLY 4                    /* tries soon after the first pick ... */
 #define A2A_EARLY_CALLS 8              /* ... the first after this many calls, then 2x */
+#define A2A_FRESH_CALLS 16.0           /* a cost measured within this many calls' time ... */
+#define A2A_FRESH_NS 2000000LL         /* ... or this long is fresh enough to switch on */
+#define A2A_SPIKE 2.0                  /* a sample counts at most this x the mean so far */
 
 static inline A2aChoice *way_class(A2aChoice *table, Py_ssize_t bytes)
 {
@@ -53,6 +56,15 @@ static inline A2aChoice *way_class(A2aChoice *table, Py_ssize_t bytes)
     return &table[k];
 }
 
+/* Was way `way`'s cost in `h` measured lately: within A2A_FRESH_CALLS calls' time of the
+ * picked way, or A2A_FRESH_NS, whichever is longer? */
+static inline int a2a_fresh(const A2aChoice *h, int way, Py_ssize_t bytes, long long now)
+{
+    double calls = A2A_FRESH_CALLS * h->cost[1 - way] * (double)bytes;
+    long long fresh = calls > A2A_FRESH_NS ? (long long)calls : A2A_FRESH_NS;
+    return now - h->seen[way] <= fresh;
+}
+
 /* Rank 0's vote (A2A_VOTE_*) for a call of `bytes` whose sizes `table` records; `cma`: the
  * call can go by CMA at all */
 static int way_vote(Core *c, A2aChoice *table, Py_ssize_t bytes, int cma)
@@ -60,7 +72,7 @@ static int way_vote(Core *c, A2aChoice *table, Py_ssize_t bytes, int cma)
     if (c->rank != 0 || c->a2a_adapt <= 0 || !cma || bytes < c->a2a_adapt)
         return A2A_VOTE_NONE;
     A2aChoice *h = way_class(table, bytes);
-    int way, try_it = 0;
+    int way, try_it = 0, stale = 0;
     if (h->trial >= 0 && h->left > 0) {
         way = h->trial;
         h->left--;
@@ -73,8 +85,18 @@ static int way_vote(Core *c, A2aChoice *table, Py_ssize_t bytes, int cma)
              * within a few per cent) made a 4 MiB all_gather switch 3 calls in 10; a wider margin
              * kept a first wrong pick 1.3x slower) */
             int pick = h->pick < 0 ? (h->cost[0] <= h->cost[1] ? 0 : 1) : h->pick;
-            if (h->cost[1 - pick] < A2A_MARGIN * h->cost[pick])
-                pick = 1 - pick;
+            long long now = now_ns();
+            if (h->cost[1 - pick] < A2A_MARGIN * h->cost[pick]) {
+                /* switch on a fresh cost only: the picked way's is measured every call,
+                 * the other's at its last try, and a burst of slow calls the picked way
+                 * (a hiccup of the host) made it look cheaper than a stale figure:
+                 * measured, a 512 KiB all_to_all going by CMA at 15-21 µs switched to
+                 * staging at 35-51 for the next 0.5 s. A stale one is tried first. */
+                if (a2a_fresh(h, 1 - pick, bytes, now))
+                    pick = 1 - pick;
+                else
+                    stale = 1;
+            }
             h->pick = (signed char)pick;
             /* (tries at most every A2A_EXPLORE_CALLS calls' time: a few per cent at most;
              * the first A2A_EARLY after 8, 16, 32, 64 calls the picked way, counted, not
@@ -85,11 +107,12 @@ static int way_vote(Core *c, A2aChoice *table, Py_ssize_t bytes, int cma)
             else {
                 double every = A2A_EXPLORE_CALLS * h->cost[pick] * (double)bytes;
                 long long gap = every > A2A_EXPLORE_NS ? (long long)every : A2A_EXPLORE_NS;
-                other = now_ns() - h->seen[1 - pick] > gap;
+                other = now - h->seen[1 - pick] > gap;
             }
+            other = other || stale;
             way = other ? 1 - pick : pick;
             if (other) {
-                h->tries += h->tries < A2A_EARLY;
+                h->tries += !stale && h->tries < A2A_EARLY;
                 h->since = 0;
                 try_it = 1;        /* (even right after a try of that way) */
             } else if (h->since < 0xFFFF)
@@ -119,6 +142,14 @@ static void way_record(A2aChoice *table, unsigned long long *by, Py_ssize_t byte
     if (h->streak < A2A_COLD)
         return;
     double per = (double)(now - t0) / (double)bytes;
-    h->cost[way] = h->cost[way] == 0 ? per : 0.5 * h->cost[way] + 0.5 * per;
+    /* a try's first counted call replaces a stale figure (averaged in, a lucky or unlucky
+     * old sample would decide the switch); else the mean of the last and the new, the new
+     * at most A2A_SPIKE x the last: one call of 388 µs among CMA's 19-23 (a hiccup of the
+     * host) made the mean 211 and sent a 512 KiB all_to_all to staging (44 µs) for 0.5 s;
+     * a lasting change still shows within a few calls (x1.5 a call at most) */
+    int first = h->streak == A2A_COLD && !a2a_fresh(h, way, bytes, now);
+    if (h->cost[way] > 0 && !first && per > A2A_SPIKE * h->cost[way])
+        per = A2A_SPIKE * h->cost[way];
+    h->cost[way] = h->cost[way] == 0 || first ? per : 0.5 * h->cost[way] + 0.5 * per;
     h->seen[way] = now;
 }
