@@ -176,7 +176,7 @@ def _many_all_to_alls(count: int) -> dict:
 
 def test_first_pick_is_tried_again_soon() -> None:
     # the first pick rests on two calls each way: the other way is tried again (4 calls)
-    # after 8, 16, 32 and 64 calls' time (A2A_EARLY), not only every 0.5 s: within 200
+    # after 8, 16, 32 and 64 calls of the picked way (A2A_EARLY), not only every 0.5 s: within 200
     # calls of a few ms each way runs its first try and four more (4 + 16), or, picked in
     # between, at least as many. (Without the early tries a pick that holds leaves the
     # other way its first 4 calls: measured (4, 196), and (48, 152) where it flipped.)

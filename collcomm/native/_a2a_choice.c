@@ -16,19 +16,23 @@
  * path, vote NONE; the Python code obeys rank 0's vote as C does (shm_move.all_to_all).
  *
  * Rank 0 keeps, per size class (log2 of its send bytes, from a2a_adapt bytes up), the
- * cost per byte of each way, smoothed, measured from the agreement's sync to the end of
- * its data movement (both ways end with a sync); it keeps the way it took until the other
- * costs less than A2A_MARGIN of it, and every A2A_EXPLORE_NS tries the other for
- * A2A_TRIAL calls, of which the first A2A_COLD after a change of way are not counted: the
- * slots and buffers they meet are cold (the phases alternate: the second call stages into
- * the other phase's slot; counting it made a new 1 MiB all_gather pick the way that
- * took 1.5x as long). At most 4 calls in half a second, or in 400 calls' time, pay for
- * a try, but the first A2A_EARLY tries after the first pick, which come sooner: after 8,
- * 16, 32 and 64 calls the picked way (16 calls the other way in a size's first ~140).
- * That pick rests on two calls each way, and a job's first calls can run 3-5x slower
- * either way while the processes settle (a 256 KiB all_to_all at 66-82 µs both ways,
- * then 26 staged / 13 by CMA: the staged pick stayed for the next 0.5 s, the whole of a
- * benchmark's size).
+ * cost per byte of each way, measured from the agreement's sync to the end of its data
+ * movement (both ways end with a sync): of the way it took, smoothed over its calls (the
+ * mean of the last figure and the new sample, the sample at most A2A_SPIKE x the last
+ * figure: one call of 388 µs among CMA's 19-23, a hiccup of the host, had sent a 512 KiB
+ * all_to_all to staging for 0.5 s); of the other, what its last try measured (the try's
+ * first counted call replaces the old figure). It keeps the way it took until the other
+ * costs less than A2A_MARGIN of it, and switches only right after a try of the other (a
+ * figure measured a while ago is tried again first), and every A2A_EXPLORE_NS, or
+ * A2A_EXPLORE_CALLS calls' time if that is longer, tries the other for A2A_TRIAL calls,
+ * of which the first A2A_COLD after a change of way are not counted: the slots and
+ * buffers they meet are cold (the phases alternate: the second call stages into the other
+ * phase's slot; counting it made a new 1 MiB all_gather pick the way that took 1.5x as
+ * long). The first A2A_EARLY tries after the first pick come sooner: after 8, 16, 32 and
+ * 64 calls the picked way (16 calls the other way in a size's first ~140). That pick
+ * rests on two calls each way, and a job's first calls can run 3-5x slower either way
+ * while the processes settle (a 256 KiB all_to_all at 66-82 µs both ways, then 26 staged
+ * / 13 by CMA: the staged pick stayed for the next 0.5 s, the whole of a benchmark's size).
  */
 #define A2A_VOTE_SHIFT 62              /* arena_layout.A2A_VOTE_SHIFT */
 #define A2A_VOTE_NONE 0
@@ -42,8 +46,6 @@
 #define A2A_MARGIN 0.9                 /* switch when the other way costs < 0.9x */
 #define A2A_EARLY 4                    /* tries soon after the first pick ... */
 #define A2A_EARLY_CALLS 8              /* ... the first after this many calls, then 2x */
-#define A2A_FRESH_CALLS 16.0           /* a cost measured within this many calls' time ... */
-#define A2A_FRESH_NS 2000000LL         /* ... or this long is fresh enough to switch on */
 #define A2A_SPIKE 2.0                  /* a sample counts at most this x the mean so far */
 
 static inline A2aChoice *way_class(A2aChoice *table, Py_ssize_t bytes)
@@ -54,15 +56,6 @@ static inline A2aChoice *way_class(A2aChoice *table, Py_ssize_t bytes)
         k++;
     }
     return &table[k];
-}
-
-/* Was way `way`'s cost in `h` measured lately: within A2A_FRESH_CALLS calls' time of the
- * picked way, or A2A_FRESH_NS, whichever is longer? */
-static inline int a2a_fresh(const A2aChoice *h, int way, Py_ssize_t bytes, long long now)
-{
-    double calls = A2A_FRESH_CALLS * h->cost[1 - way] * (double)bytes;
-    long long fresh = calls > A2A_FRESH_NS ? (long long)calls : A2A_FRESH_NS;
-    return now - h->seen[way] <= fresh;
 }
 
 /* Rank 0's vote (A2A_VOTE_*) for a call of `bytes` whose sizes `table` records; `cma`: the
@@ -85,14 +78,10 @@ static int way_vote(Core *c, A2aChoice *table, Py_ssize_t bytes, int cma)
              * within a few per cent) made a 4 MiB all_gather switch 3 calls in 10; a wider margin
              * kept a first wrong pick 1.3x slower) */
             int pick = h->pick < 0 ? (h->cost[0] <= h->cost[1] ? 0 : 1) : h->pick;
-            long long now = now_ns();
             if (h->cost[1 - pick] < A2A_MARGIN * h->cost[pick]) {
-                /* switch on a fresh cost only: the picked way's is measured every call,
-                 * the other's at its last try, and a burst of slow calls the picked way
-                 * (a hiccup of the host) made it look cheaper than a stale figure:
-                 * measured, a 512 KiB all_to_all going by CMA at 15-21 µs switched to
-                 * staging at 35-51 for the next 0.5 s. A stale one is tried first. */
-                if (a2a_fresh(h, 1 - pick, bytes, now))
+                /* switch right after a try of the other way only (the previous call went
+                 * that way): its figure is then fresh; an older one is tried again first */
+                if (h->last == 1 - pick)
                     pick = 1 - pick;
                 else
                     stale = 1;
@@ -107,13 +96,15 @@ static int way_vote(Core *c, A2aChoice *table, Py_ssize_t bytes, int cma)
             else {
                 double every = A2A_EXPLORE_CALLS * h->cost[pick] * (double)bytes;
                 long long gap = every > A2A_EXPLORE_NS ? (long long)every : A2A_EXPLORE_NS;
-                other = now - h->seen[1 - pick] > gap;
+                other = now_ns() - h->seen[1 - pick] > gap;
             }
             other = other || stale;
             way = other ? 1 - pick : pick;
             if (other) {
-                h->tries += !stale && h->tries < A2A_EARLY;
-                h->since = 0;
+                if (!stale) {      /* (a stale figure's try leaves the early tries' count) */
+                    h->tries += h->tries < A2A_EARLY;
+                    h->since = 0;
+                }
                 try_it = 1;        /* (even right after a try of that way) */
             } else if (h->since < 0xFFFF)
                 h->since++;
@@ -142,12 +133,11 @@ static void way_record(A2aChoice *table, unsigned long long *by, Py_ssize_t byte
     if (h->streak < A2A_COLD)
         return;
     double per = (double)(now - t0) / (double)bytes;
-    /* a try's first counted call replaces a stale figure (averaged in, a lucky or unlucky
-     * old sample would decide the switch); else the mean of the last and the new, the new
-     * at most A2A_SPIKE x the last: one call of 388 µs among CMA's 19-23 (a hiccup of the
-     * host) made the mean 211 and sent a 512 KiB all_to_all to staging (44 µs) for 0.5 s;
-     * a lasting change still shows within a few calls (x1.5 a call at most) */
-    int first = h->streak == A2A_COLD && !a2a_fresh(h, way, bytes, now);
+    /* a try's first counted call (the way not picked) replaces its old figure (averaged
+     * in, a lucky or unlucky old sample would decide the switch); else the mean of the
+     * last and the new, the new at most A2A_SPIKE x the last (see the top): a lasting
+     * change still shows within a few calls (x1.5 a call at most) */
+    int first = h->streak == A2A_COLD && way != h->pick;
     if (h->cost[way] > 0 && !first && per > A2A_SPIKE * h->cost[way])
         per = A2A_SPIKE * h->cost[way];
     h->cost[way] = h->cost[way] == 0 || first ? per : 0.5 * h->cost[way] + 0.5 * per;
