@@ -186,3 +186,33 @@ def test_first_pick_is_tried_again_soon() -> None:
     if staged + by_cma == 0:
         pytest.skip("no cross-memory attach here: nothing to choose")
     assert staged + by_cma == 200 and min(staged, by_cma) >= 20, res[0]["votes"]
+
+
+def _staged_calls(ways: list[int]) -> int:
+    return sum(1 for w in ways if w == 0)
+
+
+def test_vote_rules_on_chosen_samples() -> None:
+    """Rank 0's vote (native/_a2a_choice.c) run on chosen costs (native.core.vote_sim: no
+    processes, no timing): CMA 20 µs, staging 44, 400 calls of 512 KiB unless said."""
+    sim = native.core.vote_sim
+    size, calls = 512 << 10, 400
+    # the first pick is CMA; staged only for the first try and the four early ones
+    steady = sim(size, [44.0] * calls, [20.0] * calls)
+    assert steady[:8] == [0, 0, 0, 0, 1, 1, 1, 1] and _staged_calls(steady) == 20
+    # one hiccup (388 µs) taking CMA changes nothing (it counts as 2x the figure at most)
+    spike = sim(size, [44.0] * calls, [20.0] * 100 + [388.0] + [20.0] * 299)
+    assert _staged_calls(spike) == 20, spike
+    # CMA turning 10x slower for good: staging from within a few calls, and it stays
+    turn = sim(size, [44.0] * calls, [20.0] * 150 + [200.0] * 250)
+    assert all(w == 0 for w in turn[170:]), turn[150:200]
+    # a first pick made on the settling calls (staging 30, CMA 80 before they settle at
+    # 44 / 20): the first early try, after 8 calls, finds CMA cheaper and switches
+    settle = sim(size, [30.0] * 10 + [44.0] * 390, [80.0] * 10 + [20.0] * 390)
+    assert settle[8:12] == [0, 0, 0, 0] and all(w == 1 for w in settle[19:35]), settle[:40]
+    # two ways within the margin: no switching back and forth, only the tries
+    close = sim(size, [21.0] * calls, [20.0] * calls)
+    assert _staged_calls(close) == 20, close
+    # (as many samples each way, or nothing)
+    with pytest.raises(ValueError):
+        sim(size, [1.0, 2.0], [1.0])

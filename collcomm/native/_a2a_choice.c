@@ -143,3 +143,58 @@ static void way_record(A2aChoice *table, unsigned long long *by, Py_ssize_t byte
     h->cost[way] = h->cost[way] == 0 || first ? per : 0.5 * h->cost[way] + 0.5 * per;
     h->seen[way] = now;
 }
+
+/* vote_sim(bytes, staged_us, cma_us) -> the way rank 0 took for each call (0 staged, 1 by
+ * CMA): its vote run on a fresh table of choices over len(staged_us) calls of `bytes`,
+ * each call costing the given sample (µs) of the way it took. For the tests: the vote's
+ * rules on chosen samples, with no processes and no timing of real calls (a try every
+ * A2A_EXPLORE_NS does not come within such a run). */
+static PyObject *mod_vote_sim(PyObject *m, PyObject *args)
+{
+    Py_ssize_t bytes;
+    PyObject *staged_obj, *cma_obj;
+    if (!PyArg_ParseTuple(args, "nOO:vote_sim", &bytes, &staged_obj, &cma_obj))
+        return NULL;
+    PyObject *samples[2] = {PySequence_Fast(staged_obj, "vote_sim: staged_us: a sequence"),
+                            NULL};
+    if (samples[0] != NULL)
+        samples[1] = PySequence_Fast(cma_obj, "vote_sim: cma_us: a sequence");
+    PyObject *out = NULL;
+    A2aChoice *table = NULL;
+    Core *c = NULL;
+    if (samples[1] == NULL)
+        goto done;
+    Py_ssize_t calls = PySequence_Fast_GET_SIZE(samples[0]);
+    if (bytes <= 0 || PySequence_Fast_GET_SIZE(samples[1]) != calls) {
+        PyErr_SetString(PyExc_ValueError, "vote_sim: bytes > 0 and as many samples each way");
+        goto done;
+    }
+    c = PyMem_Calloc(1, sizeof(Core));           /* (only rank and a2a_adapt are read) */
+    table = PyMem_Calloc(A2A_CLASSES, sizeof(A2aChoice));
+    if (c == NULL || table == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    c->a2a_adapt = 1;
+    for (int i = 0; i < A2A_CLASSES; i++)
+        table[i] = (A2aChoice){{0, 0}, {0, 0}, -1, 0, -1, 0, -1};
+    unsigned long long by[2] = {0, 0};
+    out = PyList_New(calls);
+    for (Py_ssize_t i = 0; out != NULL && i < calls; i++) {
+        int vote = way_vote(c, table, bytes, 1);
+        int way = vote == A2A_VOTE_CMA;
+        double us = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(samples[way], i));
+        if (us == -1.0 && PyErr_Occurred()) {
+            Py_CLEAR(out);
+            break;
+        }
+        way_record(table, by, bytes, vote, now_ns() - (long long)(us * 1000.0));
+        PyList_SET_ITEM(out, i, PyLong_FromLong(way));
+    }
+done:
+    PyMem_Free(table);
+    PyMem_Free(c);
+    Py_XDECREF(samples[0]);
+    Py_XDECREF(samples[1]);
+    return out;
+}

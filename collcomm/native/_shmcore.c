@@ -185,6 +185,8 @@ static PyMethodDef module_methods[] = {
      "set_ndarray(ndarray, probes): read arrays' buffers from their fields if the probes agree"},
     {"timeout_scope", mod_timeout_scope, METH_O,
      "timeout_scope(delta): call_timeout scopes opened/closed; returns how many are open"},
+    {"vote_sim", mod_vote_sim, METH_VARARGS,
+     "vote_sim(bytes, staged_us, cma_us) -> rank 0's way per call on those samples (tests)"},
     {"set_ties", mod_set_ties, METH_VARARGS,
      "set_ties(f16, f32, f64): min/max of equal values keeps the second operand"},
     {NULL, NULL, 0, NULL},
