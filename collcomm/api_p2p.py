@@ -313,9 +313,10 @@ def _native_batch(ops: list[P2POp] | tuple[P2POp, ...], tried: bool = False,
 def _start(f: Any, g: ProcessGroup, local: int, p: P2POp) -> P2PWork:
     """One op of a checked batch: natively, else (C declined it) on the regular path."""
     arr, recv = p.tensor, p.op is irecv
-    w = None if recv else lend_native(f, g, local, arr, p.tag, _p2p_sig(arr.dtype))
+    sig = _p2p_sig(arr.dtype)
+    w = None if recv else lend_native(f, g, local, arr, p.tag, sig)
     if w is None:
-        w = start_native(f, g, local, recv, arr, p.tag, _p2p_sig(arr.dtype))
+        w = start_native(f, g, local, recv, arr, p.tag, sig)
     if w is None:
         buf = (as_output if recv else as_input)(arr, "batch_isend_irecv", g.describe(), "tensor")
         w = _regular("irecv" if recv else "isend", g, buf, local, p.tag)

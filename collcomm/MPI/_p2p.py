@@ -32,16 +32,9 @@ from ._p2p_ops import (
     _null_status, _request, _rtag, _source, _stag, complete,
 )
 from ._types import _BY_NUMPY
-from ..transport import shm_lent
+from ..core.p2p_loans import patience_ns
 from ..transport.shm_lent import LEND_FROM
 from ._request import Done, Request, Status, persistent
-
-
-
-
-def patience() -> int:
-    """How long a lent send waits for its receiver before it withdraws the loan (ns)."""
-    return int(shm_lent.LEND_PATIENCE * 1e9)
 
 
 # ----------------------------------------------------------------------------- the mixin
@@ -177,13 +170,13 @@ class PointToPoint:
             except BaseException:
                 if loan is not None:     # (the receive's error is the one raised)
                     try:
-                        f.loan_wait(dest, loan[0], loan[1], sendbuf, loan[2], 0, patience())
+                        f.loan_wait(dest, loan[0], loan[1], sendbuf, loan[2], 0, patience_ns())
                     except BaseException:  # noqa: BLE001
                         pass
                 raise
             if loan is not None:
                 try:
-                    f.loan_wait(dest, loan[0], loan[1], sendbuf, loan[2], 0, patience())
+                    f.loan_wait(dest, loan[0], loan[1], sendbuf, loan[2], 0, patience_ns())
                 except CollcommError as exc:
                     raise translate(exc) from exc
             return

@@ -40,9 +40,9 @@ reads a LENT record itself (claim, one read, release), and ``P2P.lend`` / ``P2P.
 lend from C, below the inline limit too, for the sends whose wait lets the receives take
 their messages meanwhile: ``MPI.Sendrecv`` from :data:`LEND_FROM`, the functional
 ``batch_isend_irecv`` and ``MPI.Isend`` from :data:`LEND_FROM_WORK`, and a plain ``isend``
-past the inline limit (api_p2p_work.LentWork, MPI's _LentSend; core/p2p_loans.py waits). Those loans are the caller's to end (released, or withdrawn
-by its wait): they never enter ``lent``, and a withdrawn one's copy goes into ``held`` as
-any other.
+past the inline limit (api_p2p_work.LentWork, MPI's _LentSend; core/p2p_loans.py waits).
+Those loans are the caller's to end (released, or withdrawn by its wait): they never
+enter ``lent``, and a withdrawn one's copy goes into ``held`` as any other.
 
 Blocking sends (``collcomm.send``, ``MPI.Send``/``Bsend``/``Rsend``) keep copying: their
 buffer is the caller's again when they return, and a lent one would wait for the receiver
