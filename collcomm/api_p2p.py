@@ -28,7 +28,8 @@ from .core import p2p as core_p2p
 from .core import runtime
 from .core.group import ProcessGroup
 from .core.tags import MAX_USER_TAG
-from .api_p2p_work import P2PWork, RecvWork, SentWork, _p2p_context, _size_error, lend_native, start_native
+from .api_p2p_work import (LentWork, P2PWork, RecvWork, SentWork, _p2p_context, _size_error, lend_native,
+                           start_native)
 from .errors import CollcommError, InvalidArgumentError, with_context
 from .transport.base import Handle, Status
 
@@ -115,7 +116,7 @@ def isend(tensor: Any, dst: int | None = None, group: Any = None, tag: int = 0,
     (one C call; the handle is then complete and the array free to reuse, as the regular
     path's is after a shared-memory send); one past the inline limit to a rank that takes
     loans is lent from C: the receiver reads it from the array, and the handle completes
-    when it has (api_p2p_work.LentWork; batch_isend_irecv lends from 256 KiB)."""
+    when it has (api_p2p_work.LentWork; batch_isend_irecv lends from 128 KiB, shm_lent.LEND_FROM_WORK)."""
     g = runtime._world
     if group is None and group_dst is None and g is not None:    # the world: one C call
         f = getattr(g, "_p2p_native", None)
@@ -230,7 +231,7 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[P2PWork]:
     tried = None
     if f is not None:
         tried = f.batch(p2p_op_list, P2POp, irecv, np.ndarray, _SIGS, SentWork, RecvWork, g,
-                        g.observer is not None)
+                        g.observer is not None, LentWork)
         if tried is not None and len(tried) == len(p2p_op_list):
             return tried
     return _batch_rest(p2p_op_list, f is not None, tried)
@@ -283,8 +284,9 @@ def _native_batch(ops: list[P2POp] | tuple[P2POp, ...], tried: bool = False,
     for one C declines); None having started nothing when any op is not such (or the
     list is no list of P2POp: the regular path raises). On the world group the whole
     batch is one C call (``P2P.batch``, native/_p2p_batch.c: the same checks, works,
-    records and order) when it takes it: it starts the ops up to the first send it cannot
-    write, the rest start here one by one. ``tried``: batch_isend_irecv made that C call
+    records and order, a send of ``lend_from`` bytes or more lent as ``lend_native`` lends)
+    when it takes it: it starts the ops up to the first send it cannot write, the rest
+    start here one by one. ``tried``: batch_isend_irecv made that C call
     already, which started ``started`` (None: it declined), not made again."""
     g = runtime._world
     f = None if g is None else getattr(g, "_p2p_native", False)
@@ -292,7 +294,8 @@ def _native_batch(ops: list[P2POp] | tuple[P2POp, ...], tried: bool = False,
         f = core_p2p.native(g)      # (made on first use)
     if f is not None:
         works = started if tried else f.batch(
-            ops, P2POp, irecv, np.ndarray, _SIGS, SentWork, RecvWork, g, g.observer is not None)
+            ops, P2POp, irecv, np.ndarray, _SIGS, SentWork, RecvWork, g, g.observer is not None,
+            LentWork)
         if works is not None:        # every op checked: on the world, local rank = global
             if len(works) < len(ops):
                 works.extend(_start(f, g, p.peer, p) for p in ops[len(works):])
@@ -332,7 +335,7 @@ def _native_entry() -> Any:
     if make is None:
         return batch_isend_irecv
     return make(batch_isend_irecv, _batch_rest, runtime, P2POp, irecv, np.ndarray, _SIGS,
-                SentWork, RecvWork)
+                SentWork, RecvWork, LentWork)
 
 
 batch_isend_irecv = _native_entry()  # noqa: F811 - the same call, in C where it is built

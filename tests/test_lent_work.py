@@ -1,14 +1,15 @@
 """The functional API's large sends lent from C (api_p2p_work.LentWork, native/_p2p_lend.c).
 
 From shm_lent.LEND_FROM_WORK bytes, to a rank of this host that takes loans, ``isend`` and
-``batch_isend_irecv`` lend the array from C; the work's wait lets the receives take their
+``batch_isend_irecv`` lend the array from C (the batch in its one C call, native/_p2p_batch.c); the work's wait lets the receives take their
 messages meanwhile (the first deferred receive's ``test()``, or the engine's poll), so two
 ranks that wait for their sends first read each other's loans without the withdrawal.
 Checked on real ranks with a patience no test waits out (a wait that only a withdrawal
 could end would hang until the harness's timeout): the exchange in rings of two and three,
 a work dropped unwaited (withdrawn at once: the sender scribbles, the receiver still reads
 what was sent), ``is_completed()`` polled while the receiver is busy elsewhere, and a
-``wait(timeout=)`` that runs out (the loan stays out; waited again once read, it completes).
+``wait(timeout=)`` that runs out (the loan stays out; waited again once read, it completes),
+and a batch whose lent send's work cannot be made (the loan ends before the error leaves).
 """
 from __future__ import annotations
 
@@ -189,6 +190,53 @@ def test_a_wait_that_times_out_leaves_the_loan_out() -> None:
     assert receiver["ok"], receiver
     assert sender == {"timed_out": True, "pending": True, "to": 1, "withdrawals": 0,
                       "kind": "LentWork"}, sender
+
+
+def _lent_work_not_made() -> dict:
+    """Rank 0's batch lends from C but making the send's work fails (a ``lent`` class that
+    raises): the error comes out and the loan is already over (withdrawn into a copy:
+    rank 0 scribbles over its array, rank 1 still reads what was sent)."""
+    import collcomm as dist
+    import collcomm.core.runtime as rt
+    from collcomm import api_p2p
+    from collcomm.core import p2p
+    from collcomm.transport import shm_lent
+
+    shm_lent.LEND_PATIENCE = 60.0
+    me = dist.get_rank()
+    dist.batch_isend_irecv([dist.P2POp(dist.isend, np.zeros(1), 1 - me),    # (the pipes made)
+                            dist.P2POp(dist.irecv, np.zeros(1), 1 - me)])[1].wait()
+    dist.barrier()
+    count = 300_001
+    if me == 0:
+        g = rt.get_world("test")
+        f = p2p.native(g)
+
+        class Refused:
+            def __init__(self, *args: object) -> None:
+                raise MemoryError("no work today")
+
+        buf = np.arange(count, dtype=np.float64)
+        try:
+            f.batch([dist.P2POp(dist.isend, buf, 1)], dist.P2POp, dist.irecv, np.ndarray,
+                    api_p2p._SIGS, api_p2p.SentWork, api_p2p.RecvWork, g, False, Refused)
+            raised = None
+        except MemoryError as exc:
+            raised = str(exc)
+        buf[:] = -1.0
+        dist.barrier()
+        dist.barrier()
+        return {"raised": raised, "loans": _channel(1).loans, "withdrawals": _channel(1).withdrawals}
+    return _receive_late(count)
+
+
+@needs_core
+@pytest.mark.timeout(120)
+def test_a_loan_whose_work_cannot_be_made_ends_before_the_error_leaves() -> None:
+    sender, receiver = run_ranks(_lent_work_not_made, 2, transport="shm", timeout=90,
+                                 env={"COLLCOMM_CORES": "2"})
+    assert receiver["ok"], receiver
+    assert sender == {"raised": "no work today", "loans": 1, "withdrawals": 1}, sender
 
 
 def test_the_wait_steps_grow_from_2_us_and_let_receives_progress_between() -> None:

@@ -1,7 +1,7 @@
 /* P2P.batch: the functional API's batch_isend_irecv in one call (included by _p2p_type.c
  * after _p2p_calls.c, whose p2p_write and helpers it uses).
  *
- * ``batch(ops, p2pop, irecv, ndarray, sigs, sent, received, g, record)``: ``ops`` a list
+ * ``batch(ops, p2pop, irecv, ndarray, sigs, sent, received, g, record[, lent])``: ``ops`` a list
  * or tuple of ``p2pop`` (collcomm.P2POp) on the world group of this P2P (``group`` and
  * ``group_peer`` None), each a peer of this host other than this rank (a Pipe), an int
  * tag within the user tag space, an exact ``ndarray`` whose dtype ``sigs`` (signature._P2P)
@@ -12,7 +12,10 @@
  *
  * Then in order: a send (``op`` not ``irecv``) is written to its ring as P2P.send writes
  * it, its work a ``sent`` (api_p2p_work.SentWork: its slots ``_group``, ``_peer``, ``_rec``,
- * ``_ok`` set here, no __init__ run); a receive becomes a ``received`` (a subclass of the C
+ * ``_ok`` set here, no __init__ run), or, of ``lend_from`` bytes or more to a rank that takes
+ * loans, lent as P2P.lend lends (written as a plain send where it cannot lend now), its
+ * work ``lent(p2p, g, local, loan, arr, rec)`` (api_p2p_work.LentWork; without ``lent``
+ * such a send is not started here: the caller lends it); a receive becomes a ``received`` (a subclass of the C
  * Deferred, made here as core/p2p.py Deferred.__init__ makes it: its wait receives) and
  * joins the engine's ``_deferred`` line, as core/p2p.py ``defer`` does. ``rec``: the
  * flight recorder's "entered" record (``record`` True) as P2P.note makes it. Returns the
@@ -201,19 +204,49 @@ static PyObject *batch_deferred(PyTypeObject *cls, P2P *s, PyObject *held, PyObj
     return w;
 }
 
-/* Start checked op b (a receive: joining the engine's line ``held``): its work (a new
- * reference), Py_None (new) for a send C could not write or, ``lends`` (a batch's), is to
- * lend (P2P.lend_from: Python lends it, api_p2p_work.LentWork; nothing done), NULL with an
- * exception. */
-static PyObject *batch_run(P2P *s, BatchOp *b, int record, PyObject *held, PyObject *g,
-                           PyObject *sent, PyObject *received, int lends)
+/* Send b's loan ``loan`` (lend_write's) ended now: no work will wait for it (its error kept). */
+static void batch_lent_end(BatchOp *b, PyObject *loan)
 {
-    PyObject *w = NULL, *rec = Py_None, *peer = PyLong_FromLong(b->pipe->peer);
+    unsigned long long ident = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(loan, 0)),
+                       start = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(loan, 1));
+    loan_end_now(b->pipe, ident, start, b->arr);
+}
+
+/* The work of send b lent as ``loan`` (lend_write's): ``lent(p2p, g, local, loan, arr,
+ * rec)``; NULL with an exception, the loan ended first (no work will wait for it). */
+static PyObject *batch_lent(P2P *s, BatchOp *b, PyObject *lent, PyObject *g, PyObject *loan,
+                            PyObject *rec)
+{
+    PyObject *local = PyLong_FromLong(b->local);
+    PyObject *args[6] = {(PyObject *)s, g, local, loan, b->arr, rec};
+    PyObject *w = local == NULL ? NULL : PyObject_Vectorcall(lent, args, 6, NULL);
+    Py_XDECREF(local);
+    if (w == NULL)
+        batch_lent_end(b, loan);
+    return w;
+}
+
+/* Start checked op b (a receive: joining the engine's line ``held``): its work (a new
+ * reference), Py_None (new) for a send C could not write or, ``lends`` (a batch's) and no
+ * ``lent`` class, is to lend (P2P.lend_from: the caller lends it, api_p2p_work.LentWork;
+ * nothing done), NULL with an exception. */
+static PyObject *batch_run(P2P *s, BatchOp *b, int record, PyObject *held, PyObject *g,
+                           PyObject *sent, PyObject *received, int lends, PyObject *lent)
+{
+    PyObject *w = NULL, *rec = Py_None, *loan = NULL, *peer = PyLong_FromLong(b->pipe->peer);
     if (peer == NULL)
         return NULL;
     if (!b->recv) {
-        int wrote = lends && s->lend_from > 0 && b->buf.len >= s->lend_from && b->pipe->lends ? 0
-                  : p2p_write(s, b->pipe, &b->buf, b->wire_tag, b->wire_sig);   /* (lent: Python) */
+        int lend = lends && s->lend_from > 0 && b->buf.len >= s->lend_from && b->pipe->lends;
+        if (lend && lent != NULL &&
+            (loan = lend_write(s, b->pipe, &b->buf, b->wire_tag, b->wire_sig, b->arr)) == NULL) {
+            Py_DECREF(peer);
+            return NULL;
+        }
+        if (loan == Py_None)           /* (not now: a busy lock, a full ring...) */
+            Py_CLEAR(loan);
+        int wrote = loan != NULL ? 1 : lend && lent == NULL ? 0     /* (lent by the caller) */
+                  : p2p_write(s, b->pipe, &b->buf, b->wire_tag, b->wire_sig);
         if (wrote <= 0) {
             Py_DECREF(peer);
             return wrote < 0 ? NULL : Py_NewRef(Py_None);
@@ -221,6 +254,10 @@ static PyObject *batch_run(P2P *s, BatchOp *b, int record, PyObject *held, PyObj
     }
     if (record && (rec = rec_p2p(&s->rw, b->recv ? s_rec_irecv : s_rec_isend, b->pipe->peer,
                                  s_rec_entered, rec_now(), 0.0)) == NULL) {
+        if (loan != NULL) {
+            batch_lent_end(b, loan);
+            Py_DECREF(loan);
+        }
         Py_DECREF(peer);
         return NULL;
     }
@@ -230,6 +267,9 @@ static PyObject *batch_run(P2P *s, BatchOp *b, int record, PyObject *held, PyObj
             w = batch_deferred((PyTypeObject *)received, s, held, g, b->arr, local, b->tag,
                                b_user_mask, b->sig, rec);
         Py_XDECREF(local);
+    } else if (loan != NULL) {
+        w = batch_lent(s, b, lent, g, loan, rec);
+        Py_DECREF(loan);
     } else
         w = batch_sent((PyTypeObject *)sent, g, peer, rec);
     Py_DECREF(peer);
@@ -249,15 +289,16 @@ static int batch_classes(P2P *s, PyObject *ndarray, PyObject *sigs, PyObject *se
 
 static PyObject *P2P_batch(P2P *s, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 9) {
+    if (nargs != 9 && nargs != 10) {
         PyErr_SetString(PyExc_TypeError,
-                        "batch(ops, p2pop, irecv, ndarray, sigs, sent, received, g, record)");
+                        "batch(ops, p2pop, irecv, ndarray, sigs, sent, received, g, record[, lent])");
         return NULL;
     }
     PyObject *ops = args[0], *p2pop = args[1], *irecv = args[2], *ndarray = args[3],
              *sigs = args[4], *sent = args[5], *received = args[6], *g = args[7];
+    PyObject *lent = nargs == 10 && args[9] != Py_None ? args[9] : NULL;
     int record = args[8] == Py_True && rec_on(&s->rw);
-    if (!batch_classes(s, ndarray, sigs, sent, received) ||
+    if (!batch_classes(s, ndarray, sigs, sent, received) || (lent != NULL && !PyCallable_Check(lent)) ||
         (!PyList_CheckExact(ops) && !PyTuple_CheckExact(ops)))
         Py_RETURN_NONE;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(ops);
@@ -279,7 +320,7 @@ static PyObject *P2P_batch(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     }
     works = PyList_New(0);
     for (Py_ssize_t i = 0; i < n && works != NULL; i++) {
-        PyObject *w = batch_run(s, &o[i], record, held, g, sent, received, 1);
+        PyObject *w = batch_run(s, &o[i], record, held, g, sent, received, 1, lent);
         if (w == Py_None) {       /* a send C could not write: the rest op by op (the caller) */
             Py_DECREF(w);
             break;
@@ -328,7 +369,7 @@ static PyObject *P2P_one(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     int line = recv ? deferred_line(s, &held) : p2p_engine_busy(s);
     line = recv ? line : line < 0 ? -1 : !line;
     if (line > 0)
-        w = batch_run(s, &o, record, held, g, sent, received, 0);   /* (isend: no loan here) */
+        w = batch_run(s, &o, record, held, g, sent, received, 0, NULL);   /* (isend: no loan here) */
     else if (line == 0)
         w = Py_NewRef(Py_None);       /* (line < 0: the exception, w NULL) */
     Py_XDECREF(held);

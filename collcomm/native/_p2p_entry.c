@@ -5,7 +5,8 @@
  * native core is built, publishes this object under its name instead. A call with one
  * positional argument does what the reference's first lines do, without its frame: the
  * world group (``runtime._world``), its native entry (``g._p2p_native``) and whether it
- * records (``g.observer``), then P2P.batch with the constants the reference passes. All of
+ * records (``g.observer``), then P2P.batch with the constants the reference passes
+ * (``lent``: its lent sends' work class, api_p2p_work.LentWork). All of
  * the batch started: its works. Anything else goes on in Python: no world or no native
  * entry yet, or any other argument shape, to the reference itself; a batch P2P.batch
  * declined or started in part, to ``rest(ops, True, started)`` (api_p2p._batch_rest), the
@@ -16,7 +17,7 @@
 typedef struct {
     PyObject_HEAD
     PyObject *python, *rest, *runtime;                              /* see above */
-    PyObject *p2pop, *irecv, *ndarray, *sigs, *sent, *received;    /* P2P.batch's constants */
+    PyObject *p2pop, *irecv, *ndarray, *sigs, *sent, *received, *lent;   /* P2P.batch's constants */
     vectorcallfunc vectorcall;
 } BatchCall;
 
@@ -40,9 +41,9 @@ static PyObject *BatchCall_vectorcall(PyObject *self, PyObject *const *args, siz
         result = PyObject_Vectorcall(b->python, args, nargsf, kwnames);
         goto done;
     }
-    PyObject *bargs[9] = {ops, b->p2pop, b->irecv, b->ndarray, b->sigs, b->sent, b->received, g,
-                          obs != Py_None ? Py_True : Py_False};
-    PyObject *started = P2P_batch((P2P *)f, bargs, 9);
+    PyObject *bargs[10] = {ops, b->p2pop, b->irecv, b->ndarray, b->sigs, b->sent, b->received, g,
+                           obs != Py_None ? Py_True : Py_False, b->lent};
+    PyObject *started = P2P_batch((P2P *)f, bargs, 10);
     if (started == NULL)
         goto done;
     if (started != Py_None && PyList_CheckExact(started) &&
@@ -59,21 +60,21 @@ done:
     return result;
 }
 
-/* BatchCall(python, rest, runtime, p2pop, irecv, ndarray, sigs, sent, received) */
+/* BatchCall(python, rest, runtime, p2pop, irecv, ndarray, sigs, sent, received, lent) */
 static PyObject *BatchCall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     BatchCall *b = (BatchCall *)type->tp_alloc(type, 0);
     if (b == NULL)
         return NULL;
-    PyObject **fields[9] = {&b->python, &b->rest, &b->runtime, &b->p2pop, &b->irecv,
-                            &b->ndarray, &b->sigs, &b->sent, &b->received};
-    if (kwds != NULL || PyTuple_GET_SIZE(args) != 9) {
-        PyErr_SetString(PyExc_TypeError,
-                        "BatchCall(python, rest, runtime, p2pop, irecv, ndarray, sigs, sent, received)");
+    PyObject **fields[10] = {&b->python, &b->rest, &b->runtime, &b->p2pop, &b->irecv,
+                             &b->ndarray, &b->sigs, &b->sent, &b->received, &b->lent};
+    if (kwds != NULL || PyTuple_GET_SIZE(args) != 10) {
+        PyErr_SetString(PyExc_TypeError, "BatchCall(python, rest, runtime, p2pop, irecv, "
+                        "ndarray, sigs, sent, received, lent)");
         Py_DECREF(b);
         return NULL;
     }
-    for (int i = 0; i < 9; i++)
+    for (int i = 0; i < 10; i++)
         *fields[i] = Py_NewRef(PyTuple_GET_ITEM(args, i));
     if (!PyCallable_Check(b->python) || !PyCallable_Check(b->rest)) {
         PyErr_SetString(PyExc_TypeError, "BatchCall: python and rest must be callable");
@@ -115,6 +116,7 @@ static int BatchCall_traverse(BatchCall *b, visitproc visit, void *arg)
     Py_VISIT(b->sigs);
     Py_VISIT(b->sent);
     Py_VISIT(b->received);
+    Py_VISIT(b->lent);
     return 0;
 }
 
@@ -129,6 +131,7 @@ static int BatchCall_clear(BatchCall *b)
     Py_CLEAR(b->sigs);
     Py_CLEAR(b->sent);
     Py_CLEAR(b->received);
+    Py_CLEAR(b->lent);
     return 0;
 }
 

@@ -1,6 +1,6 @@
 /* P2P.lend and P2P.loan_wait: a send lent from C (transport/shm_lent.py's protocol), for a
  * call that waits for its own send before it returns (collcomm.MPI's Sendrecv). Included
- * by _p2p_type.c after _p2p_mpi.c.
+ * by _p2p_type.c before _p2p_batch.c (whose lent sends use lend_write).
  *
  * ``lend(buf, dst, tag, sig)``: writes one LENT record to dst's ring, as ShmChannel.send
  * writes one for a lent request (its release id the channel's ``next_private``, taken
@@ -138,6 +138,51 @@ static void lend_note(Pipe *p, uint64_t ident, uint64_t head)
     Py_XDECREF(h);
 }
 
+/* The loan at ring position `start` ended now (GIL held), for a loan no work will wait
+ * for: read meanwhile (released), or withdrawn into a copy, or, claimed, waited for
+ * until read (sched_yield between looks). The caller's error, if any, is kept. */
+static void loan_end_now(Pipe *p, uint64_t ident, uint64_t start, PyObject *buf)
+{
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    while (__atomic_load_n(&p->out_ctl[P2P_RELEASED], __ATOMIC_ACQUIRE) <= ident &&
+           loan_withdraw(p, ident, start, buf) == 0)
+        sched_yield();                 /* claimed: read now; withdrawn or released: done */
+    PyErr_Clear();
+    PyErr_Restore(et, ev, tb);
+}
+
+/* Lend the checked buffer `b` (of the object `buf`) to pipe p (P2P.lend after its checks;
+ * P2P.batch's lent sends): the loan ``(ident, start, since)``, None having done nothing
+ * (see P2P.lend), NULL with an exception (no loan out). */
+static PyObject *lend_write(P2P *s, Pipe *p, Py_buffer *b, uint64_t tag, uint64_t sig,
+                            PyObject *buf)
+{
+    PyObject *result = Py_None;
+    int got = b->len > 0 && p->lends && p->peer_pid > 0 ? p2p_try(p->send_acquire) : 0;
+    if (got < 0)
+        return NULL;
+    if (got) {
+        PyObject *v = p->closed ? NULL : PyObject_GetAttr(p->channel, s_l_next);
+        uint64_t ident = v == NULL ? 0 : PyLong_AsUnsignedLongLong(v), start, head;
+        Py_XDECREF(v);
+        if (PyErr_Occurred())
+            result = NULL;
+        else if (v != NULL && pipe_record(p, P2P_LENT, (uint64_t[3]){ident, LENT_POSTED, 0}, 24,
+                                          (uint64_t)b->len, (uint64_t)(uintptr_t)b->buf, tag, sig,
+                                          &start, &head)) {   /* body: shm_lent.LENT_BODY */
+            lend_note(p, ident, head);
+            s->sends++;
+            result = Py_BuildValue("KKL", (unsigned long long)ident, (unsigned long long)start,
+                                   now_ns());
+            if (result == NULL)            /* (memory) no reader may see it after we return */
+                loan_end_now(p, ident, start, buf);
+        }
+        p2p_release(p->send_release);
+    }
+    return result == Py_None ? Py_NewRef(Py_None) : result;
+}
+
 static PyObject *P2P_lend(P2P *s, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 4) {
@@ -150,37 +195,9 @@ static PyObject *P2P_lend(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     int ok = p2p_send_args(s, args, &p, &tag, &sig, &b);
     if (ok <= 0)
         return ok < 0 ? NULL : Py_NewRef(Py_None);
-    PyObject *result = Py_None;
-    int got = b.len > 0 && p->lends && p->peer_pid > 0 ? p2p_try(p->send_acquire) : 0;
-    if (got < 0)
-        result = NULL;
-    else if (got) {
-        PyObject *v = p->closed ? NULL : PyObject_GetAttr(p->channel, s_l_next);
-        uint64_t ident = v == NULL ? 0 : PyLong_AsUnsignedLongLong(v), start, head;
-        Py_XDECREF(v);
-        if (PyErr_Occurred())
-            result = NULL;
-        else if (v != NULL && pipe_record(p, P2P_LENT, (uint64_t[3]){ident, LENT_POSTED, 0}, 24,
-                                          (uint64_t)b.len, (uint64_t)(uintptr_t)b.buf, tag, sig,
-                                          &start, &head)) {   /* body: shm_lent.LENT_BODY */
-            lend_note(p, ident, head);
-            s->sends++;
-            result = Py_BuildValue("KKL", (unsigned long long)ident, (unsigned long long)start,
-                                   now_ns());
-            if (result == NULL) {          /* (memory) no reader may see it after we return */
-                PyObject *et, *ev, *tb;
-                PyErr_Fetch(&et, &ev, &tb);
-                while (__atomic_load_n(&p->out_ctl[P2P_RELEASED], __ATOMIC_ACQUIRE) <= ident &&
-                       loan_withdraw(p, ident, start, args[0]) == 0)
-                    sched_yield();       /* claimed: read now; withdrawn or released: done */
-                PyErr_Clear();
-                PyErr_Restore(et, ev, tb);
-            }
-        }
-        p2p_release(p->send_release);
-    }
+    PyObject *result = lend_write(s, p, &b, tag, sig, args[0]);
     PyBuffer_Release(&b);
-    return result == Py_None ? Py_NewRef(Py_None) : result;
+    return result;
 }
 
 /* loan_wait's way out with the check hook's error (GIL held, the error set): the loan

@@ -5,10 +5,10 @@
 #include "_p2p_deferred.c"      /* Deferred: a deferred receive's fields and native wait */
 #include "_p2p_own.c"           /* P2P.own: a deferred receive's native wait in one call */
 #include "_p2p_sent.c"          /* Sent: SentWork's fields and methods in C */
+#include "_p2p_lend.c"          /* P2P.lend, P2P.loan_wait: a send lent from C */
 #include "_p2p_batch.c"         /* P2P.batch: batch_isend_irecv's start in one call */
 #include "_p2p_entry.c"         /* BatchCall: batch_isend_irecv itself in C */
 #include "_p2p_mpi.c"           /* P2P.mpi_irecv: collcomm.MPI Irecv in one call */
-#include "_p2p_lend.c"          /* P2P.lend, P2P.loan_wait: a send lent from C */
 
 /* Pipe(channel, out_view, out_base, out_ring, in_view, in_base, in_ring, eager, peer):
  * the views are writable memoryviews of the two inboxes, the bases the rings' control

@@ -89,7 +89,11 @@ LEND_FROM = 64 << 10
 #: receives take their messages meanwhile). Measured likewise (batch + waits, µs lent /
 #: through the ring): 64 KiB 15.7-15.8 / 12.4-12.7, 128 KiB 20.4-20.5 / 20.5-21.5,
 #: 256 KiB 31.4-31.7 / 39.1-39.2, 384 KiB 35.6-36.6 / 58.2, 512 KiB 44.8-45.4 / 82.7-88.1.
-LEND_FROM_WORK = 256 << 10
+#: Since the batch lends in its C call (native/_p2p_batch.c; session 23, two jobs each
+#: alternating the ways, median µs): 32 KiB 11.8-15.6 / 9.7-11.9, 64 KiB 14.3-18.1 /
+#: 14.5-17.3, 128 KiB 18.2-22.3 / 23.1-26.4, 192 KiB 22.2-26.9 / 29.1-33.8; collcomm.MPI's
+#: Isend + Irecv + Waitall: 64 KiB 11.4-13.6 / 12.7-16.6, 128 KiB 17.3-34.6 / 21.1-39.9.
+LEND_FROM_WORK = 128 << 10
 
 
 def takes_lent(local_ranks: int) -> bool:
