@@ -215,7 +215,8 @@ class RecvWork(core_p2p.Deferred, P2PWork):
 
 class LentWork(P2PWork):
     """An ``isend`` lent from C (``P2P.lend``: a LENT record with the buffer's address,
-    native/_p2p_lend.c): done once the receiver has read the buffer, or, unclaimed past the
+    native/_p2p_lend.c; or a ``batch_isend_irecv`` send lent by ``P2P.batch``, which makes
+    this work itself, native/_p2p_batch.c): done once the receiver has read the buffer, or, unclaimed past the
     patience, withdrawn into a copy; its wait is core/p2p_loans.py's loop (the receives
     take their messages meanwhile). ``_buf`` keeps the array alive until the loan is over."""
 

@@ -55,6 +55,16 @@ def _ring(counts: list[int]) -> dict:
     # would read the other's loan there): every one waits deferred, so only the send's
     # wait letting it take its message ends the loans
     p2p.native(rt.get_world("test")).take_now = 0
+    from collcomm import api_p2p       # (the batch lends in its C call: Python lends none)
+    python_lent: list[int] = []
+    lend_native = api_p2p.lend_native
+
+    def counted(*args: object, **kw: object) -> object:
+        w = lend_native(*args, **kw)
+        python_lent.append(w is not None)
+        return w
+
+    api_p2p.lend_native = counted
     ch = _channel(right)
     before, lent, bad = ch.loans, 0, 0
     for count in counts:
@@ -68,7 +78,9 @@ def _ring(counts: list[int]) -> dict:
                 w.wait()
             bad += not np.array_equal(got, np.arange(count, dtype=np.float32) * (left + 1) + i)
     dist.barrier()
-    return {"bad": bad, "lent": lent, "loans": ch.loans - before, "withdrawals": ch.withdrawals}
+    api_p2p.lend_native = lend_native
+    return {"bad": bad, "lent": lent, "loans": ch.loans - before, "withdrawals": ch.withdrawals,
+            "python_lent": sum(python_lent)}
 
 
 @needs_core
@@ -81,7 +93,7 @@ def test_a_ring_of_lent_sends_reads_each_loan_once(n: int) -> None:
     counts = [k - 1, k, 262_147, 1_000_003]      # below it: through the ring
     for res in run_ranks(_ring, n, counts, transport="shm", timeout=90, env={"COLLCOMM_CORES": str(n)}):
         assert res["bad"] == 0 and res["lent"] == 9 and res["loans"] >= 9, res
-        assert res["withdrawals"] == 0, res
+        assert res["withdrawals"] == 0 and res["python_lent"] == 0, res
 
 
 def _receive_late(count: int, closing_barrier: bool = True) -> dict:

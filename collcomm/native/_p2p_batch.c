@@ -1,5 +1,6 @@
 /* P2P.batch: the functional API's batch_isend_irecv in one call (included by _p2p_type.c
- * after _p2p_calls.c, whose p2p_write and helpers it uses).
+ * after _p2p_calls.c, whose p2p_write and helpers it uses, and _p2p_lend.c: lend_write,
+ * P2P_loan_wait).
  *
  * ``batch(ops, p2pop, irecv, ndarray, sigs, sent, received, g, record[, lent])``: ``ops`` a list
  * or tuple of ``p2pop`` (collcomm.P2POp) on the world group of this P2P (``group`` and
@@ -204,12 +205,30 @@ static PyObject *batch_deferred(PyTypeObject *cls, P2P *s, PyObject *held, PyObj
     return w;
 }
 
-/* Send b's loan ``loan`` (lend_write's) ended now: no work will wait for it (its error kept). */
-static void batch_lent_end(BatchOp *b, PyObject *loan)
+/* Send b's loan ``loan`` (lend_write's) ended now, as a work dropped unwaited ends its
+ * loan (core/p2p_loans.keep_unwaited): no work will wait for it. One bounded try of
+ * P2P.loan_wait with no patience (withdrawn under the channel's send lock); not over
+ * (being read, or the lock busy): the array kept alive for its reader (shm._kept). The
+ * caller's error is kept. */
+static void batch_lent_end(P2P *s, BatchOp *b, PyObject *loan)
 {
-    unsigned long long ident = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(loan, 0)),
-                       start = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(loan, 1));
-    loan_end_now(b->pipe, ident, start, b->arr);
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyObject *local = PyLong_FromLong(b->local), *one = PyLong_FromLong(1), *zero = PyLong_FromLong(0);
+    PyObject *over = NULL;
+    if (local != NULL && one != NULL && zero != NULL) {
+        PyObject *args[7] = {local, PyTuple_GET_ITEM(loan, 0), PyTuple_GET_ITEM(loan, 1), b->arr,
+                             PyTuple_GET_ITEM(loan, 2), one, zero};
+        over = P2P_loan_wait(s, args, 7);
+    }
+    PyErr_Clear();
+    if (over != Py_True && lend_keep(b->arr) < 0)
+        PyErr_WriteUnraisable(b->pipe->channel);
+    Py_XDECREF(over);
+    Py_XDECREF(local);
+    Py_XDECREF(one);
+    Py_XDECREF(zero);
+    PyErr_Restore(et, ev, tb);
 }
 
 /* The work of send b lent as ``loan`` (lend_write's): ``lent(p2p, g, local, loan, arr,
@@ -222,7 +241,7 @@ static PyObject *batch_lent(P2P *s, BatchOp *b, PyObject *lent, PyObject *g, PyO
     PyObject *w = local == NULL ? NULL : PyObject_Vectorcall(lent, args, 6, NULL);
     Py_XDECREF(local);
     if (w == NULL)
-        batch_lent_end(b, loan);
+        batch_lent_end(s, b, loan);
     return w;
 }
 
@@ -255,7 +274,7 @@ static PyObject *batch_run(P2P *s, BatchOp *b, int record, PyObject *held, PyObj
     if (record && (rec = rec_p2p(&s->rw, b->recv ? s_rec_irecv : s_rec_isend, b->pipe->peer,
                                  s_rec_entered, rec_now(), 0.0)) == NULL) {
         if (loan != NULL) {
-            batch_lent_end(b, loan);
+            batch_lent_end(s, b, loan);
             Py_DECREF(loan);
         }
         Py_DECREF(peer);
@@ -273,8 +292,11 @@ static PyObject *batch_run(P2P *s, BatchOp *b, int record, PyObject *held, PyObj
     } else
         w = batch_sent((PyTypeObject *)sent, g, peer, rec);
     Py_DECREF(peer);
-    if (record)
+    if (record) {
+        if (w == NULL)
+            rec_p2p_end(rec, 0);       /* (no work to end it: failed here) */
         Py_DECREF(rec);
+    }
     return w;
 }
 

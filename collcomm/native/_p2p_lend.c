@@ -138,9 +138,10 @@ static void lend_note(Pipe *p, uint64_t ident, uint64_t head)
     Py_XDECREF(h);
 }
 
-/* The loan at ring position `start` ended now (GIL held), for a loan no work will wait
- * for: read meanwhile (released), or withdrawn into a copy, or, claimed, waited for
- * until read (sched_yield between looks). The caller's error, if any, is kept. */
+/* The loan at ring position `start` ended now (GIL and send_lock held: lend_write's),
+ * for a loan no work will wait for: read meanwhile (released), or withdrawn into a copy,
+ * or, claimed, waited for until read (sched_yield between looks). The caller's error, if
+ * any, is kept. */
 static void loan_end_now(Pipe *p, uint64_t ident, uint64_t start, PyObject *buf)
 {
     PyObject *et, *ev, *tb;
