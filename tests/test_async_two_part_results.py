@@ -4,7 +4,8 @@ Results equal to numpy's for dtypes, ops, counts up to and past the two-part lim
 root, every one-step collective (all_reduce, broadcast, reduce, all_gather, gather,
 scatter, reduce_scatter), 2-D, a subgroup, mixed with queued and blocking calls in any
 order; a synchronous call right after an unwaited one finishes it first; collcomm.MPI's
-I-calls on the same path; bursts of calls with a late rank. (How they progress:
+I-calls on the same path; bursts of calls with a late rank; in a world of one, each call
+done at once (in C, where nothing is queued before it). (How they progress:
 tests/test_async_two_part.py.)
 """
 from __future__ import annotations
@@ -121,6 +122,29 @@ def _matrix() -> list[str]:
     if not (w.done and z.tolist() == [total] * 2):
         bad.append(f"unwaited: done {w.done} {z.tolist()}")
     w.wait()
+    if n == 1:       # a world of one: a call runs whole at once in C, its Work done...
+        if fast is not None:
+            x2 = np.ones(4)
+            works = {"all_reduce": dist.all_reduce(x2, async_op=True),
+                     "broadcast": dist.broadcast(x2, src=0, async_op=True),
+                     "barrier": dist.barrier(async_op=True),
+                     "reduce": dist.reduce(x2, dst=0, async_op=True),
+                     "all_gather": dist.all_gather_into_tensor(np.zeros(4), x2, async_op=True),
+                     "reduce_scatter": dist.reduce_scatter_tensor(np.zeros(4), x2, async_op=True),
+                     "gather": dist.gather(x2, [np.zeros(4)], dst=0, async_op=True),
+                     "scatter": dist.scatter(np.zeros(4), [x2], src=0, async_op=True)}
+            bad += [f"{name}: not done at once" for name, w in works.items() if not w.done]
+        # ... unless calls wait in the queue before it (a strided array: the regular path)
+        src, out, again = np.arange(4.0)[::2], np.zeros(2), np.zeros(2)
+        w1 = dist.all_gather_into_tensor(out, src, async_op=True)
+        w2 = dist.all_gather_into_tensor(again, out, async_op=True)    # must run after w1
+        w2.wait()
+        w1.wait()
+        if again.tolist() != [0.0, 2.0]:
+            bad.append(f"a call ran before the one queued ahead of it: {again.tolist()}")
+        if fast is not None and fast.calls - started < 100:
+            bad.append(f"only {fast.calls - started} calls took the fast call")
+        return bad
     # on a subgroup of every rank but 0 (its own arena and fast call)
     sub = dist.new_group(list(range(1, n)))
     v = np.full(3, me + 1, np.int64)
@@ -140,7 +164,7 @@ def _matrix() -> list[str]:
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("n", [1, 2, 3])
 def test_results_are_numpy_s(n: int) -> None:
     for bad in run_ranks(_matrix, n, transport="shm", timeout=200):
         assert bad == [], bad[:10]

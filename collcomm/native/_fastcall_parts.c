@@ -139,13 +139,40 @@ static PyObject *part_work(Fast *s, PyObject *name)
 /* An entry of the fast call (fast_all_reduce, ...) given the part to run */
 typedef PyObject *(*part_fn)(Fast *, PyObject *const *, Py_ssize_t, int);
 
+/* part_start for a group of one (no Core): the call runs whole now, in program order (none
+ * of the group's calls queued or started before it, the fast call not paused), and its
+ * Work is returned done, as a call that ran whole at its start is; None having done
+ * nothing (the regular path queues it). */
+static PyObject *alone_whole(Fast *s, part_fn run, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t queued = PyObject_Length(s->async_items);
+    if (queued != 0 || s->part_work != NULL || s->paused)
+        return queued < 0 ? NULL : Py_NewRef(Py_None);
+    PyObject *work = part_work(s, args[nargs - 1]);
+    if (work == NULL)
+        return NULL;
+    PyObject *r = run(s, args, nargs, PART_WHOLE);
+    if (r != Py_True) {            /* declined (None) or failed */
+        Py_DECREF(work);
+        return r;
+    }
+    Py_DECREF(r);
+    int plain = part_done(s, work, NULL);
+    if (plain <= 0)
+        Py_CLEAR(work);
+    if (plain == 0)
+        PyErr_SetString(PyExc_RuntimeError, "collcomm fast call: a new Work was locked");
+    return work;
+}
+
 /* The async entries' common part: start the call (`run` on `args`, whose last is the
  * call's name), then queue its second part. */
 static PyObject *part_start(Fast *s, part_fn run, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (s->work_type == NULL || s->core == Py_None || s->exec_thread != 0 ||
-        fast_timeout_scopes != 0 || nargs < 1)
+    if (s->work_type == NULL || s->exec_thread != 0 || fast_timeout_scopes != 0 || nargs < 1)
         Py_RETURN_NONE;
+    if (s->core == Py_None)        /* a group of one: nothing to wait for */
+        return alone_whole(s, run, args, nargs);
     /* the call started before and alone in the queue, which everybody has joined already:
      * finished here at once (waiting for nothing), so this one can start too (a burst of
      * small async calls all start at once while the ranks keep pace) */
