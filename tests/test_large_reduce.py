@@ -74,7 +74,8 @@ def test_large_reduce_native_and_python_ranks_together(n):
 
 
 def _pair_cases() -> list:
-    """reduce between two ranks past a 1 MiB slot through the core layer (out of place and
+    """reduce between two ranks past REDUCE_PAIR_FROM (and a 1 MiB slot, or within the
+    default one) through the core layer (out of place and
     in place, roots 0 and 1): steps of an eighth of the buffer, not a multiple of the
     itemsize for some dtypes; random data with signed zeros and NaNs up front, so a swap of
     the operands shows in the bits (max/min of -0.0 and 0.0, NaN payloads). Each result is
@@ -111,11 +112,13 @@ def _pair_cases() -> list:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("slot", [1 << 20, None], ids=["past-a-slot", "within-the-default-slot"])
 @pytest.mark.parametrize("python_rank", [None, 0, 1])
-def test_reduce_pair_bits_steps_and_mixed_ranks(python_rank):
+def test_reduce_pair_bits_steps_and_mixed_ranks(python_rank, slot):
+    # (the default slot, 4 MiB, holds every buffer: pipelined past REDUCE_PAIR_FROM there)
     env = None if python_rank is None else {python_rank: {"COLLCOMM_NATIVE": "0"}}
-    res = run_ranks(_pair_cases, 2, env={"COLLCOMM_SHM_SLOT": str(1 << 20)}, timeout=100,
-                    rank_env=env)
+    res = run_ranks(_pair_cases, 2, env={"COLLCOMM_SHM_SLOT": str(slot)} if slot else None,
+                    timeout=100, rank_env=env)
     bad = [case for rank in res for case in rank if not case[-1]]
     assert not bad, bad
     assert len(res[0]) == len(res[1]) == 40

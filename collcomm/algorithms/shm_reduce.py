@@ -8,8 +8,10 @@ bytes as ``all_reduce_one_step`` allows (every rank reduces all n slots), two-sh
 everybody copies each owner's slice out); reduce is the one-shot one on the root alone up
 to ``REDUCE_ONE_SHOT`` bytes of all ranks' data, else the two-shot one with only the root copying out; reduce_scatter reduces block i of every slot on rank i. Large chunks may be
 read from the peers' memory by cross-memory attach (:data:`CMA_ALL_REDUCE`; reduce_scatter
-above ``CMA_MIN``); between two ranks, a reduce past a slot goes as a pipeline instead
-(:func:`_reduce_pair`). Each first offers the call to the native core.
+above ``CMA_MIN``); between two ranks, a reduce past ``REDUCE_PAIR_FROM`` bytes (or a
+slot) goes as a pipeline instead (:func:`_reduce_pair`, :func:`reduce_in_pair`), one of
+``REDUCE_CMA_MIN``..``REDUCE_CMA_MAX`` by cross-memory attach (:func:`_reduce_cma`). Each
+first offers the call to the native core.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import numpy as np
 
 from .. import native
 from ..transport.arena_layout import (CMA, CMA_MIN, REDUCE_CMA_MAX, REDUCE_CMA_MIN, REDUCE_ONE_SHOT,
-                                      all_reduce_one_step)
+                                      REDUCE_PAIR_FROM, all_reduce_one_step)
 from ..transport.arena_layout import OFFSET as OFFSET_WORD
 from ..transport.arena_layout import SHARED as SHARED_WORD
 from .base import ReduceFn
@@ -104,11 +106,11 @@ def reduce(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, fn: ReduceF
         return
     arena = arena_of(comm, "reduce")
     n, me, dt = comm.size, comm.rank, send.dtype
-    if reduce_by_cma(arena, send.nbytes):
+    pair = reduce_in_pair(arena, send.nbytes)       # (the native core too: reduce_pair)
+    if not pair and reduce_by_cma(arena, send.nbytes):
         _reduce_cma(comm, arena, send, recv, fn, root)
         return
     core = native_core(arena)
-    pair = n == 2 and send.nbytes > arena.slot      # (the native core too: reduce_pair)
     if core is not None and (send.nbytes <= arena.slot or pair):
         code = native.code_for(fn, dt)
         if code >= 0:
@@ -150,6 +152,13 @@ def reduce(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, fn: ReduceF
             for r in range(n):
                 r0, r1 = split_bounds(count, n, r)
                 np.copyto(out[r0:r1], peer_slot(arena, phase, r, dt, count)[r0:r1] if r != me else mine[r0:r1])
+
+
+def reduce_in_pair(arena: Arena, nbytes: int) -> bool:
+    """Does a reduce of ``nbytes`` a rank go as the pipeline between two ranks
+    (:func:`_reduce_pair`)? Past REDUCE_PAIR_FROM bytes or a slot, as the native core's
+    Core_reduce decides (Core.reduce_pair_from): the same answer on every rank."""
+    return arena.n == 2 and nbytes > min(REDUCE_PAIR_FROM, arena.slot)
 
 
 def reduce_by_cma(arena: Arena, nbytes: int) -> bool:
@@ -222,7 +231,7 @@ def _reduce_cma_root(comm: ShmComm, arena: Arena, phase: int, send: np.ndarray, 
 
 def _reduce_pair(comm: ShmComm, arena: Arena, send: np.ndarray, recv: np.ndarray | None, fn: ReduceFn,
                  root: int) -> None:
-    """reduce between two ranks past a slot, pipelined: the other rank stages its
+    """reduce between two ranks past REDUCE_PAIR_FROM bytes, pipelined: the other rank stages its
     buffer in steps (the phases alternate), the root folds each step into ``recv`` as it
     arrives, in rank order (rank 0's data first), while the other stages the next step;
     every step checks the signature, as each native step does (ranks may mix the two).
@@ -230,8 +239,9 @@ def _reduce_pair(comm: ShmComm, arena: Arena, send: np.ndarray, recv: np.ndarray
     other stages). Each byte is copied once by the other rank and reduced once by the
     root; the two-shot loop had both ranks stage everything, reduce half each, sync, and
     the root copy it all out again (measured 2026-11-26, 8-64 MiB: 0.34-0.5x Open MPI
-    before; within a slot the two-shot call is faster, both ranks reducing half: the pair
-    took 1.1-1.6x its time at 1-2 MiB, session 18). ``recv`` may be ``send`` at
+    before; session 18 found the two-shot call faster within a slot, 1-2 MiB, but session
+    23 measured the pair at 0.5-0.65x its time and CMA's from 768 KiB: REDUCE_PAIR_FROM).
+    ``recv`` may be ``send`` at
     the root (every step of it is read before it is written). The native core's reduce
     does the same (native/_collectives_reduce.c reduce_pair)."""
     me, dt, count = comm.rank, send.dtype, send.size

@@ -124,7 +124,7 @@ def attach(arena: Any) -> Any:
         return None
     from ..transport import arena as arena_mod
     from ..transport.arena_layout import (NATIVE, ONE_SHOT, PIPE_MIN, PIPE_STEPS, vote_min,
-                                          REDUCE_ONE_SHOT)
+                                          REDUCE_ONE_SHOT, REDUCE_PAIR_FROM)
     from ..transport.shm_segments import PAGE
 
     spin, yields = ((SPIN_NS, YIELDS) if arena.n <= arena.cores
@@ -136,7 +136,8 @@ def attach(arena: Any) -> Any:
                          PAGE, ONE_SHOT, NATIVE, spin, yields, arena_mod._FUTEX is not None,
                          reduce_one_shot=REDUCE_ONE_SHOT, poll_ns=int(arena.poll * 1e9),
                          stage_nt=stage_nt(), pipe_min=PIPE_MIN, pipe_steps=PIPE_STEPS,
-                         a2a_adapt=vote_min(arena.n) if votes() else 0)
+                         a2a_adapt=vote_min(arena.n) if votes() else 0,
+                         reduce_pair_from=REDUCE_PAIR_FROM)
     except (ValueError, TypeError, BufferError) as exc:   # e.g. an arena it cannot map: Python
         warnings.warn(f"collcomm: the native core cannot work in this arena ({exc}); the group "
                       "runs on the Python implementation", RuntimeWarning, stacklevel=2)

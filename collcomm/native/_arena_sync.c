@@ -42,6 +42,8 @@ typedef struct {
     Py_ssize_t reduce_one_shot;   /* a reduce of at most this many bytes (n ranks') is one step */
     Py_ssize_t pipe_min;   /* a pipelined call's steps: at least this many bytes (0: a reduce */
     int pipe_steps;        /* between two ranks is two-shot), about 1/pipe_steps of the call */
+    Py_ssize_t reduce_pair_from;  /* a reduce between two ranks of more bytes than this (or
+                                   * than a slot) is pipelined (reduce_pair; 0: past a slot) */
     Py_ssize_t all_reduce_extra;  /* an all_reduce is one step while (n-1)(n-2)/n x its bytes <= this */
     int words;             /* 64-bit words of header per rank */
     int w_counter, w_offset, w_size, w_shared, w_signature, w_sleepers, w_phase;

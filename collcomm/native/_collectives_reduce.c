@@ -116,7 +116,8 @@ static PyObject *Core_all_reduce(Core *c, PyObject *const *args, Py_ssize_t narg
     return call_end(&k, ST_DONE);
 }
 
-/* reduce between two ranks past a slot (shm_reduce._reduce_pair, step for step): in steps
+/* reduce between two ranks past reduce_pair_from bytes or a slot (shm_reduce._reduce_pair,
+ * step for step; shm_reduce.reduce_in_pair says when): in steps
  * of shm_large.pipeline_elems, the other rank stages each step and the root folds it into
  * recv in rank order as it arrives, while the other stages the next; a signature check at
  * every step. Rank 0 as the root copies its own step into recv before the step's sync
@@ -124,8 +125,9 @@ static PyObject *Core_all_reduce(Core *c, PyObject *const *args, Py_ssize_t narg
  * block at a time, its own block kept aside first in `aside`, which stays in the L2: at
  * 32 MiB 4.4 ms against the Python loop's 7.4, which copies each whole step aside). Each byte is copied once by the other rank and reduced once by the root; the
  * two-shot call had both stage everything, reduce half each, sync, and the root copy it
- * all out again. (Within a slot the two-shot call is faster, both ranks reducing half: the
- * pair measured 1.1-1.6x its time at 1-2 MiB.) A status, or -1 with an exception. */
+ * all out again. (Session 18 found the two-shot call faster within a slot; session 23
+ * measured the pair at 0.5-0.65x its time at 1-4 MiB: arena_layout.REDUCE_PAIR_FROM.) A
+ * status, or -1 with an exception. */
 #define PAIR_BLOCK (128 << 10)
 
 static int reduce_pair_steps(Call *k, kernel_t fn, int isz, const char *send, char *recv,
@@ -203,7 +205,8 @@ static PyObject *reduce_cma(Call *k, long code, const char *send, char *recv, Py
  * reduce_cma_min..reduce_cma_max bytes by cross-memory attach (reduce_cma, _cma.c); else
  * always staged; up to
  * reduce_one_shot bytes of all ranks' data in one step (the root combines every slot; it
- * may then run in two parts), else past a slot between two ranks in steps (reduce_pair),
+ * may then run in two parts), else between two ranks past reduce_pair_from bytes or a
+ * slot in steps (reduce_pair),
  * else one chunk in two (each rank reduces its slice, a sync, the root collects the
  * slices). */
 static PyObject *Core_reduce(Core *c, PyObject *const *args, Py_ssize_t nargs)
@@ -225,7 +228,10 @@ static PyObject *Core_reduce(Core *c, PyObject *const *args, Py_ssize_t nargs)
         return call_end(&k, ST_REFUSE);
     int n = c->n, me = c->rank;
     int one_step = nbytes * n <= c->reduce_one_shot;
-    int pair = n == 2 && nbytes > c->slot && c->pipe_min > 0;     /* (in steps) */
+    Py_ssize_t pair_past = c->reduce_pair_from > 0 && c->reduce_pair_from < c->slot
+                           ? c->reduce_pair_from : c->slot;
+    int pair = n == 2 && nbytes > pair_past && c->pipe_min > 0;   /* (in steps; as
+                                                                    * shm_reduce.reduce_in_pair) */
     if (fn == NULL || nbytes % isz || (nbytes > c->slot && !pair) || nbytes == 0 || root < 0 ||
         root >= n || (me == root && (recv == NULL || rbytes != nbytes)))
         return call_end(&k, ST_REFUSE);

@@ -9,7 +9,7 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds)
     static char *kwlist[] = {"mapping", "n", "rank", "header", "slot", "stride", "page",
                              "one_shot", "layout", "spin_ns", "yields", "futex",
                              "reduce_one_shot", "poll_ns", "stage_nt", "pipe_min", "pipe_steps",
-                             "a2a_adapt", NULL};
+                             "a2a_adapt", "reduce_pair_from", NULL};
     PyObject *mapping, *layout;
     long long spin_ns;
     int futex;
@@ -19,6 +19,7 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds)
     self->pipe_min = 0;            /* (not given: a reduce between two ranks is two-shot) */
     self->pipe_steps = 1;
     self->a2a_adapt = 0;           /* (not given: all_to_all by the fixed rule alone) */
+    self->reduce_pair_from = 0;    /* (not given: a reduce is pipelined past a slot only) */
     self->reduce_cma_min = self->reduce_cma_max = 0;   /* (until Arena.build says: never) */
     self->pids = NULL;
     for (int i = 0; i < A2A_CLASSES; i++) {
@@ -27,15 +28,16 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds)
     }
     self->all_reduce_extra = (Py_ssize_t)1 << 40;   /* one step up to one_shot, until the
                                                        group agrees (Arena.check_settings) */
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OiinnnnnOLip|nLinin", kwlist, &mapping, &self->n,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OiinnnnnOLip|nLininn", kwlist, &mapping, &self->n,
                                      &self->rank, &self->header, &self->slot, &self->stride,
                                      &self->page, &self->one_shot, &layout, &spin_ns,
                                      &self->yields, &futex, &self->reduce_one_shot,
                                      &self->poll_ns, &self->stage_nt, &self->pipe_min,
-                                     &self->pipe_steps, &self->a2a_adapt))
+                                     &self->pipe_steps, &self->a2a_adapt, &self->reduce_pair_from))
         return -1;
-    if (self->pipe_min < 0 || self->pipe_steps < 1 || self->a2a_adapt < 0) {
-        PyErr_SetString(PyExc_ValueError, "pipe_min and a2a_adapt must be >= 0 and pipe_steps >= 1");
+    if (self->pipe_min < 0 || self->pipe_steps < 1 || self->a2a_adapt < 0 || self->reduce_pair_from < 0) {
+        PyErr_SetString(PyExc_ValueError, "pipe_min, a2a_adapt and reduce_pair_from must be >= 0 "
+                        "and pipe_steps >= 1");
         return -1;
     }
     self->spin_ns = spin_ns;
@@ -118,6 +120,9 @@ static PyMemberDef Core_members[] = {
      "a reduce between two ranks of reduce_cma_min..reduce_cma_max bytes goes by cross-memory "
      "attach (0: never; Arena.build sets them: shm_reduce.reduce_by_cma)"},
     {"reduce_cma_max", T_PYSSIZET, offsetof(Core, reduce_cma_max), 0, "see reduce_cma_min"},
+    {"reduce_pair_from", T_PYSSIZET, offsetof(Core, reduce_pair_from), READONLY,
+     "a reduce between two ranks of more bytes than this or than a slot is pipelined "
+     "(reduce_pair; 0: past a slot only; shm_reduce.reduce_in_pair)"},
     {"pids", T_OBJECT, offsetof(Core, pids), 0, "every rank's pid (reduce's CMA step)"},
     {"ag_staged", T_ULONGLONG, offsetof(Core, ag_by), READONLY,
      "all_gathers this rank (rank 0) voted to stage"},

@@ -155,6 +155,19 @@ REDUCE_ONE_SHOT = 64 << 10
 #: the two-shot call stays). Every rank must agree on them.
 REDUCE_CMA_MIN, REDUCE_CMA_MAX = 64 << 10, 512 << 10
 
+#: A reduce between two ranks of more bytes a rank than this (or than a slot) is pipelined
+#: (shm_reduce._reduce_pair, native reduce_pair): the other rank stages a step while the
+#: root folds the one before. It was so only past a slot; within one, measured 2026-11-29
+#: (2-vCPU Intel VM, one job, the ways alternating, median µs, root 0, in place / out of
+#: place): 768 KiB 100 / 152 against CMA's 99 / 196, 1 MiB 121-139 / 200 against 165-197 /
+#: 229, 2 MiB 236-264 / 352 against 316-411 / 405, 4 MiB 441-456 against 568-580; at 512 KiB
+#: and below CMA is as fast or faster (384 KiB 62 / 66 against 39 / 45). Without
+#: cross-memory attach it beats the two-shot call too: 768 KiB 115 / 148 against 182 / 191,
+#: 1 MiB 139 / 197 against 229 / 264, 4 MiB 540 / 843 against 1056 / 1019. Above REDUCE_CMA_MAX (never both ways).
+#: Every rank must agree on it.
+REDUCE_PAIR_FROM = 512 << 10
+assert REDUCE_CMA_MAX <= REDUCE_PAIR_FROM
+
 #: broadcast, all_gather / gather, reduce_scatter (per-rank block) and all_to_all (largest
 #: block × n) read the peers' buffers by cross-memory attach only above this many bytes;
 #: below they stage through the slots (one copy more, but in C: measured 1.2-3x faster
