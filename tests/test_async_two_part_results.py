@@ -134,10 +134,13 @@ def _matrix() -> list[str]:
                      "gather": dist.gather(x2, [np.zeros(4)], dst=0, async_op=True),
                      "scatter": dist.scatter(np.zeros(4), [x2], src=0, async_op=True)}
             bad += [f"{name}: not done at once" for name, w in works.items() if not w.done]
-        # ... unless calls wait in the queue before it (a strided array: the regular path)
-        src, out, again = np.arange(4.0)[::2], np.zeros(2), np.zeros(2)
-        w1 = dist.all_gather_into_tensor(out, src, async_op=True)
+        # ... unless a call waits in the queue before it (an explicit algorithm: queued
+        # on the regular path)
+        src, out, again = np.array([0.0, 2.0]), np.zeros(2), np.zeros(2)
+        w1 = dist.all_gather_into_tensor(out, src, async_op=True, algorithm="ring")
         w2 = dist.all_gather_into_tensor(again, out, async_op=True)    # must run after w1
+        if w1.done or w2.done:
+            bad.append(f"not queued: w1 done {w1.done}, w2 done {w2.done}")
         w2.wait()
         w1.wait()
         if again.tolist() != [0.0, 2.0]:

@@ -108,7 +108,7 @@ def _pair_cases() -> list:
                     expect = want if me == root else a[me]
                     out.append((dt, str(op), root, in_place,
                                 bool(np.array_equal(got.view(np.uint8), expect.view(np.uint8)))))
-    return out
+    return [g._arena.slot] + out
 
 
 @pytest.mark.timeout(120)
@@ -119,6 +119,8 @@ def test_reduce_pair_bits_steps_and_mixed_ranks(python_rank, slot):
     env = None if python_rank is None else {python_rank: {"COLLCOMM_NATIVE": "0"}}
     res = run_ranks(_pair_cases, 2, env={"COLLCOMM_SHM_SLOT": str(slot)} if slot else None,
                     timeout=100, rank_env=env)
+    slots = [rank.pop(0) for rank in res]
+    assert slots == [slot or 4 << 20] * 2, slots        # (the default: every buffer fits)
     bad = [case for rank in res for case in rank if not case[-1]]
     assert not bad, bad
     assert len(res[0]) == len(res[1]) == 40

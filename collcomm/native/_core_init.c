@@ -19,7 +19,9 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds)
     self->pipe_min = 0;            /* (not given: a reduce between two ranks is two-shot) */
     self->pipe_steps = 1;
     self->a2a_adapt = 0;           /* (not given: all_to_all by the fixed rule alone) */
-    self->reduce_pair_from = 0;    /* (not given: a reduce is pipelined past a slot only) */
+    self->reduce_pair_from = 0;    /* (not given: a reduce is pipelined past a slot only;
+                                    * native.attach always gives arena_layout.REDUCE_PAIR_FROM,
+                                    * which the Python ranks' rule uses: they must agree) */
     self->reduce_cma_min = self->reduce_cma_max = 0;   /* (until Arena.build says: never) */
     self->pids = NULL;
     for (int i = 0; i < A2A_CLASSES; i++) {

@@ -84,7 +84,7 @@ A2A_VOTE_STAGED, A2A_VOTE_CMA = 1, 2
 #: to reach ``target`` before it arrives there itself (no size is 2**61 bytes)
 HOLD = 1 << 61
 
-#: A staged broadcast, and a reduce between two ranks past a slot, go in steps of
+#: A staged broadcast, and a reduce between two ranks past REDUCE_PAIR_FROM, go in steps of
 #: about 1/PIPE_STEPS of the buffer, none smaller than PIPE_MIN bytes (each step costs a
 #: sync; 2 steps of 128 KiB measured slower than one of 256 KiB) nor larger than a slot:
 #: the writer copies step i+1 in while the others read step i (shm_large.pipeline_elems;
@@ -151,20 +151,21 @@ REDUCE_ONE_SHOT = 64 << 10
 #: (shm_reduce._reduce_cma). Staged, both ranks copied in, reduced half each, and the root
 #: copied out, pulling lines the other core had just written. Measured 2026-11-28 (2-vCPU
 #: Intel VM, two processes, numpy): 64 KiB 9.5 against 13-16 µs staged, 128 KiB 14 / 27,
-#: 256 KiB 30-35 / 45-47, 512 KiB 51-56 / 81-87, 1 MiB 240-263 / 229-247 (no gain: above,
-#: the two-shot call stays). Every rank must agree on them.
+#: 256 KiB 30-35 / 45-47, 512 KiB 51-56 / 81-87, 1 MiB 240-263 / 229-247 (no gain; above,
+#: the pipeline: REDUCE_PAIR_FROM). Every rank must agree on them.
 REDUCE_CMA_MIN, REDUCE_CMA_MAX = 64 << 10, 512 << 10
 
 #: A reduce between two ranks of more bytes a rank than this (or than a slot) is pipelined
 #: (shm_reduce._reduce_pair, native reduce_pair): the other rank stages a step while the
 #: root folds the one before. It was so only past a slot; within one, measured 2026-11-29
 #: (2-vCPU Intel VM, one job, the ways alternating, median µs, root 0, in place / out of
-#: place): 768 KiB 100 / 152 against CMA's 99 / 196, 1 MiB 121-139 / 200 against 165-197 /
-#: 229, 2 MiB 236-264 / 352 against 316-411 / 405, 4 MiB 441-456 against 568-580; at 512 KiB
-#: and below CMA is as fast or faster (384 KiB 62 / 66 against 39 / 45). Without
-#: cross-memory attach it beats the two-shot call too: 768 KiB 115 / 148 against 182 / 191,
-#: 1 MiB 139 / 197 against 229 / 264, 4 MiB 540 / 843 against 1056 / 1019. Above REDUCE_CMA_MAX (never both ways).
-#: Every rank must agree on it.
+#: place), the pair against CMA (REDUCE_CMA_MAX raised for the test): 768 KiB 100 / 152
+#: against 99 / 196, 1 MiB 121-139 / 200 against 165-197 / 229, 2 MiB 236-264 / 352 against
+#: 316-411 / 405, 4 MiB 441-456 against 568-580; at 512 KiB and below CMA is as fast or
+#: faster (384 KiB 62 / 66 against 39 / 45). Without cross-memory attach the pair beats the
+#: two-shot call too: 768 KiB 115 / 148 against 182 / 191, 1 MiB 139 / 197 against 229 /
+#: 264, 4 MiB 540 / 843 against 1056 / 1019. It must not be below REDUCE_CMA_MAX (the two
+#: ways never overlap), and every rank must agree on it.
 REDUCE_PAIR_FROM = 512 << 10
 assert REDUCE_CMA_MAX <= REDUCE_PAIR_FROM
 
