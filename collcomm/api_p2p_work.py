@@ -222,7 +222,9 @@ class LentWork(P2PWork):
 
     def __init__(self, f: Any, g: ProcessGroup, local: int, loan: tuple[int, int, int],
                  arr: np.ndarray, rec: Any) -> None:
-        super().__init__("isend", None, g, arr, g.ranks[local])   # type: ignore[arg-type]
+        # P2PWork.__init__'s fields, set here (one frame less a lent send: ~0.2 µs)
+        self.name, self._handle, self._group, self._buf = "isend", None, g, arr
+        self._peer, self._status, self._exc = g.ranks[local], None, None
         self._f, self._local, self._loan, self._rec = f, local, loan, rec
 
     def wait(self, timeout: float | None = None) -> bool:

@@ -41,12 +41,13 @@ def loan_over(f: Any, g: ProcessGroup, local: int, loan: tuple[int, int, int], b
     patience = patience_ns()
     if not block:
         return bool(f.loan_wait(local, ident, start, buf, since, 1, patience))
-    eng, t0, progress = g.transport, time.monotonic(), True
-    next_check, peer, nbytes = t0 + CHECK_S, g.ranks[local], memoryview(buf).nbytes
     step = FIRST_STEP_NS
     try:
-        while not f.loan_wait(local, ident, start, buf, since, step, patience):
-            step = min(STEP_NS, 2 * step)
+        if f.loan_wait(local, ident, start, buf, since, step, patience):
+            return True           # (over within the first step: no set-up for the loop)
+        eng, t0, progress = g.transport, time.monotonic(), True
+        next_check, peer, nbytes = t0 + CHECK_S, g.ranks[local], memoryview(buf).nbytes
+        while True:
             if progress:          # the receives take what came: the first deferred one, or
                 try:              # (none deferred) the engine's poll, which reads loans aside
                     try:
@@ -65,8 +66,9 @@ def loan_over(f: Any, g: ProcessGroup, local: int, loan: tuple[int, int, int], b
             if now >= next_check:  # as a native receive's wait: closed, the peer lost, the timeout
                 next_check = now + CHECK_S
                 eng.native_check(peer, nbytes, 0, now - t0, current_timeout(g.timeout))
-        else:
-            return True
+            step = min(STEP_NS, 2 * step)
+            if f.loan_wait(local, ident, start, buf, since, step, patience):
+                return True
     except BaseException:         # (the check's error, Ctrl-C): the loan ends first
         keep_unwaited(f, local, loan, buf)
         raise
