@@ -55,6 +55,7 @@ class P2PWork:
 
     def __init__(self, name: str, handle: Handle, g: ProcessGroup, buf: Buf | np.ndarray,
                  peer: int | None) -> None:
+        # (LentWork.__init__ sets these same fields itself: keep the two alike)
         self.name = name
         self._handle = handle
         self._group = g
