@@ -263,8 +263,6 @@ static PyObject *fast_reduce(Fast *s, PyObject *const *args, Py_ssize_t nargs, i
     int fits = dt >= 0 && nbytes > 0 && nbytes <= s->limit[FC_REDUCE] &&
                (args[1] == Py_None || p.len[1] == nbytes) &&
                (part == PART_WHOLE || nbytes * s->size <= ((Core *)s->core)->reduce_one_shot);
-    if (fits && s->core == Py_None && p.data[1] != p.data[0])
-        memcpy(p.data[1], p.data[0], nbytes);
     FastOp *e = fits ? fast_op(s, args[2], dt) : NULL;
     PyObject *code = e == NULL ? NULL : PyLong_FromLong(e->code[dt]);
     if (code == NULL) {
@@ -273,6 +271,8 @@ static PyObject *fast_reduce(Fast *s, PyObject *const *args, Py_ssize_t nargs, i
             return NULL;
         Py_RETURN_NONE;
     }
+    if (s->core == Py_None && p.data[1] != p.data[0])   /* (taken: a group of one's result) */
+        memcpy(p.data[1], p.data[0], nbytes);
     uint64_t sig = s->plain_sig[FC_REDUCE] | (e->sig[dt] & ~TOP4) |
                    ((uint64_t)(root & 0x3FFF) << 36) | COUNT_BITS(count);
     PyObject *cargs[6] = {NULL, args[0], args[1], code, args[3], NULL};
@@ -295,8 +295,6 @@ static PyObject *fast_reduce_scatter(Fast *s, PyObject *const *args, Py_ssize_t 
     Py_ssize_t kb = p.len[1], count = kb / p.itemsize;
     int fits = dt >= 0 && kb > 0 && p.len[0] == kb * s->size && p.len[0] <= s->limit[FC_REDUCE_SCATTER] &&
                part_size_ok(s, part, p.len[0]);
-    if (fits && s->core == Py_None)
-        memcpy(p.data[1], p.data[0], kb);
     FastOp *e = fits ? fast_op(s, args[2], dt) : NULL;
     PyObject *code = e == NULL ? NULL : PyLong_FromLong(e->code[dt]);
     if (code == NULL) {
@@ -305,6 +303,8 @@ static PyObject *fast_reduce_scatter(Fast *s, PyObject *const *args, Py_ssize_t 
             return NULL;
         Py_RETURN_NONE;
     }
+    if (s->core == Py_None)        /* (taken: a group of one's result) */
+        memcpy(p.data[1], p.data[0], kb);
     uint64_t sig = s->plain_sig[FC_REDUCE_SCATTER] | (e->sig[dt] & ~TOP4) |
                    ((uint64_t)0x3FFF << 36) | COUNT_BITS(count);
     PyObject *cargs[5] = {NULL, args[0], args[1], code, NULL};
