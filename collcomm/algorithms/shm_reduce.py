@@ -240,7 +240,8 @@ def _reduce_pair(comm: ShmComm, arena: Arena, send: np.ndarray, recv: np.ndarray
     root; the two-shot loop had both ranks stage everything, reduce half each, sync, and
     the root copy it all out again (measured 2026-11-26, 8-64 MiB: 0.34-0.5x Open MPI
     before; session 18 found the two-shot call faster within a slot, 1-2 MiB, but session
-    23 measured the pair at 0.5-0.65x its time and CMA's from 768 KiB: REDUCE_PAIR_FROM).
+    23 measured the pair faster than it and than CMA from 768 KiB: the figures at
+    arena_layout.REDUCE_PAIR_FROM).
     ``recv`` may be ``send`` at
     the root (every step of it is read before it is written). The native core's reduce
     does the same (native/_collectives_reduce.c reduce_pair)."""

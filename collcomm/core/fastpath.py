@@ -88,7 +88,7 @@ def _staged_max(arena: Any, collective: str, n: int) -> int:
     shm_large.split_from, where shm_large starts splitting them by CMA (the fast call
     takes those split, see _rooted_cma; a reduce between two
     ranks that read each other's memory goes by CMA in the C entry as in shm_reduce:
-    reduce_by_cma)."""
+    reduce_by_cma; past REDUCE_PAIR_FROM, pipelined: reduce_in_pair)."""
     slot = arena.slot
     if collective == "broadcast":   # from split_from: split (_bcast_cma), or the regular path
         split = shm_large.split_from(arena, collective)

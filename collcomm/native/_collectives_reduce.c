@@ -126,8 +126,8 @@ static PyObject *Core_all_reduce(Core *c, PyObject *const *args, Py_ssize_t narg
  * 32 MiB 4.4 ms against the Python loop's 7.4, which copies each whole step aside). Each byte is copied once by the other rank and reduced once by the root; the
  * two-shot call had both stage everything, reduce half each, sync, and the root copy it
  * all out again. (Session 18 found the two-shot call faster within a slot; session 23
- * measured the pair at 0.5-0.65x its time at 1-4 MiB: arena_layout.REDUCE_PAIR_FROM.) A
- * status, or -1 with an exception. */
+ * measured the pair faster than it and than CMA from 768 KiB: the figures at
+ * arena_layout.REDUCE_PAIR_FROM.) A status, or -1 with an exception. */
 #define PAIR_BLOCK (128 << 10)
 
 static int reduce_pair_steps(Call *k, kernel_t fn, int isz, const char *send, char *recv,

@@ -79,8 +79,9 @@ typedef struct {
     int take_now;                        /* receives taken when started, their message there */
     int steal;                           /* set by another thread: a waiting receive leaves */
     Py_ssize_t lend_from;                /* > 0: a batch's sends of this many bytes or more to
-                                          * a rank that takes loans are left to Python, which
-                                          * lends them (P2P.lend, api_p2p_work.LentWork) */
+                                          * a rank that takes loans are lent (P2P.batch with
+                                          * its `lent` class; without it, left to the caller,
+                                          * which lends them: P2P.lend, LentWork) */
     unsigned long long sends, recvs;     /* calls done here (tests check the path) */
     RecWriter rw;                        /* the flight recorder's records (_record.c) */
 } P2P;

@@ -269,8 +269,8 @@ static PyMemberDef P2P_members[] = {
     {"steal", T_INT, offsetof(P2P, steal), 0,
      "non-zero: a receive waiting on an empty ring leaves (another thread must post first)"},
     {"lend_from", T_PYSSIZET, offsetof(P2P, lend_from), 0,
-     "> 0: batch sends of this many bytes or more to a rank that takes loans are left to "
-     "the caller (which lends them); 0: never"},
+     "> 0: batch sends of this many bytes or more to a rank that takes loans are lent "
+     "(by P2P.batch given its lent class, else left to the caller, which lends them); 0: never"},
     {"sends", T_ULONGLONG, offsetof(P2P, sends), READONLY, "sends completed here"},
     {"recvs", T_ULONGLONG, offsetof(P2P, recvs), READONLY, "receives completed here"},
     {"record", T_INT, offsetof(P2P, rw.on), 0,
