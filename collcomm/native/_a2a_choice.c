@@ -59,8 +59,8 @@ static inline A2aChoice *way_class(A2aChoice *table, Py_ssize_t bytes)
 }
 
 /* Rank 0's vote (A2A_VOTE_*) for a call of `bytes` whose sizes `table` records; `cma`: the
- * call can go by CMA at all */
-static int way_vote(Core *c, A2aChoice *table, Py_ssize_t bytes, int cma)
+ * call can go by CMA at all; `now`: now_ns() (vote_sim's own clock) */
+static int way_vote_at(Core *c, A2aChoice *table, Py_ssize_t bytes, int cma, long long now)
 {
     if (c->rank != 0 || c->a2a_adapt <= 0 || !cma || bytes < c->a2a_adapt)
         return A2A_VOTE_NONE;
@@ -96,7 +96,7 @@ static int way_vote(Core *c, A2aChoice *table, Py_ssize_t bytes, int cma)
             else {
                 double every = A2A_EXPLORE_CALLS * h->cost[pick] * (double)bytes;
                 long long gap = every > A2A_EXPLORE_NS ? (long long)every : A2A_EXPLORE_NS;
-                other = now_ns() - h->seen[1 - pick] > gap;
+                other = now - h->seen[1 - pick] > gap;
             }
             other = other || stale;
             way = other ? 1 - pick : pick;
@@ -117,17 +117,21 @@ static int way_vote(Core *c, A2aChoice *table, Py_ssize_t bytes, int cma)
     return way == 0 ? A2A_VOTE_STAGED : A2A_VOTE_CMA;
 }
 
+static int way_vote(Core *c, A2aChoice *table, Py_ssize_t bytes, int cma)
+{
+    return way_vote_at(c, table, bytes, cma, now_ns());
+}
+
 /* Rank 0, after a call it voted for went that way: what it cost (t0: the agreement's
- * sync); `by` counts the calls each way */
-static void way_record(A2aChoice *table, unsigned long long *by, Py_ssize_t bytes, int vote,
-                       long long t0)
+ * sync; `now`: its end, now_ns() or vote_sim's clock); `by` counts the calls each way */
+static void way_record_at(A2aChoice *table, unsigned long long *by, Py_ssize_t bytes, int vote,
+                          long long t0, long long now)
 {
     if (vote == A2A_VOTE_NONE)
         return;
     int way = vote == A2A_VOTE_CMA;
     A2aChoice *h = way_class(table, bytes);
     by[way]++;
-    long long now = now_ns();
     h->streak = h->last == way ? (h->streak > A2A_COLD ? h->streak : h->streak + 1) : 0;
     h->last = (signed char)way;
     if (h->streak < A2A_COLD)
@@ -144,11 +148,18 @@ static void way_record(A2aChoice *table, unsigned long long *by, Py_ssize_t byte
     h->seen[way] = now;
 }
 
+static void way_record(A2aChoice *table, unsigned long long *by, Py_ssize_t bytes, int vote,
+                       long long t0)
+{
+    way_record_at(table, by, bytes, vote, t0, now_ns());
+}
+
 /* vote_sim(bytes, staged_us, cma_us) -> the way rank 0 took for each call (0 staged, 1 by
  * CMA): its vote run on a fresh table of choices over len(staged_us) calls of `bytes`,
  * each call costing the given sample (µs) of the way it took. For the tests: the vote's
- * rules on chosen samples, with no processes and no timing of real calls (a try every
- * A2A_EXPLORE_NS does not come within such a run). */
+ * rules on chosen samples, with no processes and no timing of real calls: its own clock
+ * advances by each call's sample, nothing else (a try every A2A_EXPLORE_NS does not come
+ * within such a run; a descheduled test process cannot inflate a sample). */
 static PyObject *mod_vote_sim(PyObject *m, PyObject *args)
 {
     Py_ssize_t bytes;
@@ -179,16 +190,19 @@ static PyObject *mod_vote_sim(PyObject *m, PyObject *args)
     for (int i = 0; i < A2A_CLASSES; i++)
         table[i] = (A2aChoice){{0, 0}, {0, 0}, -1, 0, -1, 0, -1};
     unsigned long long by[2] = {0, 0};
+    long long clock = now_ns();
     out = PyList_New(calls);
     for (Py_ssize_t i = 0; out != NULL && i < calls; i++) {
-        int vote = way_vote(c, table, bytes, 1);
+        int vote = way_vote_at(c, table, bytes, 1, clock);
         int way = vote == A2A_VOTE_CMA;
         double us = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(samples[way], i));
         if (us == -1.0 && PyErr_Occurred()) {
             Py_CLEAR(out);
             break;
         }
-        way_record(table, by, bytes, vote, now_ns() - (long long)(us * 1000.0));
+        long long t0 = clock;
+        clock += (long long)(us * 1000.0);
+        way_record_at(table, by, bytes, vote, t0, clock);
         PyList_SET_ITEM(out, i, PyLong_FromLong(way));
     }
 done:
