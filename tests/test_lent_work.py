@@ -96,6 +96,11 @@ def test_a_ring_of_lent_sends_reads_each_loan_once(n: int) -> None:
         assert res["withdrawals"] == 0 and res["python_lent"] == 0, res
 
 
+def _sender_and_receiver(fn: Callable[[], dict]) -> list:
+    """``fn`` on two ranks of this host, one CPU each: (rank 0's result, rank 1's)."""
+    return run_ranks(fn, 2, transport="shm", timeout=90, env={"COLLCOMM_CORES": "2"})
+
+
 def _receive_late(count: int, closing_barrier: bool = True) -> dict:
     """Rank 1's side: a barrier (with rank 0, once its send is over), then the receive
     of rank 0's arange (``closing_barrier``: and another, rank 0 reading its counters)."""
@@ -134,7 +139,7 @@ def _dropped() -> dict:
 @needs_core
 @pytest.mark.timeout(120)
 def test_a_work_dropped_unwaited_withdraws_its_loan() -> None:
-    sender, receiver = run_ranks(_dropped, 2, transport="shm", timeout=90, env={"COLLCOMM_CORES": "2"})
+    sender, receiver = _sender_and_receiver(_dropped)
     assert sender == {"kind": "LentWork", "withdrawals": 1}, sender
     assert receiver["ok"], receiver
 
@@ -163,7 +168,7 @@ def _polled() -> dict:
 @needs_core
 @pytest.mark.timeout(120)
 def test_is_completed_polled_while_the_receiver_is_elsewhere() -> None:
-    sender, receiver = run_ranks(_polled, 2, transport="shm", timeout=90, env={"COLLCOMM_CORES": "2"})
+    sender, receiver = _sender_and_receiver(_polled)
     assert receiver["ok"], receiver
     assert sender["polls"] > 0 and sender["withdrawals"] == 1, sender
 
@@ -197,8 +202,7 @@ def _timed_out_then_read() -> dict:
 @needs_core
 @pytest.mark.timeout(120)
 def test_a_wait_that_times_out_leaves_the_loan_out() -> None:
-    sender, receiver = run_ranks(_timed_out_then_read, 2, transport="shm", timeout=90,
-                                 env={"COLLCOMM_CORES": "2"})
+    sender, receiver = _sender_and_receiver(_timed_out_then_read)
     assert receiver["ok"], receiver
     assert sender == {"timed_out": True, "pending": True, "to": 1, "withdrawals": 0,
                       "kind": "LentWork"}, sender
@@ -245,8 +249,7 @@ def _lent_work_not_made() -> dict:
 @needs_core
 @pytest.mark.timeout(120)
 def test_a_loan_whose_work_cannot_be_made_ends_before_the_error_leaves() -> None:
-    sender, receiver = run_ranks(_lent_work_not_made, 2, transport="shm", timeout=90,
-                                 env={"COLLCOMM_CORES": "2"})
+    sender, receiver = _sender_and_receiver(_lent_work_not_made)
     assert receiver["ok"], receiver
     assert sender == {"raised": "no work today", "loans": 1, "withdrawals": 1}, sender
 

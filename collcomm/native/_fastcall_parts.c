@@ -139,6 +139,18 @@ static PyObject *part_work(Fast *s, PyObject *name)
 /* An entry of the fast call (fast_all_reduce, ...) given the part to run */
 typedef PyObject *(*part_fn)(Fast *, PyObject *const *, Py_ssize_t, int);
 
+/* `work` (a new reference, just made by part_work) marked done, its call having run
+ * whole: returned, or NULL with an exception (the reference dropped). */
+static PyObject *ran_whole(Fast *s, PyObject *work)
+{
+    int plain = part_done(s, work, NULL);
+    if (plain <= 0)
+        Py_CLEAR(work);
+    if (plain == 0)
+        PyErr_SetString(PyExc_RuntimeError, "collcomm fast call: a new Work was locked");
+    return work;
+}
+
 /* part_start for a group of one (no Core): the call runs whole now, in program order (none
  * of the group's calls queued or started before it, the fast call not paused), and its
  * Work is returned done, as a call that ran whole at its start is; None having done
@@ -157,12 +169,7 @@ static PyObject *alone_whole(Fast *s, part_fn run, PyObject *const *args, Py_ssi
         return r;
     }
     Py_DECREF(r);
-    int plain = part_done(s, work, NULL);
-    if (plain <= 0)
-        Py_CLEAR(work);
-    if (plain == 0)
-        PyErr_SetString(PyExc_RuntimeError, "collcomm fast call: a new Work was locked");
-    return work;
+    return ran_whole(s, work);
 }
 
 /* The async entries' common part: start the call (`run` on `args`, whose last is the
@@ -199,12 +206,7 @@ static PyObject *part_start(Fast *s, part_fn run, PyObject *const *args, Py_ssiz
     if (r == Py_True) {            /* ran whole (handed to the Python code): done */
         Py_DECREF(r);
         Py_DECREF(kept);
-        int plain = part_done(s, work, NULL);
-        if (plain <= 0)
-            Py_CLEAR(work);
-        if (plain == 0)
-            PyErr_SetString(PyExc_RuntimeError, "collcomm fast call: a new Work was locked");
-        return work;
+        return ran_whole(s, work);
     }
     if (r != Py_False) {           /* declined (None) or failed */
         Py_DECREF(work);

@@ -79,9 +79,8 @@ typedef struct {
     int take_now;                        /* receives taken when started, their message there */
     int steal;                           /* set by another thread: a waiting receive leaves */
     Py_ssize_t lend_from;                /* > 0: a batch's sends of this many bytes or more to
-                                          * a rank that takes loans are lent (P2P.batch with
-                                          * its `lent` class; without it, left to the caller,
-                                          * which lends them: P2P.lend, LentWork) */
+                                          * a rank that takes loans are lent (P2P.batch, its
+                                          * work made of its `lent` class: LentWork) */
     unsigned long long sends, recvs;     /* calls done here (tests check the path) */
     RecWriter rw;                        /* the flight recorder's records (_record.c) */
 } P2P;

@@ -2,7 +2,7 @@
  * after _p2p_calls.c, whose p2p_write and helpers it uses, and _p2p_lend.c: lend_write,
  * P2P_loan_wait).
  *
- * ``batch(ops, p2pop, irecv, ndarray, sigs, sent, received, g, record[, lent])``: ``ops`` a list
+ * ``batch(ops, p2pop, irecv, ndarray, sigs, sent, received, g, record, lent)``: ``ops`` a list
  * or tuple of ``p2pop`` (collcomm.P2POp) on the world group of this P2P (``group`` and
  * ``group_peer`` None), each a peer of this host other than this rank (a Pipe), an int
  * tag within the user tag space, an exact ``ndarray`` whose dtype ``sigs`` (signature._P2P)
@@ -15,8 +15,8 @@
  * it, its work a ``sent`` (api_p2p_work.SentWork: its slots ``_group``, ``_peer``, ``_rec``,
  * ``_ok`` set here, no __init__ run), or, of ``lend_from`` bytes or more to a rank that takes
  * loans, lent as P2P.lend lends (written as a plain send where it cannot lend now), its
- * work ``lent(p2p, g, local, loan, arr, rec)`` (api_p2p_work.LentWork; without ``lent``
- * such a send is not started here: the caller lends it); a receive becomes a ``received`` (a subclass of the C
+ * work ``lent(p2p, g, local, loan, arr, rec)`` (api_p2p_work.LentWork); a receive becomes a
+ * ``received`` (a subclass of the C
  * Deferred, made here as core/p2p.py Deferred.__init__ makes it: its wait receives) and
  * joins the engine's ``_deferred`` line, as core/p2p.py ``defer`` does. ``rec``: the
  * flight recorder's "entered" record (``record`` True) as P2P.note makes it. Returns the
@@ -246,26 +246,24 @@ static PyObject *batch_lent(P2P *s, BatchOp *b, PyObject *lent, PyObject *g, PyO
 }
 
 /* Start checked op b (a receive: joining the engine's line ``held``): its work (a new
- * reference), Py_None (new) for a send C could not write or, ``lends`` (a batch's) and no
- * ``lent`` class, is to lend (P2P.lend_from: the caller lends it, api_p2p_work.LentWork;
- * nothing done), NULL with an exception. */
+ * reference), Py_None (new) for a send C could not write (nothing done), NULL with an
+ * exception. A send of lend_from bytes or more is lent where ``lent`` (its work's class)
+ * is given (a batch's; P2P.one's isend lends no such send). */
 static PyObject *batch_run(P2P *s, BatchOp *b, int record, PyObject *held, PyObject *g,
-                           PyObject *sent, PyObject *received, int lends, PyObject *lent)
+                           PyObject *sent, PyObject *received, PyObject *lent)
 {
     PyObject *w = NULL, *rec = Py_None, *loan = NULL, *peer = PyLong_FromLong(b->pipe->peer);
     if (peer == NULL)
         return NULL;
     if (!b->recv) {
-        int lend = lends && s->lend_from > 0 && b->buf.len >= s->lend_from && b->pipe->lends;
-        if (lend && lent != NULL &&
-            (loan = lend_write(s, b->pipe, &b->buf, b->wire_tag, b->wire_sig, b->arr)) == NULL) {
+        int lend = lent != NULL && s->lend_from > 0 && b->buf.len >= s->lend_from && b->pipe->lends;
+        if (lend && (loan = lend_write(s, b->pipe, &b->buf, b->wire_tag, b->wire_sig, b->arr)) == NULL) {
             Py_DECREF(peer);
             return NULL;
         }
         if (loan == Py_None)           /* (not now: a busy lock, a full ring...) */
             Py_CLEAR(loan);
-        int wrote = loan != NULL ? 1 : lend && lent == NULL ? 0     /* (lent by the caller) */
-                  : p2p_write(s, b->pipe, &b->buf, b->wire_tag, b->wire_sig);
+        int wrote = loan != NULL ? 1 : p2p_write(s, b->pipe, &b->buf, b->wire_tag, b->wire_sig);
         if (wrote <= 0) {
             Py_DECREF(peer);
             return wrote < 0 ? NULL : Py_NewRef(Py_None);
@@ -311,16 +309,16 @@ static int batch_classes(P2P *s, PyObject *ndarray, PyObject *sigs, PyObject *se
 
 static PyObject *P2P_batch(P2P *s, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 9 && nargs != 10) {
+    if (nargs != 10) {
         PyErr_SetString(PyExc_TypeError,
-                        "batch(ops, p2pop, irecv, ndarray, sigs, sent, received, g, record[, lent])");
+                        "batch(ops, p2pop, irecv, ndarray, sigs, sent, received, g, record, lent)");
         return NULL;
     }
     PyObject *ops = args[0], *p2pop = args[1], *irecv = args[2], *ndarray = args[3],
              *sigs = args[4], *sent = args[5], *received = args[6], *g = args[7];
-    PyObject *lent = nargs == 10 && args[9] != Py_None ? args[9] : NULL;
+    PyObject *lent = args[9];
     int record = args[8] == Py_True && rec_on(&s->rw);
-    if (!batch_classes(s, ndarray, sigs, sent, received) || (lent != NULL && !PyCallable_Check(lent)) ||
+    if (!batch_classes(s, ndarray, sigs, sent, received) || !PyCallable_Check(lent) ||
         (!PyList_CheckExact(ops) && !PyTuple_CheckExact(ops)))
         Py_RETURN_NONE;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(ops);
@@ -342,7 +340,7 @@ static PyObject *P2P_batch(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     }
     works = PyList_New(0);
     for (Py_ssize_t i = 0; i < n && works != NULL; i++) {
-        PyObject *w = batch_run(s, &o[i], record, held, g, sent, received, 1, lent);
+        PyObject *w = batch_run(s, &o[i], record, held, g, sent, received, lent);
         if (w == Py_None) {       /* a send C could not write: the rest op by op (the caller) */
             Py_DECREF(w);
             break;
@@ -391,7 +389,7 @@ static PyObject *P2P_one(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     int line = recv ? deferred_line(s, &held) : p2p_engine_busy(s);
     line = recv ? line : line < 0 ? -1 : !line;
     if (line > 0)
-        w = batch_run(s, &o, record, held, g, sent, received, 0, NULL);   /* (isend: no loan here) */
+        w = batch_run(s, &o, record, held, g, sent, received, NULL);   /* (isend: no loan here) */
     else if (line == 0)
         w = Py_NewRef(Py_None);       /* (line < 0: the exception, w NULL) */
     Py_XDECREF(held);

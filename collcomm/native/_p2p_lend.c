@@ -138,21 +138,6 @@ static void lend_note(Pipe *p, uint64_t ident, uint64_t head)
     Py_XDECREF(h);
 }
 
-/* The loan at ring position `start` ended now (GIL and send_lock held: lend_write's),
- * for a loan no work will wait for: read meanwhile (released), or withdrawn into a copy,
- * or, claimed, waited for until read (sched_yield between looks). The caller's error, if
- * any, is kept. */
-static void loan_end_now(Pipe *p, uint64_t ident, uint64_t start, PyObject *buf)
-{
-    PyObject *et, *ev, *tb;
-    PyErr_Fetch(&et, &ev, &tb);
-    while (__atomic_load_n(&p->out_ctl[P2P_RELEASED], __ATOMIC_ACQUIRE) <= ident &&
-           loan_withdraw(p, ident, start, buf) == 0)
-        sched_yield();                 /* claimed: read now; withdrawn or released: done */
-    PyErr_Clear();
-    PyErr_Restore(et, ev, tb);
-}
-
 /* Lend the checked buffer `b` (of the object `buf`) to pipe p (P2P.lend after its checks;
  * P2P.batch's lent sends): the loan ``(ident, start, since)``, None having done nothing
  * (see P2P.lend), NULL with an exception (no loan out). */
@@ -176,8 +161,15 @@ static PyObject *lend_write(P2P *s, Pipe *p, Py_buffer *b, uint64_t tag, uint64_
             s->sends++;
             result = Py_BuildValue("KKL", (unsigned long long)ident, (unsigned long long)start,
                                    now_ns());
-            if (result == NULL)            /* (memory) no reader may see it after we return */
-                loan_end_now(p, ident, start, buf);
+            if (result == NULL) {          /* (memory) no reader may see it after we return */
+                PyObject *et, *ev, *tb;
+                PyErr_Fetch(&et, &ev, &tb);
+                while (__atomic_load_n(&p->out_ctl[P2P_RELEASED], __ATOMIC_ACQUIRE) <= ident &&
+                       loan_withdraw(p, ident, start, buf) == 0)
+                    sched_yield();       /* claimed: read now; withdrawn or released: done */
+                PyErr_Clear();
+                PyErr_Restore(et, ev, tb);
+            }
         }
         p2p_release(p->send_release);
     }

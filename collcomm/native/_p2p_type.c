@@ -226,7 +226,7 @@ static PyMethodDef P2P_methods[] = {
                "(left to the regular path after it was recorded); own: the native wait of a "
                "deferred receive (the receives deferred after it do not stop it)"),
     P2PM(note, "note(recv, peer) -> the 'entered' record of an isend/irecv, or None"),
-    P2PM(batch, "batch(ops, p2pop, irecv, ndarray, sigs, sent, received, g, record) -> the "
+    P2PM(batch, "batch(ops, p2pop, irecv, ndarray, sigs, sent, received, g, record, lent) -> the "
                 "works of the ops started (all, or those before a send C could not write) | "
                 "None (not a batch C takes: nothing done); see _p2p_batch.c"),
     P2PM(one, "one(recv, arr, peer, tag, ndarray, sigs, sent, received, g, record) -> the work "
@@ -270,7 +270,7 @@ static PyMemberDef P2P_members[] = {
      "non-zero: a receive waiting on an empty ring leaves (another thread must post first)"},
     {"lend_from", T_PYSSIZET, offsetof(P2P, lend_from), 0,
      "> 0: batch sends of this many bytes or more to a rank that takes loans are lent "
-     "(by P2P.batch given its lent class, else left to the caller, which lends them); 0: never"},
+     "(P2P.batch; an isend past the channel's inline limit too: api_p2p_work.lend_native); 0: never"},
     {"sends", T_ULONGLONG, offsetof(P2P, sends), READONLY, "sends completed here"},
     {"recvs", T_ULONGLONG, offsetof(P2P, recvs), READONLY, "receives completed here"},
     {"record", T_INT, offsetof(P2P, rw.on), 0,
