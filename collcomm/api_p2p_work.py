@@ -214,21 +214,49 @@ class RecvWork(core_p2p.Deferred, P2PWork):
         return self.g.ranks[self.local]
 
 
-class LentWork(P2PWork):
+class _LentFields:
+    """LentWork's fields where the native core is not built (never lent then: the stand-in
+    keeps the class whole; native/_p2p_lent.c's ``Lent`` holds them in C and does the
+    common case of ``wait`` there)."""
+
+    __slots__ = ("_f", "_group", "_peer", "_local", "_loan", "_buf", "_rec", "_status", "_exc",
+                 "_nbytes")
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._wait(timeout)  # type: ignore[attr-defined]
+
+    def __del__(self) -> None:
+        if getattr(self, "_status", None) is None and getattr(self, "_buf", None) is not None:
+            keep_unwaited(self._f, self._local, self._loan, self._buf)
+
+
+def _lent_base() -> Any:
+    """LentWork's base: the C type where the native core is built, else the stand-in."""
+    from . import native as nat
+    return getattr(nat.core, "Lent", None) or _LentFields
+
+
+class LentWork(_lent_base(), P2PWork):  # type: ignore[misc]
     """An ``isend`` lent from C (``P2P.lend``: a LENT record with the buffer's address,
     native/_p2p_lend.c; or a ``batch_isend_irecv`` send lent by ``P2P.batch``, which makes
-    this work itself, native/_p2p_batch.c): done once the receiver has read the buffer, or, unclaimed past the
-    patience, withdrawn into a copy; its wait is core/p2p_loans.py's loop (the receives
-    take their messages meanwhile). ``_buf`` keeps the array alive until the loan is over."""
+    this work itself, native/_p2p_batch.c): done once the receiver has read the buffer, or,
+    unclaimed past the patience, withdrawn into a copy. ``wait`` is C's (native/_p2p_lent.c:
+    the loan read already, or within a first short spin) or else :meth:`_wait`,
+    core/p2p_loans.py's loop (the receives take their messages meanwhile). ``_buf`` keeps
+    the array alive until the loan is over; a work dropped unwaited ends its loan."""
+
+    __slots__ = ()
+    name = "isend"
+    _handle = None
 
     def __init__(self, f: Any, g: ProcessGroup, local: int, loan: tuple[int, int, int],
                  arr: np.ndarray, rec: Any) -> None:
-        # P2PWork.__init__'s fields, set here (one frame less a lent send: ~0.2 µs)
-        self.name, self._handle, self._group, self._buf = "isend", None, g, arr
-        self._peer, self._status, self._exc = g.ranks[local], None, None
-        self._f, self._local, self._loan, self._rec = f, local, loan, rec
+        self._f, self._group, self._peer, self._local = f, g, g.ranks[local], local
+        self._loan, self._buf, self._nbytes, self._rec = loan, arr, arr.nbytes, rec
+        self._status = self._exc = None
 
-    def wait(self, timeout: float | None = None) -> bool:
+    def _wait(self, timeout: float | None = None) -> bool:
+        """``wait()``: the reference (native/_p2p_lent.c does its common case in C)."""
         if self._exc is not None:
             raise self._exc
         if self._status is None:
@@ -263,15 +291,9 @@ class LentWork(P2PWork):
 
     def _done(self) -> None:
         if self._status is None:
-            buf = self._buf
-            self._status = Status(self._peer, 0 if buf is None else buf.nbytes)
+            self._status = Status(self._peer, self._nbytes)
             self._buf = None              # the receiver has it, or our copy
             core_p2p.finished(self._rec, True)
-
-    def __del__(self) -> None:
-        buf = self.__dict__.get("_buf")
-        if self.__dict__.get("_status") is None and buf is not None and "_loan" in self.__dict__:
-            keep_unwaited(self._f, self._local, self._loan, buf)
 
 
 def lend_native(f: Any, g: ProcessGroup, local: int, arr: np.ndarray, tag: int, sig: int,

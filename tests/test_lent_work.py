@@ -114,9 +114,10 @@ def _receive_late(count: int, closing_barrier: bool = True) -> dict:
     return {"ok": bool(np.array_equal(got, np.arange(count, dtype=np.float64)))}
 
 
-def _dropped() -> dict:
-    """Rank 0 drops an isend's work unwaited: the loan is withdrawn at once (a copy),
-    rank 0 overwrites the array, and rank 1 still reads what was sent."""
+def _dropped(via: str) -> dict:
+    """Rank 0 drops an isend's work unwaited (``via``: made by ``isend``, LentWork's
+    __init__, or by the batch's C call): the loan is withdrawn at once (a copy), rank 0
+    overwrites the array, and rank 1 still reads what was sent."""
     import collcomm as dist
     from collcomm.transport import shm_lent
 
@@ -125,7 +126,10 @@ def _dropped() -> dict:
     count = 300_001
     if dist.get_rank() == 0:
         buf = np.arange(count, dtype=np.float64)
-        w = dist.isend(buf, 1)
+        if via == "isend":
+            w = dist.isend(buf, 1)
+        else:
+            w, = dist.batch_isend_irecv([dist.P2POp(dist.isend, buf, 1)])
         kind = type(w).__name__
         del w
         gc.collect()
@@ -138,10 +142,57 @@ def _dropped() -> dict:
 
 @needs_core
 @pytest.mark.timeout(120)
-def test_a_work_dropped_unwaited_withdraws_its_loan() -> None:
-    sender, receiver = _sender_and_receiver(_dropped)
+@pytest.mark.parametrize("via", ["isend", "batch"])
+def test_a_work_dropped_unwaited_withdraws_its_loan(via: str) -> None:
+    sender, receiver = run_ranks(_dropped, 2, via, transport="shm", timeout=90,
+                                 env={"COLLCOMM_CORES": "2"})
     assert sender == {"kind": "LentWork", "withdrawals": 1}, sender
     assert receiver["ok"], receiver
+
+
+def _read_before_wait() -> dict:
+    """Rank 1 reads rank 0's lent isend (a blocking recv) before rank 0 waits for it (a
+    barrier between): rank 0's wait is C's alone (native/_p2p_lent.c: released already;
+    the Python ``_wait`` never runs) and leaves what the Python one leaves."""
+    import collcomm as dist
+    from collcomm.api_p2p_work import LentWork
+    from collcomm.core.recorder_records import COMPLETED, R_PSTATE
+    from collcomm.transport import shm_lent
+
+    shm_lent.LEND_PATIENCE = 60.0
+    dist.barrier()
+    count = 300_001
+    if dist.get_rank() == 0:
+        python_waits: list[object] = []
+        slow = LentWork._wait
+        LentWork._wait = lambda self, timeout=None: python_waits.append(1) or slow(self, timeout)
+        buf = np.arange(count, dtype=np.float64)
+        w = dist.isend(buf, 1)
+        dist.barrier()
+        done = w.wait() and w.wait()
+        LentWork._wait = slow
+        rec = w._rec
+        dist.barrier()
+        return {"kind": type(w).__name__, "done": done, "python_waits": len(python_waits),
+                "status": (w._status.source, w._status.nbytes), "buf": w._buf,
+                "rec": None if rec is None else rec[R_PSTATE] == COMPLETED,
+                "withdrawals": _channel(1).withdrawals}
+    got = np.zeros(count)
+    dist.recv(got, 0)
+    dist.barrier()
+    dist.barrier()
+    return {"ok": bool(np.array_equal(got, np.arange(count, dtype=np.float64)))}
+
+
+@needs_core
+@pytest.mark.timeout(120)
+def test_a_loan_read_before_its_wait_is_waited_for_in_c() -> None:
+    sender, receiver = _sender_and_receiver(_read_before_wait)
+    assert receiver["ok"], receiver
+    assert sender["rec"] in (None, True), sender
+    del sender["rec"]
+    assert sender == {"kind": "LentWork", "done": True, "python_waits": 0,
+                      "status": (1, 300_001 * 8), "buf": None, "withdrawals": 0}, sender
 
 
 def _polled() -> dict:
@@ -256,24 +307,27 @@ def test_a_loan_whose_work_cannot_be_made_ends_before_the_error_leaves() -> None
 
 def test_the_wait_steps_grow_from_2_us_and_let_receives_progress_between() -> None:
     """core/p2p_loans.loan_over waits in C 2 µs first, then twice as long each time up to
-    STEP_NS, and lets the first deferred receive test() between steps (a fake P2P and
-    engine: no processes)."""
+    STEP_NS, and lets the receives progress between steps: the first deferred receive
+    test()s before the first step (its peer may be waiting for it), the engine's poll (none
+    deferred) after it (a fake P2P and engine: no processes)."""
     from types import SimpleNamespace
 
     from collcomm.core import p2p_loans
 
-    steps, tests = [], []
+    for deferred in (True, False):
+        steps, tests = [], []
 
-    class FakeP2P:
-        def loan_wait(self, local, ident, start, buf, since, step, patience):
-            steps.append(step)
-            return len(steps) == 8
+        class FakeP2P:
+            def loan_wait(self, local, ident, start, buf, since, step, patience):
+                steps.append(step)
+                return len(steps) == 8
 
-    receive = SimpleNamespace(test=lambda: tests.append(len(steps)))
-    eng = SimpleNamespace(_deferred=[receive], progress=lambda: None,
-                          native_check=lambda *a: None)
-    g = SimpleNamespace(transport=eng, ranks=[0, 1], timeout=None)
-    assert p2p_loans.loan_over(FakeP2P(), g, 1, (1, 0, 0), bytearray(8), True)
-    assert steps == [2_000, 4_000, 8_000, 16_000, 20_000, 20_000, 20_000, 20_000]
-    assert steps[0] == p2p_loans.FIRST_STEP_NS and max(steps) == p2p_loans.STEP_NS
-    assert tests == [1, 2, 3, 4, 5, 6, 7]      # after every step that did not end it
+        receive = SimpleNamespace(test=lambda: tests.append(len(steps)))
+        eng = SimpleNamespace(_deferred=[receive] if deferred else [], native_check=lambda *a: None,
+                              progress=lambda: tests.append(len(steps)))
+        g = SimpleNamespace(transport=eng, ranks=[0, 1], timeout=None)
+        assert p2p_loans.loan_over(FakeP2P(), g, 1, (1, 0, 0), bytearray(8), True)
+        assert steps == [2_000, 4_000, 8_000, 16_000, 20_000, 20_000, 20_000, 20_000]
+        assert steps[0] == p2p_loans.FIRST_STEP_NS and max(steps) == p2p_loans.STEP_NS
+        # after every step that did not end it; a deferred receive before the first too
+        assert tests == ([0] if deferred else []) + [1, 2, 3, 4, 5, 6, 7]

@@ -5,9 +5,9 @@ A loan is over once the receiver has read the buffer (released) or, unclaimed pa
 patience (transport/shm_lent.py ``LEND_PATIENCE``), withdrawn into a copy. The wait spins
 in C a little at a time (``P2P.loan_wait`` bounded, the GIL released) and, between,
 lets this rank's receives take what has come: the first deferred receive in the engine's
-line (its ``test()``: never waiting), or, none deferred, the engine's poll (which reads
-loans aside), so two ranks that both wait for their sends first read each other's loans
-at once. Every CHECK_S it checks the engine, the peer and the timeout as a native
+line (its ``test()``: never waiting; with one deferred it goes first, before any step), or,
+none deferred, the engine's poll (which reads loans aside), so two ranks that both wait for
+their sends first read each other's loans at once. Every CHECK_S it checks the engine, the peer and the timeout as a native
 receive's wait does, and its error (or Ctrl-C) ends the loan before it leaves (withdrawn,
 or, being read, the buffer kept for its reader); an explicit ``timeout`` raises
 CommTimeoutError with the loan still out (the wait may be retried).
@@ -41,11 +41,13 @@ def loan_over(f: Any, g: ProcessGroup, local: int, loan: tuple[int, int, int], b
     patience = patience_ns()
     if not block:
         return bool(f.loan_wait(local, ident, start, buf, since, 1, patience))
-    step = FIRST_STEP_NS
+    step, eng = FIRST_STEP_NS, g.transport
     try:
-        if f.loan_wait(local, ident, start, buf, since, step, patience):
-            return True           # (over within the first step: no set-up for the loop)
-        eng, t0, progress = g.transport, time.monotonic(), True
+        if not eng._deferred:     # (a receive deferred goes first: the peer may wait for it)
+            if f.loan_wait(local, ident, start, buf, since, step, patience):
+                return True       # (over within the first step: no set-up for the loop)
+            step = min(STEP_NS, 2 * step)
+        t0, progress = time.monotonic(), True
         next_check, peer, nbytes = t0 + CHECK_S, g.ranks[local], memoryview(buf).nbytes
         while True:
             if progress:          # the receives take what came: the first deferred one, or
@@ -66,9 +68,9 @@ def loan_over(f: Any, g: ProcessGroup, local: int, loan: tuple[int, int, int], b
             if now >= next_check:  # as a native receive's wait: closed, the peer lost, the timeout
                 next_check = now + CHECK_S
                 eng.native_check(peer, nbytes, 0, now - t0, current_timeout(g.timeout))
-            step = min(STEP_NS, 2 * step)
             if f.loan_wait(local, ident, start, buf, since, step, patience):
                 return True
+            step = min(STEP_NS, 2 * step)
     except BaseException:         # (the check's error, Ctrl-C): the loan ends first
         keep_unwaited(f, local, loan, buf)
         raise

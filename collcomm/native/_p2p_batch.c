@@ -1,6 +1,6 @@
 /* P2P.batch: the functional API's batch_isend_irecv in one call (included by _p2p_type.c
- * after _p2p_calls.c, whose p2p_write and helpers it uses, and _p2p_lend.c: lend_write,
- * P2P_loan_wait).
+ * after _p2p_calls.c, whose p2p_write and helpers it uses, _p2p_lend.c: lend_write, and
+ * _p2p_lent.c: the Lent work, loan_end_unwaited).
  *
  * ``batch(ops, p2pop, irecv, ndarray, sigs, sent, received, g, record, lent)``: ``ops`` a list
  * or tuple of ``p2pop`` (collcomm.P2POp) on the world group of this P2P (``group`` and
@@ -205,43 +205,22 @@ static PyObject *batch_deferred(PyTypeObject *cls, P2P *s, PyObject *held, PyObj
     return w;
 }
 
-/* Send b's loan ``loan`` (lend_write's) ended now, as a work dropped unwaited ends its
- * loan (core/p2p_loans.keep_unwaited): no work will wait for it. One bounded try of
- * P2P.loan_wait with no patience (withdrawn under the channel's send lock); not over
- * (being read, or the lock busy): the array kept alive for its reader (shm._kept). The
- * caller's error is kept. */
-static void batch_lent_end(P2P *s, BatchOp *b, PyObject *loan)
+/* The work of send b lent as ``loan`` (lend_write's) to local rank ``local``: made as
+ * LentWork.__init__ makes it where ``lent`` is a subclass of the C Lent (lent_make), else
+ * ``lent(p2p, g, local, loan, arr, rec)``; NULL with an exception, the loan ended first
+ * (no work will wait for it). */
+static PyObject *batch_lent(P2P *s, BatchOp *b, PyObject *lent, PyObject *g, PyObject *peer,
+                            PyObject *local, PyObject *loan, PyObject *rec)
 {
-    PyObject *et, *ev, *tb;
-    PyErr_Fetch(&et, &ev, &tb);
-    PyObject *local = PyLong_FromLong(b->local), *one = PyLong_FromLong(1), *zero = PyLong_FromLong(0);
-    PyObject *over = NULL;
-    if (local != NULL && one != NULL && zero != NULL) {
-        PyObject *args[7] = {local, PyTuple_GET_ITEM(loan, 0), PyTuple_GET_ITEM(loan, 1), b->arr,
-                             PyTuple_GET_ITEM(loan, 2), one, zero};
-        over = P2P_loan_wait(s, args, 7);
+    PyObject *w;
+    if (PyType_Check(lent) && PyType_IsSubtype((PyTypeObject *)lent, &LentType))
+        w = lent_make((PyTypeObject *)lent, s, g, peer, local, loan, b->arr, b->buf.len, rec);
+    else {
+        PyObject *args[6] = {(PyObject *)s, g, local, loan, b->arr, rec};
+        w = PyObject_Vectorcall(lent, args, 6, NULL);
     }
-    PyErr_Clear();
-    if (over != Py_True && lend_keep(b->arr) < 0)
-        PyErr_WriteUnraisable(b->pipe->channel);
-    Py_XDECREF(over);
-    Py_XDECREF(local);
-    Py_XDECREF(one);
-    Py_XDECREF(zero);
-    PyErr_Restore(et, ev, tb);
-}
-
-/* The work of send b lent as ``loan`` (lend_write's): ``lent(p2p, g, local, loan, arr,
- * rec)``; NULL with an exception, the loan ended first (no work will wait for it). */
-static PyObject *batch_lent(P2P *s, BatchOp *b, PyObject *lent, PyObject *g, PyObject *loan,
-                            PyObject *rec)
-{
-    PyObject *local = PyLong_FromLong(b->local);
-    PyObject *args[6] = {(PyObject *)s, g, local, loan, b->arr, rec};
-    PyObject *w = local == NULL ? NULL : PyObject_Vectorcall(lent, args, 6, NULL);
-    Py_XDECREF(local);
     if (w == NULL)
-        batch_lent_end(s, b, loan);
+        loan_end_unwaited(s, local, loan, b->arr);
     return w;
 }
 
@@ -252,49 +231,44 @@ static PyObject *batch_lent(P2P *s, BatchOp *b, PyObject *lent, PyObject *g, PyO
 static PyObject *batch_run(P2P *s, BatchOp *b, int record, PyObject *held, PyObject *g,
                            PyObject *sent, PyObject *received, PyObject *lent)
 {
-    PyObject *w = NULL, *rec = Py_None, *loan = NULL, *peer = PyLong_FromLong(b->pipe->peer);
-    if (peer == NULL)
-        return NULL;
+    PyObject *w = NULL, *rec = Py_None, *loan = NULL;
+    PyObject *peer = PyLong_FromLong(b->pipe->peer), *local = PyLong_FromLong(b->local);
+    if (peer == NULL || local == NULL)
+        goto out;
     if (!b->recv) {
         int lend = lent != NULL && s->lend_from > 0 && b->buf.len >= s->lend_from && b->pipe->lends;
-        if (lend && (loan = lend_write(s, b->pipe, &b->buf, b->wire_tag, b->wire_sig, b->arr)) == NULL) {
-            Py_DECREF(peer);
-            return NULL;
-        }
+        if (lend && (loan = lend_write(s, b->pipe, &b->buf, b->wire_tag, b->wire_sig, b->arr)) == NULL)
+            goto out;
         if (loan == Py_None)           /* (not now: a busy lock, a full ring...) */
             Py_CLEAR(loan);
         int wrote = loan != NULL ? 1 : p2p_write(s, b->pipe, &b->buf, b->wire_tag, b->wire_sig);
         if (wrote <= 0) {
-            Py_DECREF(peer);
-            return wrote < 0 ? NULL : Py_NewRef(Py_None);
+            w = wrote < 0 ? NULL : Py_NewRef(Py_None);
+            goto out;
         }
     }
     if (record && (rec = rec_p2p(&s->rw, b->recv ? s_rec_irecv : s_rec_isend, b->pipe->peer,
                                  s_rec_entered, rec_now(), 0.0)) == NULL) {
-        if (loan != NULL) {
-            batch_lent_end(s, b, loan);
-            Py_DECREF(loan);
-        }
-        Py_DECREF(peer);
-        return NULL;
+        if (loan != NULL)
+            loan_end_unwaited(s, local, loan, b->arr);
+        goto out;
     }
-    if (b->recv) {
-        PyObject *local = PyLong_FromLong(b->local);
-        if (local != NULL)
-            w = batch_deferred((PyTypeObject *)received, s, held, g, b->arr, local, b->tag,
-                               b_user_mask, b->sig, rec);
-        Py_XDECREF(local);
-    } else if (loan != NULL) {
-        w = batch_lent(s, b, lent, g, loan, rec);
-        Py_DECREF(loan);
-    } else
+    if (b->recv)
+        w = batch_deferred((PyTypeObject *)received, s, held, g, b->arr, local, b->tag,
+                           b_user_mask, b->sig, rec);
+    else if (loan != NULL)
+        w = batch_lent(s, b, lent, g, peer, local, loan, rec);
+    else
         w = batch_sent((PyTypeObject *)sent, g, peer, rec);
-    Py_DECREF(peer);
     if (record) {
         if (w == NULL)
             rec_p2p_end(rec, 0);       /* (no work to end it: failed here) */
         Py_DECREF(rec);
     }
+out:
+    Py_XDECREF(loan);
+    Py_XDECREF(peer);
+    Py_XDECREF(local);
     return w;
 }
 

@@ -123,21 +123,18 @@ static int d_size_right(Deferred *d, PyObject *n)
     return got == want;
 }
 
-/* Deferred._done(n) in C (P2P.own calls it): the status Status(g.ranks[local], n, tag)
- * (made without its __init__ frame) and the record marked completed; `wire_tag` the
- * message's tag (the receive's, but for the bits a wildcard mask leaves out). 0, or -1. */
-static int deferred_done(Deferred *d, PyObject *n, uint64_t wire_tag)
+/* Status(src, n, tag) (transport/base.py, a slotted dataclass) made without its __init__
+ * frame; NULL with an exception. */
+static PyObject *p2p_status(PyObject *src, PyObject *n, PyObject *tag)
 {
-    PyObject *tag = p2p_u64(d->tag) == wire_tag ? Py_NewRef(d->tag) : PyLong_FromUnsignedLongLong(wire_tag);
-    if (tag == NULL)
-        return -1;
-    PyObject *ranks = PyObject_GetAttr(d->g, s_d_ranks);
-    PyObject *src = ranks == NULL ? NULL : PyObject_GetItem(ranks, d->local);
-    Py_XDECREF(ranks);
-    static SlotsOf status_slots;      /* transport/base.py Status: a slotted dataclass */
+    static SlotsOf status_slots;
     PyObject *names[3] = {s_d_source, s_d_nbytes, s_p2p_tag};
     PyTypeObject *t = (PyTypeObject *)d_status;
-    PyObject *st = src == NULL ? NULL : t->tp_alloc(t, 0);
+    if (t == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Status is not set up (core/p2p.py Deferred._setup)");
+        return NULL;
+    }
+    PyObject *st = t->tp_alloc(t, 0);
     if (st != NULL && slots_of(&status_slots, t, names, 3)) {
         PyObject *values[3] = {src, n, tag};
         for (int i = 0; i < 3; i++)   /* (a fresh object: its slots are empty) */
@@ -146,6 +143,21 @@ static int deferred_done(Deferred *d, PyObject *n, uint64_t wire_tag)
                               PyObject_SetAttr(st, s_d_nbytes, n) < 0 ||
                               PyObject_SetAttr(st, s_p2p_tag, tag) < 0))
         Py_CLEAR(st);
+    return st;
+}
+
+/* Deferred._done(n) in C (P2P.own calls it): the status Status(g.ranks[local], n, tag)
+ * and the record marked completed; `wire_tag` the message's tag (the receive's, but for
+ * the bits a wildcard mask leaves out). 0, or -1. */
+static int deferred_done(Deferred *d, PyObject *n, uint64_t wire_tag)
+{
+    PyObject *tag = p2p_u64(d->tag) == wire_tag ? Py_NewRef(d->tag) : PyLong_FromUnsignedLongLong(wire_tag);
+    if (tag == NULL)
+        return -1;
+    PyObject *ranks = PyObject_GetAttr(d->g, s_d_ranks);
+    PyObject *src = ranks == NULL ? NULL : PyObject_GetItem(ranks, d->local);
+    Py_XDECREF(ranks);
+    PyObject *st = src == NULL ? NULL : p2p_status(src, n, tag);
     Py_XDECREF(src);
     Py_DECREF(tag);
     if (st == NULL)

@@ -6,6 +6,7 @@
 #include "_p2p_own.c"           /* P2P.own: a deferred receive's native wait in one call */
 #include "_p2p_sent.c"          /* Sent: SentWork's fields and methods in C */
 #include "_p2p_lend.c"          /* P2P.lend, P2P.loan_wait: a send lent from C */
+#include "_p2p_lent.c"          /* Lent: LentWork's fields and common wait in C */
 #include "_p2p_batch.c"         /* P2P.batch: batch_isend_irecv's start in one call */
 #include "_p2p_entry.c"         /* BatchCall: batch_isend_irecv itself in C */
 #include "_p2p_mpi.c"           /* P2P.mpi_irecv: collcomm.MPI Irecv in one call */
@@ -306,7 +307,7 @@ static int p2p_module_init(PyObject *m)
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL)
             return -1;
-    if (own_names() < 0 || batch_names() < 0 || mpi_names() < 0 || lend_names() < 0 || deferred_module_init(m) < 0 || sent_module_init(m) < 0 || entry_module_init(m) < 0 || p2p_lock_init() < 0 || PyType_Ready(&PipeType) < 0 || PyType_Ready(&P2PType) < 0)
+    if (own_names() < 0 || batch_names() < 0 || mpi_names() < 0 || lend_names() < 0 || deferred_module_init(m) < 0 || sent_module_init(m) < 0 || lent_module_init(m) < 0 || entry_module_init(m) < 0 || p2p_lock_init() < 0 || PyType_Ready(&PipeType) < 0 || PyType_Ready(&P2PType) < 0)
         return -1;
     Py_INCREF(&PipeType);
     if (PyModule_AddObject(m, "Pipe", (PyObject *)&PipeType) < 0) {

@@ -1,0 +1,235 @@
+/* Lent: the native half of api_p2p_work.LentWork, a send lent from C (P2P.lend, or a
+ * batch_isend_irecv send P2P.batch lent: a LENT record carrying the buffer's address; see
+ * _p2p_lend.c). Included by _p2p_type.c after _p2p_lend.c and before _p2p_batch.c, which
+ * makes these works without their Python __init__.
+ *
+ * The Python class subclasses this type: its fields are a C struct (the attribute names
+ * ``_f``, ``_group``, ``_peer``, ``_local``, ``_loan``, ``_buf``, ``_rec``, ``_status``,
+ * ``_exc``, ``_nbytes`` as before) and its ``wait`` does the common case in C: the loan
+ * released by the receiver (it read the buffer) already, or within LENT_FIRST_STEP_NS of
+ * spinning (the GIL released) where no receive of this rank is deferred, then the status ``Status(peer, nbytes)`` made and the record
+ * marked completed, where the Python wait took four frames (~1.5 µs, on the critical path
+ * of a two-rank exchange: the rank that read its peer's loan first then waits for its own,
+ * which the peer has usually read by then). Everything else (a timeout given, an error
+ * kept, the loan still out with a receive deferred, or after the first step: the
+ * receives must take their messages meanwhile, the peer perhaps waiting for this rank
+ * to read its own loan) is the Python ``_wait``: core/p2p_loans.py's loop, the reference.
+ *
+ * A work dropped unwaited ends its loan (tp_finalize: withdrawn into a copy, or, being
+ * read, its array kept alive for the reader), as core/p2p_loans.keep_unwaited does.
+ */
+
+#define LENT_FIRST_STEP_NS 2000      /* core/p2p_loans.FIRST_STEP_NS */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *f, *group, *peer, *local, *loan, *buf, *rec, *status, *exc;
+    Py_ssize_t nbytes;
+} Lent;
+
+static PyObject *s_lw_wait;           /* "_wait": the Python reference wait */
+
+static int lent_none(PyObject *o) { return o == NULL || o == Py_None; }
+
+/* End `loan` (lend_write's (ident, start, since)) of `arr` to local rank `local` now, as a
+ * work dropped unwaited ends it (core/p2p_loans.keep_unwaited): one bounded try of
+ * P2P.loan_wait with no patience (withdrawn under the channel's send lock); not over
+ * (being read, or the lock busy): the array kept alive for its reader (shm._kept). Any
+ * pending exception is kept. */
+static void loan_end_unwaited(P2P *s, PyObject *local, PyObject *loan, PyObject *arr)
+{
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyObject *one = PyLong_FromLong(1), *zero = PyLong_FromLong(0), *over = NULL;
+    if (one != NULL && zero != NULL) {
+        PyObject *args[7] = {local, PyTuple_GET_ITEM(loan, 0), PyTuple_GET_ITEM(loan, 1), arr,
+                             PyTuple_GET_ITEM(loan, 2), one, zero};
+        over = P2P_loan_wait(s, args, 7);
+    }
+    PyErr_Clear();
+    if (over != Py_True && lend_keep(arr) < 0)
+        PyErr_WriteUnraisable(arr);
+    Py_XDECREF(over);
+    Py_XDECREF(one);
+    Py_XDECREF(zero);
+    PyErr_Restore(et, ev, tb);
+}
+
+/* Is the work's loan what C can wait for? Its pipe, else NULL (no exception). */
+static Pipe *lent_pipe(Lent *w)
+{
+    if (w->f == NULL || Py_TYPE(w->f) != &P2PType || w->loan == NULL ||
+        !PyTuple_CheckExact(w->loan) || PyTuple_GET_SIZE(w->loan) != 3 || lent_none(w->buf) ||
+        lent_none(w->local))
+        return NULL;
+    Pipe *p = p2p_pipe((P2P *)w->f, w->local);
+    return p != NULL && p->has_out ? p : NULL;
+}
+
+/* LentWork._done in C: Status(peer, nbytes), the buffer let go, the record completed.
+ * 0, or -1 with an exception. */
+static int lent_done(Lent *w)
+{
+    PyObject *n = PyLong_FromSsize_t(w->nbytes), *tag = PyLong_FromLong(-1);
+    PyObject *st = n == NULL || tag == NULL ? NULL : p2p_status(w->peer, n, tag);
+    Py_XDECREF(n);
+    Py_XDECREF(tag);
+    if (st == NULL)
+        return -1;
+    Py_XSETREF(w->status, st);
+    Py_CLEAR(w->buf);                 /* the receiver has it (or our copy) */
+    if (w->rec != NULL && PyList_CheckExact(w->rec) && PyList_GET_SIZE(w->rec) == 11)
+        rec_p2p_end(w->rec, 1);
+    return 0;
+}
+
+/* The common case of wait(): 1 done (released now or within the first step), 0 not (the
+ * Python wait goes on: nothing done here), -1 with an exception. */
+static int lent_fast(Lent *w)
+{
+    Pipe *p = lent_pipe(w);
+    if (p == NULL || w->peer == NULL || w->nbytes <= 0)   /* (a loan is never empty) */
+        return 0;
+    uint64_t ident = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(w->loan, 0));
+    if (ident == (uint64_t)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    volatile uint64_t *released = &p->out_ctl[P2P_RELEASED];
+    int over = __atomic_load_n(released, __ATOMIC_ACQUIRE) > ident;
+    if (!over) {
+        int held = p2p_engine_deferred((P2P *)w->f);
+        if (held != 0) {              /* receives wait: they go first (the Python loop) */
+            PyErr_Clear();
+            return 0;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        long long t0 = now_ns();
+        while (!(over = __atomic_load_n(released, __ATOMIC_ACQUIRE) > ident) &&
+               now_ns() - t0 < LENT_FIRST_STEP_NS)
+            for (int i = 0; i < 64; i++)
+                cpu_relax();
+        Py_END_ALLOW_THREADS
+    }
+    return over ? (lent_done(w) < 0 ? -1 : 1) : 0;
+}
+
+static PyObject *Lent_wait(Lent *w, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (nargs + nkw > 1 || (nkw == 1 && PyUnicode_CompareWithASCIIString(
+                                            PyTuple_GET_ITEM(kwnames, 0), "timeout") != 0)) {
+        PyErr_SetString(PyExc_TypeError, "wait(timeout=None)");
+        return NULL;
+    }
+    PyObject *timeout = nargs + nkw == 1 ? args[0] : Py_None;
+    if (lent_none(w->exc) && !lent_none(w->status))
+        Py_RETURN_TRUE;
+    if (lent_none(w->exc) && timeout == Py_None) {
+        int done = lent_fast(w);
+        if (done != 0)
+            return done < 0 ? NULL : Py_NewRef(Py_True);
+    }
+    PyObject *call[2] = {(PyObject *)w, timeout};
+    return PyObject_VectorcallMethod(s_lw_wait, call, 2, NULL);
+}
+
+/* A Lent of type `cls` (a subclass) made without its Python __init__, as
+ * LentWork.__init__ makes it (the batch's lent sends); NULL with an exception. */
+static PyObject *lent_make(PyTypeObject *cls, P2P *s, PyObject *g, PyObject *peer,
+                           PyObject *local, PyObject *loan, PyObject *arr, Py_ssize_t nbytes,
+                           PyObject *rec)
+{
+    Lent *w = (Lent *)cls->tp_alloc(cls, 0);
+    if (w == NULL)
+        return NULL;
+    w->f = Py_NewRef((PyObject *)s);
+    w->group = Py_NewRef(g);
+    w->peer = Py_NewRef(peer);
+    w->local = Py_NewRef(local);
+    w->loan = Py_NewRef(loan);
+    w->buf = Py_NewRef(arr);
+    w->rec = Py_NewRef(rec);
+    w->nbytes = nbytes;
+    return (PyObject *)w;
+}
+
+/* Dropped unwaited, its loan still out: ended now (loan_end_unwaited). */
+static void Lent_finalize(Lent *w)
+{
+    if (lent_none(w->status) && lent_none(w->exc) && lent_pipe(w) != NULL)
+        loan_end_unwaited((P2P *)w->f, w->local, w->loan, w->buf);
+}
+
+#define LENT_FIELDS(X) X(f) X(group) X(peer) X(local) X(loan) X(buf) X(rec) X(status) X(exc)
+
+static int Lent_traverse(Lent *w, visitproc visit, void *arg)
+{
+#define LENT_VISIT(name) Py_VISIT(w->name);
+    LENT_FIELDS(LENT_VISIT)
+    return 0;
+}
+
+static int Lent_clear(Lent *w)
+{
+#define LENT_CLEAR(name) Py_CLEAR(w->name);
+    LENT_FIELDS(LENT_CLEAR)
+    return 0;
+}
+
+static void Lent_dealloc(Lent *w)
+{
+    if (PyObject_CallFinalizerFromDealloc((PyObject *)w) < 0)
+        return;                       /* (resurrected) */
+    PyObject_GC_UnTrack(w);
+    Lent_clear(w);
+    Py_TYPE(w)->tp_free((PyObject *)w);
+}
+
+static PyMethodDef Lent_methods[] = {
+    {"wait", (PyCFunction)(void (*)(void))Lent_wait, METH_FASTCALL | METH_KEYWORDS,
+     "wait(timeout=None) -> True once the loan is over (the common case in C, else _wait)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef Lent_members[] = {
+    {"_f", T_OBJECT, offsetof(Lent, f), 0, NULL},
+    {"_group", T_OBJECT, offsetof(Lent, group), 0, NULL},
+    {"_peer", T_OBJECT, offsetof(Lent, peer), 0, NULL},
+    {"_local", T_OBJECT, offsetof(Lent, local), 0, NULL},
+    {"_loan", T_OBJECT, offsetof(Lent, loan), 0, NULL},
+    {"_buf", T_OBJECT, offsetof(Lent, buf), 0, NULL},
+    {"_rec", T_OBJECT, offsetof(Lent, rec), 0, NULL},
+    {"_status", T_OBJECT, offsetof(Lent, status), 0, NULL},
+    {"_exc", T_OBJECT, offsetof(Lent, exc), 0, NULL},
+    {"_nbytes", T_PYSSIZET, offsetof(Lent, nbytes), 0, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject LentType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "collcomm.native._shmcore.Lent",
+    .tp_doc = "The fields and the wait of api_p2p_work.LentWork (_p2p_lent.c).",
+    .tp_basicsize = sizeof(Lent),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
+    .tp_new = PyType_GenericNew,
+    .tp_traverse = (traverseproc)Lent_traverse,
+    .tp_clear = (inquiry)Lent_clear,
+    .tp_dealloc = (destructor)Lent_dealloc,
+    .tp_finalize = (destructor)Lent_finalize,
+    .tp_methods = Lent_methods,
+    .tp_members = Lent_members,
+};
+
+static int lent_module_init(PyObject *m)
+{
+    if ((s_lw_wait = PyUnicode_InternFromString("_wait")) == NULL || PyType_Ready(&LentType) < 0)
+        return -1;
+    Py_INCREF(&LentType);
+    if (PyModule_AddObject(m, "Lent", (PyObject *)&LentType) < 0) {
+        Py_DECREF(&LentType);
+        return -1;
+    }
+    return 0;
+}
