@@ -255,13 +255,15 @@ class LentWork(_lent_base(), P2PWork):  # type: ignore[misc]
         self._loan, self._buf, self._nbytes, self._rec = loan, arr, arr.nbytes, rec
         self._status = self._exc = None
 
-    def _wait(self, timeout: float | None = None) -> bool:
-        """``wait()``: the reference (native/_p2p_lent.c does its common case in C)."""
+    def _wait(self, timeout: float | None = None, spun: bool = False) -> bool:
+        """``wait()``: the reference (native/_p2p_lent.c does its common case in C, and
+        passes ``spun`` when it spun for the loan or tried the receives already)."""
         if self._exc is not None:
             raise self._exc
         if self._status is None:
             try:
-                loan_over(self._f, self._group, self._local, self._loan, self._buf, True, timeout)
+                loan_over(self._f, self._group, self._local, self._loan, self._buf, True, timeout,
+                          not spun)
             except CollcommError as exc:
                 self._failed(exc, timeout)
                 raise self._exc if self._exc is not None else with_context(exc, self._context()) from exc

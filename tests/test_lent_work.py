@@ -171,11 +171,11 @@ def _read_before_wait() -> dict:
         dist.barrier()
         done = w.wait() and w.wait()
         LentWork._wait = slow
-        rec = w._rec
+        rec, recording = w._rec, w._group.observer is not None
         dist.barrier()
         return {"kind": type(w).__name__, "done": done, "python_waits": len(python_waits),
                 "status": (w._status.source, w._status.nbytes), "buf": w._buf,
-                "rec": None if rec is None else rec[R_PSTATE] == COMPLETED,
+                "rec": recording if rec is None else rec[R_PSTATE] == COMPLETED,
                 "withdrawals": _channel(1).withdrawals}
     got = np.zeros(count)
     dist.recv(got, 0)
@@ -189,10 +189,80 @@ def _read_before_wait() -> dict:
 def test_a_loan_read_before_its_wait_is_waited_for_in_c() -> None:
     sender, receiver = _sender_and_receiver(_read_before_wait)
     assert receiver["ok"], receiver
-    assert sender["rec"] in (None, True), sender
-    del sender["rec"]
-    assert sender == {"kind": "LentWork", "done": True, "python_waits": 0,
+    assert sender == {"kind": "LentWork", "done": True, "python_waits": 0, "rec": True,
                       "status": (1, 300_001 * 8), "buf": None, "withdrawals": 0}, sender
+
+
+def _receive_waiting() -> dict:
+    """Rank 1's message is in rank 0's ring before rank 0's batch (a lent send to 1, a
+    receive from 1, taken by nothing as it starts); rank 1 reads the loan only after
+    that. The send's wait tries the receive in C (own_test): it comes out taken, as when
+    started (``early``), which the Python loop's test() does not mark."""
+    import collcomm as dist
+    import collcomm.core.runtime as rt
+    from collcomm.core import p2p
+    from collcomm.transport import shm_lent
+
+    shm_lent.LEND_PATIENCE = 60.0
+    me, count = dist.get_rank(), 300_001
+    p2p.native(rt.get_world("test")).take_now = 0
+    if me == 1:
+        dist.isend(np.full(8, 7.0), 0).wait()      # (inline: in rank 0's ring at once)
+        dist.barrier()
+        got = np.zeros(count)
+        dist.recv(got, 0)
+        dist.barrier()
+        return {"ok": bool(np.array_equal(got, np.arange(count, dtype=np.float64)))}
+    dist.barrier()
+    got = np.zeros(8)
+    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, np.arange(count, dtype=np.float64), 1),
+                                    dist.P2POp(dist.irecv, got, 1)])
+    before = works[1].early
+    works[0].wait()
+    taken = works[1].early
+    works[1].wait()
+    dist.barrier()
+    return {"ok": bool((got == 7.0).all()), "before": before, "taken_by_the_send_wait": taken}
+
+
+@needs_core
+@pytest.mark.timeout(120)
+def test_a_lent_sends_wait_takes_the_deferred_receive_in_c() -> None:
+    sender, receiver = _sender_and_receiver(_receive_waiting)
+    assert receiver["ok"], receiver
+    assert sender == {"ok": True, "before": False, "taken_by_the_send_wait": True}, sender
+
+
+def _never_read() -> dict:
+    """Rank 0 waits for a loan rank 1 does not read (it waits in a barrier): the wait ends
+    only by the withdrawal, past the patience (C's first steps never end it early); rank 1
+    then reads the copy."""
+    import time
+
+    import collcomm as dist
+    from collcomm.transport import shm_lent
+
+    shm_lent.LEND_PATIENCE = 0.3
+    dist.barrier()
+    count = 300_001
+    if dist.get_rank() == 0:
+        buf = np.arange(count, dtype=np.float64)
+        t0 = time.monotonic()
+        dist.isend(buf, 1).wait()
+        took = time.monotonic() - t0
+        buf[:] = -1.0
+        dist.barrier()
+        dist.barrier()
+        return {"waited_out": took >= 0.3, "withdrawals": _channel(1).withdrawals}
+    return _receive_late(count)
+
+
+@needs_core
+@pytest.mark.timeout(120)
+def test_a_loan_nobody_reads_ends_by_its_withdrawal() -> None:
+    sender, receiver = _sender_and_receiver(_never_read)
+    assert receiver["ok"], receiver
+    assert sender == {"waited_out": True, "withdrawals": 1}, sender
 
 
 def _polled() -> dict:

@@ -33,17 +33,19 @@ def patience_ns() -> int:
 
 
 def loan_over(f: Any, g: ProcessGroup, local: int, loan: tuple[int, int, int], buf: Any,
-              block: bool, timeout: float | None = None) -> bool:
+              block: bool, timeout: float | None = None, first_step: bool = True) -> bool:
     """Is the loan ``loan`` (P2P.lend's ``(ident, start, since)``) of ``buf`` to local rank
     ``local`` over? ``block``: wait until it is (True), else one bounded try (which still
-    withdraws it past the patience)."""
+    withdraws it past the patience). ``first_step`` False: the caller spun for it already
+    (native/_p2p_lent.c): the receives go first."""
     ident, start, since = loan
     patience = patience_ns()
     if not block:
         return bool(f.loan_wait(local, ident, start, buf, since, 1, patience))
     step, eng = FIRST_STEP_NS, g.transport
     try:
-        if not eng._deferred:     # (a receive deferred goes first: the peer may wait for it)
+        if first_step and not eng._deferred:   # (a receive deferred goes first: the peer
+                                                # may be waiting for this rank to read it)
             if f.loan_wait(local, ident, start, buf, since, step, patience):
                 return True       # (over within the first step: no set-up for the loop)
             step = min(STEP_NS, 2 * step)

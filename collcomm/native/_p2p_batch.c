@@ -180,13 +180,9 @@ static int batch_take_now(P2P *s, Deferred *d, PyObject *held)
         Py_DECREF(n);
         return 0;
     }
-    int work = deferred_done(d, n, p2p_last_tag) < 0 ? -1 : d_is_work(d);
-    if (work > 0) {
-        work = d_size_right(d, n);
-        d->early = work > 0;         /* (else its wait raises the size error) */
-    }
+    int taken = deferred_taken(d, n);
     Py_DECREF(n);
-    return work < 0 ? -1 : 1;
+    return taken < 0 ? -1 : 1;
 }
 
 /* A Deferred of class ``cls`` (deferred_make) joining the engine's line ``held``, as

@@ -189,6 +189,20 @@ static int d_is_work(Deferred *d)
     return work;
 }
 
+/* Receive d took message `n` before its wait (P2P.batch taking it as it starts; a lent
+ * send's wait testing it, own_test): its status and record set as its wait would set them
+ * (``early`` too, for a RecvWork of the right size: its wait only marks it waited for;
+ * another size: its wait raises the size error). 0, or -1 with an exception. */
+static int deferred_taken(Deferred *d, PyObject *n)
+{
+    int work = deferred_done(d, n, p2p_last_tag) < 0 ? -1 : d_is_work(d);
+    if (work > 0) {
+        work = d_size_right(d, n);
+        d->early = work > 0;
+    }
+    return work < 0 ? -1 : 0;
+}
+
 /* The common case; NULL with no exception set: not taken (the caller calls _wait). */
 static PyObject *d_fast(Deferred *d)
 {

@@ -7,19 +7,20 @@
  * ``_f``, ``_group``, ``_peer``, ``_local``, ``_loan``, ``_buf``, ``_rec``, ``_status``,
  * ``_exc``, ``_nbytes`` as before) and its ``wait`` does the common case in C: the loan
  * released by the receiver (it read the buffer) already, or within LENT_FIRST_STEP_NS of
- * spinning (the GIL released) where no receive of this rank is deferred, then the status ``Status(peer, nbytes)`` made and the record
- * marked completed, where the Python wait took four frames (~1.5 µs, on the critical path
- * of a two-rank exchange: the rank that read its peer's loan first then waits for its own,
- * which the peer has usually read by then). Everything else (a timeout given, an error
- * kept, the loan still out with a receive deferred, or after the first step: the
- * receives must take their messages meanwhile, the peer perhaps waiting for this rank
- * to read its own loan) is the Python ``_wait``: core/p2p_loans.py's loop, the reference.
+ * spinning (the GIL released) once no receive of this rank is deferred (they are tried
+ * first, in C, for up to LENT_POLL_NS: own_test, as the Python loop's test(); the peer
+ * may be waiting for this rank to read its own loan), then the status ``Status(peer,
+ * nbytes)`` made and the record marked completed, where the Python wait took four frames
+ * (~1.5 µs, on the critical path of a two-rank exchange). Everything else (a timeout
+ * given, an error kept, a receive not C's to try, the loan still out past those bounds)
+ * is the Python ``_wait``: core/p2p_loans.py's loop, the reference.
  *
  * A work dropped unwaited ends its loan (tp_finalize: withdrawn into a copy, or, being
  * read, its array kept alive for the reader), as core/p2p_loans.keep_unwaited does.
  */
 
 #define LENT_FIRST_STEP_NS 2000      /* core/p2p_loans.FIRST_STEP_NS */
+#define LENT_POLL_NS 20000           /* core/p2p_loans.STEP_NS: the receives' tries in C */
 
 typedef struct {
     PyObject_HEAD
@@ -83,8 +84,71 @@ static int lent_done(Lent *w)
     return 0;
 }
 
-/* The common case of wait(): 1 done (released now or within the first step), 0 not (the
- * Python wait goes on: nothing done here), -1 with an exception. */
+/* Spin (the GIL released) until the loan is released (1), a record lands in the ring
+ * ``in`` (its head leaves `tail`: 2; no ring, NULL: never) or `deadline` passes (0). */
+static int lent_spin(volatile uint64_t *released, uint64_t ident, Pipe *in, uint64_t tail,
+                     long long deadline)
+{
+    int why = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (1) {
+        if (__atomic_load_n(released, __ATOMIC_ACQUIRE) > ident) {
+            why = 1;
+            break;
+        }
+        if (in != NULL && __atomic_load_n(&in->in_ctl[0], __ATOMIC_ACQUIRE) != tail) {
+            why = 2;
+            break;
+        }
+        if (now_ns() >= deadline)
+            break;
+        for (int i = 0; i < 64; i++)
+            cpu_relax();
+    }
+    Py_END_ALLOW_THREADS
+    return why;
+}
+
+/* This rank's first deferred receive tried in C (own_test), as the Python loop's test()
+ * tries it: 1 taken (received or posted), 0 nothing yet (*in: its ring, to watch), 2 no
+ * receive deferred, 3 not C's to try (the Python loop's), -1 with an exception that is not
+ * a CollcommError (Ctrl-C: the loan ended first, as loan_over ends it); a CollcommError of
+ * the receive is left to the Python loop, which tries again and handles it as it does. */
+static int lent_receive(Lent *w, Pipe **in)
+{
+    P2P *s = (P2P *)w->f;
+    PyObject *held = p2p_engine_list(s);
+    if (held == NULL || !PyList_Check(held)) {
+        Py_XDECREF(held);
+        PyErr_Clear();
+        return 3;
+    }
+    int rc = 2;
+    if (PyList_GET_SIZE(held) > 0) {
+        PyObject *first = Py_NewRef(PyList_GET_ITEM(held, 0));
+        rc = PyObject_TypeCheck(first, &DeferredType) ? own_test(s, (Deferred *)first) : 3;
+        if (rc == 0) {
+            *in = p2p_pipe(s, ((Deferred *)first)->local);
+            rc = *in != NULL && (*in)->has_in ? 0 : 3;
+        }
+        Py_DECREF(first);
+        if (rc < 0 && d_error != NULL && PyErr_ExceptionMatches(d_error)) {
+            PyErr_Clear();
+            rc = 3;
+        } else if (rc < 0)
+            loan_end_unwaited(s, w->local, w->loan, w->buf);
+    }
+    Py_DECREF(held);
+    return rc;
+}
+
+/* The common case of wait(): 1 done, 0 not tried (the Python wait's, from its start), 2
+ * not over yet (the Python wait goes on: nothing done here but the deferred receives'
+ * tries and the spin), -1 with an exception. Released already: done.
+ * Else, while receives of this rank are deferred, the first is tried (own_test) whenever
+ * a record lands in its ring, for up to LENT_POLL_NS: the peer may be waiting for this
+ * rank to read its own loan; then, none deferred, the loan is spun for up to
+ * LENT_FIRST_STEP_NS. */
 static int lent_fast(Lent *w)
 {
     Pipe *p = lent_pipe(w);
@@ -96,22 +160,31 @@ static int lent_fast(Lent *w)
         return 0;
     }
     volatile uint64_t *released = &p->out_ctl[P2P_RELEASED];
-    int over = __atomic_load_n(released, __ATOMIC_ACQUIRE) > ident;
-    if (!over) {
-        int held = p2p_engine_deferred((P2P *)w->f);
-        if (held != 0) {              /* receives wait: they go first (the Python loop) */
-            PyErr_Clear();
-            return 0;
+    int over = __atomic_load_n(released, __ATOMIC_ACQUIRE) > ident, result = 0;
+    long long deadline = now_ns() + LENT_POLL_NS;
+    PyObject *f = Py_NewRef(w->f);    /* (the pipes stay alive while the GIL is let go) */
+    while (!over && result == 0) {
+        Pipe *in = NULL;
+        int got = lent_receive(w, &in);
+        if (got < 0 || got == 3)
+            result = got < 0 ? -1 : 2;
+        else if (got == 1)
+            over = __atomic_load_n(released, __ATOMIC_ACQUIRE) > ident;
+        else if (got == 0) {
+            uint64_t tail = __atomic_load_n(&in->in_ctl[8], __ATOMIC_ACQUIRE);
+            int why = lent_spin(released, ident, in, tail, deadline);
+            over = why == 1;
+            result = why == 0 ? 2 : 0;
+        } else {
+            long long first = now_ns() + LENT_FIRST_STEP_NS;
+            over = lent_spin(released, ident, NULL, 0, first < deadline ? first : deadline) == 1;
+            result = over ? 0 : 2;
         }
-        Py_BEGIN_ALLOW_THREADS
-        long long t0 = now_ns();
-        while (!(over = __atomic_load_n(released, __ATOMIC_ACQUIRE) > ident) &&
-               now_ns() - t0 < LENT_FIRST_STEP_NS)
-            for (int i = 0; i < 64; i++)
-                cpu_relax();
-        Py_END_ALLOW_THREADS
     }
-    return over ? (lent_done(w) < 0 ? -1 : 1) : 0;
+    Py_DECREF(f);
+    if (over && result == 0)
+        result = lent_done(w) < 0 ? -1 : 1;
+    return result;
 }
 
 static PyObject *Lent_wait(Lent *w, PyObject *const *args, size_t nargsf, PyObject *kwnames)
@@ -126,13 +199,11 @@ static PyObject *Lent_wait(Lent *w, PyObject *const *args, size_t nargsf, PyObje
     PyObject *timeout = nargs + nkw == 1 ? args[0] : Py_None;
     if (lent_none(w->exc) && !lent_none(w->status))
         Py_RETURN_TRUE;
-    if (lent_none(w->exc) && timeout == Py_None) {
-        int done = lent_fast(w);
-        if (done != 0)
-            return done < 0 ? NULL : Py_NewRef(Py_True);
-    }
-    PyObject *call[2] = {(PyObject *)w, timeout};
-    return PyObject_VectorcallMethod(s_lw_wait, call, 2, NULL);
+    int done = lent_none(w->exc) && timeout == Py_None ? lent_fast(w) : 0;
+    if (done == 1 || done < 0)
+        return done < 0 ? NULL : Py_NewRef(Py_True);
+    PyObject *call[3] = {(PyObject *)w, timeout, done == 2 ? Py_True : Py_False};
+    return PyObject_VectorcallMethod(s_lw_wait, call, 3, NULL);
 }
 
 /* A Lent of type `cls` (a subclass) made without its Python __init__, as
@@ -158,8 +229,15 @@ static PyObject *lent_make(PyTypeObject *cls, P2P *s, PyObject *g, PyObject *pee
 /* Dropped unwaited, its loan still out: ended now (loan_end_unwaited). */
 static void Lent_finalize(Lent *w)
 {
-    if (lent_none(w->status) && lent_none(w->exc) && lent_pipe(w) != NULL)
+    if (!lent_none(w->status) || !lent_none(w->exc) || lent_none(w->buf))
+        return;
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    if (lent_pipe(w) != NULL)
         loan_end_unwaited((P2P *)w->f, w->local, w->loan, w->buf);
+    else if (lend_keep(w->buf) < 0)   /* (no pipe to end it through: kept for a reader) */
+        PyErr_WriteUnraisable(w->buf);
+    PyErr_Restore(et, ev, tb);
 }
 
 #define LENT_FIELDS(X) X(f) X(group) X(peer) X(local) X(loan) X(buf) X(rec) X(status) X(exc)

@@ -175,3 +175,51 @@ done:
     Py_XDECREF(held);
     return result;
 }
+
+/* Deferred.test's native try, in C (core/p2p.py: a receive first in the engine's line
+ * tries without waiting, holding ``_defer_mutex``), for a lent send's wait (_p2p_lent.c):
+ * under the mutex (tried: busy, the Python path decides), ``d`` first in line, not
+ * waiting, not posted, then ``recv(..., own True, block False)``: nothing yet, ``d``
+ * stays first; received, ``d`` out of the line with its status (deferred_taken); left to
+ * the regular path, out of the line and posted. 1 done (received or posted), 0 not (nothing
+ * yet, or not C's to try), -1 with the exception (the receive's, as test() raises it). */
+static int own_test(P2P *s, Deferred *d)
+{
+    if (s->engine == NULL || s->paused || !d_none(d->h) || !d_none(d->exc) ||
+        !d_none(d->status) || d->arr == NULL || d->local == NULL)
+        return 0;
+    PyObject *held = p2p_engine_list(s);
+    PyObject *mutex = held == NULL ? NULL
+                    : s->defer_mutex ? Py_NewRef(s->defer_mutex) : PyObject_GetAttr(s->engine, s_own_mutex);
+    int rc = -1;
+    if (mutex == NULL || (rc = own_try(mutex)) <= 0)
+        goto done;
+    rc = 0;
+    if (PyList_Check(held) && PyList_GET_SIZE(held) > 0 && PyList_GET_ITEM(held, 0) == (PyObject *)d &&
+        !d->waiting) {
+        PyObject *args[8] = {d->arr, d->local, d->utag, d->umask, d->sig, Py_False, Py_True, Py_False};
+        for (int i = 0; i < 5; i++)
+            args[i] = Py_NewRef(args[i] ? args[i] : Py_None);
+        PyObject *n = P2P_recv(s, args, 8);
+        for (int i = 0; i < 5; i++)
+            Py_DECREF(args[i]);
+        if (n == NULL)
+            rc = -1;
+        else if (n != Py_False) {      /* received, or left to the regular path (None) */
+            rc = PySequence_DelItem(held, 0) < 0 ? -1 : 1;
+            if (rc > 0 && PyLong_Check(n))
+                rc = deferred_taken(d, n) < 0 ? -1 : 1;
+            else if (rc > 0) {
+                PyObject *r = PyObject_CallMethodNoArgs((PyObject *)d, s_own_post);
+                rc = r == NULL ? -1 : 1;
+                Py_XDECREF(r);
+            }
+        }
+        Py_XDECREF(n);
+    }
+    own_release(mutex);
+done:
+    Py_XDECREF(mutex);
+    Py_XDECREF(held);
+    return rc;
+}
