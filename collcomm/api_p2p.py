@@ -116,7 +116,7 @@ def isend(tensor: Any, dst: int | None = None, group: Any = None, tag: int = 0,
     (one C call; the handle is then complete and the array free to reuse, as the regular
     path's is after a shared-memory send); one past the inline limit to a rank that takes
     loans is lent from C: the receiver reads it from the array, and the handle completes
-    when it has (api_p2p_work.LentWork; batch_isend_irecv lends from 128 KiB, shm_lent.LEND_FROM_WORK)."""
+    when it has (api_p2p_work.LentWork; batch_isend_irecv lends from 64 KiB, shm_lent.LEND_FROM_WORK)."""
     g = runtime._world
     if group is None and group_dst is None and g is not None:    # the world: one C call
         f = getattr(g, "_p2p_native", None)

@@ -93,7 +93,10 @@ LEND_FROM = 64 << 10
 #: alternating the ways, median µs): 32 KiB 11.8-15.6 / 9.7-11.9, 64 KiB 14.3-18.1 /
 #: 14.5-17.3, 128 KiB 18.2-22.3 / 23.1-26.4, 192 KiB 22.2-26.9 / 29.1-33.8; collcomm.MPI's
 #: Isend + Irecv + Waitall: 64 KiB 11.4-13.6 / 12.7-16.6, 128 KiB 17.3-34.6 / 21.1-39.9.
-LEND_FROM_WORK = 128 << 10
+#: Since the work's wait is C's (native/_p2p_lent.c, session 24; one job, five blocks
+#: alternating the ways, medians): 32 KiB 11.2 / 7.6, 48 KiB 10.5 / 9.9, 64 KiB 11.1 /
+#: 11.7 (another job 13.4 / 14.1), 96 KiB 13.9 / 15.9, 128 KiB 17.8 / 22.0.
+LEND_FROM_WORK = 64 << 10
 
 
 def takes_lent(local_ranks: int) -> bool:
