@@ -25,7 +25,7 @@ from .buffers import Buf, as_output
 from .core import p2p as core_p2p
 from .core.group import ProcessGroup
 from .core.recorder_records import ENTERED, R_PSTATE
-from .core.p2p_loans import keep_unwaited, loan_over
+from .core.p2p_loans import lent_base, loan_over
 from .errors import CollcommError, MismatchError, with_context
 from .transport.base import Handle, Status
 
@@ -214,29 +214,7 @@ class RecvWork(core_p2p.Deferred, P2PWork):
         return self.g.ranks[self.local]
 
 
-class _LentFields:
-    """LentWork's fields where the native core is not built (never lent then: the stand-in
-    keeps the class whole; native/_p2p_lent.c's ``Lent`` holds them in C and does the
-    common case of ``wait`` there)."""
-
-    __slots__ = ("_f", "_group", "_peer", "_local", "_loan", "_buf", "_rec", "_status", "_exc",
-                 "_nbytes")
-
-    def wait(self, timeout: float | None = None) -> bool:
-        return self._wait(timeout)  # type: ignore[attr-defined]
-
-    def __del__(self) -> None:
-        if getattr(self, "_status", None) is None and getattr(self, "_buf", None) is not None:
-            keep_unwaited(self._f, self._local, self._loan, self._buf)
-
-
-def _lent_base() -> Any:
-    """LentWork's base: the C type where the native core is built, else the stand-in."""
-    from . import native as nat
-    return getattr(nat.core, "Lent", None) or _LentFields
-
-
-class LentWork(_lent_base(), P2PWork):  # type: ignore[misc]
+class LentWork(lent_base(), P2PWork):  # type: ignore[misc]
     """An ``isend`` lent from C (``P2P.lend``: a LENT record with the buffer's address,
     native/_p2p_lend.c; or a ``batch_isend_irecv`` send lent by ``P2P.batch``, which makes
     this work itself, native/_p2p_batch.c): done once the receiver has read the buffer, or,

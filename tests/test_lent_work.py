@@ -150,28 +150,41 @@ def test_a_work_dropped_unwaited_withdraws_its_loan(via: str) -> None:
     assert receiver["ok"], receiver
 
 
-def _read_before_wait() -> dict:
-    """Rank 1 reads rank 0's lent isend (a blocking recv) before rank 0 waits for it (a
+def _read_before_wait(api: str) -> dict:
+    """Rank 1 reads rank 0's lent send (a blocking recv) before rank 0 waits for it (a
     barrier between): rank 0's wait is C's alone (native/_p2p_lent.c: released already;
-    the Python ``_wait`` never runs) and leaves what the Python one leaves."""
+    the Python ``_wait`` never runs) and leaves what the Python one leaves. ``api``: the
+    functional ``isend`` (LentWork) or collcomm.MPI's ``Isend`` + ``Wait`` (_LentSend)."""
     import collcomm as dist
+    from collcomm import MPI
+    from collcomm.MPI._p2p_ops import _LentSend
     from collcomm.api_p2p_work import LentWork
     from collcomm.core.recorder_records import COMPLETED, R_PSTATE
     from collcomm.transport import shm_lent
 
     shm_lent.LEND_PATIENCE = 60.0
+    if api == "mpi":             # (MPI.Isend lends once a first call has made the pipes)
+        other = 1 - dist.get_rank()
+        MPI.COMM_WORLD.Sendrecv(np.zeros(1), other, 0, np.zeros(1), other, 0)
     dist.barrier()
     count = 300_001
     if dist.get_rank() == 0:
         python_waits: list[object] = []
-        slow = LentWork._wait
-        LentWork._wait = lambda self, timeout=None: python_waits.append(1) or slow(self, timeout)
+        cls = LentWork if api == "functional" else _LentSend
+        slow = cls._wait
+        cls._wait = lambda self, *a: python_waits.append(1) or slow(self, *a)
         buf = np.arange(count, dtype=np.float64)
-        w = dist.isend(buf, 1)
-        dist.barrier()
-        done = w.wait() and w.wait()
-        LentWork._wait = slow
-        rec, recording = w._rec, w._group.observer is not None
+        if api == "functional":
+            w = dist.isend(buf, 1)
+            dist.barrier()
+            done = w.wait() and w.wait()
+        else:
+            req = MPI.COMM_WORLD.Isend(buf, 1)
+            w = req._op
+            dist.barrier()
+            done = req.Wait() is True and req == MPI.REQUEST_NULL
+        cls._wait = slow
+        rec, recording = w._rec, api == "functional" and w._group.observer is not None
         dist.barrier()
         return {"kind": type(w).__name__, "done": done, "python_waits": len(python_waits),
                 "status": (w._status.source, w._status.nbytes), "buf": w._buf,
@@ -186,10 +199,13 @@ def _read_before_wait() -> dict:
 
 @needs_core
 @pytest.mark.timeout(120)
-def test_a_loan_read_before_its_wait_is_waited_for_in_c() -> None:
-    sender, receiver = _sender_and_receiver(_read_before_wait)
+@pytest.mark.parametrize("api", ["functional", "mpi"])
+def test_a_loan_read_before_its_wait_is_waited_for_in_c(api: str) -> None:
+    sender, receiver = run_ranks(_read_before_wait, 2, api, transport="shm", timeout=90,
+                                 env={"COLLCOMM_CORES": "2"})
     assert receiver["ok"], receiver
-    assert sender == {"kind": "LentWork", "done": True, "python_waits": 0, "rec": True,
+    assert sender == {"kind": "LentWork" if api == "functional" else "_LentSend", "done": True,
+                      "python_waits": 0, "rec": api == "functional",
                       "status": (1, 300_001 * 8), "buf": None, "withdrawals": 0}, sender
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..core import p2p
-from ..core.p2p_loans import keep_unwaited, loan_over
+from ..core.p2p_loans import lent_base, loan_over
 from ..errors import CollcommError
 from ._consts import ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB_VALUE
 from ._errors import ERR_RANK, ERR_TAG, Exception as MPIException, translate
@@ -92,30 +92,36 @@ class _Send:
         return None      # the bytes are already on their way (eager sends)
 
 
-class _LentSend:
+class _LentSend(lent_base()):  # type: ignore[misc]
     """An ``Isend`` lent from C (P2P.lend, native/_p2p_lend.c): done once the receiver
-    has read the buffer, or withdrawn past the patience (core/p2p_loans.py); the array is
-    kept alive until then (dropped unwaited, the loan ends, or the array stays for its
-    reader)."""
+    has read the buffer, or withdrawn past the patience; its wait is the C one of the
+    functional API's lent works (native/_p2p_lent.c: the loan read already, or the
+    deferred receives tried and a short spin), else core/p2p_loans.py's loop (``_wait``).
+    The array is kept alive until then (dropped unwaited, the loan ends, or the array stays
+    for its reader)."""
 
-    __slots__ = ("_f", "_g", "_local", "_loan", "_buf", "source", "tag", "nbytes", "cancelled")
+    __slots__ = ("source", "tag", "nbytes", "cancelled")
     value = None
 
     def __init__(self, f: Any, g: Any, local: int, loan: tuple[int, int, int], buf: Any) -> None:
-        self._f, self._g, self._local, self._loan, self._buf = f, g, local, loan, buf
+        self._f, self._group, self._peer, self._local = f, g, g.ranks[local], local
+        self._loan, self._buf, self._nbytes, self._rec = loan, buf, buf.nbytes, None
+        self._status = self._exc = None
         self.source, self.tag, self.nbytes, self.cancelled = ANY_SOURCE, ANY_TAG, 0, False
 
-    def wait(self) -> None:
+    def _wait(self, timeout: float | None = None, spun: bool = False) -> bool:
         if self._buf is not None:
             try:
-                loan_over(self._f, self._g, self._local, self._loan, self._buf, True)
+                loan_over(self._f, self._group, self._local, self._loan, self._buf, True, None,
+                          not spun)
             finally:      # (over, or ended by its error: withdrawn, or the array kept)
                 self._buf = None
+        return True
 
     def test(self) -> bool:
         if self._buf is not None:
             try:
-                if not loan_over(self._f, self._g, self._local, self._loan, self._buf, False):
+                if not loan_over(self._f, self._group, self._local, self._loan, self._buf, False):
                     return False
             except BaseException:
                 self._buf = None
@@ -125,10 +131,6 @@ class _LentSend:
 
     def cancel(self) -> None:
         return None      # (MPI: a send may not be cancellable; it completes as sent)
-
-    def __del__(self) -> None:
-        if getattr(self, "_buf", None) is not None:
-            keep_unwaited(self._f, self._local, self._loan, self._buf)
 
 
 def _ack(g: Any, source: int, tag: int) -> None:

@@ -92,3 +92,28 @@ def keep_unwaited(f: Any, local: int, loan: tuple[int, int, int], buf: Any) -> N
     if not over:
         from ..transport.shm import _kept
         _kept.append(buf)
+
+
+class LentFields:
+    """The fields of a lent send's work or request (the functional API's ``LentWork``,
+    collcomm.MPI's ``_LentSend``) where the native core is not built (never lent then:
+    the stand-in keeps the classes whole). native/_p2p_lent.c's ``Lent`` holds them in C
+    and does the common case of ``wait`` there, calling the class's ``_wait(timeout,
+    spun)`` (this loop) for the rest."""
+
+    __slots__ = ("_f", "_group", "_peer", "_local", "_loan", "_buf", "_rec", "_status", "_exc",
+                 "_nbytes")
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._wait(timeout)  # type: ignore[attr-defined,no-any-return]
+
+    def __del__(self) -> None:
+        if getattr(self, "_status", None) is None and getattr(self, "_buf", None) is not None:
+            keep_unwaited(self._f, self._local, self._loan, self._buf)
+
+
+def lent_base() -> Any:
+    """The base of a lent send's work: the C type where the native core is built, else
+    the stand-in."""
+    from .. import native as nat
+    return getattr(nat.core, "Lent", None) or LentFields
