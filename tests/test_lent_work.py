@@ -214,6 +214,8 @@ def _receive_waiting() -> dict:
     receive from 1, taken by nothing as it starts); rank 1 reads the loan only after
     that. The send's wait tries the receive in C (own_test): it comes out taken, as when
     started (``early``), which the Python loop's test() does not mark."""
+    import time
+
     import collcomm as dist
     import collcomm.core.runtime as rt
     from collcomm.core import p2p
@@ -225,6 +227,7 @@ def _receive_waiting() -> dict:
     if me == 1:
         dist.isend(np.full(8, 7.0), 0).wait()      # (inline: in rank 0's ring at once)
         dist.barrier()
+        time.sleep(0.2)         # (rank 0 waits for its send meanwhile: its loan still out)
         got = np.zeros(count)
         dist.recv(got, 0)
         dist.barrier()
@@ -247,6 +250,43 @@ def test_a_lent_sends_wait_takes_the_deferred_receive_in_c() -> None:
     sender, receiver = _sender_and_receiver(_receive_waiting)
     assert receiver["ok"], receiver
     assert sender == {"ok": True, "before": False, "taken_by_the_send_wait": True}, sender
+
+
+def _other_groups_receive() -> dict:
+    """The engine's line of deferred receives holds every group's: rank 0's first one is
+    a receive on group B when its lent WORLD send's wait looks, and a WORLD message with
+    the same tag lands meanwhile (rank 1 reads the loan 0.2 s later). The wait's C try
+    leaves B's receive alone (it is not the send's group's): each receive gets its own
+    group's message."""
+    import time
+
+    import collcomm as dist
+    from collcomm.transport import shm_lent
+
+    shm_lent.LEND_PATIENCE = 60.0
+    b = dist.new_group([0, 1])
+    count = 300_001
+    if dist.get_rank() == 1:
+        dist.barrier()
+        dist.isend(np.full(8, 5.0), 0).wait()     # WORLD, tag 0
+        time.sleep(0.2)
+        dist.recv(np.zeros(count), 0)
+        dist.send(np.full(8, 9.0), 0, group=b)
+        return {}
+    got_b, got_world = np.zeros(8), np.zeros(8)
+    wb = dist.irecv(got_b, 1, group=b)
+    dist.barrier()
+    dist.isend(np.arange(count, dtype=np.float64), 1).wait()
+    dist.recv(got_world, 1)
+    wb.wait()
+    return {"b": float(got_b[0]), "world": float(got_world[0])}
+
+
+@needs_core
+@pytest.mark.timeout(120)
+def test_a_lent_sends_wait_leaves_another_groups_receive_alone() -> None:
+    sender, _ = _sender_and_receiver(_other_groups_receive)
+    assert sender == {"b": 9.0, "world": 5.0}, sender
 
 
 def _never_read() -> dict:

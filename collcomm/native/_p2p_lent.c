@@ -59,7 +59,8 @@ static void loan_end_unwaited(P2P *s, PyObject *local, PyObject *loan, PyObject 
 /* Is the work's loan what C can wait for? Its pipe, else NULL (no exception). */
 static Pipe *lent_pipe(Lent *w)
 {
-    if (w->f == NULL || Py_TYPE(w->f) != &P2PType || w->loan == NULL ||
+    if (w->f == NULL || Py_TYPE(w->f) != &P2PType || ((P2P *)w->f)->paused ||
+        ((P2P *)w->f)->pipes == NULL || w->loan == NULL ||
         !PyTuple_CheckExact(w->loan) || PyTuple_GET_SIZE(w->loan) != 3 || lent_none(w->buf) ||
         lent_none(w->local))
         return NULL;
@@ -117,7 +118,7 @@ static int lent_spin(volatile uint64_t *released, uint64_t ident, Pipe *in, uint
 static int lent_receive(Lent *w, Pipe **in)
 {
     P2P *s = (P2P *)w->f;
-    PyObject *held = p2p_engine_list(s);
+    PyObject *held = s->engine == NULL || s->paused ? NULL : p2p_engine_list(s);
     if (held == NULL || !PyList_Check(held)) {
         Py_XDECREF(held);
         PyErr_Clear();
@@ -126,7 +127,8 @@ static int lent_receive(Lent *w, Pipe **in)
     int rc = 2;
     if (PyList_GET_SIZE(held) > 0) {
         PyObject *first = Py_NewRef(PyList_GET_ITEM(held, 0));
-        rc = PyObject_TypeCheck(first, &DeferredType) ? own_test(s, (Deferred *)first) : 3;
+        rc = PyObject_TypeCheck(first, &DeferredType) ? own_test(s, (Deferred *)first) : 2;
+        rc = rc == 2 ? 3 : rc;        /* (not C's to try now: the Python loop's) */
         if (rc == 0) {
             *in = p2p_pipe(s, ((Deferred *)first)->local);
             rc = *in != NULL && (*in)->has_in ? 0 : 3;
@@ -164,6 +166,10 @@ static int lent_fast(Lent *w)
     long long deadline = now_ns() + LENT_POLL_NS;
     PyObject *f = Py_NewRef(w->f);    /* (the pipes stay alive while the GIL is let go) */
     while (!over && result == 0) {
+        if (now_ns() >= deadline) {   /* (records keep coming, none of them ours) */
+            result = 2;
+            break;
+        }
         Pipe *in = NULL;
         int got = lent_receive(w, &in);
         if (got < 0 || got == 3)

@@ -181,20 +181,24 @@ done:
  * under the mutex (tried: busy, the Python path decides), ``d`` first in line, not
  * waiting, not posted, then ``recv(..., own True, block False)``: nothing yet, ``d``
  * stays first; received, ``d`` out of the line with its status (deferred_taken); left to
- * the regular path, out of the line and posted. 1 done (received or posted), 0 not (nothing
- * yet, or not C's to try), -1 with the exception (the receive's, as test() raises it). */
+ * the regular path, out of the line and posted. ``d`` must be a receive of ``s`` (the
+ * engine's line holds every group's). 1 done (received or posted), 0 nothing yet, 2 not
+ * C's to try now (another group's, the mutex busy, not first, waiting in another thread,
+ * posted...), -1 with the exception (the receive's, as test() raises it). */
 static int own_test(P2P *s, Deferred *d)
 {
-    if (s->engine == NULL || s->paused || !d_none(d->h) || !d_none(d->exc) ||
-        !d_none(d->status) || d->arr == NULL || d->local == NULL)
-        return 0;
+    if (s->engine == NULL || s->paused || d->f != (PyObject *)s || !d_none(d->h) ||
+        !d_none(d->exc) || !d_none(d->status) || d->arr == NULL || d->local == NULL)
+        return 2;
     PyObject *held = p2p_engine_list(s);
     PyObject *mutex = held == NULL ? NULL
                     : s->defer_mutex ? Py_NewRef(s->defer_mutex) : PyObject_GetAttr(s->engine, s_own_mutex);
     int rc = -1;
-    if (mutex == NULL || (rc = own_try(mutex)) <= 0)
+    if (mutex == NULL || (rc = own_try(mutex)) <= 0) {
+        rc = rc < 0 ? -1 : 2;
         goto done;
-    rc = 0;
+    }
+    rc = 2;
     if (PyList_Check(held) && PyList_GET_SIZE(held) > 0 && PyList_GET_ITEM(held, 0) == (PyObject *)d &&
         !d->waiting) {
         PyObject *args[8] = {d->arr, d->local, d->utag, d->umask, d->sig, Py_False, Py_True, Py_False};
@@ -203,9 +207,8 @@ static int own_test(P2P *s, Deferred *d)
         PyObject *n = P2P_recv(s, args, 8);
         for (int i = 0; i < 5; i++)
             Py_DECREF(args[i]);
-        if (n == NULL)
-            rc = -1;
-        else if (n != Py_False) {      /* received, or left to the regular path (None) */
+        rc = n == NULL ? -1 : 0;
+        if (n != NULL && n != Py_False) {   /* received, or left to the regular path (None) */
             rc = PySequence_DelItem(held, 0) < 0 ? -1 : 1;
             if (rc > 0 && PyLong_Check(n))
                 rc = deferred_taken(d, n) < 0 ? -1 : 1;
