@@ -9,10 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from collcomm.transport.arena_layout import REDUCE_CMA_MAX, REDUCE_CMA_MIN
 from tests.harness import run_ranks
 
-# bytes a rank: REDUCE_CMA_MIN, an odd count past it, REDUCE_CMA_MAX; and 32 KiB (staged)
-SIZES = [64 << 10, 280_004, 512 << 10, 32 << 10]
+# bytes a rank: REDUCE_CMA_MIN, an odd count past it, REDUCE_CMA_MAX; and below (staged)
+SIZES = [REDUCE_CMA_MIN, 280_004, REDUCE_CMA_MAX, REDUCE_CMA_MIN // 2]
 DTYPES = ["float32", "float64", "int32", "float16"]
 OPS = ["SUM", "PROD", "MIN", "MAX"]
 

@@ -152,8 +152,13 @@ REDUCE_ONE_SHOT = 64 << 10
 #: copied out, pulling lines the other core had just written. Measured 2026-11-28 (2-vCPU
 #: Intel VM, two processes, numpy): 64 KiB 9.5 against 13-16 µs staged, 128 KiB 14 / 27,
 #: 256 KiB 30-35 / 45-47, 512 KiB 51-56 / 81-87, 1 MiB 240-263 / 229-247 (no gain; above,
-#: the pipeline: REDUCE_PAIR_FROM). Every rank must agree on them.
-REDUCE_CMA_MIN, REDUCE_CMA_MAX = 64 << 10, 512 << 10
+#: the pipeline: REDUCE_PAIR_FROM). Below 64 KiB too, measured 2026-11-29 (the same VM,
+#: `collcomm run -n 2`, an in-place reduce to rank 0 timed 1,000 calls a block, the two
+#: ways alternating in one job, medians of five blocks, µs CMA / staged in one step, two
+#: jobs): 8 KiB 2.2 / 1.7, 12 KiB 2.7 / 2.4, 16 KiB 3.1 / 3.1-3.2, 24 KiB 7.8 / 9.6 (a noisy
+#: job), 32 KiB 4.8-5.4 / 6.1-6.6, 48 KiB 6.4 / 11.4 (two steps there: 96 KiB of data is past
+#: REDUCE_ONE_SHOT). Every rank must agree on them.
+REDUCE_CMA_MIN, REDUCE_CMA_MAX = 16 << 10, 512 << 10
 
 #: A reduce between two ranks of more bytes a rank than this (or than a slot) is pipelined
 #: (shm_reduce._reduce_pair, native reduce_pair): the other rank stages a step while the
