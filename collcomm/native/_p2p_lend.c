@@ -299,10 +299,11 @@ static PyObject *P2P_loan_wait(P2P *s, PyObject *const *args, Py_ssize_t nargs)
             Py_DECREF(r);
         }
         gil_release(&gil);
-        if (spin > 0 || now - t0 < s->spin_ns) {
+        if ((spin > 0 && s->spin_ns > 0) || now - t0 < s->spin_ns) {
             for (int i = 0; i < 64; i++)
-                cpu_relax();
-        } else if (now - t0 < P2P_YIELD_NS) {
+                cpu_relax();        /* (a bounded wait spins, but where the host has more
+                                     * ranks than CPUs, spin_ns 0: it yields the CPU) */
+        } else if (spin > 0 || now - t0 < P2P_YIELD_NS) {
             sched_yield();
         } else {                  /* (claimed, or past the patience with send_lock busy) */
             struct timespec ts = {0, sleep_ns};

@@ -85,12 +85,15 @@ static int lent_done(Lent *w)
     return 0;
 }
 
-/* Spin (the GIL released) until the loan is released (1), a record lands in the ring
- * ``in`` (its head leaves `tail`: 2; no ring, NULL: never) or `deadline` passes (0). */
-static int lent_spin(volatile uint64_t *released, uint64_t ident, Pipe *in, uint64_t tail,
-                     long long deadline)
+/* Wait (the GIL released) until the loan is released (1), a record lands in the ring
+ * ``in`` (its head leaves `tail`: 2; no ring, NULL: never) or `deadline` passes (0):
+ * spinning for the P2P's spin_ns, then yielding the CPU (at once where the host has more
+ * ranks than CPUs: spin_ns 0; the peer may need this CPU to read the loan). */
+static int lent_spin(P2P *s, volatile uint64_t *released, uint64_t ident, Pipe *in,
+                     uint64_t tail, long long deadline)
 {
     int why = 0;
+    long long t0 = now_ns(), spin = s->spin_ns;
     Py_BEGIN_ALLOW_THREADS
     while (1) {
         if (__atomic_load_n(released, __ATOMIC_ACQUIRE) > ident) {
@@ -101,10 +104,14 @@ static int lent_spin(volatile uint64_t *released, uint64_t ident, Pipe *in, uint
             why = 2;
             break;
         }
-        if (now_ns() >= deadline)
+        long long now = now_ns();
+        if (now >= deadline)
             break;
-        for (int i = 0; i < 64; i++)
-            cpu_relax();
+        if (now - t0 < spin)
+            for (int i = 0; i < 64; i++)
+                cpu_relax();
+        else
+            sched_yield();
     }
     Py_END_ALLOW_THREADS
     return why;
@@ -178,12 +185,13 @@ static int lent_fast(Lent *w)
             over = __atomic_load_n(released, __ATOMIC_ACQUIRE) > ident;
         else if (got == 0) {
             uint64_t tail = __atomic_load_n(&in->in_ctl[8], __ATOMIC_ACQUIRE);
-            int why = lent_spin(released, ident, in, tail, deadline);
+            int why = lent_spin((P2P *)w->f, released, ident, in, tail, deadline);
             over = why == 1;
             result = why == 0 ? 2 : 0;
         } else {
             long long first = now_ns() + LENT_FIRST_STEP_NS;
-            over = lent_spin(released, ident, NULL, 0, first < deadline ? first : deadline) == 1;
+            over = lent_spin((P2P *)w->f, released, ident, NULL, 0,
+                             first < deadline ? first : deadline) == 1;
             result = over ? 0 : 2;
         }
     }
