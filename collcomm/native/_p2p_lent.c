@@ -6,21 +6,30 @@
  * The Python class subclasses this type: its fields are a C struct (the attribute names
  * ``_f``, ``_group``, ``_peer``, ``_local``, ``_loan``, ``_buf``, ``_rec``, ``_status``,
  * ``_exc``, ``_nbytes`` as before) and its ``wait`` does the common case in C: the loan
- * released by the receiver (it read the buffer) already, or within LENT_FIRST_STEP_NS of
- * spinning (the GIL released) once no receive of this rank is deferred (they are tried
- * first, in C, for up to LENT_POLL_NS: own_test, as the Python loop's test(); the peer
- * may be waiting for this rank to read its own loan), then the status ``Status(peer,
- * nbytes)`` made and the record marked completed, where the Python wait took four frames
- * (~1.5 µs, on the critical path of a two-rank exchange). Everything else (a timeout
- * given, an error kept, a receive not C's to try, the loan still out past those bounds)
- * is the Python ``_wait``: core/p2p_loans.py's loop, the reference.
+ * released by the receiver (it read the buffer), already or within a deadline that grows
+ * with its size (lent_fast; the GIL released), the receives of this rank deferred meanwhile
+ * tried in C (own_test, as the Python loop's test(): the peer may be waiting for this
+ * rank to read its own loan), then the status ``Status(peer, nbytes)`` made and the
+ * record marked completed, where the Python wait took four frames (~1.5 µs, on the
+ * critical path of a two-rank exchange) and, past its first 2 µs, polled the engine
+ * (which read the peer's next loan aside, a copy and an allocation more: such waits took
+ * 86 µs, median, at 512 KiB). Everything else (a timeout given, an error kept, a receive
+ * not C's to try, the loan still out past the deadline) is the Python ``_wait``:
+ * core/p2p_loans.py's loop, the reference.
  *
  * A work dropped unwaited ends its loan (tp_finalize: withdrawn into a copy, or, being
  * read, its array kept alive for the reader), as core/p2p_loans.keep_unwaited does.
  */
 
-#define LENT_FIRST_STEP_NS 2000      /* core/p2p_loans.FIRST_STEP_NS */
-#define LENT_POLL_NS 20000           /* core/p2p_loans.STEP_NS: the receives' tries in C */
+/* How long the wait stays in C: LENT_POLL_NS (core/p2p_loans.STEP_NS) and the time to
+ * read the loan at LENT_BYTES_PER_NS (the peer reads this rank's loan while this rank
+ * reads the peer's: a phase of a two-rank exchange lasts about a read; 512 KiB read by
+ * CMA took 25 µs here), at most LENT_READ_NS, which also bounds the wait for a read the
+ * receiver has begun (lent_past). Past it, the Python loop (whose poll reads the peers'
+ * loans aside: a deadlock of sends that all wait before any receive ends there). */
+#define LENT_POLL_NS 20000LL
+#define LENT_BYTES_PER_NS 4
+#define LENT_READ_NS 5000000LL
 
 typedef struct {
     PyObject_HEAD
@@ -85,18 +94,41 @@ static int lent_done(Lent *w)
     return 0;
 }
 
+/* A loan being waited for: its pipe, release id and ring position, and until when a
+ * read the receiver has begun is waited for. */
+typedef struct {
+    P2P *s;
+    Pipe *out;
+    uint64_t ident, start;
+    long long read_until;
+} LentWatch;
+
+static int lent_released(LentWatch *lw)
+{
+    return __atomic_load_n(&lw->out->out_ctl[P2P_RELEASED], __ATOMIC_ACQUIRE) > lw->ident;
+}
+
+/* Is `deadline` past at `now`? Not while the receiver reads the loan (it took the
+ * record: the ring's tail is past it; shm_lent.py), up to read_until: then the release
+ * is only a read's time away, where the Python loop's poll could read the peer's next
+ * message aside (measured at 512 KiB: such waits took 86 µs, median, against 25). */
+static int lent_past(LentWatch *lw, long long now, long long deadline)
+{
+    return now >= deadline &&
+           (now >= lw->read_until || __atomic_load_n(&lw->out->out_ctl[8], __ATOMIC_ACQUIRE) <= lw->start);
+}
+
 /* Wait (the GIL released) until the loan is released (1), a record lands in the ring
- * ``in`` (its head leaves `tail`: 2; no ring, NULL: never) or `deadline` passes (0):
- * spinning for the P2P's spin_ns, then yielding the CPU (at once where the host has more
- * ranks than CPUs: spin_ns 0; the peer may need this CPU to read the loan). */
-static int lent_spin(P2P *s, volatile uint64_t *released, uint64_t ident, Pipe *in,
-                     uint64_t tail, long long deadline)
+ * ``in`` (its head leaves `tail`: 2; no ring, NULL: never) or `deadline` passes (0; see
+ * lent_past): spinning for the P2P's spin_ns, then yielding the CPU (at once where the
+ * host has more ranks than CPUs: spin_ns 0; the peer may need this CPU to read the loan). */
+static int lent_spin(LentWatch *lw, Pipe *in, uint64_t tail, long long deadline)
 {
     int why = 0;
-    long long t0 = now_ns(), spin = s->spin_ns;
+    long long t0 = now_ns(), spin = lw->s->spin_ns;
     Py_BEGIN_ALLOW_THREADS
     while (1) {
-        if (__atomic_load_n(released, __ATOMIC_ACQUIRE) > ident) {
+        if (lent_released(lw)) {
             why = 1;
             break;
         }
@@ -105,7 +137,7 @@ static int lent_spin(P2P *s, volatile uint64_t *released, uint64_t ident, Pipe *
             break;
         }
         long long now = now_ns();
-        if (now >= deadline)
+        if (lent_past(lw, now, deadline))
             break;
         if (now - t0 < spin)
             for (int i = 0; i < 64; i++)
@@ -155,25 +187,28 @@ static int lent_receive(Lent *w, Pipe **in)
  * not over yet (the Python wait goes on: nothing done here but the deferred receives'
  * tries and the spin), -1 with an exception. Released already: done.
  * Else, while receives of this rank are deferred, the first is tried (own_test) whenever
- * a record lands in its ring, for up to LENT_POLL_NS: the peer may be waiting for this
- * rank to read its own loan; then, none deferred, the loan is spun for up to
- * LENT_FIRST_STEP_NS. */
+ * a record lands in its ring (the peer may be waiting for this rank to read its own
+ * loan); then, none deferred, the release is waited for; all of it within the deadline
+ * of LENT_POLL_NS + nbytes / LENT_BYTES_PER_NS (at most LENT_READ_NS), which waits
+ * while the receiver reads the loan, up to LENT_READ_NS (lent_past). */
 static int lent_fast(Lent *w)
 {
     Pipe *p = lent_pipe(w);
     if (p == NULL || w->peer == NULL || w->nbytes <= 0)   /* (a loan is never empty) */
         return 0;
-    uint64_t ident = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(w->loan, 0));
-    if (ident == (uint64_t)-1 && PyErr_Occurred()) {
+    LentWatch lw = {(P2P *)w->f, p, PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(w->loan, 0)),
+                    PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(w->loan, 1)), 0};
+    if (PyErr_Occurred()) {
         PyErr_Clear();
         return 0;
     }
-    volatile uint64_t *released = &p->out_ctl[P2P_RELEASED];
-    int over = __atomic_load_n(released, __ATOMIC_ACQUIRE) > ident, result = 0;
-    long long deadline = now_ns() + LENT_POLL_NS;
+    int over = lent_released(&lw), result = 0;
+    long long t0 = now_ns(), patience = LENT_POLL_NS + (long long)(w->nbytes / LENT_BYTES_PER_NS);
+    long long deadline = t0 + (patience < LENT_READ_NS ? patience : LENT_READ_NS);
+    lw.read_until = t0 + LENT_READ_NS;
     PyObject *f = Py_NewRef(w->f);    /* (the pipes stay alive while the GIL is let go) */
     while (!over && result == 0) {
-        if (now_ns() >= deadline) {   /* (records keep coming, none of them ours) */
+        if (lent_past(&lw, now_ns(), deadline)) {   /* (records keep coming, none ours) */
             result = 2;
             break;
         }
@@ -182,16 +217,14 @@ static int lent_fast(Lent *w)
         if (got < 0 || got == 3)
             result = got < 0 ? -1 : 2;
         else if (got == 1)
-            over = __atomic_load_n(released, __ATOMIC_ACQUIRE) > ident;
+            over = lent_released(&lw);
         else if (got == 0) {
             uint64_t tail = __atomic_load_n(&in->in_ctl[8], __ATOMIC_ACQUIRE);
-            int why = lent_spin((P2P *)w->f, released, ident, in, tail, deadline);
+            int why = lent_spin(&lw, in, tail, deadline);
             over = why == 1;
             result = why == 0 ? 2 : 0;
         } else {
-            long long first = now_ns() + LENT_FIRST_STEP_NS;
-            over = lent_spin((P2P *)w->f, released, ident, NULL, 0,
-                             first < deadline ? first : deadline) == 1;
+            over = lent_spin(&lw, NULL, 0, deadline) == 1;
             result = over ? 0 : 2;
         }
     }
