@@ -6,8 +6,8 @@
  * The Python class subclasses this type: its fields are a C struct (the attribute names
  * ``_f``, ``_group``, ``_peer``, ``_local``, ``_loan``, ``_buf``, ``_rec``, ``_status``,
  * ``_exc``, ``_nbytes`` as before) and its ``wait`` does the common case in C: the loan
- * released by the receiver (it read the buffer), already or within a deadline that grows
- * with its size (lent_fast; the GIL released), the receives of this rank deferred meanwhile
+ * released by the receiver (it read the buffer), already or within bounds that grow with
+ * its size (lent_fast; the GIL released), the receives of this rank deferred meanwhile
  * tried in C (own_test, as the Python loop's test(): the peer may be waiting for this
  * rank to read its own loan), then the status ``Status(peer, nbytes)`` made and the
  * record marked completed, where the Python wait took four frames (~1.5 µs, on the
@@ -21,14 +21,17 @@
  * read, its array kept alive for the reader), as core/p2p_loans.keep_unwaited does.
  */
 
-/* How long the wait stays in C: LENT_POLL_NS (core/p2p_loans.STEP_NS) and the time to
- * read the loan at LENT_BYTES_PER_NS (the peer reads this rank's loan while this rank
- * reads the peer's: a phase of a two-rank exchange lasts about a read; 512 KiB read by
- * CMA took 25 µs here), at most LENT_READ_NS, which also bounds the wait for a read the
- * receiver has begun (lent_past). Past it, the Python loop (whose poll reads the peers'
- * loans aside: a deadlock of sends that all wait before any receive ends there). */
+/* How long the wait stays in C: with receives deferred, LENT_POLL_NS (core/p2p_loans.
+ * STEP_NS) and the time to read the loan at LENT_BYTES_PER_NS (the peer reads this rank's
+ * loan while this rank reads the peer's: a phase of a two-rank exchange lasts about a
+ * read; 512 KiB read by CMA took 25 µs here, 21 bytes/ns), at most LENT_READ_NS; with
+ * none, LENT_FIRST_STEP_NS (core/p2p_loans.FIRST_STEP_NS), longer (to that same bound)
+ * only while the receiver reads the loan (lent_past). Past it, the Python loop, whose
+ * engine poll reads the peers' loans aside (sends that all wait before any receive is
+ * posted, or receives posted the regular way, get their messages there). */
+#define LENT_FIRST_STEP_NS 2000LL
 #define LENT_POLL_NS 20000LL
-#define LENT_BYTES_PER_NS 4
+#define LENT_BYTES_PER_NS 8
 #define LENT_READ_NS 5000000LL
 
 typedef struct {
@@ -81,6 +84,8 @@ static Pipe *lent_pipe(Lent *w)
  * 0, or -1 with an exception. */
 static int lent_done(Lent *w)
 {
+    if (!lent_none(w->status))
+        return 0;                     /* (another thread's wait ended it meanwhile) */
     PyObject *n = PyLong_FromSsize_t(w->nbytes), *tag = PyLong_FromLong(-1);
     PyObject *st = n == NULL || tag == NULL ? NULL : p2p_status(w->peer, n, tag);
     Py_XDECREF(n);
@@ -95,7 +100,7 @@ static int lent_done(Lent *w)
 }
 
 /* A loan being waited for: its pipe, release id and ring position, and until when a
- * read the receiver has begun is waited for. */
+ * read the receiver has begun is waited for (lent_past). */
 typedef struct {
     P2P *s;
     Pipe *out;
@@ -108,14 +113,23 @@ static int lent_released(LentWatch *lw)
     return __atomic_load_n(&lw->out->out_ctl[P2P_RELEASED], __ATOMIC_ACQUIRE) > lw->ident;
 }
 
-/* Is `deadline` past at `now`? Not while the receiver reads the loan (it took the
- * record: the ring's tail is past it; shm_lent.py), up to read_until: then the release
- * is only a read's time away, where the Python loop's poll could read the peer's next
- * message aside (measured at 512 KiB: such waits took 86 µs, median, against 25). */
+/* Is the receiver reading the loan now? Its record's state word CLAIMED (shm_lent.py:
+ * the reader's swap before its read), the release not yet written; read again after the
+ * state, the release proves the ring slot still held this record (the slot is reused
+ * only once the receiver's tail has passed it, which comes after the release). */
+static int lent_claimed(LentWatch *lw)
+{
+    Pipe *p = lw->out;
+    const uint64_t *state = (const uint64_t *)(p->out_data + lw->start % p->out_ring + P2P_HDR + 8);
+    return __atomic_load_n(state, __ATOMIC_ACQUIRE) == LENT_CLAIMED && !lent_released(lw);
+}
+
+/* Is `deadline` past at `now`? Not while the receiver reads the loan, up to read_until:
+ * the release is a read's time away then, where the Python loop's poll could read the
+ * peer's next loan aside (measured at 512 KiB: such waits took 86 µs, median). */
 static int lent_past(LentWatch *lw, long long now, long long deadline)
 {
-    return now >= deadline &&
-           (now >= lw->read_until || __atomic_load_n(&lw->out->out_ctl[8], __ATOMIC_ACQUIRE) <= lw->start);
+    return now >= deadline && (now >= lw->read_until || !lent_claimed(lw));
 }
 
 /* Wait (the GIL released) until the loan is released (1), a record lands in the ring
@@ -188,16 +202,18 @@ static int lent_receive(Lent *w, Pipe **in)
  * tries and the spin), -1 with an exception. Released already: done.
  * Else, while receives of this rank are deferred, the first is tried (own_test) whenever
  * a record lands in its ring (the peer may be waiting for this rank to read its own
- * loan); then, none deferred, the release is waited for; all of it within the deadline
- * of LENT_POLL_NS + nbytes / LENT_BYTES_PER_NS (at most LENT_READ_NS), which waits
- * while the receiver reads the loan, up to LENT_READ_NS (lent_past). */
+ * loan), within LENT_POLL_NS + nbytes / LENT_BYTES_PER_NS (at most LENT_READ_NS); then,
+ * none deferred, the release is waited for LENT_FIRST_STEP_NS, or, while the receiver
+ * reads the loan, up to that same deadline (lent_past). */
 static int lent_fast(Lent *w)
 {
     Pipe *p = lent_pipe(w);
     if (p == NULL || w->peer == NULL || w->nbytes <= 0)   /* (a loan is never empty) */
         return 0;
-    LentWatch lw = {(P2P *)w->f, p, PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(w->loan, 0)),
-                    PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(w->loan, 1)), 0};
+    LentWatch lw = {(P2P *)w->f, p, 0, 0, 0};
+    lw.ident = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(w->loan, 0));
+    if (!PyErr_Occurred())
+        lw.start = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(w->loan, 1));
     if (PyErr_Occurred()) {
         PyErr_Clear();
         return 0;
@@ -205,7 +221,7 @@ static int lent_fast(Lent *w)
     int over = lent_released(&lw), result = 0;
     long long t0 = now_ns(), patience = LENT_POLL_NS + (long long)(w->nbytes / LENT_BYTES_PER_NS);
     long long deadline = t0 + (patience < LENT_READ_NS ? patience : LENT_READ_NS);
-    lw.read_until = t0 + LENT_READ_NS;
+    lw.read_until = deadline;
     PyObject *f = Py_NewRef(w->f);    /* (the pipes stay alive while the GIL is let go) */
     while (!over && result == 0) {
         if (lent_past(&lw, now_ns(), deadline)) {   /* (records keep coming, none ours) */
@@ -223,8 +239,10 @@ static int lent_fast(Lent *w)
             int why = lent_spin(&lw, in, tail, deadline);
             over = why == 1;
             result = why == 0 ? 2 : 0;
-        } else {
-            over = lent_spin(&lw, NULL, 0, deadline) == 1;
+        } else {                      /* none deferred: the first step, longer only while
+                                       * the receiver reads the loan (lent_past) */
+            long long first = now_ns() + LENT_FIRST_STEP_NS;
+            over = lent_spin(&lw, NULL, 0, first < deadline ? first : deadline) == 1;
             result = over ? 0 : 2;
         }
     }
