@@ -224,8 +224,8 @@ static PyObject *batch_lent(P2P *s, BatchOp *b, PyObject *lent, PyObject *g, PyO
  * reference), Py_None (new) for a send C could not write (nothing done), NULL with an
  * exception. A send of lend_from bytes or more is lent where ``lent`` (its work's class)
  * is given (a batch's; P2P.one's isend lends no such send). */
-static PyObject *batch_run(P2P *s, BatchOp *b, int record, PyObject *held, PyObject *g,
-                           PyObject *sent, PyObject *received, PyObject *lent)
+static PyObject *batch_run(P2P *s, BatchOp *b, int record, double t0, PyObject *held,
+                           PyObject *g, PyObject *sent, PyObject *received, PyObject *lent)
 {
     PyObject *w = NULL, *rec = Py_None, *loan = NULL;
     PyObject *peer = PyLong_FromLong(b->pipe->peer), *local = PyLong_FromLong(b->local);
@@ -244,7 +244,7 @@ static PyObject *batch_run(P2P *s, BatchOp *b, int record, PyObject *held, PyObj
         }
     }
     if (record && (rec = rec_p2p(&s->rw, b->recv ? s_rec_irecv : s_rec_isend, b->pipe->peer,
-                                 s_rec_entered, rec_now(), 0.0)) == NULL) {
+                                 s_rec_entered, t0, 0.0)) == NULL) {
         if (loan != NULL)
             loan_end_unwaited(s, local, loan, b->arr);
         goto out;
@@ -309,8 +309,9 @@ static PyObject *P2P_batch(P2P *s, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     works = PyList_New(0);
+    double t0 = record ? rec_now() : 0.0;     /* (the batch's records share their start) */
     for (Py_ssize_t i = 0; i < n && works != NULL; i++) {
-        PyObject *w = batch_run(s, &o[i], record, held, g, sent, received, lent);
+        PyObject *w = batch_run(s, &o[i], record, t0, held, g, sent, received, lent);
         if (w == Py_None) {       /* a send C could not write: the rest op by op (the caller) */
             Py_DECREF(w);
             break;
@@ -359,7 +360,8 @@ static PyObject *P2P_one(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     int line = recv ? deferred_line(s, &held) : p2p_engine_busy(s);
     line = recv ? line : line < 0 ? -1 : !line;
     if (line > 0)
-        w = batch_run(s, &o, record, held, g, sent, received, NULL);   /* (isend: no loan here) */
+        w = batch_run(s, &o, record, record ? rec_now() : 0.0, held, g, sent, received,
+                      NULL);                                   /* (isend: no loan here) */
     else if (line == 0)
         w = Py_NewRef(Py_None);       /* (line < 0: the exception, w NULL) */
     Py_XDECREF(held);

@@ -353,15 +353,23 @@ static PyObject *rec_p2p(RecWriter *w, PyObject *op, long peer, PyObject *state,
  * exception. Failing to make the float leaves it as it was. */
 static void rec_p2p_end(PyObject *rec, int ok)
 {
-    PyObject *t, *v, *tb;
-    PyErr_Fetch(&t, &v, &tb);
+    if (!PyList_CheckExact(rec) || PyList_GET_SIZE(rec) < 11)
+        return;
+    PyObject *t = NULL, *v = NULL, *tb = NULL;
+    int pending = PyErr_Occurred() != NULL;
+    if (pending)                  /* (the common case has none: no fetch and restore) */
+        PyErr_Fetch(&t, &v, &tb);
     PyObject *t1 = PyFloat_FromDouble(rec_now());
     if (t1 != NULL) {
-        PyList_SetItem(rec, 9, Py_NewRef(ok ? s_rec_completed : s_rec_failed));
-        PyList_SetItem(rec, 10, t1);
+        PyObject *state = PyList_GET_ITEM(rec, 9), *old = PyList_GET_ITEM(rec, 10);
+        PyList_SET_ITEM(rec, 9, Py_NewRef(ok ? s_rec_completed : s_rec_failed));
+        PyList_SET_ITEM(rec, 10, t1);
+        Py_XDECREF(state);
+        Py_XDECREF(old);
     }
     PyErr_Clear();
-    PyErr_Restore(t, v, tb);
+    if (pending)
+        PyErr_Restore(t, v, tb);
 }
 
 static int rec_module_init(void)
