@@ -55,7 +55,8 @@ class P2PWork:
 
     def __init__(self, name: str, handle: Handle, g: ProcessGroup, buf: Buf | np.ndarray,
                  peer: int | None) -> None:
-        # (LentWork.__init__ sets these same fields itself: keep the two alike)
+        # (LentWork's fields are the C Lent's, set by its __init__, collcomm.MPI's
+        # _LentSend.__init__ and native/_p2p_lent.c lent_make: those three stay alike)
         self.name = name
         self._handle = handle
         self._group = g
@@ -219,9 +220,11 @@ class LentWork(lent_base(), P2PWork):  # type: ignore[misc]
     native/_p2p_lend.c; or a ``batch_isend_irecv`` send lent by ``P2P.batch``, which makes
     this work itself, native/_p2p_batch.c): done once the receiver has read the buffer, or,
     unclaimed past the patience, withdrawn into a copy. ``wait`` is C's (native/_p2p_lent.c:
-    the loan read already, or within a first short spin) or else :meth:`_wait`,
-    core/p2p_loans.py's loop (the receives take their messages meanwhile). ``_buf`` keeps
-    the array alive until the loan is over; a work dropped unwaited ends its loan."""
+    the loan read already, or released while the deferred receives are tried in C, up to
+    20 µs + nbytes / 8 ns, then 2 µs, longer while the receiver reads it) or else
+    :meth:`_wait`, core/p2p_loans.py's loop (the receives take their messages meanwhile).
+    ``_buf`` keeps the array alive until the loan is over; a work dropped unwaited ends its
+    loan."""
 
     __slots__ = ()
     name = "isend"

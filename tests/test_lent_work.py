@@ -10,6 +10,11 @@ a work dropped unwaited (withdrawn at once: the sender scribbles, the receiver s
 what was sent), ``is_completed()`` polled while the receiver is busy elsewhere, and a
 ``wait(timeout=)`` that runs out (the loan stays out; waited again once read, it completes),
 and a batch whose lent send's work cannot be made (the loan ends before the error leaves).
+Since the wait is C's (native/_p2p_lent.c): a loan read before its wait is waited for in C
+alone (functional ``isend`` and collcomm.MPI's ``Isend``), a work dropped unwaited ends
+its loan whether ``isend`` or the batch made it, the send's wait takes a deferred receive
+in C, another group's receive is left alone, a loan nobody reads ends only by its
+withdrawal; and the Python loop's steps, before and after C's first try.
 """
 from __future__ import annotations
 
@@ -457,3 +462,15 @@ def test_the_wait_steps_grow_from_2_us_and_let_receives_progress_between() -> No
         assert steps[0] == p2p_loans.FIRST_STEP_NS and max(steps) == p2p_loans.STEP_NS
         # after every step that did not end it; a deferred receive before the first too
         assert tests == ([0] if deferred else []) + [1, 2, 3, 4, 5, 6, 7]
+    # C spun already (LentWork._wait(spun=True)): the receives first, whatever is deferred
+    steps, tests = [], []
+    eng = SimpleNamespace(_deferred=[], native_check=lambda *a: None,
+                          progress=lambda: tests.append(len(steps)))
+    g = SimpleNamespace(transport=eng, ranks=[0, 1], timeout=None)
+    assert p2p_loans.loan_over(FakeP2P(), g, 1, (1, 0, 0), bytearray(8), True, None, False)
+    assert steps == [2_000, 4_000, 8_000, 16_000, 20_000, 20_000, 20_000, 20_000]
+    assert tests == [0, 1, 2, 3, 4, 5, 6, 7]
+    # the C wait's own bounds are the loop's first step and step (native/_p2p_lent.c)
+    if native.core is not None:
+        assert native.core.LENT_FIRST_STEP_NS == p2p_loans.FIRST_STEP_NS
+        assert native.core.LENT_POLL_NS == p2p_loans.STEP_NS

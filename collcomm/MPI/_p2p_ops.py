@@ -16,6 +16,7 @@ import numpy as np
 from ..core import p2p
 from ..core.p2p_loans import lent_base, loan_over
 from ..errors import CollcommError
+from ..transport.base import Status as Moved
 from ._consts import ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB_VALUE
 from ._errors import ERR_RANK, ERR_TAG, Exception as MPIException, translate
 from ._request import Done, Request, Status
@@ -114,6 +115,7 @@ class _LentSend(lent_base()):  # type: ignore[misc]
             try:
                 loan_over(self._f, self._group, self._local, self._loan, self._buf, True, None,
                           not spun)
+                self._status = Moved(self._peer, self._nbytes)   # (as the C wait leaves it)
             finally:      # (over, or ended by its error: withdrawn, or the array kept)
                 self._buf = None
         return True

@@ -15,7 +15,9 @@
  * it, its work a ``sent`` (api_p2p_work.SentWork: its slots ``_group``, ``_peer``, ``_rec``,
  * ``_ok`` set here, no __init__ run), or, of ``lend_from`` bytes or more to a rank that takes
  * loans, lent as P2P.lend lends (written as a plain send where it cannot lend now), its
- * work ``lent(p2p, g, local, loan, arr, rec)`` (api_p2p_work.LentWork); a receive becomes a
+ * work of class ``lent`` (api_p2p_work.LentWork: a subclass of the C Lent, made without its
+ * __init__ by lent_make; any other class called as ``lent(p2p, g, local, loan, arr,
+ * rec)``); a receive becomes a
  * ``received`` (a subclass of the C
  * Deferred, made here as core/p2p.py Deferred.__init__ makes it: its wait receives) and
  * joins the engine's ``_deferred`` line, as core/p2p.py ``defer`` does. ``rec``: the
@@ -172,8 +174,7 @@ static int batch_take_now(P2P *s, Deferred *d, PyObject *held)
 {
     if (!s->take_now || !PyList_CheckExact(held) || PyList_GET_SIZE(held) != 0)
         return 0;
-    PyObject *args[8] = {d->arr, d->local, d->utag, d->umask, d->sig, Py_False, Py_False, Py_False};
-    PyObject *n = P2P_recv(s, args, 8);
+    PyObject *n = d_recv(s, d, 0, 0);
     if (n == NULL)                   /* a CollcommError kept for the wait, like own's */
         return d_keep_error(d) > 0 ? 1 : -1;
     if (!PyLong_CheckExact(n)) {     /* False: nothing yet; None: the regular path's */

@@ -29,9 +29,10 @@
  * only while the receiver reads the loan (lent_past). Past it, the Python loop, whose
  * engine poll reads the peers' loans aside (sends that all wait before any receive is
  * posted, or receives posted the regular way, get their messages there). */
-#define LENT_FIRST_STEP_NS 2000LL
-#define LENT_POLL_NS 20000LL
-#define LENT_BYTES_PER_NS 8
+#define LENT_FIRST_STEP_NS 2000LL     /* (both checked against p2p_loans by a test: the */
+#define LENT_POLL_NS 20000LL          /*  module's LENT_FIRST_STEP_NS, LENT_POLL_NS) */
+#define LENT_BYTES_PER_NS 8           /* (2.5x below the 21 bytes/ns measured: a margin for
+                                       * a slower read, a descheduled peer) */
 #define LENT_READ_NS 5000000LL
 
 typedef struct {
@@ -168,7 +169,7 @@ static int lent_spin(LentWatch *lw, Pipe *in, uint64_t tail, long long deadline)
  * receive deferred, 3 not C's to try (the Python loop's), -1 with an exception that is not
  * a CollcommError (Ctrl-C: the loan ended first, as loan_over ends it); a CollcommError of
  * the receive is left to the Python loop, which tries again and handles it as it does. */
-static int lent_receive(Lent *w, Pipe **in)
+static int lent_receive(Lent *w, PyObject *local, PyObject *loan, PyObject *buf, Pipe **in)
 {
     P2P *s = (P2P *)w->f;
     PyObject *held = s->engine == NULL || s->paused ? NULL : p2p_engine_list(s);
@@ -190,8 +191,11 @@ static int lent_receive(Lent *w, Pipe **in)
         if (rc < 0 && d_error != NULL && PyErr_ExceptionMatches(d_error)) {
             PyErr_Clear();
             rc = 3;
-        } else if (rc < 0)
-            loan_end_unwaited(s, w->local, w->loan, w->buf);
+        } else if (rc < 0) {          /* (its own references: another thread's wait may
+                                       * have let go of the work's meanwhile) */
+            loan_end_unwaited(s, local, loan, buf);
+            Py_CLEAR(w->buf);         /* ended: nothing for a later wait or the finalizer */
+        }
     }
     Py_DECREF(held);
     return rc;
@@ -218,18 +222,21 @@ static int lent_fast(Lent *w)
         PyErr_Clear();
         return 0;
     }
+    /* held for the whole wait: the GIL is let go, and another thread's wait of the same
+     * work may end it and let go of the work's own (the pipes live as long as f) */
+    PyObject *f = Py_NewRef(w->f), *local = Py_NewRef(w->local), *loan = Py_NewRef(w->loan),
+             *buf = Py_NewRef(w->buf);
     int over = lent_released(&lw), result = 0;
     long long t0 = now_ns(), patience = LENT_POLL_NS + (long long)(w->nbytes / LENT_BYTES_PER_NS);
     long long deadline = t0 + (patience < LENT_READ_NS ? patience : LENT_READ_NS);
     lw.read_until = deadline;
-    PyObject *f = Py_NewRef(w->f);    /* (the pipes stay alive while the GIL is let go) */
     while (!over && result == 0) {
         if (lent_past(&lw, now_ns(), deadline)) {   /* (records keep coming, none ours) */
             result = 2;
             break;
         }
         Pipe *in = NULL;
-        int got = lent_receive(w, &in);
+        int got = lent_receive(w, local, loan, buf, &in);
         if (got < 0 || got == 3)
             result = got < 0 ? -1 : 2;
         else if (got == 1)
@@ -247,6 +254,9 @@ static int lent_fast(Lent *w)
         }
     }
     Py_DECREF(f);
+    Py_DECREF(local);
+    Py_DECREF(loan);
+    Py_DECREF(buf);
     if (over && result == 0)
         result = lent_done(w) < 0 ? -1 : 1;
     return result;
@@ -367,7 +377,9 @@ static PyTypeObject LentType = {
 
 static int lent_module_init(PyObject *m)
 {
-    if ((s_lw_wait = PyUnicode_InternFromString("_wait")) == NULL || PyType_Ready(&LentType) < 0)
+    if ((s_lw_wait = PyUnicode_InternFromString("_wait")) == NULL || PyType_Ready(&LentType) < 0 ||
+        PyModule_AddIntConstant(m, "LENT_FIRST_STEP_NS", (long)LENT_FIRST_STEP_NS) < 0 ||
+        PyModule_AddIntConstant(m, "LENT_POLL_NS", (long)LENT_POLL_NS) < 0)
         return -1;
     Py_INCREF(&LentType);
     if (PyModule_AddObject(m, "Lent", (PyObject *)&LentType) < 0) {

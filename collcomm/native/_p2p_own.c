@@ -43,6 +43,22 @@ static int own_names(void)
     return 0;
 }
 
+/* P2P.recv of deferred receive ``d`` (its buffer, peer, tag, mask and signature; no
+ * record: d has its own): ``own``, its own turn (first in line: the receives deferred
+ * after it do not stop it); ``block``, waiting (else False back: nothing yet). What
+ * P2P.recv returns. */
+static PyObject *d_recv(P2P *s, Deferred *d, int own, int block)
+{
+    PyObject *args[8] = {d->arr, d->local, d->utag, d->umask, d->sig, Py_False,
+                         own ? Py_True : Py_False, block ? Py_True : Py_False};
+    for (int i = 0; i < 5; i++)
+        args[i] = Py_NewRef(args[i] ? args[i] : Py_None);
+    PyObject *n = P2P_recv(s, args, 8);
+    for (int i = 0; i < 5; i++)
+        Py_DECREF(args[i]);
+    return n;
+}
+
 /* The engine's mutex tried (1 taken, 0 busy, -1 error), taken (waiting for it: 0, -1),
  * released (keeping a pending exception); directly where it is a plain _thread.lock (see
  * p2p_try in _p2p.c), else through its methods. */
@@ -148,12 +164,7 @@ static PyObject *P2P_own(P2P *s, PyObject *d)
         result = Py_NewRef(Py_False);
         goto done;
     }
-    PyObject *args[7] = {c->arr, c->local, c->utag, c->umask, c->sig, Py_False, Py_True};
-    for (int i = 0; i < 5; i++)
-        args[i] = Py_NewRef(args[i] ? args[i] : Py_None);
-    PyObject *n = P2P_recv(s, args, 7);
-    for (int i = 0; i < 5; i++)
-        Py_DECREF(args[i]);
+    PyObject *n = d_recv(s, c, 1, 1);
     if (n == NULL)
         goto done;                    /* still first in line and waiting: the caller ends it */
     if (PyLong_Check(n) && deferred_done(c, n, p2p_last_tag) < 0) {   /* received: d's status first, so a */
@@ -201,12 +212,7 @@ static int own_test(P2P *s, Deferred *d)
     rc = 2;
     if (PyList_Check(held) && PyList_GET_SIZE(held) > 0 && PyList_GET_ITEM(held, 0) == (PyObject *)d &&
         !d->waiting) {
-        PyObject *args[8] = {d->arr, d->local, d->utag, d->umask, d->sig, Py_False, Py_True, Py_False};
-        for (int i = 0; i < 5; i++)
-            args[i] = Py_NewRef(args[i] ? args[i] : Py_None);
-        PyObject *n = P2P_recv(s, args, 8);
-        for (int i = 0; i < 5; i++)
-            Py_DECREF(args[i]);
+        PyObject *n = d_recv(s, d, 1, 0);
         rc = n == NULL ? -1 : 0;
         if (n != NULL && n != Py_False) {   /* received, or left to the regular path (None) */
             rc = PySequence_DelItem(held, 0) < 0 ? -1 : 1;

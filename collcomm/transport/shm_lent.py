@@ -40,7 +40,8 @@ reads a LENT record itself (claim, one read, release), and ``P2P.lend`` / ``P2P.
 lend from C, below the inline limit too, for the sends whose wait lets the receives take
 their messages meanwhile: ``MPI.Sendrecv`` from :data:`LEND_FROM`, the functional
 ``batch_isend_irecv`` and ``MPI.Isend`` from :data:`LEND_FROM_WORK`, and a plain ``isend``
-past the inline limit (api_p2p_work.LentWork, MPI's _LentSend; core/p2p_loans.py waits).
+past the inline limit (api_p2p_work.LentWork, MPI's _LentSend: their wait is C's,
+native/_p2p_lent.c, and core/p2p_loans.py's loop past its bounds).
 Those loans are the caller's to end (released, or withdrawn by its wait): they never
 enter ``lent``, and a withdrawn one's copy goes into ``held`` as any other.
 
@@ -85,8 +86,8 @@ LEND_PATIENCE = 0.005
 #: 128 KiB 14.5-15.4 / 22.
 LEND_FROM = 64 << 10
 #: ... and the functional API's isend / batch_isend_irecv sends from this many bytes
-#: (api_p2p_work.LentWork: a Python work around the C loan, whose wait lets the deferred
-#: receives take their messages meanwhile). Measured likewise (batch + waits, µs lent /
+#: (api_p2p_work.LentWork, whose wait lets the deferred receives take their messages
+#: meanwhile; a Python work until session 24, now the C Lent's). Measured likewise (batch + waits, µs lent /
 #: through the ring): 64 KiB 15.7-15.8 / 12.4-12.7, 128 KiB 20.4-20.5 / 20.5-21.5,
 #: 256 KiB 31.4-31.7 / 39.1-39.2, 384 KiB 35.6-36.6 / 58.2, 512 KiB 44.8-45.4 / 82.7-88.1.
 #: Since the batch lends in its C call (native/_p2p_batch.c; session 23, two jobs each
