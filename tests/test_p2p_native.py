@@ -123,10 +123,10 @@ def _mixed() -> dict:
     def p2p_records() -> list:
         obs = g.observer
         return [] if obs is None else [r for r in list(obs.rec.ring)
-                                       if isinstance(r, list) and r[0] == obs.index]
+                                       if len(r) == 11 and r[0] == obs.index]   # (p2p)
 
-    def fields(r: list) -> tuple:
-        return (type(r).__name__, len(r), r[1], r[2], r[3], r[4], where(r[5], r[6]), r[8],
+    def fields(r: list) -> tuple:    # (C's records are P2PRec objects that read as the list)
+        return (len(r), r[1], r[2], r[3], r[4], where(r[5], r[6]), r[8],
                 r[9], type(r[7]).__name__, type(r[10]).__name__, 0 < r[7] <= r[10])
 
     if me == 1:
@@ -160,7 +160,7 @@ def _mixed() -> dict:
         obs = g.observer
         if obs is not None:
             ring = list(obs.rec.ring)
-            mine = [r for r in ring if isinstance(r, list) and r[0] == obs.index]
+            mine = [r for r in ring if len(r) == 11 and r[0] == obs.index]
             recs = [(r[2], r[8], r[9], os.path.basename(r[5].co_filename)) for r in mine]
         out["records"] = recs
     dist.barrier()
@@ -198,7 +198,7 @@ def test_mixed_native_and_python_ranks() -> None:
     assert sends >= 9 and recvs >= 4, n["counts"]
     native_recs, regular_recs = n["error_records"]
     assert native_recs == regular_recs, (native_recs, regular_recs)
-    assert [(r[3], r[8]) for r in native_recs] == [
+    assert [(r[2], r[7]) for r in native_recs] == [
         ("irecv", "completed"), ("irecv", "failed"), ("irecv", "failed"), ("irecv", "failed"),
         ("isend", "completed")], native_recs
     ops = [(op, peer) for op, peer, _, _ in n["records"]]
@@ -245,3 +245,44 @@ def test_peer_death_while_waiting_natively(tmp_path) -> None:
 
 
 # ----------------------------------------------------------------------------- non-blocking
+
+
+def _c_record() -> dict:
+    """A point-to-point record made in C (P2P.note: a P2PRec, native/_record_p2p.c) read,
+    ended and refused as the list Observer.p2p appends would be."""
+    import collcomm as dist
+    import collcomm.core.runtime as rt
+    from collcomm.core import p2p
+    from collcomm.core.recorder_records import COMPLETED, ENTERED, R_PEER, R_PSTATE, R_PT1, R_T0
+
+    me = dist.get_rank()
+    dist.batch_isend_irecv([dist.P2POp(dist.isend, np.zeros(1), 1 - me),    # (the pipes made)
+                            dist.P2POp(dist.irecv, np.zeros(1), 1 - me)])[1].wait()
+    g = rt.get_world("test")
+    rec = p2p.native(g).note(False, 1 - me)
+    out = {"type": type(rec).__name__, "len": len(rec), "list": list(rec)[:5] + list(rec)[8:10],
+           "peer": (rec[R_PEER], rec[-3]), "entered": rec[R_PSTATE] == ENTERED,
+           "t": (type(rec[R_T0]).__name__, rec[R_T0] > 0, rec[R_PT1]),
+           "in_ring": any(r is rec for r in g.observer.rec.ring),
+           "repr": repr(rec) == repr(list(rec))}
+    p2p.finished(rec, True)                # (core/p2p.py: rec[R_PSTATE], rec[R_PT1] = ...)
+    out["ended"] = (rec[R_PSTATE] == COMPLETED, rec[R_PT1] >= rec[R_T0])
+    refused = []
+    for key, value in ((R_PEER, 3), (R_PSTATE, "lost"), (11, 0.0)):
+        try:
+            rec[key] = value
+        except (TypeError, ValueError, IndexError) as exc:
+            refused.append(type(exc).__name__)
+    out["refused"] = refused
+    dist.barrier()
+    return out
+
+
+@pytest.mark.timeout(60)
+def test_a_record_made_in_c_reads_as_the_list() -> None:
+    for me, out in enumerate(run_ranks(_c_record, 2, transport="shm", timeout=45)):
+        assert out == {"type": "P2PRec", "len": 11, "list": [out["list"][0], 0, "isend", 0, 0,
+                                                             1 - me, "entered"],
+                       "peer": (1 - me, 1 - me), "entered": True, "t": ("float", True, 0.0),
+                       "in_ring": True, "repr": True, "ended": (True, True),
+                       "refused": ["TypeError", "ValueError", "IndexError"]}, out

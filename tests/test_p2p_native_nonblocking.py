@@ -43,7 +43,7 @@ def _nonblocking() -> dict:
     def records() -> list:
         obs = g.observer
         return [] if obs is None else [r for r in list(obs.rec.ring)
-                                       if isinstance(r, list) and r[0] == obs.index]
+                                       if len(r) == 11 and r[0] == obs.index]   # (p2p)
 
     def fields(r: list) -> tuple:
         return (r[2], r[8], r[9], where(r[5], r[6]), 0 < r[7] <= r[10])

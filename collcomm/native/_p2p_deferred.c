@@ -163,7 +163,7 @@ static int deferred_done(Deferred *d, PyObject *n, uint64_t wire_tag)
     if (st == NULL)
         return -1;
     Py_XSETREF(d->status, st);
-    if (d->rec != NULL && PyList_CheckExact(d->rec) && PyList_GET_SIZE(d->rec) == 11)
+    if (rec_is_p2p(d->rec))
         rec_p2p_end(d->rec, 1);
     return 0;
 }

@@ -95,7 +95,7 @@ static int lent_done(Lent *w)
         return -1;
     Py_XSETREF(w->status, st);
     Py_CLEAR(w->buf);                 /* the receiver has it (or our copy) */
-    if (w->rec != NULL && PyList_CheckExact(w->rec) && PyList_GET_SIZE(w->rec) == 11)
+    if (rec_is_p2p(w->rec))
         rec_p2p_end(w->rec, 1);
     return 0;
 }

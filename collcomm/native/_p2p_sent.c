@@ -19,13 +19,8 @@ typedef struct {
 static void sent_finish(Sent *w)
 {
     PyObject *rec = w->rec;
-    if (rec == NULL || !PyList_CheckExact(rec) || PyList_GET_SIZE(rec) < 11)
-        return;
-    PyObject *state = PyList_GET_ITEM(rec, 9);
-    if (state == s_rec_entered ||
-        (PyUnicode_Check(state) && PyUnicode_Compare(state, s_rec_entered) == 0))
+    if (rec_is_p2p(rec) && rec_p2p_entered(rec))
         rec_p2p_end(rec, 1);
-    PyErr_Clear();
 }
 
 static PyObject *Sent_wait(Sent *w, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)

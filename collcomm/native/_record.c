@@ -10,9 +10,10 @@
  * - a collective's record (``rec_collective``): the tuple ``Observer.call`` appends,
  *   (observer index, tag, name, signature, id(family), caller's code, caller's
  *   instruction offset, perf_counter time);
- * - a point-to-point record (``rec_p2p``): the list ``Observer.p2p`` appends,
- *   [observer index, 0, op, 0, 0, code, offset, t0, global peer, state, t1] with state
- *   "entered" (t1 0.0) until ``rec_p2p_end`` marks it "completed" or "failed" (t1 then).
+ * - a point-to-point record (``rec_p2p``, _record_p2p.c): what the list
+ *   ``Observer.p2p`` appends reads, [observer index, 0, op, 0, 0, code, offset, t0,
+ *   global peer, state, t1] with state "entered" (t1 0.0) until ``rec_p2p_end`` marks it
+ *   "completed" or "failed" (t1 then), held in a small C object (``P2PRec``).
  *
  * The caller is the first frame outside collcomm (at most 8 frames up), as
  * recorder_records.caller() finds it; times are CLOCK_MONOTONIC, the clock of
@@ -238,70 +239,69 @@ static inline double rec_now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Fill items 0..7 of `rec` (a new tuple or list of at least 8 items): index, seq, op, sig,
- * algo, the caller's code and offset, t0; then append it to the ring. `rec` is returned
- * (a new reference), or NULL with an exception (rec released). */
+/* Append `rec` to the ring: 0, or -1 with an exception. */
+static int rec_append(RecWriter *w, PyObject *rec)
+{
+    PyObject *r = w->ring != NULL ? cmethod_call(&w->ring_append, w->ring, rec)
+                                  : PyObject_CallOneArg(w->append, rec);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* Fill the 8 items of `rec` (a new tuple): index, seq, op, sig, algo, the caller's code
+ * and offset, t0; then append it to the ring. `rec` is returned (a new reference), or
+ * NULL with an exception (rec released). */
 static PyObject *rec_fill(RecWriter *w, PyObject *rec, PyObject *seq, PyObject *op, uint64_t sig,
                           PyObject *algo, double t0)
 {
-    int tuple = PyTuple_Check(rec);
-#define REC_SET(i, v) (tuple ? (void)PyTuple_SET_ITEM(rec, i, v) : (void)PyList_SET_ITEM(rec, i, v))
     int lasti;
     PyCodeObject *code = rec_caller(w, &lasti);
     PyObject *sigobj = rec_sig(w, sig), *lastio = rec_lasti(w, code, lasti),
              *t0o = PyFloat_FromDouble(t0);
-    REC_SET(0, Py_NewRef(w->index));
-    REC_SET(1, Py_NewRef(seq));
-    REC_SET(2, Py_NewRef(op));
-    REC_SET(3, sigobj);
-    REC_SET(4, Py_NewRef(algo));
-    REC_SET(5, code == NULL ? Py_NewRef(Py_None) : (PyObject *)code);
-    REC_SET(6, lastio);
-    REC_SET(7, t0o);
-#undef REC_SET
-    if (sigobj == NULL || lastio == NULL || t0o == NULL) {
+    PyTuple_SET_ITEM(rec, 0, Py_NewRef(w->index));
+    PyTuple_SET_ITEM(rec, 1, Py_NewRef(seq));
+    PyTuple_SET_ITEM(rec, 2, Py_NewRef(op));
+    PyTuple_SET_ITEM(rec, 3, sigobj);
+    PyTuple_SET_ITEM(rec, 4, Py_NewRef(algo));
+    PyTuple_SET_ITEM(rec, 5, code == NULL ? Py_NewRef(Py_None) : (PyObject *)code);
+    PyTuple_SET_ITEM(rec, 6, lastio);
+    PyTuple_SET_ITEM(rec, 7, t0o);
+    if (sigobj == NULL || lastio == NULL || t0o == NULL || rec_append(w, rec) < 0) {
         Py_DECREF(rec);
         return NULL;
     }
-    PyObject *r = w->ring != NULL ? cmethod_call(&w->ring_append, w->ring, rec)
-                                  : PyObject_CallOneArg(w->append, rec);
-    if (r == NULL) {
-        Py_DECREF(rec);
-        return NULL;
-    }
-    Py_DECREF(r);
     return rec;
 }
 
-/* The record the full ring is about to drop, emptied for reuse, when nothing else holds
- * it and it has the shape wanted (a tuple or a list of `size` items); else NULL (no
- * exception): make a new one. Taking it out first (popleft) costs what the append's own
- * eviction would; what it saves is freeing one record and allocating the next, and the
- * floats and ints it holds are dropped as the eviction would drop them. */
-static PyObject *rec_recycled(RecWriter *w, int tuple, Py_ssize_t size)
+/* The oldest record, taken out of the full ring (the append would drop it: taking it out
+ * first costs what that eviction would), for reuse; NULL (no exception) where the ring is
+ * not full or not a deque C appends to itself. */
+static PyObject *rec_take_oldest(RecWriter *w)
 {
     if (w->ring == NULL || PyObject_Length(w->ring) < w->maxlen)
         return NULL;
     PyObject *old = cmethod_call(&w->ring_popleft, w->ring, NULL);
-    if (old == NULL) {
+    if (old == NULL)
         PyErr_Clear();
+    return old;
+}
+
+/* The record the full ring is about to drop, emptied for reuse, when nothing else holds
+ * it and it is a tuple of `size` items; else NULL (no exception): make a new one. What
+ * reuse saves is freeing one record and allocating the next; the ints it holds are
+ * dropped as the eviction would drop them. */
+static PyObject *rec_recycled(RecWriter *w, Py_ssize_t size)
+{
+    PyObject *old = rec_take_oldest(w);
+    if (old == NULL)
         return NULL;
-    }
-    if (Py_REFCNT(old) != 1 ||
-        !(tuple ? PyTuple_CheckExact(old) && PyTuple_GET_SIZE(old) == size
-                : PyList_CheckExact(old) && PyList_GET_SIZE(old) == size)) {
+    if (Py_REFCNT(old) != 1 || !PyTuple_CheckExact(old) || PyTuple_GET_SIZE(old) != size) {
         Py_DECREF(old);
         return NULL;
     }
     for (Py_ssize_t i = 0; i < size; i++) {
-        PyObject *item;
-        if (tuple) {
-            item = PyTuple_GET_ITEM(old, i);
-            PyTuple_SET_ITEM(old, i, NULL);
-        } else {
-            item = PyList_GET_ITEM(old, i);
-            PyList_SET_ITEM(old, i, NULL);
-        }
+        PyObject *item = PyTuple_GET_ITEM(old, i);
+        PyTuple_SET_ITEM(old, i, NULL);
         Py_XDECREF(item);
     }
     return old;
@@ -313,63 +313,10 @@ static PyObject *rec_collective(RecWriter *w, PyObject *tag, PyObject *name, uin
                                 PyObject *algo_id)
 {
     double t0 = rec_now();
-    PyObject *rec = rec_recycled(w, 1, 8);
+    PyObject *rec = rec_recycled(w, 8);
     if (rec == NULL)
         rec = PyTuple_New(8);
     return rec == NULL ? NULL : rec_fill(w, rec, tag, name, sig, algo_id, t0);
-}
-
-/* A point-to-point record (Observer.p2p's list) of `op` with global rank `peer`, in
- * `state` (s_rec_*) since t0, ended at t1 (0.0 while entered), appended. A new reference,
- * or NULL with an exception. */
-static PyObject *rec_p2p(RecWriter *w, PyObject *op, long peer, PyObject *state, double t0,
-                         double t1)
-{
-    PyObject *rec = rec_recycled(w, 0, 11);
-    if (rec == NULL) {
-        rec = PyList_New(11);
-        if (rec == NULL)
-            return NULL;
-        /* It only ever holds numbers, strings and a code object (the states and end time
-         * written later too): it can be in no cycle, so the collector need not walk the
-         * ring's 2000 of them (as it need not for the collectives' tuples) */
-        PyObject_GC_UnTrack(rec);
-    }
-    PyObject *peero = PyLong_FromLong(peer), *t1o = PyFloat_FromDouble(t1);
-    PyList_SET_ITEM(rec, 8, peero);
-    PyList_SET_ITEM(rec, 9, Py_NewRef(state));
-    PyList_SET_ITEM(rec, 10, t1o);
-    if (peero == NULL || t1o == NULL) {
-        Py_DECREF(rec);                        /* (a list's dealloc skips NULL items) */
-        return NULL;
-    }
-    PyObject *zero = PyLong_FromLong(0);       /* (small ints are cached) */
-    rec = rec_fill(w, rec, zero, op, 0, zero, t0);
-    Py_DECREF(zero);
-    return rec;
-}
-
-/* Mark a point-to-point record completed (ok) or failed, ended now; keeps a pending
- * exception. Failing to make the float leaves it as it was. */
-static void rec_p2p_end(PyObject *rec, int ok)
-{
-    if (!PyList_CheckExact(rec) || PyList_GET_SIZE(rec) < 11)
-        return;
-    PyObject *t = NULL, *v = NULL, *tb = NULL;
-    int pending = PyErr_Occurred() != NULL;
-    if (pending)                  /* (the common case has none: no fetch and restore) */
-        PyErr_Fetch(&t, &v, &tb);
-    PyObject *t1 = PyFloat_FromDouble(rec_now());
-    if (t1 != NULL) {
-        PyObject *state = PyList_GET_ITEM(rec, 9), *old = PyList_GET_ITEM(rec, 10);
-        PyList_SET_ITEM(rec, 9, Py_NewRef(ok ? s_rec_completed : s_rec_failed));
-        PyList_SET_ITEM(rec, 10, t1);
-        Py_XDECREF(state);
-        Py_XDECREF(old);
-    }
-    PyErr_Clear();
-    if (pending)
-        PyErr_Restore(t, v, tb);
 }
 
 static int rec_module_init(void)

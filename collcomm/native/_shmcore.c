@@ -93,6 +93,7 @@ static PyTypeObject CoreType = {
 /* ------------------------------------------------------------------ the fast call */
 #include "_cmethod.c"           /* a built-in object's C method called straight */
 #include "_record.c"            /* the flight recorder's records, written from C */
+#include "_record_p2p.c"        /* ... its point-to-point records: P2PRec */
 #include "_fastcall.c"
 #include "_gil_lock.c"          /* GilLock: send_lock / poll_lock of the shm channels */
 #include "_p2p.c"               /* native point-to-point: Pipe, P2P; the rings from C */
