@@ -112,8 +112,8 @@ def test_fast_records_match_the_regular_ones_with_an_arena() -> None:
 
 def _wrapped() -> dict[str, Any]:
     """A ring of 16 records filled many times over by C records (the fast call's tuples,
-    the native point-to-point lists), which reuse the record they push out when nothing
-    else holds it (_record.c rec_recycled)."""
+    the native point-to-point P2PRec records), which reuse the record they push out when
+    nothing else holds it (_record.c rec_take_oldest)."""
     import collcomm as dist
     from collcomm.core import recorder
     from collcomm.core.recorder_records import R_OP, R_SEQ

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 # ring made the collections walk it: +3 us per call measured). Its state is derived:
 # completed when its group's last completed call is this one or a later one, failed when
 # listed in the group's failures. A point-to-point record is a list with three more fields
-# (peer, state, end time).
+# (peer, state, end time); one made in C (native/_record_p2p.c) is a P2PRec that reads
+# and is ended the same way (len, indexing, rec[R_PSTATE] / rec[R_PT1] assigned).
 R_GROUP, R_SEQ, R_OP, R_SIG, R_ALGO, R_CODE, R_LASTI, R_T0, R_PEER, R_PSTATE, R_PT1 = range(11)
 ENTERED, COMPLETED, FAILED = "entered", "completed", "failed"
 _SEQ_MASK = (1 << 35) - 1     # group.py: the low 35 bits of a collective's tag are its seq

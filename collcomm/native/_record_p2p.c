@@ -58,6 +58,16 @@ static PyObject *P2PRec_item(P2PRec *r, Py_ssize_t i)
 
 static Py_ssize_t P2PRec_length(P2PRec *r) { return P2PREC_ITEMS; }
 
+/* sq_item: PySequence_GetItem has added the length to a negative index already */
+static PyObject *P2PRec_sq_item(P2PRec *r, Py_ssize_t i)
+{
+    if (i < 0) {
+        PyErr_SetString(PyExc_IndexError, "record index out of range");
+        return NULL;
+    }
+    return P2PRec_item(r, i);
+}
+
 static PyObject *P2PRec_subscript(P2PRec *r, PyObject *key)
 {
     Py_ssize_t i = PyNumber_AsSsize_t(key, PyExc_IndexError);
@@ -95,8 +105,8 @@ static int P2PRec_ass_subscript(P2PRec *r, PyObject *key, PyObject *value)
         r->t1 = t1;
         return 0;
     }
-    PyErr_SetString(PyExc_TypeError, "a point-to-point record's items are read-only but its "
-                    "state and end time");
+    PyErr_SetString(PyExc_TypeError, i == P2PREC_STATE ? "a point-to-point record's state is a str"
+                    : "a point-to-point record's items are read-only but its state and end time");
     return -1;
 }
 
@@ -124,7 +134,7 @@ static void P2PRec_dealloc(P2PRec *r)
 
 static PySequenceMethods P2PRec_seq = {
     .sq_length = (lenfunc)P2PRec_length,
-    .sq_item = (ssizeargfunc)P2PRec_item,
+    .sq_item = (ssizeargfunc)P2PRec_sq_item,
 };
 
 static PyMappingMethods P2PRec_map = {
@@ -159,10 +169,8 @@ static int rec_p2p_entered(PyObject *rec)
     if (Py_TYPE(rec) == &P2PRecType)
         return ((P2PRec *)rec)->state == 0;
     PyObject *state = PyList_GET_ITEM(rec, P2PREC_STATE);
-    int same = state == s_rec_entered ||
-               (PyUnicode_Check(state) && PyUnicode_Compare(state, s_rec_entered) == 0);
-    PyErr_Clear();
-    return same;
+    return state == s_rec_entered ||        /* (two strs: the compare cannot fail) */
+           (PyUnicode_Check(state) && PyUnicode_Compare(state, s_rec_entered) == 0);
 }
 
 /* A point-to-point record of `op` with global rank `peer`, in `state` (s_rec_*) since
