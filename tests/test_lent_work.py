@@ -7,14 +7,15 @@ ranks that wait for their sends first read each other's loans without the withdr
 Checked on real ranks with a patience no test waits out (a wait that only a withdrawal
 could end would hang until the harness's timeout): the exchange in rings of two and three,
 a work dropped unwaited (withdrawn at once: the sender scribbles, the receiver still reads
-what was sent), ``is_completed()`` polled while the receiver is busy elsewhere, and a
+what was sent), a loan waited for or ``is_completed()`` polled while the receiver is busy
+elsewhere (it ends only by its withdrawal), and a
 ``wait(timeout=)`` that runs out (the loan stays out; waited again once read, it completes),
 and a batch whose lent send's work cannot be made (the loan ends before the error leaves).
 Since the wait is C's (native/_p2p_lent.c): a loan read before its wait is waited for in C
 alone (functional ``isend`` and collcomm.MPI's ``Isend``), a work dropped unwaited ends
 its loan whether ``isend`` or the batch made it, the send's wait takes a deferred receive
-in C, another group's receive is left alone, a loan nobody reads ends only by its
-withdrawal; and the Python loop's steps, before and after C's first try.
+in C, another group's receive is left alone; and the Python loop's steps, before and
+after C's first try.
 """
 from __future__ import annotations
 
@@ -294,10 +295,11 @@ def test_a_lent_sends_wait_leaves_another_groups_receive_alone() -> None:
     assert sender == {"b": 9.0, "world": 5.0}, sender
 
 
-def _never_read() -> dict:
-    """Rank 0 waits for a loan rank 1 does not read (it waits in a barrier): the wait ends
-    only by the withdrawal, past the patience (C's first steps never end it early); rank 1
-    then reads the copy."""
+def _withdrawn(how: str) -> dict:
+    """Rank 0's lent isend that rank 1 does not read (it waits in a barrier, reading no
+    ring), waited for (``how`` "wait") or polled with is_completed() ("poll"): it ends only
+    by its withdrawal, past the patience (C's first steps never end it early); rank 1 then
+    reads the copy while rank 0 scribbles over its array."""
     import time
 
     import collcomm as dist
@@ -309,50 +311,28 @@ def _never_read() -> dict:
     if dist.get_rank() == 0:
         buf = np.arange(count, dtype=np.float64)
         t0 = time.monotonic()
-        dist.isend(buf, 1).wait()
+        w = dist.isend(buf, 1)
+        polls = 0
+        while how == "poll" and not w.is_completed():
+            polls += 1
+        w.wait()
         took = time.monotonic() - t0
         buf[:] = -1.0
         dist.barrier()
         dist.barrier()
-        return {"waited_out": took >= 0.3, "withdrawals": _channel(1).withdrawals}
+        return {"waited_out": took >= 0.3, "polled": polls > 0,
+                "withdrawals": _channel(1).withdrawals}
     return _receive_late(count)
 
 
 @needs_core
 @pytest.mark.timeout(120)
-def test_a_loan_nobody_reads_ends_by_its_withdrawal() -> None:
-    sender, receiver = _sender_and_receiver(_never_read)
+@pytest.mark.parametrize("how", ["wait", "poll"])
+def test_a_loan_nobody_reads_ends_by_its_withdrawal(how: str) -> None:
+    sender, receiver = run_ranks(_withdrawn, 2, how, transport="shm", timeout=90,
+                                 env={"COLLCOMM_CORES": "2"})
     assert receiver["ok"], receiver
-    assert sender == {"waited_out": True, "withdrawals": 1}, sender
-
-
-def _polled() -> dict:
-    """Rank 0 polls is_completed() while rank 1 waits in a barrier for rank 0 (it reads
-    no ring): past the patience the loan is withdrawn and the poll sees it done."""
-    import collcomm as dist
-
-    dist.barrier()
-    count = 300_001
-    if dist.get_rank() == 0:
-        buf = np.arange(count, dtype=np.float64)
-        w = dist.isend(buf, 1)
-        polls = 0
-        while not w.is_completed():
-            polls += 1
-        w.wait()
-        buf[:] = -1.0
-        dist.barrier()
-        dist.barrier()
-        return {"polls": polls, "withdrawals": _channel(1).withdrawals}
-    return _receive_late(count)
-
-
-@needs_core
-@pytest.mark.timeout(120)
-def test_is_completed_polled_while_the_receiver_is_elsewhere() -> None:
-    sender, receiver = _sender_and_receiver(_polled)
-    assert receiver["ok"], receiver
-    assert sender["polls"] > 0 and sender["withdrawals"] == 1, sender
+    assert sender == {"waited_out": True, "polled": how == "poll", "withdrawals": 1}, sender
 
 
 def _timed_out_then_read() -> dict:

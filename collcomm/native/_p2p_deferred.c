@@ -163,8 +163,7 @@ static int deferred_done(Deferred *d, PyObject *n, uint64_t wire_tag)
     if (st == NULL)
         return -1;
     Py_XSETREF(d->status, st);
-    if (rec_is_p2p(d->rec))
-        rec_p2p_end(d->rec, 1);
+    rec_p2p_end(d->rec, 1);           /* (none: nothing) */
     return 0;
 }
 

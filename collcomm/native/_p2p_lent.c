@@ -43,8 +43,6 @@ typedef struct {
 
 static PyObject *s_lw_wait;           /* "_wait": the Python reference wait */
 
-static int lent_none(PyObject *o) { return o == NULL || o == Py_None; }
-
 /* End `loan` (lend_write's (ident, start, since)) of `arr` to local rank `local` now, as a
  * work dropped unwaited ends it (core/p2p_loans.keep_unwaited): one bounded try of
  * P2P.loan_wait with no patience (withdrawn under the channel's send lock); not over
@@ -74,8 +72,8 @@ static Pipe *lent_pipe(Lent *w)
 {
     if (w->f == NULL || Py_TYPE(w->f) != &P2PType || ((P2P *)w->f)->paused ||
         ((P2P *)w->f)->pipes == NULL || w->loan == NULL ||
-        !PyTuple_CheckExact(w->loan) || PyTuple_GET_SIZE(w->loan) != 3 || lent_none(w->buf) ||
-        lent_none(w->local))
+        !PyTuple_CheckExact(w->loan) || PyTuple_GET_SIZE(w->loan) != 3 || d_none(w->buf) ||
+        d_none(w->local))
         return NULL;
     Pipe *p = p2p_pipe((P2P *)w->f, w->local);
     return p != NULL && p->has_out ? p : NULL;
@@ -85,7 +83,7 @@ static Pipe *lent_pipe(Lent *w)
  * 0, or -1 with an exception. */
 static int lent_done(Lent *w)
 {
-    if (!lent_none(w->status))
+    if (!d_none(w->status))
         return 0;                     /* (another thread's wait ended it meanwhile) */
     PyObject *n = PyLong_FromSsize_t(w->nbytes), *tag = PyLong_FromLong(-1);
     PyObject *st = n == NULL || tag == NULL ? NULL : p2p_status(w->peer, n, tag);
@@ -95,8 +93,7 @@ static int lent_done(Lent *w)
         return -1;
     Py_XSETREF(w->status, st);
     Py_CLEAR(w->buf);                 /* the receiver has it (or our copy) */
-    if (rec_is_p2p(w->rec))
-        rec_p2p_end(w->rec, 1);
+    rec_p2p_end(w->rec, 1);           /* (none: nothing) */
     return 0;
 }
 
@@ -272,9 +269,9 @@ static PyObject *Lent_wait(Lent *w, PyObject *const *args, size_t nargsf, PyObje
         return NULL;
     }
     PyObject *timeout = nargs + nkw == 1 ? args[0] : Py_None;
-    if (lent_none(w->exc) && !lent_none(w->status))
+    if (d_none(w->exc) && !d_none(w->status))
         Py_RETURN_TRUE;
-    int done = lent_none(w->exc) && timeout == Py_None ? lent_fast(w) : 0;
+    int done = d_none(w->exc) && timeout == Py_None ? lent_fast(w) : 0;
     if (done == 1 || done < 0)
         return done < 0 ? NULL : Py_NewRef(Py_True);
     PyObject *call[3] = {(PyObject *)w, timeout, done == 2 ? Py_True : Py_False};
@@ -304,7 +301,7 @@ static PyObject *lent_make(PyTypeObject *cls, P2P *s, PyObject *g, PyObject *pee
 /* Dropped unwaited, its loan still out: ended now (loan_end_unwaited). */
 static void Lent_finalize(Lent *w)
 {
-    if (!lent_none(w->status) || !lent_none(w->exc) || lent_none(w->buf))
+    if (!d_none(w->status) || !d_none(w->exc) || d_none(w->buf))
         return;
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);

@@ -209,8 +209,8 @@ static PyObject *rec_p2p(RecWriter *w, PyObject *op, long peer, PyObject *state,
     return (PyObject *)r;
 }
 
-/* Mark a point-to-point record (rec_is_p2p) completed (ok) or failed, ended now; keeps a
- * pending exception. */
+/* Mark a point-to-point record completed (ok) or failed, ended now (anything else, None
+ * or NULL: nothing); keeps a pending exception. */
 static void rec_p2p_end(PyObject *rec, int ok)
 {
     if (rec != NULL && Py_TYPE(rec) == &P2PRecType) {
