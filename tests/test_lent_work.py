@@ -91,13 +91,14 @@ def _ring(counts: list[int]) -> dict:
 
 @needs_core
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("n", [2, 3])
-def test_a_ring_of_lent_sends_reads_each_loan_once(n: int) -> None:
+@pytest.mark.parametrize("n,cores", [(2, 2), (3, 3), (3, 1)])
+def test_a_ring_of_lent_sends_reads_each_loan_once(n: int, cores: int) -> None:
+    # (cores 1: more ranks than CPUs, the lent waits yielding to their readers)
     from collcomm.transport.shm_lent import LEND_FROM_WORK
 
     k = LEND_FROM_WORK // 4
     counts = [k - 1, k, 262_147, 1_000_003]      # below it: through the ring
-    for res in run_ranks(_ring, n, counts, transport="shm", timeout=90, env={"COLLCOMM_CORES": str(n)}):
+    for res in run_ranks(_ring, n, counts, transport="shm", timeout=90, env={"COLLCOMM_CORES": str(cores)}):
         assert res["bad"] == 0 and res["lent"] == 9 and res["loans"] >= 9, res
         assert res["withdrawals"] == 0 and res["python_lent"] == 0, res
 

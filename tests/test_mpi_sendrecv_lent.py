@@ -87,10 +87,10 @@ def _ring() -> dict:
 
 @needs_core
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("n", [2, 3])
-def test_sendrecv_lends_around_the_threshold(n: int) -> None:
-    # (COLLCOMM_CORES: a CPU per rank, else a rank offers no loans: shm_lent.takes_lent)
-    for res in run_ranks(_ring, n, transport="shm", timeout=90, env={"COLLCOMM_CORES": str(n)}):
+@pytest.mark.parametrize("n,cores", [(2, 2), (3, 3), (3, 1)])
+def test_sendrecv_lends_around_the_threshold(n: int, cores: int) -> None:
+    # (COLLCOMM_CORES: a CPU per rank, or one for all: lent either way, shm_lent.takes_lent)
+    for res in run_ranks(_ring, n, transport="shm", timeout=90, env={"COLLCOMM_CORES": str(cores)}):
         assert res["want"] > 0 and res["loans"] == res["want"] and res["held"] == 0, res
         assert res["native"] == res["calls"] and res["native_recv"] == res["calls"], res
 

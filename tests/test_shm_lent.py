@@ -34,7 +34,7 @@ def _cross_memory_attach():
     (Yama, a container's seccomp, COLLCOMM_CMA=0) nothing is lent, and these tests skip."""
     if not all(run_ranks(_reads_peer, 2, transport="shm", timeout=60)):
         pytest.skip("cross-memory attach is not permitted here: no loans")
-TWO_CPUS = {"COLLCOMM_CORES": "2"}     # a CPU per rank (else no loans), whatever this host has
+TWO_CPUS = {"COLLCOMM_CORES": "2"}     # a CPU per rank (waits spin), whatever this host has
 
 
 def _body(rank: int, i: int = 0) -> np.ndarray:
@@ -68,10 +68,11 @@ def _exchange(rounds: int) -> dict:
 
 @needs_core
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("n", [2, 3, 5])
-def test_exchange_lends_and_reads_once(n):
-    # (COLLCOMM_CORES: a CPU per rank, else no loans: test_lend_off_or_python_receiver_copies)
-    for res in run_ranks(_exchange, n, 6, transport="shm", timeout=90, env={"COLLCOMM_CORES": str(n)}):
+@pytest.mark.parametrize("n,cores", [(2, 2), (3, 3), (5, 5), (3, 1), (5, 1)])
+def test_exchange_lends_and_reads_once(n, cores):
+    # (COLLCOMM_CORES: a CPU per rank, or one for all of them: loans either way, the waits
+    # spinning or yielding their CPU to the reader)
+    for res in run_ranks(_exchange, n, 6, transport="shm", timeout=90, env={"COLLCOMM_CORES": str(cores)}):
         assert res["bad"] == 0, res
         assert res["loans"] == 6 and res["pool"] == 0 and res["lent"] == 0, res
 
@@ -80,10 +81,10 @@ def test_exchange_lends_and_reads_once(n):
 def test_lend_off_or_python_receiver_copies():
     # COLLCOMM_LEND=0 on rank 1: nobody lends to it (it offers no loans), rank 1 itself
     # still lends to rank 0; a rank without the native core neither lends nor is lent to;
-    # a rank that counts fewer CPUs than the host's ranks offers no loans
+    # a rank that counts fewer CPUs than the host's ranks lends and is lent to all the same
     for env, lenders in (({1: {"COLLCOMM_LEND": "0"}}, {1}),
                          ({1: {"COLLCOMM_NATIVE": "0"}}, set()),
-                         ({0: {"COLLCOMM_CORES": "1"}}, {0})):
+                         ({0: {"COLLCOMM_CORES": "1"}}, {0, 1})):
         res = run_ranks(_exchange, 2, 3, transport="shm", timeout=90, env=TWO_CPUS, rank_env=env)
         for r, got in enumerate(res):
             assert got["bad"] == 0, got

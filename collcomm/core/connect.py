@@ -106,7 +106,7 @@ def connect_transport(job: Job, kv: Any, token: bytes, jid: str, timeout: float,
             if r < rank:
                 host, peer_port = infos[r]["tcp"]
                 hub.connect(r, host, int(peer_port), deadline)
-        lends = takes_lent(len(shm_peers) + 1)      # (said to every shm peer: it may lend us large isends)
+        lends = takes_lent()      # (said to every shm peer: it may lend us large isends)
         for r in shm_peers:
             assert inbox is not None
             peer_inbox = open_segment(f"collcomm-{jid}-inbox-{r}")

@@ -32,8 +32,7 @@ the receiver's ``tail`` has not passed the record (the record's bytes are still 
 record). So lending needs the native core on both sides: a rank says in its inbox's
 header whether it takes LENT records (shm_ring.TAKES_LENT); a sender lends only to such
 a rank, and only with the core itself. ``COLLCOMM_LEND=0`` turns lending off (the
-receiving rank then does not offer it), and so do more ranks on the host than CPUs
-(:func:`takes_lent`).
+receiving rank then does not offer it; :func:`takes_lent`).
 
 The native core does both halves too (native/_p2p_lend.c, native/_p2p.c): a native receive
 reads a LENT record itself (claim, one read, release), and ``P2P.lend`` / ``P2P.loan_wait``
@@ -100,18 +99,22 @@ LEND_FROM = 64 << 10
 LEND_FROM_WORK = 64 << 10
 
 
-def takes_lent(local_ranks: int) -> bool:
+def takes_lent() -> bool:
     """Whether this process takes LENT records (says so to its peers): the native core is
-    there (the claim is a compare-and-swap), ``COLLCOMM_LEND`` is not 0, and the host's
-    ``local_ranks`` have a CPU each. A loan pays when lender and reader run at once; with
-    more ranks than CPUs the lender's wait for its reader is a wait for the scheduler, and
-    a copy that frees the sender at once is faster (a 4 MiB ring exchange, 4 ranks on 2
-    vCPUs: 5.0 ms lent against 3.8-4.6 copied, measured 2026-11-28)."""
+    there (the claim is a compare-and-swap) and ``COLLCOMM_LEND`` is not 0. Whatever the
+    host's CPUs: with more ranks than CPUs a lender's wait yields its CPU to the reader
+    (native/_p2p_lent.c), and the one read beats the ring's two copies, which need the
+    same hand-overs piece by piece. Measured 2026-11-29 (the 2-vCPU Intel VM, 4 ranks, jobs
+    lending and copying alternating, three pairs, µs): a batch_isend_irecv ring exchange
+    256 KiB 107-125 copied against 52-98 lent, 1 MiB 691-917 / 262-384, 4 MiB 1,517-2,289 /
+    996-1,269; MPI.Sendrecv 1 MiB 437-642 / 267-412; every rank isending to every other
+    1 MiB 2,015-2,175 / 923-1,326; a chain of blocking sends and receives (copied both
+    ways: ``send`` lends nothing) the same; 8 ranks, 2 MiB ring 1,587-2,564 / 1,108-1,627.
+    (Until then it was off with more ranks than CPUs, measured before the lent wait moved
+    to C: a 4 MiB ring exchange at 4 ranks took 5.0 ms lent against 3.8-4.6 copied.)"""
     from .. import native
-    from .peer_process import cpus
 
-    return (native.core is not None and os.environ.get("COLLCOMM_LEND", "1").strip() != "0"
-            and local_ranks <= cpus())
+    return native.core is not None and os.environ.get("COLLCOMM_LEND", "1").strip() != "0"
 
 
 class _Loan:
