@@ -324,8 +324,14 @@ def test_choices_with_a_core_per_rank(monkeypatch):
             # below it: as before (a gather among ranks with a core each: c·(n-1) < n)
             assert not shm_large.reads_peers(arena(n, 3.4, 16), name, big - 1)
             assert shm_large.reads_peers(arena(n, 0.9, 16), name, big - 1)
-            # two on a core: a scatter stages, a gather splits (GATHER_STAGED)
+            # two on a core: a scatter stages, a gather splits (GATHER_STAGED); from
+            # SCATTER_SPLIT a scatter with writes splits whatever c and the cores
             assert shm_large.reads_peers(arena(n, 3.4, n - 1), name, big) == (name == "gather")
+            split = shm_large.SCATTER_SPLIT
+            assert shm_large.reads_peers(arena(n, 3.4, n - 1), name, split - 1) == (name == "gather")
+            assert shm_large.reads_peers(arena(n, 9.0, 2), "scatter", split)
+            assert not shm_large.reads_peers(arena(n, 9.0, 2, write=False), "scatter", split)
+            assert shm_large.split_from(arena(n, 9.0, 2), "scatter") == split
         assert shm_large.reads_peers(arena(n, 3.4, 16, write=False), "scatter", big)
         assert not shm_large.reads_peers(arena(n, 3.4, 16, write=False), "gather", big)
         for name in ("broadcast", "all_gather"):   # unchanged: staged

@@ -102,6 +102,19 @@ GATHER_STAGED = 4.0
 #: gather 2.1-2.5x slower (a CMA call per peer costs more than the root's small copies).
 ROOTED_PARALLEL = 2 << 20
 
+#: A scatter with writes of at least SCATTER_SPLIT bytes splits whatever c and however many
+#: cores the ranks share: staged, the root copies the n-1 blocks in alone, and past the
+#: per-core cache a byte read by CMA costs about what a memcpy'd one does (c is probed on
+#: cached data); the rules above then keep it staged where ranks share cores (c·(n-1) >=
+#: BCAST_STAGED·n). Measured 2026-11-29 (2-vCPU Intel VM, 2 MiB L2 a core, a 300 MiB L3
+#: shared with the host's other tenants; c = 3.14; bench against Open MPI, jobs splitting
+#: or staging alternating, two pairs, µs split / staged): n = 4: 2 MiB 144-211 / 152-376,
+#: 4 MiB 316-320 / 473-607, 8 MiB 684-711 / 706-1,070 (that 706: a job whose probe
+#: measured a c low enough to split), 32 MiB 1,950-2,063 / 2,517-4,105; n = 3: 2 MiB
+#: 271-276 / 259-328, 4 MiB 277-280 / 562-585, 8 MiB 575-642 / 1,014-1,073, 32 MiB
+#: 2,214-2,284 / 4,468-4,554.
+SCATTER_SPLIT = 4 << 20
+
 STAGE_MAX = {"broadcast": 0.25, "gather": 0.25, "all_gather": 0.25, "all_to_all": 0.25, "scatter": 0.25}
 
 
@@ -153,6 +166,7 @@ def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
     * scatter (with or without writes) and gather (with writes) with a core for every
       rank, from ROOTED_PARALLEL bytes: the staged root copies (n-1) blocks alone, the
       split ranks about c/n of a block each at once: CMA if c < n;
+    * scatter with writes from SCATTER_SPLIT bytes: split, whatever c and the cores;
     * all_gather: 1 + (n-1)·c blocks by CMA, or n + 1 staged (own, in, n-1 out):
       CMA if c·(n-1) < n; between two ranks from AG_PAIR_MIN whatever c is (the staged
       copy out of the peer's slot is cross-core, which the probe's c, a read against a
@@ -174,6 +188,8 @@ def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
     elif nbytes < CMA_MIN or (nbytes == CMA_MIN and collective != "broadcast"):
         return False
     if nbytes > STAGE_MAX[collective] * llc_bytes():
+        return True
+    if collective == "scatter" and arena.cma_write and nbytes >= SCATTER_SPLIT:
         return True
     cost = arena.cma_cost
     if (collective == "scatter" or (collective == "gather" and arena.cma_write)) \
@@ -200,7 +216,7 @@ def split_from(arena: Arena, collective: str) -> int:
     """The fewest bytes from which :func:`reads_peers` reads the peers for ``collective``
     (it does for every larger size too), 0 if it never does: the staged calls stop below
     it (the fast call's limits, core/fastpath.py)."""
-    for nbytes in sorted((*PAIR_MIN.values(), CMA_MIN, CMA_MIN + 1, ROOTED_PARALLEL,
+    for nbytes in sorted((*PAIR_MIN.values(), CMA_MIN, CMA_MIN + 1, ROOTED_PARALLEL, SCATTER_SPLIT,
                           int(STAGE_MAX[collective] * llc_bytes()) + 1)):
         if reads_peers(arena, collective, nbytes):
             return nbytes
