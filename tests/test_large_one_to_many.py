@@ -290,8 +290,9 @@ def test_split_scatter_and_gather_choice(monkeypatch):
     mib = 1 << 20
     assert shm_large.reads_peers(arena(2, 3.3), "scatter", mib)
     assert not shm_large.reads_peers(arena(2, 6.5), "scatter", mib)
-    assert not shm_large.reads_peers(arena(4, 3.3), "scatter", mib)
-    assert shm_large.reads_peers(arena(4, 2.5), "scatter", mib)
+    assert not shm_large.reads_peers(arena(4, 3.3), "scatter", mib - 4)
+    assert shm_large.reads_peers(arena(4, 2.5), "scatter", mib - 4)
+    assert shm_large.reads_peers(arena(4, 3.3), "scatter", mib)     # (SCATTER_SPLIT)
     assert shm_large.reads_peers(arena(2, 4.2), "gather", mib)
     assert not shm_large.reads_peers(arena(2, 8.1), "gather", mib)
     assert not shm_large.reads_peers(arena(4, 5.4), "gather", mib)   # (two ranks a core)
@@ -324,14 +325,15 @@ def test_choices_with_a_core_per_rank(monkeypatch):
             # below it: as before (a gather among ranks with a core each: c·(n-1) < n)
             assert not shm_large.reads_peers(arena(n, 3.4, 16), name, big - 1)
             assert shm_large.reads_peers(arena(n, 0.9, 16), name, big - 1)
-            # two on a core: a scatter stages, a gather splits (GATHER_STAGED); from
-            # SCATTER_SPLIT a scatter with writes splits whatever c and the cores
-            assert shm_large.reads_peers(arena(n, 3.4, n - 1), name, big) == (name == "gather")
+            # more ranks than cores: a gather splits (GATHER_STAGED); a scatter with writes
+            # from SCATTER_SPLIT whatever c, below it staged (c·(n-1) >= BCAST_STAGED·n)
             split = shm_large.SCATTER_SPLIT
-            assert shm_large.reads_peers(arena(n, 3.4, n - 1), name, split - 1) == (name == "gather")
+            assert shm_large.reads_peers(arena(n, 3.4, n - 1), name, split - 4) == (name == "gather")
+            assert shm_large.reads_peers(arena(n, 3.4, n - 1), name, big)
             assert shm_large.reads_peers(arena(n, 9.0, 2), "scatter", split)
             assert not shm_large.reads_peers(arena(n, 9.0, 2, write=False), "scatter", split)
             assert shm_large.split_from(arena(n, 9.0, 2), "scatter") == split
+            assert shm_large.split_from(arena(n, n + 0.5, 16), "scatter") != split   # (a core each)
         assert shm_large.reads_peers(arena(n, 3.4, 16, write=False), "scatter", big)
         assert not shm_large.reads_peers(arena(n, 3.4, 16, write=False), "gather", big)
         for name in ("broadcast", "all_gather"):   # unchanged: staged

@@ -102,18 +102,20 @@ GATHER_STAGED = 4.0
 #: gather 2.1-2.5x slower (a CMA call per peer costs more than the root's small copies).
 ROOTED_PARALLEL = 2 << 20
 
-#: A scatter with writes of at least SCATTER_SPLIT bytes splits whatever c and however many
-#: cores the ranks share: staged, the root copies the n-1 blocks in alone, and past the
-#: per-core cache a byte read by CMA costs about what a memcpy'd one does (c is probed on
-#: cached data); the rules above then keep it staged where ranks share cores (c·(n-1) >=
-#: BCAST_STAGED·n). Measured 2026-11-29 (2-vCPU Intel VM, 2 MiB L2 a core, a 300 MiB L3
-#: shared with the host's other tenants; c = 3.14; bench against Open MPI, jobs splitting
-#: or staging alternating, two pairs, µs split / staged): n = 4: 2 MiB 144-211 / 152-376,
-#: 4 MiB 316-320 / 473-607, 8 MiB 684-711 / 706-1,070 (that 706: a job whose probe
-#: measured a c low enough to split), 32 MiB 1,950-2,063 / 2,517-4,105; n = 3: 2 MiB
-#: 271-276 / 259-328, 4 MiB 277-280 / 562-585, 8 MiB 575-642 / 1,014-1,073, 32 MiB
-#: 2,214-2,284 / 4,468-4,554.
-SCATTER_SPLIT = 4 << 20
+#: A scatter with writes of at least SCATTER_SPLIT bytes among more ranks than cores (n >= 3)
+#: splits whatever c: staged, the root copies the n-1 blocks in alone while the others
+#: wait for each step, and c, probed on cached data, overstates what a read costs once the
+#: blocks leave the per-core cache; the rules above kept it staged where ranks share cores
+#: (c·(n-1) >= BCAST_STAGED·n). Measured 2026-11-29 (2-vCPU Intel VM, 2 MiB L2 a core,
+#: a 300 MiB L3 shared with the host's other tenants; c = 3.14; bench, jobs splitting and
+#: staging alternating, µs split / staged): n = 4: 512 KiB 36-54 / 46-55, 1 MiB 65-94 /
+#: 67-137, 2 MiB 144-234 / 152-376, 4 MiB 316-320 / 473-607, 8 MiB 684-711 / 706-1,070
+#: (that 706: a job whose probe measured a c low enough to split), 32 MiB 1,950-2,063 /
+#: 2,517-4,105; n = 3: 512 KiB 39-57 / 37-56, 1 MiB 94-138 / 79-139, 2 MiB 123-330 /
+#: 173-328, 4 MiB 277-280 / 562-585, 8 MiB 575-642 / 1,014-1,073, 32 MiB 2,214-2,284 /
+#: 4,468-4,554. (With a core per rank, 2-32 MiB at n = 8 and 16 split took 0.1-0.4x the
+#: staged time, level at 512 KiB: ROOTED_PARALLEL above.)
+SCATTER_SPLIT = 1 << 20
 
 STAGE_MAX = {"broadcast": 0.25, "gather": 0.25, "all_gather": 0.25, "all_to_all": 0.25, "scatter": 0.25}
 
@@ -166,7 +168,8 @@ def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
     * scatter (with or without writes) and gather (with writes) with a core for every
       rank, from ROOTED_PARALLEL bytes: the staged root copies (n-1) blocks alone, the
       split ranks about c/n of a block each at once: CMA if c < n;
-    * scatter with writes from SCATTER_SPLIT bytes: split, whatever c and the cores;
+    * scatter with writes among more ranks than cores (n >= 3), from SCATTER_SPLIT
+      bytes: split, whatever c;
     * all_gather: 1 + (n-1)·c blocks by CMA, or n + 1 staged (own, in, n-1 out):
       CMA if c·(n-1) < n; between two ranks from AG_PAIR_MIN whatever c is (the staged
       copy out of the peer's slot is cross-core, which the probe's c, a read against a
@@ -189,7 +192,8 @@ def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
         return False
     if nbytes > STAGE_MAX[collective] * llc_bytes():
         return True
-    if collective == "scatter" and arena.cma_write and nbytes >= SCATTER_SPLIT:
+    if collective == "scatter" and arena.cma_write and arena.n > max(arena.cores, 2) \
+            and nbytes >= SCATTER_SPLIT:
         return True
     cost = arena.cma_cost
     if (collective == "scatter" or (collective == "gather" and arena.cma_write)) \
