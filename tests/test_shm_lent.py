@@ -191,7 +191,7 @@ def _race(most: int) -> dict:
     import collcomm as dist
     from collcomm.transport import shm_lent
 
-    shm_lent.LEND_PATIENCE = 0.0
+    shm_lent.LEND_PATIENCE = shm_lent.LEND_PATIENCE_PER_BYTE = 0.0
     r = dist.get_rank()
     ch = _channel(1 - r)
     bad = rounds = 0

@@ -170,13 +170,13 @@ class PointToPoint:
             except BaseException:
                 if loan is not None:     # (the receive's error is the one raised)
                     try:
-                        f.loan_wait(dest, loan[0], loan[1], sendbuf, loan[2], 0, patience_ns())
+                        f.loan_wait(dest, loan[0], loan[1], sendbuf, loan[2], 0, patience_ns(sendbuf.nbytes))
                     except BaseException:  # noqa: BLE001
                         pass
                 raise
             if loan is not None:
                 try:
-                    f.loan_wait(dest, loan[0], loan[1], sendbuf, loan[2], 0, patience_ns())
+                    f.loan_wait(dest, loan[0], loan[1], sendbuf, loan[2], 0, patience_ns(sendbuf.nbytes))
                 except CollcommError as exc:
                     raise translate(exc) from exc
             return

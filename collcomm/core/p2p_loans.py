@@ -2,7 +2,7 @@
 front ends' lent sends (the functional API's ``LentWork``, collcomm.MPI's ``Isend``).
 
 A loan is over once the receiver has read the buffer (released) or, unclaimed past the
-patience (transport/shm_lent.py ``LEND_PATIENCE``), withdrawn into a copy. The wait spins
+patience (transport/shm_lent.py ``lend_patience``), withdrawn into a copy. The wait spins
 in C a little at a time (``P2P.loan_wait`` bounded, the GIL released) and, between,
 lets this rank's receives take what has come: the first deferred receive in the engine's
 line (its ``test()``: never waiting; with one deferred it goes first, before any step), or,
@@ -27,9 +27,9 @@ from .timeouts import current_timeout
 FIRST_STEP_NS, STEP_NS, CHECK_S = 2_000, 20_000, 0.1
 
 
-def patience_ns() -> int:
-    """The lent sends' patience (ns), as transport/shm_lent.py has it now."""
-    return int(shm_lent.LEND_PATIENCE * 1e9)
+def patience_ns(nbytes: int) -> int:
+    """The patience (ns) of a lent send of ``nbytes``, as transport/shm_lent.py has it now."""
+    return int(shm_lent.lend_patience(nbytes) * 1e9)
 
 
 def loan_over(f: Any, g: ProcessGroup, local: int, loan: tuple[int, int, int], buf: Any,
@@ -39,7 +39,8 @@ def loan_over(f: Any, g: ProcessGroup, local: int, loan: tuple[int, int, int], b
     withdraws it past the patience). ``first_step`` False: the caller spun for it already
     (native/_p2p_lent.c): the receives go first."""
     ident, start, since = loan
-    patience = patience_ns()
+    nbytes = memoryview(buf).nbytes
+    patience = patience_ns(nbytes)
     if not block:
         return bool(f.loan_wait(local, ident, start, buf, since, 1, patience))
     step, eng = FIRST_STEP_NS, g.transport
@@ -50,7 +51,7 @@ def loan_over(f: Any, g: ProcessGroup, local: int, loan: tuple[int, int, int], b
                 return True       # (over within the first step: no set-up for the loop)
             step = min(STEP_NS, 2 * step)
         t0, progress = time.monotonic(), True
-        next_check, peer, nbytes = t0 + CHECK_S, g.ranks[local], memoryview(buf).nbytes
+        next_check, peer = t0 + CHECK_S, g.ranks[local]
         while True:
             if progress:          # the receives take what came: the first deferred one, or
                 try:              # (none deferred) the engine's poll, which reads loans aside

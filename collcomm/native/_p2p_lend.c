@@ -15,8 +15,9 @@
  * (``since``: when it was lent, now_ns(), for the patience; ``spin`` > 0: give up after
  * spinning that many ns, False: the loan still out, to be waited for again; such a call
  * runs no check hook and withdraws only past the patience; ``patience``: ns, default
- * LEND_PATIENCE_NS, the callers pass shm_lent.LEND_PATIENCE): released by
- * the receiver (it read the buffer), or withdrawn after LEND_PATIENCE_NS unclaimed, as
+ * LEND_PATIENCE_NS, the callers pass shm_lent.lend_patience of the buffer's size, longer
+ * for a large one): released by
+ * the receiver (it read the buffer), or withdrawn after the patience unclaimed, as
  * LentBodies._withdraw does (at once once the channel is closed, as drop_lent withdraws
  * the Python loans): a private copy of ``buf`` whose address goes into the record
  * before the state word's swap POSTED -> WITHDRAWN, the copy then held in the channel's
@@ -30,7 +31,7 @@
  * for the reader.
  */
 
-#define LEND_PATIENCE_NS 5000000LL   /* shm_lent.LEND_PATIENCE */
+#define LEND_PATIENCE_NS 5000000LL   /* shm_lent.LEND_PATIENCE, the floor of lend_patience */
 
 static PyObject *s_l_next, *s_l_outside, *s_l_loans, *s_l_held, *s_l_withdrawals;
 

@@ -19,7 +19,8 @@ withdrawn too, so a late reader never sees a buffer its owner has taken back):
   into the posted receive, or aside when none is posted yet. Receives deferred to their
   wait (core/p2p.py ``Deferred``) are posted first when the line is free, so an
   ``isend`` waited for before its partner ``irecv`` still reads straight into place;
-* a sender that has waited ``LEND_PATIENCE`` for the receiver to come (it may be busy
+* a sender that has waited its patience (``lend_patience``: 5 ms, longer for a large
+  buffer) for the receiver to come (it may be busy
   elsewhere: computing, or in a collective that waits for this very sender) withdraws
   the loan: it copies the buffer privately and completes, the receiver reads the copy.
 
@@ -46,7 +47,7 @@ enter ``lent``, and a withdrawn one's copy goes into ``held`` as any other.
 
 Blocking sends (``collcomm.send``, ``MPI.Send``/``Bsend``/``Rsend``) keep copying: their
 buffer is the caller's again when they return, and a lent one would wait for the receiver
-(up to ``LEND_PATIENCE``) every time. torch's blocking ``dist.send`` waits on the Work of
+(up to its patience) every time. torch's blocking ``dist.send`` waits on the Work of
 the backend's ``send``, which lends (as ``isend`` does: torch's contract for both is the
 tensor untouched until the Work is done); ``MPI.Ssend`` waits for the receiver anyway.
 """
@@ -67,7 +68,8 @@ if TYPE_CHECKING:
     from .engine import Engine
     from .request import Request
 
-__all__ = ["LENT_BODY", "LEND_FROM", "LEND_FROM_WORK", "LEND_PATIENCE", "LentBodies", "takes_lent"]
+__all__ = ["LENT_BODY", "LEND_FROM", "LEND_FROM_WORK", "LEND_PATIENCE", "LEND_PATIENCE_PER_BYTE",
+           "LentBodies", "lend_patience", "takes_lent"]
 
 #: The body of a LENT record: release id, state word, address of the sender's copy.
 LENT_BODY = struct.Struct("<QQQ")
@@ -76,8 +78,22 @@ _STATE_AT = HEADER.size + 8        # the state word's offset in the record (8-al
 _RECORD = HEADER.size + LENT_BODY.size
 assert _RECORD == 64 and _STATE_AT % 8 == 0
 #: How long a lent send waits for the receiver to claim it before it withdraws the loan
-#: (copies the buffer and completes).
+#: (copies the buffer and completes): LEND_PATIENCE (s) at least, LEND_PATIENCE_PER_BYTE
+#: (s) a byte of a larger one (:func:`lend_patience`): about what the withdrawal costs, a
+#: copy into fresh memory (32 MiB took 11.5-12.6 ms here, alone), so that a sender never
+#: waits more than about twice what the cheaper way would have cost. A fixed 5 ms
+#: withdrew loans whose reader was busy reading one as large first: 4 ranks on 2 vCPUs,
+#: a 32 MiB ring exchange (batch_isend_irecv + waits, 30 rounds, three jobs each,
+#: measured 2026-11-29) took 37.6-44.2 ms (median round; 1-7 of 128 loans withdrawn)
+#: against 16.4-18.4 ms with 34 ms or more of patience (none withdrawn); Open MPI 13-20.
 LEND_PATIENCE = 0.005
+LEND_PATIENCE_PER_BYTE = 1e-9
+
+
+def lend_patience(nbytes: int) -> float:
+    """The patience (s) of a loan of ``nbytes``: see LEND_PATIENCE."""
+    return max(LEND_PATIENCE, nbytes * LEND_PATIENCE_PER_BYTE)
+
 #: From this many bytes collcomm.MPI's Sendrecv lends its send from C (native/_p2p_lend.c),
 #: below the inline limit too: one read by the receiver instead of two copies through the
 #: ring. Measured 2026-11-29 (2-vCPU VM, n = 2, alternating jobs, µs lent / copied):
@@ -119,12 +135,13 @@ def takes_lent() -> bool:
 
 class _Loan:
     """A lent send: its request, the buffer (kept alive while the peer may read it), the
-    record's position in the ring, and when it was lent."""
+    record's position in the ring, when it was lent and how long it may wait unclaimed."""
 
-    __slots__ = ("req", "buf", "start", "since", "claimed")
+    __slots__ = ("req", "buf", "start", "since", "patience", "claimed")
 
     def __init__(self, req: "Request", buf: Any, start: int, since: float) -> None:
         self.req, self.buf, self.start, self.since = req, buf, start, since
+        self.patience = lend_patience(memoryview(buf).nbytes)
         self.claimed = False       # a withdrawal found it claimed: wait for the release
 
 
@@ -170,12 +187,12 @@ class LentBodies:
         holds ``send_lock``): its request completes when the peer releases it."""
         now = time.monotonic()
         self.loans += 1
-        self.lent[ident] = _Loan(req, req.buf, int(self.out.ctl[0]) - _RECORD, now)
-        self.lent_due = min(self.lent_due, now + LEND_PATIENCE)
+        loan = self.lent[ident] = _Loan(req, req.buf, int(self.out.ctl[0]) - _RECORD, now)
+        self.lent_due = min(self.lent_due, now + loan.patience)
 
     def settle_lent(self) -> None:
         """Complete the lent sends the peer has released; withdraw those it has not claimed
-        within ``LEND_PATIENCE``; drop the private copies it has released (called by any
+        within their patience (:func:`lend_patience`); drop the private copies it has released (called by any
         polling thread, holding no lock, while there are loans or copies). ``send_lock`` is
         only tried (a busy one: the next poll settles): a native receive polls holding
         ``poll_lock``, which comes after ``send_lock`` in the lock order. A lost peer's
@@ -219,12 +236,12 @@ class LentBodies:
                 done.append(loan.req)
             elif loan.claimed:
                 continue
-            elif now - loan.since >= LEND_PATIENCE:
+            elif now - loan.since >= loan.patience:
                 if self._withdraw(ident, loan):
                     del self.lent[ident]
                     done.append(loan.req)
             else:
-                due = min(due, loan.since + LEND_PATIENCE)
+                due = min(due, loan.since + loan.patience)
         self.lent_due = due
 
     def _withdraw(self, ident: int, loan: _Loan) -> bool:

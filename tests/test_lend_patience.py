@@ -1,0 +1,87 @@
+"""A lent send's patience grows with its size (transport/shm_lent.py ``lend_patience``).
+
+A loan unclaimed past its patience is withdrawn into a copy, which for a large buffer costs
+a copy into fresh memory; a fixed 5 ms withdrew 32 MiB loans whose reader was only busy
+reading one as large first. Checked on real ranks, for the three lenders (the functional
+``isend`` lent from C, collcomm.MPI's ``Isend``, the Python channel's loan): rank 1 comes
+to read 0.3 s late; with a patience of 50 ms plus a size term that covers 0.3 s the loan
+is read where it lies, and without the size term (the floor alone) it is withdrawn, the
+receiver reading the copy while the sender scribbles over its array.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from collcomm import native
+from tests.harness import run_ranks
+
+needs_core = pytest.mark.skipif(native.core is None, reason="lending needs the native core")
+COUNT = 1 << 19            # float64: 4 MiB, lent by every way
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cross_memory_attach():
+    from tests.test_shm_lent import _reads_peer
+
+    if not all(run_ranks(_reads_peer, 2, transport="shm", timeout=60)):
+        pytest.skip("cross-memory attach is not permitted here: no loans")
+
+
+def test_the_patience_is_the_floor_or_the_size_term(monkeypatch):
+    from collcomm.core import p2p_loans
+    from collcomm.transport import shm_lent
+
+    monkeypatch.setattr(shm_lent, "LEND_PATIENCE", 0.005)
+    monkeypatch.setattr(shm_lent, "LEND_PATIENCE_PER_BYTE", 1e-9)
+    assert shm_lent.lend_patience(0) == 0.005
+    assert shm_lent.lend_patience(1 << 20) == 0.005
+    assert shm_lent.lend_patience(32 << 20) == pytest.approx((32 << 20) * 1e-9)
+    assert p2p_loans.patience_ns(32 << 20) == int(shm_lent.lend_patience(32 << 20) * 1e9)
+    monkeypatch.setattr(shm_lent, "LEND_PATIENCE_PER_BYTE", 0.0)
+    assert shm_lent.lend_patience(1 << 30) == 0.005
+
+
+def _late_reader(way: str, per_byte: float) -> dict:
+    import time
+
+    import collcomm as dist
+    import collcomm.core.runtime as rt
+    from collcomm import MPI, api_p2p
+    from collcomm.transport import shm_lent
+
+    shm_lent.LEND_PATIENCE = 0.05
+    shm_lent.LEND_PATIENCE_PER_BYTE = per_byte
+    pair = dist.new_group([0, 1])
+    dist.barrier()
+    want = np.arange(COUNT, dtype=np.float64)
+    if dist.get_rank() == 0:
+        buf = want.copy()
+        if way == "mpi":
+            MPI.COMM_WORLD.Isend(buf, 1).Wait()
+        elif way == "python":        # not from C: the channel's own loan (LentBodies)
+            api_p2p.lend_native = api_p2p.start_native = lambda *a, **k: None
+            dist.isend(buf, 1, group=pair).wait()
+        else:
+            dist.isend(buf, 1).wait()
+        buf[:] = -1.0                # the caller's again: the receiver must not see this
+        ch = rt.get_world("test").transport.channels[1]
+        dist.barrier()
+        return {"loans": ch.loans, "withdrawals": ch.withdrawals}
+    time.sleep(0.3)                  # (polling no ring meanwhile)
+    got = np.zeros(COUNT)
+    dist.recv(got, 0, group=pair if way == "python" else None)
+    dist.barrier()
+    return {"ok": bool(np.array_equal(got, want))}
+
+
+@needs_core
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("way", ["isend", "mpi", "python"])
+def test_a_large_loan_waits_out_a_late_reader_past_the_floor(way: str) -> None:
+    covers = 3.0 / (COUNT * 8)       # the size term: 3 s for this buffer
+    for per_byte, withdrawn in ((covers, 0), (0.0, 1)):
+        sender, receiver = run_ranks(_late_reader, 2, way, per_byte, transport="shm", timeout=90,
+                                     env={"COLLCOMM_CORES": "2"})
+        assert receiver["ok"], (way, per_byte, receiver)
+        assert sender == {"loans": 1, "withdrawals": withdrawn}, (way, per_byte, sender)
