@@ -17,8 +17,8 @@ staging wins from 256 KiB up to a quarter of the cache, except a broadcast or sc
 which goes split by CMA (see BCAST_STAGED), and a gather, which goes split from 64 KiB between
 two ranks and past 256 KiB among more (see GATHER_STAGED); between two ranks an all_gather
 reads the peer from 64 KiB (arena_layout.AG_PAIR_MIN) and an all_to_all from a 32 KiB
-block (A2A_PAIR_BLOCK), below CMA_MIN too, whatever the cost says; docs/large-copies.md
-has the measurements.
+block (A2A_PAIR_BLOCK), below CMA_MIN too, whatever the cost says; and among more ranks than
+cores a scatter splits from 1 MiB (SCATTER_SPLIT); docs/large-copies.md has the measurements.
 With a core for every rank (:func:`core_each`) the parallel reads
 change the sums: large scatters and gathers go split, all_to_all past one slot by CMA
 (ROOTED_PARALLEL and a2a_cma_limit; measured on a 16-core VM).

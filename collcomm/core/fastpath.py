@@ -182,7 +182,8 @@ def _rooted_cma(group: Any, arena: Any, collective: str) -> int:
     """From how many bytes (n blocks) the fast call runs a scatter or gather split by
     cross-memory attach, as shm_scatter's / shm_move's native call does (0: never): from
     where shm_large starts splitting (shm_large.split_from: past CMA_MIN, SCATTER_PAIR_MIN
-    for a scatter between two ranks, or from ROOTED_PARALLEL with a core per rank; the fast
+    for a scatter between two ranks, from ROOTED_PARALLEL with a core per rank, or a
+    scatter's SCATTER_SPLIT among more ranks than cores; the fast
     call stages those below, see _staged_max), where the ranks may write each other's
     memory and the plan picks shm_direct at every size."""
     split = 0 if arena is None else shm_large.split_from(arena, collective)

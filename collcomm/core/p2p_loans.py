@@ -39,8 +39,8 @@ def loan_over(f: Any, g: ProcessGroup, local: int, loan: tuple[int, int, int], b
     withdraws it past the patience). ``first_step`` False: the caller spun for it already
     (native/_p2p_lent.c): the receives go first."""
     ident, start, since = loan
-    nbytes = memoryview(buf).nbytes
-    patience = patience_ns(nbytes)
+    nbytes = 0 if buf is None else memoryview(buf).nbytes    # (None: a check's error ended
+    patience = patience_ns(nbytes)                           #  the work; only a release counts)
     if not block:
         return bool(f.loan_wait(local, ident, start, buf, since, 1, patience))
     step, eng = FIRST_STEP_NS, g.transport

@@ -11,7 +11,7 @@
  * takes no LENT records or its pid is unknown, an empty buffer, a busy lock, a full ring,
  * the engine or channel closed): the caller sends the Python way.
  *
- * ``loan_wait(dst, ident, start, buf[, since[, spin]])``: returns True once the loan is over
+ * ``loan_wait(dst, ident, start, buf[, since[, spin[, patience]]])``: returns True once the loan is over
  * (``since``: when it was lent, now_ns(), for the patience; ``spin`` > 0: give up after
  * spinning that many ns, False: the loan still out, to be waited for again; such a call
  * runs no check hook and withdraws only past the patience; ``patience``: ns, default

@@ -241,8 +241,8 @@ static PyMethodDef P2P_methods[] = {
                     "collcomm.MPI Irecv's Request | None (nothing done); see _p2p_mpi.c"),
     P2PM(lend, "lend(buf, dst, tag, sig) -> (ident, start): a LENT record written | None "
                "(nothing done); see _p2p_lend.c"),
-    P2PM(loan_wait, "loan_wait(dst, ident, start, buf) -> True once the loan is released or "
-                    "withdrawn; see _p2p_lend.c"),
+    P2PM(loan_wait, "loan_wait(dst, ident, start, buf[, since[, spin[, patience]]]) -> True once "
+                    "the loan is released or withdrawn; see _p2p_lend.c"),
     {"own", (PyCFunction)P2P_own, METH_O,
      "own(d) -> nbytes | None (left to the regular path: d posted) | False (not first in "
      "line: nothing done): the native wait of deferred receive d (see _p2p_own.c)"},

@@ -68,8 +68,8 @@ if TYPE_CHECKING:
     from .engine import Engine
     from .request import Request
 
-__all__ = ["LENT_BODY", "LEND_FROM", "LEND_FROM_WORK", "LEND_PATIENCE", "LEND_PATIENCE_PER_BYTE",
-           "LentBodies", "lend_patience", "takes_lent"]
+__all__ = ["LENT_BODY", "LEND_FROM", "LEND_FROM_WORK", "LEND_PATIENCE", "LEND_PATIENCE_MAX",
+           "LEND_PATIENCE_PER_BYTE", "LentBodies", "lend_patience", "takes_lent"]
 
 #: The body of a LENT record: release id, state word, address of the sender's copy.
 LENT_BODY = struct.Struct("<QQQ")
@@ -86,13 +86,16 @@ assert _RECORD == 64 and _STATE_AT % 8 == 0
 #: a 32 MiB ring exchange (batch_isend_irecv + waits, 30 rounds, three jobs each,
 #: measured 2026-11-29) took 37.6-44.2 ms (median round; 1-7 of 128 loans withdrawn)
 #: against 16.4-18.4 ms with 34 ms or more of patience (none withdrawn); Open MPI 13-20.
+#: At most LEND_PATIENCE_MAX: a receiver busy in a collective that waits for this very
+#: sender costs the sender that long before it withdraws (a 1 GiB copy: ~0.4 s here).
 LEND_PATIENCE = 0.005
 LEND_PATIENCE_PER_BYTE = 1e-9
+LEND_PATIENCE_MAX = 1.0
 
 
 def lend_patience(nbytes: int) -> float:
     """The patience (s) of a loan of ``nbytes``: see LEND_PATIENCE."""
-    return max(LEND_PATIENCE, nbytes * LEND_PATIENCE_PER_BYTE)
+    return max(LEND_PATIENCE, min(nbytes * LEND_PATIENCE_PER_BYTE, LEND_PATIENCE_MAX))
 
 #: From this many bytes collcomm.MPI's Sendrecv lends its send from C (native/_p2p_lend.c),
 #: below the inline limit too: one read by the receiver instead of two copies through the
