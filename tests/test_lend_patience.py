@@ -2,7 +2,8 @@
 
 A loan unclaimed past its patience is withdrawn into a copy, which for a large buffer costs
 a copy into fresh memory; a fixed 5 ms withdrew 32 MiB loans whose reader was only busy
-reading one as large first. Checked on real ranks, for every lender (the functional
+reading one as large first. (And the channel's own send lends only with a CPU per local
+rank, the C lenders whatever the CPUs.) Checked on real ranks, for every lender (the functional
 ``isend`` lent from C, collcomm.MPI's ``Isend`` and ``Sendrecv`` lent from C, the Python
 channel's loan): rank 1 comes to read 0.3 s late; with a patience of the larger of 50 ms
 and a size term of 3 s the loan is read where it lies, and without the size term (the
@@ -102,3 +103,41 @@ def test_a_large_loan_waits_out_a_late_reader_past_the_floor(way: str) -> None:
         if way == "mpi":
             want["lent_from_c"] = True
         assert sender == want, (way, per_byte, sender)
+
+
+def _own_and_c_loans() -> dict:
+    """One large isend from C (the functional isend: P2P.lend) and one by the channel's own
+    send (the C entry points turned away, a subgroup), each read by rank 1."""
+    import collcomm as dist
+    import collcomm.core.runtime as rt
+    from collcomm import api_p2p
+
+    pair = dist.new_group([0, 1])
+    want = np.arange(COUNT, dtype=np.float64)
+    ch = rt.get_world("test").transport.channels[1 - dist.get_rank()]
+    out = {}
+    for way in ("c", "python"):
+        dist.barrier()
+        before = ch.loans
+        if dist.get_rank() == 0:
+            if way == "python":
+                api_p2p.lend_native = api_p2p.start_native = lambda *a, **k: None
+            dist.isend(want.copy(), 1, group=pair if way == "python" else None).wait()
+            out[way] = ch.loans - before
+        else:
+            got = np.zeros(COUNT)
+            dist.recv(got, 0, group=pair if way == "python" else None)
+            out[way] = bool(np.array_equal(got, want))
+    return out
+
+
+@needs_core
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("cores", [2, 1])
+def test_the_channels_own_loans_need_a_cpu_per_rank(cores: int) -> None:
+    # the C lenders lend whatever the CPUs (shm_lent.takes_lent); the channel's own send, whose
+    # wait is the engine's Python loop, only with a CPU per local rank (shm_lent.python_loans)
+    sender, receiver = run_ranks(_own_and_c_loans, 2, transport="shm", timeout=90,
+                                 env={"COLLCOMM_CORES": str(cores)})
+    assert receiver == {"c": True, "python": True}, receiver
+    assert sender == {"c": 1, "python": 1 if cores == 2 else 0}, sender

@@ -18,7 +18,7 @@ from ..errors import InvalidArgumentError
 from ..transport.engine import Engine
 from ..transport.peer_process import can_read, probe_address
 from ..transport.shm import ShmChannel
-from ..transport.shm_lent import takes_lent
+from ..transport.shm_lent import python_loans, takes_lent
 from ..transport.shm_ring import make_inbox
 from ..transport.shm_segments import ShmSpaceError, open_segment, space_text, warn_once
 from ..transport.tcp import TcpHub, advertised_host
@@ -107,13 +107,15 @@ def connect_transport(job: Job, kv: Any, token: bytes, jid: str, timeout: float,
                 host, peer_port = infos[r]["tcp"]
                 hub.connect(r, host, int(peer_port), deadline)
         lends = takes_lent()      # (said to every shm peer: it may lend us large isends)
+        own_loans = python_loans(len(shm_peers) + 1)
         for r in shm_peers:
             assert inbox is not None
             peer_inbox = open_segment(f"collcomm-{jid}-inbox-{r}")
-            engine.add_channel(ShmChannel(engine, r, int(infos[r]["pid"]), jid, inbox, peer_inbox,
-                                          my_slot=local.index(rank), peer_slot=local.index(r),
-                                          peer_ring=rings[r]),
-                               polled=True)
+            channel = ShmChannel(engine, r, int(infos[r]["pid"]), jid, inbox, peer_inbox,
+                                 my_slot=local.index(rank), peer_slot=local.index(r),
+                                 peer_ring=rings[r])
+            channel.python_loans = own_loans
+            engine.add_channel(channel, polled=True)
             # may large messages from r come through its private memory? (read below, by r,
             # after the "connected" barrier)
             inbox.set_can_read(local.index(r), can_read(int(infos[r]["pid"]), int(infos[r].get("probe", 0))),

@@ -210,7 +210,7 @@ class ShmChannel(LentBodies, StagedBodies):
                 if record is None:
                     if nbytes <= self.eager:
                         record = (INLINE, 0, buf)
-                    elif lend and self.lends():
+                    elif lend and self.python_loans and self.lends():
                         record = (LENT, buffer_address(buf), None)
                     else:
                         try:

@@ -69,7 +69,7 @@ if TYPE_CHECKING:
     from .request import Request
 
 __all__ = ["LENT_BODY", "LEND_FROM", "LEND_FROM_WORK", "LEND_PATIENCE", "LEND_PATIENCE_MAX",
-           "LEND_PATIENCE_PER_BYTE", "LentBodies", "lend_patience", "takes_lent"]
+           "LEND_PATIENCE_PER_BYTE", "LentBodies", "lend_patience", "python_loans", "takes_lent"]
 
 #: The body of a LENT record: release id, state word, address of the sender's copy.
 LENT_BODY = struct.Struct("<QQQ")
@@ -118,6 +118,14 @@ LEND_FROM = 64 << 10
 LEND_FROM_WORK = 64 << 10
 
 
+def python_loans(local_ranks: int) -> bool:
+    """Does the channels' own (Python) send lend, ``local_ranks`` on this host? Only with a
+    CPU each (LentBodies.python_loans)."""
+    from .peer_process import cpus
+
+    return local_ranks <= cpus()
+
+
 def takes_lent() -> bool:
     """Whether this process takes LENT records (says so to its peers): the native core is
     there (the claim is a compare-and-swap) and ``COLLCOMM_LEND`` is not 0. Whatever the
@@ -162,6 +170,13 @@ class LentBodies:
     lent: dict[int, _Loan]
     lent_due: float          # when settle_lent next has something to do at the latest
     loans = 0                # LENT records written (diagnostics, tests)
+    #: does this channel's own (Python) send lend? core/connect.py: only with a CPU per
+    #: local rank (python_loans). The C lenders (P2P.lend, the batch) lend regardless: their
+    #: wait yields to the reader in C, where the engine's Python wait loses to the copy with
+    #: more ranks than CPUs (the torch backend's batch_isend_irecv ring, 4 ranks on 2
+    #: vCPUs, alternating jobs, three pairs, ms lent / copied: 4 MiB 2.8-3.6 / 1.5-2.1,
+    #: 1 MiB 1.3-2.2 / 1.3-1.5, 16 MiB 8.3-10.4 / 10.0-11.6; measured 2026-11-29).
+    python_loans = True
     withdrawals = 0          # ... of which withdrawn into a copy
 
     if TYPE_CHECKING:    # (StagedBodies has them)
