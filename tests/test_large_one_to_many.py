@@ -505,3 +505,14 @@ def test_fast_call_takes_split_scatters():
                 else:         # split; the others: a flat receive buffer, always taken
                     want = rank != root or form != "apart"
                 assert fast == want, (cost, python, rank, nbytes, root, form)
+
+
+def test_the_roots_share_of_a_split_scatter_or_gather():
+    # the root moves 1/n of each other block, 1/(2n) when it also copies its own (the
+    # others read the rest: a read costs more than the root's memcpy); every rank uses the
+    # number the root publishes, so C and Python ranks meet (the mixed jobs above)
+    from collcomm.algorithms.shm_large import split_head
+
+    assert split_head(1000, 2, False) == 500 and split_head(1000, 2, True) == 250
+    assert split_head(1000, 4, False) == 250 and split_head(1000, 4, True) == 125
+    assert split_head(3, 4, True) == 0 and split_head(0, 2, True) == 0

@@ -31,9 +31,11 @@ import os
 
 import numpy as np
 
+from ..errors import CollcommError
 from ..transport.arena_layout import AG_PAIR_MIN, CMA, CMA_MIN, PIPE_MIN, PIPE_STEPS
 from ..transport.arena_layout import OFFSET as OFFSET_WORD
 from ..transport.arena_layout import SHARED as SHARED_WORD
+from ..transport.arena_layout import SIZE as SIZE_WORD
 from .contract import Arena, ShmComm
 from .shm_stage import read_peer
 
@@ -268,13 +270,28 @@ def pipeline_elems(arena: Arena, buf: np.ndarray) -> int:
     return max(1, step // buf.dtype.itemsize)
 
 
+def split_head(elems: int, n: int, root_copies_own: bool) -> int:
+    """How many elements of each other rank's block the root of a split scatter or gather
+    moves itself (:func:`rooted_split`; the root publishes it in its SIZE word of the
+    call's phase, so every rank, native or Python, uses the root's number): 1/n of the
+    block, or 1/(2n) when the root also copies its own block (out of place), which is about
+    another reader's share (a read by CMA costs more than the root's memcpy, c > 1). Measured
+    2026-11-29 (2-vCPU Intel VM, n = 2, out of place, bench, the root's share forced, two
+    jobs each, µs at 1/2 / 1/4 / 1/8 of the block): scatter 4 MiB 326-345 / 246-362 /
+    234-285, 16 MiB 1,244-1,292 / 1,035-1,190 / 832-1,045, 64 MiB 8,526-9,501 / 5,567-7,805 /
+    5,402-6,230; gather 4 MiB 346-379 / 330-343 / 228-251, 16 MiB 1,204-1,243 / 967-1,331 /
+    882-1,022, 64 MiB 7,909-8,549 / 5,458-7,187 / 5,400-6,008."""
+    return elems // (2 * n) if root_copies_own else elems // n
+
+
 def rooted_split(comm: ShmComm, arena: Arena, phase: int, mode: str, buf: np.ndarray, root: int) -> None:
     """A rooted call by cross-memory attach with the root at work too (``mode``: broadcast,
     scatter or gather; a broadcast or gather only where every rank may write every other's
     memory, ``arena.cma_write``: a scatter without it has each rank read its block). Every rank
     has published its buffer's address (``buf``: the root's whole buffer, or this rank's
     block; a broadcast's is the whole buffer everywhere); for each rank r but the root, the
-    first 1/n of r's block moves by the root (broadcast, scatter: written into r's buffer;
+    first 1/n of r's block (a scatter's or gather's: the root's published
+    :func:`split_head`) moves by the root (broadcast, scatter: written into r's buffer;
     gather: read from it) and the rest by r (read from the root's buffer; gather: written
     into it). A gather peer whose buffer is published in place (shared heap) is read whole
     by the root instead. The caller's closing sync keeps every buffer untouched until all
@@ -283,9 +300,15 @@ def rooted_split(comm: ShmComm, arena: Arena, phase: int, mode: str, buf: np.nda
     n, me = arena.n, arena.rank
     per_rank = mode != "broadcast"
     block = buf.size // n if per_rank and me == root else buf.size
-    # without writes (scatter only), each rank reads its whole block itself
-    head = block // n if arena.cma_write else 0
     item = buf.dtype.itemsize
+    # without writes (scatter only), each rank reads its whole block itself
+    head = 0 if not arena.cma_write else block // n if not per_rank else arena.get(root, SIZE_WORD + phase)
+    if per_rank and arena.cma_write:
+        if head % item or head // item > block:
+            raise CollcommError(f"rank {me}: the root's share of a split {mode} ({head} bytes) "
+                                f"does not fit a block of {block} elements: ranks running "
+                                "different collcomm versions?")
+        head //= item
     if me == root:
         for i in range(1, n):
             r = (root + i) % n

@@ -68,11 +68,20 @@ static int cma_raise(Call *k, int r, const char *what, int err)
 #define SPLIT_SCATTER 1    /* rank r's block is block r of the root's buffer; the root writes */
 #define SPLIT_GATHER 2     /* ... and the root reads its share; the others write the rest */
 
+/* The root's share (elements) of each other rank's block in a split scatter or gather
+ * (shm_large.split_head): 1/n, or 1/(2n) where the root also copies its own block. */
+static inline Py_ssize_t split_head(Py_ssize_t elems, int n, int root_copies_own)
+{
+    return root_copies_own ? elems / (2 * n) : elems / n;
+}
+
 /* A rooted call by cross-memory attach, split between the root and the others
  * (shm_large.rooted_split; only where every rank may write every other's memory): the
  * Python code's one CMA step, then its closing sync. Every rank announces its buffer's
- * address with SHARED = `cma_key`, sync with the signature check; then, for each rank r
- * but the root, the first (block / itemsize) / n elements of r's block move by the root
+ * address with SHARED = `cma_key` (the root of a scatter or gather also its share,
+ * split_head's, in bytes, in its SIZE word), sync with the signature check; then, for each
+ * rank r but the root, the first (block / itemsize) / n elements of r's block (a scatter's
+ * or gather's: the root's share) move by the root
  * (broadcast, scatter: it writes them into r's buffer; gather: it reads them from r's)
  * and the rest by r (reads them from the root's buffer; gather: writes them into it);
  * sync. `block` is the bytes one rank gets (gather: sends); the root's buffer holds n
@@ -97,6 +106,9 @@ static PyObject *rooted_cma(Call *k, char *buf, Py_ssize_t block, long root, uin
     if (me == root || mode != SPLIT_BCAST)
         put(c, c->w_shared + phase, cma_key);
     put(c, c->w_offset + phase, (uint64_t)(uintptr_t)buf);
+    Py_ssize_t elems = block / itemsize;
+    if (me == root && mode != SPLIT_BCAST)    /* our share of the others' blocks, for them all */
+        put(c, c->w_size + phase, (uint64_t)(split_head(elems, n, own_to != NULL) * itemsize));
     gil_release(&k->gil);
     int e = enter(c, k->arena, phase, sig, &k->gil);
     if (e != 0)
@@ -104,7 +116,13 @@ static PyObject *rooted_cma(Call *k, char *buf, Py_ssize_t block, long root, uin
     for (int r = 0; r < n; r++)
         if ((r == root || mode != SPLIT_BCAST) && get(c, r, c->w_shared + phase) != cma_key)
             return call_end(k, ST_PYTHON);
-    Py_ssize_t head = (block / itemsize) / n * itemsize;
+    Py_ssize_t head = elems / n * itemsize;
+    if (mode != SPLIT_BCAST) {                /* the root's published share (bytes) */
+        uint64_t h = get(c, root, c->w_size + phase);
+        if (h > (uint64_t)block || h % (uint64_t)itemsize)
+            return call_end(k, ST_PYTHON);    /* (rooted_split raises: not a share of a block) */
+        head = (Py_ssize_t)h;
+    }
     int root_writes = mode != SPLIT_GATHER;
     if (me == root) {
         for (int i = 1; i < n; i++) {
