@@ -158,8 +158,10 @@ def reads_peers(arena: Arena, collective: str, nbytes: int) -> bool:
       root's core has just written, in a pipeline whose every step is a sync of all
       ranks: CMA if c·(n-1)/n < BCAST_STAGED (see there; BCAST_PAIR at n = 2);
     * scatter (the root's buffer: n blocks of B), split likewise (:func:`rooted_split`):
-      the root writes 1/n of every other block, each rank reads the rest of its own; the
-      same rule as a broadcast (measured alike: see GATHER_STAGED);
+      the root writes 1/n of every other block (1/(2n) since session 25 where it also
+      copies its own: :func:`split_head`; these rules were measured with 1/n), each rank
+      reads the rest of its own; the same rule as a broadcast (measured alike: see
+      GATHER_STAGED);
     * gather, split: each rank writes (n-1)/n of its block into the root's buffer, the
       root reads the rest of every block: CMA if c·(n-1) < GATHER_STAGED·n (staged, the
       ranks copy their blocks in at once, then the root copies them out; see there), with
@@ -280,7 +282,9 @@ def split_head(elems: int, n: int, root_copies_own: bool) -> int:
     jobs each, µs at 1/2 / 1/4 / 1/8 of the block): scatter 4 MiB 326-345 / 246-362 /
     234-285, 16 MiB 1,244-1,292 / 1,035-1,190 / 832-1,045, 64 MiB 8,526-9,501 / 5,567-7,805 /
     5,402-6,230; gather 4 MiB 346-379 / 330-343 / 228-251, 16 MiB 1,204-1,243 / 967-1,331 /
-    882-1,022, 64 MiB 7,909-8,549 / 5,458-7,187 / 5,400-6,008."""
+    882-1,022, 64 MiB 7,909-8,549 / 5,458-7,187 / 5,400-6,008. (1/8 measured as good or
+    better there; 1/(2n) follows the balance of the root's memcpy against a read at c ~ 2
+    past the cache, for every n; n = 4 measured in one job only.)"""
     return elems // (2 * n) if root_copies_own else elems // n
 
 

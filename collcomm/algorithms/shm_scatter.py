@@ -5,8 +5,9 @@ its slot (row r of n rows; its own row left empty), a sync with the signature ch
 rank copies its row out while the root copies its own block; the phases alternate, so the
 root stages step i+1 while the others copy step i. Split (:func:`.shm_large.rooted_split`,
 where :func:`.shm_large.reads_peers` says so): every rank publishes its buffer's address,
-the root writes the first 1/n of every other rank's block into it while each reads the
-rest of its own, a closing sync. Both first go to the native core (native/_scatter.c,
+the root writes the first part of every other rank's block into it (1/n of it, 1/(2n)
+where the root also copies its own block: :func:`.shm_large.split_head`, published in the
+root's SIZE word) while each reads the rest of its own, a closing sync. Both first go to the native core (native/_scatter.c,
 the same steps and syncs), which a rank may refuse: it then runs them here.
 """
 from __future__ import annotations
