@@ -243,8 +243,8 @@ class LentWork(lent_base(), P2PWork):  # type: ignore[misc]
             raise self._exc
         if self._status is None:
             try:
-                loan_over(self._f, self._group, self._local, self._loan, self._buf, True, timeout,
-                          not spun)
+                loan_over(self._f, self._group, self._local, self._loan, self._buf, self._nbytes, True,
+                          timeout, not spun)
             except CollcommError as exc:
                 self._failed(exc, timeout)
                 raise self._exc if self._exc is not None else with_context(exc, self._context()) from exc
@@ -254,7 +254,8 @@ class LentWork(lent_base(), P2PWork):  # type: ignore[misc]
     def is_completed(self) -> bool:
         if self._status is None and self._exc is None:
             try:
-                if not loan_over(self._f, self._group, self._local, self._loan, self._buf, False):
+                if not loan_over(self._f, self._group, self._local, self._loan, self._buf, self._nbytes,
+                                 False):
                     return False
             except CollcommError as exc:
                 self._failed(exc, None)

@@ -438,7 +438,7 @@ def test_the_wait_steps_grow_from_2_us_and_let_receives_progress_between() -> No
         eng = SimpleNamespace(_deferred=[receive] if deferred else [], native_check=lambda *a: None,
                               progress=lambda: tests.append(len(steps)))
         g = SimpleNamespace(transport=eng, ranks=[0, 1], timeout=None)
-        assert p2p_loans.loan_over(FakeP2P(), g, 1, (1, 0, 0), bytearray(8), True)
+        assert p2p_loans.loan_over(FakeP2P(), g, 1, (1, 0, 0), bytearray(8), 8, True)
         assert steps == [2_000, 4_000, 8_000, 16_000, 20_000, 20_000, 20_000, 20_000]
         assert steps[0] == p2p_loans.FIRST_STEP_NS and max(steps) == p2p_loans.STEP_NS
         # after every step that did not end it; a deferred receive before the first too
@@ -448,7 +448,7 @@ def test_the_wait_steps_grow_from_2_us_and_let_receives_progress_between() -> No
     eng = SimpleNamespace(_deferred=[], native_check=lambda *a: None,
                           progress=lambda: tests.append(len(steps)))
     g = SimpleNamespace(transport=eng, ranks=[0, 1], timeout=None)
-    assert p2p_loans.loan_over(FakeP2P(), g, 1, (1, 0, 0), bytearray(8), True, None, False)
+    assert p2p_loans.loan_over(FakeP2P(), g, 1, (1, 0, 0), bytearray(8), 8, True, None, False)
     assert steps == [2_000, 4_000, 8_000, 16_000, 20_000, 20_000, 20_000, 20_000]
     assert tests == [0, 1, 2, 3, 4, 5, 6, 7]
     # the C wait's own bounds are the loop's first step and step (native/_p2p_lent.c)

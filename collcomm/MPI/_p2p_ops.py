@@ -113,8 +113,8 @@ class _LentSend(lent_base()):  # type: ignore[misc]
     def _wait(self, timeout: float | None = None, spun: bool = False) -> bool:
         if self._buf is not None:
             try:
-                loan_over(self._f, self._group, self._local, self._loan, self._buf, True, None,
-                          not spun)
+                loan_over(self._f, self._group, self._local, self._loan, self._buf, self._nbytes, True,
+                          None, not spun)
                 self._status = Moved(self._peer, self._nbytes)   # (as the C wait leaves it)
             finally:      # (over, or ended by its error: withdrawn, or the array kept)
                 self._buf = None
@@ -123,7 +123,8 @@ class _LentSend(lent_base()):  # type: ignore[misc]
     def test(self) -> bool:
         if self._buf is not None:
             try:
-                if not loan_over(self._f, self._group, self._local, self._loan, self._buf, False):
+                if not loan_over(self._f, self._group, self._local, self._loan, self._buf, self._nbytes,
+                                 False):
                     return False
             except BaseException:
                 self._buf = None

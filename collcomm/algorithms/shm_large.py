@@ -288,6 +288,13 @@ def split_head(elems: int, n: int, root_copies_own: bool) -> int:
     return elems // (2 * n) if root_copies_own else elems // n
 
 
+def publish_split_head(arena: Arena, phase: int, elems: int, root_copies_own: bool, itemsize: int) -> None:
+    """The root of a split scatter or gather, before the call's first sync: its share
+    (:func:`split_head`, in bytes) in its SIZE word of ``phase``, which every rank's
+    :func:`rooted_split` (and the native core's rooted_cma) reads."""
+    arena.put(SIZE_WORD + phase, split_head(elems, arena.n, root_copies_own) * itemsize)
+
+
 def rooted_split(comm: ShmComm, arena: Arena, phase: int, mode: str, buf: np.ndarray, root: int) -> None:
     """A rooted call by cross-memory attach with the root at work too (``mode``: broadcast,
     scatter or gather; a broadcast or gather only where every rank may write every other's

@@ -25,7 +25,7 @@ from ..transport.arena_layout import A2A_VOTE_CMA, A2A_VOTE_SHIFT, A2A_VOTE_STAG
 from ..transport.arena_layout import SIZE as SIZE_WORD
 from .contract import Arena, ShmComm
 from .linear import displacements
-from .shm_large import a2a_cma_limit, pipeline_elems, reads_peers, rooted_split, split_head
+from .shm_large import a2a_cma_limit, pipeline_elems, publish_split_head, reads_peers, rooted_split
 from .shm_stage import (
     MISMATCH, PAIRS, PYTHON, REFUSE, any_in_place, arena_of, call_sig, chunk_elems, enter,
     heap_location, native_core, peer_slot, publish, raise_mismatch, read_peer,
@@ -128,7 +128,7 @@ def _gather_to(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, root: i
             assert recv is not None
             publish(arena, phase, recv, None, 0, True)
             apart = not np.shares_memory(recv[me * k:(me + 1) * k], send)
-            arena.put(SIZE_WORD + phase, split_head(k, n, apart) * dt.itemsize)
+            publish_split_head(arena, phase, k, apart, dt.itemsize)
         else:
             publish(arena, phase, send, shared, 0, True)
         enter(comm, arena, phase, "gather", k, True)

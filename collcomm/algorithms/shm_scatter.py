@@ -16,9 +16,8 @@ import numpy as np
 
 from ..transport.arena_layout import CMA
 from ..transport.arena_layout import SHARED as SHARED_WORD
-from ..transport.arena_layout import SIZE as SIZE_WORD
 from .contract import Arena, ShmComm
-from .shm_large import reads_peers, rooted_split, split_head
+from .shm_large import publish_split_head, reads_peers, rooted_split
 from .shm_stage import MISMATCH, PYTHON, REFUSE, arena_of, call_sig, chunk_elems, enter, native_core, publish, raise_mismatch
 
 
@@ -51,7 +50,7 @@ def scatter(comm: ShmComm, send: np.ndarray | None, recv: np.ndarray, root: int)
         if me == root:   # our share of the others' blocks (split_head), for every rank
             assert send is not None
             apart = not np.shares_memory(send[me * k:(me + 1) * k], recv)
-            arena.put(SIZE_WORD + phase, split_head(k, n, apart) * dt.itemsize)
+            publish_split_head(arena, phase, k, apart, dt.itemsize)
         enter(comm, arena, phase, "scatter", k, True)
         _scatter_split_end(comm, arena, phase, mine_buf, send, recv, root)
         return

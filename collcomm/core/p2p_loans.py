@@ -33,14 +33,13 @@ def patience_ns(nbytes: int) -> int:
 
 
 def loan_over(f: Any, g: ProcessGroup, local: int, loan: tuple[int, int, int], buf: Any,
-              block: bool, timeout: float | None = None, first_step: bool = True) -> bool:
-    """Is the loan ``loan`` (P2P.lend's ``(ident, start, since)``) of ``buf`` to local rank
-    ``local`` over? ``block``: wait until it is (True), else one bounded try (which still
+              nbytes: int, block: bool, timeout: float | None = None, first_step: bool = True) -> bool:
+    """Is the loan ``loan`` (P2P.lend's ``(ident, start, since)``) of ``buf`` (``nbytes``) to
+    local rank ``local`` over? ``block``: wait until it is (True), else one bounded try (which still
     withdraws it past the patience). ``first_step`` False: the caller spun for it already
     (native/_p2p_lent.c): the receives go first."""
     ident, start, since = loan
-    nbytes = 0 if buf is None else memoryview(buf).nbytes    # (None: a check's error ended
-    patience = patience_ns(nbytes)                           #  the work; only a release counts)
+    patience = patience_ns(nbytes)
     if not block:
         return bool(f.loan_wait(local, ident, start, buf, since, 1, patience))
     step, eng = FIRST_STEP_NS, g.transport

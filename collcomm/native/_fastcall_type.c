@@ -231,12 +231,7 @@ static int fast_module_init(PyObject *m)
     s_failed = PyUnicode_InternFromString("failed");
     s_finish = PyUnicode_InternFromString("finish");
     if (rec_module_init() < 0 || parts_names() < 0 || s_done == NULL || s_learn == NULL || s_failed == NULL ||
-        s_finish == NULL || PyType_Ready(&FastType) < 0)
+        s_finish == NULL)
         return -1;
-    Py_INCREF(&FastType);
-    if (PyModule_AddObject(m, "Fast", (PyObject *)&FastType) < 0) {
-        Py_DECREF(&FastType);
-        return -1;
-    }
-    return 0;
+    return add_type(m, "Fast", &FastType);
 }

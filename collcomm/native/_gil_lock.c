@@ -147,12 +147,5 @@ static GilLock *gil_lock_of(PyObject *method)   /* the GilLock of a bound method
 
 static int gil_lock_module_init(PyObject *m)
 {
-    if (PyType_Ready(&GilLockType) < 0)
-        return -1;
-    Py_INCREF(&GilLockType);
-    if (PyModule_AddObject(m, "GilLock", (PyObject *)&GilLockType) < 0) {
-        Py_DECREF(&GilLockType);
-        return -1;
-    }
-    return 0;
+    return add_type(m, "GilLock", &GilLockType);
 }

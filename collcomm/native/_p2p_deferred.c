@@ -388,13 +388,7 @@ static int deferred_module_init(PyObject *m)
         (s_d_nbytes = PyUnicode_InternFromString("nbytes")) == NULL ||
         (s_d_is_work = PyUnicode_InternFromString("_IS_WORK")) == NULL ||
         (s_d_ranks = PyUnicode_InternFromString("ranks")) == NULL ||
-        (s_d_source = PyUnicode_InternFromString("source")) == NULL ||
-        PyType_Ready(&DeferredType) < 0)
+        (s_d_source = PyUnicode_InternFromString("source")) == NULL)
         return -1;
-    Py_INCREF(&DeferredType);
-    if (PyModule_AddObject(m, "Deferred", (PyObject *)&DeferredType) < 0) {
-        Py_DECREF(&DeferredType);
-        return -1;
-    }
-    return 0;
+    return add_type(m, "Deferred", &DeferredType);
 }

@@ -162,13 +162,7 @@ static int entry_module_init(PyObject *m)
 {
     if ((s_e_world = PyUnicode_InternFromString("_world")) == NULL ||
         (s_e_native = PyUnicode_InternFromString("_p2p_native")) == NULL ||
-        (s_e_observer = PyUnicode_InternFromString("observer")) == NULL ||
-        PyType_Ready(&BatchCallType) < 0)
+        (s_e_observer = PyUnicode_InternFromString("observer")) == NULL)
         return -1;
-    Py_INCREF(&BatchCallType);
-    if (PyModule_AddObject(m, "BatchCall", (PyObject *)&BatchCallType) < 0) {
-        Py_DECREF(&BatchCallType);
-        return -1;
-    }
-    return 0;
+    return add_type(m, "BatchCall", &BatchCallType);
 }

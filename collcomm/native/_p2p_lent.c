@@ -374,14 +374,9 @@ static PyTypeObject LentType = {
 
 static int lent_module_init(PyObject *m)
 {
-    if ((s_lw_wait = PyUnicode_InternFromString("_wait")) == NULL || PyType_Ready(&LentType) < 0 ||
+    if ((s_lw_wait = PyUnicode_InternFromString("_wait")) == NULL ||
         PyModule_AddIntConstant(m, "LENT_FIRST_STEP_NS", (long)LENT_FIRST_STEP_NS) < 0 ||
         PyModule_AddIntConstant(m, "LENT_POLL_NS", (long)LENT_POLL_NS) < 0)
         return -1;
-    Py_INCREF(&LentType);
-    if (PyModule_AddObject(m, "Lent", (PyObject *)&LentType) < 0) {
-        Py_DECREF(&LentType);
-        return -1;
-    }
-    return 0;
+    return add_type(m, "Lent", &LentType);
 }

@@ -111,12 +111,5 @@ static PyTypeObject SentType = {
 
 static int sent_module_init(PyObject *m)
 {
-    if (PyType_Ready(&SentType) < 0)
-        return -1;
-    Py_INCREF(&SentType);
-    if (PyModule_AddObject(m, "Sent", (PyObject *)&SentType) < 0) {
-        Py_DECREF(&SentType);
-        return -1;
-    }
-    return 0;
+    return add_type(m, "Sent", &SentType);
 }

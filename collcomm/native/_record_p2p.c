@@ -240,12 +240,5 @@ static void rec_p2p_end(PyObject *rec, int ok)
 
 static int rec_p2p_module_init(PyObject *m)
 {
-    if (PyType_Ready(&P2PRecType) < 0)
-        return -1;
-    Py_INCREF(&P2PRecType);
-    if (PyModule_AddObject(m, "P2PRec", (PyObject *)&P2PRecType) < 0) {
-        Py_DECREF(&P2PRecType);
-        return -1;
-    }
-    return 0;
+    return add_type(m, "P2PRec", &P2PRecType);
 }

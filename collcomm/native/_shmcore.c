@@ -41,6 +41,20 @@
 #define ST_REFUSE 4    /* nothing done (before any traffic): run the Python path instead */
 #define ST_STARTED 5   /* split call, first half: staged and arrived; the second half finishes it */
 
+/* Ready the type `t` and add it to module `m` as `name`: 0, or -1 with an exception (every
+ * part's module init adds its types this way). */
+static int add_type(PyObject *m, const char *name, PyTypeObject *t)
+{
+    if (PyType_Ready(t) < 0)
+        return -1;
+    Py_INCREF(t);
+    if (PyModule_AddObject(m, name, (PyObject *)t) < 0) {
+        Py_DECREF(t);
+        return -1;
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------ the parts, in order */
 #include "_dtypes.c"            /* dtype and op codes; float16/bfloat16 <-> float32 */
 #include "_ndarray.c"           /* a numpy array's buffer read from its fields */
