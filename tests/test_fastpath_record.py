@@ -146,3 +146,53 @@ def test_records_stay_right_when_the_ring_wraps() -> None:
         seqs = res["seqs"]
         assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)   # the collectives in order
         assert res["x"] == 2.0 ** 100
+
+
+def _batch_sites() -> dict[str, Any]:
+    """A batch_isend_irecv's records from one call instruction, taken by the world's C
+    batch (P2P.batch: its ops' records share the caller found once) and by the regular
+    path (its records made op by op in Python)."""
+    import collcomm as dist
+    from collcomm.core import recorder, runtime
+    from collcomm.core.recorder_records import R_CODE, R_LASTI, R_OP, R_PEER, R_T0, line_of
+
+    g = runtime.get_world("test")
+    me, n = dist.get_rank(), dist.get_world_size()
+    x, y = np.full(3, me, np.float32), np.zeros(3, np.float32)
+    ops = [dist.P2POp(dist.isend, x, (me + 1) % n), dist.P2POp(dist.irecv, y, (me - 1) % n)]
+
+    def site() -> list[Any]:
+        return dist.batch_isend_irecv(ops)
+
+    for w in site():                     # the native entry made, the dtype's signature known
+        w.wait()
+    native = g._p2p_native
+    assert native is not None
+    rec = recorder.recorder()
+    seen = []
+    for way in ("native", "regular"):
+        g._p2p_native = native if way == "native" else None
+        works = site()
+        for w in works:
+            w.wait()
+        last = rec.records()[-2:]
+        seen.append({"way": way, "works": sorted(type(w).__name__ for w in works),
+                     "ops": [r[R_OP] for r in last], "peers": [r[R_PEER] for r in last],
+                     "sites": [(r[R_CODE].co_name, line_of(r[R_CODE], r[R_LASTI])) for r in last],
+                     "same_t0": last[0][R_T0] == last[1][R_T0], "y": y.tolist()})
+    g._p2p_native = native
+    return {"seen": seen, "line": site.__code__.co_firstlineno + 1}
+
+
+@pytest.mark.timeout(90)
+def test_a_batch_records_its_ops_where_it_was_called_on_both_paths() -> None:
+    for me, res in enumerate(run_ranks(_batch_sites, 2, transport="shm", timeout=75)):
+        native, regular = res["seen"]
+        assert native["works"] == ["RecvWork", "SentWork"], native      # the C batch took it
+        assert regular["works"] == ["P2PWork", "P2PWork"], regular      # the regular path did
+        for way in (native, regular):
+            assert way["ops"] == ["isend", "irecv"], way
+            assert way["peers"] == [1 - me, 1 - me], way
+            assert way["sites"] == [("site", res["line"])] * 2, way
+            assert way["y"] == [float(1 - me)] * 3, way
+        assert native["same_t0"], native        # one start for the batch's records

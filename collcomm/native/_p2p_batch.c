@@ -21,7 +21,8 @@
  * ``received`` (a subclass of the C
  * Deferred, made here as core/p2p.py Deferred.__init__ makes it: its wait receives) and
  * joins the engine's ``_deferred`` line, as core/p2p.py ``defer`` does. ``rec``: the
- * flight recorder's "entered" record (``record`` True) as P2P.note makes it. Returns the
+ * flight recorder's "entered" record (``record`` True) as P2P.note makes it, the batch's
+ * records sharing one start and one caller (found once: RecAt, _record_p2p.c). Returns the
  * works of the ops done: all of them, or those before the first send C could not write
  * (full ring, busy lock, closed channel: the caller starts the rest op by op).
  */
@@ -225,7 +226,7 @@ static PyObject *batch_lent(P2P *s, BatchOp *b, PyObject *lent, PyObject *g, PyO
  * reference), Py_None (new) for a send C could not write (nothing done), NULL with an
  * exception. A send of lend_from bytes or more is lent where ``lent`` (its work's class)
  * is given (a batch's; P2P.one's isend lends no such send). */
-static PyObject *batch_run(P2P *s, BatchOp *b, int record, double t0, PyObject *held,
+static PyObject *batch_run(P2P *s, BatchOp *b, const RecAt *at, PyObject *held,
                            PyObject *g, PyObject *sent, PyObject *received, PyObject *lent)
 {
     PyObject *w = NULL, *rec = Py_None, *loan = NULL;
@@ -244,8 +245,8 @@ static PyObject *batch_run(P2P *s, BatchOp *b, int record, double t0, PyObject *
             goto out;
         }
     }
-    if (record && (rec = rec_p2p(&s->rw, b->recv ? s_rec_irecv : s_rec_isend, b->pipe->peer,
-                                 s_rec_entered, t0, 0.0)) == NULL) {
+    if (at != NULL && (rec = rec_p2p_at(&s->rw, b->recv ? s_rec_irecv : s_rec_isend, b->pipe->peer,
+                                        s_rec_entered, at, 0.0)) == NULL) {
         if (loan != NULL)
             loan_end_unwaited(s, local, loan, b->arr);
         goto out;
@@ -257,7 +258,7 @@ static PyObject *batch_run(P2P *s, BatchOp *b, int record, double t0, PyObject *
         w = batch_lent(s, b, lent, g, peer, local, loan, rec);
     else
         w = batch_sent((PyTypeObject *)sent, g, peer, rec);
-    if (record) {
+    if (at != NULL) {
         if (w == NULL)
             rec_p2p_end(rec, 0);       /* (no work to end it: failed here) */
         Py_DECREF(rec);
@@ -298,6 +299,7 @@ static PyObject *P2P_batch(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     BatchOp o[BATCH_MAX];
     memset(o, 0, sizeof(BatchOp) * (size_t)n);
     PyObject *works = NULL, *held = NULL;
+    RecAt at = {0.0, NULL, NULL};     /* (the batch's records share their start and caller) */
     int fit = 1;
     for (Py_ssize_t i = 0; i < n && fit > 0; i++) {
         PyObject *p = PySequence_Fast_GET_ITEM(ops, i);
@@ -309,10 +311,11 @@ static PyObject *P2P_batch(P2P *s, PyObject *const *args, Py_ssize_t nargs)
         works = Py_NewRef(Py_None);
         goto done;
     }
+    if (record && rec_at_caller(&s->rw, &at, rec_now()) < 0)
+        goto fail;
     works = PyList_New(0);
-    double t0 = record ? rec_now() : 0.0;     /* (the batch's records share their start) */
     for (Py_ssize_t i = 0; i < n && works != NULL; i++) {
-        PyObject *w = batch_run(s, &o[i], record, t0, held, g, sent, received, lent);
+        PyObject *w = batch_run(s, &o[i], record ? &at : NULL, held, g, sent, received, lent);
         if (w == Py_None) {       /* a send C could not write: the rest op by op (the caller) */
             Py_DECREF(w);
             break;
@@ -327,6 +330,7 @@ static PyObject *P2P_batch(P2P *s, PyObject *const *args, Py_ssize_t nargs)
 fail:
     Py_CLEAR(works);
 done:
+    rec_at_release(&at);
     for (Py_ssize_t i = 0; i < n; i++)
         batch_release(&o[i]);
     Py_XDECREF(held);
@@ -360,11 +364,15 @@ static PyObject *P2P_one(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     PyObject *held = NULL, *w = NULL;
     int line = recv ? deferred_line(s, &held) : p2p_engine_busy(s);
     line = recv ? line : line < 0 ? -1 : !line;
+    RecAt at = {0.0, NULL, NULL};
+    if (line > 0 && record && rec_at_caller(&s->rw, &at, rec_now()) < 0)
+        line = -1;
     if (line > 0)
-        w = batch_run(s, &o, record, record ? rec_now() : 0.0, held, g, sent, received,
+        w = batch_run(s, &o, record ? &at : NULL, held, g, sent, received,
                       NULL);                                   /* (isend: no loan here) */
     else if (line == 0)
         w = Py_NewRef(Py_None);       /* (line < 0: the exception, w NULL) */
+    rec_at_release(&at);
     Py_XDECREF(held);
     batch_release(&o);
     return w;

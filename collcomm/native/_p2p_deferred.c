@@ -154,9 +154,16 @@ static int deferred_done(Deferred *d, PyObject *n, uint64_t wire_tag)
     PyObject *tag = p2p_u64(d->tag) == wire_tag ? Py_NewRef(d->tag) : PyLong_FromUnsignedLongLong(wire_tag);
     if (tag == NULL)
         return -1;
-    PyObject *ranks = PyObject_GetAttr(d->g, s_d_ranks);
-    PyObject *src = ranks == NULL ? NULL : PyObject_GetItem(ranks, d->local);
-    Py_XDECREF(ranks);
+    /* the source's global rank: its pipe's peer (g.ranks[local], without the look-ups) */
+    Pipe *pipe = d->f != NULL && Py_TYPE(d->f) == &P2PType ? p2p_pipe((P2P *)d->f, d->local) : NULL;
+    PyObject *src;
+    if (pipe != NULL)
+        src = PyLong_FromLong(pipe->peer);
+    else {
+        PyObject *ranks = PyObject_GetAttr(d->g, s_d_ranks);
+        src = ranks == NULL ? NULL : PyObject_GetItem(ranks, d->local);
+        Py_XDECREF(ranks);
+    }
     PyObject *st = src == NULL ? NULL : p2p_status(src, n, tag);
     Py_XDECREF(src);
     Py_DECREF(tag);

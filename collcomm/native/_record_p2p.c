@@ -173,12 +173,38 @@ static int rec_p2p_entered(PyObject *rec)
            (PyUnicode_Check(state) && PyUnicode_Compare(state, s_rec_entered) == 0);
 }
 
+/* Where and since when the calls of one Python call are recorded: its caller outside
+ * collcomm (code, offset: rec_caller, rec_lasti) and its start. A batch's records share
+ * it, so the frames are walked once a batch, not once an op. */
+typedef struct {
+    double t0;
+    PyObject *code, *lasti;      /* strong references (NULL: none taken yet) */
+} RecAt;
+
+/* The caller into `at`, started at t0 (released with rec_at_release, either way): 0, or
+ * -1 with an exception. */
+static int rec_at_caller(RecWriter *w, RecAt *at, double t0)
+{
+    int lasti;
+    PyCodeObject *code = rec_caller(w, &lasti);         /* (a new reference, or NULL) */
+    at->lasti = rec_lasti(w, code, lasti);
+    at->code = code == NULL ? Py_NewRef(Py_None) : (PyObject *)code;
+    at->t0 = t0;
+    return at->lasti == NULL ? -1 : 0;
+}
+
+static void rec_at_release(RecAt *at)
+{
+    Py_CLEAR(at->code);
+    Py_CLEAR(at->lasti);
+}
+
 /* A point-to-point record of `op` with global rank `peer`, in `state` (s_rec_*) since
- * t0, ended at t1 (0.0 while entered), appended to the ring: the oldest record reused in
- * place where the full ring's is a P2PRec nothing else holds. A new reference, or NULL
- * with an exception. */
-static PyObject *rec_p2p(RecWriter *w, PyObject *op, long peer, PyObject *state, double t0,
-                         double t1)
+ * at->t0, called from at's caller, ended at t1 (0.0 while entered), appended to the ring:
+ * the oldest record reused in place where the full ring's is a P2PRec nothing else holds.
+ * A new reference, or NULL with an exception. */
+static PyObject *rec_p2p_at(RecWriter *w, PyObject *op, long peer, PyObject *state,
+                            const RecAt *at, double t1)
 {
     PyObject *old = rec_take_oldest(w);
     P2PRec *r = NULL;
@@ -192,21 +218,29 @@ static PyObject *rec_p2p(RecWriter *w, PyObject *op, long peer, PyObject *state,
             return NULL;
         r->index = r->op = r->code = r->lasti = NULL;
     }
-    int lasti;
-    PyCodeObject *code = rec_caller(w, &lasti);         /* (a new reference, or NULL) */
-    r->lasti = rec_lasti(w, code, lasti);
-    r->code = code == NULL ? Py_NewRef(Py_None) : (PyObject *)code;
+    r->lasti = Py_NewRef(at->lasti);
+    r->code = Py_NewRef(at->code);
     r->index = Py_NewRef(w->index);
     r->op = Py_NewRef(op);
-    r->t0 = t0;
+    r->t0 = at->t0;
     r->t1 = t1;
     r->peer = peer;
     r->state = state == s_rec_completed ? 1 : state == s_rec_failed ? 2 : 0;
-    if (r->lasti == NULL || rec_append(w, (PyObject *)r) < 0) {
+    if (rec_append(w, (PyObject *)r) < 0) {
         Py_DECREF(r);
         return NULL;
     }
     return (PyObject *)r;
+}
+
+/* rec_p2p_at for one op of a call started at t0, its caller found here. */
+static PyObject *rec_p2p(RecWriter *w, PyObject *op, long peer, PyObject *state, double t0,
+                         double t1)
+{
+    RecAt at;
+    PyObject *r = rec_at_caller(w, &at, t0) < 0 ? NULL : rec_p2p_at(w, op, peer, state, &at, t1);
+    rec_at_release(&at);
+    return r;
 }
 
 /* Mark a point-to-point record completed (ok) or failed, ended now (anything else, None
