@@ -107,17 +107,18 @@ def _gather_to(comm: ShmComm, send: np.ndarray, recv: np.ndarray | None, root: i
     n, me, k = comm.size, comm.rank, send.size
     if n > 1 and k and _gather_native(comm, send, recv, root):
         return
-    if recv is not None and (root is None or me == root):
-        own = recv[me * k:(me + 1) * k]
-        if k and not np.shares_memory(own, send):
-            np.copyto(own, send)
+    receiver = recv is not None and (root is None or me == root)
     if n == 1 or k == 0:
+        if receiver and k:
+            _copy_own(send, recv, me)
         return
     name = "all_gather" if root is None else "gather"
     arena = arena_of(comm, name)
     dt = send.dtype
     shared = heap_location(comm, send)
     cma = reads_peers(arena, name, send.nbytes * n)
+    if receiver and not (cma and root is not None and arena.cma_write):
+        _copy_own(send, recv, me)     # (a split gather's root copies its block at the end)
     if root is None and _voted(arena, send.nbytes * n):
         assert recv is not None
         _gather_voted(comm, arena, send, recv, cma)
@@ -249,10 +250,16 @@ def _gather_split_end(comm: ShmComm, arena: Arena, phase: int, send: np.ndarray,
     rooted_split(comm, arena, phase, "gather", recv if me == root else send, root)
     if me == root:
         assert recv is not None
-        own = recv[me * k:(me + 1) * k]
-        if not np.shares_memory(own, send):
-            np.copyto(own, send)
+        _copy_own(send, recv, me)
     arena.sync()
+
+
+def _copy_own(send: np.ndarray, recv: np.ndarray, me: int) -> None:
+    """A gathering rank's own block into ``recv`` (nothing to do where it is there already)."""
+    k = send.size
+    own = recv[me * k:(me + 1) * k]
+    if not np.shares_memory(own, send):
+        np.copyto(own, send)
 
 
 def all_to_all_after(comm: ShmComm, arena: Arena, status: int, mine: int, send: np.ndarray,
