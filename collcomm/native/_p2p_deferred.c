@@ -155,7 +155,8 @@ static int deferred_done(Deferred *d, PyObject *n, uint64_t wire_tag)
     if (tag == NULL)
         return -1;
     /* the source's global rank: its pipe's peer (g.ranks[local], without the look-ups) */
-    Pipe *pipe = d->f != NULL && Py_TYPE(d->f) == &P2PType ? p2p_pipe((P2P *)d->f, d->local) : NULL;
+    Pipe *pipe = d->f != NULL && d->local != NULL && Py_TYPE(d->f) == &P2PType
+                 ? p2p_pipe((P2P *)d->f, d->local) : NULL;
     PyObject *src;
     if (pipe != NULL)
         src = PyLong_FromLong(pipe->peer);
