@@ -236,13 +236,18 @@ static PyObject *Core_reduce(Core *c, PyObject *const *args, Py_ssize_t nargs)
         root >= n || (me == root && (recv == NULL || rbytes != nbytes)))
         return call_end(&k, ST_REFUSE);
     Py_ssize_t count = nbytes / isz;
+    /* by CMA: as shm_reduce.reduce_by_cma decides, the same on every rank */
+    int cma = c->reduce_cma_min > 0 && nbytes >= c->reduce_cma_min && nbytes <= c->reduce_cma_max &&
+              c->pids != NULL;
     int part = c->part;            /* (one step: it may run in two parts, see enter) */
-    if (part != PART_WHOLE && (!one_step || pair))
+    /* never in two parts where the whole call goes another way (by CMA or in pair steps):
+     * whether a call starts in two parts is this rank's affair (an async call, the group's
+     * queue empty), the way a call goes must be every rank's */
+    if (part != PART_WHOLE && (!one_step || pair || cma))
         return call_end(&k, ST_REFUSE);
     if (pair)
         return call_end(&k, reduce_pair(&k, fn, isz, send, recv, nbytes, root, sig));
-    if (c->reduce_cma_min > 0 && nbytes >= c->reduce_cma_min && nbytes <= c->reduce_cma_max &&
-        part == PART_WHOLE && c->pids != NULL)
+    if (cma)
         return reduce_cma(&k, code, send, recv, nbytes, root, sig);
     int phase = part == PART_FINISH ? k.phase : next_phase(&k);
     /* one step in one part: only the root reads the slots, so the root stages nothing and
