@@ -1,0 +1,37 @@
+"""Random calls (tests/random_calls.py) with ranks that differ in how they make them:
+asynchronous against blocking, native against pure Python, numpy against shared-memory
+buffers, the world and subgroups, shared memory and TCP. Fixed seeds, so a failure
+reruns the same calls (``RANDOM_*`` variables and ``python -m collcomm run -n N
+tests/random_calls.py SEED CALLS`` run one by hand)."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.harness import run_ranks
+from tests.random_calls import run
+
+PY = {"COLLCOMM_NATIVE": "0"}
+
+CASES: dict[str, dict[str, Any]] = {
+    # one rank asynchronous, its peer blocking: the mix that broke the reduce by CMA
+    "pair-one-async": {"n": 2, "seed": 52, "env": {"RANDOM_ASYNC_RANKS": "1"}},
+    "pair-async-python": {"n": 2, "seed": 44, "env": {"RANDOM_ASYNC_RANKS": "0,1"},
+                          "rank_env": {1: PY}},
+    "three-groups-shared": {"n": 3, "seed": 61, "env": {"RANDOM_GROUPS": "1", "RANDOM_SHARED": "1",
+                                                         "RANDOM_ASYNC_RANKS": "0"}},
+    "four-groups-mixed": {"n": 4, "seed": 63, "env": {"RANDOM_GROUPS": "1", "RANDOM_ASYNC_RANKS": "0,1"},
+                          "rank_env": {1: PY, 3: PY}},
+    "pair-tcp-one-async": {"n": 2, "seed": 21, "env": {"RANDOM_ASYNC_RANKS": "0"}, "transport": "tcp",
+                           "calls": 60},
+}
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_random_calls_agree_with_numpy(case: str) -> None:
+    c = CASES[case]
+    outs = run_ranks(run, c["n"], c["seed"], c.get("calls", 120), env=c.get("env"),
+                     rank_env=c.get("rank_env"), transport=c.get("transport", "shm"), timeout=200)
+    assert [bad for out in outs for bad in out] == []
