@@ -2,15 +2,16 @@
 asynchronous against blocking, native against pure Python, numpy against shared-memory
 buffers, the world and subgroups, shared memory and TCP. Fixed seeds, so a failure
 reruns the same calls (``RANDOM_*`` variables and ``python -m collcomm run -n N
-tests/random_calls.py SEED CALLS`` run one by hand)."""
+tests/random_calls.py SEED CALLS`` run one by hand); the same through collcomm.MPI
+(tests/random_calls_mpi.py)."""
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
 
+from tests import random_calls, random_calls_mpi
 from tests.harness import run_ranks
-from tests.random_calls import run
 
 PY = {"COLLCOMM_NATIVE": "0"}
 
@@ -25,6 +26,10 @@ CASES: dict[str, dict[str, Any]] = {
                           "rank_env": {1: PY, 3: PY}},
     "pair-tcp-one-async": {"n": 2, "seed": 21, "env": {"RANDOM_ASYNC_RANKS": "0"}, "transport": "tcp",
                            "calls": 60},
+    # collcomm.MPI: I-calls against blocking ones, a pure-Python rank
+    "mpi-pair-one-async": {"n": 2, "seed": 71, "env": {"RANDOM_ASYNC_RANKS": "1"}, "mpi": True},
+    "mpi-three-mixed": {"n": 3, "seed": 73, "env": {"RANDOM_ASYNC_RANKS": "0,2"}, "rank_env": {1: PY},
+                        "mpi": True},
 }
 
 
@@ -32,6 +37,7 @@ CASES: dict[str, dict[str, Any]] = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_random_calls_agree_with_numpy(case: str) -> None:
     c = CASES[case]
+    run = random_calls_mpi.run if c.get("mpi") else random_calls.run
     outs = run_ranks(run, c["n"], c["seed"], c.get("calls", 120), env=c.get("env"),
                      rank_env=c.get("rank_env"), transport=c.get("transport", "shm"), timeout=200)
     assert [bad for out in outs for bad in out] == []
