@@ -30,7 +30,8 @@ K = 1024
 #: byte counts a call is drawn near (each then moved by -2..2 elements)
 BOUNDS = [0, 1, 3, 8 * K, 16 * K, 32 * K, 64 * K, 128 * K, 256 * K, 512 * K, K * K, 2 * K * K,
           4 * K * K, 5 * K * K]
-DTYPES = [np.float32, np.float64, np.int32, np.int64, np.int8, np.uint8, np.float16, np.int16]
+DTYPES = [np.float32, np.float64, np.int32, np.int64, np.int8, np.uint8, np.float16, np.int16,
+          np.complex64, np.uint32, np.uint64, np.bool_]
 CALLS = ["all_reduce", "reduce", "broadcast", "all_gather", "all_gather_list", "gather", "scatter",
          "reduce_scatter", "all_to_all", "all_to_all_uneven", "sendrecv", "barrier"]
 
@@ -54,16 +55,20 @@ class Options:
 def _operand(rank: int, count: int, dt: np.dtype, op: str) -> np.ndarray:
     """Rank ``rank``'s data: small integers (exact sums in every dtype; PROD of 1s and 2s)."""
     x = (np.arange(count) * 7 + rank * 13) % 5
-    return (1 + x % 2 if op == "prod" else x).astype(dt)
+    return (1 + x % 2 if op == "prod" else x % 2 if dt.kind == "b" else x).astype(dt)
 
 
 def _fold(parts: list[np.ndarray], op: str, dt: np.dtype) -> np.ndarray:
-    ufunc = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum,
-             "band": np.bitwise_and, "bor": np.bitwise_or, "bxor": np.bitwise_xor}[op]
+    """What a reduction of ``parts`` gives, in rank order (AVG: the sum, then / n)."""
+    ufunc = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum,
+             "band": np.bitwise_and, "bor": np.bitwise_or, "bxor": np.bitwise_xor,
+             "land": np.logical_and, "lor": np.logical_or, "lxor": np.logical_xor}[op]
     acc = parts[0].copy()
+    if op in ("land", "lor", "lxor"):
+        acc = acc.astype(bool).astype(dt)
     for p in parts[1:]:
         acc = ufunc(acc, p).astype(dt)
-    return acc
+    return (acc / len(parts)).astype(dt) if op == "avg" else acc
 
 
 @dataclass
@@ -88,7 +93,8 @@ class Drawn:
 def draw(rng: np.random.Generator, n_max: int, calls: list[str], groups: int) -> Drawn:
     name = calls[rng.integers(len(calls))]
     dt = np.dtype(DTYPES[rng.integers(len(DTYPES))])
-    ops = ["sum", "prod", "max", "min"] + (["band", "bor", "bxor"] if dt.kind in "iu" else [])
+    ops = ["sum", "prod", "land", "lor", "lxor"] + (["max", "min"] if dt.kind != "c" else []) + \
+        (["band", "bor", "bxor"] if dt.kind in "iu" else []) + (["avg"] if dt.kind in "fc" else [])
     op = ops[rng.integers(len(ops))]
     root, in_place = int(rng.integers(n_max)), bool(rng.integers(2))
     count = max(0, BOUNDS[rng.integers(len(BOUNDS))] // dt.itemsize + int(rng.integers(-2, 3)))
