@@ -133,8 +133,8 @@ class Caller:
         for w, _ in (reversed(self.pending) if reverse else self.pending):
             if w is not None:
                 w.wait()
-        for _, check in self.pending:
-            check()
+        for _, check in self.pending:      # (each check first overwrites its call's inputs:
+            check()                         # a rank still reading them would get wrong data)
         self.pending.clear()
 
     def run(self, c: Drawn, index: int) -> None:
@@ -155,6 +155,7 @@ class Caller:
         each = lambda m: [data(r, m) for r in range(n)]   # noqa: E731
         got: Callable[[], Any] = lambda: None   # noqa: E731
         want: np.ndarray | None = None
+        inputs: list[np.ndarray] = []       # read-only inputs, overwritten once the call is done
         w = None
         if c.name == "all_reduce":
             x = self.buffer(k, dt, grp, data(me, k))
@@ -163,6 +164,8 @@ class Caller:
         elif c.name == "reduce":
             x = self.buffer(k, dt, grp, data(me, k))
             w = self.call(d.reduce, x, groot, rop, group=grp)
+            if me != root:
+                inputs.append(x)
             if me == root:
                 got, want = (lambda: x), _fold(each(k), op, dt)
         elif c.name == "broadcast":
@@ -173,6 +176,7 @@ class Caller:
             out = self.buffer(k * n, dt, grp)
             src = out[me * k:(me + 1) * k] if c.in_place else self.buffer(k, dt, grp)
             src[...] = data(me, k)
+            inputs += [] if c.in_place else [src]
             w = self.call(d.all_gather_into_tensor, out, src, group=grp)
             got, want = (lambda: out), np.concatenate(each(k))
         elif c.name == "all_gather_list":
@@ -184,6 +188,7 @@ class Caller:
             spare = self.buffer(k, dt, grp)                      # every rank makes them all)
             mine = outs[me] if c.in_place and me == root else spare
             mine[...] = data(me, k)
+            inputs += [] if mine is not spare else [spare]
             w = self.call(d.gather, mine, outs if me == root else None, groot, group=grp)
             if me == root:
                 got, want = (lambda: np.concatenate(outs)), np.concatenate(each(k))
@@ -196,12 +201,13 @@ class Caller:
             got, want = (lambda: out), data(root, k * n)[me * k:(me + 1) * k]
         elif c.name == "reduce_scatter":
             out = self.buffer(k, dt, grp)
-            w = self.call(d.reduce_scatter_tensor, out, self.buffer(k * n, dt, grp, data(me, k * n)), rop,
-                          group=grp)
+            inputs.append(self.buffer(k * n, dt, grp, data(me, k * n)))
+            w = self.call(d.reduce_scatter_tensor, out, inputs[0], rop, group=grp)
             got, want = (lambda: out), _fold(each(k * n), op, dt)[me * k:(me + 1) * k]
         elif c.name == "all_to_all":
             out = self.buffer(k * n, dt, grp)
-            w = self.call(d.all_to_all_single, out, self.buffer(k * n, dt, grp, data(me, k * n)), group=grp)
+            inputs.append(self.buffer(k * n, dt, grp, data(me, k * n)))
+            w = self.call(d.all_to_all_single, out, inputs[0], group=grp)
             got = lambda: out   # noqa: E731
             want = np.concatenate([data(r, k * n)[me * k:(me + 1) * k] for r in range(n)])
         elif c.name == "all_to_all_uneven":
@@ -223,6 +229,8 @@ class Caller:
             d.barrier(group=grp)
 
         def check() -> None:
+            for x in inputs:
+                x[...] = 1 if x.dtype.kind == "b" else 99
             if want is None:
                 return
             g = np.asarray(got()).reshape(-1)

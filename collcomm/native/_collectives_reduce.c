@@ -201,6 +201,15 @@ static int reduce_pair(Call *k, kernel_t fn, int isz, const char *send, char *re
 static PyObject *reduce_cma(Call *k, long code, const char *send, char *recv, Py_ssize_t nbytes,
                             long root, uint64_t sig);   /* (_cma.c) */
 
+/* Does a reduce of `nbytes` a rank go by cross-memory attach (reduce_cma)? As
+ * shm_reduce.reduce_by_cma decides: the same answer on every rank. Such a call is never
+ * started in two parts (the fast call declines it first: fast_reduce). */
+static int reduce_goes_by_cma(const Core *c, Py_ssize_t nbytes)
+{
+    return c->reduce_cma_min > 0 && nbytes >= c->reduce_cma_min && nbytes <= c->reduce_cma_max &&
+           c->pids != NULL;
+}
+
 /* reduce(arena, send, recv or None, code, root, sig): between two ranks of
  * reduce_cma_min..reduce_cma_max bytes by cross-memory attach (reduce_cma, _cma.c); else
  * always staged; up to
@@ -236,13 +245,13 @@ static PyObject *Core_reduce(Core *c, PyObject *const *args, Py_ssize_t nargs)
         root >= n || (me == root && (recv == NULL || rbytes != nbytes)))
         return call_end(&k, ST_REFUSE);
     Py_ssize_t count = nbytes / isz;
-    /* by CMA: as shm_reduce.reduce_by_cma decides, the same on every rank */
-    int cma = c->reduce_cma_min > 0 && nbytes >= c->reduce_cma_min && nbytes <= c->reduce_cma_max &&
-              c->pids != NULL;
+    int cma = reduce_goes_by_cma(c, nbytes);
     int part = c->part;            /* (one step: it may run in two parts, see enter) */
     /* never in two parts where the whole call goes another way (by CMA or in pair steps):
      * whether a call starts in two parts is this rank's affair (an async call, the group's
-     * queue empty), the way a call goes must be every rank's */
+     * queue empty), the way a call goes must be every rank's. (A backstop: the fast call
+     * declines such a part before it starts anything, fast_reduce; refused here, its first
+     * part would run the whole call at once, blocking) */
     if (part != PART_WHOLE && (!one_step || pair || cma))
         return call_end(&k, ST_REFUSE);
     if (pair)

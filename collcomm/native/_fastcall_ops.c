@@ -260,9 +260,14 @@ static PyObject *fast_reduce(Fast *s, PyObject *const *args, Py_ssize_t nargs, i
     Pair p;
     int dt = fast_pair(&p, args[0], args[1], 1);
     Py_ssize_t nbytes = p.len[0], count = nbytes / p.itemsize;
+    /* in two parts only as one staged step, never where the whole call goes by CMA (a
+     * peer making it whole would read our buffer after we left): declined here, before
+     * anything starts, so the call is queued, not run at once */
     int fits = dt >= 0 && nbytes > 0 && nbytes <= s->limit[FC_REDUCE] &&
                (args[1] == Py_None || p.len[1] == nbytes) &&
-               (part == PART_WHOLE || nbytes * s->size <= ((Core *)s->core)->reduce_one_shot);
+               (part == PART_WHOLE || (s->core != Py_None &&
+                                       nbytes * s->size <= ((Core *)s->core)->reduce_one_shot &&
+                                       !reduce_goes_by_cma((Core *)s->core, nbytes)));
     FastOp *e = fits ? fast_op(s, args[2], dt) : NULL;
     PyObject *code = e == NULL ? NULL : PyLong_FromLong(e->code[dt]);
     if (code == NULL) {
