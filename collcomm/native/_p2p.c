@@ -251,7 +251,7 @@ static int slots_of(SlotsOf *c, PyTypeObject *type, PyObject *const *names, int 
 /* The Pipe of local rank r, or NULL (no exception). */
 static Pipe *p2p_pipe(P2P *s, PyObject *r)
 {
-    if (!PyLong_Check(r))
+    if (s->pipes == NULL || !PyLong_Check(r))      /* (no pipes: a cleared P2P) */
         return NULL;
     long i = PyLong_AsLong(r);
     if (i < 0 || i >= PyTuple_GET_SIZE(s->pipes)) {
