@@ -228,6 +228,12 @@ class Caller:
         elif c.name == "barrier":
             d.barrier(group=grp)
 
+        return w, self.checker(got, want, inputs, what)
+
+    def checker(self, got: Callable[[], Any], want: np.ndarray | None, inputs: list[np.ndarray],
+                what: str) -> Callable[[], None]:
+        """A call's check, run once it is done: its read-only ``inputs`` overwritten first (a
+        rank still reading them gets wrong data), then ``got()`` compared with ``want``."""
         def check() -> None:
             for x in inputs:
                 x[...] = 1 if x.dtype.kind == "b" else 99
@@ -237,32 +243,40 @@ class Caller:
             if g.shape != want.shape or not np.array_equal(g, want):
                 where = "shape" if g.shape != want.shape else np.nonzero(g != want)[0][:4].tolist()
                 self.bad.append(f"rank {self.rank} {what}: wrong at {where}")
-        return w, check
+        return check
 
 
-def run(seed: int, calls: int) -> list[str]:
-    """This rank's part of ``calls`` random calls from ``seed`` (the job already
-    initialised); what differed."""
+def drive(caller: Caller, calls: list[str], seed: int, count: int) -> list[str]:
+    """``count`` calls drawn from ``seed`` among ``calls`` made by ``caller``; what differed."""
     import collcomm as dist
-    opts = Options.from_env(dist.get_rank())
-    caller = Caller(opts)
     rng = np.random.default_rng(seed)
-    names = [c for c in CALLS if c not in opts.skip]
-    world = dist.get_world_size()
-    for i in range(calls):
-        caller.run(draw(rng, world, names, len(caller.groups)), i)
+    names = [c for c in calls if c not in caller.opts.skip]
+    for i in range(count):
+        caller.run(draw(rng, dist.get_world_size(), names, len(caller.groups)), i)
     caller.settle(False)
     dist.barrier()
     return caller.bad
 
 
-if __name__ == "__main__":
-    if os.environ.get("RANDOM_PYTHON_RANKS"):     # these ranks on the pure-Python path
-        if os.environ.get("RANK", "0") in os.environ["RANDOM_PYTHON_RANKS"].split(","):
-            os.environ["COLLCOMM_NATIVE"] = "0"
+def run(seed: int, count: int) -> list[str]:
+    """This rank's part of ``count`` random calls from ``seed`` (the job already
+    initialised); what differed."""
+    import collcomm as dist
+    return drive(Caller(Options.from_env(dist.get_rank())), CALLS, seed, count)
+
+
+def main(run: Callable[[int, int], list[str]]) -> None:
+    """A rank run by hand: ``argv``: SEED CALLS; ``RANDOM_PYTHON_RANKS``: these ranks on
+    the pure-Python path."""
+    if os.environ.get("RANK", "0") in os.environ.get("RANDOM_PYTHON_RANKS", "").split(","):
+        os.environ["COLLCOMM_NATIVE"] = "0"
     import collcomm
     collcomm.init_process_group()
     wrong = run(int(sys.argv[1]), int(sys.argv[2]))
     print(f"rank {collcomm.get_rank()}: {len(wrong)} wrong", *wrong[:10], sep="\n", flush=True)
     collcomm.destroy_process_group()
     sys.exit(1 if wrong else 0)
+
+
+if __name__ == "__main__":
+    main(run)

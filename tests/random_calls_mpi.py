@@ -13,7 +13,7 @@ import numpy as np
 
 if __name__ == "__main__":      # (run by hand: the checkout's tests package)
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tests.random_calls import Caller, Drawn, _fold, _operand, draw
+from tests.random_calls import Caller, Drawn, Options, _fold, _operand, drive, main
 
 #: the drawn calls the MPI front end makes here (the list form is the functional API's)
 MPI_CALLS = ["all_reduce", "reduce", "broadcast", "all_gather", "gather", "scatter", "reduce_scatter",
@@ -116,14 +116,7 @@ class MPICaller(Caller):
         elif c.name == "barrier":
             r = self.req("Barrier")
 
-        def check() -> None:
-            if want is None:
-                return
-            g = np.asarray(got()).reshape(-1)
-            if g.shape != want.shape or not np.array_equal(g, want):
-                where = "shape" if g.shape != want.shape else np.nonzero(g != want)[0][:4].tolist()
-                self.bad.append(f"rank {self.rank} {what}: wrong at {where}")
-        return (_Waiter(r) if r is not None else None), check
+        return (_Waiter(r) if r is not None else None), self.checker(got, want, [], what)
 
 
 class _Waiter:
@@ -136,26 +129,11 @@ class _Waiter:
         self.req.Wait()
 
 
-def run(seed: int, calls: int) -> list[str]:
+def run(seed: int, count: int) -> list[str]:
     """random_calls.run through collcomm.MPI."""
     import collcomm as dist
-    from tests.random_calls import Options
-    caller = MPICaller(Options.from_env(dist.get_rank()))
-    rng = np.random.default_rng(seed)
-    names = [c for c in MPI_CALLS if c not in caller.opts.skip]
-    for i in range(calls):
-        caller.run(draw(rng, dist.get_world_size(), names, 1), i)
-    caller.settle(False)
-    caller.comm.Barrier()
-    return caller.bad
+    return drive(MPICaller(Options.from_env(dist.get_rank())), MPI_CALLS, seed, count)
 
 
 if __name__ == "__main__":
-    if os.environ.get("RANK", "0") in os.environ.get("RANDOM_PYTHON_RANKS", "").split(","):
-        os.environ["COLLCOMM_NATIVE"] = "0"
-    import collcomm
-    collcomm.init_process_group()
-    wrong = run(int(sys.argv[1]), int(sys.argv[2]))
-    print(f"rank {collcomm.get_rank()}: {len(wrong)} wrong", *wrong[:10], sep="\n", flush=True)
-    collcomm.destroy_process_group()
-    sys.exit(1 if wrong else 0)
+    main(run)
