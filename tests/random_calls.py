@@ -129,6 +129,10 @@ class Caller:
     def call(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         return fn(*args, async_op=True, **kw) if self.opts.asynchronous else fn(*args, **kw)
 
+    def barrier(self) -> None:
+        """The closing barrier of the world (after the last calls' checks)."""
+        self.dist.barrier()
+
     def settle(self, reverse: bool) -> None:
         for w, _ in (reversed(self.pending) if reverse else self.pending):
             if w is not None:
@@ -248,13 +252,12 @@ class Caller:
 
 def drive(caller: Caller, calls: list[str], seed: int, count: int) -> list[str]:
     """``count`` calls drawn from ``seed`` among ``calls`` made by ``caller``; what differed."""
-    import collcomm as dist
     rng = np.random.default_rng(seed)
     names = [c for c in calls if c not in caller.opts.skip]
     for i in range(count):
-        caller.run(draw(rng, dist.get_world_size(), names, len(caller.groups)), i)
+        caller.run(draw(rng, len(caller.members[0]), names, len(caller.groups)), i)
     caller.settle(False)
-    dist.barrier()
+    caller.barrier()
     return caller.bad
 
 

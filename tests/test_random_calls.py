@@ -3,14 +3,14 @@ asynchronous against blocking, native against pure Python, numpy against shared-
 buffers, the world and subgroups, shared memory and TCP. Fixed seeds, so a failure
 reruns the same calls (``RANDOM_*`` variables and ``python -m collcomm run -n N
 tests/random_calls.py SEED CALLS`` run one by hand); the same through collcomm.MPI
-(tests/random_calls_mpi.py)."""
+(tests/random_calls_mpi.py) and torch.distributed (tests/random_calls_torch.py)."""
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
 
-from tests import random_calls, random_calls_mpi
+from tests import random_calls, random_calls_mpi, random_calls_torch
 from tests.harness import run_ranks
 
 PY = {"COLLCOMM_NATIVE": "0"}
@@ -30,6 +30,13 @@ CASES: dict[str, dict[str, Any]] = {
     "mpi-pair-one-async": {"n": 2, "seed": 71, "env": {"RANDOM_ASYNC_RANKS": "1"}, "mpi": True},
     "mpi-three-mixed": {"n": 3, "seed": 73, "env": {"RANDOM_ASYNC_RANKS": "0,2"}, "rank_env": {1: PY},
                         "mpi": True},
+    # torch.distributed: async Works (the group's worker) against fast blocking calls,
+    # strided tensors (a stand-in copied back), a pure-Python rank, subgroups
+    "torch-pair-one-async-strided": {"n": 2, "seed": 81, "env": {"RANDOM_ASYNC_RANKS": "1",
+                                                                 "RANDOM_STRIDED_RANKS": "0"}, "torch": True},
+    "torch-three-groups-mixed": {"n": 3, "seed": 83, "env": {"RANDOM_GROUPS": "1", "RANDOM_ASYNC_RANKS": "0",
+                                                             "RANDOM_STRIDED_RANKS": "2"},
+                                 "rank_env": {1: PY}, "torch": True},
 }
 
 
@@ -37,7 +44,10 @@ CASES: dict[str, dict[str, Any]] = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_random_calls_agree_with_numpy(case: str) -> None:
     c = CASES[case]
-    run = random_calls_mpi.run if c.get("mpi") else random_calls.run
+    if c.get("torch"):
+        pytest.importorskip("torch")
+    run = random_calls_torch.run if c.get("torch") else random_calls_mpi.run if c.get("mpi") else random_calls.run
     outs = run_ranks(run, c["n"], c["seed"], c.get("calls", 120), env=c.get("env"),
-                     rank_env=c.get("rank_env"), transport=c.get("transport", "shm"), timeout=200)
+                     rank_env=c.get("rank_env"), transport=c.get("transport", "shm"), timeout=200,
+                     init=not c.get("torch"))
     assert [bad for out in outs for bad in out] == []
