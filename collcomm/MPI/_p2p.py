@@ -2,8 +2,9 @@
 
 Messages travel in the communicator's user tag space (:mod:`collcomm.core.p2p`). Within
 its 35 bits collcomm.MPI uses: bits 0–30 the MPI tag (``TAG_UB`` = 2**31 - 1), bit 31
-*sync* (an ``Ssend``: the receiver answers with an *ack*, bit 32, when the message is
-matched, and the send completes only then), bit 33 *body* (the second part of a large
+*sync* (an ``Ssend``: the receiver answers with an *ack*, bit 32, the moment a receive
+takes the message, whatever it waits for meanwhile: core/p2p_sync.py; the send completes
+only then), bit 33 *body* (the second part of a large
 object, see :mod:`._pobj`). Receives compare the ack and body bits, so ``ANY_TAG`` never
 catches them.
 

@@ -3,7 +3,8 @@ Request holds (:mod:`._p2p` has the communicator's methods that make them).
 
 An operation has ``wait``/``test``/``cancel`` and, once complete, ``source``, ``tag``,
 ``nbytes``, ``cancelled`` and ``value``: ``_Send`` (a send, and a synchronous one's ack),
-``_Recv`` (a receive on the general path, which acks a synchronous send), ``_NativeRecv``
+``_Recv`` (a receive on the general path; a synchronous send's message it takes is
+acknowledged the moment it does, core/p2p_sync.py), ``_NativeRecv``
 (a receive started natively), ``_Pair`` (``Isendrecv``); ``complete`` waits for one with
 MPI's errors and fills a Status.
 """
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..core import p2p
+from ..core.tags import ACK, BODY, MPI_TAG_BITS, SYNC
 from ..core.p2p_loans import lent_base, loan_over
 from ..errors import CollcommError
 from ..transport.base import Status as Moved
@@ -21,8 +23,7 @@ from ._consts import ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB_VALUE
 from ._errors import ERR_RANK, ERR_TAG, Exception as MPIException, translate
 from ._request import Done, Request, Status
 
-TAG_BITS = TAG_UB_VALUE
-SYNC, ACK, BODY = 1 << 31, 1 << 32, 1 << 33
+TAG_BITS = TAG_UB_VALUE     # (= core.tags.MPI_TAG_BITS; the flags above it: core/tags.py)
 EXACT = p2p.MAX_USER_TAG & ~SYNC            # compare the tag, ack and body bits
 WILD = p2p.MAX_USER_TAG & ~SYNC & ~TAG_BITS  # compare only the ack and body bits
 _EMPTY = np.empty(0, dtype=np.uint8)
@@ -136,13 +137,12 @@ class _LentSend(lent_base()):  # type: ignore[misc]
         return None      # (MPI: a send may not be cancellable; it completes as sent)
 
 
-def _ack(g: Any, source: int, tag: int) -> None:
-    if tag & SYNC:
-        p2p.isend(g, _EMPTY, source, ACK | (tag & TAG_BITS), "ack").wait()
+assert TAG_BITS == MPI_TAG_BITS
 
 
 class _Recv:
-    """A buffer receive; acks a synchronous send when it completes."""
+    """A buffer receive (a synchronous send's message it takes was acknowledged when it
+    did: core/p2p_sync.py)."""
 
     def __init__(self, g: Any, handle: Any) -> None:
         self._g, self._h, self._done, self.value = g, handle, False, None
@@ -151,7 +151,6 @@ class _Recv:
     def _finish(self, st: Any) -> None:
         src, tag = p2p.source_tag(self._g, st)
         self.source, self.tag, self.nbytes, self._done = src, tag & TAG_BITS, st.nbytes, True
-        _ack(self._g, src, tag)
 
     def test(self) -> bool:
         if not self._done and self._h.test():
@@ -173,7 +172,8 @@ class _NativeRecv:
     """``Irecv`` from one rank, started natively (a core Deferred, whose wait receives in
     C): the source is known from the start, so its wait only takes the byte count and the
     tag (an ``ANY_TAG`` receive's is the message's); a synchronous send's message (which
-    C leaves to the Python receive) is finished and acked as :class:`_Recv` does."""
+    C leaves to the engine, which acks it when the receive takes it) is finished as
+    :class:`_Recv` does."""
 
     __slots__ = ("_g", "_h", "_done", "source", "tag", "nbytes", "cancelled")
     value = None

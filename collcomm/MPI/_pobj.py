@@ -24,7 +24,7 @@ from ._consts import ANY_SOURCE, ANY_TAG, PROC_NULL
 from ._errors import Exception as MPIException, translate
 from ._msg import simple
 from ._p2p_ops import (
-    ACK, BODY, SYNC, TAG_BITS, _EMPTY, _Recv, _Send, _ack, _dest, _done_request, _request, _rtag,
+    ACK, BODY, SYNC, TAG_BITS, _EMPTY, _Recv, _Send, _dest, _done_request, _request, _rtag,
     _source, _stag, complete,
 )
 from ._request import Done, Request, Status
@@ -84,7 +84,6 @@ class _ObjRecv:
             self._body = p2p.irecv(self._g, self._data, src, BODY | (tag & TAG_BITS), p2p.MAX_USER_TAG, "recv")
         else:
             self._data = self._buf[8:8 + size]
-        _ack(self._g, src, tag)
         self.source, self.tag, self.nbytes = src, tag & TAG_BITS, size
 
     def _ready(self, block: bool) -> bool:

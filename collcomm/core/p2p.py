@@ -50,6 +50,7 @@ from .recorder import _P2PHandle, _perf
 from .recorder_records import COMPLETED, ENTERED, FAILED, PACKAGE_PREFIX, R_PSTATE, R_PT1
 from .call_comm import TimedHandle, as_bytes
 from .group import ProcessGroup
+from .p2p_sync import ack_sync, acker
 from .tags import CTX_SHIFT, KIND_P2P, MAX_USER_TAG
 from .p2p_fields import deferred_fields
 from .timeouts import current_timeout
@@ -208,7 +209,7 @@ class Deferred(deferred_fields(), Handle):  # type: ignore[misc]
         fails it."""
         try:
             self.req = self.eng._post_recv(_bytes(self.arr), self.g.ranks[self.local], self.tag,
-                                           _mask(self.umask), self.sig)
+                                           _mask(self.umask), self.sig, acker(self.umask))
         except CollcommError as exc:
             self.exc = exc
             return
@@ -345,7 +346,7 @@ def irecv(g: ProcessGroup, arr: np.ndarray, src: int | None, tag: int, mask: int
     """Receive into ``arr`` from local rank ``src`` (None: any) a message whose user tag
     equals ``tag`` on the bits of ``mask``."""
     gsrc = ANY_SOURCE if src is None else g.ranks[src]
-    h = transport(g).irecv(_bytes(arr), gsrc, _space(g, tag, op), _mask(mask))
+    h = transport(g).irecv(_bytes(arr), gsrc, _space(g, tag, op), _mask(mask), 0, acker(mask))
     return TimedHandle(h, current_timeout(g.timeout))
 
 
@@ -376,7 +377,7 @@ def probe(g: ProcessGroup, src: int | None, tag: int, mask: int = MAX_USER_TAG, 
 
 def mrecv(g: ProcessGroup, message: Probed, arr: np.ndarray) -> Handle:
     """Receive the message :func:`probe` claimed into ``arr``."""
-    h = transport(g).mrecv(message._raw, as_bytes(arr))
+    h = transport(g).mrecv(message._raw, as_bytes(arr), ack_sync)
     return TimedHandle(h, current_timeout(g.timeout))
 
 

@@ -70,7 +70,7 @@ back into the engine while holding it.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import ClosedError, MismatchError, SignatureMismatchError
 from .base import ABORT_SIG, ANY_SOURCE, Buffer, Handle, Transport
@@ -112,6 +112,8 @@ class Engine(DeferredReceives, EngineWaiting, Transport):
         self._defer_mutex = threading.Lock()       # guards _deferred (taken directly: a C lock)
         self._defer_lock = threading.Condition(self._defer_mutex)   # waited on to post after a native wait
         self._stealing = 0                          # threads waiting on it
+        self._acks: list[tuple[int, int]] = []      # (peer, wire tag): acknowledgements owed (owe_ack)
+        self._ack_lock = threading.Lock()           # one thread sends them at a time (send_acks)
 
     # -- setup ---------------------------------------------------------------------------
     def add_channel(self, channel: Channel, polled: bool) -> None:
@@ -152,22 +154,25 @@ class Engine(DeferredReceives, EngineWaiting, Transport):
         channel.send(req, lend)  # type: ignore[union-attr]
         return req
 
-    def irecv(self, buf: Buffer, src: int, tag: int, mask: int = FULL_MASK, sig: int = 0) -> Handle:
+    def irecv(self, buf: Buffer, src: int, tag: int, mask: int = FULL_MASK, sig: int = 0,
+              matched: Callable[[Request], None] | None = None) -> Handle:
         """The contract's receive; ``mask``: match any tag equal to ``tag`` on its bits;
         ``sig``: the call signature expected (a message carrying another fails the receive
-        with SignatureMismatchError; 0 on either side: not checked)."""
+        with SignatureMismatchError; 0 on either side: not checked); ``matched``: the
+        request's hook (see Request), called when a message completes it."""
         if self._deferred:
             self.post_deferred()     # receives issued before this one are posted first
-        return self._post_recv(buf, src, tag, mask, sig)
+        return self._post_recv(buf, src, tag, mask, sig, matched)
 
     def _post_recv(self, buf: Buffer, src: int, tag: int, mask: int = FULL_MASK,
-                   sig: int = 0) -> Request:
+                   sig: int = 0, matched: Callable[[Request], None] | None = None) -> Request:
         """Post a receive (:meth:`irecv` without the deferred receives' turn first)."""
         if self._aborted is not None or self._closed:
             self._check_open()
         if src != ANY_SOURCE and src != self.rank and src not in self.channels:
             self._check_peer(src)      # raises: no channel to src
         req = Request(self, "recv", buf, src, tag, mask, sig)
+        req.matched = matched
         early: Incoming | None = None
         lost: BaseException | None = None
         with self._lock:
@@ -188,14 +193,18 @@ class Engine(DeferredReceives, EngineWaiting, Transport):
                     self._posted.append(req)
         if early is not None:
             self._deliver(req, early.source, early.nbytes, early.payload, early.sig)
+            if self._acks:
+                self.send_acks()
         elif lost is not None:
             req.fail(lost)
         return req
 
     # -- a probed message (MPI_Mrecv; Engine.probe is in engine_wait.py) -----------------------
-    def mrecv(self, message: Incoming, buf: Buffer) -> Handle:
+    def mrecv(self, message: Incoming, buf: Buffer,
+              matched: Callable[[Request], None] | None = None) -> Handle:
         """Receive the message :meth:`probe` took (``take=True``) into ``buf``."""
         req = Request(self, "recv", buf, message.source, message.tag)
+        req.matched = matched
         with self._lock:
             ready = message.ready
             if not ready:

@@ -8,6 +8,15 @@ A wait spins on the progress loop briefly, then yields the CPU, then blocks on t
 request's event with a growing sleep; a request polling cannot complete (a TCP peer) is
 not spun for: its waiter runs TCP's selector itself or blocks (see engine.py's docstring,
 "waiting" and "failure"). Every ``LIVENESS_PERIOD`` the peers are checked, then the clock.
+
+Acknowledgements a receive owes (:meth:`~EngineWaiting.owe_ack`: a synchronous send's
+message taken, core/p2p_sync.py) to a peer on shared memory are sent by the next
+:meth:`~EngineWaiting.progress`, after its polls: the hook that owes one may run inside a
+channel's poll (holding its ``poll_lock``), where a send into a full ring could not wait
+for the peer to make room (two ranks flooding each other with ``Issend`` would each wait
+for the other's ring). A native receive's periodic check progresses too, so one waiting
+on a single peer's ring still delivers other peers' messages to posted receives (and
+sends what they owe) every ``LIVENESS_PERIOD``.
 """
 from __future__ import annotations
 
@@ -16,7 +25,7 @@ import threading
 import time
 from typing import Any, Sequence
 
-from ..errors import CommTimeoutError, PeerLostError
+from ..errors import CollcommError, CommTimeoutError, PeerLostError
 from .base import ANY_SOURCE
 from .request import FULL_MASK, Channel, Incoming, Request, describe
 
@@ -27,6 +36,7 @@ LIVENESS_PERIOD = 0.1
 #: The largest receive whose waiter runs TCP's selector itself (``_block``); a larger one
 #: waits for TCP's I/O thread, which then reads it while the caller is busy elsewhere.
 DRIVE_MAX = 256 << 10
+_NOTHING = memoryview(b"")
 
 
 class EngineWaiting:
@@ -48,13 +58,46 @@ class EngineWaiting:
     _resume: Any
     _news: threading.Event
     _deferred: list[Any]
+    _acks: list[tuple[int, int]]
+    _ack_lock: threading.Lock
     post_deferred: Any
+    isend: Any
 
     # -- waiting for a request ---------------------------------------------------------------
     def progress(self) -> None:
-        """Poll the channels that need it (shared memory); TCP progresses on its own thread."""
+        """Poll the channels that need it (shared memory; TCP progresses on its own thread),
+        then send the acknowledgements owed."""
         for ch in self._polled:
             ch.poll()
+        if self._acks:
+            self.send_acks()
+
+    def owe_ack(self, dst: int, tag: int) -> None:
+        """Owe ``dst`` an acknowledgement, an empty message of wire tag ``tag`` (a receive's
+        ``matched`` hook, on whichever thread completed it): to a peer on shared memory
+        sent by the next :meth:`progress`; to any other (TCP: queued for the I/O thread
+        without blocking; this process itself) at once."""
+        if dst in self._polled_peers:
+            self._acks.append((dst, tag))
+        else:
+            self._send_ack(dst, tag)
+
+    def send_acks(self) -> None:
+        """Send the acknowledgements owed (one thread at a time; a full ring's wait inside
+        one, which progresses, does not start another)."""
+        if not self._ack_lock.acquire(blocking=False):
+            return
+        try:
+            while self._acks:
+                self._send_ack(*self._acks.pop(0))
+        finally:
+            self._ack_lock.release()
+
+    def _send_ack(self, dst: int, tag: int) -> None:
+        try:
+            self.isend(_NOTHING, dst, tag)   # (not waited for: written, or queued for TCP)
+        except CollcommError:
+            pass    # the peer is gone or the engine closed: its send fails on its side
 
     def let_land(self, req: Request) -> None:
         """A test found ``req`` not done: if polling cannot complete it (TCP), have the I/O
@@ -196,9 +239,13 @@ class EngineWaiting:
         """A native receive (native/_p2p.c) of ``nbytes`` from ``peer`` has waited
         ``elapsed`` s (called every ``LIVENESS_PERIOD``, holding the channel's poll_lock):
         raise what :meth:`wait` would fail its request with: the engine aborted or closed,
-        the peer lost (its liveness checked here), the timeout ``limit`` passed."""
+        the peer lost (its liveness checked here), the timeout ``limit`` passed. Other
+        channels are polled first, for the receives posted on them (this one's poll_lock
+        is held: its poll is skipped)."""
         if self._aborted is not None or self._closed:
             self._check_open()
+        if self._posted or self._acks:
+            self.progress()
         ch = self.channels.get(peer)
         if ch is not None and peer not in self.lost:
             ch.check_alive()

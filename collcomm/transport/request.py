@@ -7,7 +7,7 @@ channel (shm.ShmChannel, tcp_channel.TcpChannel) follows. See engine.py for how 
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 from .base import ANY_SOURCE, Buffer, Handle, Status
 
@@ -55,10 +55,16 @@ class Request(Handle):
     and a condition) costs more to make and set than the rest of the request. ``complete``
     and ``fail`` write ``done`` before they read ``event``; ``_event`` stores ``event``
     before it reads ``done``; so whichever comes second sets it, and no wake-up is lost.
+
+    ``matched``: a receive's hook, called once with the request when a message completes
+    it, on whichever thread does (the caller, a waiter polling a channel, a native
+    receive's poll, TCP's I/O thread), maybe holding that channel's ``poll_lock`` or
+    TCP's ``io``: it must not wait for anything (core/p2p_sync.py's only notes an
+    acknowledgement owed, ``Engine.owe_ack``).
     """
 
     __slots__ = ("engine", "kind", "buf", "peer", "tag", "mask", "done", "exc", "status", "event",
-                 "sig")
+                 "sig", "matched")
 
     def __init__(self, engine: "Engine", kind: str, buf: Buffer, peer: int, tag: int,
                  mask: int = FULL_MASK, sig: int = 0) -> None:
@@ -69,15 +75,22 @@ class Request(Handle):
         self.exc: BaseException | None = None
         self.status: Status | None = None
         self.event: threading.Event | None = None   # made by the first waiter that blocks
+        self.matched: Callable[["Request"], None] | None = None
 
     def complete(self, source: int, nbytes: int) -> None:
         if self.done:
             return
         self.status = Status(source, nbytes, self.tag)
+        if self.matched is not None:
+            self._run_hook()
         self.done = True
         event = self.event
         if event is not None:
             event.set()
+
+    def _run_hook(self) -> None:
+        hook, self.matched = self.matched, None
+        hook(self)   # type: ignore[misc]
 
     def fail(self, exc: BaseException) -> None:
         if not self.done:

@@ -1,0 +1,155 @@
+"""A synchronous send completes once a receive *takes* its message, whatever that receive's
+rank waits for meanwhile (core/p2p_sync.py): rank 1 posts ``Irecv`` for an ``Ssend`` and
+then blocks in a ``Recv`` of the next message, which rank 0 sends only after its
+``Ssend`` returned. Valid MPI; before the ack was sent by the receive's match, it was
+sent at the receive's own ``Wait`` and both ranks waited for each other until the
+timeout (found by tests/random_p2p_mpi.py). Every way in: a receive from one rank
+(started natively, a deferred receive) and from ``ANY_SOURCE`` (the general path),
+``Ssend`` and ``Issend``, a ``Recv`` or a ``Wait`` on another request as the blocking
+call, objects (``ssend``), shared memory and TCP, the native and pure-Python paths.
+Each synchronous send is acked exactly once (no ack left over at the sender), and an
+``Issend`` still does not complete before its receive is posted."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.harness import run_ranks
+
+
+def _ssend_then_next() -> dict[str, Any]:
+    from collcomm import MPI
+    from collcomm.core import p2p, runtime
+    comm = MPI.COMM_WORLD
+    me = comm.Get_rank()
+    out: dict[str, Any] = {}
+    for case, source in (("one", 0), ("any", MPI.ANY_SOURCE)):
+        for sync_call in ("Ssend", "Issend"):
+            name = f"{case}-{sync_call}"
+            comm.Barrier()
+            if me == 0:
+                first = np.arange(5.0)
+                if sync_call == "Ssend":
+                    comm.Ssend(first, 1, 2)
+                else:
+                    comm.Issend(first, 1, 2).Wait()
+                comm.Send(np.full(3, 7.0), 1, 1)       # only once the synchronous send is done
+            else:
+                first, nxt = np.zeros(5), np.zeros(3)
+                req = comm.Irecv(first, source, 2)
+                comm.Recv(nxt, 0, 1)                    # blocks: the ack must not wait for req.Wait
+                st = MPI.Status()
+                req.Wait(st)
+                out[name] = (first.tolist(), nxt.tolist(), st.Get_source(), st.Get_tag())
+    # the blocking call a Wait on another request
+    comm.Barrier()
+    if me == 0:
+        comm.Ssend(np.array([1, 2], dtype="i"), 1, 4)
+        comm.Send(np.array([3], dtype="i"), 1, 5)
+    else:
+        a, b = np.zeros(2, "i"), np.zeros(1, "i")
+        ra, rb = comm.Irecv(a, 0, 4), comm.Irecv(b, 0, 5)
+        rb.Wait()
+        ra.Wait()
+        out["wait-other"] = (a.tolist(), b.tolist())
+    # objects: ssend, then a second object sent only after it returned
+    comm.Barrier()
+    if me == 0:
+        comm.ssend({"x": 1}, dest=1, tag=6)
+        comm.send([2, 3], dest=1, tag=7)
+    else:
+        req = comm.irecv(source=0, tag=6)
+        second = comm.recv(source=0, tag=7)
+        out["objects"] = (req.wait(), second)
+    # still synchronous: not complete before the receive is posted
+    comm.Barrier()
+    if me == 0:
+        req = comm.Issend(np.array([9], dtype="i"), 1, 8)
+        early = req.Test()
+        comm.Send(np.zeros(1, "i"), 1, 9)           # tells rank 1 to post its receive now
+        req.Wait()
+        out["early"] = early
+    else:
+        comm.Recv(np.zeros(1, "i"), 0, 9)
+        time.sleep(0.05)
+        x = np.zeros(1, "i")
+        comm.Recv(x, 0, 8)
+        out["late"] = int(x[0])
+    comm.Barrier()
+    time.sleep(0.1)
+    eng = p2p.transport(runtime.get_world("test"))
+    eng.progress()
+    out["left"] = [hex(i.tag) for i in eng._unexpected]     # an ack sent twice would sit here
+    return out
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["shm", "tcp", "python"])
+def test_ssend_acked_when_its_receive_takes_it(how: str) -> None:
+    env = {"COLLCOMM_TIMEOUT": "20"}
+    if how == "python":
+        env["COLLCOMM_NATIVE"] = "0"
+    outs = run_ranks(_ssend_then_next, 2, env=env, transport="tcp" if how == "tcp" else "shm", timeout=90)
+    got = outs[1]
+    for case in ("one", "any"):
+        for sync_call in ("Ssend", "Issend"):
+            assert got[f"{case}-{sync_call}"] == ([0.0, 1.0, 2.0, 3.0, 4.0], [7.0, 7.0, 7.0], 0, 2)
+    assert got["wait-other"] == ([1, 2], [3])
+    assert got["objects"] == ({"x": 1}, [2, 3])
+    assert outs[0]["early"] is False and got["late"] == 9
+    assert outs[0]["left"] == [] and got["left"] == []
+
+
+def _three_in_a_cycle() -> list[str]:
+    """Rank 1 waits natively on rank 2's ring while the Ssend of rank 0 it posted a
+    receive for sits in rank 0's ring; rank 2 sends only once rank 0's Ssend is done."""
+    import numpy as np
+    from collcomm import MPI
+    w = MPI.COMM_WORLD
+    me = w.Get_rank()
+    if me == 0:
+        w.Recv(np.zeros(4), 1, 1)
+        w.Ssend(np.arange(3.0), 1, 2)
+        w.Ssend(np.arange(2.0), 2, 3)
+    elif me == 1:
+        r0 = w.Issend(np.arange(4.0), 0, 1)
+        got = np.zeros(3)
+        r1 = w.Irecv(got, 0, 2)
+        w.Recv(np.zeros(5), 2, 4)
+        r0.Wait()
+        r1.Wait()
+        return got.tolist()
+    else:
+        w.Recv(np.zeros(2), 0, 3)
+        w.Isend(np.arange(5.0), 1, 4).Wait()
+    return []
+
+
+def _issend_floods() -> list[float]:
+    """Both ranks post 400 receives, then Issend 400 4 KiB messages to each other (more
+    than a ring holds): each rank's acks go into a ring the other is filling."""
+    import numpy as np
+    from collcomm import MPI
+    w = MPI.COMM_WORLD
+    other = 1 - w.Get_rank()
+    bufs = [np.zeros(512) for _ in range(400)]
+    reqs = [w.Irecv(b, other, 5) for b in bufs]
+    reqs += [w.Issend(np.full(512, float(i)), other, 5) for i in range(400)]
+    MPI.Request.Waitall(reqs)
+    return [float(b[0]) for b in bufs]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["shm", "python"])
+def test_ssend_acked_while_waiting_on_another_peer(how: str) -> None:
+    env = {"COLLCOMM_TIMEOUT": "20", **({"COLLCOMM_NATIVE": "0"} if how == "python" else {})}
+    assert run_ranks(_three_in_a_cycle, 3, env=env, transport="shm", timeout=90)[1] == [0.0, 1.0, 2.0]
+
+
+@pytest.mark.timeout(120)
+def test_issend_floods_both_ways() -> None:
+    outs = run_ranks(_issend_floods, 2, env={"COLLCOMM_TIMEOUT": "30"}, transport="shm", timeout=100)
+    assert outs == [[float(i) for i in range(400)]] * 2
