@@ -50,6 +50,12 @@ the other way round; "leaf": nothing else is taken while holding it):
     ShmChannel.poll_lock (only tried)  →  Engine._lock (leaf)
     request._EVENT_LOCK (leaf: only makes a request's event, see Request)
 
+A receive's ``matched`` hook (Request) runs wherever its request completes, so maybe
+holding a channel's ``poll_lock``, ``_defer_mutex`` (a deferred receive being posted) or
+``TcpHub.io``; it takes no lock of its own: an acknowledgement it owes a shared-memory
+peer is only queued (``owe_ack``; sent by the next ``progress``, holding nothing), one to
+a TCP peer goes through ``TcpChannel.lock`` and ``TcpHub.wlock``, the leaves above.
+
 The native point-to-point receive (native/_p2p.c) holds a channel's ``poll_lock`` (tried)
 while it waits and calls, holding it, ``ShmChannel._take_one`` (→ ``Engine._lock``) and
 :meth:`Engine.native_check` (→ ``check_alive`` → ``Engine._lock``): the same order.
