@@ -153,3 +153,59 @@ def test_ssend_acked_while_waiting_on_another_peer(how: str) -> None:
 def test_issend_floods_both_ways() -> None:
     outs = run_ranks(_issend_floods, 2, env={"COLLCOMM_TIMEOUT": "30"}, transport="shm", timeout=100)
     assert outs == [[float(i) for i in range(400)]] * 2
+
+
+def _ack_into_a_full_ring() -> bool:
+    """Each rank's Issend message waits unexpected at the other while both fill their rings
+    (a lent 1 MiB Isend, then 17000 8-byte ones): the ack owed when a poll posts the
+    deferred receive finds the ring full and must neither wait there (holding the poll:
+    both ranks would wait for each other's ring) nor be lost."""
+    import time
+
+    import numpy as np
+    from collcomm import MPI
+    w = MPI.COMM_WORLD
+    me = w.Get_rank()
+    other = 1 - me
+    for _ in range(2):      # (the native entries are made by first regular calls)
+        w.Sendrecv(np.zeros(1), other, 1, np.zeros(1), other, 1)
+        for receiver in (0, 1):
+            w.Irecv(np.zeros(1), other, 2).Wait() if me == receiver else w.Send(np.zeros(1), other, 2)
+    w.Barrier()
+    got = np.zeros(3)
+    s = w.Issend(np.arange(3.0), other, 5)
+    r5 = w.Irecv(got, other, 5)        # deferred: posted by a later poll, the message there
+    time.sleep(0.2)
+    s.Test()                           # polls: the other's message waits unexpected
+    w.Barrier()
+    small = [np.full(1, float(i)) for i in range(17000)]
+    reqs = [w.Isend(np.ones(1 << 17), other, 7)] + [w.Isend(x, other, 6) for x in small]
+    bufs = [np.zeros(1) for _ in small]
+    reqs += [w.Irecv(np.zeros(1 << 17), other, 7)] + [w.Irecv(b, other, 6) for b in bufs]
+    MPI.Request.Waitall([r5] + reqs + [s])
+    return got.tolist() == [0.0, 1.0, 2.0] and all(b[0] == i for i, b in enumerate(bufs))
+
+
+def _leave_after_taking() -> bool:
+    """The receiver leaves right after taking the synchronous message: the ack it owed
+    must have gone (or go as its engine closes)."""
+    import numpy as np
+    from collcomm import MPI
+    w = MPI.COMM_WORLD
+    for _ in range(5):
+        if w.Get_rank() == 0:
+            s = w.Issend(np.arange(3.0), 1, 2)
+            w.Send(np.ones(2), 1, 1)
+            s.Wait()
+        else:
+            r = w.Irecv(np.zeros(3), MPI.ANY_SOURCE, 2)
+            w.Recv(np.zeros(2), 0, 1)
+            r.Wait()
+    return True
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("job", ["full-ring", "leave"])
+def test_owed_acks_neither_wait_nor_get_lost(job: str) -> None:
+    fn = _ack_into_a_full_ring if job == "full-ring" else _leave_after_taking
+    assert run_ranks(fn, 2, env={"COLLCOMM_TIMEOUT": "20"}, transport="shm", timeout=100) == [True, True]

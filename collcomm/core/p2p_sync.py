@@ -9,8 +9,8 @@ only at the receive's own completion (its ``Wait``), both ranks would wait for e
 So the ack is owed by the receive request's ``matched`` hook (transport/request.py), run
 by whichever thread lands the message (the caller, a waiter polling the channel, a native
 receive's poll, TCP's I/O thread) the moment the message completes the posted receive,
-and sent by the engine (``Engine.owe_ack``: at once to a TCP peer, by the next progress
-to one on shared memory, outside any channel's poll).
+and written by the engine without waiting (``Engine.owe_ack``: into the peer's ring if
+it has room, else by a later progress; queued for TCP's I/O thread).
 
 Which receives ack: those posted with a tag mask that leaves the ``SYNC`` bit out (every
 collcomm.MPI receive; a functional-API receive compares every bit, so a message with that

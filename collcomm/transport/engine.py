@@ -52,9 +52,10 @@ the other way round; "leaf": nothing else is taken while holding it):
 
 A receive's ``matched`` hook (Request) runs wherever its request completes, so maybe
 holding a channel's ``poll_lock``, ``_defer_mutex`` (a deferred receive being posted) or
-``TcpHub.io``; it takes no lock of its own: an acknowledgement it owes a shared-memory
-peer is only queued (``owe_ack``; sent by the next ``progress``, holding nothing), one to
-a TCP peer goes through ``TcpChannel.lock`` and ``TcpHub.wlock``, the leaves above.
+``TcpHub.io``; it never waits for a lock: an acknowledgement it owes a shared-memory peer
+is written only if that peer's ``send_lock`` is free (tried) and the ring has room, else
+left owed (``owe_ack``; ``progress`` tries again); one to a TCP peer goes through
+``TcpChannel.lock`` and ``TcpHub.wlock``, the leaves above.
 
 The native point-to-point receive (native/_p2p.c) holds a channel's ``poll_lock`` (tried)
 while it waits and calls, holding it, ``ShmChannel._take_one`` (→ ``Engine._lock``) and
@@ -76,6 +77,7 @@ back into the engine while holding it.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Callable
 
 from ..errors import ClosedError, MismatchError, SignatureMismatchError
@@ -199,8 +201,6 @@ class Engine(DeferredReceives, EngineWaiting, Transport):
                     self._posted.append(req)
         if early is not None:
             self._deliver(req, early.source, early.nbytes, early.payload, early.sig)
-            if self._acks:
-                self.send_acks()
         elif lost is not None:
             req.fail(lost)
         return req
@@ -251,6 +251,10 @@ class Engine(DeferredReceives, EngineWaiting, Transport):
     def close(self) -> None:
         if self._closed:
             return
+        deadline = time.monotonic() + 1.0
+        while self._acks and time.monotonic() < deadline:   # acks owed, rings full till now
+            self.progress()
+            time.sleep(0.001)
         self._closed = True
         self.health[0] = 1
         for ch in list(self.channels.values()):

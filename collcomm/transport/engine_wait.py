@@ -10,13 +10,17 @@ not spun for: its waiter runs TCP's selector itself or blocks (see engine.py's d
 "waiting" and "failure"). Every ``LIVENESS_PERIOD`` the peers are checked, then the clock.
 
 Acknowledgements a receive owes (:meth:`~EngineWaiting.owe_ack`: a synchronous send's
-message taken, core/p2p_sync.py) to a peer on shared memory are sent by the next
-:meth:`~EngineWaiting.progress`, after its polls: the hook that owes one may run inside a
-channel's poll (holding its ``poll_lock``), where a send into a full ring could not wait
-for the peer to make room (two ranks flooding each other with ``Issend`` would each wait
-for the other's ring). A native receive's periodic check progresses too, so one waiting
-on a single peer's ring still delivers other peers' messages to posted receives (and
-sends what they owe) every ``LIVENESS_PERIOD``.
+message taken, core/p2p_sync.py) are written at once without waiting: the hook that owes
+one may run inside a channel's poll (holding its ``poll_lock``) or under
+``_defer_mutex``, where a send into a full ring could not wait for the peer to make room
+(two ranks flooding each other would each wait for the other's ring). One to a
+shared-memory peer whose ring is full at that moment (or whose ``send_lock`` is busy)
+stays owed and every :meth:`~EngineWaiting.progress` tries it again, after its polls;
+``Engine.close`` tries for up to a second. A native receive's periodic check progresses
+too, so one waiting on a single peer's ring still delivers other peers' messages to
+posted receives (and what they owe) every ``LIVENESS_PERIOD``. Not covered: a rank whose
+ack found the ring full and that then waits in a collective (which does not progress
+point to point) sends it only after the collective.
 """
 from __future__ import annotations
 
@@ -74,30 +78,30 @@ class EngineWaiting:
 
     def owe_ack(self, dst: int, tag: int) -> None:
         """Owe ``dst`` an acknowledgement, an empty message of wire tag ``tag`` (a receive's
-        ``matched`` hook, on whichever thread completed it): to a peer on shared memory
-        sent by the next :meth:`progress`; to any other (TCP: queued for the I/O thread
-        without blocking; this process itself) at once."""
+        ``matched`` hook, on whichever thread completed it; see the module doc): written
+        now if that never waits (a shared-memory ring with room; TCP, queued for the I/O
+        thread; this process itself), else left to :meth:`progress`."""
         if dst in self._polled_peers:
-            self._acks.append((dst, tag))
-        else:
-            self._send_ack(dst, tag)
+            if not self.channels[dst].try_ack(tag):   # type: ignore[attr-defined]
+                self._acks.append((dst, tag))
+            return
+        try:
+            self.isend(_NOTHING, dst, tag)
+        except CollcommError:
+            pass    # the peer is gone or the engine closed: its send fails on its side
 
     def send_acks(self) -> None:
-        """Send the acknowledgements owed (one thread at a time; a full ring's wait inside
-        one, which progresses, does not start another)."""
+        """Try the acknowledgements still owed again (one thread at a time, never waiting);
+        those whose peer is gone are dropped."""
         if not self._ack_lock.acquire(blocking=False):
             return
         try:
-            while self._acks:
-                self._send_ack(*self._acks.pop(0))
+            for _ in range(len(self._acks)):     # (pops and appends: atomic; others may add)
+                dst, tag = self._acks.pop(0)
+                if dst not in self.lost and not self.channels[dst].try_ack(tag):   # type: ignore[attr-defined]
+                    self._acks.append((dst, tag))
         finally:
             self._ack_lock.release()
-
-    def _send_ack(self, dst: int, tag: int) -> None:
-        try:
-            self.isend(_NOTHING, dst, tag)   # (not waited for: written, or queued for TCP)
-        except CollcommError:
-            pass    # the peer is gone or the engine closed: its send fails on its side
 
     def let_land(self, req: Request) -> None:
         """A test found ``req`` not done: if polling cannot complete it (TCP), have the I/O

@@ -268,6 +268,17 @@ class ShmChannel(LentBodies, StagedBodies):
             raise problem     # refused before anything was sent: the caller of isend hears at once
         req.fail(self._send_error(problem, req))
 
+    def try_ack(self, tag: int) -> bool:
+        """Write an empty INLINE record of wire ``tag`` (an acknowledgement, Engine.owe_ack)
+        if ``send_lock`` is free and the ring has room; never waits (it runs where a
+        receive completes, maybe holding a channel's ``poll_lock``). True if written."""
+        if not self.send_lock.acquire(blocking=False):
+            return False
+        try:
+            return not self.closed and self._try_append(INLINE, tag, 0, 0, b"")
+        finally:
+            self.send_lock.release()
+
     def _send_error(self, problem: BaseException | str, req: "Request") -> BaseException:
         """Why a send gave up (no lock held): tells the engine when the peer is gone."""
         if isinstance(problem, BaseException):
