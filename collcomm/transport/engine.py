@@ -52,10 +52,11 @@ the other way round; "leaf": nothing else is taken while holding it):
 
 A receive's ``matched`` hook (Request) runs wherever its request completes, so maybe
 holding a channel's ``poll_lock``, ``_defer_mutex`` (a deferred receive being posted) or
-``TcpHub.io``; it never waits for a lock: an acknowledgement it owes a shared-memory peer
-is written only if that peer's ``send_lock`` is free (tried) and the ring has room, else
-left owed (``owe_ack``; ``progress`` tries again); one to a TCP peer goes through
-``TcpChannel.lock`` and ``TcpHub.wlock``, the leaves above.
+``TcpHub.io``; it never waits for a ring or a non-leaf lock: an acknowledgement it owes a
+shared-memory peer is written only if that peer's ``send_lock`` is free (tried) and the
+ring has room, else left owed (``owe_ack``; ``progress`` tries again); one to a TCP peer
+takes ``TcpChannel.lock`` and ``TcpHub.wlock``, one to this process ``Engine._lock``:
+leaves.
 
 The native point-to-point receive (native/_p2p.c) holds a channel's ``poll_lock`` (tried)
 while it waits and calls, holding it, ``ShmChannel._take_one`` (→ ``Engine._lock``) and
@@ -253,7 +254,10 @@ class Engine(DeferredReceives, EngineWaiting, Transport):
             return
         deadline = time.monotonic() + 1.0
         while self._acks and time.monotonic() < deadline:   # acks owed, rings full till now
-            self.progress()
+            try:
+                self.progress()
+            except Exception:   # noqa: BLE001 - leaving anyway (a peer died: ShmChannel.close does the same)
+                break
             time.sleep(0.001)
         self._closed = True
         self.health[0] = 1

@@ -16,7 +16,8 @@ one may run inside a channel's poll (holding its ``poll_lock``) or under
 (two ranks flooding each other would each wait for the other's ring). One to a
 shared-memory peer whose ring is full at that moment (or whose ``send_lock`` is busy)
 stays owed and every :meth:`~EngineWaiting.progress` tries it again, after its polls;
-``Engine.close`` tries for up to a second. A native receive's periodic check progresses
+``Engine.close`` tries for up to a second (and a channel's close, which progresses while
+it lingers for a reader, longer). A native receive's periodic check progresses
 too, so one waiting on a single peer's ring still delivers other peers' messages to
 posted receives (and what they owe) every ``LIVENESS_PERIOD``. Not covered: a rank whose
 ack found the ring full and that then waits in a collective (which does not progress
@@ -78,9 +79,9 @@ class EngineWaiting:
 
     def owe_ack(self, dst: int, tag: int) -> None:
         """Owe ``dst`` an acknowledgement, an empty message of wire tag ``tag`` (a receive's
-        ``matched`` hook, on whichever thread completed it; see the module doc): written
-        now if that never waits (a shared-memory ring with room; TCP, queued for the I/O
-        thread; this process itself), else left to :meth:`progress`."""
+        ``matched`` hook, on whichever thread completed it; see the module doc): sent now
+        where that never waits (a shared-memory ring with room and its ``send_lock`` free;
+        TCP, whose sends never block; this process itself), else left to :meth:`progress`."""
         if dst in self._polled_peers:
             if not self.channels[dst].try_ack(tag):   # type: ignore[attr-defined]
                 self._acks.append((dst, tag))

@@ -58,9 +58,10 @@ class Request(Handle):
 
     ``matched``: a receive's hook, called once with the request when a message completes
     it, on whichever thread does (the caller, a waiter polling a channel, a native
-    receive's poll, TCP's I/O thread), maybe holding that channel's ``poll_lock`` or
-    TCP's ``io``: it must not wait for anything (core/p2p_sync.py's only notes an
-    acknowledgement owed, ``Engine.owe_ack``).
+    receive's poll, TCP's I/O thread), maybe holding that channel's ``poll_lock``,
+    ``Engine._defer_mutex`` or TCP's ``io``: it must not wait for a ring or a non-leaf
+    lock (core/p2p_sync.py's writes an acknowledgement only where that never waits, else
+    leaves it owed: ``Engine.owe_ack``).
     """
 
     __slots__ = ("engine", "kind", "buf", "peer", "tag", "mask", "done", "exc", "status", "event",
