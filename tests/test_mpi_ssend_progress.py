@@ -209,3 +209,34 @@ def _leave_after_taking() -> bool:
 def test_owed_acks_neither_wait_nor_get_lost(job: str) -> None:
     fn = _ack_into_a_full_ring if job == "full-ring" else _leave_after_taking
     assert run_ranks(fn, 2, env={"COLLCOMM_TIMEOUT": "20"}, transport="shm", timeout=100) == [True, True]
+
+
+def _crossed_issends() -> list[float]:
+    """Each rank Issends to the other, then posts its Irecv (deferred: posted in the engine
+    only at its wait, or when something else posts), then waits for its Issend first:
+    the other's message must meet that Irecv as it arrives, or both wait for an ack."""
+    import numpy as np
+    from collcomm import MPI
+    w = MPI.COMM_WORLD
+    me = w.Get_rank()
+    other = 1 - me
+    for _ in range(2):      # (the native entries are made by first regular calls)
+        w.Sendrecv(np.zeros(1), other, 1, np.zeros(1), other, 1)
+        for receiver in (0, 1):
+            w.Irecv(np.zeros(1), other, 2).Wait() if me == receiver else w.Send(np.zeros(1), other, 2)
+    w.Barrier()
+    got = []
+    for size in (3, 1 << 16, 1 << 18):
+        buf = np.zeros(size)
+        s = w.Issend(np.full(size, float(me + 1)), other, 3)
+        r = w.Irecv(buf, other, 3)
+        s.Wait()
+        r.Wait()
+        got.append(float(buf[-1]))
+    return got
+
+
+@pytest.mark.timeout(120)
+def test_crossed_issends_meet_deferred_receives() -> None:
+    outs = run_ranks(_crossed_issends, 2, env={"COLLCOMM_TIMEOUT": "20"}, transport="shm", timeout=100)
+    assert outs == [[2.0] * 3, [1.0] * 3]

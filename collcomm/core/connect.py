@@ -24,6 +24,7 @@ from ..transport.shm_segments import ShmSpaceError, open_segment, space_text, wa
 from ..transport.tcp import TcpHub, advertised_host
 from .identity import host_id
 from .joinwatch import JoinWatch, store_barrier
+from .tags import SYNC
 
 if TYPE_CHECKING:
     from .bootstrap import Job
@@ -50,6 +51,7 @@ def connect_transport(job: Job, kv: Any, token: bytes, jid: str, timeout: float,
     if mode not in ("auto", "shm", "tcp"):
         raise InvalidArgumentError(f"COLLCOMM_TRANSPORT must be auto, shm or tcp, got {mode!r}")
     engine = Engine(rank, size, timeout, jid)
+    engine.prompt_bits = SYNC   # a synchronous send's message is matched on arrival (p2p_sync.py)
     hub = TcpHub(engine, token)
     job.extras.append(hub)
     try:

@@ -19,7 +19,10 @@ stays owed and every :meth:`~EngineWaiting.progress` tries it again, after its p
 ``Engine.close`` tries for up to a second (and a channel's close, which progresses while
 it lingers for a reader, longer). A native receive's periodic check progresses
 too, so one waiting on a single peer's ring still delivers other peers' messages to
-posted receives (and what they owe) every ``LIVENESS_PERIOD``. Not covered: a rank whose
+posted receives (and what they owe) every ``LIVENESS_PERIOD``. A synchronous send's
+message that finds no receive posted while deferred receives are held (an ``Irecv``
+posted natively waits in the line until its own wait) has the next progress post them
+(``prompt_bits``), so its receive takes it now. Not covered: a rank whose
 ack found the ring full and that then waits in a collective (which does not progress
 point to point) sends it only after the collective.
 """
@@ -65,7 +68,9 @@ class EngineWaiting:
     _deferred: list[Any]
     _acks: list[tuple[int, int]]
     _ack_lock: threading.Lock
+    _prompt: bool
     post_deferred: Any
+    post_deferred_if_free: Any
     isend: Any
 
     # -- waiting for a request ---------------------------------------------------------------
@@ -74,8 +79,21 @@ class EngineWaiting:
         then send the acknowledgements owed."""
         for ch in self._polled:
             ch.poll()
+        if self._prompt:
+            self._post_for_prompt()
         if self._acks:
             self.send_acks()
+
+    def _post_for_prompt(self) -> None:
+        """A message with ``prompt_bits`` (a synchronous send's) arrived with no receive
+        posted for it while deferred receives are held: post them (as a receive posted in
+        the engine would), so the one it is for takes it now and acknowledges it; its
+        rank may be blocked elsewhere until the sender's call returns. Left for the next
+        progress while another thread holds their line."""
+        self._prompt = False
+        self.post_deferred_if_free()
+        if self._deferred:
+            self._prompt = True
 
     def owe_ack(self, dst: int, tag: int) -> None:
         """Owe ``dst`` an acknowledgement, an empty message of wire tag ``tag`` (a receive's
@@ -249,7 +267,7 @@ class EngineWaiting:
         is held: its poll is skipped)."""
         if self._aborted is not None or self._closed:
             self._check_open()
-        if self._posted or self._acks:
+        if self._posted or self._acks or self._prompt:
             self.progress()
         ch = self.channels.get(peer)
         if ch is not None and peer not in self.lost:
