@@ -107,8 +107,11 @@ def draw(rng: np.random.Generator, n_max: int, calls: list[str], groups: int) ->
 class Caller:
     """Makes the drawn calls on this rank and checks them (see the module doc)."""
 
-    def __init__(self, opts: Options) -> None:
-        import collcomm as dist
+    def __init__(self, opts: Options, dist: Any = None) -> None:
+        """``dist``: the module whose ``get_rank``, ``new_group`` and ``barrier`` it uses
+        (collcomm; torch.distributed for random_calls_torch)."""
+        if dist is None:
+            import collcomm as dist
         self.dist, self.opts = dist, opts
         self.rank, world = dist.get_rank(), dist.get_world_size()
         self.members = [list(range(world))]

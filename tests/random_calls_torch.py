@@ -43,17 +43,9 @@ class TorchCaller(Caller):
     def __init__(self, opts: Options) -> None:
         import torch
         import torch.distributed as dist
-        self.torch, self.td, self.opts = torch, dist, opts
-        self.strided = str(dist.get_rank()) in os.environ.get("RANDOM_STRIDED_RANKS", "").split(",")
-        self.rank, world = dist.get_rank(), dist.get_world_size()
-        self.members = [list(range(world))]
-        self.groups: list[Any] = [None]
-        if opts.groups and world >= 3:
-            for ranks in (list(range(1, world)), list(range(0, world, 2))):
-                self.members.append(ranks)
-                self.groups.append(dist.new_group(ranks))
-        self.pending: list[tuple[Any, Callable[[], None]]] = []
-        self.bad: list[str] = []
+        super().__init__(opts, dist)
+        self.torch, self.td = torch, dist
+        self.strided = str(self.rank) in os.environ.get("RANDOM_STRIDED_RANKS", "").split(",")
         self.index = 0
 
     def tensor(self, values: np.ndarray, bf16: bool, single: bool = True) -> Any:
@@ -67,9 +59,6 @@ class TorchCaller(Caller):
             t = torch.empty(src.numel(), dtype=dtype)
         t.copy_(src)
         return t
-
-    def barrier(self) -> None:
-        self.td.barrier()
 
     def read(self, t: Any) -> np.ndarray:
         return (t.float() if t.dtype == self.torch.bfloat16 else t).contiguous().numpy().reshape(-1)

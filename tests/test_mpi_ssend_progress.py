@@ -155,6 +155,16 @@ def test_issend_floods_both_ways() -> None:
     assert outs == [[float(i) for i in range(400)]] * 2
 
 
+def _warm(w: Any, me: int, other: int) -> None:
+    """A few regular calls both ways: they make the native entries (a later Irecv from
+    one rank is then deferred)."""
+    import numpy as np
+    for _ in range(2):
+        w.Sendrecv(np.zeros(1), other, 1, np.zeros(1), other, 1)
+        for receiver in (0, 1):
+            w.Irecv(np.zeros(1), other, 2).Wait() if me == receiver else w.Send(np.zeros(1), other, 2)
+
+
 def _ack_into_a_full_ring() -> bool:
     """Each rank's Issend message waits unexpected at the other while both fill their rings
     (a lent 1 MiB Isend, then 17000 8-byte ones): the ack owed when a poll posts the
@@ -167,10 +177,7 @@ def _ack_into_a_full_ring() -> bool:
     w = MPI.COMM_WORLD
     me = w.Get_rank()
     other = 1 - me
-    for _ in range(2):      # (the native entries are made by first regular calls)
-        w.Sendrecv(np.zeros(1), other, 1, np.zeros(1), other, 1)
-        for receiver in (0, 1):
-            w.Irecv(np.zeros(1), other, 2).Wait() if me == receiver else w.Send(np.zeros(1), other, 2)
+    _warm(w, me, other)
     w.Barrier()
     got = np.zeros(3)
     s = w.Issend(np.arange(3.0), other, 5)
@@ -220,10 +227,7 @@ def _crossed_issends() -> list[float]:
     w = MPI.COMM_WORLD
     me = w.Get_rank()
     other = 1 - me
-    for _ in range(2):      # (the native entries are made by first regular calls)
-        w.Sendrecv(np.zeros(1), other, 1, np.zeros(1), other, 1)
-        for receiver in (0, 1):
-            w.Irecv(np.zeros(1), other, 2).Wait() if me == receiver else w.Send(np.zeros(1), other, 2)
+    _warm(w, me, other)
     w.Barrier()
     got = []
     for size in (3, 1 << 16, 1 << 18):
