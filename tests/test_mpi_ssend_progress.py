@@ -244,3 +244,34 @@ def _crossed_issends() -> list[float]:
 def test_crossed_issends_meet_deferred_receives() -> None:
     outs = run_ranks(_crossed_issends, 2, env={"COLLCOMM_TIMEOUT": "20"}, transport="shm", timeout=100)
     assert outs == [[2.0] * 3, [1.0] * 3]
+
+
+def _ssend_into_a_failing_receive() -> list[Any]:
+    """A synchronous send whose message the receive takes but cannot hold (too large:
+    ``ERR_TRUNCATE``; a small and a lent size): the receive raises, the send completes (as
+    in MPI), in well under the timeout."""
+    import numpy as np
+    from collcomm import MPI
+    w = MPI.COMM_WORLD
+    out: list[Any] = []
+    for size in (5, 1 << 16):
+        w.Barrier()
+        t0 = time.monotonic()
+        if w.Get_rank() == 0:
+            w.Ssend(np.arange(float(size)), 1, 4)
+            out.append(time.monotonic() - t0 < 10)
+        else:
+            try:
+                w.Recv(np.zeros(size - 3), 0, 4)
+                out.append("no error")
+            except MPI.Exception as exc:
+                out.append(exc.Get_error_class() == MPI.ERR_TRUNCATE)
+    return out
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["shm", "tcp"])
+def test_ssend_into_a_failing_receive_completes(how: str) -> None:
+    outs = run_ranks(_ssend_into_a_failing_receive, 2, env={"COLLCOMM_TIMEOUT": "20"}, transport=how,
+                     timeout=100)
+    assert outs == [[True, True], [True, True]]

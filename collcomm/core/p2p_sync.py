@@ -12,6 +12,9 @@ receive's poll, TCP's I/O thread) the moment the message completes the posted re
 and written by the engine without waiting (``Engine.owe_ack``: into the peer's ring if
 it has room, else by a later progress; queued for TCP's I/O thread).
 
+A receive that takes the message but cannot hold it (``ERR_TRUNCATE``) acks it too
+(``Request.fail_matched``): the send completes, the receive raises, as in MPI.
+
 Which receives ack: those posted with a tag mask that leaves the ``SYNC`` bit out (every
 collcomm.MPI receive; a functional-API receive compares every bit, so a message with that
 bit set is simply its tag there), and the receive of a matched probe (``Mrecv``). A

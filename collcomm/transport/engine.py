@@ -321,8 +321,8 @@ class Engine(DeferredReceives, EngineWaiting, Transport):
             token.complete(source, nbytes)
         elif isinstance(token, tuple):
             req, why, sig, body = token
-            req.fail(self._wrong_signature(req, source, sig, body) if why == "signature"
-                     else self._overflow(req, nbytes))
+            req.fail_matched(source, self._wrong_signature(req, source, sig, body) if why == "signature"
+                             else self._overflow(req, nbytes))
         elif waiter is not None:
             self._deliver(waiter, source, nbytes, token.payload, token.sig)
 
@@ -388,10 +388,10 @@ class Engine(DeferredReceives, EngineWaiting, Transport):
                     scratch = bytearray(nbytes)
                     payload.copy_into(memoryview(scratch))
                     body = scratch[:8]
-                req.fail(self._wrong_signature(req, source, sig, body))
+                req.fail_matched(source, self._wrong_signature(req, source, sig, body))
                 return
             if nbytes > len(req.buf):
-                req.fail(self._overflow(req, nbytes))
+                req.fail_matched(source, self._overflow(req, nbytes))
                 return
             payload.copy_into(req.buf[:nbytes])
         finally:

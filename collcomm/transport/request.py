@@ -93,6 +93,18 @@ class Request(Handle):
         hook, self.matched = self.matched, None
         hook(self)   # type: ignore[misc]
 
+    def fail_matched(self, source: int, exc: BaseException) -> None:
+        """A message from ``source`` matched this receive but cannot complete it (larger
+        than the buffer, another call's): it is taken all the same, so the hook runs (a
+        synchronous send is acknowledged: its sender completes, as in MPI, while this
+        receive raises ``exc``)."""
+        if self.done:
+            return
+        if self.matched is not None:
+            self.status = Status(source, 0, self.tag)
+            self._run_hook()
+        self.fail(exc)
+
     def fail(self, exc: BaseException) -> None:
         if not self.done:
             self.exc = exc
