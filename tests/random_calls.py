@@ -271,18 +271,7 @@ def run(seed: int, count: int) -> list[str]:
     return drive(Caller(Options.from_env(dist.get_rank())), CALLS, seed, count)
 
 
-def main(run: Callable[[int, int], list[str]]) -> None:
-    """A rank run by hand: ``argv``: SEED CALLS; ``RANDOM_PYTHON_RANKS``: these ranks on
-    the pure-Python path."""
-    if os.environ.get("RANK", "0") in os.environ.get("RANDOM_PYTHON_RANKS", "").split(","):
-        os.environ["COLLCOMM_NATIVE"] = "0"
-    import collcomm
-    collcomm.init_process_group()
-    wrong = run(int(sys.argv[1]), int(sys.argv[2]))
-    print(f"rank {collcomm.get_rank()}: {len(wrong)} wrong", *wrong[:10], sep="\n", flush=True)
-    collcomm.destroy_process_group()
-    sys.exit(1 if wrong else 0)
-
-
 if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from tests.random_jobs import main
     main(run)

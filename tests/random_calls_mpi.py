@@ -13,7 +13,8 @@ import numpy as np
 
 if __name__ == "__main__":      # (run by hand: the checkout's tests package)
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tests.random_calls import Caller, Drawn, Options, _fold, _operand, drive, main
+from tests.random_calls import Caller, Drawn, Options, _fold, _operand, drive
+from tests.random_jobs import main
 
 #: the drawn calls the MPI front end makes here (the list form is the functional API's)
 MPI_CALLS = ["all_reduce", "reduce", "broadcast", "all_gather", "gather", "scatter", "reduce_scatter",

@@ -19,6 +19,7 @@ import numpy as np
 if __name__ == "__main__":      # (run by hand: the checkout's tests package)
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tests.random_calls import Caller, Drawn, Options, _fold, _operand, drive
+from tests.random_jobs import in_torch_job, main
 
 TORCH_CALLS = ["all_reduce", "reduce", "broadcast", "all_gather", "all_gather_list", "gather", "scatter",
                "reduce_scatter", "reduce_scatter_list", "all_to_all", "all_to_all_uneven", "all_to_all_list",
@@ -201,23 +202,9 @@ class _Overwritable:
 
 def run(seed: int, count: int) -> list[str]:
     """random_calls.run through torch.distributed (the backend initialised here)."""
-    import warnings
-
-    import torch.distributed as td
-
-    import collcomm.torch  # noqa: F401 - registers the backend
-    warnings.filterwarnings("ignore", category=FutureWarning)   # (all_gather_into_tensor's new name)
-    if not td.is_initialized():
-        td.init_process_group("collcomm")
-    try:
-        return drive(TorchCaller(Options.from_env(td.get_rank())), TORCH_CALLS, seed, count)
-    finally:
-        td.destroy_process_group()
+    return in_torch_job(lambda td: drive(TorchCaller(Options.from_env(td.get_rank())), TORCH_CALLS, seed,
+                                         count))
 
 
 if __name__ == "__main__":
-    if os.environ.get("RANK", "0") in os.environ.get("RANDOM_PYTHON_RANKS", "").split(","):
-        os.environ["COLLCOMM_NATIVE"] = "0"
-    wrong = run(int(sys.argv[1]), int(sys.argv[2]))
-    print(f"rank {os.environ.get('RANK', '0')}: {len(wrong)} wrong", *wrong[:10], sep="\n", flush=True)
-    sys.exit(1 if wrong else 0)
+    main(run, init=False)

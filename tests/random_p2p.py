@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -122,8 +122,11 @@ def _same_pair_in_order(order: list[int], messages: list[Message]) -> list[int]:
 class Traffic:
     """This rank's side of the drawn rounds (see the module doc)."""
 
-    def __init__(self, groups: bool) -> None:
-        import collcomm as dist
+    def __init__(self, groups: bool, dist: Any = None) -> None:
+        """``dist``: the module whose point-to-point calls it makes (collcomm;
+        torch.distributed for random_p2p_torch, whose calls have the same names)."""
+        if dist is None:
+            import collcomm as dist
         self.dist = dist
         self.rank, world = dist.get_rank(), dist.get_world_size()
         self.members = [list(range(world))]
@@ -148,20 +151,33 @@ class Traffic:
         d, grp, sending = self.dist, self.groups[m.group], m.src == self.rank
         arr = m.data() if sending else np.zeros(m.count, m.dt)
         fn = (d.send if sending else d.recv) if blocking else (d.isend if sending else d.irecv)
-        out = fn(arr, group=grp, tag=m.tag, **self.peer(m, sending))
+        out = fn(self.wrap(arr), group=grp, tag=m.tag, **self.peer(m, sending))
         if blocking:
             if sending:
                 arr[...] = 1 if m.dt.kind == "b" else 99
             return None, arr
         return out, arr
 
+    def wrap(self, arr: np.ndarray) -> Any:
+        """What the calls get for ``arr`` (the array itself; a tensor sharing its memory)."""
+        return arr
+
+    def source_of(self, work: Any, m: Message) -> int:
+        """The global rank an any-source receive of ``m`` reports."""
+        return int(work.source_rank())
+
+    def batches(self, ops: list[tuple[int, Any]], rnd: Round) -> list[list[tuple[int, Any]]]:
+        """The ``batch_isend_irecv`` calls that start ``ops`` ((message index, P2POp)):
+        one (collcomm takes any mix of groups in one batch)."""
+        return [ops] if ops else []
+
     def op(self, m: Message, arr: np.ndarray) -> Any:
         d, sending = self.dist, m.src == self.rank
         other = m.dst if sending else m.src
         if m.local:
-            return d.P2POp(d.isend if sending else d.irecv, arr, group=self.groups[m.group],
+            return d.P2POp(d.isend if sending else d.irecv, self.wrap(arr), group=self.groups[m.group],
                            tag=m.tag, group_peer=self.members[m.group].index(other))
-        return d.P2POp(d.isend if sending else d.irecv, arr, other, self.groups[m.group], m.tag)
+        return d.P2POp(d.isend if sending else d.irecv, self.wrap(arr), other, self.groups[m.group], m.tag)
 
     def run_round(self, rnd: Round, number: int) -> None:
         me = self.rank
@@ -187,8 +203,8 @@ class Traffic:
                         continue
                     arrays[i] = m.data() if m.src == me else np.zeros(m.count, m.dt)
                     ops.append((i, self.op(m, arrays[i])))
-                if ops:
-                    for (i, _), w in zip(ops, self.dist.batch_isend_irecv([p for _, p in ops])):
+                for batch in self.batches(ops, rnd):
+                    for (i, _), w in zip(batch, self.dist.batch_isend_irecv([p for _, p in batch])):
                         works[i] = w
             for i in order:
                 works[i], arrays[i] = self.side(rnd.messages[i], False)
@@ -199,7 +215,7 @@ class Traffic:
                 if m.src == me:
                     arrays[i][...] = 1 if m.dt.kind == "b" else 99
                 elif m.any_source:
-                    received_from[i] = works[i].source_rank()
+                    received_from[i] = self.source_of(works[i], m)
         self.check(rnd, number, arrays, received_from)
 
     def check(self, rnd: Round, number: int, arrays: dict[int, np.ndarray], received_from: dict[int, int]) -> None:
@@ -231,18 +247,22 @@ class Traffic:
             last_from[pair] = sent
 
 
+def drive(traffic: Traffic, seed: int, rounds: int, barrier: Callable[[], Any]) -> list[str]:
+    """``rounds`` rounds from ``seed`` made by ``traffic``, then ``barrier()``; what differed."""
+    rng = np.random.default_rng(seed)
+    for number in range(rounds):
+        traffic.run_round(draw_round(rng, number, len(traffic.members[0]), traffic.members), number)
+    barrier()
+    return traffic.bad
+
+
 def run(seed: int, rounds: int) -> list[str]:
     """This rank's part of ``rounds`` random rounds from ``seed`` (the job already
     initialised); what differed."""
     import collcomm as dist
-    traffic = Traffic(os.environ.get("RANDOM_GROUPS") == "1")
-    rng = np.random.default_rng(seed)
-    for number in range(rounds):
-        traffic.run_round(draw_round(rng, number, dist.get_world_size(), traffic.members), number)
-    dist.barrier()
-    return traffic.bad
+    return drive(Traffic(os.environ.get("RANDOM_GROUPS") == "1"), seed, rounds, dist.barrier)
 
 
 if __name__ == "__main__":
-    from tests.random_calls import main
+    from tests.random_jobs import main
     main(run)

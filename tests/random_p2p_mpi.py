@@ -15,7 +15,7 @@ import numpy as np
 
 if __name__ == "__main__":      # (run by hand: the checkout's tests package)
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tests.random_p2p import Message, Round, Traffic, draw_round
+from tests.random_p2p import Message, Round, Traffic, drive
 
 
 class MPITraffic(Traffic):
@@ -99,14 +99,9 @@ class MPITraffic(Traffic):
 def run(seed: int, rounds: int) -> list[str]:
     """random_p2p.run through collcomm.MPI."""
     from collcomm import MPI
-    traffic = MPITraffic(os.environ.get("RANDOM_GROUPS") == "1")
-    rng = np.random.default_rng(seed)
-    for number in range(rounds):
-        traffic.run_round(draw_round(rng, number, MPI.COMM_WORLD.Get_size(), traffic.members), number)
-    MPI.COMM_WORLD.Barrier()
-    return traffic.bad
+    return drive(MPITraffic(os.environ.get("RANDOM_GROUPS") == "1"), seed, rounds, MPI.COMM_WORLD.Barrier)
 
 
 if __name__ == "__main__":
-    from tests.random_calls import main
+    from tests.random_jobs import main
     main(run)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests import random_calls, random_calls_mpi, random_calls_torch
-from tests.harness import run_ranks
+from tests.random_jobs import run_case
 
 PY = {"COLLCOMM_NATIVE": "0"}
 
@@ -25,7 +25,7 @@ CASES: dict[str, dict[str, Any]] = {
     "four-groups-mixed": {"n": 4, "seed": 63, "env": {"RANDOM_GROUPS": "1", "RANDOM_ASYNC_RANKS": "0,1"},
                           "rank_env": {1: PY, 3: PY}},
     "pair-tcp-one-async": {"n": 2, "seed": 21, "env": {"RANDOM_ASYNC_RANKS": "0"}, "transport": "tcp",
-                           "calls": 60},
+                           "count": 60},
     # collcomm.MPI: I-calls against blocking ones, a pure-Python rank
     "mpi-pair-one-async": {"n": 2, "seed": 71, "env": {"RANDOM_ASYNC_RANKS": "1"}, "mpi": True},
     "mpi-three-mixed": {"n": 3, "seed": 73, "env": {"RANDOM_ASYNC_RANKS": "0,2"}, "rank_env": {1: PY},
@@ -43,11 +43,4 @@ CASES: dict[str, dict[str, Any]] = {
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_random_calls_agree_with_numpy(case: str) -> None:
-    c = CASES[case]
-    if c.get("torch"):
-        pytest.importorskip("torch")
-    run = random_calls_torch.run if c.get("torch") else random_calls_mpi.run if c.get("mpi") else random_calls.run
-    outs = run_ranks(run, c["n"], c["seed"], c.get("calls", 120), env=c.get("env"),
-                     rank_env=c.get("rank_env"), transport=c.get("transport", "shm"), timeout=200,
-                     init=not c.get("torch"))
-    assert [bad for out in outs for bad in out] == []
+    assert run_case(CASES[case], random_calls.run, random_calls_mpi.run, random_calls_torch.run, 120, {}) == []

@@ -1,4 +1,5 @@
-"""Random point-to-point traffic (tests/random_p2p.py, tests/random_p2p_mpi.py): rounds of
+"""Random point-to-point traffic (tests/random_p2p.py, tests/random_p2p_mpi.py,
+tests/random_p2p_torch.py): rounds of
 messages between random pairs, blocking and not, batched or one by one, any-source
 receives, synchronous sends (collcomm.MPI), subgroups, peers by global or group rank,
 shared memory and TCP, native and pure-Python ranks; every message checked, a send's
@@ -12,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests import random_p2p, random_p2p_mpi
-from tests.harness import run_ranks
+from tests import random_p2p, random_p2p_mpi, random_p2p_torch
+from tests.random_jobs import run_case
 
 PY = {"COLLCOMM_NATIVE": "0"}
 
@@ -23,17 +24,15 @@ CASES: dict[str, dict[str, Any]] = {
     "four-groups-python": {"n": 4, "seed": 9, "env": {"RANDOM_GROUPS": "1"}, "rank_env": {0: PY, 3: PY}},
     "three-tcp": {"n": 3, "seed": 4, "transport": "tcp"},
     "mpi-pair-ssend": {"n": 2, "seed": 1, "mpi": True},
-    "mpi-five-groups-cycle": {"n": 5, "seed": 101, "env": {"RANDOM_GROUPS": "1"}, "mpi": True, "rounds": 45},
+    "mpi-five-groups-cycle": {"n": 5, "seed": 101, "env": {"RANDOM_GROUPS": "1"}, "mpi": True, "count": 45},
     "mpi-three-python": {"n": 3, "seed": 13, "env": {"RANDOM_GROUPS": "1"}, "rank_env": {1: PY}, "mpi": True},
+    "torch-three-groups-python": {"n": 3, "seed": 403, "env": {"RANDOM_GROUPS": "1"}, "rank_env": {1: PY},
+                                  "torch": True, "count": 40},
 }
 
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_random_p2p_messages_arrive_whole(case: str) -> None:
-    c = CASES[case]
-    run = random_p2p_mpi.run if c.get("mpi") else random_p2p.run
-    env = {"COLLCOMM_TIMEOUT": "60", **c.get("env", {})}
-    outs = run_ranks(run, c["n"], c["seed"], c.get("rounds", 60), env=env, rank_env=c.get("rank_env"),
-                     transport=c.get("transport", "shm"), timeout=200)
-    assert [bad for out in outs for bad in out] == []
+    assert run_case(CASES[case], random_p2p.run, random_p2p_mpi.run, random_p2p_torch.run, 60,
+                    {"COLLCOMM_TIMEOUT": "60"}) == []
