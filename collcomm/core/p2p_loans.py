@@ -83,14 +83,14 @@ def loan_over(f: Any, g: ProcessGroup, local: int, loan: tuple[int, int, int], b
 def keep_unwaited(f: Any, local: int, loan: tuple[int, int, int], buf: Any) -> None:
     """A lent send dropped unwaited (its work's finalizer): the loan ends now (withdrawn
     into a copy), or, being read (or send_lock busy), ``buf`` stays alive for its reader
-    (transport/shm.py ``_kept``), never freed under it."""
+    (transport/shm_end.py ``_kept``), never freed under it."""
     ident, start, since = loan
     try:
         over = f.loan_wait(local, ident, start, buf, since, 1, 0)
     except Exception:  # noqa: BLE001 - (the group gone: keep it)
         over = False
     if not over:
-        from ..transport.shm import _kept
+        from ..transport.shm_end import _kept
         _kept.append(buf)
 
 

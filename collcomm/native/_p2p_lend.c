@@ -62,15 +62,15 @@ static int lend_bump(PyObject *channel, PyObject *name, uint64_t *old)
     return rc;
 }
 
-/* Keep `obj` alive for a reader that may still come (transport/shm.py's _kept, as
+/* Keep `obj` alive for a reader that may still come (transport/shm_end.py's _kept, as
  * ShmChannel.close keeps unreleased copies): 0, or -1 with an exception. */
 static int lend_keep(PyObject *obj)
 {
-    PyObject *mod = PyImport_ImportModule("collcomm.transport.shm");
+    PyObject *mod = PyImport_ImportModule("collcomm.transport.shm_end");
     PyObject *kept = mod == NULL ? NULL : PyObject_GetAttrString(mod, "_kept");
     int rc = kept == NULL || !PyList_Check(kept) ? -1 : PyList_Append(kept, obj);
     if (kept != NULL && !PyList_Check(kept))
-        PyErr_SetString(PyExc_TypeError, "collcomm.transport.shm._kept is not a list");
+        PyErr_SetString(PyExc_TypeError, "collcomm.transport.shm_end._kept is not a list");
     Py_XDECREF(kept);
     Py_XDECREF(mod);
     return rc;
@@ -106,7 +106,7 @@ static int loan_withdraw(Pipe *p, uint64_t ident, uint64_t start, PyObject *buf)
         return held == LENT_WITHDRAWN ? 1 : 0;
     }
     /* held under its id until released (ShmChannel.prune_held); a closed channel has
-     * handed its held copies to shm._kept already: there, for a late reader */
+     * handed its held copies to shm_end._kept already: there, for a late reader */
     int rc;
     if (p->closed)
         rc = lend_keep(copy) < 0 ? -1 : 1;
@@ -197,7 +197,7 @@ static PyObject *P2P_lend(P2P *s, PyObject *const *args, Py_ssize_t nargs)
 /* loan_wait's way out with the check hook's error (GIL held, the error set): the loan
  * ends first. Released meanwhile: the send is done, the error dropped but for Ctrl-C;
  * unclaimed: withdrawn (send_lock waited for); claimed: the reader is reading (or died
- * reading), so the buffer is kept alive for it (shm._kept) and the error raised. NULL,
+ * reading), so the buffer is kept alive for it (shm_end._kept) and the error raised. NULL,
  * or True where the error was dropped. */
 static PyObject *loan_give_up(Pipe *p, uint64_t ident, uint64_t start, PyObject *buf)
 {

@@ -46,7 +46,7 @@ static PyObject *s_lw_wait;           /* "_wait": the Python reference wait */
 /* End `loan` (lend_write's (ident, start, since)) of `arr` to local rank `local` now, as a
  * work dropped unwaited ends it (core/p2p_loans.keep_unwaited): one bounded try of
  * P2P.loan_wait with no patience (withdrawn under the channel's send lock); not over
- * (being read, or the lock busy): the array kept alive for its reader (shm._kept). Any
+ * (being read, or the lock busy): the array kept alive for its reader (shm_end._kept). Any
  * pending exception is kept. */
 static void loan_end_unwaited(P2P *s, PyObject *local, PyObject *loan, PyObject *arr)
 {

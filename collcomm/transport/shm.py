@@ -51,10 +51,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import ClosedError, CommTimeoutError, PeerLostError
+from ..errors import ClosedError, CommTimeoutError
 from .peer_process import buffer_address, pid_alive, pid_stopped
+from .shm_end import ChannelEnd
 from .shm_lent import LentBodies
-from .shm_ring import (CTL_BYTES, HEADER, INLINE, LEFT, LENT, PAD, PRIVATE, PRIVATE_ID, RELEASED, SEGMENT,
+from .shm_ring import (CTL_BYTES, HEADER, INLINE, LENT, PAD, PRIVATE, PRIVATE_ID, SEGMENT,
                        SEGMENT_ONCE, Inbox, _RingBody, _SegmentBody, _Ring, _round, eager_limit,
                        inline_limit, slot_offset)
 from .shm_staging import StagedBodies
@@ -71,12 +72,6 @@ __all__ = ["PAGE", "SHM_DIR", "ShmChannel", "ShmSpaceError", "create_segment", "
 
 _CLOSED, _GONE = "closed", "gone"   # why a sender stopped waiting (resolved without the lock)
 
-#: PRIVATE copies a closed channel's peer had not released: kept for the life of the
-#: process, so a late reader gets the message, never freed memory (it gets an error only
-#: once this process is gone)
-_kept: list[np.ndarray] = []
-
-
 def _lock() -> Any:
     """A channel lock: the native core's GilLock (taken and released with a plain load and
     store under the GIL; see native/_gil_lock.c) where there is a core and a GIL, else a
@@ -88,9 +83,10 @@ def _lock() -> Any:
     return threading.Lock()
 
 
-class ShmChannel(LentBodies, StagedBodies):
+class ShmChannel(LentBodies, StagedBodies, ChannelEnd):
     """Messages to and from one peer on this host (large bodies: :class:`StagedBodies`;
-    those of non-blocking sends lent: :class:`LentBodies`)."""
+    those of non-blocking sends lent: :class:`LentBodies`; its peer's death and its own
+    close: :class:`ChannelEnd`)."""
 
     kind = "shm"
 
@@ -371,71 +367,3 @@ class ShmChannel(LentBodies, StagedBodies):
                 self.mapped.pop(old).close()
             except BufferError:
                 pass   # a view still holds it; it goes when that does
-
-    # -- health ------------------------------------------------------------------------------
-    def check_alive(self) -> None:
-        """Report the peer lost if its process is gone (called with no lock held)."""
-        if self.closed or pid_alive(self.peer_pid):
-            return
-        self.poll()  # what it sent before dying is still ours
-        self.engine.peer_lost(self.peer, self._death_error(), crashed=not self.inp.ctl[LEFT])
-
-    def _death_error(self) -> PeerLostError:
-        left = bool(self.inp.ctl[LEFT])
-        what = "left the job" if left else "died"
-        return PeerLostError(
-            f"rank {self.peer} (pid {self.peer_pid}, same host) {what}; rank {self.engine.rank} "
-            f"lost its shared-memory peer", peer=self.peer)
-
-    def close(self, linger: float = 10.0) -> None:
-        """Wait while the peer lives until it has read what we sent, then remove what is left.
-
-        Records in the ring outlive us (the ring is the peer's inbox), so for those we wait at
-        most ``linger`` s. A body staged in a segment or held in our memory (PRIVATE) is gone
-        once we close, so while the peer has yet to read one we wait up to the job's timeout:
-        a reader busy for longer than ``linger`` (a multi-GiB message) must not lose it. Not
-        once the peer has left (it reads no more), and every channel is drained meanwhile
-        (``engine.progress``), so ranks that each wait for the next one to read cannot wait
-        in a circle. Copies the peer has not released are kept (:data:`_kept`), never freed
-        under a reader that may still come."""
-        if self.closed:
-            return
-        now = time.monotonic()
-        deadline, outside_deadline = now + linger, now + max(linger, self.engine.timeout)
-        while (self.peer not in self.engine.lost and pid_alive(self.peer_pid)
-               and not self.inp.ctl[LEFT]):
-            read = self.out.ctl[8]
-            now = time.monotonic()
-            if read < self.head and now < deadline:
-                pass
-            elif read < self.outside_until and now < outside_deadline and linger > 0:
-                if now >= deadline:   # said once, when it outlasts the linger
-                    warn_once(f"close-wait-{self.peer}", (
-                        f"rank {self.engine.rank} is leaving but waits (up to "
-                        f"{self.engine.timeout:g} s, while rank {self.peer} lives) for rank "
-                        f"{self.peer} to read the large message it sent it: only this rank "
-                        "holds it"))
-            else:
-                break
-            try:
-                self.engine.progress()
-            except Exception:   # noqa: BLE001 - leaving anyway: what a peer sent is lost with it
-                break
-            time.sleep(0.001)
-        with self.send_lock:   # a sender is never mid-write when the pool goes
-            self.closed = True
-            _kept.extend(self.drop_lent())
-        self.out.ctl[LEFT] = 1   # tell the peer we left cleanly (not a crash)
-        for name in self.created:
-            unlink_quietly(name)
-        self.created.clear()
-        for mm in [p[0] for p in self.pool] + list(self.mapped.values()):
-            try:
-                mm.close()
-            except BufferError:
-                pass  # a message still being read holds it; it goes with the process
-        self.pool.clear()
-        self.mapped.clear()
-        released = int(self.out.ctl[RELEASED])
-        _kept.extend(copy for ident, copy in self.held.items() if ident >= released)
-        self.held.clear()
