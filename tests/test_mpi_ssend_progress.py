@@ -275,3 +275,52 @@ def test_ssend_into_a_failing_receive_completes(how: str) -> None:
     outs = run_ranks(_ssend_into_a_failing_receive, 2, env={"COLLCOMM_TIMEOUT": "20"}, transport=how,
                      timeout=100)
     assert outs == [[True, True], [True, True]]
+
+
+def _message_before_its_irecv() -> list[float]:
+    """The other rank's Issend message is already waiting unexpected (a probe polled it
+    in) when this rank's Irecv for it is made, deferred; then each waits for its Issend."""
+    import numpy as np
+    from collcomm import MPI
+    w = MPI.COMM_WORLD
+    me = w.Get_rank()
+    other = 1 - me
+    _warm(w, me, other)
+    w.Barrier()
+    y = np.zeros(4)
+    s = w.Issend(np.full(4, float(me + 1)), other, 3)
+    time.sleep(0.2)
+    w.Iprobe(other, 99)
+    r = w.Irecv(y, other, 3)
+    s.Wait()
+    r.Wait()
+    return y.tolist()
+
+
+def _later_irecv_while_an_earlier_waits() -> list[float]:
+    """Rank 0 posts Irecv tag 5 and Irecv tag 6 (both deferred), then waits natively for
+    the first; rank 1 Issends tag 6 and waits for it before it sends tag 5."""
+    import numpy as np
+    from collcomm import MPI
+    w = MPI.COMM_WORLD
+    me = w.Get_rank()
+    _warm(w, me, 1 - me)
+    w.Barrier()
+    if me == 0:
+        a, b = np.zeros(2), np.zeros(3)
+        d1, d2 = w.Irecv(a, 1, 5), w.Irecv(b, 1, 6)
+        d1.Wait()
+        d2.Wait()
+        return a.tolist() + b.tolist()
+    w.Issend(np.full(3, 6.0), 0, 6).Wait()
+    w.Send(np.full(2, 5.0), 0, 5)
+    return []
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("job", ["before-irecv", "behind-a-native-wait"])
+def test_ssend_meets_a_deferred_irecv(job: str) -> None:
+    fn = _message_before_its_irecv if job == "before-irecv" else _later_irecv_while_an_earlier_waits
+    outs = run_ranks(fn, 2, env={"COLLCOMM_TIMEOUT": "20"}, transport="shm", timeout=100)
+    want = [[2.0] * 4, [1.0] * 4] if job == "before-irecv" else [[5.0, 5.0, 6.0, 6.0, 6.0], []]
+    assert outs == want

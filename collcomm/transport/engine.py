@@ -123,8 +123,8 @@ class Engine(DeferredReceives, EngineWaiting, Transport):
         self._stealing = 0                          # threads waiting on it
         self._acks: list[tuple[int, int]] = []      # (peer, wire tag): acknowledgements owed (owe_ack)
         # tag bits of a message that must meet its receive as it arrives (the core sets
-        # them: a synchronous send's): one left unexpected while deferred receives are
-        # held has the next progress post them (``_prompt``; see engine_wait.py)
+        # them: a synchronous send's): while one waits unexpected (``_prompt``), progress
+        # posts the deferred receives (see engine_wait.py)
         self.prompt_bits = 0
         self._prompt = False
         self._ack_lock = threading.Lock()           # one thread sends them at a time (send_acks)
@@ -279,7 +279,7 @@ class Engine(DeferredReceives, EngineWaiting, Transport):
             if req is None:
                 self._unexpected.append(Incoming(source, tag, nbytes, payload.detach(), sig))
         if req is None:
-            if tag & self.prompt_bits and self._deferred:
+            if tag & self.prompt_bits:
                 self._prompt = True
             self._news.set()
             return
@@ -299,7 +299,7 @@ class Engine(DeferredReceives, EngineWaiting, Transport):
                 view, token = memoryview(bytearray(nbytes)), (req, "overflow", sig, b"")
             else:
                 token = Incoming(source, tag, nbytes, None, sig)
-                if tag & self.prompt_bits and self._deferred:
+                if tag & self.prompt_bits:
                     self._prompt = True
                 self._unexpected.append(token)
                 body = bytearray(nbytes)

@@ -91,6 +91,22 @@ class DeferredReceives:
         finally:
             self._defer_mutex.release()
 
+    def post_deferred_soon(self) -> None:
+        """Post every deferred receive now, without waiting: unless the line's mutex is
+        taken (then leave them), or a receive's own wait is receiving natively: then ask
+        it to stop (``steal``, as :meth:`_post_before` does, but not waiting for it): its
+        thread posts it and goes the regular way, and a later call posts the rest."""
+        if not self._defer_mutex.acquire(blocking=False):
+            return
+        try:
+            waiting = [d for d in self._deferred if d.waiting]
+            for d in waiting:
+                d.f.steal = 1
+            if not waiting:
+                self._post_before(None)
+        finally:
+            self._defer_mutex.release()
+
     def begin_native(self, d: Any) -> bool:
         """The wait of deferred receive ``d`` is about to receive natively: post those
         deferred before it and mark it ``waiting`` (it stays first in line, so nothing

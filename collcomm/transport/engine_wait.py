@@ -20,9 +20,10 @@ stays owed and every :meth:`~EngineWaiting.progress` tries it again, after its p
 it lingers for a reader, longer). A native receive's periodic check progresses
 too, so one waiting on a single peer's ring still delivers other peers' messages to
 posted receives (and what they owe) every ``LIVENESS_PERIOD``. A synchronous send's
-message that finds no receive posted while deferred receives are held (an ``Irecv``
-posted natively waits in the line until its own wait) has the next progress post them
-(``prompt_bits``), so its receive takes it now. Not covered: a rank whose
+message waiting unexpected while deferred receives are held (an ``Irecv`` posted
+natively waits in the line until its own wait) has every progress post them
+(``prompt_bits``; one receiving natively in its own wait is asked to stop), so its
+receive takes it now. Not covered: a rank whose
 ack found the ring full and that then waits in a collective (which does not progress
 point to point) sends it only after the collective.
 """
@@ -70,7 +71,8 @@ class EngineWaiting:
     _ack_lock: threading.Lock
     _prompt: bool
     post_deferred: Any
-    post_deferred_if_free: Any
+    post_deferred_soon: Any
+    prompt_bits: int
     isend: Any
 
     # -- waiting for a request ---------------------------------------------------------------
@@ -79,21 +81,22 @@ class EngineWaiting:
         then send the acknowledgements owed."""
         for ch in self._polled:
             ch.poll()
-        if self._prompt:
+        if self._prompt and self._deferred:
             self._post_for_prompt()
         if self._acks:
             self.send_acks()
 
     def _post_for_prompt(self) -> None:
-        """A message with ``prompt_bits`` (a synchronous send's) arrived with no receive
-        posted for it while deferred receives are held: post them (as a receive posted in
-        the engine would), so the one it is for takes it now and acknowledges it; its
-        rank may be blocked elsewhere until the sender's call returns. Left for the next
-        progress while another thread holds their line."""
-        self._prompt = False
-        self.post_deferred_if_free()
-        if self._deferred:
-            self._prompt = True
+        """A message with ``prompt_bits`` (a synchronous send's) waits unexpected while
+        deferred receives are held (it came first, or before them): post them (as a
+        receive posted in the engine would), so the one it is for takes it now and
+        acknowledges it; its rank may be blocked elsewhere until the sender's call
+        returns. A receive whose own wait is receiving natively is asked to stop and go
+        the regular way (``post_deferred_soon``); the flag stays while such a message
+        still waits."""
+        self.post_deferred_soon()
+        bits = self.prompt_bits
+        self._prompt = any(inc.tag & bits for inc in list(self._unexpected))
 
     def owe_ack(self, dst: int, tag: int) -> None:
         """Owe ``dst`` an acknowledgement, an empty message of wire tag ``tag`` (a receive's
@@ -267,7 +270,7 @@ class EngineWaiting:
         is held: its poll is skipped)."""
         if self._aborted is not None or self._closed:
             self._check_open()
-        if self._posted or self._acks or self._prompt:
+        if self._posted or self._acks or (self._prompt and self._deferred):
             self.progress()
         ch = self.channels.get(peer)
         if ch is not None and peer not in self.lost:
