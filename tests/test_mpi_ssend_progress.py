@@ -324,3 +324,30 @@ def test_ssend_meets_a_deferred_irecv(job: str) -> None:
     outs = run_ranks(fn, 2, env={"COLLCOMM_TIMEOUT": "20"}, transport="shm", timeout=100)
     want = [[2.0] * 4, [1.0] * 4] if job == "before-irecv" else [[5.0, 5.0, 6.0, 6.0, 6.0], []]
     assert outs == want
+
+
+def _mrecv_bad_buffer_then_good() -> Any:
+    """A matched probe's receive given a read-only buffer raises and leaves the message
+    to the next receive of it (a synchronous send's too: it completes when that takes it)."""
+    import numpy as np
+    from collcomm import MPI
+    w = MPI.COMM_WORLD
+    if w.Get_rank() == 0:
+        w.Ssend(np.arange(3.0), 1, 8)
+        return "sent"
+    msg = w.Mprobe(0, 8)
+    bad = np.zeros(3)
+    bad.flags.writeable = False
+    try:
+        msg.Recv(bad)
+        return "no error"
+    except (MPI.Exception, BufferError):      # (BufferError: as mpi4py raises for it)
+        good = np.zeros(3)
+        msg.Recv(good)
+        return good.tolist()
+
+
+@pytest.mark.timeout(120)
+def test_mrecv_with_a_bad_buffer_keeps_the_message() -> None:
+    outs = run_ranks(_mrecv_bad_buffer_then_good, 2, env={"COLLCOMM_TIMEOUT": "20"}, transport="shm", timeout=100)
+    assert outs == ["sent", [0.0, 1.0, 2.0]]

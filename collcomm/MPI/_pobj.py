@@ -241,11 +241,12 @@ class Message:
         return g, m
 
     def Irecv(self, buf: Any) -> Request:  # noqa: N802
+        if self._m is not None:   # (checked first: a bad buffer leaves the message claimable)
+            arr, _ = simple(buf, "Message.Irecv", "buf", writable=True)
         taken = self._take("Irecv")
         if taken is None:
             return _done_request()
         g, m = taken
-        arr, _ = simple(buf, "Message.Irecv", "buf", writable=True)
         try:
             return _request(_Recv(g, p2p.mrecv(g, m, arr)))
         except CollcommError as exc:
