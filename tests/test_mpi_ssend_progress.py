@@ -155,14 +155,20 @@ def test_issend_floods_both_ways() -> None:
     assert outs == [[float(i) for i in range(400)]] * 2
 
 
-def _warm(w: Any, me: int, other: int) -> None:
-    """A few regular calls both ways: they make the native entries (a later Irecv from
-    one rank is then deferred)."""
+def _warmed() -> tuple[Any, int, int]:
+    """COMM_WORLD, this rank and the other, after a few regular calls both ways (they make
+    the native entries: a later Irecv from one rank is then deferred) and a barrier."""
     import numpy as np
+    from collcomm import MPI
+    w = MPI.COMM_WORLD
+    me = w.Get_rank()
+    other = 1 - me
     for _ in range(2):
         w.Sendrecv(np.zeros(1), other, 1, np.zeros(1), other, 1)
         for receiver in (0, 1):
             w.Irecv(np.zeros(1), other, 2).Wait() if me == receiver else w.Send(np.zeros(1), other, 2)
+    w.Barrier()
+    return w, me, other
 
 
 def _ack_into_a_full_ring() -> bool:
@@ -174,11 +180,7 @@ def _ack_into_a_full_ring() -> bool:
 
     import numpy as np
     from collcomm import MPI
-    w = MPI.COMM_WORLD
-    me = w.Get_rank()
-    other = 1 - me
-    _warm(w, me, other)
-    w.Barrier()
+    w, me, other = _warmed()
     got = np.zeros(3)
     s = w.Issend(np.arange(3.0), other, 5)
     r5 = w.Irecv(got, other, 5)        # deferred: posted by a later poll, the message there
@@ -223,12 +225,7 @@ def _crossed_issends() -> list[float]:
     only at its wait, or when something else posts), then waits for its Issend first:
     the other's message must meet that Irecv as it arrives, or both wait for an ack."""
     import numpy as np
-    from collcomm import MPI
-    w = MPI.COMM_WORLD
-    me = w.Get_rank()
-    other = 1 - me
-    _warm(w, me, other)
-    w.Barrier()
+    w, me, other = _warmed()
     got = []
     for size in (3, 1 << 16, 1 << 18):
         buf = np.zeros(size)
@@ -281,12 +278,7 @@ def _message_before_its_irecv() -> list[float]:
     """The other rank's Issend message is already waiting unexpected (a probe polled it
     in) when this rank's Irecv for it is made, deferred; then each waits for its Issend."""
     import numpy as np
-    from collcomm import MPI
-    w = MPI.COMM_WORLD
-    me = w.Get_rank()
-    other = 1 - me
-    _warm(w, me, other)
-    w.Barrier()
+    w, me, other = _warmed()
     y = np.zeros(4)
     s = w.Issend(np.full(4, float(me + 1)), other, 3)
     time.sleep(0.2)
@@ -301,11 +293,7 @@ def _later_irecv_while_an_earlier_waits() -> list[float]:
     """Rank 0 posts Irecv tag 5 and Irecv tag 6 (both deferred), then waits natively for
     the first; rank 1 Issends tag 6 and waits for it before it sends tag 5."""
     import numpy as np
-    from collcomm import MPI
-    w = MPI.COMM_WORLD
-    me = w.Get_rank()
-    _warm(w, me, 1 - me)
-    w.Barrier()
+    w, me, _ = _warmed()
     if me == 0:
         a, b = np.zeros(2), np.zeros(3)
         d1, d2 = w.Irecv(a, 1, 5), w.Irecv(b, 1, 6)

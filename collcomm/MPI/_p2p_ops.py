@@ -19,11 +19,11 @@ from ..core.tags import ACK, BODY, MPI_TAG_BITS, SYNC
 from ..core.p2p_loans import lent_base, loan_over
 from ..errors import CollcommError
 from ..transport.base import Status as Moved
-from ._consts import ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB_VALUE
+from ._consts import ANY_SOURCE, ANY_TAG, PROC_NULL
 from ._errors import ERR_RANK, ERR_TAG, Exception as MPIException, translate
 from ._request import Done, Request, Status
 
-TAG_BITS = TAG_UB_VALUE     # (= core.tags.MPI_TAG_BITS; the flags above it: core/tags.py)
+TAG_BITS = MPI_TAG_BITS     # MPI's TAG_UB; the flags above it: core/tags.py
 EXACT = p2p.MAX_USER_TAG & ~SYNC            # compare the tag, ack and body bits
 WILD = p2p.MAX_USER_TAG & ~SYNC & ~TAG_BITS  # compare only the ack and body bits
 _EMPTY = np.empty(0, dtype=np.uint8)
@@ -137,9 +137,6 @@ class _LentSend(lent_base()):  # type: ignore[misc]
         return None      # (MPI: a send may not be cancellable; it completes as sent)
 
 
-assert TAG_BITS == MPI_TAG_BITS
-
-
 class _Recv:
     """A buffer receive (a synchronous send's message it takes was acknowledged when it
     did: core/p2p_sync.py)."""
@@ -171,9 +168,8 @@ class _Recv:
 class _NativeRecv:
     """``Irecv`` from one rank, started natively (a core Deferred, whose wait receives in
     C): the source is known from the start, so its wait only takes the byte count and the
-    tag (an ``ANY_TAG`` receive's is the message's); a synchronous send's message (which
-    C leaves to the engine, which acks it when the receive takes it) is finished as
-    :class:`_Recv` does."""
+    tag (an ``ANY_TAG`` receive's is the message's; a synchronous send's message, which C
+    leaves to the engine, was acknowledged when the receive took it)."""
 
     __slots__ = ("_g", "_h", "_done", "source", "tag", "nbytes", "cancelled")
     value = None
@@ -185,10 +181,7 @@ class _NativeRecv:
     def wait(self) -> None:
         if not self._done:
             st = self._h.wait()
-            if st.tag & SYNC:
-                _Recv._finish(self, st)    # type: ignore[arg-type]
-            else:
-                self.tag, self.nbytes, self._done = st.tag & TAG_BITS, st.nbytes, True
+            self.tag, self.nbytes, self._done = st.tag & TAG_BITS, st.nbytes, True
 
     def test(self) -> bool:
         if not self._done and self._h.test():
