@@ -25,7 +25,7 @@ from typing import Any, Callable
 import pytest
 
 from collcomm.errors import PeerLostError
-from collcomm.transport import shm
+from collcomm.transport import shm_backlog
 from collcomm.transport.base import ANY_SOURCE
 from collcomm.transport.engine import Engine
 from collcomm.transport.request import Request
@@ -275,7 +275,13 @@ class ShmWorld:
             self.engine.isend(buf(n), 1, 1).wait(timeout=1)
 
     def start_staged_send(self) -> tuple[threading.Thread, list[Any]]:
-        """A large (staged) send on a thread; returns once it is staged and waiting for room."""
+        """A large send on a thread waiting for room: the ring full, a staged send queued
+        behind it (its copy in the backlog, done at once) and the backlog allowed no more
+        copies (shm_backlog.BACKLOG_BYTES lowered to a byte: the send waits as every send
+        into a full ring did before the backlog). Returns once it waits."""
+        queued = self.engine.isend(buf(4 * self.ch.eager), 1, 3)
+        assert queued.test() and len(self.ch.backlog) == 1, "the first send was not buffered"
+        self.backlog_bytes, shm_backlog.BACKLOG_BYTES = shm_backlog.BACKLOG_BYTES, 1
         box: list[Any] = []
 
         def send() -> None:
@@ -284,15 +290,10 @@ class ShmWorld:
             except BaseException as exc:  # noqa: BLE001 - the old code raised from isend
                 box.append(exc)
 
-        staged = len(self.ch.created)
         t = threading.Thread(target=send, name="test:staged-send", daemon=True)
         t.start()
-        deadline = time.monotonic() + HANG
-        while len(self.ch.created) == staged and time.monotonic() < deadline:
-            time.sleep(0.001)
-        assert len(self.ch.created) > staged, "the send never staged its body"
-        time.sleep(0.2)              # well into its wait for ring space
-        assert t.is_alive() and not box, "the send did not wait for ring space"
+        time.sleep(0.2)              # well into its wait for room
+        assert t.is_alive() and not box, "the send did not wait for room"
         return t, box
 
     def kill_peer(self) -> None:
@@ -300,6 +301,7 @@ class ShmWorld:
         self.peer.wait()
 
     def close(self) -> None:
+        shm_backlog.BACKLOG_BYTES = getattr(self, "backlog_bytes", shm_backlog.BACKLOG_BYTES)
         within(HANG, "Engine.close", self.engine.close)
         if self.peer.poll() is None:
             self.kill_peer()
@@ -343,14 +345,14 @@ def test_shm_peer_dies_and_transport_closes_while_a_staged_send_waits(
     try:
         w.fill_ring()
         t, box = w.start_staged_send()
-        real = shm.pid_alive
+        real = shm_backlog.pid_alive
 
         def late_to_notice(pid: int) -> bool:
             if threading.current_thread() is t and not w.ch.closed:
                 return True
             return real(pid)
 
-        monkeypatch.setattr(shm, "pid_alive", late_to_notice)
+        monkeypatch.setattr(shm_backlog, "pid_alive", late_to_notice)
         start = time.monotonic()
         w.kill_peer()
         within(HANG, "Engine.close", w.engine.close)

@@ -6,7 +6,8 @@ sent at the receive's own ``Wait`` and both ranks waited for each other until th
 timeout (found by tests/random_p2p_mpi.py). Every way in: a receive from one rank
 (started natively, a deferred receive) and from ``ANY_SOURCE`` (the general path),
 ``Ssend`` and ``Issend``, a ``Recv`` or a ``Wait`` on another request as the blocking
-call, objects (``ssend``), shared memory and TCP, the native and pure-Python paths.
+call, objects (``ssend``), the receiver in a collective (which progresses point to
+point while it waits), shared memory and TCP, the native and pure-Python paths.
 Each synchronous send is acked exactly once (no ack left over at the sender), and an
 ``Issend`` still does not complete before its receive is posted."""
 from __future__ import annotations
@@ -78,6 +79,23 @@ def _ssend_then_next() -> dict[str, Any]:
         x = np.zeros(1, "i")
         comm.Recv(x, 0, 8)
         out["late"] = int(x[0])
+    # the receiver in a collective: a Barrier (rank 1 posted Irecv, then entered it), then
+    # an Allreduce; the collective's wait must progress (MPI's progress rule)
+    for coll in ("Barrier", "Allreduce"):
+        comm.Barrier()
+        if me == 0:
+            comm.Ssend(np.array([11], dtype="i"), 1, 10)
+            out[f"into-{coll}"] = "returned"
+        else:
+            x = np.zeros(1, "i")
+            req = comm.Irecv(x, 0, 10)
+        if coll == "Barrier":
+            comm.Barrier()
+        else:
+            comm.Allreduce(MPI.IN_PLACE, np.ones(4), MPI.SUM)
+        if me == 1:
+            req.Wait()
+            out[f"into-{coll}"] = int(x[0])
     comm.Barrier()
     time.sleep(0.1)
     eng = p2p.transport(runtime.get_world("test"))
@@ -100,6 +118,8 @@ def test_ssend_acked_when_its_receive_takes_it(how: str) -> None:
     assert got["wait-other"] == ([1, 2], [3])
     assert got["objects"] == ({"x": 1}, [2, 3])
     assert outs[0]["early"] is False and got["late"] == 9
+    for coll in ("Barrier", "Allreduce"):
+        assert outs[0][f"into-{coll}"] == "returned" and got[f"into-{coll}"] == 11
     assert outs[0]["left"] == [] and got["left"] == []
 
 

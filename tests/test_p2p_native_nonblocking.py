@@ -240,7 +240,9 @@ def test_nonblocking_both_native() -> None:
     _check_nonblocking(res)
     assert res[0]["exchange0"][4] == ["SentWork", "RecvWork"], res[0]["exchange0"]
     sends, recvs = res[1]["counts"]
-    assert sends >= 1000, res[1]["counts"]     # the burst went native until the ring was full
+    # the burst went native until the ring was full (about 960 records of 1 KiB), the rest
+    # queued behind them (transport/shm_backlog.py: no native send overtakes the backlog)
+    assert sends >= 900, res[1]["counts"]
 
 
 def _lost_while_deferred(stamp: str) -> tuple:

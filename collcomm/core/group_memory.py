@@ -45,9 +45,11 @@ def build_arena(group: ProcessGroup, comm: GroupComm) -> Any:
     def wait_created() -> None:
         setup.irecv(token, 0).wait()
 
-    return arena_mod.build(group.size, group.rank, name, pids, group.ranks,
-                           comm._timeout or group.timeout, group.rank == 0,
-                           announce, wait_created)
+    arena = arena_mod.build(group.size, group.rank, name, pids, group.ranks,
+                            comm._timeout or group.timeout, group.rank == 0,
+                            announce, wait_created)
+    arena.set_progress(engine.collective_progress())
+    return arena
 
 
 def allocate_shared(group: ProcessGroup, nbytes: int, collective: str) -> np.ndarray:

@@ -82,6 +82,8 @@ typedef struct {
                                        CMA (two ranks: reduce_cma in _cma.c; 0: never;
                                        Arena.build sets them, and `pids`, once CMA works) */
     PyObject *pids;                 /* every rank's pid (a tuple), for reduce_cma */
+    PyObject *progress;    /* called (no arguments) every PROGRESS_NS of a wait that sleeps:
+                              the point-to-point progress of the group's rank (Arena.progress) */
     int stage_nt;          /* 1: staged copies of NT_MIN bytes or more streamed (_stage_nt.c) */
     unsigned long long streamed;  /* staged copies written so (tests check the path) */
 } Core;
@@ -179,6 +181,11 @@ static uint64_t arrive(Core *c)
 /* Spin this long holding the GIL (releasing and taking it back costs more than most
  * waits of a small collective); longer waits release it. */
 #define GIL_SPIN_NS 5000
+/* A wait that sleeps calls Core.progress this often: a rank waiting in a collective still
+ * takes the point-to-point messages its posted receives wait for and acknowledges them, and
+ * writes its queued sends (MPI's progress rule: a synchronous send to a rank that posted
+ * the receive and went into a barrier completes) */
+#define PROGRESS_NS 1000000LL
 
 /* The first rank from `from` on whose counter is below target, or -1. */
 static inline int first_late(Core *c, uint64_t target, int from)
@@ -189,6 +196,26 @@ static inline int first_late(Core *c, uint64_t target, int from)
         if (r != c->skip && get(c, r, c->w_counter) < target)
             return r;
     return -1;
+}
+
+/* The point-to-point progress of a sleeping wait (wait_all; out of line, off its spin):
+ * Core.progress called with the GIL; 0 every counter reached target meanwhile, -1 an
+ * exception (GIL held), 1 still waiting (*late updated, GIL released again). */
+static __attribute__((noinline)) int wait_progress(Core *c, uint64_t target, int *late, Gil *gil)
+{
+    gil_take(gil);
+    PyObject *fn = c->progress == NULL ? NULL : Py_NewRef(c->progress);   /* (a setter may
+                                                                           replace it) */
+    PyObject *r = fn == NULL || fn == Py_None ? Py_NewRef(Py_None) : PyObject_CallNoArgs(fn);
+    Py_XDECREF(fn);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    *late = first_late(c, target, *late);
+    if (*late < 0)
+        return 0;
+    gil_release(gil);
+    return 1;
 }
 
 /* Wait until every counter has reached `target`: spin (GIL held), then yield, then block
@@ -244,8 +271,9 @@ static int wait_all(Core *c, PyObject *arena, uint64_t target, Gil *gil)
         if (late < 0)
             return 0;
     }
-    long long next_check = start + 100000000LL;
+    long long next_check = start + 100000000LL, next_progress = start + PROGRESS_NS;
     long sleep_ns = 50000;
+    int progress = c->progress != NULL && c->progress != Py_None;
     while (1) {
         if (c->use_futex) {
             uint64_t *counter = word(c, late, c->w_counter);
@@ -265,6 +293,12 @@ static int wait_all(Core *c, PyObject *arena, uint64_t target, Gil *gil)
         if (late < 0)
             return 0;
         long long now = now_ns();
+        if (progress && now >= next_progress) {
+            next_progress = now + PROGRESS_NS;
+            int e = wait_progress(c, target, &late, gil);
+            if (e <= 0)
+                return e;
+        }
         if (now >= next_check) {
             next_check = now + 100000000LL;
             gil_take(gil);

@@ -89,6 +89,7 @@ static void Core_dealloc(Core *self)
     if (self->base != NULL)
         PyBuffer_Release(&self->mapping);
     Py_CLEAR(self->pids);
+    Py_CLEAR(self->progress);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -126,6 +127,9 @@ static PyMemberDef Core_members[] = {
      "a reduce between two ranks of more bytes than this or than a slot is pipelined "
      "(reduce_pair; 0: past a slot only; shm_reduce.reduce_in_pair)"},
     {"pids", T_OBJECT, offsetof(Core, pids), 0, "every rank's pid (reduce's CMA step)"},
+    {"progress", T_OBJECT, offsetof(Core, progress), 0,
+     "called every millisecond of a wait that sleeps: the rank's point-to-point progress "
+     "(Arena.progress; None: none)"},
     {"ag_staged", T_ULONGLONG, offsetof(Core, ag_by), READONLY,
      "all_gathers this rank (rank 0) voted to stage"},
     {"ag_cma", T_ULONGLONG, offsetof(Core, ag_by) + sizeof(unsigned long long), READONLY,

@@ -61,6 +61,8 @@ typedef struct {
     long peer;                           /* global rank */
     int has_out, has_in;
     int closed;                          /* the channel's ``closed`` (its setter keeps it) */
+    int backlog;                         /* the channel has sends waiting for room (shm_backlog.py):
+                                          * every record goes after them, the Python way */
     long peer_pid;                       /* the peer's pid (0: unknown: LENT records to Python) */
     int lends;                           /* the peer takes LENT records (shm_lent.py) */
 } Pipe;
@@ -292,10 +294,13 @@ static int p2p_buffer(PyObject *o, Py_buffer *b, int writable)
 /* -------------------------------------------------------------- the rings: send */
 /* Append one record (send_lock held; PAD first where it would wrap): its header (`kind`,
  * `tag`, `nbytes`, `aux`, `sig`) and a body of `blen` bytes; 1 written (*start: its ring
- * position, *head_out: the new head), 0 no room. */
+ * position, *head_out: the new head), 0 no room, or sends wait in the channel's backlog
+ * (a record written now would overtake them: the caller declines, the Python send queues). */
 static int pipe_record(Pipe *p, uint32_t kind, const void *body, uint64_t blen, uint64_t nbytes,
                        uint64_t aux, uint64_t tag, uint64_t sig, uint64_t *start, uint64_t *head_out)
 {
+    if (p->backlog)
+        return 0;
     uint64_t ring = p->out_ring;
     uint64_t need = (P2P_HDR + blen + 63) / 64 * 64;
     uint64_t head = __atomic_load_n(&p->out_ctl[0], __ATOMIC_RELAXED);   /* ours alone */

@@ -107,6 +107,8 @@ static void Pipe_dealloc(Pipe *self)
 static PyMemberDef Pipe_members[] = {
     {"closed", T_INT, offsetof(Pipe, closed), 0,
      "non-zero once the channel is closed: nothing more is written to its ring"},
+    {"backlog", T_INT, offsetof(Pipe, backlog), 0,
+     "non-zero while the channel's backlog holds sends: no record is written natively"},
     {"peer_pid", T_LONG, offsetof(Pipe, peer_pid), 0,
      "the peer's pid: a native receive reads LENT records from its memory (0: never)"},
     {"lends", T_INT, offsetof(Pipe, lends), 0,

@@ -66,6 +66,10 @@ SPIN, YIELD = 400, 100
 POLL_SECONDS = 1e-3
 #: ... at most (the liveness and timeout checks run after the window)
 POLL_MAX_US = 100_000
+#: A wait that sleeps runs the rank's point-to-point progress this often (set_progress;
+#: the native core's PROGRESS_NS): MPI's progress rule, a synchronous send to a rank that
+#: posted the receive and went into a collective completes.
+PROGRESS_SECONDS = 1e-3
 
 
 class _TimeSpec(ctypes.Structure):
@@ -171,6 +175,15 @@ class Arena(CrossMemoryAttach, Liveness):
         self.put(SETTINGS_WORD, pack_settings(ALL_REDUCE_EXTRA, self.cores))   # check_settings
         #: the native core's view of this arena (collcomm.native), or None: Python only
         self.native_core: Any = native.attach(self)
+        #: called every PROGRESS_SECONDS of a wait that sleeps (set_progress)
+        self.progress: Callable[[], None] | None = None
+
+    def set_progress(self, progress: Callable[[], None] | None) -> None:
+        """Have this rank's waits that sleep call ``progress`` every PROGRESS_SECONDS (the
+        rank's point-to-point progress: Engine.collective_progress), natively too."""
+        self.progress = progress
+        if self.native_core is not None:
+            self.native_core.progress = progress
 
     # -- info words (word 0 is the counter) -------------------------------------------------
     def put(self, word: int, value: int) -> None:
@@ -249,7 +262,8 @@ class Arena(CrossMemoryAttach, Liveness):
         rounds = 0
         sleep = 50e-6
         start = time.monotonic()
-        next_check = start + 0.1
+        next_check, next_progress = start + 0.1, start + PROGRESS_SECONDS
+        progress = self.progress
         while True:
             late = [r for r in late if words[r * stride] < target]
             if not late:
@@ -266,6 +280,9 @@ class Arena(CrossMemoryAttach, Liveness):
                 time.sleep(sleep)
                 sleep = min(sleep * 2, 1e-3)
             now = time.monotonic()
+            if progress is not None and now >= next_progress:
+                next_progress = now + PROGRESS_SECONDS
+                progress()
             if now >= next_check:
                 next_check = now + 0.1
                 self._check(late, target, now - start)

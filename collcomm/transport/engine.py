@@ -44,6 +44,7 @@ the other way round; "leaf": nothing else is taken while holding it):
     TcpHub.io (the selector's holder: the I/O thread or a waiting caller; taken holding no
     other lock)  →  TcpChannel.lock (leaf), TcpHub.wlock (leaf), Engine._lock (leaf)
     Heap._lock (leaf)
+    BacklogWriter._lock (leaf; taken holding no channel lock: shm_backlog.py)
     Engine._defer_mutex (with its Condition _defer_lock; taken holding no other lock: posting the deferred
     receives; the native attempt of a deferred receive's test() holds it; only tried by a
     channel about to read a large body, which holds its poll_lock: post_deferred_if_free)  →
@@ -86,6 +87,7 @@ from .base import ABORT_SIG, ANY_SOURCE, Buffer, Handle, Transport
 from .engine_deferred import DeferredReceives
 from .engine_wait import EngineWaiting
 from .heap import Heap
+from .shm_backlog import BacklogWriter
 from .request import FULL_MASK, Channel, Incoming, Payload, Request, _Bytes
 
 
@@ -128,6 +130,10 @@ class Engine(DeferredReceives, EngineWaiting, Transport):
         self.prompt_bits = 0
         self._prompt = False
         self._ack_lock = threading.Lock()           # one thread sends them at a time (send_acks)
+        # writes the sends queued behind a full ring (shm_backlog.py); its list of channels
+        # with a backlog is what progress looks at
+        self.backlog_writer = BacklogWriter(self)
+        self._backlogged = self.backlog_writer.channels
 
     # -- setup ---------------------------------------------------------------------------
     def add_channel(self, channel: Channel, polled: bool) -> None:

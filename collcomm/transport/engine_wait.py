@@ -23,9 +23,10 @@ posted receives (and what they owe) every ``LIVENESS_PERIOD``. A synchronous sen
 message waiting unexpected while deferred receives are held (an ``Irecv`` posted
 natively waits in the line until its own wait) has every progress post them
 (``prompt_bits``; one receiving natively in its own wait is asked to stop), so its
-receive takes it now. Not covered: a rank whose
-ack found the ring full and that then waits in a collective (which does not progress
-point to point) sends it only after the collective.
+receive takes it now. A rank waiting in a collective progresses too, every millisecond
+its wait sleeps (:meth:`~EngineWaiting.collective_progress`, the arena's hook), so a
+synchronous send to a rank that posted the receive and went into a barrier completes,
+and an ack owed meanwhile goes.
 """
 from __future__ import annotations
 
@@ -68,6 +69,8 @@ class EngineWaiting:
     _news: threading.Event
     _deferred: list[Any]
     _acks: list[tuple[int, int]]
+    _backlogged: list[Any]
+    backlog_writer: Any
     _ack_lock: threading.Lock
     _prompt: bool
     post_deferred: Any
@@ -78,13 +81,35 @@ class EngineWaiting:
     # -- waiting for a request ---------------------------------------------------------------
     def progress(self) -> None:
         """Poll the channels that need it (shared memory; TCP progresses on its own thread),
-        then send the acknowledgements owed."""
+        write what fits of the sends queued behind full rings, then send the
+        acknowledgements owed."""
         for ch in self._polled:
             ch.poll()
+        if self._backlogged:
+            self.backlog_writer.flush()
         if self._prompt and self._deferred:
             self._post_for_prompt()
         if self._acks:
             self.send_acks()
+
+    def collective_progress(self) -> Any:
+        """What a collective's wait on this rank calls every millisecond it sleeps
+        (Arena.progress): :meth:`progress` while this rank has point-to-point work
+        outstanding (receives posted or deferred, acknowledgements owed, sends queued),
+        its errors left to the requests they concern; None when no channel needs polling
+        (TCP progresses on its own thread). A rank with nothing outstanding leaves its
+        rings alone: a message polled then would only be copied aside, to be copied again
+        into the receive posted later (a lent one read early instead of into it)."""
+        if not self._polled:
+            return None
+
+        def progress() -> None:
+            if self._posted or self._deferred or self._acks or self._backlogged:
+                try:
+                    self.progress()
+                except CollcommError:
+                    pass
+        return progress
 
     def _post_for_prompt(self) -> None:
         """A message with ``prompt_bits`` (a synchronous send's) waits unexpected while

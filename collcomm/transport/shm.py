@@ -16,10 +16,11 @@ shm_segments.py creates the segments, backing each one when it is created so tha
 /dev/shm is an error (ShmSpaceError) or a smaller share (a warning), never a SIGBUS.
 
 The sender copies eagerly and completes at once, so sends never wait for the receiver,
-except when the ring is full: then the sender drains its own inbox while it waits, so two
-ranks flooding each other cannot deadlock; and except a large non-blocking send, which
-lends its buffer (a LENT record: no copy) and completes once the receiver has read it or
-the loan was withdrawn into a copy (shm_lent.py). Names are unlinked as soon as every user has
+even when the ring is full: the record then waits in the channel's backlog, written as
+room appears by later sends, every progress and the engine's writer thread
+(shm_backlog.py), the message copied unless the caller lent it; a large non-blocking
+send lends its buffer (a LENT record: no copy) and completes once the receiver has read
+it or the loan was withdrawn into a copy (shm_lent.py). Names are unlinked as soon as every user has
 mapped them (inboxes after the rendezvous, message segments when the receiver opens them),
 so a killed rank leaves nothing in /dev/shm; the few names still linked all start with
 ``collcomm-<job id>-`` for the launcher to sweep. Peer death is noticed by checking the
@@ -28,9 +29,8 @@ peer's pid (same host, same pid namespace).
 Ordering relies on x86-64's total store order (the body is written before ``head``).
 
 Locks (see engine.py for the whole order): ``send_lock`` is a leaf held only to stage a
-body and write a record (and to mark the channel closed); a sender whose ring is full
-waits *without* it (draining its own inbox, checking the peer and the clock) and fails its
-request, or reports the peer lost, only after releasing it. ``poll_lock`` makes one thread
+body and write a record (and to mark the channel closed) and guards the backlog; a
+request is completed or failed only after releasing it. ``poll_lock`` makes one thread
 at a time the ring's consumer; it is only ever tried, never waited for, so delivering
 messages (which completes receives) under it cannot deadlock anybody.
 
@@ -46,13 +46,13 @@ from __future__ import annotations
 import mmap
 import sys
 import threading
-import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import ClosedError, CommTimeoutError
+from ..errors import ClosedError
 from .peer_process import buffer_address, pid_alive, pid_stopped
+from .shm_backlog import SendBacklog, SendJob
 from .shm_end import ChannelEnd
 from .shm_lent import LentBodies
 from .shm_ring import (CTL_BYTES, HEADER, INLINE, LENT, PAD, PRIVATE, PRIVATE_ID, SEGMENT,
@@ -70,7 +70,7 @@ if TYPE_CHECKING:
 __all__ = ["PAGE", "SHM_DIR", "ShmChannel", "ShmSpaceError", "create_segment", "mib", "pid_alive",
            "pid_stopped", "shm_budget", "space_text", "unlink_quietly", "warn_once"]
 
-_CLOSED, _GONE = "closed", "gone"   # why a sender stopped waiting (resolved without the lock)
+_CLOSED = "closed"   # why a send failed (resolved without the lock: _send_error)
 
 def _lock() -> Any:
     """A channel lock: the native core's GilLock (taken and released with a plain load and
@@ -83,10 +83,10 @@ def _lock() -> Any:
     return threading.Lock()
 
 
-class ShmChannel(LentBodies, StagedBodies, ChannelEnd):
+class ShmChannel(LentBodies, StagedBodies, SendBacklog, ChannelEnd):
     """Messages to and from one peer on this host (large bodies: :class:`StagedBodies`;
-    those of non-blocking sends lent: :class:`LentBodies`; its peer's death and its own
-    close: :class:`ChannelEnd`)."""
+    those of non-blocking sends lent: :class:`LentBodies`; sends waiting for ring room:
+    :class:`SendBacklog`; its peer's death and its own close: :class:`ChannelEnd`)."""
 
     kind = "shm"
 
@@ -117,6 +117,7 @@ class ShmChannel(LentBodies, StagedBodies, ChannelEnd):
         self.mapped: dict[str, mmap.mmap] = {}              # pooled segments of the peer, receiver side
         self._closed = False
         self._pipe: Any = None
+        self.init_backlog()
 
     # The producer's head and the consumer's tail are the rings' own control words (only
     # this side writes each): the native calls move them without touching this object.
@@ -165,6 +166,7 @@ class ShmChannel(LentBodies, StagedBodies, ChannelEnd):
             pipe.lends = int(self.lends())
             with self.send_lock:   # (close sets the flag under it: no close can slip between)
                 pipe.closed = int(self._closed)
+                pipe.backlog = int(bool(self.backlog))
                 self._pipe = pipe
         return self._pipe
 
@@ -173,96 +175,60 @@ class ShmChannel(LentBodies, StagedBodies, ChannelEnd):
         """Append the message to the peer's ring (a large body staged first), then complete.
         ``lend``: the caller keeps its buffer untouched until the request is done, so a
         large body may be lent (shm_lent.py): the request completes once the peer read it.
-
-        ``send_lock`` is held only to stage and write; a full ring is waited for without it,
-        and a failure (peer gone, transport closed, timeout) fails ``req`` after releasing it.
-        """
+        Never waits for the peer: a record the ring has no room for, or one behind such a
+        record, joins the backlog (shm_backlog.py). ``send_lock`` is held only to stage and
+        write; a closed channel fails ``req`` after releasing it."""
         buf, nbytes = req.buf, len(req.buf)
         if nbytes <= self.inline:    # the common case: inline, the ring has room
             with self.send_lock:
                 if self.held:        # PRIVATE copies the peer has released go now
                     self.prune_held()
-                appended = not self.closed and self._try_append(INLINE, req.tag, nbytes, 0, buf, req.sig)
+                appended = (not self.closed and not self.backlog
+                            and self._try_append(INLINE, req.tag, nbytes, 0, buf, req.sig))
             if appended:
                 req.complete(self.peer, nbytes)
                 return
-        # kind, aux, body: a PRIVATE or LENT record's body (None here) carries its release
-        # id, taken only with the append that writes it (under the same hold of send_lock):
-        # RELEASED is a watermark, so ids must reach the ring in order, whichever thread
-        # writes first after a full ring
-        record: tuple[int, int, memoryview | bytes | None] | None = None
-        staged = ""
-        copy = None   # a PRIVATE record's copy, held under its id once written
-        lent = 0      # the release id of a LENT record written
-        engine = self.engine
-        start = time.monotonic()
-        next_check = start + 0.1
-        sleep = 20e-6
-        while True:
-            with self.send_lock:
-                if self.closed:
-                    problem: BaseException | str | None = _CLOSED
-                    break
-                if record is None:
-                    if nbytes <= self.eager:
-                        record = (INLINE, 0, buf)
-                    elif lend and self.python_loans and self.lends():
-                        record = (LENT, buffer_address(buf), None)
-                    else:
-                        try:
-                            kind, staged, offset, ident, copy = self._stage(buf)
-                        except ShmSpaceError as exc:
-                            problem = exc
-                            break
-                        # a segment's name ends at its NUL (the rest of the record is stale
-                        # ring bytes but for a pooled segment's message id right after it)
-                        record = (kind, offset, None if kind == PRIVATE
-                                  else staged.encode() + b"\0" + PRIVATE_ID.pack(ident))
-                kind, aux, body = record
-                release = self.next_private if body is None else 0
-                if kind == PRIVATE:
-                    body = PRIVATE_ID.pack(release)
-                elif kind == LENT:
-                    body = self.lent_body(release)
-                if self._try_append(kind, req.tag, nbytes, aux, body, req.sig):  # type: ignore[arg-type]
-                    if kind != INLINE:
-                        self.outside_until = self.head
-                    if release:
-                        self.next_private = release + 1
-                        if kind == PRIVATE:
-                            self.held[release] = copy   # type: ignore[assignment]
-                        else:
-                            lent = release
-                            self.lent_out(req, lent)
-                    problem = None
-                    break
-            # the ring is full: wait for the peer to read, without the lock
-            engine.progress()   # drain our own inbox, so two flooding ranks cannot deadlock
-            time.sleep(sleep)
-            sleep = min(sleep * 2, 1e-3)
-            if engine._aborted is not None:
-                problem = _CLOSED
-                break
-            now = time.monotonic()
-            if now >= next_check:
-                next_check = now + 0.1
-                if self.peer in engine.lost or not pid_alive(self.peer_pid):
-                    problem = _GONE
-                    break
-                if now - start > engine.timeout:
-                    problem = CommTimeoutError(
-                        f"rank {engine.rank} timed out after {engine.timeout:g} s: its ring to "
-                        f"rank {self.peer} stayed full ({req.describe()})", peer=self.peer)
-                    break
-        if problem is None:
-            if not lent:
-                req.complete(self.peer, nbytes)
+        if not lend and self.backlog_full(nbytes):
+            problem = self.wait_for_room(req, nbytes)
+            if problem is not None:
+                req.fail(self._send_error(problem, req))
+                return
+        queued = False
+        done: list[SendJob] = []
+        with self.send_lock:
+            closed = self.closed
+            if not closed:
+                job = self._job(req, buf, nbytes, lend)    # (ShmSpaceError: raised, nothing sent)
+                done = self.write_backlog() if self.backlog else []
+                if not self.backlog and self.write_job(job):
+                    if job.kind != LENT:
+                        done.append(job)
+                else:
+                    self.queue(job, lend)
+                    queued = True
+                    if job.completed:
+                        done.append(job)
+        if closed:
+            req.fail(self._send_error(_CLOSED, req))
             return
-        if staged:
-            self._unstage(staged)
-        if isinstance(problem, ShmSpaceError):
-            raise problem     # refused before anything was sent: the caller of isend hears at once
-        req.fail(self._send_error(problem, req))
+        if queued:
+            self.engine.backlog_writer.add(self)
+        for j in done:
+            j.req.complete(self.peer, len(j.req.buf))
+
+    def _job(self, req: "Request", buf: memoryview, nbytes: int, lend: bool) -> SendJob:
+        """``req``'s record as it will be written (caller holds ``send_lock``): inline up to
+        the eager limit, lent where the caller lends a larger body and the peer takes
+        loans, else staged now (ShmSpaceError when no room can be had)."""
+        if nbytes <= self.eager:
+            return SendJob(req, INLINE, 0, buf, "", None)
+        if lend and self.python_loans and self.lends():
+            return SendJob(req, LENT, buffer_address(buf), None, "", None)
+        kind, staged, offset, ident, copy = self._stage(buf)
+        # a segment's name ends at its NUL (the rest of the record is stale ring bytes but
+        # for a pooled segment's message id right after it)
+        body = None if kind == PRIVATE else staged.encode() + b"\0" + PRIVATE_ID.pack(ident)
+        return SendJob(req, kind, offset, body, staged, copy)
 
     def try_ack(self, tag: int) -> bool:
         """Write an empty INLINE record of wire ``tag`` (an acknowledgement, Engine.owe_ack)

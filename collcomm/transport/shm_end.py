@@ -43,11 +43,16 @@ class ChannelEnd:
     pool: list[Any]
     mapped: dict[str, Any]
     held: dict[int, np.ndarray]
+    backlog: Any
 
     if TYPE_CHECKING:   # ShmChannel's and LentBodies'
         def poll(self) -> None: ...
 
         def drop_lent(self) -> list[Any]: ...
+
+        def take_backlog(self) -> list[Any]: ...
+
+        def fail_jobs(self, jobs: list[Any], problem: BaseException | str) -> None: ...
 
     def check_alive(self) -> None:
         """Report the peer lost if its process is gone (called with no lock held)."""
@@ -70,7 +75,9 @@ class ChannelEnd:
         most ``linger`` s. A body staged in a segment or held in our memory (PRIVATE) is gone
         once we close, so while the peer has yet to read one we wait up to the job's timeout:
         a reader busy for longer than ``linger`` (a multi-GiB message) must not lose it. Not
-        once the peer has left (it reads no more), and every channel is drained meanwhile
+        once the peer has left (it reads no more). Sends still in the backlog
+        (shm_backlog.py: behind a full ring; only this rank holds them) are waited for as
+        long, then dropped. Every channel is drained meanwhile
         (``engine.progress``), so ranks that each wait for the next one to read cannot wait
         in a circle. Copies the peer has not released are kept (:data:`_kept`), never freed
         under a reader that may still come."""
@@ -84,7 +91,7 @@ class ChannelEnd:
             now = time.monotonic()
             if read < self.head and now < deadline:
                 pass
-            elif read < self.outside_until and now < outside_deadline and linger > 0:
+            elif (read < self.outside_until or self.backlog) and now < outside_deadline and linger > 0:
                 if now >= deadline:   # said once, when it outlasts the linger
                     warn_once(f"close-wait-{self.peer}", (
                         f"rank {self.engine.rank} is leaving but waits (up to "
@@ -99,8 +106,11 @@ class ChannelEnd:
                 break
             time.sleep(0.001)
         with self.send_lock:   # a sender is never mid-write when the pool goes
+            dropped = self.take_backlog()   # (never read: the peer left, or outlasted the wait)
             self.closed = True
             _kept.extend(self.drop_lent())
+        if dropped:
+            self.fail_jobs(dropped, "closed")
         self.out.ctl[LEFT] = 1   # tell the peer we left cleanly (not a crash)
         for name in self.created:
             unlink_quietly(name)

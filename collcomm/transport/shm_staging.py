@@ -79,14 +79,14 @@ class StagedBodies:
     staged_ids: dict[str, int]   # pooled segment name -> id of the message staged there last
     next_staged: int
 
-    def _unstage(self, name: str) -> None:
-        """Give back a pooled staging segment whose record was never written."""
-        with self.send_lock:
-            if self.closed:
-                return
-            for mm, _, pooled in self.pool:
-                if pooled == name:
-                    ACK.pack_into(mm, ACK_AT, self.staged_ids[name])
+    def unstage(self, name: str) -> None:
+        """Give back a pooled staging segment whose record was never written (caller holds
+        ``send_lock``)."""
+        if self.closed:
+            return
+        for mm, _, pooled in self.pool:
+            if pooled == name:
+                ACK.pack_into(mm, ACK_AT, self.staged_ids[name])
 
     def peer_reads_me(self) -> bool:
         """Can the peer read this process's memory (it probed us at the rendezvous)?"""
