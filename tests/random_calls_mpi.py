@@ -24,11 +24,12 @@ MPI_CALLS = ["all_reduce", "reduce", "broadcast", "all_gather", "gather", "scatt
 class MPICaller(Caller):
     """Caller whose calls go through collcomm.MPI.COMM_WORLD."""
 
-    def __init__(self, opts: Any) -> None:
+    def __init__(self, opts: Any, comm: Any = None) -> None:
+        """``comm``: the communicator of the calls (COMM_WORLD by default; the same ranks)."""
         opts.groups = False
         super().__init__(opts)
         from collcomm import MPI
-        self.MPI, self.comm = MPI, MPI.COMM_WORLD
+        self.MPI, self.comm = MPI, MPI.COMM_WORLD if comm is None else comm
 
     def req(self, blocking: str, *args: Any) -> Any:
         """Comm.<blocking>(*args), or its I-form's request where this rank is asynchronous."""

@@ -180,10 +180,14 @@ class Traffic:
         return d.P2POp(d.isend if sending else d.irecv, self.wrap(arr), other, self.groups[m.group], m.tag)
 
     def run_round(self, rnd: Round, number: int) -> None:
+        self.finish_round(rnd, number, *self.start_round(rnd))
+
+    def start_round(self, rnd: Round) -> tuple[dict[int, Any], dict[int, np.ndarray]]:
+        """Make this rank's sides of ``rnd`` (blocking ones to their end); (the works of
+        the others by message index, every side's array by message index)."""
         me = self.rank
         works: dict[int, Any] = {}
         arrays: dict[int, np.ndarray] = {}
-        received_from: dict[int, int] = {}
         if not rnd.at_once:
             for m in rnd.messages:
                 if me in (m.src, m.dst):
@@ -208,6 +212,12 @@ class Traffic:
                         works[i] = w
             for i in order:
                 works[i], arrays[i] = self.side(rnd.messages[i], False)
+        return works, arrays
+
+    def finish_round(self, rnd: Round, number: int, works: dict[int, Any], arrays: dict[int, np.ndarray]) -> None:
+        """Wait for ``works`` in the drawn order, then check the round."""
+        me = self.rank
+        received_from: dict[int, int] = {}
         for i in rnd.waits[me]:
             if i in works:
                 m = rnd.messages[i]

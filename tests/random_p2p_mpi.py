@@ -21,9 +21,10 @@ from tests.random_p2p import Message, Round, Traffic, drive
 class MPITraffic(Traffic):
     """Traffic whose sides go through collcomm.MPI."""
 
-    def __init__(self, groups: bool) -> None:
+    def __init__(self, groups: bool, comm: Any = None) -> None:
+        """``comm``: the communicator standing for the world (COMM_WORLD by default)."""
         from collcomm import MPI
-        self.MPI, world = MPI, MPI.COMM_WORLD
+        self.MPI, world = MPI, MPI.COMM_WORLD if comm is None else comm
         self.rank, size = world.Get_rank(), world.Get_size()
         self.members = [list(range(size))]
         self.groups: list[Any] = [world]
@@ -52,8 +53,8 @@ class MPITraffic(Traffic):
             return None, arr
         return comm.Irecv(arr, source, m.tag), arr
 
-    def run_round(self, rnd: Round, number: int) -> None:
-        MPI, me = self.MPI, self.rank
+    def start_round(self, rnd: Round) -> tuple[dict[int, Any], dict[int, np.ndarray]]:
+        me = self.rank
         works: dict[int, Any] = {}
         arrays: dict[int, np.ndarray] = {}
         order = [m.index for m in rnd.messages] if not rnd.at_once else rnd.order[me]
@@ -64,6 +65,10 @@ class MPITraffic(Traffic):
                 w, arrays[i] = self.side(m, blocking)
                 if w is not None:
                     works[i] = w
+        return works, arrays
+
+    def finish_round(self, rnd: Round, number: int, works: dict[int, Any], arrays: dict[int, np.ndarray]) -> None:
+        me = self.rank
         received_from: dict[int, int] = {}
         done = self._wait_all(works, rnd.waits[me], number)
         for i, status in done.items():
