@@ -1,4 +1,4 @@
-"""Shared-memory messages between the eager limit (always inline, a full ring waited for)
+"""Shared-memory messages between the eager limit (always inline, behind a full ring queued)
 and the inline limit (half the ring): inline while the ring has room for them at once,
 staged otherwise (transport/shm_ring.py inline_limit), natively and on the Python path;
 whichever way each went, a stream of them arrives whole and in order.

@@ -31,9 +31,12 @@ or :meth:`Engine.arriving` / :meth:`Engine.landed` (a message whose body is stil
 read from a socket, straight into the posted buffer when one is waiting).
 
 Where it lives: this module has the :class:`Engine` (setup, the contract's send and
-receive, matching, what channels report, abort and close); engine_wait.py its waits
-(``wait``, ``probe``), liveness checks and timeouts (:class:`~.engine_wait.EngineWaiting`,
-the Engine's base class); request.py the Request, Incoming, Payload and Channel types.
+receive, abort and close); engine_arrivals.py what channels report and the matching and
+delivery (:class:`~.engine_arrivals.EngineArrivals`); engine_wait.py its waits (``wait``,
+``probe``), liveness checks and timeouts (:class:`~.engine_wait.EngineWaiting`);
+engine_deferred.py the deferred receives; shm_backlog.py the writer of sends queued behind
+full rings (all but the last the Engine's base classes); request.py the Request, Incoming,
+Payload and Channel types.
 
 Lock order of the transport (a lock may be taken while holding the ones before it, never
 the other way round; "leaf": nothing else is taken while holding it):
@@ -82,16 +85,17 @@ import threading
 import time
 from typing import Any, Callable
 
-from ..errors import ClosedError, MismatchError, SignatureMismatchError
-from .base import ABORT_SIG, ANY_SOURCE, Buffer, Handle, Transport
+from ..errors import ClosedError, MismatchError
+from .base import ANY_SOURCE, Buffer, Handle, Transport
+from .engine_arrivals import EngineArrivals
 from .engine_deferred import DeferredReceives
 from .engine_wait import EngineWaiting
 from .heap import Heap
 from .shm_backlog import BacklogWriter
-from .request import FULL_MASK, Channel, Incoming, Payload, Request, _Bytes
+from .request import FULL_MASK, Channel, Incoming, Request, _Bytes
 
 
-class Engine(DeferredReceives, EngineWaiting, Transport):
+class Engine(DeferredReceives, EngineWaiting, EngineArrivals, Transport):
     """The process's transport: matching, waiting and failure handling over channels."""
 
     def __init__(self, rank: int, size: int, timeout: float, job: str = "local") -> None:
@@ -276,133 +280,6 @@ class Engine(DeferredReceives, EngineWaiting, Transport):
             ch.close()
         self.heap.clear()
         self.abort(ClosedError(f"rank {self.rank}: transport closed"))
-
-    # -- channels report here -----------------------------------------------------------
-    def arrived(self, source: int, tag: int, nbytes: int, payload: Payload, sig: int = 0) -> None:
-        """A whole message from ``source`` is available in ``payload``."""
-        with self._lock:
-            req = self._match(source, tag)
-            if req is None:
-                self._unexpected.append(Incoming(source, tag, nbytes, payload.detach(), sig))
-        if req is None:
-            if tag & self.prompt_bits:
-                self._prompt = True
-            self._news.set()
-            return
-        self._deliver(req, source, nbytes, payload, sig)
-
-    def arriving(self, source: int, tag: int, nbytes: int, sig: int = 0) -> tuple[memoryview, Any]:
-        """A message's header has arrived; return where to read its body and a token for
-        :meth:`landed`. The body goes straight into a posted buffer when one matches."""
-        with self._lock:
-            req = self._match(source, tag)
-            if req is not None and (sig == ABORT_SIG or (req.sig and sig and req.sig != sig)):
-                body = bytearray(nbytes)        # read aside, then fail the receive
-                view, token = memoryview(body), (req, "signature", sig, body)
-            elif req is not None and nbytes <= len(req.buf):
-                view, token = req.buf[:nbytes], req
-            elif req is not None:  # too large: read it aside, then fail the receive
-                view, token = memoryview(bytearray(nbytes)), (req, "overflow", sig, b"")
-            else:
-                token = Incoming(source, tag, nbytes, None, sig)
-                if tag & self.prompt_bits:
-                    self._prompt = True
-                self._unexpected.append(token)
-                body = bytearray(nbytes)
-                token.payload = _Bytes(body)
-                view = memoryview(body)
-                self._news.set()
-            self._inflight[source] = token   # peer_lost fails its receive if the body never lands
-            return view, token
-
-    def landed(self, source: int, nbytes: int, token: Any) -> None:
-        """The body announced by :meth:`arriving` is complete."""
-        waiter: Request | None = None
-        with self._lock:
-            self._inflight.pop(source, None)
-            if isinstance(token, Incoming):
-                token.ready = True
-                waiter = token.waiter
-        if isinstance(token, Request):
-            token.complete(source, nbytes)
-        elif isinstance(token, tuple):
-            req, why, sig, body = token
-            req.fail_matched(source, self._wrong_signature(req, source, sig, body) if why == "signature"
-                             else self._overflow(req, nbytes))
-        elif waiter is not None:
-            self._deliver(waiter, source, nbytes, token.payload, token.sig)
-
-    def peer_lost(self, peer: int, exc: BaseException, crashed: bool = True) -> None:
-        """``peer`` is gone: fail what is pending with it, refuse what comes later.
-
-        ``crashed``: it died or broke off without leaving cleanly, which also dooms the
-        collectives of its groups that wait on other ranks (see ``wait``'s ``watch``).
-        Called with no lock held (channels record a failure under their own lock and
-        report it after releasing it); the requests are failed after ``_lock`` is released.
-        """
-        with self._lock:
-            if peer in self.lost:
-                return
-            self.lost[peer] = exc
-            self.health[0] = 1
-            if crashed:
-                self.crashed.add(peer)
-            doomed = [r for r in self._posted if r.peer == peer]
-            self._posted = [r for r in self._posted if r.peer != peer]
-            self._unexpected = [i for i in self._unexpected if i.ready or i.source != peer]
-            token = self._inflight.pop(peer, None)   # a receive whose body was still arriving
-            if isinstance(token, Request):
-                doomed.append(token)
-            elif isinstance(token, tuple):
-                doomed.append(token[0])
-            elif token is not None and token.waiter is not None:
-                doomed.append(token.waiter)
-        for req in doomed:
-            req.fail(exc)
-
-    # -- internals -----------------------------------------------------------------------
-    def _match(self, source: int, tag: int) -> Request | None:
-        for i, req in enumerate(self._posted):
-            if ((req.tag == tag or not (req.tag ^ tag) & req.mask)
-                    and (req.peer == source or req.peer == ANY_SOURCE)):
-                del self._posted[i]
-                req.tag = tag      # the tag that arrived (differs from the posted one under a mask)
-                return req
-        return None
-
-    def _overflow(self, req: Request, nbytes: int) -> MismatchError:
-        return MismatchError(f"rank {self.rank}: message of {nbytes} bytes from rank {req.peer} is "
-                             f"larger than the posted receive buffer ({len(req.buf)} bytes, tag {req.tag:#x})")
-
-    def _wrong_signature(self, req: Request, source: int, sig: int,
-                         body: bytes | bytearray = b"") -> SignatureMismatchError:
-        """The error of a receive that matched a message of another call (or an ABORT)."""
-        abandoned = sig == ABORT_SIG
-        if abandoned:
-            sig = int.from_bytes(bytes(body[:8]), "little") if len(body) >= 8 else 0
-        return SignatureMismatchError(
-            f"rank {self.rank}: the message from rank {source} (signature {sig:#018x}) belongs to "
-            f"another call than the receive posted for it (signature {req.sig:#018x})"
-            + (" (it abandoned the call)" if abandoned else ""),
-            mine=req.sig, theirs=sig, peer=source, rank=self.rank, abandoned=abandoned)
-
-    def _deliver(self, req: Request, source: int, nbytes: int, payload: Any, sig: int = 0) -> None:
-        try:
-            if sig == ABORT_SIG or (req.sig and sig and req.sig != sig):
-                body = bytearray(min(nbytes, 8))
-                if body:
-                    scratch = bytearray(nbytes)
-                    payload.copy_into(memoryview(scratch))
-                    body = scratch[:8]
-                req.fail_matched(source, self._wrong_signature(req, source, sig, body))
-                return
-            if nbytes > len(req.buf):
-                req.fail_matched(source, self._overflow(req, nbytes))
-                return
-            payload.copy_into(req.buf[:nbytes])
-        finally:
-            payload.release()
-        req.complete(source, nbytes)
 
     def _check_open(self) -> None:
         if self._aborted is not None:

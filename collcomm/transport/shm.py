@@ -3,7 +3,7 @@
 Every rank owns an *inbox*: one POSIX shared-memory segment holding a ring per local
 sender. The sender appends records to its ring in the peer's inbox and the peer reads
 them (shm_ring.py: the inbox, the ring and the record format). A message up to the eager
-limit travels inline in its record (a full ring is waited for), one up to the inline
+limit travels inline in its record (queued behind a full ring), one up to the inline
 limit (half the ring) too when the ring has room for it at once; a larger one of a
 non-blocking send is lent (read by the receiver straight out of the sender's buffer,
 shm_lent.py); any other is staged:
@@ -99,7 +99,7 @@ class ShmChannel(LentBodies, StagedBodies, SendBacklog, ChannelEnd):
         self.inp = _Ring(inbox.mm, slot_offset(peer_slot, inbox.ring), inbox.ring)   # I consume
         populate(peer_inbox, self.out.base, CTL_BYTES + out_ring, True)    # no page faults on
         populate(inbox.mm, self.inp.base, CTL_BYTES + inbox.ring, False)  # a ring's first pass
-        self.eager = eager_limit(out_ring)       # inline always (a full ring waited for)
+        self.eager = eager_limit(out_ring)       # inline always (behind a full ring: queued)
         self.inline = inline_limit(out_ring)     # inline if the ring has room now, else staged
         self.my_slot = my_slot
         self.held: dict[int, np.ndarray] = {}    # PRIVATE messages the peer has yet to read
