@@ -220,3 +220,24 @@ def test_stopped_rank_is_given_up_on_in_shared_memory():
         kind, peer, took = o.value
         assert (kind, peer) == ("PeerLostError", 1), o.value
         assert 2 <= took < 8, took
+
+
+def test_an_arena_gone_at_setup_names_the_member_that_died() -> None:
+    """A member dies while a group's arena is set up: the group's first rank's sync finds
+    the death, raises PeerLostError and unlinks the arena, so a rank that comes to open it
+    later finds it gone; it too raises PeerLostError naming the dead rank (it raised a
+    ClosedError guessing at /dev/shm or a timeout: the random fault campaign of session 28).
+    With every member alive the ClosedError and its causes stay."""
+    import subprocess
+    import sys
+
+    from collcomm.errors import ClosedError
+    from collcomm.transport.arena import _arena_gone
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()                                   # a pid nobody has any more
+    err = _arena_gone(1, "/dev/shm/x", [os.getpid(), os.getpid(), gone.pid], [4, 5, 6])
+    assert isinstance(err, PeerLostError) and err.peer == 6, err
+    assert "rank 6" in str(err) and "died" in str(err) and "rank 5 found the arena" in str(err), err
+    err = _arena_gone(1, "/dev/shm/x", [os.getpid()] * 3, [4, 5, 6])
+    assert type(err) is ClosedError and "Rank 4 (the group's first)" in str(err), err

@@ -354,6 +354,26 @@ def _create(name: str, n: int, slot: int, ranks: Sequence[int]) -> tuple[mmap.mm
     return mm, slot
 
 
+def _arena_gone(rank: int, path: str, pids: Sequence[int], ranks: Sequence[int]) -> BaseException:
+    """Why the arena ``path`` was gone when this rank came to open it: a member died (the
+    group's first rank gave it up when its sync found the death: PeerLostError naming the
+    dead rank, as that rank raised), else ClosedError with the other causes."""
+    from .peer_process import pid_alive
+
+    dead = [r for r, pid in enumerate(pids) if r != rank and not pid_alive(pid)]
+    if dead:
+        g = ranks[dead[0]]
+        return PeerLostError(
+            f"rank {g} (pid {pids[dead[0]]}, same host) died while the group's shared-memory "
+            f"arena was being set up; rank {ranks[rank]} found the arena {path} gone (rank "
+            f"{ranks[0]}, the group's first, gave it up)", peer=g)
+    return ClosedError(
+        f"rank {ranks[rank]} cannot open the group's shared-memory arena {path}: it is "
+        f"gone. Rank {ranks[0]} (the group's first) either could not create it (no room "
+        "in /dev/shm: see its error) or gave up waiting for the group's other ranks "
+        "(it timed out: this rank came too late)")
+
+
 def build(n: int, rank: int, name: str, pids: Sequence[int], ranks: Sequence[int], timeout: float,
           create: bool, announce: Callable[[], None], wait_created: Callable[[], None]) -> Arena:
     """Create (rank 0) or open the arena segment ``name``; unlink once everyone mapped it.
@@ -378,11 +398,7 @@ def build(n: int, rank: int, name: str, pids: Sequence[int], ranks: Sequence[int
             try:
                 fd = os.open(path, os.O_RDWR)
             except FileNotFoundError:
-                raise ClosedError(
-                    f"rank {ranks[rank]} cannot open the group's shared-memory arena {path}: it is "
-                    f"gone. Rank {ranks[0]} (the group's first) either could not create it (no room "
-                    "in /dev/shm: see its error) or gave up waiting for the group's other ranks "
-                    "(it timed out: this rank came too late)") from None
+                raise _arena_gone(rank, path, pids, ranks) from None
             try:
                 size = os.fstat(fd).st_size
                 header = arena_size(n, 0) - PHASES * n * PAGE
