@@ -12,19 +12,21 @@ Run = Callable[[int, int], list[str]]
 
 def in_torch_job(body: Callable[[Any], list[str]]) -> list[str]:
     """``body(torch.distributed)`` with the default group initialised on the collcomm
-    backend (unless it already is), destroyed afterwards."""
+    backend (unless it already is: then left as it is), destroyed afterwards."""
     import warnings
 
     import torch.distributed as td
 
     import collcomm.torch  # noqa: F401 - registers the backend
     warnings.filterwarnings("ignore", category=FutureWarning)   # (all_gather_into_tensor's new name)
-    if not td.is_initialized():
+    here = not td.is_initialized()
+    if here:
         td.init_process_group("collcomm")
     try:
         return body(td)
     finally:
-        td.destroy_process_group()
+        if here:
+            td.destroy_process_group()
 
 
 def main(run: Run, init: bool = True) -> None:
