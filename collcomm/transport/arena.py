@@ -51,7 +51,7 @@ from .arena_layout import PHASE as PHASE_WORD
 from .arena_layout import SETTINGS as SETTINGS_WORD
 from .arena_layout import SIZE as SIZE_WORD
 from .arena_layout import SLEEPERS as SLEEPERS_WORD
-from .peer_process import cpus
+from .peer_process import cpus, pid_alive
 from .shm import PAGE
 
 SPIN, YIELD = 400, 100
@@ -358,8 +358,6 @@ def _arena_gone(rank: int, path: str, pids: Sequence[int], ranks: Sequence[int])
     """Why the arena ``path`` was gone when this rank came to open it: a member died (the
     group's first rank gave it up when its sync found the death: PeerLostError naming the
     dead rank, as that rank raised), else ClosedError with the other causes."""
-    from .peer_process import pid_alive
-
     dead = [r for r, pid in enumerate(pids) if r != rank and not pid_alive(pid)]
     if dead:
         g = ranks[dead[0]]
@@ -423,6 +421,10 @@ def build(n: int, rank: int, name: str, pids: Sequence[int], ranks: Sequence[int
                 arena.native_core.pids = tuple(arena.pids)
                 arena.native_core.reduce_cma_min = REDUCE_CMA_MIN
                 arena.native_core.reduce_cma_max = min(REDUCE_CMA_MAX, arena.slot)
+    except PeerLostError:
+        if not create and not pid_alive(pids[0]):
+            unlink_quietly(name)  # its creator died before it could: nobody else will
+        raise
     finally:
         if create:                # also when a rank never came: nothing may stay behind
             unlink_quietly(name)
