@@ -284,3 +284,44 @@ def test_a_rank_killed_in_random_overlapping_traffic() -> None:
         assert o.ok and o.value[0] != "no error", (o.rank, o.error_type, o.error, o.value)
         when, cls, msg, rounds, wrong = o.value
         assert cls == "PeerLostError" and wrong == [] and when - killed_at < 5.0, (o.rank, o.value)
+
+
+def _waitany_on(dead: bool) -> dict:
+    from collcomm import MPI
+    comm = MPI.COMM_WORLD
+    comm.Barrier()
+    if comm.Get_rank() == 1:
+        if dead:
+            time.sleep(0.3)
+            os._exit(3)
+        time.sleep(4.0)                 # alive, silent: rank 0's polls must time out
+        return {}
+    out = {}
+    for call in ("Waitany", "Waitsome"):
+        reqs = [comm.Irecv(np.zeros(4), 1, 5), comm.Irecv(np.zeros(4), 1, 6)]
+        t0 = time.monotonic()
+        try:
+            getattr(MPI.Request, call)(reqs)
+            out[call] = "returned"
+        except MPI.Exception as exc:
+            out[call] = (type(exc).__name__, round(time.monotonic() - t0, 2), str(exc)[:200])
+    return out
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("dead", [True, False], ids=["peer-died", "peer-silent"])
+def test_waitany_and_waitsome_check_peers_and_time_out(dead: bool) -> None:
+    """collcomm.MPI's Waitany / Waitsome poll their requests with tests, which check no
+    peer: a rank whose requests wait on a rank that died polled forever (a random kill,
+    session 28). Now the peers are checked every 100 ms (PeerLostError naming the dead
+    rank) and the world's timeout bounds the poll (CommTimeoutError)."""
+    outs = run_ranks(_waitany_on, 2, dead, timeout=60, expect_failure=True,
+                     env={"COLLCOMM_TIMEOUT": "1.5"})
+    got = outs[0].value
+    assert outs[0].ok, (outs[0].error_type, outs[0].error)
+    for call in ("Waitany", "Waitsome"):
+        kind, seconds, text = got[call]
+        if dead:
+            assert kind == "PeerLostError" and "rank 1" in text and seconds < 3.0, got
+        else:
+            assert kind == "CommTimeoutError" and call in text and 1.4 < seconds < 4.0, got

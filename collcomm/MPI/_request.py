@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Sequence
 
-from ..errors import CollcommError
+from ..errors import CollcommError, CommTimeoutError
 from ._consts import ANY_SOURCE, ANY_TAG, UNDEFINED
 from ._errors import ERR_REQUEST, Exception as MPIException, translate
 from ._status import Status
@@ -84,14 +84,41 @@ def _fill(status: Status | None, op: Any) -> None:
             status._set(op.source, op.tag, op.nbytes, op.cancelled)
 
 
-def _poll(done: Callable[[], bool]) -> None:
-    """Wait until ``done()`` (which makes progress), spinning briefly, then sleeping."""
+#: how often a poll of several requests checks the peers (as a wait on one does)
+LIVENESS_PERIOD = 0.1
+
+
+def _poll(done: Callable[[], bool], call: str, count: int) -> None:
+    """Wait until ``done()`` (which makes progress: the requests' tests), spinning briefly,
+    then sleeping. Tests check no peer, so every ``LIVENESS_PERIOD`` the peers are checked
+    (a lost one fails the requests pending with it, which ``done()`` then finds), and past
+    the world's timeout ``call`` raises, as a wait on one request does: a ``Waitany`` on
+    requests of a rank that died used to poll forever (a random kill, session 28)."""
     rounds, sleep = 0, 20e-6
+    start = next_check = 0.0
     while not done():
         rounds += 1
-        if rounds > 100:
-            time.sleep(sleep)
-            sleep = min(sleep * 2, 1e-3)
+        if rounds <= 100:
+            continue
+        time.sleep(sleep)
+        sleep = min(sleep * 2, 1e-3)
+        now = time.monotonic()
+        if not start:
+            start, next_check = now, now + LIVENESS_PERIOD
+        elif now >= next_check:
+            next_check = now + LIVENESS_PERIOD
+            _check(call, count, now - start)
+
+
+def _check(call: str, count: int, waited: float) -> None:
+    """The peers' liveness (through the world's engine), then the world's timeout."""
+    from ..core import p2p, runtime
+    world = runtime.get_world(call)
+    p2p.transport(world).check_peers()
+    if waited > world.timeout:
+        raise translate(CommTimeoutError(
+            f"{call} on {count} request(s): none completed within {world.timeout:g} s "
+            "(COLLCOMM_TIMEOUT); a peer that never answers is an error, not a hang"))
 
 
 class Request:
@@ -241,7 +268,7 @@ class Request:
                     return True
             return False
 
-        _poll(any_done)
+        _poll(any_done, "Waitany", len(requests))
         requests[found[0]].Wait(status)
         return found[0]
 
@@ -266,7 +293,7 @@ class Request:
             done[:] = [i for i, r in enumerate(requests) if r._op is not None and r._test_op()]
             return bool(done)
 
-        _poll(some_done)
+        _poll(some_done, "Waitsome", len(requests))
         for k, i in enumerate(done):
             requests[i].Wait(_nth(statuses, k))
         return done

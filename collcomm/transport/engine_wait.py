@@ -251,6 +251,14 @@ class EngineWaiting:
                 return
             next_check = self._checkpoint(req, start, limit, next_check, watch, withdraw)
 
+    def check_peers(self) -> None:
+        """Check every peer's liveness now (what a wait does every ``LIVENESS_PERIOD``): a
+        lost one fails the requests pending with it. For a caller that polls requests with
+        ``test()``, which checks nothing (collcomm.MPI's ``Waitany`` / ``Waitsome``)."""
+        for p, ch in list(self.channels.items()):
+            if p not in self.lost:
+                ch.check_alive()
+
     def _check_liveness(self, req: Request, watch: Sequence[int] = ()) -> None:
         peers = list(self.channels.keys()) if req.peer == ANY_SOURCE else [req.peer, *watch]
         for p in peers:
