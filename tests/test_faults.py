@@ -241,6 +241,9 @@ def test_an_arena_gone_at_setup_names_the_member_that_died() -> None:
     assert "rank 6" in str(err) and "died" in str(err) and "rank 5 found the arena" in str(err), err
     err = _arena_gone(1, "/dev/shm/x", [os.getpid()] * 3, [4, 5, 6])
     assert type(err) is ClosedError and "Rank 4 (the group's first)" in str(err), err
+    # the first rank gone says nothing: it gave the arena up (no room, a timeout) and left
+    err = _arena_gone(1, "/dev/shm/x", [gone.pid, os.getpid(), os.getpid()], [4, 5, 6])
+    assert type(err) is ClosedError, err
 
 
 def test_an_arena_whose_creator_died_is_unlinked_by_the_others() -> None:
@@ -294,14 +297,16 @@ def _waitany_on(dead: bool) -> dict:
         if dead:
             time.sleep(0.3)
             os._exit(3)
-        time.sleep(4.0)                 # alive, silent: rank 0's polls must time out
+        time.sleep(6.0)                 # alive, silent: rank 0's polls must time out
         return {}
     out = {}
-    for call in ("Waitany", "Waitsome"):
+    for call in ("Waitany", "Waitsome", "Waitany-any"):
         reqs = [comm.Irecv(np.zeros(4), 1, 5), comm.Irecv(np.zeros(4), 1, 6)]
+        if call == "Waitany-any":      # (every peer lost: nobody can answer it either)
+            reqs = [comm.Irecv(np.zeros(4), MPI.ANY_SOURCE, 7)]
         t0 = time.monotonic()
         try:
-            getattr(MPI.Request, call)(reqs)
+            getattr(MPI.Request, call.split("-")[0])(reqs)
             out[call] = "returned"
         except MPI.Exception as exc:
             out[call] = (type(exc).__name__, round(time.monotonic() - t0, 2), str(exc)[:200])
@@ -319,9 +324,9 @@ def test_waitany_and_waitsome_check_peers_and_time_out(dead: bool) -> None:
                      env={"COLLCOMM_TIMEOUT": "1.5"})
     got = outs[0].value
     assert outs[0].ok, (outs[0].error_type, outs[0].error)
-    for call in ("Waitany", "Waitsome"):
+    for call in ("Waitany", "Waitsome", "Waitany-any"):
         kind, seconds, text = got[call]
         if dead:
             assert kind == "PeerLostError" and "rank 1" in text and seconds < 3.0, got
-        else:
+        elif call != "Waitany-any":
             assert kind == "CommTimeoutError" and call in text and 1.4 < seconds < 4.0, got

@@ -111,14 +111,20 @@ def _poll(done: Callable[[], bool], call: str, count: int) -> None:
 
 
 def _check(call: str, count: int, waited: float) -> None:
-    """The peers' liveness (through the world's engine), then the world's timeout."""
+    """The peers' liveness (through the world's engine), then the timeout a wait would
+    have here (the world's, or the innermost ``collcomm.call_timeout``)."""
     from ..core import p2p, runtime
-    world = runtime.get_world(call)
-    p2p.transport(world).check_peers()
-    if waited > world.timeout:
-        raise translate(CommTimeoutError(
-            f"{call} on {count} request(s): none completed within {world.timeout:g} s "
-            "(COLLCOMM_TIMEOUT); a peer that never answers is an error, not a hang"))
+    from ..core.timeouts import current_timeout
+    try:
+        world = runtime.get_world(call)
+        p2p.transport(world).check_peers()
+        limit = current_timeout(world.timeout)
+        if waited > limit:
+            raise CommTimeoutError(
+                f"{call} on {count} request(s): none completed within {limit:g} s "
+                "(COLLCOMM_TIMEOUT); a peer that never answers is an error, not a hang")
+    except CollcommError as exc:
+        raise translate(exc) from exc
 
 
 class Request:

@@ -357,8 +357,10 @@ def _create(name: str, n: int, slot: int, ranks: Sequence[int]) -> tuple[mmap.mm
 def _arena_gone(rank: int, path: str, pids: Sequence[int], ranks: Sequence[int]) -> BaseException:
     """Why the arena ``path`` was gone when this rank came to open it: a member died (the
     group's first rank gave it up when its sync found the death: PeerLostError naming the
-    dead rank, as that rank raised), else ClosedError with the other causes."""
-    dead = [r for r, pid in enumerate(pids) if r != rank and not pid_alive(pid)]
+    dead rank, as that rank raised), else ClosedError with the other causes. Not the first
+    rank itself: it is the one that gave the arena up (and may have exited since, having
+    raised), so its being gone tells nothing."""
+    dead = [r for r, pid in enumerate(pids) if r not in (0, rank) and not pid_alive(pid)]
     if dead:
         g = ranks[dead[0]]
         return PeerLostError(

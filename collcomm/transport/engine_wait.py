@@ -258,6 +258,12 @@ class EngineWaiting:
         for p, ch in list(self.channels.items()):
             if p not in self.lost:
                 ch.check_alive()
+        if self.lost and len(self.lost) == len(self.channels):   # nobody left to answer
+            with self._lock:                                    # an any-source receive
+                doomed = [r for r in self._posted if r.peer == ANY_SOURCE]
+                self._posted = [r for r in self._posted if r.peer != ANY_SOURCE]
+            for req in doomed:
+                req.fail(next(iter(self.lost.values())))
 
     def _check_liveness(self, req: Request, watch: Sequence[int] = ()) -> None:
         peers = list(self.channels.keys()) if req.peer == ANY_SOURCE else [req.peer, *watch]
