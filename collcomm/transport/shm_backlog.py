@@ -229,9 +229,15 @@ class SendBacklog:
         engine = self.engine
         start = time.monotonic()
         next_check, sleep = start + LIVENESS_PERIOD, WRITER_SLEEP[0]
-        while self.backlog_full(nbytes):
+        while True:
             if self.closed or engine._aborted is not None:
                 return "closed"
+            if self.peer in engine.lost:      # (the writer thread may have found it first,
+                return "gone"                 # and dropped the backlog: no room to wait for)
+            if self.inp.ctl[LEFT]:
+                return self._death_error()
+            if not self.backlog_full(nbytes):
+                return None
             engine.progress()
             time.sleep(sleep)
             sleep = min(sleep * 2, WRITER_SLEEP[1])
@@ -245,7 +251,6 @@ class SendBacklog:
                         f"rank {engine.rank} timed out after {engine.timeout:g} s: its ring to rank "
                         f"{self.peer} stayed full, {self.backlog_bytes} bytes queued behind it "
                         f"({req.describe()})", peer=self.peer)
-        return None
 
 
 class BacklogWriter:
