@@ -72,6 +72,7 @@ __all__ = ["PAGE", "SHM_DIR", "ShmChannel", "ShmSpaceError", "create_segment", "
 
 _CLOSED = "closed"   # why a send failed (resolved without the lock: _send_error)
 
+
 def _lock() -> Any:
     """A channel lock: the native core's GilLock (taken and released with a plain load and
     store under the GIL; see native/_gil_lock.c) where there is a core and a GIL, else a

@@ -244,7 +244,7 @@ class SendBacklog:
             now = time.monotonic()
             if now >= next_check:
                 next_check = now + LIVENESS_PERIOD
-                if self.peer in engine.lost or not pid_alive(self.peer_pid):
+                if not pid_alive(self.peer_pid):    # (lost: checked above every round)
                     return "gone"
                 if now - start > engine.timeout:
                     return CommTimeoutError(
