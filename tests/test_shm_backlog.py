@@ -38,10 +38,14 @@ def _flood() -> dict:
 
     # isends (small enough not to be lent) and, behind them, large ones (lent, or staged)
     # and a large blocking send (staged), while the receiver, its receives posted, sleeps
-    # outside the library (so nothing drains the ring), then waits in a barrier
+    # outside the library (so nothing drains the ring), then waits in a barrier. The
+    # sender starts when the receiver's "go" message arrives, not when a barrier lets it
+    # go: a receiver still waiting in that barrier (descheduled on a busy machine) would
+    # progress its posted receives and drain the ring while the sender fills it.
+    go = np.zeros(1, np.float32)
     if me == 0:
         pieces = [np.full(PIECE, i, np.float32) for i in range(PIECES)]
-        dist.barrier()
+        dist.recv(go, other, tag=9)
         works = [dist.isend(b, other, tag=1) for b in pieces]
         works += [dist.isend(h, other, tag=1) for h in huge[:2]]
         dist.send(huge[2], other, tag=1)
@@ -52,7 +56,7 @@ def _flood() -> dict:
     else:
         got = [np.zeros(PIECE, np.float32) for _ in range(PIECES)] + [np.zeros(HUGE, np.float32) for _ in range(3)]
         works = [dist.irecv(g, other, tag=1) for g in got]
-        dist.barrier()
+        dist.send(go, other, tag=9)
         time.sleep(0.3)
         dist.barrier()
         for w in works:
@@ -86,7 +90,7 @@ def _flood() -> dict:
     # collcomm.MPI: Send past the ring's room, the receiver's Irecvs waited after Barriers
     comm = MPI.COMM_WORLD
     if me == 0:
-        comm.Barrier()
+        comm.Recv(go, other, 9)
         for b in bigs:
             comm.Send(b, other, 3)
         out["mpi queued"] = len(ch.backlog)
@@ -94,7 +98,7 @@ def _flood() -> dict:
     else:
         got = [np.zeros(BIG, np.float32) for _ in range(COUNT)]
         reqs = [comm.Irecv(g, other, 3) for g in got]
-        comm.Barrier()
+        comm.Send(go, other, 9)
         time.sleep(0.3)
         comm.Barrier()
         MPI.Request.Waitall(reqs)
