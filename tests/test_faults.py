@@ -232,7 +232,7 @@ def test_an_arena_gone_at_setup_names_the_member_that_died() -> None:
     import sys
 
     from collcomm.errors import ClosedError
-    from collcomm.transport.arena import _arena_gone
+    from collcomm.transport.arena_setup import _arena_gone
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()                                   # a pid nobody has any more
@@ -254,7 +254,7 @@ def test_an_arena_whose_creator_died_is_unlinked_by_the_others() -> None:
     import subprocess
     import sys
 
-    from collcomm.transport import arena as arena_mod
+    from collcomm.transport import arena_setup
     from collcomm.transport.shm_segments import SHM_DIR
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -268,7 +268,7 @@ def test_an_arena_whose_creator_died_is_unlinked_by_the_others() -> None:
     path = os.path.join(SHM_DIR, name)
     try:
         with pytest.raises(PeerLostError):
-            arena_mod.build(2, 1, name, [gone.pid, os.getpid()], [0, 1], 1.0, False, lambda: None, creator_died)
+            arena_setup.build(2, 1, name, [gone.pid, os.getpid()], [0, 1], 1.0, False, lambda: None, creator_died)
         assert not os.path.exists(path)
     finally:
         if os.path.exists(path):      # (failing, the test leaves nothing behind either)

@@ -27,7 +27,7 @@ _POPULATE = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
 def build_arena(group: ProcessGroup, comm: GroupComm) -> Any:
     """The arena of ``group`` (:mod:`collcomm.transport.arena`), built inside the call
     ``comm`` belongs to by every rank of the group together."""
-    from ..transport import arena as arena_mod
+    from ..transport.arena_setup import build
 
     engine: Any = group.transport
     pids = [os.getpid() if r == group.global_rank else engine.channels[r].peer_pid
@@ -45,9 +45,8 @@ def build_arena(group: ProcessGroup, comm: GroupComm) -> Any:
     def wait_created() -> None:
         setup.irecv(token, 0).wait()
 
-    arena = arena_mod.build(group.size, group.rank, name, pids, group.ranks,
-                            comm._timeout or group.timeout, group.rank == 0,
-                            announce, wait_created)
+    arena = build(group.size, group.rank, name, pids, group.ranks,
+                  comm._timeout or group.timeout, group.rank == 0, announce, wait_created)
     arena.set_progress(engine.collective_progress())
     return arena
 
