@@ -34,7 +34,8 @@ from ._errors import (  # noqa: F401
 from ._types import PREDEFINED as _TYPES, Datatype
 from ._ops import PREDEFINED as _OPS, Op
 from ._msg import BOTTOM, BUFFER_AUTOMATIC, IN_PLACE
-from ._request import REQUEST_NULL, Prequest, Request, Status
+from ._prequest import Prequest
+from ._request import REQUEST_NULL, Request, Status
 from ._group import GROUP_EMPTY, GROUP_NULL, Group
 from ._misc import (
     ERRHANDLER_NULL, ERRORS_ABORT, ERRORS_ARE_FATAL, ERRORS_RETURN, INFO_ENV, INFO_NULL, Errhandler, Info,

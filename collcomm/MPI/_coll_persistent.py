@@ -2,7 +2,7 @@
 ``Scatter_init``, ``Allgather_init``, ``Alltoall_init``, ``Reduce_init``, ``Allreduce_init``,
 ``Reduce_scatter_block_init``, ``Reduce_scatter_init``.
 
-Each returns a persistent request (:func:`._request.persistent`) whose ``Start()`` runs the
+Each returns a persistent request (:func:`._prequest.persistent`) whose ``Start()`` runs the
 call again as its ``I…`` form would, through the same implementation of
 :class:`._coll.BufferCollectives` (the buffers and arguments given here, read anew at each
 start); ``info`` is accepted and ignored.
@@ -13,7 +13,8 @@ from typing import Any
 
 from ._coll import BufferCollectives
 from ._ops import SUM
-from ._request import WorkOp, persistent
+from ._prequest import persistent
+from ._request import WorkOp
 
 
 class PersistentCollectives(BufferCollectives):

@@ -24,7 +24,8 @@ from ._coll import _not_root_in_place, _request, _run
 from ._errors import ERR_ROOT, Exception as MPIException
 from ._msg import IN_PLACE, packed, simple, vector
 from ._ops import SUM, core_op
-from ._request import Request, WorkOp, persistent
+from ._prequest import persistent
+from ._request import Request, WorkOp
 from ._types import as_datatype
 
 

@@ -35,7 +35,8 @@ from ._p2p_ops import (
 from ._types import _BY_NUMPY
 from ..core.p2p_loans import patience_ns
 from ..transport.shm_lent import LEND_FROM
-from ._request import Done, Request, Status, persistent
+from ._prequest import persistent
+from ._request import Done, Request, Status
 
 
 # ----------------------------------------------------------------------------- the mixin

@@ -1,4 +1,4 @@
-"""``Request`` (and ``Prequest``, persistent) and the completion functions.
+"""``Request`` and the completion functions (``Prequest``, persistent: :mod:`._prequest`).
 
 A :class:`Request` holds one pending operation (an object with ``test()``, ``wait()``,
 ``cancel()`` and, once done, ``source``, ``tag``, ``nbytes``, ``cancelled``, ``value``):
@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 
 from ..errors import CollcommError, CommTimeoutError
 from ._consts import ANY_SOURCE, ANY_TAG, UNDEFINED
-from ._errors import ERR_REQUEST, Exception as MPIException, translate
+from ._errors import translate
 from ._status import Status
 
 
@@ -358,60 +358,6 @@ def _nth(statuses: list[Status] | None, i: int) -> Status | None:
     while len(statuses) <= i:
         statuses.append(Status())
     return statuses[i]
-
-
-class _Persistent:
-    __slots__ = ("start",)
-
-    def __init__(self, start: Callable[[], Any]) -> None:
-        self.start = start
-
-
-class Prequest(Request):
-    """A persistent request (``Send_init``, ``Recv_init``, ``Bcast_init`` …): ``Start()``
-    begins the operation again; completing it leaves the request inactive, not null."""
-
-    __slots__ = ("_persist",)
-
-    def __init__(self, request: "Request | None" = None) -> None:
-        super().__init__(request)
-        self._persist: _Persistent | None = getattr(request, "_persist", None)
-
-    def _key(self) -> Any:
-        return self._persist
-
-    def _completed(self) -> None:
-        self._op = None          # inactive; Start() makes it active again
-
-    def Start(self) -> None:  # noqa: N802
-        if self._persist is None:
-            raise MPIException(ERR_REQUEST, "Prequest.Start: the request was freed")
-        if self._op is not None:
-            raise MPIException(ERR_REQUEST, "Prequest.Start: the request is still active; "
-                                            "complete it (Wait/Test) before starting it again")
-        self._op = self._persist.start()
-
-    start = Start
-
-    @classmethod
-    def Startall(cls, requests: Sequence["Prequest"]) -> None:  # noqa: N802
-        for r in requests:
-            r.Start()
-
-    startall = Startall
-
-    def Free(self) -> None:  # noqa: N802
-        self._op = None
-        self._persist = None
-
-    free = Free
-
-
-def persistent(start: Callable[[], Any]) -> Prequest:
-    """An inactive Prequest whose Start() calls ``start()`` for a new operation."""
-    p = Prequest()
-    p._persist = _Persistent(start)
-    return p
 
 
 REQUEST_NULL = Request()
