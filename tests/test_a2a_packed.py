@@ -1,5 +1,5 @@
 """A staged all_to_all packs its blocks in a slot at the largest block's size rounded up to
-a cache line (shm_move.a2a_piece; the native core computes the same number): every rank
+a cache line (shm_a2a.a2a_piece; the native core computes the same number): every rank
 must agree on where each block lies, the ranks on the Python path and those in C alike.
 
 Uneven blocks whose largest is no multiple of a cache line, over dtypes of 1, 4 and 16

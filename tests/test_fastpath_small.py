@@ -1,7 +1,7 @@
 """Small calls that take fewer syncs: what they move and how many syncs they take.
 
 A small all_to_all(v) stages its data with its split sizes, so the agreement's one sync
-moves it too (shm_move.a2a_eager, native/_collectives_move.c); a rank whose send buffer
+moves it too (shm_a2a.a2a_eager, native/_collectives_move.c); a rank whose send buffer
 is too large for that makes every rank take the rounds. These jobs run the native core
 on every rank and mixed (one rank on the Python path: the two implement one protocol),
 with sizes on both sides of the limit, and count each call's syncs on the arena's

@@ -11,7 +11,8 @@ One module per family, each opening with a description of its steps and costs:
 * :mod:`.pairwise` — pairwise exchange all_to_all(v);
 * :mod:`.dissemination` — dissemination barrier;
 * :mod:`.shm_direct` — every collective through one shared-memory arena (one host; its
-  code in :mod:`.shm_stage`, :mod:`.shm_reduce`, :mod:`.shm_move` and :mod:`.shm_large`);
+  code in :mod:`.shm_stage`, :mod:`.shm_reduce`, :mod:`.shm_move`, :mod:`.shm_a2a`,
+  :mod:`.shm_scatter` and :mod:`.shm_large`);
 * :mod:`.hierarchical` — shared memory inside hosts, TCP between host leaders;
 * :mod:`.cost` — the α-β cost model behind ``algorithm="auto"``;
 * :mod:`.registry` — ``ALGORITHMS``, :func:`available`, :func:`select` (the auto rule).

@@ -55,7 +55,7 @@ from the same point); or the whole call, which the Python code then runs.
 
 The code: :mod:`.shm_stage` (entering a call, publishing and reading data, the native
 statuses), :mod:`.shm_reduce` (all_reduce, reduce, reduce_scatter), :mod:`.shm_move`
-(broadcast, all_gather, gather, all_to_all), :mod:`.shm_scatter` and :mod:`.shm_large`
+(broadcast, all_gather, gather), :mod:`.shm_a2a` (all_to_all(v)), :mod:`.shm_scatter` and :mod:`.shm_large`
 (how large rooted and one-to-many calls go). This module is the family: its collectives are importable here as
 ``shm_direct.<collective>``, the very functions of those modules (the registry and the
 fast call find them here by name and tell them apart by identity), and it holds
@@ -66,7 +66,8 @@ from __future__ import annotations
 from typing import Any
 
 from .contract import ShmComm
-from .shm_move import all_gather, all_to_all, all_to_all_after, broadcast, broadcast_after, gather, gather_after
+from .shm_a2a import all_to_all, all_to_all_after
+from .shm_move import all_gather, broadcast, broadcast_after, gather, gather_after
 from .shm_large import reads_peers
 from .shm_scatter import scatter, scatter_after
 from .shm_reduce import all_reduce, all_reduce_after, reduce, reduce_cma_after, reduce_scatter

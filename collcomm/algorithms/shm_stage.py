@@ -236,3 +236,11 @@ def any_in_place(arena: Arena, phase: int) -> bool:
         if arena.get(r, word):
             return True
     return False
+
+
+def peers_from_next(me: int, n: int) -> list[int]:
+    """Every rank but ``me``, from the next one on (me + 1, me + 2, ... mod n): the order
+    all_to_all and all_gather read their peers in (the native core's too), so no peer is
+    read by every rank at once (all from rank 0 first took 1.3-1.5x as long by cross-memory
+    attach: BENCHMARKS.md session 15)."""
+    return [(me + i) % n for i in range(1, n)]
