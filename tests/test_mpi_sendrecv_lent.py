@@ -1,5 +1,5 @@
 """collcomm.MPI's Sendrecv lends its send buffer from C (native/_p2p_lend.c), and a native
-receive reads a LENT record by cross-memory attach (native/_p2p.c pipe_read_lent).
+receive reads a LENT record by cross-memory attach (native/_p2p_ring.c pipe_read_lent).
 
 From MPI/_p2p.py's LEND_FROM bytes, to a rank of this host that takes lent buffers, a
 Sendrecv writes a LENT record (P2P.lend), receives, then waits until the receiver has read

@@ -1,5 +1,5 @@
 """The functional API's ``isend`` / ``irecv`` on the world group in one C call (P2P.one,
-native/_p2p_batch.c), and ``send`` / ``recv`` with a few type tests before theirs: a plain array to or from a rank of this host starts there with no
+native/_p2p_one.c), and ``send`` / ``recv`` with a few type tests before theirs: a plain array to or from a rank of this host starts there with no
 Python-level check; everything C does not take (another group, any source, a bad peer or
 tag, a buffer C cannot use) falls through to the Python path, which gives the same results
 and raises the same errors as when the native path is paused.

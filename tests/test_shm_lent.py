@@ -326,7 +326,7 @@ def _claim_then_fail() -> dict:
     could not be had, injected once): the record stays at the ring's tail, claimed; the
     next wait takes it again as its own claim and reads the lent buffer. (A receive from
     any source: the Python path's take_lent, which the injection reaches; a native
-    receive reads the record in C, native/_p2p.c pipe_read_lent.)"""
+    receive reads the record in C, native/_p2p_ring.c pipe_read_lent.)"""
     import collcomm as dist
     import collcomm.core.runtime as rt
     from collcomm.transport import shm_lent

@@ -13,7 +13,7 @@
  * of its SIZE word of the agreement phase (arena_layout.A2A_VOTE_SHIFT; the rest is its
  * largest block); after the agreement's sync every rank reads rank 0's vote and goes
  * that way (A2A_VOTE_NONE: the fixed rule). The other ranks, and a rank 0 on the Python
- * path, vote NONE; the Python code obeys rank 0's vote as C does (shm_move.all_to_all).
+ * path, vote NONE; the Python code obeys rank 0's vote as C does (shm_a2a.all_to_all).
  *
  * Rank 0 keeps, per size class (log2 of its send bytes, from a2a_adapt bytes up), the
  * cost per byte of each way, measured from the agreement's sync to the end of its data

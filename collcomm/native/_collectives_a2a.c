@@ -1,5 +1,5 @@
 /* The native all_to_all (included by _shmcore.c after _collectives_move.c, whose
- * barrier and sync it does not need): the single-chunk staged case of shm_move.py's
+ * barrier and sync it does not need): the single-chunk staged case of shm_a2a.py's
  * all_to_all, step for step, and its cross-memory-attach ending.
  */
 
@@ -8,10 +8,10 @@
  * staged pieces. cma_limit >= 0: past the agreement, if rank 0 voted so (_a2a_choice.c)
  * or, without its vote, if largest * itemsize > cma_limit, the call ends by cross-memory
  * attach: with every rank's pids (`pids`, else the arena's) here, as
- * shm_move._all_to_all_cma does it (the same words and syncs), else the Python code
+ * shm_a2a._all_to_all_cma does it (the same words and syncs), else the Python code
  * finishes it (ST_PYTHON).
  *
- * Eager (shm_move.a2a_eager_at / a2a_eager): a rank whose whole send buffer is at most
+ * Eager (shm_a2a.a2a_eager_at / a2a_eager): a rank whose whole send buffer is at most
  * one_shot bytes (and fits its slot after the table) also stages it in the agreement's
  * slot, at a2a_eager_at(n), laid out as in its buffer (its own block left out). When
  * every rank did (each rank works that out from the tables, so all decide alike), the
@@ -155,7 +155,7 @@ static PyObject *a2a_run(Core *c, PyObject *arena, PyObject *send_obj, PyObject 
         Py_XDECREF(held);
         if (got != 0)
             return call_end(&k, got < 0 ? -1 : ST_PYTHON);
-        /* shm_move._all_to_all_cma: read our block from each sender's buffer (its address
+        /* shm_a2a._all_to_all_cma: read our block from each sender's buffer (its address
          * announced in the agreement, our block's place in it from its table), sync
          * (nobody touches a send buffer until all have read it) */
         gil_release(&k.gil);
@@ -183,7 +183,7 @@ static PyObject *a2a_run(Core *c, PyObject *arena, PyObject *send_obj, PyObject 
     }
     /* blocks packed at the largest one's size (rounded up to 64 / isz elements), not a slot's n-th: spread
      * over the slot (a 64 KiB block every 512 KiB at n = 8) they sat on the same cache sets
-     * (shm_move.a2a_piece, the same number) */
+     * (shm_a2a.a2a_piece, the same number) */
     Py_ssize_t piece = c->slot / (isz * n), line = isz < 64 ? 64 / isz : 1;
     Py_ssize_t packed = (all_largest + line - 1) / line * line;
     if (packed < piece)

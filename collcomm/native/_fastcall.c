@@ -369,6 +369,7 @@ static int fast_bcast_cma_args(Fast *s, Py_ssize_t itemsize, PyObject **tail)
 
 #include "_fastcall_lists.c"
 #include "_fastcall_ops.c"
+#include "_fastcall_reduce.c"      /* reduce, reduce_scatter */
 #include "_fastcall_rooted.c"
 #include "_fastcall_parts.c"
 #include "_fastcall_parts_end.c"   /* their second part: wait_part, test_part */

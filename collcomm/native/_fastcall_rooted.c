@@ -4,7 +4,7 @@
  * scatter or gather from some size up (Fast.scatter_cma, Fast.gather_cma, set by
  * core/fastpath.py; at the root from a list lying back to back: _fastcall_lists.c).
  *
- * Included by _fastcall.c after _fastcall_lists.c and _fastcall_ops.c.
+ * Included by _fastcall.c after _fastcall_lists.c, _fastcall_ops.c and _fastcall_reduce.c.
  */
 
 /* gather(send, recv or None, root, name) / scatter(send or None, recv, root, name):

@@ -8,6 +8,7 @@
 #include "_p2p_lend.c"          /* P2P.lend, P2P.loan_wait: a send lent from C */
 #include "_p2p_lent.c"          /* Lent: LentWork's fields and common wait in C */
 #include "_p2p_batch.c"         /* P2P.batch: batch_isend_irecv's start in one call */
+#include "_p2p_one.c"           /* P2P.one, P2P.start: one isend / irecv in one call */
 #include "_p2p_entry.c"         /* BatchCall: batch_isend_irecv itself in C */
 #include "_p2p_mpi.c"           /* P2P.mpi_irecv: collcomm.MPI Irecv in one call */
 

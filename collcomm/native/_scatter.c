@@ -1,5 +1,5 @@
 /* The native scatter: staged through the root's slot, in steps, or split by cross-memory
- * attach (shm_move.scatter, step for step).
+ * attach (shm_scatter.scatter, step for step).
  *
  * Included by _shmcore.c after _cma.c. Staged, each step is one step of the Python loop:
  * the root copies the step's piece of every other rank's block into its slot (laid out as

@@ -59,7 +59,8 @@ static int add_type(PyObject *m, const char *name, PyTypeObject *t)
 #include "_dtypes.c"            /* dtype and op codes; float16/bfloat16 <-> float32 */
 #include "_ndarray.c"           /* a numpy array's buffer read from its fields */
 #include "_kernels.c"           /* acc (op)= other, per dtype x op; KERNELS; kernel_for */
-#include "_arena_sync.c"        /* Core; header words; the GIL; the counter barrier */
+#include "_arena_core.c"        /* Core; header words; the GIL */
+#include "_arena_sync.c"        /* the counter barrier: arrive, wait_all, enter, settle */
 #include "_stage_nt.c"          /* large staged copies: streamed stores when asked */
 #include "_call.c"              /* one call's state, buffers, peers' data, argument parsing */
 #include "_collectives_reduce.c" /* all_reduce, reduce, reduce_scatter */
@@ -110,7 +111,8 @@ static PyTypeObject CoreType = {
 #include "_record_p2p.c"        /* ... its point-to-point records: P2PRec */
 #include "_fastcall.c"
 #include "_gil_lock.c"          /* GilLock: send_lock / poll_lock of the shm channels */
-#include "_p2p.c"               /* native point-to-point: Pipe, P2P; the rings from C */
+#include "_p2p.c"               /* native point-to-point: Pipe, P2P; locks, helpers */
+#include "_p2p_ring.c"          /* the rings from C: pipe_record, pipe_append, pipe_recv */
 #include "_p2p_calls.c"         /* P2P.send, P2P.recv, P2P.note */
 #include "_p2p_type.c"          /* the two types: init, gc, methods, module init */
 
