@@ -40,6 +40,17 @@ def _open_mpi_segments() -> set[str]:
     return {n for n in os.listdir(shm) if n.startswith("sm_segment.")} if os.path.isdir(shm) else set()
 
 
+def _running(proc) -> bool:
+    """Not a zombie (a zygote's rank that exited is reaped a moment after the harness
+    read its exit code)."""
+    import psutil
+
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _nothing_left_behind():
     before = _open_mpi_segments()
@@ -54,9 +65,14 @@ def _nothing_left_behind():
         except OSError:
             pass
 
-    children = psutil.Process(os.getpid()).children(recursive=True)
+    # the ranks' zygotes live as long as the session: anything else (their ranks too)
+    # still running is left behind
+    zygotes = harness.zygote_pids()
+    children = [c for c in psutil.Process(os.getpid()).children(recursive=True)
+                if c.pid not in zygotes and _running(c)]
     for c in children:
         c.kill()
+    harness.stop_zygotes()
     # the flight recorder's default dump folder of every harness job (tests that read
     # dumps set COLLCOMM_FR_DIR themselves): thousands of folders per run otherwise
     for job in harness.JOBS:

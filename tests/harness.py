@@ -5,7 +5,9 @@
 calls ``collcomm.init_process_group()``, then ``fn(*args)`` and returns its result here.
 ``fn`` must be a module-level function of an importable module (e.g. ``tests.test_x``).
 Every process runs in its own process group and is killed when the call ends, pass or fail;
-the job's shared-memory segments must be gone afterwards.
+the job's shared-memory segments must be gone afterwards. The ranks are forked by this
+worker's zygote (tests/rank_zygote.py: numpy already imported) where it can, else started
+as fresh interpreters.
 
 Two small helpers the tests share: :func:`line_of` (where a marked line is, for the
 flight recorder's file:line) and :func:`wait_errors` (what waiting twice raises).
@@ -25,6 +27,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
+
+from tests.rank_zygote import Zygote
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Job ids started by this test session (conftest checks none of them left anything).
@@ -103,7 +107,22 @@ def shm_files(job_id: str) -> list[str]:
     return glob.glob(f"/dev/shm/collcomm-{job_id}-*")
 
 
-def _kill_group(p: subprocess.Popen) -> None:
+#: This worker's zygotes of rank processes by what they import besides numpy (conftest
+#: stops them after the suite). ``run_ranks(..., preload=TORCH)``: ranks that import torch.
+ZYGOTES: dict[tuple[str, ...], Zygote] = {}
+TORCH = ("torch",)
+
+
+def stop_zygotes() -> None:
+    for zygote in ZYGOTES.values():
+        zygote.stop()
+
+
+def zygote_pids() -> set[int]:
+    return {pid for z in ZYGOTES.values() if (pid := z.pid()) is not None}
+
+
+def _kill_group(p: Any) -> None:
     try:
         os.killpg(p.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -113,7 +132,8 @@ def _kill_group(p: subprocess.Popen) -> None:
 def run_ranks(fn: Callable[..., Any], n: int, *args: Any, env: dict[str, str] | None = None,
               timeout: float = 60.0, transport: str | None = None, init: bool = True,
               expect_failure: bool = False, kill: dict[int, float] | None = None,
-              rank_env: dict[int, dict[str, str]] | None = None) -> list[Any]:
+              rank_env: dict[int, dict[str, str]] | None = None,
+              preload: tuple[str, ...] = ()) -> list[Any]:
     """Run ``fn(*args)`` on ``n`` ranks; return the per-rank results (or Outcomes).
 
     ``transport``: force COLLCOMM_TRANSPORT ("tcp" or "shm"). ``expect_failure``: return
@@ -122,6 +142,8 @@ def run_ranks(fn: Callable[..., Any], n: int, *args: Any, env: dict[str, str] | 
     after the start), so a slow start on a loaded machine never moves the kill into
     ``init_process_group``; earlier once every other rank has exited; the victim's ``Outcome.killed_at`` says when it happened. ``rank_env``: extra variables per rank
     (e.g. ``COLLCOMM_HOST_ID`` to make ranks of one machine look like several hosts).
+    ``preload``: modules every rank imports anyway (:data:`TORCH`), imported once in the
+    zygote the ranks are forked from (tests/rank_zygote.py).
     """
     job_id = secrets.token_hex(6)
     JOBS.append(job_id)
@@ -138,7 +160,8 @@ def run_ranks(fn: Callable[..., Any], n: int, *args: Any, env: dict[str, str] | 
     if transport:
         base["COLLCOMM_TRANSPORT"] = transport
     base.update(env or {})
-    procs: list[subprocess.Popen] = []
+    procs: list[Any] = []     # subprocess.Popen or rank_zygote.Forked
+    zygote = ZYGOTES.setdefault(preload, Zygote(preload))
     logs = []
     start = time.monotonic()
     try:
@@ -146,9 +169,9 @@ def run_ranks(fn: Callable[..., Any], n: int, *args: Any, env: dict[str, str] | 
             e = dict(base, RANK=str(r), LOCAL_RANK=str(r), **(rank_env or {}).get(r, {}))
             log = open(os.path.join(tmp, f"out-{r}.txt"), "wb")
             logs.append(log)
-            procs.append(subprocess.Popen([sys.executable, "-m", "tests.rank_main", tmp], env=e,
-                                          stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                                          start_new_session=True))
+            procs.append(zygote.fork(tmp, r, e, log.name) or subprocess.Popen(
+                [sys.executable, "-m", "tests.rank_main", tmp], env=e, stdout=log,
+                stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True))
         pending_kills = dict(kill or {})
         killed_at: dict[int, float] = {}
         joined_at: float | None = None if init else start
@@ -189,7 +212,7 @@ def run_ranks(fn: Callable[..., Any], n: int, *args: Any, env: dict[str, str] | 
         shutil.rmtree(tmp, ignore_errors=True)   # every output is in the results or the error
 
 
-def _collect(tmp: str, n: int, procs: list[subprocess.Popen], killed_at: dict[int, float],
+def _collect(tmp: str, n: int, procs: list[Any], killed_at: dict[int, float],
              job_id: str, expect_failure: bool) -> list[Any]:
     """The ranks' outcomes from ``tmp``; RankFailure for leaked segments or failed ranks."""
     outcomes = []

@@ -18,7 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.harness import ROOT, free_port, run_ranks  # noqa: E402
+from tests.harness import ROOT, TORCH, free_port, run_ranks  # noqa: E402
 
 STEPS = 4
 BATCH = 24           # the full batch, split evenly over 1, 2, 3 or 4 ranks
@@ -127,7 +127,7 @@ def ddp_rank(variants: list[str]) -> dict:
 @pytest.mark.parametrize("n,transport", [(2, "shm"), (4, "tcp")])
 def test_ddp_matches_full_batch_and_gloo(n: int, transport: str) -> None:
     variants = VARIANTS if n == 2 else ["plain", "no_sync", "fp16_hook"]
-    res = run_ranks(ddp_rank, n, variants, init=False, transport=transport, timeout=140)
+    res = run_ranks(ddp_rank, n, variants, init=False, transport=transport, timeout=140, preload=TORCH)
     for r, per in enumerate(res):
         for v, (vs_ref, vs_gloo) in per.items():
             tol = 2e-3 if v == "fp16_hook" else 1e-5    # fp16 compression rounds gradients

@@ -15,7 +15,7 @@ import pytest
 
 from collcomm import native
 from tests.fastpath_common import _calls, _world
-from tests.harness import run_ranks
+from tests.harness import TORCH, run_ranks
 
 pytestmark = pytest.mark.skipif(native.core is None, reason=f"native core: {native.reason}")
 
@@ -228,7 +228,7 @@ def _torch_fast() -> Any:
 @pytest.mark.timeout(120)
 def test_torch_backend_takes_it() -> None:
     pytest.importorskip("torch")
-    res = run_ranks(_torch_fast, 2, transport="shm", timeout=90, init=False)
+    res = run_ranks(_torch_fast, 2, transport="shm", timeout=90, init=False, preload=TORCH)
     for out in res:
         assert out["t"] == [3.0] * 3 and out["b"] == [0, 2, 4, 6] and out["out"] == [0, 0, 1, 1]
         assert out["taken"] == 3 and out["after"] == 4, out

@@ -13,7 +13,7 @@ import pytest
 
 from collcomm import helpers
 from collcomm.errors import InvalidArgumentError
-from tests.harness import run_ranks
+from tests.harness import TORCH, run_ranks
 
 SIZES = [(i * 37) % 500 + 1 for i in range(100)]
 
@@ -101,5 +101,5 @@ def rank_body() -> list[str]:
 
 @pytest.mark.timeout(90)
 def test_three_ranks() -> None:
-    res = run_ranks(rank_body, 3, timeout=80)
+    res = run_ranks(rank_body, 3, timeout=80, preload=TORCH)
     assert not [b for r in res for b in r], res

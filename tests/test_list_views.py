@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.harness import run_ranks
+from tests.harness import TORCH, run_ranks
 
 
 def test_joined_only_for_back_to_back_views():
@@ -187,5 +187,5 @@ def _torch_cases(count: int) -> int:
 def test_torch_list_views(n, count, env):
     pytest.importorskip("torch")
     res = run_ranks(_torch_cases, n, count, transport="shm", timeout=100, init=False,
-                    env={"COLLCOMM_FAST": "0", "COLLCOMM_SHM_SLOT": str(256 << 10), **env})
+                    env={"COLLCOMM_FAST": "0", "COLLCOMM_SHM_SLOT": str(256 << 10), **env}, preload=TORCH)
     assert len(set(res)) == 1 and res[0] > 0

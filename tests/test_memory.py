@@ -8,7 +8,7 @@ import pytest
 
 import collcomm as dist
 import collcomm.core.runtime as rt
-from tests.harness import run_ranks
+from tests.harness import TORCH, run_ranks
 
 
 def _expect(cond: bool, what: str, bad: list[str]) -> None:
@@ -95,4 +95,4 @@ def test_heap_forgets_garbage():
 @pytest.mark.timeout(60)
 def test_torch_dtype_gives_tensors():
     pytest.importorskip("torch")
-    assert run_ranks(torch_shared, 2, transport="shm") == [True, True]
+    assert run_ranks(torch_shared, 2, transport="shm", preload=TORCH) == [True, True]

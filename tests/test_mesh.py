@@ -19,7 +19,7 @@ import pytest
 
 from collcomm.errors import InvalidArgumentError
 from collcomm.mesh import DIMENSIONS, Grid, ProcessGroupManager, table
-from tests.harness import run_ranks
+from tests.harness import TORCH, run_ranks
 
 AXES = ("dp", "pp", "cp", "tp")
 
@@ -196,7 +196,7 @@ def torch_rank() -> dict:
 
 @pytest.mark.timeout(90)
 def test_torch_groups_either_backend_and_device_mesh() -> None:
-    res = run_ranks(torch_rank, 4, init=False, timeout=80)
+    res = run_ranks(torch_rank, 4, init=False, timeout=80, preload=TORCH)
     grid = Grid(tp=2, pp=2)
     for r, got in enumerate(res):
         for backend in ("collcomm", "gloo"):

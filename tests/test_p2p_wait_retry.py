@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.harness import run_ranks, wait_errors
+from tests.harness import TORCH, run_ranks, wait_errors
 
 
 def _retry() -> dict:
@@ -91,7 +91,7 @@ def _torch_retry() -> dict:
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
 def test_torch_timed_out_wait_can_be_waited_again(transport):
     pytest.importorskip("torch")
-    r0 = run_ranks(_torch_retry, 2, transport=transport, timeout=90, init=False)[0]
+    r0 = run_ranks(_torch_retry, 2, transport=transport, timeout=90, init=False, preload=TORCH)[0]
     assert r0["timeout"].endswith("TimeoutError") or "Timeout" in r0["timeout"], r0
     assert r0["pending"] == (False, None), r0
     assert r0["waited"] == (True, [1.0, 2.0, 3.0], True, None), r0

@@ -14,7 +14,7 @@ import numpy as np  # noqa: E402
 import collcomm as dist  # noqa: E402
 from collcomm import helpers  # noqa: E402
 from collcomm.errors import InvalidArgumentError  # noqa: E402
-from tests.harness import run_ranks  # noqa: E402
+from tests.harness import TORCH, run_ranks  # noqa: E402
 
 
 class _Checks:
@@ -257,24 +257,24 @@ def objects_and_helpers():
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("n", [2, 3])
 def test_every_collective_with_tensors(n):
-    assert run_ranks(every_collective, n, timeout=90) == [[]] * n
+    assert run_ranks(every_collective, n, timeout=90, preload=TORCH) == [[]] * n
 
 
 @pytest.mark.timeout(120)
 def test_every_collective_with_tensors_tcp():
-    assert run_ranks(every_collective, 2, timeout=90, transport="tcp") == [[]] * 2
+    assert run_ranks(every_collective, 2, timeout=90, transport="tcp", preload=TORCH) == [[]] * 2
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("n", [2, 3])
 def test_bfloat16_all_reduce(n):
-    assert run_ranks(bfloat16_ops, n, 1234, timeout=90) == [[]] * n
+    assert run_ranks(bfloat16_ops, n, 1234, timeout=90, preload=TORCH) == [[]] * n
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("n", [2, 3])
 def test_objects_and_helpers_with_tensors(n):
-    assert run_ranks(objects_and_helpers, n, timeout=90) == [[]] * n
+    assert run_ranks(objects_and_helpers, n, timeout=90, preload=TORCH) == [[]] * n
 
 
 def test_helpers_without_init_keep_tensors():

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import run_ranks
+from tests.harness import TORCH, run_ranks
 
 pytest.importorskip("torch")
 
@@ -69,7 +69,7 @@ def _async_calls() -> dict[str, Any]:
 @pytest.mark.timeout(120)
 def test_async_all_reduce_of_torch_tensors() -> None:
     n = 3
-    for me, out in enumerate(run_ranks(_async_calls, n, transport="shm", timeout=100, init=False)):
+    for me, out in enumerate(run_ranks(_async_calls, n, transport="shm", timeout=100, init=False, preload=TORCH)):
         total = out["total"]
         assert out["plain"] == (True, [total] * 3), out
         assert out["future"] == [[n] * 4], out

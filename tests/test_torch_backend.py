@@ -22,7 +22,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.harness import run_ranks  # noqa: E402
+from tests.harness import TORCH, run_ranks  # noqa: E402
 from tests.torch_backend_cases import (  # noqa: E402
     Checks, _all_gather, _all_gather_coalesced, _broadcast, _cases, _data, _reduce,
 )
@@ -229,7 +229,7 @@ def test_every_call_against_gloo(n: int, transport: str, how: str) -> None:
     folder = tempfile.mkdtemp(prefix="collcomm-torch-")
     try:
         res = run_ranks(every_call, n, how, os.path.join(folder, "rdzv"), init=False,
-                        transport=transport, timeout=140)
+                        transport=transport, timeout=140, preload=TORCH)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     _check(res)

@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.harness import run_ranks  # noqa: E402
+from tests.harness import TORCH, run_ranks  # noqa: E402
 
 
 def test_import_collcomm_does_not_import_torch() -> None:
@@ -47,7 +47,7 @@ def lose_a_peer() -> dict:
 
 @pytest.mark.timeout(90)
 def test_lost_peer_is_a_dist_backend_error_naming_it() -> None:
-    out = run_ranks(lose_a_peer, 2, init=False, timeout=80, expect_failure=True)
+    out = run_ranks(lose_a_peer, 2, init=False, timeout=80, expect_failure=True, preload=TORCH)
     got = out[0].value
     assert out[0].ok and got["raised"], out[0]
     assert got["dist"] and got["peer_lost"] and got["peer"] == 1, got

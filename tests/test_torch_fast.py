@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.harness import run_ranks
+from tests.harness import TORCH, run_ranks
 
 pytest.importorskip("torch")
 
@@ -163,7 +163,7 @@ def _every_call() -> dict[str, Any]:
 @pytest.mark.parametrize("n,regular", [(1, None), (3, 1)])
 def test_torch_fast_calls_match_the_regular_path(n: int, regular: int | None) -> None:
     env = {regular: {"COLLCOMM_FAST": "0"}} if regular is not None else None
-    res = run_ranks(_every_call, n, transport="shm", timeout=100, init=False, rank_env=env)
+    res = run_ranks(_every_call, n, transport="shm", timeout=100, init=False, rank_env=env, preload=TORCH)
     for r, out in enumerate(res):
         assert not out["bad"], "\n".join(out["bad"][:20])
         if r == regular or not out["native"]:   # (no native core, e.g. COLLCOMM_NATIVE=0: no fast call)

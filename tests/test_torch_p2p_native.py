@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from collcomm import native
-from tests.harness import run_ranks
+from tests.harness import TORCH, run_ranks
 
 pytest.importorskip("torch")
 pytestmark = [pytest.mark.timeout(120)]
@@ -134,7 +134,7 @@ def _job() -> dict[str, Any]:
 @pytest.mark.skipif(native.core is None, reason=f"native core: {native.reason}")
 def test_torch_p2p_native_and_regular_ranks() -> None:
     res = run_ranks(_job, 3, transport="shm", timeout=100, init=False,
-                    rank_env={2: {"COLLCOMM_FAST": "0"}})
+                    rank_env={2: {"COLLCOMM_FAST": "0"}}, preload=TORCH)
     r0, r1, r2 = res
     assert (r0["native"], r1["native"], r2["native"]) == (True, True, False)
     assert r0["send kind"] == "Sent" and r1["recv kind"] == "Deferred"
