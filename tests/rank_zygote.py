@@ -39,10 +39,11 @@ from typing import Any
 STARTUP_PREFIXES = ("PYTHON", "LD_", "OMP_", "OPENBLAS_", "MKL_", "NPY_", "NUMPY_", "GOTO",
                     "MALLOC_", "GLIBC_", "TORCH", "PYTORCH", "KMP_", "GOMP_", "CUDA", "LANG",
                     "LC_", "TZ")
-#: What a rank imports besides collcomm and the tests (measured with ``sys.modules``).
-PRELOAD = ("numpy", "array", "base64", "copy", "dataclasses", "faulthandler", "fcntl", "glob",
-           "hashlib", "hmac", "json", "locale", "logging", "mmap", "secrets", "selectors",
-           "socket", "string", "subprocess")
+#: What a rank imports besides collcomm and the tests (measured with ``sys.modules``), and
+#: numpy.random (shared state a fork must reseed: tests/test_harness_zygote.py checks it).
+PRELOAD = ("numpy", "numpy.random", "array", "base64", "copy", "dataclasses", "faulthandler",
+           "fcntl", "glob", "hashlib", "hmac", "json", "locale", "logging", "mmap", "secrets",
+           "selectors", "socket", "string", "subprocess")
 _LEN = struct.Struct("<I")
 #: How long the harness waits for the zygote's answer (its first one: numpy or torch
 #: imported on a loaded machine) before it starts the rank fresh.
