@@ -159,6 +159,7 @@ def run_ranks(fn: Callable[..., Any], n: int, *args: Any, env: dict[str, str] | 
     base.pop("COLLCOMM_STORE", None)
     if transport:
         base["COLLCOMM_TRANSPORT"] = transport
+    plain = dict(base)        # (what a zygote starts with: no job's own variables)
     base.update(env or {})
     procs: list[Any] = []     # subprocess.Popen or rank_zygote.Forked
     zygote = ZYGOTES.setdefault(preload, Zygote(preload))
@@ -169,7 +170,7 @@ def run_ranks(fn: Callable[..., Any], n: int, *args: Any, env: dict[str, str] | 
             e = dict(base, RANK=str(r), LOCAL_RANK=str(r), **(rank_env or {}).get(r, {}))
             log = open(os.path.join(tmp, f"out-{r}.txt"), "wb")
             logs.append(log)
-            procs.append(zygote.fork(tmp, r, e, log.name) or subprocess.Popen(
+            procs.append(zygote.fork(tmp, r, e, log.name, plain) or subprocess.Popen(
                 [sys.executable, "-m", "tests.rank_main", tmp], env=e, stdout=log,
                 stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True))
         pending_kills = dict(kill or {})

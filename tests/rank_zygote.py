@@ -38,7 +38,7 @@ from typing import Any
 #: them differently from the zygote's own start needs a fresh process.
 STARTUP_PREFIXES = ("PYTHON", "LD_", "OMP_", "OPENBLAS_", "MKL_", "NPY_", "NUMPY_", "GOTO",
                     "MALLOC_", "GLIBC_", "TORCH", "PYTORCH", "KMP_", "GOMP_", "CUDA", "LANG",
-                    "LC_", "TZ")
+                    "LC_", "TZ", "OPENSSL_")
 #: What a rank imports besides collcomm and the tests (measured with ``sys.modules``), and
 #: numpy.random (shared state a fork must reseed: tests/test_harness_zygote.py checks it).
 PRELOAD = ("numpy", "numpy.random", "array", "base64", "copy", "dataclasses", "faulthandler",
@@ -196,6 +196,23 @@ def serve(extra: list[str]) -> None:
 
 # ---------------------------------------------------------------------- the harness's side
 
+def _readable(fd: int, seconds: float) -> bool:
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(seconds * 1000))
+
+
+def _pidfd_works() -> bool:
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
+_HAS_PIDFD = _pidfd_works()
+
+
 class Forked:
     """What the harness uses of ``subprocess.Popen``, for a rank the zygote forked. Its
     exit code comes from its exit file; its signals go through a pidfd (never to a
@@ -207,7 +224,7 @@ class Forked:
         self.returncode: int | None = None
         try:
             self._pidfd: int | None = os.pidfd_open(pid)
-        except OSError:
+        except ProcessLookupError:
             self._pidfd = None    # (gone already: its exit file tells)
 
     def poll(self) -> int | None:
@@ -223,7 +240,7 @@ class Forked:
         return self.returncode
 
     def _running(self) -> bool:
-        return self._pidfd is not None and not select.select([self._pidfd], [], [], 0)[0]
+        return self._pidfd is not None and not _readable(self._pidfd, 0.0)
 
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -250,8 +267,8 @@ class Forked:
 
 class Zygote:
     """A zygote of this pytest worker, started at its first use (see the module docstring),
-    ``preload`` imported in it besides numpy. The first job's environment is the one it
-    starts with: jobs whose start-up variables differ from it start fresh."""
+    ``preload`` imported in it besides numpy, with the harness's environment (no job's
+    own variables): jobs whose start-up variables differ from it start fresh."""
 
     def __init__(self, preload: tuple[str, ...] = ()) -> None:
         self.preload = preload
@@ -259,23 +276,27 @@ class Zygote:
         self._startup: dict[str, str] = {}
         self._lock = threading.Lock()
 
-    def fork(self, tmp: str, rank: int, env: dict[str, str], log: str) -> Forked | None:
+    def fork(self, tmp: str, rank: int, env: dict[str, str], log: str,
+             plain: dict[str, str]) -> Forked | None:
         """The rank forked, or None: the harness starts it fresh (a job whose environment
-        differs where it matters at start-up, the zygote off, refusing or failed)."""
-        if os.environ.get("COLLCOMM_TEST_ZYGOTE", "1") == "0" or env.get("OPENBLAS_NUM_THREADS") != "1":
+        ``env`` differs where it matters at start-up from ``plain``, the harness's own
+        without any job's variables, which a zygote starts with; the zygote off, refusing
+        or failed; no pidfds here)."""
+        if (os.environ.get("COLLCOMM_TEST_ZYGOTE", "1") == "0" or env.get("OPENBLAS_NUM_THREADS") != "1"
+                or not _HAS_PIDFD):
             return None
         with self._lock:
             if self._proc is not None and self._proc.poll() is not None:
                 self.stop()           # it died: the next one
             if self._proc is None:
-                self._start(env)
+                self._start(plain)
             if startup_env(env) != self._startup:
                 return None
             proc = self._proc
             assert proc is not None and proc.stdin is not None and proc.stdout is not None
             try:
                 write_frame(proc.stdin.fileno(), (tmp, rank, env, log))
-                ready = select.select([proc.stdout], [], [], REPLY_SECONDS)[0]
+                ready = _readable(proc.stdout.fileno(), REPLY_SECONDS)
                 pid = read_frame(proc.stdout.fileno()) if ready else None
             except OSError:
                 pid = None
