@@ -3,6 +3,7 @@
  * after _p2p.c and _p2p_calls.c). */
 
 #include "_p2p_deferred.c"      /* Deferred: a deferred receive's fields and native wait */
+#include "_p2p_deferred_type.c" /* ... its type: gc, methods, members, module setup */
 #include "_p2p_own.c"           /* P2P.own: a deferred receive's native wait in one call */
 #include "_p2p_sent.c"          /* Sent: SentWork's fields and methods in C */
 #include "_p2p_lend.c"          /* P2P.lend, P2P.loan_wait: a send lent from C */
