@@ -50,11 +50,11 @@ def run_case(c: dict[str, Any], plain: Run, mpi: Run, torch: Run, count: int, en
     rank_env, transport, mpi / torch (which front end) and count; what went wrong."""
     import pytest
 
-    from tests.harness import run_ranks
+    from tests.harness import TORCH, run_ranks
     if c.get("torch"):
         pytest.importorskip("torch")
     run = torch if c.get("torch") else mpi if c.get("mpi") else plain
     outs = run_ranks(run, c["n"], c["seed"], c.get("count", count), env={**env, **c.get("env", {})},
                      rank_env=c.get("rank_env"), transport=c.get("transport", "shm"), timeout=200,
-                     init=not c.get("torch"))
+                     init=not c.get("torch"), preload=TORCH if c.get("torch") else ())
     return [bad for out in outs for bad in out]
