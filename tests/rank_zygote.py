@@ -14,10 +14,12 @@ interpreter or numpy starts (:func:`startup_env`: PYTHON*, LD_*, OMP_*, OPENBLAS
 are started fresh by the harness instead, as are all jobs when COLLCOMM_TEST_ZYGOTE=0.
 
 Protocol, over the zygote's stdin and stdout (pickled frames after a 4-byte length): the
-harness sends ``(tmp, rank, env, log)``, the zygote answers the child's pid. When it reaps
-a child it writes the child's exit code (Popen's ``returncode``: negative for a signal)
-into ``tmp/exit-RANK``, where the harness reads it. It exits when its stdin closes (its
-pytest worker is done or gone), killing any child still running.
+harness sends ``(tmp, rank, env, log)``, the zygote answers the child's pid (0: it
+refuses, the harness starts the rank fresh). When a child exits the zygote writes its exit
+code (Popen's ``returncode``: negative for a signal) into ``tmp/exit-RANK``, where the
+harness reads it, and only then reaps it; the harness signals the child through a pidfd
+(:class:`Forked`), so neither can reach a reused pid. The zygote exits when its stdin
+closes (its pytest worker is done or gone), killing any child still running.
 """
 from __future__ import annotations
 
