@@ -162,7 +162,7 @@ def run_ranks(fn: Callable[..., Any], n: int, *args: Any, env: dict[str, str] | 
     plain = dict(base)        # (what a zygote starts with: no job's own variables)
     base.update(env or {})
     procs: list[Any] = []     # subprocess.Popen or rank_zygote.Forked
-    zygote = ZYGOTES.setdefault(preload, Zygote(preload))
+    zygote = ZYGOTES.get(preload) or ZYGOTES.setdefault(preload, Zygote(preload))
     logs = []
     start = time.monotonic()
     try:

@@ -222,7 +222,8 @@ class Forked:
     it exited has code UNKNOWN_EXIT."""
 
     def __init__(self, pid: int, exit_path: str, zygote: subprocess.Popen) -> None:
-        self.pid, self.args, self._exit_path, self._zygote = pid, ["tests.rank_main (forked)"], exit_path, zygote
+        self.pid, self.args = pid, ["tests.rank_main (forked)"]
+        self._exit_path, self._zygote = exit_path, zygote
         self.returncode: int | None = None
         try:
             self._pidfd: int | None = os.pidfd_open(pid)
@@ -314,11 +315,10 @@ class Zygote:
 
     def _start(self, env: dict[str, str]) -> None:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        start = {k: v for k, v in env.items() if k not in ("RANK", "LOCAL_RANK")}
-        self._proc = subprocess.Popen([sys.executable, "-m", "tests.rank_zygote", *self.preload], env=start,
+        self._proc = subprocess.Popen([sys.executable, "-m", "tests.rank_zygote", *self.preload], env=env,
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=root,
                                       start_new_session=True)
-        self._startup = startup_env(start)
+        self._startup = startup_env(env)
 
     def pid(self) -> int | None:
         return None if self._proc is None else self._proc.pid
