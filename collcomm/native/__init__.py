@@ -104,6 +104,29 @@ def stage_nt() -> int:
     return int(text == "1")
 
 
+#: a rank's own block is copied into its output with streaming stores from this many bytes
+#: (COLLCOMM_COPY_NT_MIN; _stage_nt.c out_copy says why 4 MiB)
+COPY_NT_MIN = 4 << 20
+
+
+def copy_nt_min() -> int:
+    """COLLCOMM_COPY_NT_MIN: bytes from which the native core copies a rank's own block into
+    its output (all_gather, all_to_all, a gather's or scatter's root) with streaming stores
+    (default :data:`COPY_NT_MIN`; 0: never)."""
+    text = os.environ.get("COLLCOMM_COPY_NT_MIN", "").strip()
+    if not text:
+        return COPY_NT_MIN
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        warnings.warn(f"collcomm: COLLCOMM_COPY_NT_MIN={text!r} is not a byte count >= 0; using "
+                      f"{COPY_NT_MIN}", RuntimeWarning, stacklevel=2)
+        return COPY_NT_MIN
+    return value
+
+
 def votes() -> bool:
     """COLLCOMM_VOTE (default 1): a rank 0 on the native core chooses, for every all_to_all
     and all_gather of at least arena_layout.vote_min(n) bytes (CMA_MIN; 512 KiB between
@@ -137,7 +160,7 @@ def attach(arena: Any) -> Any:
                          reduce_one_shot=REDUCE_ONE_SHOT, poll_ns=int(arena.poll * 1e9),
                          stage_nt=stage_nt(), pipe_min=PIPE_MIN, pipe_steps=PIPE_STEPS,
                          a2a_adapt=vote_min(arena.n) if votes() else 0,
-                         reduce_pair_from=REDUCE_PAIR_FROM)
+                         reduce_pair_from=REDUCE_PAIR_FROM, out_nt_min=copy_nt_min())
     except (ValueError, TypeError, BufferError) as exc:   # e.g. an arena it cannot map: Python
         warnings.warn(f"collcomm: the native core cannot work in this arena ({exc}); the group "
                       "runs on the Python implementation", RuntimeWarning, stacklevel=2)

@@ -41,7 +41,7 @@ static int all_gather_voted(Call *k, const char *send, Py_ssize_t kb, char *recv
         gil_release(&k->gil);
     char *own = AG_BLOCK(me);
     if (!overlaps(own, kb, send, kb))
-        memcpy(own, send, kb);
+        out_copy(c, own, send, kb);
     int e = enter(c, k->arena, phase, sig, &k->gil);
     if (e != 0)
         return e < 0 ? -1 : ST_MISMATCH;

@@ -85,6 +85,9 @@ typedef struct {
                               the point-to-point progress of the group's rank (Arena.progress) */
     int stage_nt;          /* 1: staged copies of NT_MIN bytes or more streamed (_stage_nt.c) */
     unsigned long long streamed;  /* staged copies written so (tests check the path) */
+    Py_ssize_t out_nt_min; /* a rank's own block copied into its output streamed from this
+                              many bytes (0: never; out_copy in _stage_nt.c) */
+    unsigned long long out_streamed;   /* own blocks copied so (tests check the path) */
 } Core;
 
 #define EAGER_NO (-2)

@@ -132,7 +132,7 @@ static PyObject *rooted_cma(Call *k, char *buf, Py_ssize_t block, long root, uin
                 return call_end(k, ST_PYTHON);
         }
         if (own_to != NULL)
-            memcpy(own_to, own_from, block);
+            out_copy(c, own_to, own_from, block);
     } else {
         uint64_t at = get(c, root, c->w_offset + phase) +
                       (uint64_t)(mode == SPLIT_BCAST ? 0 : (Py_ssize_t)me * block) + (uint64_t)head;

@@ -114,7 +114,7 @@ static PyObject *a2a_run(Core *c, PyObject *arena, PyObject *send_obj, PyObject 
     }
     /* our block to ourselves (the check above covered it: sc[me] == rc[me]) */
     if (sc[me])
-        memmove(recv + rd[me] * isz, send + sd[me] * isz, (size_t)sc[me] * isz);
+        out_copy(c, recv + rd[me] * isz, send + sd[me] * isz, (Py_ssize_t)sc[me] * isz);
     int eager = 1;
     for (int r = 0; r < n && eager; r++) {
         const int64_t *tr = (const int64_t *)slot_at(c, agree, r);

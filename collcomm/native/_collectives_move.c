@@ -147,7 +147,7 @@ static PyObject *Core_gather(Core *c, PyObject *const *args, Py_ssize_t nargs)
     if (receiver && recv != NULL && part != PART_FINISH) {
         char *own = recv + me * kb;
         if (!overlaps(own, kb, send, kb))
-            memcpy(own, send, kb);
+            out_copy(c, own, send, kb);
     }
     int phase = part == PART_FINISH ? k.phase : next_phase(&k);
     if (part != PART_FINISH) {

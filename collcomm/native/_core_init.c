@@ -9,7 +9,7 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds)
     static char *kwlist[] = {"mapping", "n", "rank", "header", "slot", "stride", "page",
                              "one_shot", "layout", "spin_ns", "yields", "futex",
                              "reduce_one_shot", "poll_ns", "stage_nt", "pipe_min", "pipe_steps",
-                             "a2a_adapt", "reduce_pair_from", NULL};
+                             "a2a_adapt", "reduce_pair_from", "out_nt_min", NULL};
     PyObject *mapping, *layout;
     long long spin_ns;
     int futex;
@@ -22,6 +22,7 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds)
     self->reduce_pair_from = 0;    /* (not given: a reduce is pipelined past a slot only;
                                     * native.attach always gives arena_layout.REDUCE_PAIR_FROM,
                                     * which the Python ranks' rule uses: they must agree) */
+    self->out_nt_min = 0;          /* (not given: own blocks copied with plain stores) */
     self->reduce_cma_min = self->reduce_cma_max = 0;   /* (until Arena.build says: never) */
     self->pids = NULL;
     for (int i = 0; i < A2A_CLASSES; i++) {
@@ -30,16 +31,18 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds)
     }
     self->all_reduce_extra = (Py_ssize_t)1 << 40;   /* one step up to one_shot, until the
                                                        group agrees (Arena.check_settings) */
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OiinnnnnOLip|nLininn", kwlist, &mapping, &self->n,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OiinnnnnOLip|nLininnn", kwlist, &mapping, &self->n,
                                      &self->rank, &self->header, &self->slot, &self->stride,
                                      &self->page, &self->one_shot, &layout, &spin_ns,
                                      &self->yields, &futex, &self->reduce_one_shot,
                                      &self->poll_ns, &self->stage_nt, &self->pipe_min,
-                                     &self->pipe_steps, &self->a2a_adapt, &self->reduce_pair_from))
+                                     &self->pipe_steps, &self->a2a_adapt, &self->reduce_pair_from,
+                                     &self->out_nt_min))
         return -1;
-    if (self->pipe_min < 0 || self->pipe_steps < 1 || self->a2a_adapt < 0 || self->reduce_pair_from < 0) {
-        PyErr_SetString(PyExc_ValueError, "pipe_min, a2a_adapt and reduce_pair_from must be >= 0 "
-                        "and pipe_steps >= 1");
+    if (self->pipe_min < 0 || self->pipe_steps < 1 || self->a2a_adapt < 0 || self->reduce_pair_from < 0 ||
+        self->out_nt_min < 0) {
+        PyErr_SetString(PyExc_ValueError, "pipe_min, a2a_adapt, reduce_pair_from and out_nt_min must "
+                        "be >= 0 and pipe_steps >= 1");
         return -1;
     }
     self->spin_ns = spin_ns;
@@ -112,6 +115,11 @@ static PyMemberDef Core_members[] = {
      "1: staged copies of 64 KiB or more are written with streaming stores (_stage_nt.c)"},
     {"streamed", T_ULONGLONG, offsetof(Core, streamed), READONLY,
      "staged copies written with streaming stores"},
+    {"out_nt_min", T_PYSSIZET, offsetof(Core, out_nt_min), READONLY,
+     "a rank's own block is copied into its output with streaming stores from this many "
+     "bytes (0: never; _stage_nt.c out_copy)"},
+    {"out_streamed", T_ULONGLONG, offsetof(Core, out_streamed), READONLY,
+     "own blocks copied into the output with streaming stores"},
     {"a2a_staged", T_ULONGLONG, offsetof(Core, a2a_by), READONLY,
      "all_to_alls this rank (rank 0) voted to stage (_a2a_choice.c)"},
     {"a2a_cma", T_ULONGLONG, offsetof(Core, a2a_by) + sizeof(unsigned long long), READONLY,

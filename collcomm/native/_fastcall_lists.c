@@ -98,8 +98,7 @@ static PyObject *list_gather(Fast *s, const char *send, Py_buffer *v, Py_ssize_t
         stage(&k, phase, send, kb, 1);
     else
         put(c, c->w_shared + phase, 0);
-    if (v[me].buf != send)
-        memmove(v[me].buf, send, kb);
+    out_copy(c, v[me].buf, send, kb);
     int e = enter(c, k.arena, phase, sig, &k.gil);
     if (e != 0)
         return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
@@ -155,8 +154,8 @@ static PyObject *list_scatter(Fast *s, Py_buffer *v, char *recv, Py_ssize_t kb, 
     if (c->eager)                  /* the root needs nobody's data: eager (enter) */
         c->eager_wait = -1;
     int e = enter(c, k.arena, phase, sig, &k.gil);
-    if (e == 0 && v[me].buf != recv)
-        memmove(recv, v[me].buf, kb);
+    if (e == 0)
+        out_copy(c, recv, v[me].buf, kb);
     return call_end(&k, e < 0 ? -1 : e ? ST_MISMATCH : ST_DONE);
 }
 

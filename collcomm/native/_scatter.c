@@ -78,6 +78,6 @@ static PyObject *Core_scatter(Core *c, PyObject *const *args, Py_ssize_t nargs)
             memcpy(recv + lo, slot_at(c, phase, root) + me * len, len);
     }
     if (own_apart)
-        memcpy(recv, own, kb);
+        out_copy(c, recv, own, kb);
     return call_end(&k, ST_DONE);
 }

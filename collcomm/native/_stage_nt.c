@@ -1,5 +1,6 @@
-/* Large staged copies written with streaming (non-temporal) stores, when asked
- * (COLLCOMM_STAGE_NT=1; plain stores by default).
+/* Large copies written with streaming (non-temporal) stores: staged copies when asked
+ * (COLLCOMM_STAGE_NT=1; plain stores by default), and a rank's own block copied into its
+ * output from c->out_nt_min bytes (COLLCOMM_COPY_NT_MIN, 4 MiB by default; out_copy below).
  *
  * Included by _shmcore.c (after _arena_sync.c, before _call.c, whose stage() writes
  * through staged_copy). A staged copy is written by one CPU and read by another soon
@@ -51,6 +52,27 @@ static int nt_copy(char *dst, const char *src, Py_ssize_t n)
     memcpy(dst, src, n);
     return 0;
 #endif
+}
+
+/* A rank's own block copied into its output (all_gather, all_to_all, a gather's or
+ * scatter's root): streamed from c->out_nt_min bytes (0: never). A plain store first reads
+ * the line it writes (read for ownership); a copy past the caches pays that read from
+ * memory for every line, which a streamed store does not, and with many ranks copying at
+ * once memory bandwidth is what they share. On the 2-vCPU VM of BENCHMARKS.md (session
+ * 30) a cold 8-32 MiB copy took 0.68-0.80x the time streamed, 1-4 MiB 0.79-0.91x; an
+ * all_gather or all_to_all of 16-64 MiB followed by the caller's read of its result took
+ * 0.89-0.96x the time (the read itself within 8% either way: past the L2 it comes from
+ * memory whichever stores wrote it). glibc's memcpy streams by itself only from 3/4 of the last-level cache it
+ * reads from cpuid (2.33-2.37; a quarter from 2.38): 192 MiB on that VM, which reports
+ * 256 MiB, 24 MiB on a host with a 32 MiB L3. What a streamed block gives up is a place
+ * in a large L3 for the caller's next read; COLLCOMM_COPY_NT_MIN=0 keeps plain stores.
+ * Overlapping blocks (an in-place call) are moved with memmove. */
+static void out_copy(Core *c, char *dst, const char *src, Py_ssize_t n)
+{
+    if (c->out_nt_min > 0 && n >= c->out_nt_min && (dst + n <= src || src + n <= dst))
+        c->out_streamed += nt_copy(dst, src, n);
+    else if (dst != src)
+        memmove(dst, src, (size_t)n);
 }
 
 /* Write a staged copy, streamed when the core is told to and it is large enough. */
