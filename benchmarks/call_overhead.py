@@ -47,7 +47,7 @@ def main() -> None:
         def apply() -> None:
             if fast is not None:
                 fast.paused = 0 if fast_on else 1
-                fast.record = 1 if record else 0
+                fast.records = 1 if record else 0
             g.observer = obs if record else None
         return apply
 

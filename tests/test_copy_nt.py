@@ -129,9 +129,20 @@ def test_streamed_own_blocks_give_the_same_results(setting: str) -> None:
         assert streamed >= 3 * len(CASES) if setting == "1" else streamed == 0
 
 
+@pytest.mark.timeout(120)
+def test_every_own_block_goes_through_the_streamed_copy() -> None:
+    """Two ranks in C, every copy streamed: each case's all_gather and two all_to_alls on
+    both ranks, and the root's (rank 1's: every count is odd) four gather and scatter
+    blocks, list and flat forms: 3 copies a case, 7 at the root."""
+    assert all(count % 2 for _, count, _ in CASES)
+    res = run_ranks(_own_blocks, 2, transport="shm", timeout=100, env={"COLLCOMM_COPY_NT_MIN": "1"})
+    assert res == [(1, 3 * len(CASES)), (1, 7 * len(CASES))]
+
+
 def _big_all_gather() -> tuple:
     """A 4 MiB block a rank (the default threshold) gathered by two ranks, and an all_to_all
-    whose own block is 4 MiB; then the core's setting and own blocks streamed."""
+    whose own block is 4 MiB; then the core's setting, own blocks streamed, and own blocks
+    streamed after an all_gather of blocks 4 bytes short of it."""
     import collcomm as dist
     from collcomm.core import runtime as rt
 
@@ -148,11 +159,15 @@ def _big_all_gather() -> tuple:
         assert np.array_equal(got[r * count:(r + 1) * count],
                               np.arange(me * count, (me + 1) * count, dtype=np.float32) + 10 * r)
     core = rt.get_world("test")._arena.native_core
-    return core.out_nt_min, core.out_streamed
+    streamed = core.out_streamed
+    less = np.zeros(2 * count - 2, np.float32)     # a block of 4 MiB less 4 bytes: plain
+    dist.all_gather_into_tensor(less, mine[1:])
+    assert np.array_equal(less[:count - 1], mine[1:] - me)
+    return core.out_nt_min, streamed, core.out_streamed
 
 
 @pytest.mark.timeout(120)
 def test_the_default_streams_blocks_of_4_mib_between_two_ranks() -> None:
-    for at, streamed in run_ranks(_big_all_gather, 2, transport="shm", timeout=100,
-                                  env={"COLLCOMM_COPY_NT_MIN": ""}):
-        assert at == 4 << 20 and streamed == 2
+    for at, streamed, after in run_ranks(_big_all_gather, 2, transport="shm", timeout=100,
+                                         env={"COLLCOMM_COPY_NT_MIN": ""}):
+        assert at == 4 << 20 and streamed == after == 2

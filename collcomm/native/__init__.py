@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 import warnings
 from typing import Any, Callable
 
@@ -124,7 +125,7 @@ def copy_nt_min() -> int:
         warnings.warn(f"collcomm: COLLCOMM_COPY_NT_MIN={text!r} is not a byte count >= 0; using "
                       f"{COPY_NT_MIN}", RuntimeWarning, stacklevel=2)
         return COPY_NT_MIN
-    return value
+    return min(value, sys.maxsize)     # (more than any buffer: never)
 
 
 def votes() -> bool:

@@ -204,7 +204,7 @@ static PyMemberDef Fast_members[] = {
      "from the core's ag_vote_min)"},
     {"cma_key", T_ULONGLONG, offsetof(Fast, cma_key), 0, "the SHARED word of a CMA buffer"},
     {"calls", T_ULONGLONG, offsetof(Fast, calls), READONLY, "calls completed here"},
-    {"record", T_INT, offsetof(Fast, rw.on), 0,
+    {"records", T_INT, offsetof(Fast, rw.on), 0,
      "1 (default): append flight-recorder records; 0: not (to measure their cost)"},
     {NULL, 0, 0, 0, NULL},
 };
