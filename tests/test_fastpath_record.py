@@ -111,9 +111,9 @@ def test_fast_records_match_the_regular_ones_with_an_arena() -> None:
 
 
 def _wrapped() -> dict[str, Any]:
-    """A ring of 16 records filled many times over by C records (the fast call's tuples,
-    the native point-to-point P2PRec records), which reuse the record they push out when
-    nothing else holds it (_record.c rec_take_oldest)."""
+    """A ring of 16 records filled many times over by C records (the fast call's and the
+    native point-to-point calls' Record objects), which refill the record in the slot they
+    take when nothing else holds it (_record_ring.c ring_claim)."""
     import collcomm as dist
     from collcomm.core import recorder
     from collcomm.core.recorder_records import R_OP, R_SEQ
@@ -132,7 +132,7 @@ def _wrapped() -> dict[str, Any]:
     dist.barrier()
     last = rec.records()
     return {"size": len(last), "kept": tuple(kept) == kept_copy,
-            "ops": [r[R_OP] for r in last], "seqs": [r[R_SEQ] for r in last if type(r) is tuple],
+            "ops": [r[R_OP] for r in last], "seqs": [r[R_SEQ] for r in last if len(r) == 8],
             "ids": len({id(r) for r in last}), "x": float(x[0])}
 
 

@@ -120,10 +120,10 @@ def test_works_made_and_waited_in_c_match_the_reference() -> None:
         c, start, py, same_f, same_g, same_eng, same_arr, line = out["fields"]
         assert c == start == py, (c, start, py)
         assert c[FIELDS.index("waiting")] is False and c[FIELDS.index("_ok")] is False
-        assert c[FIELDS.index("rec")] == "P2PRec"      # (made in C: native/_record_p2p.c)
+        assert c[FIELDS.index("rec")] == "Record"      # (made in C: native/_record_rec.c)
         assert same_f and same_g and same_eng and same_arr and line, out["fields"]
         other = 1 - rank
-        assert out["sent"] == [("SentWork", True, other, "P2PRec", False)] * 3, out["sent"]
+        assert out["sent"] == [("SentWork", True, other, "Record", False)] * 3, out["sent"]
         assert out["waited"] == (True, True, True, [other, 1], [other, 2], [other, 3], True,
                                  True, True, other)
         assert out["records"].count(("irecv", other, "completed")) == 3, out["records"]

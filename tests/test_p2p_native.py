@@ -125,7 +125,7 @@ def _mixed() -> dict:
         return [] if obs is None else [r for r in list(obs.rec.ring)
                                        if len(r) == 11 and r[0] == obs.index]   # (p2p)
 
-    def fields(r: list) -> tuple:    # (C's records are P2PRec objects that read as the list)
+    def fields(r: list) -> tuple:    # (C's records are Record objects that read as the list)
         return (len(r), r[1], r[2], r[3], r[4], where(r[5], r[6]), r[8],
                 r[9], type(r[7]).__name__, type(r[10]).__name__, 0 < r[7] <= r[10])
 
@@ -248,7 +248,7 @@ def test_peer_death_while_waiting_natively(tmp_path) -> None:
 
 
 def _c_record() -> dict:
-    """A point-to-point record made in C (P2P.note: a P2PRec, native/_record_p2p.c) read,
+    """A point-to-point record made in C (P2P.note: a Record, native/_record_rec.c) read,
     ended and refused as the list Observer.p2p appends would be."""
     import collcomm as dist
     import collcomm.core.runtime as rt
@@ -281,7 +281,7 @@ def _c_record() -> dict:
 @pytest.mark.timeout(60)
 def test_a_record_made_in_c_reads_as_the_list() -> None:
     for me, out in enumerate(run_ranks(_c_record, 2, transport="shm", timeout=45)):
-        assert out == {"type": "P2PRec", "len": 11, "list": [out["list"][0], 0, "isend", 0, 0,
+        assert out == {"type": "Record", "len": 11, "list": [out["list"][0], 0, "isend", 0, 0,
                                                              1 - me, "entered"],
                        "peer": (1 - me, 1 - me), "entered": True, "t": ("float", True, 0.0),
                        "in_ring": True, "repr": True, "ended": (True, True),

@@ -1,8 +1,9 @@
 """The flight recorder's ring: the process's last calls, read back and dumped as JSON.
 
 :class:`Recorder` is the process's ring buffer of records (:mod:`.recorder_records` has
-their layout); it reads them back per group (the state the other ranks ask for through
-the store) or as a whole (a snapshot), and :meth:`Recorder.dump` writes that snapshot to
+their layout; :func:`new_ring` makes the ring itself, C's where the native core is built);
+it reads them back per group (the state the other ranks ask for through the store) or as
+a whole (a snapshot), and :meth:`Recorder.dump` writes that snapshot to
 ``COLLCOMM_FR_DIR`` (:func:`fr_dir`). :func:`recorder` is the process's one ring (made on
 first use), :func:`dump` dumps it now and :func:`gather_states` asks every rank of the job
 for its state. The process's switches, :data:`settings` (:class:`.recorder_settings.Settings`,
@@ -42,12 +43,23 @@ def reload_settings() -> None:
     settings = Settings()
 
 
+def new_ring(size: int) -> Any:
+    """The ring of ``size`` records: the native core's ``Ring`` where it is built (the C
+    writers refill its oldest record in place: native/_record_ring.c), else a bounded
+    deque; both append, read oldest first and say their ``maxlen``."""
+    from .. import native
+
+    if native.core is not None and hasattr(native.core, "Ring"):
+        return native.core.Ring(size)
+    return collections.deque(maxlen=size)
+
+
 class Recorder:
     """The process's ring buffer of records (see :mod:`.recorder`'s docstring)."""
 
     def __init__(self, size: int) -> None:
         self.size = max(1, size)
-        self.ring: "collections.deque[Any]" = collections.deque(maxlen=self.size)
+        self.ring: Any = new_ring(self.size)
         self.observers: "weakref.WeakSet[Observer]" = weakref.WeakSet()
         self.rank = 0
         self.world_size = 1

@@ -1,19 +1,21 @@
 /* The flight recorder's records, written from C (collcomm/core/recorder.py has the ring and
  * the layout, collcomm/core/recorder_records.py the R_* indices and the states).
  *
- * Included by _shmcore.c before the fast call. One ``RecWriter`` lives in each object
- * that records calls (the collectives' ``Fast``, a group's point-to-point ``P2P``): the
- * ring's ``append`` (bound once), the group's observer index, collcomm's package path
- * prefix and a per-code-object cache of "this code is collcomm's own" for the walk to
- * the caller. It writes exactly what the Python observer writes:
+ * Included by _shmcore.c after the records and the ring (_record_rec.c, _record_ring.c),
+ * before the fast call. One ``RecWriter`` lives in each object that records calls (the
+ * collectives' ``Fast``, a group's point-to-point ``P2P``): the ring's ``append`` (bound
+ * once; the Ring itself when it is one), the group's observer index, collcomm's package
+ * path prefix and a per-code-object cache of "this code is collcomm's own" for the walk
+ * to the caller. It writes what the Python observer writes, as a ``Record`` that reads
+ * the same (_record_rec.c):
  *
- * - a collective's record (``rec_collective``): the tuple ``Observer.call`` appends,
- *   (observer index, tag, name, signature, id(family), caller's code, caller's
+ * - a collective's record (``rec_collective``): what the tuple ``Observer.call`` appends
+ *   reads, (observer index, tag, name, signature, id(family), caller's code, caller's
  *   instruction offset, perf_counter time);
  * - a point-to-point record (``rec_p2p``, _record_p2p.c): what the list
  *   ``Observer.p2p`` appends reads, [observer index, 0, op, 0, 0, code, offset, t0,
  *   global peer, state, t1] with state "entered" (t1 0.0) until ``rec_p2p_end`` marks it
- *   "completed" or "failed" (t1 then), held in a small C object (``P2PRec``).
+ *   "completed" or "failed" (t1 then).
  *
  * The caller is the first frame outside collcomm (at most 8 frames up), as
  * recorder_records.caller() finds it; times are CLOCK_MONOTONIC, the clock of
@@ -50,10 +52,9 @@ typedef struct {
 
 typedef struct {
     PyObject *append;           /* the recorder ring's append, or NULL: no records */
-    PyObject *ring;             /* the deque when ``append`` is a bounded deque's own append
-                                   (borrowed: ``append`` holds it), else NULL */
-    CMethod ring_append, ring_popleft;   /* its methods, called straight (_cmethod.c) */
-    Py_ssize_t maxlen;
+    Ring *ring;                 /* the Ring when ``append`` is a Ring's own (borrowed:
+                                   ``append`` holds it): records claimed in place; else NULL:
+                                   each record made new and handed to ``append`` */
     PyObject *index;            /* the observer's index (records name their group by it) */
     PyObject *pkg;              /* the package's path prefix (str) */
     int on;                     /* 0: no records (to measure what they cost) */
@@ -62,8 +63,7 @@ typedef struct {
     uint64_t sig_of[16];        /* signature's int object, reused while it repeats */
 } RecWriter;
 
-static PyObject *s_rec_entered, *s_rec_completed, *s_rec_failed, *s_rec_isend, *s_rec_irecv,
-    *s_rec_append, *s_rec_popleft;
+static PyObject *s_rec_isend, *s_rec_irecv;
 
 /* Set the writer up (append None: it records nothing). 0, or -1 with an exception. */
 static int rec_init(RecWriter *w, PyObject *append, PyObject *index, PyObject *pkg)
@@ -79,18 +79,10 @@ static int rec_init(RecWriter *w, PyObject *append, PyObject *index, PyObject *p
     Py_XSETREF(w->append, append == Py_None ? NULL : Py_NewRef(append));
     w->ring = NULL;
     PyObject *ring = append != Py_None && PyCFunction_Check(append) ? PyCFunction_GET_SELF(append) : NULL;
-    if (ring != NULL && strcmp(Py_TYPE(ring)->tp_name, "collections.deque") == 0) {
-        PyObject *maxlen = PyObject_GetAttrString(ring, "maxlen");
-        w->maxlen = maxlen != NULL && PyLong_Check(maxlen) ? PyLong_AsSsize_t(maxlen) : -1;
-        Py_XDECREF(maxlen);
-        PyErr_Clear();               /* (not a bounded deque after all: records are made new) */
-        cmethod_find(&w->ring_append, ring, s_rec_append);
-        cmethod_find(&w->ring_popleft, ring, s_rec_popleft);
-        /* only where `append` is that deque's own append (anything else is called as given) */
-        if (w->maxlen > 0 && w->ring_append.fn != NULL &&
-            PyCFunction_GET_FUNCTION(append) == w->ring_append.fn)
-            w->ring = ring;
-    }
+    /* only where `append` is a Ring's own append (anything else is called as given) */
+    if (ring != NULL && Py_TYPE(ring) == &RingType && ((Ring *)ring)->slots != NULL &&
+        PyCFunction_GET_FUNCTION(append) == (PyCFunction)Ring_append)
+        w->ring = (Ring *)ring;
     Py_XSETREF(w->index, Py_NewRef(index));
     Py_XSETREF(w->pkg, Py_NewRef(pkg));
     w->on = 1;
@@ -231,101 +223,73 @@ static PyCodeObject *rec_caller(RecWriter *w, int *lasti)
 }
 #endif
 
-/* time.perf_counter() */
-static inline double rec_now(void)
+/* The newest record, to fill (every field: a refilled one holds its last values):
+ * claimed from the Ring (the oldest refilled in place where nothing else holds it:
+ * _record_ring.c); where the ring is another object, a new one (*hand set: hand it to
+ * `append` once filled, rec_hand). A new reference, or NULL with an exception. */
+static Record *rec_claim(RecWriter *w, int *hand)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    *hand = w->ring == NULL;
+    if (*hand)
+        return record_new();
+    Record *r = ring_claim(w->ring);
+    Py_XINCREF(r);
+    return r;
 }
 
-/* Append `rec` to the ring: 0, or -1 with an exception. */
-static int rec_append(RecWriter *w, PyObject *rec)
+/* A record rec_claim made new, filled, handed to the ring's `append`: 0, or -1 with an
+ * exception. */
+static int rec_hand(RecWriter *w, Record *r)
 {
-    PyObject *r = w->ring != NULL ? cmethod_call(&w->ring_append, w->ring, rec)
-                                  : PyObject_CallOneArg(w->append, rec);
-    Py_XDECREF(r);
-    return r == NULL ? -1 : 0;
+    PyObject *x = PyObject_CallOneArg(w->append, (PyObject *)r);
+    Py_XDECREF(x);
+    return x == NULL ? -1 : 0;
 }
 
-/* Fill the 8 items of `rec` (a new tuple): index, seq, op, sig, algo, the caller's code
- * and offset, t0; then append it to the ring. `rec` is returned (a new reference), or
- * NULL with an exception (rec released). */
-static PyObject *rec_fill(RecWriter *w, PyObject *rec, PyObject *seq, PyObject *op, uint64_t sig,
-                          PyObject *algo, double t0)
-{
-    int lasti;
-    PyCodeObject *code = rec_caller(w, &lasti);
-    PyObject *sigobj = rec_sig(w, sig), *lastio = rec_lasti(w, code, lasti),
-             *t0o = PyFloat_FromDouble(t0);
-    PyTuple_SET_ITEM(rec, 0, Py_NewRef(w->index));
-    PyTuple_SET_ITEM(rec, 1, Py_NewRef(seq));
-    PyTuple_SET_ITEM(rec, 2, Py_NewRef(op));
-    PyTuple_SET_ITEM(rec, 3, sigobj);
-    PyTuple_SET_ITEM(rec, 4, Py_NewRef(algo));
-    PyTuple_SET_ITEM(rec, 5, code == NULL ? Py_NewRef(Py_None) : (PyObject *)code);
-    PyTuple_SET_ITEM(rec, 6, lastio);
-    PyTuple_SET_ITEM(rec, 7, t0o);
-    if (sigobj == NULL || lastio == NULL || t0o == NULL || rec_append(w, rec) < 0) {
-        Py_DECREF(rec);
-        return NULL;
-    }
-    return rec;
-}
-
-/* The oldest record, taken out of the full ring (the append would drop it: taking it out
- * first costs what that eviction would), for reuse; NULL (no exception) where the ring is
- * not full or not a deque C appends to itself. */
-static PyObject *rec_take_oldest(RecWriter *w)
-{
-    if (w->ring == NULL || PyObject_Length(w->ring) < w->maxlen)
-        return NULL;
-    PyObject *old = cmethod_call(&w->ring_popleft, w->ring, NULL);
-    if (old == NULL)
-        PyErr_Clear();
-    return old;
-}
-
-/* The record the full ring is about to drop, emptied for reuse, when nothing else holds
- * it and it is a tuple of `size` items; else NULL (no exception): make a new one. What
- * reuse saves is freeing one record and allocating the next; the ints it holds are
- * dropped as the eviction would drop them. */
-static PyObject *rec_recycled(RecWriter *w, Py_ssize_t size)
-{
-    PyObject *old = rec_take_oldest(w);
-    if (old == NULL)
-        return NULL;
-    if (Py_REFCNT(old) != 1 || !PyTuple_CheckExact(old) || PyTuple_GET_SIZE(old) != size) {
-        Py_DECREF(old);
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < size; i++) {
-        PyObject *item = PyTuple_GET_ITEM(old, i);
-        PyTuple_SET_ITEM(old, i, NULL);
-        Py_XDECREF(item);
-    }
-    return old;
-}
-
-/* A collective's record (Observer.call's tuple), appended; the caller's time now. A new
- * reference, or NULL with an exception. */
+/* A collective's record (reads as Observer.call's tuple: index, tag, name, signature,
+ * algorithm, the caller's code and offset, t0), the caller's time now, the newest in the
+ * ring. A new reference, or NULL with an exception. */
 static PyObject *rec_collective(RecWriter *w, PyObject *tag, PyObject *name, uint64_t sig,
                                 PyObject *algo_id)
 {
     double t0 = rec_now();
-    PyObject *rec = rec_recycled(w, 8);
-    if (rec == NULL)
-        rec = PyTuple_New(8);
-    return rec == NULL ? NULL : rec_fill(w, rec, tag, name, sig, algo_id, t0);
+    int lasti, hand = 0;
+    PyCodeObject *code = rec_caller(w, &lasti);
+    PyObject *sigobj = rec_sig(w, sig), *lastio = rec_lasti(w, code, lasti);
+    unsigned long long seq = PyLong_AsUnsignedLongLongMask(tag);
+    Record *r = sigobj == NULL || lastio == NULL || PyErr_Occurred() ? NULL : rec_claim(w, &hand);
+    if (r == NULL) {
+        Py_XDECREF(code);
+        Py_XDECREF(sigobj);
+        Py_XDECREF(lastio);
+        return NULL;
+    }
+    r->kind = REC_COLLECTIVE;
+    record_keep(&r->index, w->index);
+    r->seq = seq;
+    record_keep(&r->op, name);
+    record_take(&r->sig, sigobj);
+    record_keep(&r->algo, algo_id);
+    record_take(&r->code, code == NULL ? Py_NewRef(Py_None) : (PyObject *)code);
+    record_take(&r->lasti, lastio);
+    r->t0 = t0;
+    r->t1 = 0.0;
+    r->peer = 0;
+    r->state = 0;
+    if (hand && rec_hand(w, r) < 0) {
+        Py_DECREF(r);
+        return NULL;
+    }
+    return (PyObject *)r;
 }
 
 static int rec_module_init(void)
 {
     struct { PyObject **slot; const char *name; } names[] = {
         {&s_rec_entered, "entered"}, {&s_rec_completed, "completed"}, {&s_rec_failed, "failed"},
-        {&s_rec_isend, "isend"}, {&s_rec_irecv, "irecv"}, {&s_rec_append, "append"},
-        {&s_rec_popleft, "popleft"},
+        {&s_rec_isend, "isend"}, {&s_rec_irecv, "irecv"},
     };
+    rec_clock_init();
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL)
             return -1;

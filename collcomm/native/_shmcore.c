@@ -107,8 +107,11 @@ static PyTypeObject CoreType = {
 
 /* ------------------------------------------------------------------ the fast call */
 #include "_cmethod.c"           /* a built-in object's C method called straight */
-#include "_record.c"            /* the flight recorder's records, written from C */
-#include "_record_p2p.c"        /* ... its point-to-point records: P2PRec */
+#include "_rec_clock.c"         /* the flight recorder's clock: rec_now */
+#include "_record_rec.c"        /* the flight recorder's records made in C: Record */
+#include "_record_ring.c"       /* ... the ring that holds them: Ring */
+#include "_record.c"            /* ... written from C: the writer, collectives' records */
+#include "_record_p2p.c"        /* ... point-to-point records */
 #include "_fastcall.c"
 #include "_gil_lock.c"          /* GilLock: send_lock / poll_lock of the shm channels */
 #include "_p2p.c"               /* native point-to-point: Pipe, P2P; locks, helpers */
@@ -204,6 +207,8 @@ static PyMethodDef module_methods[] = {
      "timeout_scope(delta): call_timeout scopes opened/closed; returns how many are open"},
     {"vote_sim", mod_vote_sim, METH_VARARGS,
      "vote_sim(bytes, staged_us, cma_us) -> rank 0's way per call on those samples (tests)"},
+    {"record_clock", mod_record_clock, METH_NOARGS,
+     "record_clock() -> (reads the TSC, seconds a tick, anchors, now): the recorder's clock"},
     {"set_ties", mod_set_ties, METH_VARARGS,
      "set_ties(f16, f32, f64): min/max of equal values keeps the second operand"},
     {NULL, NULL, 0, NULL},
