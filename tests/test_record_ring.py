@@ -59,7 +59,7 @@ def _records() -> dict:
     was while the ring refills the others in place."""
     import collcomm as dist
     from collcomm.core import recorder
-    from collcomm.core.recorder_records import R_OP, R_PSTATE, R_PT1, R_SEQ, R_T0
+    from collcomm.core.recorder_records import R_ALGO, R_OP, R_PSTATE, R_PT1, R_SEQ, R_SIG, R_T0
 
     me, n = dist.get_rank(), dist.get_world_size()
     x = np.ones(2, np.float32)
@@ -91,13 +91,23 @@ def _records() -> dict:
     except IndexError:
         out["bounded"] = True
     kept, kept_copy = coll, tuple(coll)
-    for _ in range(3 * rec.size):        # the ring wraps three times over
+    del sent, got
+    for _ in range(rec.size):            # every slot a C record nothing else holds (kept: out)
+        dist.all_reduce(x)
+    refilled = rec.ring.refilled
+    for _ in range(2 * rec.size):        # twice round: every slot refilled in place
         dist.all_reduce(x)
     out["kept"] = tuple(kept) == kept_copy
+    out["refilled"] = rec.ring.refilled - refilled == 2 * rec.size   # (no reference leaked)
     last = rec.records()
-    out["distinct"] = len({id(r) for r in last}) == len(last) == rec.size
-    out["seqs_rise"] = all(a[R_SEQ] < b[R_SEQ] for a, b in zip(last, last[1:]) if len(a) == len(b) == 8)
+    out["seqs_rise"] = all(a[R_SEQ] < b[R_SEQ] for a, b in zip(last, last[1:]))
     out["times_rise"] = all(a[R_T0] <= b[R_T0] for a, b in zip(last, last[1:]))
+    out["coll_sig"] = all(r[R_SIG] != 0 and r[R_ALGO] != 0 for r in last)
+    del last
+    for w in dist.batch_isend_irecv(ops):  # two point-to-point records in collectives' slots
+        w.wait()
+    pair = rec.records()[-2:]
+    out["p2p_over_coll"] = [(r[R_OP], r[R_SEQ], r[R_SIG], r[R_ALGO], r[R_PSTATE]) for r in pair]
     return out
 
 
@@ -111,7 +121,10 @@ def test_c_records_read_as_the_python_ones_and_a_held_one_is_kept() -> None:
         assert res["p2p"] == [("Record", 11, "isend", "completed", True),
                               ("Record", 11, "irecv", "completed", True)], res
         assert res["writable"] == [False, False] and res.get("state_checked") and res.get("bounded"), res
-        assert res["kept"] and res["distinct"] and res["seqs_rise"] and res["times_rise"], res
+        assert res["kept"] and res["refilled"] and res["seqs_rise"] and res["times_rise"], res
+        assert res["coll_sig"], res
+        assert res["p2p_over_coll"] == [("isend", 0, 0, 0, "completed"),
+                                         ("irecv", 0, 0, 0, "completed")], res
 
 
 def test_the_clock_reads_perf_counter_and_never_goes_back() -> None:

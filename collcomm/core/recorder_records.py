@@ -20,16 +20,17 @@ from ..algorithms import signature
 if TYPE_CHECKING:
     from .recorder import Observer
 
-# A collective's record is a tuple (the cheapest thing to build per call) of the fields
-# R_GROUP … R_T0, all plain numbers, strings and the caller's code object (the observer's
-# index, the id of the family function; code objects are not tracked by the garbage
-# collector): the collector untracks such a tuple at
-# its first look, so 2000 of them in the ring cost no collection time (holding objects, the
-# ring made the collections walk it: +3 us per call measured). Its state is derived:
-# completed when its group's last completed call is this one or a later one, failed when
-# listed in the group's failures. A point-to-point record is a list with three more fields
-# (peer, state, end time); one made in C (native/_record_p2p.c) is a P2PRec that reads
-# and is ended the same way (len, indexing, rec[R_PSTATE] / rec[R_PT1] assigned).
+# A collective's record made in Python is a tuple (the cheapest thing to build per call) of
+# the fields R_GROUP … R_T0, all plain numbers, strings and the caller's code object (the
+# observer's index, the id of the family function; code objects are not tracked by the
+# garbage collector): the collector untracks such a tuple at its first look, so 2000 of
+# them in the ring cost no collection time (holding objects, the ring made the collections
+# walk it: +3 us per call measured). Its state is derived: completed when its group's last
+# completed call is this one or a later one, failed when listed in the group's failures. A
+# point-to-point record is a list with three more fields (peer, state, end time). Records
+# made in C (native/_record_rec.c) are Record objects that read as the tuple or the list
+# (len, indexing; a point-to-point one's rec[R_PSTATE] / rec[R_PT1] assigned), refilled
+# in their slot of the C ring (native/_record_ring.c) once nothing else holds them.
 R_GROUP, R_SEQ, R_OP, R_SIG, R_ALGO, R_CODE, R_LASTI, R_T0, R_PEER, R_PSTATE, R_PT1 = range(11)
 ENTERED, COMPLETED, FAILED = "entered", "completed", "failed"
 _SEQ_MASK = (1 << 35) - 1     # group.py: the low 35 bits of a collective's tag are its seq

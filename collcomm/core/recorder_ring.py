@@ -75,7 +75,7 @@ class Recorder:
         while True:
             try:
                 return list(self.ring)
-            except RuntimeError:   # appended to while copied (another thread): again
+            except RuntimeError:   # (the deque) appended to while copied (another thread): again
                 continue
 
     # -- reading -------------------------------------------------------------------------

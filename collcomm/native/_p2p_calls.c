@@ -30,13 +30,13 @@
  * raises the Python path's errors (a message in the ring meanwhile wins over its error).
  *
  * The flight recorder (``record`` True as the last argument, collcomm.send/recv): the
- * call's record reads as the list Observer.p2p appends (a P2PRec, _record_p2p.c; op
+ * call's record reads as the list Observer.p2p appends (a Record, _record_rec.c; op
  * isend/irecv, the peer's
  * global rank, the caller's code and offset), written here only for a call that runs
  * here. A send that completes (or fails) appends it ended; a receive appends it as
  * "entered" before it waits and marks it "completed" or "failed" when it returns. A
  * receive that leaves the message to the regular path (after its record was made)
- * returns the record (a P2PRec) instead of None: the caller hands it to the regular path,
+ * returns the record (a Record) instead of None: the caller hands it to the regular path,
  * which marks it (ProcessGroup.p2p_irecv's ``rec``). A call that declines before that
  * makes no record: the regular path makes its own. Either way one record per call.
  * ``note(recv, peer)`` makes the "entered" record of a non-blocking call (isend/irecv),

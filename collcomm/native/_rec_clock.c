@@ -14,8 +14,10 @@
  * off clock_gettime's; at this one, 300,000 values each fell between the
  * time.perf_counter() reads around it). Until two anchors give a
  * rate, and anywhere else (another clock source, not x86-64, COLLCOMM_REC_TSC=0), it
- * calls clock_gettime. Values never go back: a fresh anchor behind the last value read
- * (by the extrapolation's error, tens of ns) returns that last value. Everything runs
+ * calls clock_gettime, as it does while the counter reads behind the anchor (a CPU whose
+ * counter lags the anchor's, or an unordered read). Values never go back: a fresh anchor
+ * behind the last value read (by the extrapolation's error, tens of ns) returns that
+ * last value. Everything runs
  * holding the GIL.
  */
 
@@ -62,8 +64,9 @@ static double rec_anchor(uint64_t tick)
     if (after - tick > REC_READ_TICKS)
         return t;
     tick += (after - tick) / 2;               /* (the counter halfway through the read) */
-    uint64_t since = tick - rec_clock.tick0;
-    if (rec_clock.anchors > 0 && since < REC_WINDOW / 2)
+    int64_t since = (int64_t)(tick - rec_clock.tick0);   /* (< 0: a CPU whose counter is
+                                                            behind the anchor's) */
+    if (rec_clock.anchors > 0 && since < (int64_t)(REC_WINDOW / 2))
         return t;                             /* (too soon for a rate: the clock as read) */
     if (rec_clock.anchors > 0 && t > rec_clock.t0)
         rec_clock.per_tick = (t - rec_clock.t0) / (double)since;
@@ -81,8 +84,8 @@ static inline double rec_now(void)
 #ifdef REC_HAVE_TSC
     if (rec_clock.tsc) {
         uint64_t tick = __rdtsc();
-        uint64_t since = tick - rec_clock.tick0;
-        if (rec_clock.per_tick > 0.0 && since < REC_WINDOW)
+        int64_t since = (int64_t)(tick - rec_clock.tick0);
+        if (rec_clock.per_tick > 0.0 && since >= 0 && since < (int64_t)REC_WINDOW)
             t = rec_clock.t0 + (double)since * rec_clock.per_tick;
         else
             t = rec_anchor(tick);

@@ -230,11 +230,7 @@ static PyCodeObject *rec_caller(RecWriter *w, int *lasti)
 static Record *rec_claim(RecWriter *w, int *hand)
 {
     *hand = w->ring == NULL;
-    if (*hand)
-        return record_new();
-    Record *r = ring_claim(w->ring);
-    Py_XINCREF(r);
-    return r;
+    return *hand ? record_new() : ring_claim(w->ring);
 }
 
 /* A record rec_claim made new, filled, handed to the ring's `append`: 0, or -1 with an

@@ -21,6 +21,7 @@ typedef struct {
     Py_ssize_t size;
     Py_ssize_t head;       /* the slot written next (once full, the oldest record's) */
     Py_ssize_t count;      /* records held (at most size) */
+    unsigned long long refilled;   /* C records refilled in place (tests) */
 } Ring;
 
 static PyTypeObject RingType;
@@ -98,20 +99,22 @@ static inline void ring_prefetch(Ring *r)
 
 /* The Record to fill as the newest: the next slot's when nothing else holds it (as it
  * was: the writer sets every field, with record_keep / record_take), else a new one put
- * there (its references NULL). A borrowed reference (the ring holds it), or NULL with an
+ * there (its references NULL). A new reference (the ring holds another), or NULL with an
  * exception (the ring unchanged). */
 static Record *ring_claim(Ring *r)
 {
     PyObject *old = r->slots[r->head];
     Record *x;
     if (old != NULL && Py_TYPE(old) == &RecordType && Py_REFCNT(old) == 1) {
-        x = (Record *)old;
+        x = (Record *)Py_NewRef(old);
         ring_advance(r);
+        r->refilled++;
     } else {
         x = record_new();
         if (x == NULL)
             return NULL;
-        ring_put(r, (PyObject *)x);
+        ring_put(r, Py_NewRef((PyObject *)x));   /* (ours held first: the old one's drop
+                                                    could run code that claims again) */
     }
     ring_prefetch(r);
     return x;
@@ -128,16 +131,18 @@ static PyObject *Ring_append(Ring *r, PyObject *rec)
     Py_RETURN_NONE;
 }
 
-/* The records held, oldest first (a new list). */
+/* The records held, oldest first (a new list). (The count is read once: making the list
+ * may run a collection, and with it another thread that appends.) */
 static PyObject *ring_list(Ring *r)
 {
-    PyObject *out = PyList_New(r->count);
+    Py_ssize_t n = r->count;
+    PyObject *out = PyList_New(n);
     if (out == NULL)
         return NULL;
-    Py_ssize_t at = r->head - r->count;
+    Py_ssize_t at = r->head - n;       /* (the newest n: the count never shrinks) */
     if (at < 0)
         at += r->size;
-    for (Py_ssize_t i = 0; i < r->count; i++) {
+    for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *rec = r->slots[at];
         PyList_SET_ITEM(out, i, Py_NewRef(rec != NULL ? rec : Py_None));
         at = at + 1 == r->size ? 0 : at + 1;
@@ -168,6 +173,12 @@ static PyMethodDef Ring_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyMemberDef Ring_members[] = {
+    {"refilled", T_ULONGLONG, offsetof(Ring, refilled), READONLY,
+     "records C refilled in their slot (the others it wrote were made new)"},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyGetSetDef Ring_getset[] = {
     {"maxlen", (getter)Ring_get_maxlen, NULL, "the records it holds at most", NULL},
     {NULL, NULL, NULL, NULL, NULL},
@@ -189,6 +200,7 @@ static PyTypeObject RingType = {
     .tp_dealloc = (destructor)Ring_dealloc,
     .tp_iter = (getiterfunc)Ring_iter,
     .tp_methods = Ring_methods,
+    .tp_members = Ring_members,
     .tp_getset = Ring_getset,
     .tp_as_sequence = &Ring_seq,
 };
