@@ -5,30 +5,20 @@ and on the Python path together, at odd sizes and odd addresses; the setting is 
 checked."""
 from __future__ import annotations
 
-import mmap
-
 import numpy as np
 import pytest
 
 from collcomm import native
-from collcomm.transport import arena_layout
 from tests.harness import run_ranks
+from tests.native_common import lone_core
 
 pytestmark = pytest.mark.skipif(native.core is None, reason="the native core is not built")
 
 
-def _lone_core(**kw):
-    """A Core over a private mapping (never called into)."""
-    page, slot = 4096, 1 << 16
-    mapping = mmap.mmap(-1, page + 4 * (slot + page))
-    return native.core.Core(mapping, 2, 0, page, slot, slot + page, page, arena_layout.ONE_SHOT,
-                            arena_layout.NATIVE, 0, 0, False, **kw)
-
-
 def test_the_setting(monkeypatch):
-    assert _lone_core().out_nt_min == 0 and _lone_core(out_nt_min=4096).out_nt_min == 4096
+    assert lone_core().out_nt_min == 0 and lone_core(out_nt_min=4096).out_nt_min == 4096
     with pytest.raises(ValueError, match="out_nt_min"):
-        _lone_core(out_nt_min=-1)
+        lone_core(out_nt_min=-1)
     monkeypatch.delenv("COLLCOMM_COPY_NT_MIN", raising=False)
     assert native.copy_nt_min() == native.COPY_NT_MIN == 4 << 20
     monkeypatch.setenv("COLLCOMM_COPY_NT_MIN", "0")

@@ -4,30 +4,20 @@ are with plain stores, ranks in C and on the Python path together; the switch is
 checked; below 64 KiB nothing is streamed."""
 from __future__ import annotations
 
-import mmap
-
 import numpy as np
 import pytest
 
 from collcomm import native
-from collcomm.transport import arena_layout
 from tests.harness import run_ranks
+from tests.native_common import lone_core
 
 pytestmark = pytest.mark.skipif(native.core is None, reason="the native core is not built")
 
 
-def _lone_core(**kw):
-    """A Core over a private mapping (never called into)."""
-    page, slot = 4096, 1 << 16
-    mapping = mmap.mmap(-1, page + 4 * (slot + page))
-    return native.core.Core(mapping, 2, 0, page, slot, slot + page, page, arena_layout.ONE_SHOT,
-                            arena_layout.NATIVE, 0, 0, False, **kw)
-
-
 def test_the_switch(monkeypatch):
-    assert _lone_core().stage_nt == 0 and _lone_core(stage_nt=1).stage_nt == 1
+    assert lone_core().stage_nt == 0 and lone_core(stage_nt=1).stage_nt == 1
     with pytest.raises(ValueError, match="stage_nt"):
-        _lone_core(stage_nt=2)
+        lone_core(stage_nt=2)
     monkeypatch.setenv("COLLCOMM_STAGE_NT", "1")
     assert native.stage_nt() == 1
     monkeypatch.setenv("COLLCOMM_STAGE_NT", "yes")
