@@ -64,8 +64,9 @@ static int nt_copy(char *dst, const char *src, Py_ssize_t n)
  * 0.89-0.96x the time (the read itself within 8% either way: past the L2 it comes from
  * memory whichever stores wrote it). glibc's memcpy streams by itself past a threshold
  * it derives from the L3 cpuid reports: 3/4 of one thread's share in 2.33-2.37 (1.5 MiB
- * with a 32 MiB L3 shared by 16 threads), a quarter of the whole from 2.38 (8 MiB). That
- * VM reports 256 MiB for one thread: glibc 2.36 streamed only past 192 MiB, never here.
+ * with a 32 MiB L3 shared by 16 threads), a quarter of the whole from 2.38 (8 MiB). On
+ * that VM glibc 2.36 takes its share to be 256 MiB (lscpu: a 32 MiB L3) and streams only
+ * past 192 MiB: never here.
  * 4 MiB sits inside glibc's range on real hosts. What a streamed block gives up is a place
  * in a large L3 for the caller's next read; COLLCOMM_COPY_NT_MIN=0 keeps plain stores.
  * Overlapping blocks (an in-place call) are moved with memmove. */
