@@ -207,6 +207,8 @@ static PyMethodDef module_methods[] = {
      "timeout_scope(delta): call_timeout scopes opened/closed; returns how many are open"},
     {"vote_sim", mod_vote_sim, METH_VARARGS,
      "vote_sim(bytes, staged_us, cma_us) -> rank 0's way per call on those samples (tests)"},
+    {"cma_bounces", mod_cma_bounces, METH_NOARGS,
+     "cma_bounces() -> cross-memory transfers copied through a bounce buffer (_cma.c)"},
     {"record_clock", mod_record_clock, METH_NOARGS,
      "record_clock() -> (reads the TSC, seconds a tick, anchors, now): the recorder's clock"},
     {"set_ties", mod_set_ties, METH_VARARGS,

@@ -78,6 +78,31 @@ static void out_copy(Core *c, char *dst, const char *src, Py_ssize_t n)
         memmove(dst, src, (size_t)n);
 }
 
+/* Copy n bytes with a plain vector loop (16-byte SSE2 loads and stores, every x86-64;
+ * elsewhere memcpy): for copies whose destination lies a few bytes past the source
+ * modulo 4 KiB, where glibc's memcpy takes ``rep movsb`` (from 2 KiB up to a bound it
+ * derives from the cache: 512 KiB on the VM of BENCHMARKS.md) and some CPUs run that
+ * 4-5x slower (_cma.c cma_move says where it comes from). */
+static void vec_copy(char *dst, const char *src, Py_ssize_t n)
+{
+#if defined(__x86_64__)
+    Py_ssize_t body = n & ~(Py_ssize_t)63;
+    for (Py_ssize_t i = 0; i < body; i += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(src + i));
+        __m128i b = _mm_loadu_si128((const __m128i *)(src + i + 16));
+        __m128i d = _mm_loadu_si128((const __m128i *)(src + i + 32));
+        __m128i e = _mm_loadu_si128((const __m128i *)(src + i + 48));
+        _mm_storeu_si128((__m128i *)(dst + i), a);
+        _mm_storeu_si128((__m128i *)(dst + i + 16), b);
+        _mm_storeu_si128((__m128i *)(dst + i + 32), d);
+        _mm_storeu_si128((__m128i *)(dst + i + 48), e);
+    }
+    memcpy(dst + body, src + body, (size_t)(n - body));
+#else
+    memcpy(dst, src, (size_t)n);
+#endif
+}
+
 /* Write a staged copy, streamed when the core is told to and it is large enough. */
 static void staged_copy(Core *c, char *dst, const char *src, Py_ssize_t n)
 {
