@@ -1,10 +1,12 @@
 """Cross-memory transfers whose destination lies 1-63 bytes past the source modulo 4 KiB
-go through a bounce buffer (native/_cma.c ``cma_move``): the kernel's ``rep movsb`` runs
-4-5x slower at such distances on some CPUs, and ranks that allocate alike meet them all
+go through a bounce buffer where the CPU is slow at such distances (native/_cma_move.c
+``cma_move``; timed once a process, or COLLCOMM_CMA_BOUNCE=1/0): the kernel's ``rep
+movsb`` runs 4-5x slower there on some CPUs, and ranks that allocate alike meet them all
 the time (a receive buffer allocated right after a send buffer lies the allocator's
 header past the peer's). The data must arrive whole at every distance, odd lengths and
-chunk boundaries included, for reads (lent point-to-point, all_gather and all_to_all by
-CMA) and writes (a split scatter's root); other distances go direct."""
+steps included, for reads (lent point-to-point, all_gather and all_to_all by CMA, one
+long enough to end in streamed stores) and writes (a split scatter's root); other
+distances go direct."""
 from __future__ import annotations
 
 import numpy as np
@@ -36,7 +38,9 @@ def _transfers(recv_offset: int) -> dict:
     arena = rt.get_world("test")._arena
     if arena is None or not arena.cma:
         return {"cma": False}
-    bounces = native.core.cma_bounces
+    def bounces() -> int:
+        return native.core.cma_bounces()[0]
+
     out: dict = {"cma": True, "bounced": {}}
     before = bounces()
     size = (1 << 20) + 3
@@ -48,7 +52,7 @@ def _transfers(recv_offset: int) -> dict:
         w.wait()
     out["p2p"] = bool(np.array_equal(recv, (np.arange(size) * 7 + (me - 1) % n) % 251))
     out["bounced"]["p2p"], before = bounces() - before, bounces()
-    block = 3 << 20
+    block = (4 << 20) + 4096          # (a read past COPY_NT_MIN: its bounce streams)
     mine = _at(block, 0)
     mine[:] = (np.arange(block) + 3 * me) % 253
     gathered = _at(n * block, recv_offset)
@@ -71,6 +75,7 @@ def _transfers(recv_offset: int) -> dict:
     dist.scatter(piece, [big[r * block:(r + 1) * block] for r in range(n)] if me == 0 else None, src=0)
     out["scatter"] = bool(np.array_equal(piece, ((np.arange(n * block) * 3) % 239)[me * block:(me + 1) * block]))
     out["bounced"]["scatter"] = bounces() - before
+    out["slow"] = native.core.cma_bounces()[1]
     return out
 
 
@@ -78,15 +83,36 @@ def _transfers(recv_offset: int) -> dict:
 @pytest.mark.parametrize("recv_offset", [16, 1, 63, 64, 0, 2048])
 def test_transfers_arrive_whole_at_every_distance(recv_offset: int) -> None:
     res = run_ranks(_transfers, 2, recv_offset, transport="shm", timeout=100,
-                    env={"COLLCOMM_CMA_COST": "1", "COLLCOMM_VOTE": "0"})
+                    env={"COLLCOMM_CMA_COST": "1", "COLLCOMM_VOTE": "0", "COLLCOMM_CMA_BOUNCE": "1"})
     if not res[0]["cma"]:
         pytest.skip("cross-memory attach is not permitted here")
     for r in res:
         assert r["p2p"] and r["all_gather"] and r["all_to_all"] and r["scatter"], r
+        bounced = r["bounced"]
         if 0 < recv_offset < 64:
             # all_gather's and all_to_all's reads (by CMA whatever the load: no vote); the
-            # lent read and the split scatter's too, unless a busy machine made the loan
-            # withdrawn (read from the sender's copy) or the scatter go another way
-            assert r["bounced"]["all_gather"] >= 1 and r["bounced"]["all_to_all"] >= 1, r
+            # lent read too, unless a busy machine made the loan withdrawn (read from the
+            # sender's copy, elsewhere)
+            assert bounced["all_gather"] >= 1 and bounced["all_to_all"] >= 1, r
+        else:   # (not the lent read: a withdrawn loan's copy may lie anywhere)
+            assert bounced["all_gather"] == bounced["all_to_all"] == bounced["scatter"] == 0, r
+    if 0 < recv_offset < 64:
+        assert res[0]["bounced"]["scatter"] >= 1, res[0]    # the root's writes, split
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("setting", ["0", ""])
+def test_the_bounce_is_timed_or_turned_off(setting: str) -> None:
+    """COLLCOMM_CMA_BOUNCE=0: every transfer direct, the data whole; unset: the CPU timed at
+    the first transfer in the band (bounced only where it says it is slow there)."""
+    res = run_ranks(_transfers, 2, 16, transport="shm", timeout=100,
+                    env={"COLLCOMM_CMA_COST": "1", "COLLCOMM_VOTE": "0", "COLLCOMM_CMA_BOUNCE": setting})
+    if not res[0]["cma"]:
+        pytest.skip("cross-memory attach is not permitted here")
+    for r in res:
+        assert r["p2p"] and r["all_gather"] and r["all_to_all"] and r["scatter"], r
+        if setting == "0":
+            assert r["slow"] == 0 and sum(r["bounced"].values()) == 0, r
         else:
-            assert sum(r["bounced"].values()) == 0, r
+            assert r["slow"] in (0, 1), r
+            assert (sum(r["bounced"].values()) > 0) == (r["slow"] == 1), r

@@ -3,91 +3,10 @@
  * and the rooted calls split by CMA (broadcast, scatter, gather: shm_large.rooted_split).
  * all_to_all's CMA exchange, in _collectives_a2a.c, uses the same helpers.
  *
- * Included by _shmcore.c before _collectives_move.c.
+ * Included by _shmcore.c after _cma_move.c (cma_move), before _collectives_move.c.
  */
-#include <sys/uio.h>
 
 #define CMA_KEY 1   /* arena_layout.CMA: a SHARED value, the data at the OFFSET word's address */
-
-/* Move `len` bytes between `local` and `remote` in process `pid` (process_vm_readv, or
- * process_vm_writev if `write`), looping over partial transfers, as given: 0, or -1. */
-static int cma_move_direct(pid_t pid, char *local, uint64_t remote, Py_ssize_t len, int write)
-{
-    Py_ssize_t done = 0;
-    while (done < len) {
-        struct iovec l = {local + done, (size_t)(len - done)};
-        struct iovec r = {(void *)(uintptr_t)(remote + (uint64_t)done), (size_t)(len - done)};
-        ssize_t got = write ? process_vm_writev(pid, &l, 1, &r, 1, 0)
-                            : process_vm_readv(pid, &l, 1, &r, 1, 0);
-        if (got <= 0)
-            return -1;
-        done += got;
-    }
-    return 0;
-}
-
-/* The kernel copies a cross-memory transfer with ``rep movsb``, which some CPUs run 4-5x
- * slower when the destination lies a few bytes past the source modulo 4 KiB: on the 2-vCPU
- * AMD EPYC (Zen 3) VM of BENCHMARKS.md (session 30), 1 MiB read with the destination 1-31
- * bytes past the source mod 4096 took 560-630 µs, at 0 or 32 and up 110-135 (memcpy: 35-50
- * either way). Ranks that allocate alike meet it all the time: a receive buffer allocated
- * right after a send buffer of the same size lies the allocator's 16-byte header past the
- * peer's send buffer, page for page (the bench's second sendrecv cell: 742 µs against the
- * first's 158). Such a transfer goes through CMA_BOUNCE bytes at a time of a bounce buffer
- * placed at the remote address's offset in its page (the kernel's copy then runs at
- * distance 0), and a vector loop between it and `local` (vec_copy, _stage_nt.c: glibc's
- * memcpy would take rep movsb again at these sizes; streamed stores from CMA_BOUNCE_NT).
- * Measured there, a lent 1 / 4 / 16 MiB exchange 16 bytes off: 188 / 625 / 2,231 µs
- * (direct: ~600-880 at 1 MiB), 64 bytes off, direct: 144 / 419 / 2,430. The band is taken
- * as 1-63 bytes (the measured 1-31, and a cache line on CPUs where it is that wide). The
- * bounce buffer (132 KiB) is a thread's own, made on its first such transfer, kept. */
-#define CMA_SLOW_BAND 64
-/* a core's L2 holds it: 1 MiB read through 64 / 128 / 256 KiB took 224-260 / 202-226 /
- * 275-280 µs */
-#define CMA_BOUNCE ((Py_ssize_t)128 << 10)
-#define CMA_BOUNCE_NT ((Py_ssize_t)4 << 20)   /* reads this long end in streamed stores */
-
-static unsigned long long cma_bounced;         /* transfers that went through it (tests) */
-
-static int cma_slow_distance(const char *local, uint64_t remote, int write)
-{
-    uint64_t src = write ? (uint64_t)(uintptr_t)local : remote;
-    uint64_t dst = write ? remote : (uint64_t)(uintptr_t)local;
-    uint64_t d = (dst - src) & 4095;
-    return d != 0 && d < CMA_SLOW_BAND;
-}
-
-static int cma_move(pid_t pid, char *local, uint64_t remote, Py_ssize_t len, int write)
-{
-    if (len < 4096 || !cma_slow_distance(local, remote, write))
-        return cma_move_direct(pid, local, remote, len, write);
-    static __thread char *bounce;                /* (a thread's own: calls run without the GIL) */
-    if (bounce == NULL && (bounce = malloc((size_t)CMA_BOUNCE + 4096)) == NULL)
-        return cma_move_direct(pid, local, remote, len, write);
-    char *base = (char *)(((uintptr_t)bounce + 4095) & ~(uintptr_t)4095);
-    cma_bounced++;
-    for (Py_ssize_t done = 0; done < len;) {
-        uint64_t at = remote + (uint64_t)done;
-        Py_ssize_t step = len - done < CMA_BOUNCE - 4096 ? len - done : CMA_BOUNCE - 4096;
-        char *mid = base + (at & 4095);
-        if (write)
-            vec_copy(mid, local + done, step);
-        if (cma_move_direct(pid, mid, at, step, write) < 0)
-            return -1;
-        if (!write && len >= CMA_BOUNCE_NT)
-            nt_copy(local + done, mid, step);    /* (past the caches: no read for ownership) */
-        else if (!write)
-            vec_copy(local + done, mid, step);
-        done += step;
-    }
-    return 0;
-}
-
-/* cma_bounces() -> cross-memory transfers that went through the bounce buffer (tests) */
-static PyObject *mod_cma_bounces(PyObject *module, PyObject *unused)
-{
-    return PyLong_FromUnsignedLongLong(cma_bounced);
-}
 
 /* Every rank's pid from `obj` (a sequence of n ints) into pids[64]: 0; 1 if it does not
  * fit (the caller hands the call to the Python code); -1 with an exception. */

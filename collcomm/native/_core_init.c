@@ -45,6 +45,7 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds)
                         "be >= 0 and pipe_steps >= 1");
         return -1;
     }
+    cma_nt_min = self->out_nt_min;     /* (the process's setting: _cma_move.c streams by it too) */
     self->spin_ns = spin_ns;
     if (self->stage_nt != 0 && self->stage_nt != 1) {
         PyErr_SetString(PyExc_ValueError, "stage_nt must be 0 or 1");

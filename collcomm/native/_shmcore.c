@@ -62,6 +62,7 @@ static int add_type(PyObject *m, const char *name, PyTypeObject *t)
 #include "_arena_core.c"        /* Core; header words; the GIL */
 #include "_arena_sync.c"        /* the counter barrier: arrive, wait_all, enter, settle */
 #include "_stage_nt.c"          /* large staged copies: streamed stores when asked */
+#include "_cma_move.c"          /* cross-memory transfers: cma_move (a bounce buffer where slow) */
 #include "_call.c"              /* one call's state, buffers, peers' data, argument parsing */
 #include "_collectives_reduce.c" /* all_reduce, reduce, reduce_scatter */
 #include "_cma.c"               /* cross-memory attach helpers; rooted calls split by CMA */
