@@ -32,7 +32,7 @@ CASES = {
                                       "--reps", "1"], r"memory-traffic limit [\d.]+ ms; reached \d+%"),
     "bucketed_allreduce": (RUN + ["benchmarks/bucketed_allreduce.py", "--scale", "0.02", "--iters",
                                   "1", "--backward-ms", "1", "--bucket-mb", "1"],
-                           r"bucketed-1\s+[\d.]+\s+[\d.]+\s+[\d.]+x"),
+                           r"bucketed-1\s+[\d.]+\s+-?[\d.]+\s+[\d.]+x"),
     "poll_loop": (RUN + ["--no-prefix", PY, "benchmarks/poll_loop.py", "cc", "8", "4096"],
                   r"cc\s+4096 B\s+Iallreduce\+Test loop\s+[\d.]+ us"),
     "p2p_poll_loop": (RUN + ["--no-prefix", PY, "benchmarks/p2p_poll_loop.py", "cc", "8", "4096"],
