@@ -22,6 +22,23 @@
 
 #define NT_MIN ((Py_ssize_t)64 << 10)
 
+#if defined(__x86_64__)
+/* The first `body` bytes (a multiple of 64) of src to dst, 64 a step: four unaligned
+ * 16-byte loads, then four stores by `store` (_mm_stream_si128: streamed,
+ * _mm_storeu_si128: plain) */
+#define COPY_64S(dst, src, body, store)                                   \
+    for (Py_ssize_t i_ = 0; i_ < (body); i_ += 64) {                      \
+        __m128i a_ = _mm_loadu_si128((const __m128i *)((src) + i_));      \
+        __m128i b_ = _mm_loadu_si128((const __m128i *)((src) + i_ + 16)); \
+        __m128i c_ = _mm_loadu_si128((const __m128i *)((src) + i_ + 32)); \
+        __m128i d_ = _mm_loadu_si128((const __m128i *)((src) + i_ + 48)); \
+        store((__m128i *)((dst) + i_), a_);                               \
+        store((__m128i *)((dst) + i_ + 16), b_);                          \
+        store((__m128i *)((dst) + i_ + 32), c_);                          \
+        store((__m128i *)((dst) + i_ + 48), d_);                          \
+    }
+#endif
+
 /* Copy n bytes with non-temporal stores (16-byte SSE2, in every x86-64): 1; elsewhere
  * memcpy: 0. */
 static int nt_copy(char *dst, const char *src, Py_ssize_t n)
@@ -35,16 +52,7 @@ static int nt_copy(char *dst, const char *src, Py_ssize_t n)
     src += head;
     n -= head;
     Py_ssize_t body = n & ~(Py_ssize_t)63;
-    for (Py_ssize_t i = 0; i < body; i += 64) {
-        __m128i a = _mm_loadu_si128((const __m128i *)(src + i));
-        __m128i b = _mm_loadu_si128((const __m128i *)(src + i + 16));
-        __m128i d = _mm_loadu_si128((const __m128i *)(src + i + 32));
-        __m128i e = _mm_loadu_si128((const __m128i *)(src + i + 48));
-        _mm_stream_si128((__m128i *)(dst + i), a);
-        _mm_stream_si128((__m128i *)(dst + i + 16), b);
-        _mm_stream_si128((__m128i *)(dst + i + 32), d);
-        _mm_stream_si128((__m128i *)(dst + i + 48), e);
-    }
+    COPY_64S(dst, src, body, _mm_stream_si128);
     _mm_sfence();        /* streamed stores are weakly ordered: all done before we arrive */
     memcpy(dst + body, src + body, n - body);
     return 1;
@@ -82,21 +90,12 @@ static void out_copy(Core *c, char *dst, const char *src, Py_ssize_t n)
  * elsewhere memcpy): for copies whose destination lies a few bytes past the source
  * modulo 4 KiB, where glibc's memcpy takes ``rep movsb`` (from 2 KiB up to a bound it
  * derives from the cache: 512 KiB on the VM of BENCHMARKS.md) and some CPUs run that
- * 4-5x slower (_cma.c cma_move says where it comes from). */
+ * 4-5x slower (_cma_move.c says where it comes from). */
 static void vec_copy(char *dst, const char *src, Py_ssize_t n)
 {
 #if defined(__x86_64__)
     Py_ssize_t body = n & ~(Py_ssize_t)63;
-    for (Py_ssize_t i = 0; i < body; i += 64) {
-        __m128i a = _mm_loadu_si128((const __m128i *)(src + i));
-        __m128i b = _mm_loadu_si128((const __m128i *)(src + i + 16));
-        __m128i d = _mm_loadu_si128((const __m128i *)(src + i + 32));
-        __m128i e = _mm_loadu_si128((const __m128i *)(src + i + 48));
-        _mm_storeu_si128((__m128i *)(dst + i), a);
-        _mm_storeu_si128((__m128i *)(dst + i + 16), b);
-        _mm_storeu_si128((__m128i *)(dst + i + 32), d);
-        _mm_storeu_si128((__m128i *)(dst + i + 48), e);
-    }
+    COPY_64S(dst, src, body, _mm_storeu_si128);
     memcpy(dst + body, src + body, (size_t)(n - body));
 #else
     memcpy(dst, src, (size_t)n);
