@@ -253,7 +253,8 @@ static PyObject *rec_collective(RecWriter *w, PyObject *tag, PyObject *name, uin
     PyCodeObject *code = rec_caller(w, &lasti);
     PyObject *sigobj = rec_sig(w, sig), *lastio = rec_lasti(w, code, lasti);
     unsigned long long seq = PyLong_AsUnsignedLongLongMask(tag);
-    Record *r = sigobj == NULL || lastio == NULL || PyErr_Occurred() ? NULL : rec_claim(w, &hand);
+    int bad = sigobj == NULL || lastio == NULL || (seq == (unsigned long long)-1 && PyErr_Occurred());
+    Record *r = bad ? NULL : rec_claim(w, &hand);
     if (r == NULL) {
         Py_XDECREF(code);
         Py_XDECREF(sigobj);

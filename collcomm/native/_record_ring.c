@@ -120,13 +120,19 @@ static Record *ring_claim(Ring *r)
     return x;
 }
 
+/* 1, or 0 with RuntimeError: the ring was made without __init__ (no slots) */
+static int ring_ready(Ring *r)
+{
+    if (r->slots == NULL)
+        PyErr_SetString(PyExc_RuntimeError, "Ring not initialised");
+    return r->slots != NULL;
+}
+
 /* ring.append(rec): as a bounded deque's (the oldest dropped once full) */
 static PyObject *Ring_append(Ring *r, PyObject *rec)
 {
-    if (r->slots == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "Ring not initialised");
+    if (!ring_ready(r))
         return NULL;
-    }
     ring_put(r, Py_NewRef(rec));
     Py_RETURN_NONE;
 }
@@ -152,8 +158,8 @@ static PyObject *ring_list(Ring *r)
 
 static PyObject *Ring_iter(Ring *r)
 {
-    if (r->slots == NULL)
-        return PyObject_GetIter(Py_None);   /* (raises: not initialised) */
+    if (!ring_ready(r))
+        return NULL;
     PyObject *items = ring_list(r);
     PyObject *it = items == NULL ? NULL : PyObject_GetIter(items);
     Py_XDECREF(items);
