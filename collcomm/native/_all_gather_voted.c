@@ -71,7 +71,7 @@ static int all_gather_voted(Call *k, const char *send, Py_ssize_t kb, char *recv
                 const char *src = peer(k, step, r, len);
                 if (src == NULL)
                     return -1;
-                memcpy(AG_BLOCK(r) + lo, src, len);
+                near_copy(AG_BLOCK(r) + lo, src, len);
             }
         }
         if (voted == A2A_VOTE_STAGED && sync_all(c, k->arena, &k->gil) < 0)

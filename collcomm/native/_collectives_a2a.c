@@ -97,8 +97,8 @@ static PyObject *a2a_run(Core *c, PyObject *arena, PyObject *send_obj, PyObject 
     if (ssum > 0 && a2a_eager(c, ssum * isz)) {   /* our send buffer but our own block, as it lies */
         char *eager = (char *)table + a2a_eager_at(n);
         Py_ssize_t own = sd[me] * isz, past = (sd[me] + sc[me]) * isz;
-        memcpy(eager, send, own);
-        memcpy(eager + past, send + past, ssum * isz - past);
+        near_copy(eager, send, own);
+        near_copy(eager + past, send + past, ssum * isz - past);
     }
     int e = enter(c, k.arena, agree, sig, &k.gil);
     if (e != 0)
@@ -132,7 +132,7 @@ static PyObject *a2a_run(Core *c, PyObject *arena, PyObject *send_obj, PyObject 
             int64_t at = 0;
             for (int j = 0; j < me; j++)
                 at += tr[j];
-            memcpy(recv + rd[r] * isz, (const char *)tr + a2a_eager_at(n) + at * isz,
+            near_copy(recv + rd[r] * isz, (const char *)tr + a2a_eager_at(n) + at * isz,
                    (size_t)rc[r] * isz);
         }
         return call_end(&k, ST_DONE);
@@ -199,7 +199,7 @@ static PyObject *a2a_run(Core *c, PyObject *arena, PyObject *send_obj, PyObject 
             Py_ssize_t cnt = sc[j] - lo;
             cnt = cnt < 0 ? 0 : cnt > piece ? piece : cnt;
             if (cnt)
-                memcpy(staged + (Py_ssize_t)j * piece * isz, send + (sd[j] + lo) * isz, cnt * isz);
+                near_copy(staged + (Py_ssize_t)j * piece * isz, send + (sd[j] + lo) * isz, cnt * isz);
         }
         if (sync_all(c, k.arena, &k.gil) < 0)
             return call_end(&k, -1);
@@ -208,7 +208,7 @@ static PyObject *a2a_run(Core *c, PyObject *arena, PyObject *send_obj, PyObject 
             Py_ssize_t cnt = rc[r] - lo;
             cnt = cnt < 0 ? 0 : cnt > piece ? piece : cnt;
             if (cnt)
-                memcpy(recv + (rd[r] + lo) * isz, slot_at(c, phase, r) + (Py_ssize_t)me * piece * isz,
+                near_copy(recv + (rd[r] + lo) * isz, slot_at(c, phase, r) + (Py_ssize_t)me * piece * isz,
                        cnt * isz);
         }
     }

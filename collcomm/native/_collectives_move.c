@@ -79,7 +79,7 @@ static PyObject *Core_broadcast(Core *c, PyObject *const *args, Py_ssize_t nargs
             const char *src = peer(&k, phase, root, len);
             if (src == NULL)
                 return call_end(&k, -1);
-            memcpy(buf + lo, src, len);
+            near_copy(buf + lo, src, len);
         }
     }
     return call_end(&k, ST_DONE);
@@ -169,7 +169,7 @@ static PyObject *Core_gather(Core *c, PyObject *const *args, Py_ssize_t nargs)
             const char *src = peer(&k, phase, r, kb);
             if (src == NULL)
                 return call_end(&k, -1);
-            memcpy(recv + r * kb, src, kb);
+            near_copy(recv + r * kb, src, kb);
         }
     }
     return call_end(&k, ST_DONE);

@@ -37,7 +37,7 @@ static int copy_slices(Call *k, int phase, int isz, const char *mine, char *out,
         const char *src = r == k->c->rank ? mine : peer(k, phase, r, nbytes);
         if (src == NULL)
             return -1;
-        memcpy(out + r0 * isz, src + r0 * isz, (r1 - r0) * isz);
+        near_copy(out + r0 * isz, src + r0 * isz, (r1 - r0) * isz);
     }
     return 0;
 }
@@ -60,12 +60,12 @@ static int fold_slots(Call *k, int phase, kernel_t fn, kernel3_t fn3, const char
             fn3(out, first, src, count);
         else {
             if (r == 1)
-                memcpy(out, first, nbytes);
+                near_copy(out, first, nbytes);
             fn(out, src, count);
         }
     }
     if (k->c->n == 1)
-        memcpy(out, first, nbytes);
+        near_copy(out, first, nbytes);
     return 0;
 }
 
@@ -144,7 +144,7 @@ static int reduce_pair_steps(Call *k, kernel_t fn, int isz, const char *send, ch
         else {
             put(c, c->w_offset + phase, 0);    /* (nothing staged: nobody reads the root's slot) */
             if (me == 0 && !in_place)
-                memcpy(recv + lo, send + lo, len);
+                near_copy(recv + lo, send + lo, len);
         }
         int e = enter(c, k->arena, phase, sig, &k->gil);
         if (e != 0)
@@ -164,10 +164,10 @@ static int reduce_pair_steps(Call *k, kernel_t fn, int isz, const char *send, ch
             Py_ssize_t blen = len - b < block ? len - b : block;
             const char *mine = send + lo + b;
             if (in_place) {
-                memcpy(aside, mine, blen);
+                near_copy(aside, mine, blen);
                 mine = aside;
             }
-            memcpy(recv + lo + b, other + b, blen);
+            near_copy(recv + lo + b, other + b, blen);
             fn(recv + lo + b, mine, blen / isz);
         }
     }
@@ -308,13 +308,13 @@ static PyObject *Core_reduce_scatter(Core *c, PyObject *const *args, Py_ssize_t 
     if (sbytes > c->one_shot)
         gil_release(&k.gil);
     if (part != PART_FINISH)
-        memcpy(slot_at(c, phase, me), send, sbytes);
+        near_copy(slot_at(c, phase, me), send, sbytes);
     int e = enter(c, k.arena, phase, sig, &k.gil);
     if (e == 2)
         return call_end(&k, ST_STARTED);
     if (e != 0)
         return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
-    memcpy(recv, slot_at(c, phase, 0) + me * kb, kb);
+    near_copy(recv, slot_at(c, phase, 0) + me * kb, kb);
     for (int r = 1; r < n; r++)
         fn(recv, slot_at(c, phase, r) + me * kb, count);
     return call_end(&k, ST_DONE);

@@ -109,7 +109,7 @@ static PyObject *list_gather(Fast *s, const char *send, Py_buffer *v, Py_ssize_t
         const char *src = peer(&k, phase, r, kb);
         if (src == NULL)
             return call_end(&k, -1);
-        memcpy(v[r].buf, src, kb);
+        near_copy(v[r].buf, src, kb);
     }
     return call_end(&k, ST_DONE);
 }
@@ -150,7 +150,7 @@ static PyObject *list_scatter(Fast *s, Py_buffer *v, char *recv, Py_ssize_t kb, 
     put(c, c->w_shared + phase, 0);   /* staged (as _scatter.c's root says it) */
     for (int r = 0; r < c->n; r++)
         if (r != me)
-            memcpy(slot + r * kb, v[r].buf, kb);
+            near_copy(slot + r * kb, v[r].buf, kb);
     if (c->eager)                  /* the root needs nobody's data: eager (enter) */
         c->eager_wait = -1;
     int e = enter(c, k.arena, phase, sig, &k.gil);

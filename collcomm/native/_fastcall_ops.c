@@ -132,7 +132,7 @@ static PyObject *fast_all_reduce(Fast *s, PyObject *const *args, Py_ssize_t narg
                (part == PART_WHOLE || all_reduce_one_step((Core *)s->core, nbytes));
     FastOp *e = fits ? fast_op(s, args[2], dt) : NULL;
     if (e != NULL && p.data[0] != p.data[1] && part != PART_FINISH)
-        memcpy(p.data[1], p.data[0], nbytes);
+        near_copy(p.data[1], p.data[0], nbytes);
     PyObject *code = e == NULL ? NULL : PyLong_FromLong(e->code[dt]);
     if (code == NULL) {
         fast_release(&p);
@@ -210,7 +210,7 @@ static PyObject *fast_all_gather(Fast *s, PyObject *const *args, Py_ssize_t narg
                (s->size == 1 || !overlaps(sv->buf, kb, rv->buf, rv->len) ||
                 sv->buf == (char *)rv->buf + s->rank * kb);
     if (fits && s->core == Py_None && sv->buf != rv->buf)
-        memcpy(rv->buf, sv->buf, kb);
+        near_copy(rv->buf, sv->buf, kb);
     if (!fits) {
         fast_release(&p);
         Py_RETURN_NONE;
@@ -267,7 +267,7 @@ static PyObject *Fast_all_to_all(Fast *s, PyObject *const *args, Py_ssize_t narg
     fits = fits && nbytes > 0 && p.len[1] == nbytes && p.v[0].shape[0] == p.v[1].shape[0] &&
            nbytes <= s->limit[FC_ALL_TO_ALL];
     if (fits && s->core == Py_None)
-        memcpy(p.data[1], p.data[0], nbytes);
+        near_copy(p.data[1], p.data[0], nbytes);
     if (!fits) {
         fast_release(&p);
         Py_RETURN_NONE;

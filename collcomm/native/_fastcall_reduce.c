@@ -33,7 +33,7 @@ static PyObject *fast_reduce(Fast *s, PyObject *const *args, Py_ssize_t nargs, i
         Py_RETURN_NONE;
     }
     if (s->core == Py_None && p.data[1] != p.data[0])   /* (taken: a group of one's result) */
-        memcpy(p.data[1], p.data[0], nbytes);
+        near_copy(p.data[1], p.data[0], nbytes);
     uint64_t sig = s->plain_sig[FC_REDUCE] | (e->sig[dt] & ~TOP4) |
                    ((uint64_t)(root & 0x3FFF) << 36) | COUNT_BITS(count);
     PyObject *cargs[6] = {NULL, args[0], args[1], code, args[3], NULL};
@@ -65,7 +65,7 @@ static PyObject *fast_reduce_scatter(Fast *s, PyObject *const *args, Py_ssize_t 
         Py_RETURN_NONE;
     }
     if (s->core == Py_None)        /* (taken: a group of one's result) */
-        memcpy(p.data[1], p.data[0], kb);
+        near_copy(p.data[1], p.data[0], kb);
     uint64_t sig = s->plain_sig[FC_REDUCE_SCATTER] | (e->sig[dt] & ~TOP4) |
                    ((uint64_t)0x3FFF << 36) | COUNT_BITS(count);
     PyObject *cargs[5] = {NULL, args[0], args[1], code, NULL};

@@ -32,7 +32,7 @@ static PyObject *fast_rooted(Fast *s, PyObject *const *args, Py_ssize_t nargs, i
         p.data[1] != p.data[0] + s->rank * kb)
         fits = 0;   /* a receive buffer inside another block: the regular path copies first */
     if (fits && s->core == Py_None)
-        memcpy(p.data[1], p.data[0], kb);
+        near_copy(p.data[1], p.data[0], kb);
     if (!fits) {
         fast_release(&p);
         Py_RETURN_NONE;

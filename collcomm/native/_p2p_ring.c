@@ -35,7 +35,7 @@ static int pipe_record(Pipe *p, uint32_t kind, const void *body, uint64_t blen, 
         memcpy(d + off, h, P2P_HDR);
         off = 0;
     }
-    memcpy(d + off + P2P_HDR, body, blen);
+    near_copy(d + off + P2P_HDR, body, blen);
     uint32_t len32 = (uint32_t)need;
     memcpy(d + off, &len32, 4);
     memcpy(d + off + 4, &kind, 4);
@@ -118,7 +118,7 @@ static long long pipe_recv(P2P *s, Pipe *p, uint8_t *dst, uint64_t cap, uint64_t
                         return -2;        /* (claimed: Python's take_lent reads it again) */
                     }
                 } else
-                    memcpy(dst, rec + P2P_HDR, nbytes);
+                    near_copy(dst, rec + P2P_HDR, nbytes);
                 p2p_last_tag = rtag;
                 take = 2;
             }

@@ -65,7 +65,7 @@ static PyObject *Core_scatter(Core *c, PyObject *const *args, Py_ssize_t nargs)
             put(c, c->w_shared + phase, 0);
             for (int r = 0; r < n; r++)
                 if (r != me)
-                    memcpy(slot + r * len, send + r * kb + lo, len);
+                    near_copy(slot + r * len, send + r * kb + lo, len);
         }
         if (c->eager && part == PART_WHOLE && len == kb)   /* one step: eager (enter) */
             c->eager_wait = me == root ? -1 : (int)root;
@@ -75,7 +75,7 @@ static PyObject *Core_scatter(Core *c, PyObject *const *args, Py_ssize_t nargs)
         if (e != 0)
             return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
         if (me != root)
-            memcpy(recv + lo, slot_at(c, phase, root) + me * len, len);
+            near_copy(recv + lo, slot_at(c, phase, root) + me * len, len);
     }
     if (own_apart)
         out_copy(c, recv, own, kb);

@@ -61,6 +61,7 @@ static int add_type(PyObject *m, const char *name, PyTypeObject *t)
 #include "_kernels.c"           /* acc (op)= other, per dtype x op; KERNELS; kernel_for */
 #include "_arena_core.c"        /* Core; header words; the GIL */
 #include "_arena_sync.c"        /* the counter barrier: arrive, wait_all, enter, settle */
+#include "_copy_near.c"         /* copies just past their source mod 4 KiB: near_copy */
 #include "_stage_nt.c"          /* large staged copies: streamed stores when asked */
 #include "_cma_move.c"          /* cross-memory transfers: cma_move (a bounce buffer where slow) */
 #include "_call.c"              /* one call's state, buffers, peers' data, argument parsing */
@@ -208,6 +209,8 @@ static PyMethodDef module_methods[] = {
      "timeout_scope(delta): call_timeout scopes opened/closed; returns how many are open"},
     {"vote_sim", mod_vote_sim, METH_VARARGS,
      "vote_sim(bytes, staged_us, cma_us) -> rank 0's way per call on those samples (tests)"},
+    {"near_copies", mod_near_copies, METH_NOARGS,
+     "near_copies() -> copies just past their source taken by a vector loop (_copy_near.c)"},
     {"cma_bounces", mod_cma_bounces, METH_NOARGS,
      "cma_bounces() -> cross-memory transfers copied through a bounce buffer (_cma.c)"},
     {"record_clock", mod_record_clock, METH_NOARGS,

@@ -2,7 +2,7 @@
  * (COLLCOMM_STAGE_NT=1; plain stores by default), and a rank's own block copied into its
  * output from c->out_nt_min bytes (COLLCOMM_COPY_NT_MIN, 4 MiB by default; out_copy below).
  *
- * Included by _shmcore.c (after _arena_sync.c, before _call.c, whose stage() writes
+ * Included by _shmcore.c (after _copy_near.c, before _call.c, whose stage() writes
  * through staged_copy). A staged copy is written by one CPU and read by another soon
  * after. Written with plain stores it sits dirty in the writer's cache and each line the
  * reader wants is pulled from there; streamed, it goes to memory and the reader reads it
@@ -16,28 +16,7 @@
  * same either way; copies below NT_MIN are never streamed.
  */
 
-#if defined(__x86_64__)
-#include <emmintrin.h>
-#endif
-
 #define NT_MIN ((Py_ssize_t)64 << 10)
-
-#if defined(__x86_64__)
-/* The first `body` bytes (a multiple of 64) of src to dst, 64 a step: four unaligned
- * 16-byte loads, then four stores by `store` (_mm_stream_si128: streamed,
- * _mm_storeu_si128: plain) */
-#define COPY_64S(dst, src, body, store)                                   \
-    for (Py_ssize_t i_ = 0; i_ < (body); i_ += 64) {                      \
-        __m128i a_ = _mm_loadu_si128((const __m128i *)((src) + i_));      \
-        __m128i b_ = _mm_loadu_si128((const __m128i *)((src) + i_ + 16)); \
-        __m128i c_ = _mm_loadu_si128((const __m128i *)((src) + i_ + 32)); \
-        __m128i d_ = _mm_loadu_si128((const __m128i *)((src) + i_ + 48)); \
-        store((__m128i *)((dst) + i_), a_);                               \
-        store((__m128i *)((dst) + i_ + 16), b_);                          \
-        store((__m128i *)((dst) + i_ + 32), c_);                          \
-        store((__m128i *)((dst) + i_ + 48), d_);                          \
-    }
-#endif
 
 /* Copy n bytes with non-temporal stores (16-byte SSE2, in every x86-64): 1; elsewhere
  * memcpy: 0. */
@@ -77,29 +56,16 @@ static int nt_copy(char *dst, const char *src, Py_ssize_t n)
  * past 192 MiB: never here.
  * 4 MiB sits inside glibc's range on real hosts. What a streamed block gives up is a place
  * in a large L3 for the caller's next read; COLLCOMM_COPY_NT_MIN=0 keeps plain stores.
- * Overlapping blocks (an in-place call) are moved with memmove. */
+ * Below it near_copy; overlapping blocks (an in-place call) are moved with memmove. */
 static void out_copy(Core *c, char *dst, const char *src, Py_ssize_t n)
 {
-    if (c->out_nt_min > 0 && n >= c->out_nt_min && (dst + n <= src || src + n <= dst))
+    int apart = dst + n <= src || src + n <= dst;
+    if (apart && c->out_nt_min > 0 && n >= c->out_nt_min)
         c->out_streamed += nt_copy(dst, src, n);
+    else if (apart)
+        near_copy(dst, src, n);
     else if (dst != src)
         memmove(dst, src, (size_t)n);
-}
-
-/* Copy n bytes with a plain vector loop (16-byte SSE2 loads and stores, every x86-64;
- * elsewhere memcpy): for copies whose destination lies a few bytes past the source
- * modulo 4 KiB, where glibc's memcpy takes ``rep movsb`` (from 2 KiB up to a bound it
- * derives from the cache: 512 KiB on the VM of BENCHMARKS.md) and some CPUs run that
- * 4-5x slower (_cma_move.c says where it comes from). */
-static void vec_copy(char *dst, const char *src, Py_ssize_t n)
-{
-#if defined(__x86_64__)
-    Py_ssize_t body = n & ~(Py_ssize_t)63;
-    COPY_64S(dst, src, body, _mm_storeu_si128);
-    memcpy(dst + body, src + body, (size_t)(n - body));
-#else
-    memcpy(dst, src, (size_t)n);
-#endif
 }
 
 /* Write a staged copy, streamed when the core is told to and it is large enough. */
@@ -108,5 +74,5 @@ static void staged_copy(Core *c, char *dst, const char *src, Py_ssize_t n)
     if (c->stage_nt && n >= NT_MIN)
         c->streamed += nt_copy(dst, src, n);
     else
-        memcpy(dst, src, n);
+        near_copy(dst, src, n);
 }
