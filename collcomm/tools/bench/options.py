@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from .placement import check_bytes, parse_offset
+
 OPS = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "gather", "scatter",
        "all_to_all", "barrier", "sendrecv"]
 ROOTED = {"broadcast", "reduce", "gather", "scatter"}
@@ -171,6 +173,8 @@ class Options:
     algo: str | None = None
     transport: str | None = None
     alloc: str = "numpy"
+    offset: int | None = 0            # buffers' bytes past a page (None: np.empty's own)
+    skew: int = 0                     # ... plus this for each rank number
     latency: bool = False
     json_path: str | None = None
     plot_path: str | None = None
@@ -201,7 +205,8 @@ what is measured
   times and broadcasts it, so all ranks run the same count. time(us) is the MAX over ranks
   of each rank's MEDIAN (t1 - t0): the slowest rank's typical call, as nccl-tests reports it.
   --latency prints OSU columns instead: Avg/Min/Max over ranks of each rank's MEAN.
-  Buffers are allocated and touched once per size, before the warmup, never in the loop.
+  Buffers are allocated and touched once per size, before the warmup, never in the loop,
+  every library's at the same place in a page (--offset, --skew; placement.py says why).
 
 bandwidth (nccl-tests conventions)
   size   bytes of the whole buffer: for all_gather, reduce_scatter, all_to_all, gather and
@@ -274,6 +279,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="collcomm transport (sets COLLCOMM_TRANSPORT for the ranks)")
     p.add_argument("--alloc", choices=["numpy", "shared"], default="numpy",
                    help="collcomm buffers: plain numpy arrays, or collcomm.empty (shared memory)")
+    p.add_argument("--offset", default="0", metavar="B",
+                   help="every library's buffers start B bytes past a 4 KiB page (a multiple "
+                        "of 16; default 0), or 'any': where np.empty puts them")
+    p.add_argument("--skew", default="0", metavar="S",
+                   help="rank r's buffers start r x S bytes further (a multiple of 16; default 0)")
     p.add_argument("-c", "--check", action="store_true", help="validate results (#wrong)")
     p.add_argument("--latency", action="store_true",
                    help="print OSU-style latency tables instead of nccl-tests tables")
@@ -310,6 +320,10 @@ def options_from_args(args: argparse.Namespace) -> Options:
         raise ValueError(f"-n must be >= 1, got {args.nproc}")
     if args.iters < 1 or args.warmup < 0:
         raise ValueError("--iters must be >= 1 and --warmup >= 0")
+    offset = parse_offset(str(args.offset))
+    skew = check_bytes(args.skew, "--skew")
+    if offset is None and skew:
+        raise ValueError("--skew moves buffers from --offset; it has no meaning with --offset any")
     rounds = args.rounds if args.rounds is not None else (2 if compare else 1)
     if rounds < 1:
         raise ValueError("--rounds must be >= 1")
@@ -318,6 +332,6 @@ def options_from_args(args: argparse.Namespace) -> Options:
         dtype=normalize_dtype(args.dtype), redop=redop, root=args.root, iters=args.iters,
         warmup=args.warmup, min_iters=min(5, args.iters), time_per_size=args.time_per_size,
         modes=modes, check=args.check, algo=args.algo, transport=args.transport,
-        alloc=args.alloc, latency=args.latency, json_path=args.json_path,
+        alloc=args.alloc, offset=offset, skew=skew, latency=args.latency, json_path=args.json_path,
         plot_path=args.plot_path, compare=compare, rounds=rounds,
         interleave=getattr(args, "interleave", "size"))

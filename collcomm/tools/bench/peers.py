@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from .options import Options
+from .placement import placed_empty
 from .worker import Case, Unsupported, sweep
 
 
@@ -46,9 +47,10 @@ class MPIBackend:
     def allgather_floats(self, values: list[float]) -> np.ndarray:
         return np.asarray(self.comm.allgather([float(v) for v in values]), dtype=np.float64)
 
-    @staticmethod
-    def alloc(count: int, dtype: str) -> np.ndarray:
-        arr = np.empty(count, dtype)
+    offset: int | None = 0     # where its buffers start past a page (sweep sets it)
+
+    def alloc(self, count: int, dtype: str) -> np.ndarray:
+        arr = placed_empty(count, dtype, self.offset)
         arr.fill(0)
         return arr
 
@@ -161,8 +163,10 @@ class GlooBackend:
         self.dist.all_gather(out, mine)
         return np.stack([o.numpy() for o in out])
 
+    offset: int | None = 0     # where its buffers start past a page (sweep sets it)
+
     def alloc(self, count: int, dtype: str) -> tuple[np.ndarray, Any]:
-        arr = np.empty(count, dtype)
+        arr = placed_empty(count, dtype, self.offset)
         arr.fill(0)
         return arr, self.torch.from_numpy(arr)
 

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .options import REDUCING, ROOTED, Options, collcomm_env, count_for, format_size
+from .placement import placed_empty, rank_offset
 from .report import make_row
 from .turns import RankTurns, Stopped, cells
 
@@ -231,6 +232,7 @@ def sweep(backend: Any, opts: Options, lib: str) -> list[dict[str, Any]]:
     """Every (op, size, mode) of ``opts`` on ``backend``; the same rows on every rank. With
     ``opts.turns_path`` (set by the parent of ``--interleave size``) each cell waits for its
     turns (turns.py), is measured ``opts.rounds`` times, and the rows carry their round."""
+    backend.offset = rank_offset(opts.offset, opts.skew, backend.rank)
     if opts.turns_path:
         return _sweep_in_turns(backend, opts, lib)
     table = cells(opts, backend.size)
@@ -298,8 +300,10 @@ class CollcommBackend:
         self.dist.all_gather_into_tensor(out, mine)
         return out.reshape(self.size, mine.size)
 
+    offset: int | None = 0     # where its numpy buffers start past a page (sweep sets it)
+
     def alloc(self, count: int, dtype: str) -> np.ndarray:
-        arr = self.dist.empty((count,), dtype) if self.shared else np.empty(count, dtype)
+        arr = self.dist.empty((count,), dtype) if self.shared else placed_empty(count, dtype, self.offset)
         arr.fill(0)  # touch every page now, not inside the timed loop
         return arr
 
