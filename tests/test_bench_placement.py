@@ -43,8 +43,9 @@ def test_options() -> None:
     assert opts.offset == 0 and opts.skew == 0
     opts = _options("--offset", "16", "--skew", "32")
     assert opts.offset == 16 and opts.skew == 32 and O.Options.from_json(opts.to_json()) == opts
-    assert _options("--offset", "any").offset is None
-    for argv, message in ([("--offset", "8"), "multiple of 16"], [("--offset", "4096"), "multiple of 16"],
+    opts = _options("--offset", "any")
+    assert opts.offset is None and O.Options.from_json(opts.to_json()) == opts
+    for argv, message in ([("--offset", "8"), "multiple of 16"], [("--offset", "4096"), "below 4096"],
                           [("--skew", "-16"), "multiple of 16"], [("--offset", "x"), "number of bytes"],
                           [("--offset", "any", "--skew", "16"), "no meaning"]):
         with pytest.raises(ValueError, match=message):
@@ -80,4 +81,4 @@ def test_smoke_placed_and_checked() -> None:
     rows = _data_lines(p.stdout)
     assert len(rows) == 2 and all(r[-1] in ("0/0", "0") for r in rows), p.stdout
     p = _bench("-n", "2", "--op", "sendrecv", "-b", "4K", "-e", "4K", "--offset", "12")
-    assert p.returncode == 2 and "--offset must be a multiple of 16" in p.stderr, p.stderr
+    assert p.returncode == 2 and "--offset must be below 4096 bytes and a multiple of 16" in p.stderr, p.stderr

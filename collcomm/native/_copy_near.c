@@ -90,7 +90,8 @@ static long long near_probe_copy(char *dst_page, const char *src, int distance)
 static int near_probe(void)
 {
     long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    near_max = l2 >= (64 << 10) ? (Py_ssize_t)l2 : (Py_ssize_t)512 << 10;
+    __atomic_store_n(&near_max, l2 >= (64 << 10) ? (Py_ssize_t)l2 : (Py_ssize_t)512 << 10,
+                     __ATOMIC_RELAXED);     /* (published by near_slow's release store) */
     const char *env = getenv("COLLCOMM_NEAR_COPY");
     if (env != NULL && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0))
         return env[0] == '1';
@@ -106,16 +107,21 @@ static int near_probe(void)
 }
 
 /* memcpy, but by vec_copy where the destination lies 1-63 bytes past the source mod 4 KiB
- * in glibc's rep movsb sizes and this CPU is slow there. dst and src do not overlap. */
+ * in glibc's rep movsb sizes and this CPU is slow there. A destination less than n bytes
+ * past the source (an overlap a group of one's calls allow) is moved by memmove. */
 static inline void near_copy(void *dst, const void *src, Py_ssize_t n)
 {
     if (n >= NEAR_MIN && (((uintptr_t)dst - (uintptr_t)src - 1) & 4095) < NEAR_BAND - 1) {
+        if ((uintptr_t)dst - (uintptr_t)src < (uintptr_t)n) {
+            memmove(dst, src, (size_t)n);
+            return;
+        }
         int slow = __atomic_load_n(&near_slow, __ATOMIC_ACQUIRE);   /* (near_max with it) */
         if (slow < 0) {                      /* (two threads may both time it: harmless) */
             slow = near_probe();
             __atomic_store_n(&near_slow, slow, __ATOMIC_RELEASE);
         }
-        if (slow && n < near_max) {
+        if (slow && n < __atomic_load_n(&near_max, __ATOMIC_RELAXED)) {
             __atomic_fetch_add(&near_copies, 1, __ATOMIC_RELAXED);
             vec_copy((char *)dst, (const char *)src, n);
             return;

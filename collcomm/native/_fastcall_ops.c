@@ -209,8 +209,8 @@ static PyObject *fast_all_gather(Fast *s, PyObject *const *args, Py_ssize_t narg
                rv->len == kb * s->size &&
                (s->size == 1 || !overlaps(sv->buf, kb, rv->buf, rv->len) ||
                 sv->buf == (char *)rv->buf + s->rank * kb);
-    if (fits && s->core == Py_None && sv->buf != rv->buf)
-        near_copy(rv->buf, sv->buf, kb);
+    if (fits && s->core == Py_None && sv->buf != rv->buf)   /* (a group of one: may overlap) */
+        memmove(rv->buf, sv->buf, (size_t)kb);
     if (!fits) {
         fast_release(&p);
         Py_RETURN_NONE;

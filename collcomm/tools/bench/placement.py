@@ -49,5 +49,6 @@ def check_bytes(text: str | int, flag: str) -> int:
     except ValueError:
         raise ValueError(f"{flag} takes a number of bytes (or 'any' for --offset), got {text!r}") from None
     if not 0 <= value < PAGE or value % ALIGN:
-        raise ValueError(f"{flag} must be a multiple of {ALIGN} in 0..{PAGE - ALIGN}, got {value}")
+        raise ValueError(f"{flag} must be below {PAGE} bytes and a multiple of {ALIGN} "
+                         f"(0, 16, ..., {PAGE - ALIGN}), got {value}")
     return value

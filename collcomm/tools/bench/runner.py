@@ -221,7 +221,8 @@ def render(opts: Options, rows: list[dict[str, Any]], notes: list[str]) -> str:
     head = (f"# collcomm bench: n={rows[0]['nproc'] if rows else opts.nproc} ops={','.join(opts.ops)} "
             f"dtype={opts.dtype} redop={opts.redop} iters<={opts.iters} warmup={opts.warmup} "
             f"alloc={opts.alloc} offset={'any' if opts.offset is None else opts.offset}"
-            + (f" skew={opts.skew}" if opts.skew else "") + (f" algo={opts.algo}" if opts.algo else "")
+            + (f" skew={opts.skew}" if opts.skew else "")
+            + (" (peers only: collcomm.empty places collcomm's)" if opts.alloc == "shared" else "") + (f" algo={opts.algo}" if opts.algo else "")
             + (f" transport={opts.transport}" if opts.transport else ""))
     parts = [head]
     if opts.latency:
