@@ -7,8 +7,9 @@ of two, as Open MPI does. The probe also says whether every rank can write every
 memory (``process_vm_writev``: ``Arena.cma_write``) and times a read against a memcpy
 (``Arena.cma_cost``), by which shm_direct chooses between the two ways.
 
-Here: libc's ``process_vm_readv`` / ``process_vm_writev`` (importing this module also
-lets a sibling process read us under Yama's ptrace_scope=1: PR_SET_PTRACER), and
+Here: libc's ``process_vm_readv`` / ``process_vm_writev`` (cma_move.py moves the bytes;
+importing this module also lets a sibling process read us under Yama's ptrace_scope=1:
+PR_SET_PTRACER), and
 :class:`CrossMemoryAttach`, the arena's part that uses them (a mixin of
 :class:`~.arena.Arena`): :meth:`~CrossMemoryAttach.read_remote`,
 :meth:`~CrossMemoryAttach.write_remote`, :meth:`~CrossMemoryAttach.cma_failed` (also
@@ -20,13 +21,14 @@ import ctypes
 import errno
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import CollcommError, PeerLostError
 from .arena_layout import PROBE_MAGIC
 from .arena_layout import PROBE as PROBE_WORD
+from .cma_move import READV, WRITEV, _IoVec, move
 from .peer_process import pid_alive
 
 __all__ = ["CrossMemoryAttach"]
@@ -35,30 +37,16 @@ __all__ = ["CrossMemoryAttach"]
 PROBE_BYTES, PROBE_REPS = 256 << 10, 4
 
 
-class _IoVec(ctypes.Structure):
-    _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
-
-
-def _libc_readv(name: str = "process_vm_readv") -> Any:
-    """process_vm_readv (or ``name``: process_vm_writev) from libc (cross-memory attach),
-    or None where there is none."""
+def _let_peers_read() -> None:
+    """Under Yama's ptrace_scope=1 a sibling may read us only if we say so."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = getattr(libc, name)
+        ctypes.CDLL(None).prctl(0x59616D61, ctypes.c_ulong(-1), 0, 0, 0)   # PR_SET_PTRACER, ANY
     except (OSError, AttributeError):
-        return None
-    fn.restype = ctypes.c_ssize_t
-    fn.argtypes = [ctypes.c_int, ctypes.POINTER(_IoVec), ctypes.c_ulong,
-                   ctypes.POINTER(_IoVec), ctypes.c_ulong, ctypes.c_ulong]
-    try:  # under Yama's ptrace_scope=1 a sibling may read us only if we say so
-        libc.prctl(0x59616D61, ctypes.c_ulong(-1), 0, 0, 0)   # PR_SET_PTRACER, PR_SET_PTRACER_ANY
-    except AttributeError:
         pass
-    return fn
 
 
-_READV = _libc_readv()
-_WRITEV = _libc_readv("process_vm_writev")
+_let_peers_read()
+_READV, _WRITEV = READV, WRITEV
 
 
 class CrossMemoryAttach:
@@ -82,26 +70,20 @@ class CrossMemoryAttach:
 
     def read_remote(self, r: int, address: int, out: np.ndarray) -> None:
         """Copy ``out.nbytes`` bytes at ``address`` in rank ``r``'s memory into ``out``."""
-        self._transfer(_READV, r, address, out, "read")
+        self._transfer(False, r, address, out, "read")
 
     def write_remote(self, r: int, address: int, src: np.ndarray) -> None:
         """Copy ``src`` (contiguous) to ``address`` in rank ``r``'s memory (only where
         :attr:`cma_write`)."""
-        self._transfer(_WRITEV, r, address, src, "write")
+        self._transfer(True, r, address, src, "write")
 
-    def _transfer(self, fn: Any, r: int, address: int, local_arr: np.ndarray, what: str) -> None:
-        want = local_arr.nbytes
-        if not want:
-            return
-        base = local_arr.__array_interface__["data"][0]
-        done = 0
-        while done < want:
-            local = _IoVec(base + done, want - done)
-            remote = _IoVec(address + done, want - done)
-            got = fn(self.pids[r], ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
-            if got <= 0:
-                self.cma_failed(r, what, ctypes.get_errno())
-            done += got
+    def _transfer(self, write: bool, r: int, address: int, local_arr: np.ndarray, what: str) -> None:
+        """(cma_move.move: through a bounce buffer where the CPU is slow at the distance)"""
+        if local_arr.nbytes:
+            err = move(self.pids[r], local_arr.__array_interface__["data"][0], address,
+                       local_arr.nbytes, write)
+            if err:
+                self.cma_failed(r, what, err)
 
     def cma_failed(self, r: int, what: str, err: int) -> None:
         """Raise what a failed cross-memory ``what`` ("read" / "write") of rank ``r``'s

@@ -19,7 +19,6 @@ side under its ``poll_lock`` (see shm.py).
 """
 from __future__ import annotations
 
-import ctypes
 import errno
 import mmap
 import os
@@ -230,23 +229,17 @@ class StagedBodies:
         """Read a PRIVATE (or LENT) message out of the sender's memory now (straight into
         the posted receive when there is one: the receives deferred to their wait are posted
         first if the line is free), then release the sender's copy (poll_lock held)."""
-        from .arena_cma import _IoVec, _READV
+        from .arena_cma import READV
+        from .cma_move import move
 
         engine = self.engine
         if engine._deferred:     # read into place: a receive deferred to its wait may be the one
             engine.post_deferred_if_free()
         view, token = engine.arriving(self.peer, tag, nbytes, sig)
         base = buffer_address(view)
-        done, err = 0, 0
-        while done < nbytes and _READV is not None:
-            local, remote = _IoVec(base + done, nbytes - done), _IoVec(address + done, nbytes - done)
-            got = _READV(self.peer_pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
-            if got <= 0:
-                err = ctypes.get_errno() or errno.EFAULT
-                break
-            done += got
+        err = 0 if not nbytes else errno.ENOSYS if READV is None else move(self.peer_pid, base, address, nbytes)
         self.inp.ctl[RELEASED] = ident + 1
-        if done == nbytes:
+        if not err:
             engine.landed(self.peer, nbytes, token)
             return
         gone = err == errno.ESRCH or not pid_alive(self.peer_pid)
@@ -254,5 +247,5 @@ class StagedBodies:
         engine.peer_lost(self.peer, PeerLostError(
             f"rank {engine.rank} could not read the {mib(nbytes)} message rank {self.peer} (pid "
             f"{self.peer_pid}, same host) {what} holds for it in its memory "
-            f"({os.strerror(err) if err else 'cross-memory attach unavailable'})", peer=self.peer),
+            f"({os.strerror(err) if READV is not None else 'cross-memory attach unavailable'})", peer=self.peer),
             crashed=not self.inp.ctl[LEFT])

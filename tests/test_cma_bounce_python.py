@@ -1,0 +1,118 @@
+"""The pure-Python path's cross-memory transfers (transport/cma_move.py ``move``) go
+through a bounce buffer in two hops where the destination lies 1-63 bytes past the source
+modulo 4 KiB and the CPU is slow there (COLLCOMM_CMA_BOUNCE=1/0, else timed once a
+process), as the native core's do (test_cma_bounce.py). The bytes must arrive whole at
+every distance, length and step, read or written, and only transfers in the band bounce."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from collcomm.transport import cma_move
+from tests.harness import run_ranks
+from tests.test_cma_bounce import _at
+
+pytestmark = pytest.mark.skipif(cma_move.READV is None or cma_move.direct(
+    os.getpid(), np.zeros(8, np.uint8).ctypes.data, np.ones(8, np.uint8).ctypes.data, 8) != 0,
+    reason="cross-memory attach is not permitted here")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("write", [False, True])
+@pytest.mark.parametrize("distance", [16, 1, 63, 64, 0, 2048, 4095])
+@pytest.mark.parametrize("nbytes", [4096, 5000, 300 * 1024 + 3, 4095])
+def test_move_whole_at_every_distance(write: bool, distance: int, nbytes: int,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Our own memory moved as a peer's would be (pid = ours), the source at a page's
+    start plus 5, the destination ``distance`` bytes past that modulo 4 KiB."""
+    monkeypatch.setattr(cma_move, "_slow", True)
+    src = _at(nbytes, 5)
+    src[:] = (np.arange(nbytes) * 7 + 3) % 251
+    dst = _at(nbytes, (5 + distance) % 4096)
+    hops: list[int] = []          # each kernel hop's distance, destination past source
+    direct = cma_move.direct
+
+    def spy(pid: int, local: int, remote: int, n: int, write: bool = False) -> int:
+        hops.append(((remote - local) if write else (local - remote)) & 4095)
+        return direct(pid, local, remote, n, write)
+
+    monkeypatch.setattr(cma_move, "direct", spy)
+    before = cma_move.bounced()
+    s, d = src.ctypes.data, dst.ctypes.data
+    # a read moves remote -> local; a write local -> remote
+    err = cma_move.move(os.getpid(), s, d, nbytes, write=True) if write else \
+        cma_move.move(os.getpid(), d, s, nbytes)
+    assert err == 0 and np.array_equal(dst, src)
+    bounced = cma_move.bounced() - before
+    assert bounced == (1 if nbytes >= 4096 and 0 < distance < 64 else 0)
+    if bounced:       # every hop of the kernel's (and so the local copy's) out of the band
+        assert len(hops) == -(-nbytes // cma_move.STEP) and all(h >= 64 for h in hops), hops
+
+
+@pytest.mark.timeout(60)
+def test_the_setting_and_a_failed_move(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cma_move, "_slow", None)
+    monkeypatch.setenv("COLLCOMM_CMA_BOUNCE", "0")
+    assert cma_move.band_slow() is False
+    monkeypatch.setattr(cma_move, "_slow", None)
+    monkeypatch.setenv("COLLCOMM_CMA_BOUNCE", "1")
+    assert cma_move.band_slow() is True
+    monkeypatch.setattr(cma_move, "_slow", None)
+    monkeypatch.delenv("COLLCOMM_CMA_BOUNCE")
+    assert cma_move.band_slow() in (True, False)
+    dst = _at(8192, 16)
+    assert cma_move.move(os.getpid(), dst.ctypes.data, 4096, 8192) != 0    # (page 1: unmapped)
+
+
+def _python_transfers(recv_offset: int) -> dict:
+    """A pure-Python rank's large transfers (a 1 MiB + 3 message, read from the sender's
+    copy; an all_gather and a scatter of 4 MiB + 4 KiB blocks by cross-memory attach) with
+    every receive buffer ``recv_offset`` bytes into a page: what arrived right, and the
+    bounces counted."""
+    import collcomm as dist
+
+    me, n = dist.get_rank(), dist.get_world_size()
+    out: dict = {}
+    before = cma_move.bounced()
+    size = (1 << 20) + 3
+    send = _at(size, 0)
+    send[:] = (np.arange(size) * 7 + me) % 251
+    recv = _at(size, recv_offset)
+    if me == 0:
+        dist.send(send, 1)
+        dist.recv(recv, 1)
+    else:
+        dist.recv(recv, 0)
+        dist.send(send, 0)
+    out["p2p"] = bool(np.array_equal(recv, (np.arange(size) * 7 + 1 - me) % 251))
+    block = (4 << 20) + 4096
+    mine = _at(block, 0)
+    mine[:] = (np.arange(block) + 3 * me) % 253
+    gathered = _at(n * block, recv_offset)
+    dist.all_gather_into_tensor(gathered, mine)
+    out["all_gather"] = all(np.array_equal(gathered[r * block:(r + 1) * block],
+                                           (np.arange(block) + 3 * r) % 253) for r in range(n))
+    big = _at(n * block, 0) if me == 0 else None
+    if me == 0:
+        big[:] = (np.arange(n * block) * 3) % 239
+    piece = _at(block, recv_offset)
+    dist.scatter(piece, [big[r * block:(r + 1) * block] for r in range(n)] if me == 0 else None, src=0)
+    out["scatter"] = bool(np.array_equal(piece, ((np.arange(n * block) * 3) % 239)[me * block:(me + 1) * block]))
+    out["bounced"] = cma_move.bounced() - before
+    return out
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("recv_offset", [16, 0])
+def test_python_ranks_transfers(recv_offset: int) -> None:
+    res = run_ranks(_python_transfers, 2, recv_offset, transport="shm", timeout=100,
+                    env={"COLLCOMM_NATIVE": "0", "COLLCOMM_CMA_COST": "1", "COLLCOMM_VOTE": "0",
+                         "COLLCOMM_CMA_BOUNCE": "1"})
+    for r in res:
+        assert r["p2p"] and r["all_gather"] and r["scatter"], r
+        if recv_offset:
+            assert r["bounced"] >= 1, res
+        else:
+            assert r["bounced"] == 0, res
