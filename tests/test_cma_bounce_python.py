@@ -14,9 +14,13 @@ from collcomm.transport import cma_move
 from tests.harness import run_ranks
 from tests.test_cma_bounce import _at
 
-pytestmark = pytest.mark.skipif(cma_move.READV is None or cma_move.direct(
-    os.getpid(), np.zeros(8, np.uint8).ctypes.data, np.ones(8, np.uint8).ctypes.data, 8) != 0,
-    reason="cross-memory attach is not permitted here")
+def _self_read_works() -> bool:
+    into, src = np.zeros(8, np.uint8), np.ones(8, np.uint8)     # (both alive while read)
+    return cma_move.READV is not None and \
+        cma_move.direct(os.getpid(), into.ctypes.data, src.ctypes.data, 8) == 0 and bool(into.all())
+
+
+pytestmark = pytest.mark.skipif(not _self_read_works(), reason="cross-memory attach is not permitted here")
 
 
 @pytest.mark.timeout(60)
@@ -38,7 +42,15 @@ def test_move_whole_at_every_distance(write: bool, distance: int, nbytes: int,
         hops.append(((remote - local) if write else (local - remote)) & 4095)
         return direct(pid, local, remote, n, write)
 
+    copies: list[int] = []        # each local copy's distance
+    memmove = cma_move.ctypes.memmove
+
+    def copy_spy(dst: int, src: int, n: int) -> int:
+        copies.append((dst - src) & 4095)
+        return memmove(dst, src, n)
+
     monkeypatch.setattr(cma_move, "direct", spy)
+    monkeypatch.setattr(cma_move.ctypes, "memmove", copy_spy)
     before = cma_move.bounced()
     s, d = src.ctypes.data, dst.ctypes.data
     # a read moves remote -> local; a write local -> remote
@@ -47,8 +59,9 @@ def test_move_whole_at_every_distance(write: bool, distance: int, nbytes: int,
     assert err == 0 and np.array_equal(dst, src)
     bounced = cma_move.bounced() - before
     assert bounced == (1 if nbytes >= 4096 and 0 < distance < 64 else 0)
-    if bounced:       # every hop of the kernel's (and so the local copy's) out of the band
-        assert len(hops) == -(-nbytes // cma_move.STEP) and all(h >= 64 for h in hops), hops
+    if bounced:       # every hop, the kernel's and the local copy's, out of the band
+        assert len(hops) == len(copies) == -(-nbytes // cma_move.STEP), (hops, copies)
+        assert all(h >= 64 for h in hops + copies), (hops, copies)
 
 
 @pytest.mark.timeout(60)
@@ -63,7 +76,41 @@ def test_the_setting_and_a_failed_move(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("COLLCOMM_CMA_BOUNCE")
     assert cma_move.band_slow() in (True, False)
     dst = _at(8192, 16)
-    assert cma_move.move(os.getpid(), dst.ctypes.data, 4096, 8192) != 0    # (page 1: unmapped)
+    for slow in (True, False):    # (page 1 is never mapped: the first hop fails, bounced or not)
+        monkeypatch.setattr(cma_move, "_slow", slow)
+        assert cma_move.move(os.getpid(), dst.ctypes.data, 4096, 8192) == 14     # EFAULT
+
+
+def _read_a_dead_rank(n: int) -> str:
+    """Rank 0 reads rank 1's memory by the arena's read_remote after rank 1 exited."""
+    import collcomm as dist
+    from collcomm.core import runtime as rt
+    from collcomm.errors import PeerLostError
+
+    dist.all_reduce(np.zeros(4, np.float32))     # (the group's arena is built)
+    arena = rt.get_world("test")._arena
+    dist.barrier()
+    if dist.get_rank() == 1:
+        os._exit(0)
+    import time
+
+    from collcomm.transport.peer_process import pid_alive
+
+    while pid_alive(arena.pids[1]):
+        time.sleep(0.01)
+    try:
+        arena.read_remote(1, 1 << 20, _at(n, 16))
+    except PeerLostError as exc:
+        return str(exc)
+    return "no error"
+
+
+@pytest.mark.timeout(60)
+def test_a_dead_peers_memory_names_it() -> None:
+    """A read of a rank that died raises PeerLostError naming it, bounced or direct."""
+    res = run_ranks(_read_a_dead_rank, 2, 8192, transport="shm", timeout=50, expect_failure=True,
+                    env={"COLLCOMM_NATIVE": "0", "COLLCOMM_CMA_BOUNCE": "1", "COLLCOMM_CMA_COST": "1"})
+    assert res[0].ok and "rank 1 " in res[0].value and "died" in res[0].value, res[0]
 
 
 def _python_transfers(recv_offset: int) -> dict:

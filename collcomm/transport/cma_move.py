@@ -99,10 +99,17 @@ def _probe() -> bool:
     return times[1] > 1.5 * times[0]
 
 
+_probe_lock = threading.Lock()
+
+
 def band_slow() -> bool:
+    """Is this CPU slow in the band? (Timed once, by one thread: two timing at once would
+    skew each other.)"""
     global _slow
     if _slow is None:
-        _slow = _probe()
+        with _probe_lock:
+            if _slow is None:
+                _slow = _probe()
     return _slow
 
 

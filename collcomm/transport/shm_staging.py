@@ -229,8 +229,7 @@ class StagedBodies:
         """Read a PRIVATE (or LENT) message out of the sender's memory now (straight into
         the posted receive when there is one: the receives deferred to their wait are posted
         first if the line is free), then release the sender's copy (poll_lock held)."""
-        from .arena_cma import READV
-        from .cma_move import move
+        from .cma_move import READV, move
 
         engine = self.engine
         if engine._deferred:     # read into place: a receive deferred to its wait may be the one
