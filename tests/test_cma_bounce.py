@@ -9,6 +9,8 @@ long enough to end in streamed stores) and writes (a split scatter's root); othe
 distances go direct."""
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -23,6 +25,40 @@ def _at(nbytes: int, page_offset: int) -> np.ndarray:
     raw = np.zeros(nbytes + 2 * 4096, np.uint8)
     start = (-raw.ctypes.data) % 4096 + page_offset
     return raw[start:start + nbytes]
+
+
+def swap(dist: Any, send: np.ndarray, recv: np.ndarray) -> None:
+    """Blocking send / recv between ranks 0 and 1, rank 0 sending first."""
+    if dist.get_rank() == 0:
+        dist.send(send, 1)
+        dist.recv(recv, 1)
+    else:
+        dist.recv(recv, 0)
+        dist.send(send, 0)
+
+
+def all_gather_whole(dist: Any, block: int, recv_offset: int) -> bool:
+    """An all_gather of ``block`` bytes a rank into an output ``recv_offset`` bytes into a
+    page: every block right?"""
+    me, n = dist.get_rank(), dist.get_world_size()
+    mine = _at(block, 0)
+    mine[:] = (np.arange(block) + 3 * me) % 253
+    gathered = _at(n * block, recv_offset)
+    dist.all_gather_into_tensor(gathered, mine)
+    return all(np.array_equal(gathered[r * block:(r + 1) * block], (np.arange(block) + 3 * r) % 253)
+               for r in range(n))
+
+
+def scatter_whole(dist: Any, block: int, recv_offset: int) -> bool:
+    """A scatter from rank 0 of ``block`` bytes a rank into a buffer ``recv_offset`` bytes
+    into a page: our block right?"""
+    me, n = dist.get_rank(), dist.get_world_size()
+    big = _at(n * block, 0) if me == 0 else None
+    if big is not None:
+        big[:] = (np.arange(n * block) * 3) % 239
+    piece = _at(block, recv_offset)
+    dist.scatter(piece, [big[r * block:(r + 1) * block] for r in range(n)] if big is not None else None, src=0)
+    return bool(np.array_equal(piece, ((np.arange(n * block) * 3) % 239)[me * block:(me + 1) * block]))
 
 
 def _transfers(recv_offset: int) -> dict:
@@ -53,12 +89,7 @@ def _transfers(recv_offset: int) -> dict:
     out["p2p"] = bool(np.array_equal(recv, (np.arange(size) * 7 + (me - 1) % n) % 251))
     out["bounced"]["p2p"], before = bounces() - before, bounces()
     block = (4 << 20) + 4096          # (a read past COPY_NT_MIN: its bounce streams)
-    mine = _at(block, 0)
-    mine[:] = (np.arange(block) + 3 * me) % 253
-    gathered = _at(n * block, recv_offset)
-    dist.all_gather_into_tensor(gathered, mine)
-    out["all_gather"] = all(np.array_equal(gathered[r * block:(r + 1) * block],
-                                           (np.arange(block) + 3 * r) % 253) for r in range(n))
+    out["all_gather"] = all_gather_whole(dist, block, recv_offset)
     out["bounced"]["all_gather"], before = bounces() - before, bounces()
     a2a_in = _at(n * block, 0)
     a2a_in[:] = (np.arange(n * block) + 5 * me) % 241
@@ -68,12 +99,7 @@ def _transfers(recv_offset: int) -> dict:
                                            ((np.arange(n * block) + 5 * r) % 241)[me * block:(me + 1) * block])
                             for r in range(n))
     out["bounced"]["all_to_all"], before = bounces() - before, bounces()
-    big = _at(n * block, 0) if me == 0 else None
-    if me == 0:
-        big[:] = (np.arange(n * block) * 3) % 239
-    piece = _at(block, recv_offset)
-    dist.scatter(piece, [big[r * block:(r + 1) * block] for r in range(n)] if me == 0 else None, src=0)
-    out["scatter"] = bool(np.array_equal(piece, ((np.arange(n * block) * 3) % 239)[me * block:(me + 1) * block]))
+    out["scatter"] = scatter_whole(dist, block, recv_offset)
     out["bounced"]["scatter"] = bounces() - before
     out["slow"] = native.core.cma_bounces()[1]
     return out

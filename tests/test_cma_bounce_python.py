@@ -12,7 +12,7 @@ import pytest
 
 from collcomm.transport import cma_move
 from tests.harness import run_ranks
-from tests.test_cma_bounce import _at
+from tests.test_cma_bounce import _at, all_gather_whole, scatter_whole, swap
 
 def _self_read_works() -> bool:
     into, src = np.zeros(8, np.uint8), np.ones(8, np.uint8)     # (both alive while read)
@@ -120,33 +120,18 @@ def _python_transfers(recv_offset: int) -> dict:
     bounces counted."""
     import collcomm as dist
 
-    me, n = dist.get_rank(), dist.get_world_size()
+    me = dist.get_rank()
     out: dict = {}
     before = cma_move.bounced()
     size = (1 << 20) + 3
     send = _at(size, 0)
     send[:] = (np.arange(size) * 7 + me) % 251
     recv = _at(size, recv_offset)
-    if me == 0:
-        dist.send(send, 1)
-        dist.recv(recv, 1)
-    else:
-        dist.recv(recv, 0)
-        dist.send(send, 0)
+    swap(dist, send, recv)
     out["p2p"] = bool(np.array_equal(recv, (np.arange(size) * 7 + 1 - me) % 251))
     block = (4 << 20) + 4096
-    mine = _at(block, 0)
-    mine[:] = (np.arange(block) + 3 * me) % 253
-    gathered = _at(n * block, recv_offset)
-    dist.all_gather_into_tensor(gathered, mine)
-    out["all_gather"] = all(np.array_equal(gathered[r * block:(r + 1) * block],
-                                           (np.arange(block) + 3 * r) % 253) for r in range(n))
-    big = _at(n * block, 0) if me == 0 else None
-    if me == 0:
-        big[:] = (np.arange(n * block) * 3) % 239
-    piece = _at(block, recv_offset)
-    dist.scatter(piece, [big[r * block:(r + 1) * block] for r in range(n)] if me == 0 else None, src=0)
-    out["scatter"] = bool(np.array_equal(piece, ((np.arange(n * block) * 3) % 239)[me * block:(me + 1) * block]))
+    out["all_gather"] = all_gather_whole(dist, block, recv_offset)
+    out["scatter"] = scatter_whole(dist, block, recv_offset)
     out["bounced"] = cma_move.bounced() - before
     return out
 

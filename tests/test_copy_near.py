@@ -15,6 +15,7 @@ import pytest
 
 from collcomm import native
 from tests.harness import run_ranks
+from tests.test_cma_bounce import swap
 
 SMALL = 16 * 1024 + 5          # staged in the slot at a page's start (below ONE_SHOT)
 LARGE = 96 * 1024 + 7          # staged at the sender's page offset (ONE_SHOT and up)
@@ -122,12 +123,8 @@ def _exchanges(offset: int, nbytes: int) -> dict:
             ops = [dist.P2POp(dist.isend, send, (me + 1) % n), dist.P2POp(dist.irecv, got, (me - 1) % n)]
             for w in dist.batch_isend_irecv(ops):
                 w.wait()
-        elif me == 0:
-            dist.send(send, 1)
-            dist.recv(got, 1)
         else:
-            dist.recv(got, 0)
-            dist.send(send, 0)
+            swap(dist, send, got)
         ok = ok and bool(np.array_equal(got, _pattern(nbytes, (me - 1) % n, k)))
     after = native.core.near_copies()[0] if native.core is not None else 0
     return {"ok": ok, "near": after - before}
