@@ -328,3 +328,4 @@ def test_smoke_inside_launched_job():
     lines = p.stdout.splitlines()
     assert lines.count(R.OSU_HEADER) == 2          # printed once (rank 0), oop + ip blocks
     assert [ln.split()[0] for ln in lines if ln and not ln.startswith("#")] == ["1024", "1024"]
+    assert sum(ln.startswith("# collcomm here: ") for ln in lines) == 1, p.stdout   # (facts.py)

@@ -78,6 +78,8 @@ def test_smoke_placed_and_checked() -> None:
                "16", "--check", timeout=110)
     assert p.returncode == 0, p.stderr
     assert "offset=16 skew=16" in p.stdout, p.stdout
+    here = [ln for ln in p.stdout.splitlines() if ln.startswith("# collcomm here: ")]
+    assert len(here) == 1 and ("native core" in here[0] or "pure Python" in here[0]), p.stdout
     rows = _data_lines(p.stdout)
     assert len(rows) == 2 and all(r[-1] in ("0/0", "0") for r in rows), p.stdout
     p = _bench("-n", "2", "--op", "sendrecv", "-b", "4K", "-e", "4K", "--offset", "12")

@@ -185,6 +185,13 @@ class ProcessGroup:
                     self.fast.paused = 0
 
     # -- the shared-memory arena ---------------------------------------------------------------
+    @property
+    def arena(self) -> Any:
+        """The group's shared-memory arena once its first collective built it (None before,
+        and for a group that cannot share memory): read-only facts such as ``cma`` and
+        ``cma_cost`` (algorithms/contract.py Arena)."""
+        return self._arena
+
     def _get_arena(self, comm: GroupComm) -> Any:
         """The group's arena, built inside the current call by every rank together
         (:func:`.group_memory.build_arena`)."""

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["move", "band_slow", "bounced"]
+__all__ = ["move", "band_slow", "bounced", "verdict"]
 
 BAND = 64                  # destinations 1-63 bytes past the source
 MIN_BYTES = 4096           # smaller transfers go direct
@@ -114,7 +114,14 @@ def band_slow() -> bool:
 
 
 def bounced() -> int:
+    """Transfers that went through a bounce buffer (tests)."""
     return _count[0]
+
+
+def verdict() -> int:
+    """1: this CPU is slow in the band (transfers there bounce), 0: it is not, -1: not
+    timed yet (no transfer met the band)."""
+    return -1 if _slow is None else int(_slow)
 
 
 def move(pid: int, local: int, remote: int, nbytes: int, write: bool = False) -> int:

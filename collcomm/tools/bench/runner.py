@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any, TextIO
 
 from .jobs import KILL_GRACE_S, Job, LaunchFailed, peer_unavailable, start
+from .facts import notes_from as facts_notes
 from .options import Options
 from .report import format_compare, format_latency, format_table, merge_rounds, write_json
 from .turns import Board, run_turns
@@ -106,7 +107,7 @@ def bench(opts: Options, err: TextIO | None = None) -> tuple[list[dict[str, Any]
         else:
             rows = _in_sweeps(opts, libs, tmp, bar, notes, err)
     merged = merge_rounds(rows)
-    return merged, notes
+    return merged, facts_notes(rows) + notes
 
 
 def _options_file(opts: Options, tmp: str, **changes: Any) -> str:
@@ -264,7 +265,7 @@ def main(opts: Options, out: TextIO | None = None) -> int:
         rows = run_in_job(opts)
         if int(os.environ.get("RANK", "0")) == 0:
             opts.compare = []
-            finish(opts, merge_rounds(rows), [], out)
+            finish(opts, merge_rounds(rows), facts_notes(rows), out)
         return 0
     try:
         rows, notes = bench(opts)

@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 
 from .options import REDUCING, ROOTED, Options, collcomm_env, count_for, format_size
+from .facts import collect as collect_facts
+from .facts import verdicts
 from .placement import placed_empty, rank_offset
 from .report import make_row
 from .turns import RankTurns, Stopped, cells
@@ -372,7 +374,11 @@ def run_in_job(opts: Options) -> list[dict[str, Any]]:
     os.environ.update(env)  # read at init / per call by collcomm
     backend = CollcommBackend(opts.alloc)
     try:
-        return sweep(backend, opts, "collcomm")
+        rows = sweep(backend, opts, "collcomm")
+        found = verdicts(collect_facts(), backend.allgather_floats)   # (what it met: facts.py)
+        for row in rows:
+            row["facts"] = found
+        return rows
     finally:
         backend.close()
 
