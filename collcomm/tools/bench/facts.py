@@ -15,6 +15,7 @@ import os
 from typing import Any
 
 VERDICT = {1: "slow there", 0: "as fast", -1: "not met"}
+CACHE_DIR = "/sys/devices/system/cpu/cpu0/cache"     # (sysfs: index*/level, index*/size)
 
 
 def _cpu_model() -> str:
@@ -27,38 +28,50 @@ def _cpu_model() -> str:
         pass
     import platform
 
-    return platform.processor() or platform.machine()
+    return platform.machine()
 
 
 def _l2_bytes() -> int:
     """The L2's size as sysfs says it (0: not known)."""
-    base = "/sys/devices/system/cpu/cpu0/cache"
+    base = CACHE_DIR
     try:
-        for index in sorted(os.listdir(base)):
+        indexes = sorted(os.listdir(base))
+    except OSError:
+        return 0
+    for index in indexes:
+        try:
             with open(os.path.join(base, index, "level")) as fh:
                 if fh.read().strip() != "2":
                     continue
             with open(os.path.join(base, index, "size")) as fh:
                 text = fh.read().strip().upper()
-            scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
-            return int(text.rstrip("KM")) * scale
-    except (OSError, ValueError):
-        pass
+            return int(text.rstrip("KM")) * {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
+        except (OSError, ValueError):
+            continue
     return 0
 
 
 def verdicts(facts: dict[str, Any], allgather: Any) -> dict[str, Any]:
-    """``facts`` with the timing verdicts every rank reached combined (a rank that met the
-    band says what the CPU does there; ``allgather``: floats of every rank, the backend's)."""
-    keys = [k for k in ("near", "bounce") if facts.get(k) is not None]
-    if keys:
-        seen = allgather([float(facts[k]) for k in keys])
-        facts = dict(facts, **{k: int(max(row[i] for row in seen)) for i, k in enumerate(keys)})
-    return facts
+    """``facts`` with the timing verdicts every rank reached combined: a rank that met the
+    band says what the CPU does there (``allgather``: the backend's, floats of every rank;
+    a collective, so every rank sends the same two, -2 for none)."""
+    keys = ("near", "bounce")
+    mine = [-2.0 if facts.get(k) is None else float(facts[k]) for k in keys]
+    seen = [[float(v) for v in row] for row in allgather(mine)]
+    combined = {k: max(row[i] for row in seen) for i, k in enumerate(keys)}
+    return dict(facts, **{k: None if v == -2 else int(v) for k, v in combined.items()})
 
 
 def collect() -> dict[str, Any]:
-    """This process's facts (call after the sweep, in the collcomm job)."""
+    """This process's facts (call after the sweep, in the collcomm job); a fact that cannot
+    be read is left out (the line is only a note: it must not cost the sweep)."""
+    try:
+        return _collect()
+    except Exception:  # noqa: BLE001 - e.g. an older native core without near_copies
+        return {}
+
+
+def _collect() -> dict[str, Any]:
     from ... import native
     from ...core import runtime
     from ...transport import cma_move
@@ -67,22 +80,21 @@ def collect() -> dict[str, Any]:
     arena = runtime.get_world("bench").arena
     facts["cma"] = None if arena is None else bool(arena.cma)
     facts["cma_cost"] = None if arena is None else float(arena.cma_cost)
-    if native.core is not None:
-        facts["near"] = int(native.core.near_copies()[1])
-        facts["bounce"] = int(native.core.cma_bounces()[1])
-    else:
-        facts["near"] = None
-        facts["bounce"] = cma_move.verdict()
+    # (the Python code's own transfers go through cma_move even beside the native core)
+    facts["near"] = None if native.core is None else int(native.core.near_copies()[1])
+    facts["bounce"] = max(cma_move.verdict(),
+                          -1 if native.core is None else int(native.core.cma_bounces()[1]))
     return facts
 
 
 def line(facts: dict[str, Any]) -> str:
     """One ``# collcomm here: ...`` line."""
     l2 = f" (L2 {facts['l2'] >> 10} KiB)" if facts.get("l2") else ""
-    parts = [f"{facts.get('cpu') or 'CPU unknown'}{l2}",
-             "native core" if facts.get("native") else "pure Python (no native core)"]
+    parts = [f"{facts.get('cpu') or 'CPU unknown'}{l2}"]
+    if "native" in facts:
+        parts.append("native core" if facts["native"] else "pure Python (no native core)")
     if facts.get("cma") is None:
-        parts.append("no shared-memory arena")
+        parts.append("no shared-memory arena built")
     elif facts["cma"]:
         parts.append(f"a cross-memory read costs {facts['cma_cost']:.2f} memcpy'd bytes a byte")
     else:

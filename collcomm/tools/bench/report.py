@@ -60,6 +60,7 @@ def merge_rounds(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     for rs in groups.values():
         ok = [r for r in rs if r.get("time_us") is not None]
         first = dict(rs[0])
+        first.pop("facts", None)      # (the collcomm job's machine facts: a note, facts.py)
         if not ok:
             first["rounds"] = len(rs)
             out.append(first)
