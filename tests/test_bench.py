@@ -12,7 +12,8 @@ import pytest
 from collcomm.tools.bench import options as O
 from collcomm.tools.bench import report as R
 from collcomm.tools.bench.calibrate import fit_alpha_beta
-from collcomm.tools.bench.worker import count_wrong, expected, pattern, pick_iters
+from collcomm.tools.bench.checks import count_wrong, expected, pattern
+from collcomm.tools.bench.worker import pick_iters
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROW_RE = re.compile(r"^\s+\d+\s+\d+\s+\S+\s+\S+\s+-?\d+(\s+\S+){8}$")
