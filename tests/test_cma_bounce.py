@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from collcomm import native
+from collcomm.tools.bench.placement import placed_empty
 from tests.harness import run_ranks
 
 pytestmark = pytest.mark.skipif(native.core is None, reason=f"native core: {native.reason}")
@@ -22,9 +23,9 @@ pytestmark = pytest.mark.skipif(native.core is None, reason=f"native core: {nati
 
 def _at(nbytes: int, page_offset: int) -> np.ndarray:
     """A zeroed uint8 array of ``nbytes`` starting ``page_offset`` bytes into a page."""
-    raw = np.zeros(nbytes + 2 * 4096, np.uint8)
-    start = (-raw.ctypes.data) % 4096 + page_offset
-    return raw[start:start + nbytes]
+    arr = placed_empty(nbytes, "uint8", page_offset)
+    arr[:] = 0
+    return arr
 
 
 def swap(dist: Any, send: np.ndarray, recv: np.ndarray) -> None:

@@ -15,17 +15,10 @@ import pytest
 
 from collcomm import native
 from tests.harness import run_ranks
-from tests.test_cma_bounce import swap
+from tests.test_cma_bounce import _at, swap
 
 SMALL = 16 * 1024 + 5          # staged in the slot at a page's start (below ONE_SHOT)
 LARGE = 96 * 1024 + 7          # staged at the sender's page offset (ONE_SHOT and up)
-
-
-def _at(nbytes: int, page_offset: int) -> np.ndarray:
-    """A zeroed uint8 array of ``nbytes`` starting ``page_offset`` bytes into a page."""
-    raw = np.zeros(nbytes + 2 * 4096, np.uint8)
-    start = (-raw.ctypes.data) % 4096 + page_offset
-    return raw[start:start + nbytes]
 
 
 def _pattern(nbytes: int, rank: int, salt: int) -> np.ndarray:

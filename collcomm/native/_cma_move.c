@@ -63,38 +63,17 @@ static int cma_slow_distance(const char *local, uint64_t remote, int write)
     return d != 0 && d < CMA_SLOW_BAND;
 }
 
-/* The best of 3 reads of CMA_PROBE bytes of our own memory at `distance` bytes past the
- * source (ns; -1 if the read fails). */
-static long long cma_probe_read(char *src, char *dst_page, int distance)
+/* Read `n` bytes of our own memory at `src` into `dst` as a peer's would be read. */
+static int cma_self_read(char *dst, const char *src, Py_ssize_t n)
 {
-    long long best = -1;
-    for (int i = 0; i < 4; i++) {            /* (the first one warms the pages up) */
-        long long t0 = now_ns();
-        if (cma_move_direct(getpid(), dst_page + distance, (uint64_t)(uintptr_t)src, CMA_PROBE, 0) < 0)
-            return -1;
-        long long t = now_ns() - t0;
-        if (i > 0 && (best < 0 || t < best))
-            best = t;
-    }
-    return best;
+    return cma_move_direct(getpid(), dst, (uint64_t)(uintptr_t)src, n, 0);
 }
 
 /* Does this CPU run a transfer 16 bytes off 1.5x slower than one at distance 0?
- * (COLLCOMM_CMA_BOUNCE=1 / 0 says so instead.) */
+ * (COLLCOMM_CMA_BOUNCE=1 / 0 says so instead; band_slow_probe, _copy_near.c.) */
 static int cma_band_probe(void)
 {
-    const char *env = getenv("COLLCOMM_CMA_BOUNCE");
-    if (env != NULL && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0))
-        return env[0] == '1';
-    char *raw = malloc((size_t)(2 * CMA_PROBE + 3 * 4096));
-    if (raw == NULL)
-        return 0;
-    char *src = (char *)(((uintptr_t)raw + 4095) & ~(uintptr_t)4095);
-    char *dst = src + CMA_PROBE + 4096;
-    memset(src, 1, (size_t)(2 * CMA_PROBE + 4096));
-    long long at0 = cma_probe_read(src, dst, 0), at16 = cma_probe_read(src, dst, 16);
-    free(raw);
-    return at0 > 0 && at16 > 0 && 2 * at16 > 3 * at0;
+    return band_slow_probe("COLLCOMM_CMA_BOUNCE", CMA_PROBE, cma_self_read);
 }
 
 static int cma_move(pid_t pid, char *local, uint64_t remote, Py_ssize_t len, int write)

@@ -69,20 +69,48 @@ static void vec_copy(char *dst, const char *src, Py_ssize_t n)
 #endif
 }
 
-/* The best of 4 memcpy's of NEAR_PROBE bytes to `distance` past `src` (ns), after one to
- * warm the lines up. */
-static long long near_probe_copy(char *dst_page, const char *src, int distance)
+/* A way of moving `n` bytes from `src` to `dst` that a band probe times: 0, or -1. */
+typedef int (*band_move_t)(char *dst, const char *src, Py_ssize_t n);
+
+/* The best of 4 moves (ns; -1 if one fails), after one to warm the pages up. */
+static long long band_time(band_move_t move, char *dst, const char *src, Py_ssize_t n)
 {
     long long best = -1;
     for (int i = 0; i < 5; i++) {
         long long t0 = now_ns();
-        memcpy(dst_page + distance, src, (size_t)NEAR_PROBE);
-        __asm__ volatile("" : : "r"(dst_page) : "memory");
+        if (move(dst, src, n) < 0)
+            return -1;
         long long t = now_ns() - t0;
         if (i > 0 && (best < 0 || t < best))
             best = t;
     }
     return best;
+}
+
+/* Does `move` run `bytes` 16 bytes past the source 1.5x slower than at a distance of 0 on
+ * this CPU? The environment variable `setting` ("1" / "0") says so instead. Shared by
+ * near_copy (memcpy) and _cma_move.c (a cross-memory read of our own memory). */
+static int band_slow_probe(const char *setting, Py_ssize_t bytes, band_move_t move)
+{
+    const char *env = getenv(setting);
+    if (env != NULL && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0))
+        return env[0] == '1';
+    char *raw = malloc((size_t)(2 * bytes + 3 * 4096));
+    if (raw == NULL)
+        return 0;
+    char *src = (char *)(((uintptr_t)raw + 4095) & ~(uintptr_t)4095);
+    char *dst = src + bytes + 4096;
+    memset(src, 1, (size_t)(2 * bytes + 4096));
+    long long at0 = band_time(move, dst, src, bytes), at16 = band_time(move, dst + 16, src, bytes);
+    free(raw);
+    return at0 > 0 && at16 > 0 && 2 * at16 > 3 * at0;
+}
+
+static int near_memcpy(char *dst, const char *src, Py_ssize_t n)
+{
+    memcpy(dst, src, (size_t)n);
+    __asm__ volatile("" : : "r"(dst) : "memory");
+    return 0;
 }
 
 /* Does this CPU's memcpy run a copy 16 bytes past its source 1.5x slower than one at a
@@ -92,18 +120,7 @@ static int near_probe(void)
     long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
     __atomic_store_n(&near_max, l2 >= (64 << 10) ? (Py_ssize_t)l2 : (Py_ssize_t)512 << 10,
                      __ATOMIC_RELAXED);     /* (published by near_slow's release store) */
-    const char *env = getenv("COLLCOMM_NEAR_COPY");
-    if (env != NULL && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0))
-        return env[0] == '1';
-    char *raw = malloc((size_t)(2 * NEAR_PROBE + 3 * 4096));
-    if (raw == NULL)
-        return 0;
-    char *src = (char *)(((uintptr_t)raw + 4095) & ~(uintptr_t)4095);
-    char *dst = src + NEAR_PROBE + 4096;
-    memset(src, 1, (size_t)NEAR_PROBE);
-    long long at0 = near_probe_copy(dst, src, 0), at16 = near_probe_copy(dst, src, 16);
-    free(raw);
-    return at0 > 0 && at16 > 0 && 2 * at16 > 3 * at0;
+    return band_slow_probe("COLLCOMM_NEAR_COPY", NEAR_PROBE, near_memcpy);
 }
 
 /* memcpy, but by vec_copy where the destination lies 1-63 bytes past the source mod 4 KiB
