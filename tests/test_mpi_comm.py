@@ -105,7 +105,7 @@ def environment_checks(c: Checker, MPI, comm) -> None:
     MPI.Free_mem(mem)
     # datatypes and ops
     c.eq([(t.Get_size(), t.Get_extent(), t.Get_name()) for t in (MPI.INT, MPI.DOUBLE, MPI.FLOAT_INT, MPI.DOUBLE_INT, MPI.TWOINT)],
-         [(4, (0, 4), "MPI_INT"), (8, (0, 8), "MPI_DOUBLE"), (8, (0, 8), "MPI_FLOAT_INT"), (16, (0, 16), "MPI_DOUBLE_INT"),
+         [(4, (0, 4), "MPI_INT"), (8, (0, 8), "MPI_DOUBLE"), (8, (0, 8), "MPI_FLOAT_INT"), (12, (0, 16), "MPI_DOUBLE_INT"),
           (8, (0, 8), "MPI_2INT")], "datatype sizes and names")
     c.true(getattr(MPI, "2INT") == MPI.TWOINT and MPI.INT_INT == MPI.TWOINT, "2INT aliases")
     c.eq((MPI.Datatype.fromcode("d").name, MPI.DOUBLE.typechar, MPI.INT.typestr), ("MPI_DOUBLE", "d", "i4"), "typecodes")

@@ -27,7 +27,11 @@ def status_request(c: Checker, MPI, comm) -> None:
          (3, 4, 5, 40, 10), "Status setters")
     copy = MPI.Status(st)
     c.true(copy == st and pickle.loads(pickle.dumps(st)) == st, "Status copy and pickle")
-    c.eq(st.Get_elements(MPI.FLOAT_INT), 10, "Get_elements of a pair counts both parts")
+    c.eq(st.Get_elements(MPI.FLOAT_INT), 5, "Get_elements of a pair counts it once (predefined)")
+    ct = MPI.INT.Create_contiguous(3).Commit()
+    st.Set_elements(ct, 6)
+    c.eq((st.Get_count(ct), st.Get_elements(ct), st.Get_count()), (2, 6, 24),
+         "Set_elements counts basic elements")
     # REQUEST_NULL and empty lists
     null = MPI.REQUEST_NULL
     c.true(null.Wait() and null.Test() and not null, "REQUEST_NULL completes at once")

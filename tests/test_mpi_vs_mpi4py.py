@@ -91,6 +91,33 @@ out["errors"] = [err(lambda: comm.Bcast(np.zeros(1), root=n)), err(lambda: comm.
                  err(lambda: comm.Recv(np.zeros(2), (r - 1) % n, 6)), err(lambda: MPI.Compute_dims(7, [2, 0])),
                  err(lambda: comm.Get_group().Incl([n])), err(lambda: MPI.COMM_NULL.Get_size()),
                  err(lambda: comm.Split(-2)), err(lambda: comm.scatter([1] * (n + 1), root=0) if r == 0 else None)]
+# Fortran-ordered buffers (memory order, as mpi4py), the 4-item spec, value-index pair sizes
+a = np.arange(6.0).reshape(2, 3) if r == 0 else np.zeros((2, 3))
+comm.Bcast(a.T, root=0)
+f = np.asfortranarray(np.arange(6.0).reshape(2, 3) * (r + 1)); fo = np.zeros((2, 3), order="F")
+comm.Allreduce(f, fo); comm.Allreduce(MPI.IN_PLACE, f)
+g = np.zeros((2, n), order="F"); comm.Allgather(np.full(2, r + 1.0), g)
+fr = np.zeros((2, 3), dtype="i", order="F")
+comm.Sendrecv(np.asfortranarray(np.arange(6, dtype="i").reshape(2, 3) + r), (r + 1) % n, 9, fr, (r - 1) % n, 9)
+b4 = np.arange(6, dtype="i") if r == 0 else np.zeros(6, "i")
+comm.Bcast([b4, 2, 1, MPI.INT], root=0)
+out["layouts"] = [L(a), L(fo), L(f), L(g), L(fr), L(b4)]
+pst = MPI.Status()
+comm.Sendrecv([np.zeros(2, dtype=pair), MPI.DOUBLE_INT], (r + 1) % n, 10, [np.zeros(3, dtype=pair), MPI.DOUBLE_INT], (r - 1) % n, 10, pst)
+ct = MPI.INT.Create_contiguous(3).Commit()
+es = MPI.Status(); es.Set_elements(ct, 6)
+out["sizes"] = [[(t.Get_size(), t.Get_extent(), t.Create_contiguous(2).Get_size()) for t in
+                 (MPI.FLOAT_INT, MPI.DOUBLE_INT, MPI.LONG_INT, MPI.SHORT_INT, MPI.TWOINT)],
+                [pst.Get_count(MPI.DOUBLE_INT), pst.Get_elements(MPI.DOUBLE_INT)],
+                [es.Get_count(ct), es.Get_elements(ct), es.Get_count()],
+                [MPI._typedict[k] == t for k, t in zip("bhilqfdFD", (MPI.SIGNED_CHAR, MPI.SHORT, MPI.INT, MPI.LONG,
+                 MPI.LONG_LONG, MPI.FLOAT, MPI.DOUBLE, MPI.C_FLOAT_COMPLEX, MPI.C_DOUBLE_COMPLEX))] + [MPI._typecode(MPI.DOUBLE), MPI._typecode(MPI.DOUBLE_INT)]]
+# a serializer of the program's own (mpi4py's MPI.pickle.__init__(dill.dumps, dill.loads) idiom)
+MPI.pickle.__init__(lambda o, *a: json.dumps(o).encode(), lambda d: json.loads(bytes(d)))
+swapped = [comm.bcast((1, 2), root=1), comm.allgather((r,)), comm.sendrecv((r, "t"), (r + 1) % n, 11, None, (r - 1) % n, 11)]
+MPI.pickle.__init__()
+out["pickle"] = swapped + [[type(v).__name__ for v in (swapped[0], swapped[1][0], swapped[2])],
+                          type(comm.bcast((1, 2), root=1)).__name__, MPI.pickle.PROTOCOL]
 out["attrs"] = [comm.Get_attr(MPI.TAG_UB), MPI.IDENT, MPI.CONGRUENT, MPI.SIMILAR, MPI.UNEQUAL, MPI.UNDEFINED,
                 MPI.ANY_SOURCE, MPI.ANY_TAG, MPI.PROC_NULL, MPI.ERR_RANK, MPI.ERR_TRUNCATE, MPI.INT.Get_size(),
                 MPI.DOUBLE_INT.Get_extent(), MPI.TWOINT.Get_name(), MPI.Get_version()]

@@ -18,7 +18,7 @@ The package is a front end like :mod:`collcomm.api`: it turns mpi4py's arguments
 specs, ``IN_PLACE``, statuses, requests, ranks of communicators) into calls of the core
 (:mod:`collcomm.core`), which checks and runs them. Modules: ``_consts`` and ``_errors``
 (constants, ``MPI.Exception``), ``_types`` (datatypes), ``_ops`` (reduction ops), ``_msg``
-(buffer specs), ``_status``, ``_request``, ``_group``, ``_comm`` and ``_attrs``
+(buffer specs), ``_pickle`` (``MPI.pickle``), ``_status``, ``_request``, ``_group``, ``_comm`` and ``_attrs``
 (communicators), ``_p2p``, ``_pobj``, ``_coll``, ``_collv``, ``_cobj`` (the communication
 methods), ``_topo`` (Cartesian topologies), ``_env`` (init, clocks, memory), ``_misc``
 (Info, Errhandler) and ``_absent`` (what is left out). ``collcomm.MPI.bench`` measures the
@@ -32,6 +32,9 @@ from ._errors import (  # noqa: F401
     SUCCESS, ERR_LASTCODE, Exception, Get_error_class, Get_error_string, _CLASSES,
 )
 from ._types import PREDEFINED as _TYPES, Datatype
+from ._types import TYPEDICT as _typedict, TYPEDICT_C as _typedict_c, TYPEDICT_F as _typedict_f  # noqa: F401
+from ._types import typecode as _typecode  # noqa: F401
+from ._pickle import Pickle, pickle  # noqa: F401
 from ._ops import PREDEFINED as _OPS, Op
 from ._msg import BOTTOM, BUFFER_AUTOMATIC, IN_PLACE
 from ._prequest import Prequest

@@ -1,7 +1,8 @@
 """Object collectives (lower case): ``bcast``, ``gather``, ``scatter``, ``allgather``,
 ``alltoall``, ``reduce``, ``allreduce``, ``scan``, ``exscan``, ``barrier``.
 
-Objects are pickled (protocol 5; large numpy buffers out of band) and moved by the bodies
+Objects are pickled by ``MPI.pickle`` (_pickle.py: protocol 5, large numpy buffers out of
+band, unless the program gave it other functions) and moved by the bodies
 in :mod:`collcomm.core.pickled`, each one collective call of the communicator's group.
 Every rank gets unpickled copies, the root too, as with mpi4py. The reductions gather the
 objects and fold them in rank order with the op (:meth:`MPI.Op.__call__`, or any callable
@@ -19,6 +20,7 @@ from ..errors import CollcommError
 from ._collv import _check_root
 from ._errors import translate
 from ._ops import SUM, py_combine
+from ._pickle import pickle as _pickle
 
 
 def _run(fn: Callable[..., Any], *args: Any) -> Any:
@@ -49,26 +51,26 @@ class ObjectCollectives:
     def bcast(self, obj: Any, root: int = 0) -> Any:
         g = self._grp("bcast")
         _check_root(g, root, "bcast")
-        return _run(pickled.bcast_objects, g, [obj] if g.rank == root else None, root, "bcast")[0]
+        return _run(pickled.bcast_objects, g, [obj] if g.rank == root else None, root, "bcast", True, _pickle)[0]
 
     def gather(self, sendobj: Any, root: int = 0) -> list[Any] | None:
         g = self._grp("gather")
         _check_root(g, root, "gather")
-        return _run(pickled.gather_objects, g, sendobj, root, "gather")
+        return _run(pickled.gather_objects, g, sendobj, root, "gather", _pickle)
 
     def scatter(self, sendobj: Sequence[Any] | None, root: int = 0) -> Any:
         g = self._grp("scatter")
         _check_root(g, root, "scatter")
         objs = _expect(sendobj, g.size, "scatter") if g.rank == root else None
-        return _run(pickled.scatter_objects, g, objs, root, "scatter")
+        return _run(pickled.scatter_objects, g, objs, root, "scatter", _pickle)
 
     def allgather(self, sendobj: Any) -> list[Any]:
         g = self._grp("allgather")
-        return _run(pickled.all_gather_objects, g, sendobj, "allgather")
+        return _run(pickled.all_gather_objects, g, sendobj, "allgather", _pickle)
 
     def alltoall(self, sendobj: Sequence[Any]) -> list[Any]:
         g = self._grp("alltoall")
-        return _run(pickled.all_to_all_objects, g, list(_expect(sendobj, g.size, "alltoall")), "alltoall")
+        return _run(pickled.all_to_all_objects, g, list(_expect(sendobj, g.size, "alltoall")), "alltoall", _pickle)
 
     def reduce(self, sendobj: Any, op: Any = SUM, root: int = 0) -> Any:
         f = py_combine(op, "reduce")

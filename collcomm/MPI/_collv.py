@@ -218,9 +218,9 @@ def _wspec(spec: Any, n: int, call: str, role: str, writable: bool) -> tuple[np.
         obj, counts, displs, types = spec
     raw = simple([obj, "B"], call, role, writable)[0]
     if isinstance(types, (list, tuple)):
-        sizes = [as_datatype(t, call).Get_size() for t in types]
+        sizes = [as_datatype(t, call).Get_extent()[1] for t in types]
     else:
-        sizes = [as_datatype(types, call).Get_size()] * n
+        sizes = [as_datatype(types, call).Get_extent()[1]] * n
     bcounts = [int(c) * s for c, s in zip(counts, sizes)]
     bdispls = [int(d) for d in displs]
     if not len(bcounts) == len(bdispls) == n:

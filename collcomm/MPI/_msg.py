@@ -75,19 +75,24 @@ def _memory(obj: Any, call: str, role: str, writable: bool) -> tuple[np.ndarray,
                             f"{type(obj).__name__}") from None
         if writable and mv.readonly:
             raise BufferError(f"{call}: {role} ({type(obj).__name__}) is read-only; the call writes it")
-        if not mv.c_contiguous:
+        if not mv.contiguous:
             raise BufferError(f"{call}: {role} ({type(obj).__name__}) is not contiguous")
         try:
             a = np.asarray(mv)
         except (TypeError, ValueError, NotImplementedError):
+            if not mv.c_contiguous:    # (a Fortran-ordered view of a format numpy cannot read)
+                raise BufferError(f"{call}: {role} ({type(obj).__name__}, format {mv.format!r}) "
+                                  "is in Fortran order; pass it in C order") from None
             raw = np.frombuffer(mv.cast("B") if mv.ndim else mv, dtype=np.uint8)
             try:
                 return raw, from_code(mv.format, call)
             except KeyError:
                 return raw, None
     if not a.flags.c_contiguous:
-        raise BufferError(f"{call}: {role} is not contiguous (shape {a.shape}, strides {a.strides}); "
-                          "use np.ascontiguousarray")
+        if not a.flags.f_contiguous:
+            raise BufferError(f"{call}: {role} is not contiguous (shape {a.shape}, strides "
+                              f"{a.strides}); use np.ascontiguousarray")
+        a = a.T         # Fortran order: its elements in memory order, as mpi4py takes them
     if writable and not a.flags.writeable:
         raise BufferError(f"{call}: {role} is read-only; the call writes it")
     flat = a.reshape(-1)
@@ -170,9 +175,8 @@ def _parse(spec: Any, call: str, role: str, writable: bool, per: int) -> tuple[n
         count: Any = None
         displ = 0
         dt: Datatype | None = None
-        if len(rest) == 3:
-            raise ValueError(f"{call}: {role}: [buf, count, displ, datatype] is a vector spec; "
-                             "use [buf, (count, displ), datatype]")
+        if len(rest) == 3:                 # [buf, count, displ, datatype], as mpi4py
+            rest = [(rest[0], rest[1]), rest[2]]
         if rest and (isinstance(rest[-1], (Datatype, str)) or (len(rest) == 2 and rest[-1] is None)):
             dt = None if rest[-1] is None else as_datatype(rest[-1], call)
             rest = rest[:-1]

@@ -1,7 +1,7 @@
 """Point to point with objects (``send/recv/isend/irecv/ssend/issend/sendrecv``) and
 ``Message`` (what ``Mprobe``/``mprobe`` take).
 
-Objects are pickled (protocol 5, in band). An object of up to 64 KiB travels as one
+Objects are pickled by ``MPI.pickle`` (_pickle.py; in band). An object of up to 64 KiB travels as one
 message: an 8-byte length, then the pickle. A larger one sends the length alone, then the
 pickle as a *body* message (tag bit 33). A receive posts a 64 KiB buffer for the first
 message (so an ``irecv`` is matched in posting order, as in MPI) and, for a large object,
@@ -19,6 +19,7 @@ import numpy as np
 
 from ..core import p2p
 from ..core.pickled import dumps, loads
+from ._pickle import pickle as _pickle
 from ..errors import CollcommError
 from ._consts import ANY_SOURCE, ANY_TAG, PROC_NULL
 from ._errors import Exception as MPIException, translate
@@ -105,7 +106,7 @@ class _ObjRecv:
                 return False
             self._body.wait()
         assert self._data is not None
-        self.value = loads(self._data)
+        self.value = loads(self._data, _pickle)
         self._done = True
         return True
 
@@ -124,7 +125,7 @@ class _ObjRecv:
 
 
 def _send_object(g: Any, obj: Any, dest: int, tag: int, sync: bool, call: str) -> list[Any]:
-    data = dumps(obj, call)
+    data = dumps(obj, call, _pickle)
     flags = SYNC if sync else 0
     handles = []
     if data.size <= EAGER - 8:

@@ -2,7 +2,7 @@
 
 ``Get_count(datatype)`` is the number of whole ``datatype`` elements (``UNDEFINED`` when the
 bytes are not a whole number of them); ``Get_elements`` counts basic elements (a
-contiguous type counts its parts, a value-index pair two). A fresh status says
+contiguous type counts its parts, a value-index pair one). A fresh status says
 ``ANY_SOURCE``, ``ANY_TAG``, ``SUCCESS``, 0 bytes, like an empty MPI status.
 """
 from __future__ import annotations
@@ -69,21 +69,24 @@ class Status:
 
     def Get_count(self, datatype: Datatype | None = None) -> int:  # noqa: N802
         """Whole ``datatype`` elements received (bytes by default); UNDEFINED if partial."""
-        size = 1 if datatype is None else datatype.Get_size()
+        size = 1 if datatype is None else datatype.Get_extent()[1]   # (the bytes it moves)
         if size == 0:
             return 0
         return self.count // size if self.count % size == 0 else UNDEFINED
 
     def Get_elements(self, datatype: Datatype) -> int:  # noqa: N802
-        """Basic elements received (a contiguous type counts its parts, a pair two)."""
+        """Basic elements received (a contiguous type counts its parts, a pair one)."""
         t = datatype._t
         if t is None:
             raise MPIException(3, "Status.Get_elements: datatype is MPI.DATATYPE_NULL")
-        unit = t.base.itemsize if not t.pair else t.base.itemsize // 2
+        unit = t.base.itemsize      # (a value-index pair is one: predefined, as Open MPI counts)
         return self.count // unit if unit and self.count % unit == 0 else UNDEFINED
 
     def Set_elements(self, datatype: Datatype, count: int) -> None:  # noqa: N802
-        self.count = int(count) * datatype.Get_size()
+        t = datatype._t
+        if t is None:
+            raise MPIException(3, "Status.Set_elements: datatype is MPI.DATATYPE_NULL")
+        self.count = int(count) * t.base.itemsize     # (basic elements: Get_elements' unit)
 
     def Is_cancelled(self) -> bool:  # noqa: N802
         return self.cancelled

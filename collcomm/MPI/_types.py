@@ -27,7 +27,7 @@ from ._errors import ERR_TYPE, Exception as MPIException, not_implemented
 
 
 class _Type:
-    __slots__ = ("name", "np", "base", "mult", "core", "code", "predefined", "pair")
+    __slots__ = ("name", "np", "base", "mult", "core", "code", "predefined", "pair", "size")
 
     def __init__(self, name: str, npdt: Any, code: str, *, base: Any = None, mult: int = 1,
                  core: Any = None, predefined: bool = True, pair: bool = False) -> None:
@@ -36,6 +36,10 @@ class _Type:
         self.base = self.np if base is None else np.dtype(base)
         self.mult = mult
         self.core = self.base if core is None else core
+        # MPI's size: the bytes of data, without a pair's padding (MPI_DOUBLE_INT: 12, its
+        # extent 16); the extent is base.itemsize * mult, the element's bytes in memory
+        packed = sum(f[0].itemsize for f in self.np.fields.values()) if pair else self.base.itemsize
+        self.size = packed * mult
 
 
 class Datatype:
@@ -76,19 +80,20 @@ class Datatype:
 
     # -- sizes and names ---------------------------------------------------------------
     def Get_size(self) -> int:  # noqa: N802
-        t = self._valid("Get_size")
-        return t.base.itemsize * t.mult
+        """The bytes of data in one element (a value-index pair's without its padding)."""
+        return self._valid("Get_size").size
 
     def Get_extent(self) -> tuple[int, int]:  # noqa: N802
-        """(lower bound, extent) in bytes."""
-        return 0, self.Get_size()
+        """(lower bound, extent) in bytes: the extent is one element's bytes in memory."""
+        t = self._valid("Get_extent")
+        return 0, t.base.itemsize * t.mult
 
     Get_true_extent = Get_extent
 
     size = property(Get_size)
     extent = property(lambda self: self.Get_extent()[1])
     lb = property(lambda self: 0)
-    ub = property(lambda self: self.Get_size())
+    ub = property(lambda self: self.Get_extent()[1])
     true_extent = extent
     true_lb = lb
     true_ub = ub
@@ -111,7 +116,7 @@ class Datatype:
     def typestr(self) -> str:
         t = self._valid("typestr")
         if t.pair or t.np is None:
-            return f"V{self.Get_size()}"
+            return f"V{self.Get_extent()[1]}"
         return t.np.str.lstrip("<>|=")
 
     def tocode(self) -> str:
@@ -253,6 +258,26 @@ _CODES.update({
     "U": _BY_NAME["WCHAR"], "U1": _BY_NAME["WCHAR"], "u": _BY_NAME["UINT16_T"],
     "bf16": _BY_NAME["BFLOAT16_T"],
 })
+
+#: mpi4py's private tables, which programs use to pick a datatype for an array
+#: (``[a, MPI._typedict[a.dtype.char]]``): every typecode; the C types' codes; Fortran's
+TYPEDICT: dict[str, Datatype] = {k: v for k, v in _CODES.items() if k != "bf16"}
+TYPEDICT_C: dict[str, Datatype] = {k: v for k, v in TYPEDICT.items() if len(k) == 1 and k in "?bhilqBHILQfdgFDG"
+                                   or k in ("b1", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8",
+                                            "f2", "f4", "f8", "f16", "c8", "c16", "c32")}
+TYPEDICT_F: dict[str, Datatype] = {code: _BY_NAME[name] for code, name in (
+    ("l", "LOGICAL"), ("i", "INTEGER"), ("r", "REAL"), ("s", "REAL"), ("d", "DOUBLE_PRECISION"),
+    ("c", "COMPLEX"), ("z", "DOUBLE_COMPLEX"), ("l1", "LOGICAL1"), ("l2", "LOGICAL2"),
+    ("l4", "LOGICAL4"), ("l8", "LOGICAL8"), ("i1", "INTEGER1"), ("i2", "INTEGER2"),
+    ("i4", "INTEGER4"), ("i8", "INTEGER8"), ("r4", "REAL4"), ("r8", "REAL8"),
+    ("c8", "COMPLEX8"), ("c16", "COMPLEX16")) if name in _BY_NAME}
+
+
+def typecode(datatype: Datatype) -> str | None:
+    """mpi4py's ``MPI._typecode``: a predefined type's typecode; None for a value-index
+    pair, a derived type or DATATYPE_NULL."""
+    t = datatype._t
+    return None if t is None or t.pair or not t.predefined else t.code
 
 
 def from_code(code: str, call: str) -> Datatype:

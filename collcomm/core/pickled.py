@@ -31,12 +31,32 @@ from ..errors import InvalidArgumentError, MismatchError
 from .call_comm import GroupComm
 from .group import ProcessGroup
 
-__all__ = ["OUT_OF_BAND_MIN", "Packed", "all_gather_objects", "all_gather_packed", "all_to_all_objects",
+__all__ = ["OUT_OF_BAND_MIN", "STANDARD", "Packed", "Serializer", "all_gather_objects", "all_gather_packed", "all_to_all_objects",
            "alloc", "bcast_objects", "bcast_packed", "dumps", "gather_objects", "loads", "pack",
            "recv_packed", "scatter_objects", "send_packed", "unpack"]
 
 #: Pickle buffers at least this large travel as their own message (out of band).
 OUT_OF_BAND_MIN = 64 * 1024
+
+
+class Serializer:
+    """How objects become bytes and back: ``dumps(obj, buffer_callback)`` (the callback,
+    given, decides per PickleBuffer: True keeps it in band, False leaves it to travel out of
+    band) and ``loads(data, buffers)``. This one is the standard library's pickle, protocol
+    5, out of band from ``OUT_OF_BAND_MIN`` bytes; a front end may pass its own
+    (``collcomm.MPI.pickle``: mpi4py's ``MPI.pickle.__init__(dill.dumps, dill.loads)``)."""
+
+    oob_min = OUT_OF_BAND_MIN
+
+    def dumps(self, obj: Any, buffer_callback: Callable[[pickle.PickleBuffer], bool] | None) -> bytes:
+        return pickle.dumps(obj, protocol=5, buffer_callback=buffer_callback)
+
+    def loads(self, data: Any, buffers: Sequence[Any]) -> Any:
+        return pickle.loads(data, buffers=buffers)
+
+
+#: what every object call uses unless told otherwise
+STANDARD = Serializer()
 
 
 # ----------------------------------------------------------------------------- packing
@@ -47,8 +67,9 @@ class Packed:
     buffers: list[np.ndarray]   # uint8 views of out-of-band buffers (no copy)
 
 
-def pack(objs: list[Any], collective: str = "pickle") -> Packed:
+def pack(objs: list[Any], collective: str = "pickle", ser: Serializer = STANDARD) -> Packed:
     meta: list[int] = [len(objs)]
+    oob_min = ser.oob_min
     datas: list[bytes] = []
     buffers: list[np.ndarray] = []
     for i, obj in enumerate(objs):
@@ -56,13 +77,13 @@ def pack(objs: list[Any], collective: str = "pickle") -> Packed:
 
         def callback(pb: pickle.PickleBuffer) -> bool:
             raw = pb.raw()
-            if raw.nbytes < OUT_OF_BAND_MIN:
+            if raw.nbytes < oob_min:
                 return True  # small: in band
             oob.append(raw)
             return False
 
         try:
-            data = pickle.dumps(obj, protocol=5, buffer_callback=callback)
+            data = ser.dumps(obj, callback)
         except Exception as exc:  # noqa: BLE001 - any pickling failure
             raise InvalidArgumentError(
                 f"{collective}: object {i} ({type(obj).__name__}) cannot be pickled: {exc}") from exc
@@ -95,27 +116,27 @@ def alloc(meta: np.ndarray) -> Packed:
     return Packed(meta, payload, buffers)
 
 
-def unpack(p: Packed) -> list[Any]:
+def unpack(p: Packed, ser: Serializer = STANDARD) -> list[Any]:
     objs, pos, b = [], 0, 0
     data = p.payload.tobytes() if p.payload.size else b""
     for dlen, lens in _layout(p.meta):
         bufs = p.buffers[b:b + len(lens)]
-        objs.append(pickle.loads(data[pos:pos + dlen], buffers=bufs))
+        objs.append(ser.loads(data[pos:pos + dlen], bufs))
         pos += dlen
         b += len(lens)
     return objs
 
 
-def dumps(obj: Any, collective: str = "pickle") -> np.ndarray:
+def dumps(obj: Any, collective: str = "pickle", ser: Serializer = STANDARD) -> np.ndarray:
     """One object as one in-band pickle (uint8), for a single point-to-point message."""
     try:
-        return np.frombuffer(pickle.dumps(obj, protocol=5), dtype=np.uint8)
+        return np.frombuffer(ser.dumps(obj, None), dtype=np.uint8)
     except Exception as exc:  # noqa: BLE001 - any pickling failure
         raise InvalidArgumentError(f"{collective}: {type(obj).__name__} object cannot be pickled: {exc}") from exc
 
 
-def loads(data: Any) -> Any:
-    return pickle.loads(data)
+def loads(data: Any, ser: Serializer = STANDARD) -> Any:
+    return ser.loads(data, ())
 
 
 # ----------------------------------------------------------------------------- moving packs
@@ -183,31 +204,32 @@ def all_gather_packed(comm: GroupComm, mine: Packed) -> list[Packed]:
 
 # ----------------------------------------------------------------------------- group calls
 def bcast_objects(g: ProcessGroup, objs: list[Any] | None, root: int, name: str,
-                  copy_at_root: bool = True) -> list[Any]:
+                  copy_at_root: bool = True, ser: Serializer = STANDARD) -> list[Any]:
     """``root``'s list of objects (``objs``, None elsewhere), unpickled on every rank; with
     ``copy_at_root=False`` the root gets its own list back instead of a copy."""
-    mine = pack(objs, name) if g.rank == root else None  # type: ignore[arg-type]
+    mine = pack(objs, name, ser) if g.rank == root else None  # type: ignore[arg-type]
 
     def body(comm: GroupComm) -> list[Any]:
         p = bcast_packed(comm, mine, root)
-        return objs if mine is not None and not copy_at_root else unpack(p)  # type: ignore[return-value]
+        return objs if mine is not None and not copy_at_root else unpack(p, ser)  # type: ignore[return-value]
 
     return g.run(name, body)  # type: ignore[return-value]
 
 
-def all_gather_objects(g: ProcessGroup, obj: Any, name: str) -> list[Any]:
+def all_gather_objects(g: ProcessGroup, obj: Any, name: str, ser: Serializer = STANDARD) -> list[Any]:
     """Every rank's ``obj``, in rank order, on every rank."""
-    mine = pack([obj], name)
+    mine = pack([obj], name, ser)
 
     def body(comm: GroupComm) -> list[Any]:
-        return [unpack(p)[0] for p in all_gather_packed(comm, mine)]
+        return [unpack(p, ser)[0] for p in all_gather_packed(comm, mine)]
 
     return g.run(name, body)  # type: ignore[return-value]
 
 
-def gather_objects(g: ProcessGroup, obj: Any, root: int, name: str) -> list[Any] | None:
+def gather_objects(g: ProcessGroup, obj: Any, root: int, name: str,
+                   ser: Serializer = STANDARD) -> list[Any] | None:
     """Every rank's ``obj`` in rank order on ``root``; None elsewhere."""
-    mine = pack([obj], name)
+    mine = pack([obj], name, ser)
 
     def body(comm: GroupComm) -> list[Any] | None:
         if comm.rank != root:
@@ -216,47 +238,49 @@ def gather_objects(g: ProcessGroup, obj: Any, root: int, name: str) -> list[Any]
         out: list[Any] = []
         for r in range(comm.size):
             p = mine if r == root else recv_packed(comm.irecv, r)[0]
-            out.append(unpack(p)[0])
+            out.append(unpack(p, ser)[0])
         return out
 
     return g.run(name, body)  # type: ignore[return-value]
 
 
-def scatter_objects(g: ProcessGroup, objs: Sequence[Any] | None, root: int, name: str) -> Any:
+def scatter_objects(g: ProcessGroup, objs: Sequence[Any] | None, root: int, name: str,
+                    ser: Serializer = STANDARD) -> Any:
     """Item i of ``root``'s ``objs`` (one per rank; None elsewhere) to rank i."""
     packs: list[Packed] = []
     if g.rank == root:
         assert objs is not None and len(objs) == g.size
-        packs = [pack([o], name) for o in objs]
+        packs = [pack([o], name, ser) for o in objs]
 
     def body(comm: GroupComm) -> Any:
         if comm.rank == root:
             for r in range(comm.size):
                 if r != root:
                     send_packed(comm.isend, packs[r], r)
-            return unpack(packs[root])[0]
-        return unpack(recv_packed(comm.irecv, root)[0])[0]
+            return unpack(packs[root], ser)[0]
+        return unpack(recv_packed(comm.irecv, root)[0], ser)[0]
 
     return g.run(name, body)
 
 
-def all_to_all_objects(g: ProcessGroup, objs: Sequence[Any], name: str) -> list[Any]:
+def all_to_all_objects(g: ProcessGroup, objs: Sequence[Any], name: str,
+                       ser: Serializer = STANDARD) -> list[Any]:
     """Item j of every rank's ``objs`` (one per rank) to rank j; returns what each rank sent
     this one, in rank order. Sends complete without the receiver, so every rank sends all
     its items first, then receives."""
     if len(objs) != g.size:
         raise MismatchError(f"{name} on {g.describe()}: expected {g.size} items, got {len(objs)}")
-    packs = [pack([o], name) for o in objs]
+    packs = [pack([o], name, ser) for o in objs]
 
     def body(comm: GroupComm) -> list[Any]:
         for k in range(1, comm.size):
             peer = (comm.rank + k) % comm.size
             send_packed(comm.isend, packs[peer], peer)
         out: list[Any] = [None] * comm.size
-        out[comm.rank] = unpack(packs[comm.rank])[0]
+        out[comm.rank] = unpack(packs[comm.rank], ser)[0]
         for k in range(1, comm.size):
             peer = (comm.rank - k) % comm.size
-            out[peer] = unpack(recv_packed(comm.irecv, peer)[0])[0]
+            out[peer] = unpack(recv_packed(comm.irecv, peer)[0], ser)[0]
         return out
 
     return g.run(name, body)  # type: ignore[return-value]

@@ -1,0 +1,90 @@
+"""``MPI.Pickle`` and ``MPI.pickle``: how the lower-case (object) methods serialize.
+
+As in mpi4py, ``MPI.pickle`` is the instance every object call of ``collcomm.MPI`` uses
+(``bcast``, ``send``, ``isend``, ``allgather`` …), and ``MPI.pickle.__init__(dill.dumps,
+dill.loads)`` (or cloudpickle's) swaps the serializer for the whole process. With the
+standard library's functions the objects' large buffers (``THRESHOLD`` bytes and up) travel
+out of band, each as its own message (core/pickled.py); with other functions each object is
+one in-band pickle, ``dumps(obj, protocol)`` (``dumps(obj)`` when no protocol is given) and
+``loads(data)``. Every rank must use the same functions, as with mpi4py.
+"""
+from __future__ import annotations
+
+import pickle as _stdlib
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..core.pickled import OUT_OF_BAND_MIN, Serializer
+
+
+class Pickle(Serializer):
+    """mpi4py's ``MPI.Pickle(dumps=None, loads=None, protocol=None, threshold=None)``."""
+
+    def __init__(self, dumps: Callable[..., bytes] | None = None,
+                 loads: Callable[..., Any] | None = None, protocol: int | None = None,
+                 threshold: int | None = None) -> None:
+        self._dumps = _stdlib.dumps if dumps is None else dumps
+        self._loads = _stdlib.loads if loads is None else loads
+        self._standard = self._dumps is _stdlib.dumps and self._loads is _stdlib.loads
+        if protocol is None and self._dumps is _stdlib.dumps:
+            protocol = _stdlib.HIGHEST_PROTOCOL
+        self._protocol = protocol
+        self.oob_min = OUT_OF_BAND_MIN if threshold is None else int(threshold)
+
+    @property
+    def PROTOCOL(self) -> int | None:  # noqa: N802 - mpi4py's name
+        return self._protocol
+
+    @PROTOCOL.setter
+    def PROTOCOL(self, protocol: int | None) -> None:  # noqa: N802
+        self._protocol = None if protocol is None else int(protocol)
+
+    @property
+    def THRESHOLD(self) -> int:  # noqa: N802 - mpi4py's name
+        return self.oob_min
+
+    @THRESHOLD.setter
+    def THRESHOLD(self, threshold: int) -> None:  # noqa: N802
+        self.oob_min = int(threshold)
+
+    def _in_band(self, obj: Any) -> bytes:
+        if self._protocol is None:
+            return self._dumps(obj)
+        return self._dumps(obj, self._protocol)
+
+    # -- the core's Serializer -------------------------------------------------------------
+    def dumps(self, obj: Any, buffer_callback: Callable[..., Any] | None = None) -> bytes:  # type: ignore[override]
+        """``obj`` as bytes; with ``buffer_callback`` (standard pickle, protocol 5 and up)
+        the buffers it declines travel out of band."""
+        if buffer_callback is not None and self._standard and (self._protocol or 0) >= 5:
+            return _stdlib.dumps(obj, self._protocol, buffer_callback=buffer_callback)
+        return self._in_band(obj)
+
+    def loads(self, data: Any, buffers: Sequence[Any] = ()) -> Any:  # type: ignore[override]
+        if buffers:
+            return _stdlib.loads(data, buffers=buffers)
+        if type(data) is np.ndarray:     # (a received pickle: the loads gets a plain buffer)
+            data = memoryview(data)
+        return self._loads(data)
+
+    # -- mpi4py's out-of-band pair ---------------------------------------------------------
+    def dumps_oob(self, obj: Any) -> tuple[bytes, list[Any]]:
+        """``(pickle, buffers)``: the buffers of ``THRESHOLD`` bytes and up out of band."""
+        bufs: list[Any] = []
+
+        def keep(pb: _stdlib.PickleBuffer) -> bool:
+            raw = pb.raw()
+            if raw.nbytes < self.oob_min:
+                return True
+            bufs.append(raw)
+            return False
+
+        return self.dumps(obj, keep), bufs
+
+    def loads_oob(self, data: Any, buffers: Sequence[Any]) -> Any:
+        return self.loads(data, buffers)
+
+
+#: the instance every object method of collcomm.MPI uses
+pickle = Pickle()
