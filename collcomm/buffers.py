@@ -24,6 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .errors import InvalidArgumentError
+from .tensor_memory import tensor_array
 
 BFLOAT16 = "bfloat16"
 
@@ -105,15 +106,15 @@ def _from_tensor(t: Any, collective: str, where: str, what: str, writable: bool)
         t = t.resolve_conj().resolve_neg()
     shape = tuple(t.shape)
     if t.dtype == torch.bfloat16:
-        arr = t.view(torch.int16).numpy().view(np.uint16)
+        arr = tensor_array(t, "<u2")
         dtype: Any = BFLOAT16
     else:
         try:
-            arr = t.numpy()
+            arr = tensor_array(t)       # (not t.numpy(): the storage stays resizable)
         except (TypeError, RuntimeError) as exc:
             raise _refuse(collective, where, what, f"has unsupported dtype {t.dtype}") from exc
         dtype = arr.dtype
-    return Buf(arr.reshape(-1), dtype, shape)
+    return Buf(arr, dtype, shape)
 
 
 def _from_array(a: np.ndarray, collective: str, where: str, what: str, writable: bool) -> Buf:

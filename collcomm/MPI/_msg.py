@@ -27,6 +27,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..tensor_memory import tensor_array
 from ._types import Datatype, _BY_NUMPY, as_datatype, from_code, from_numpy
 
 
@@ -110,8 +111,8 @@ def _tensor(t: Any, call: str, role: str, writable: bool, torch: Any) -> tuple[n
     t = t.detach()
     if t.dtype == torch.bfloat16:
         from ._types import PREDEFINED
-        return t.view(torch.int16).numpy().view(np.uint16).reshape(-1), PREDEFINED["BFLOAT16_T"]
-    a = t.numpy().reshape(-1)
+        return tensor_array(t, "<u2"), PREDEFINED["BFLOAT16_T"]
+    a = tensor_array(t)       # (not t.numpy(): the storage stays resizable)
     return a, from_numpy(a.dtype, call)
 
 

@@ -19,7 +19,7 @@ import torch.distributed as dist
 from ..core import collectives as core
 from . import fast as fast_calls
 from .tensors import View, copy_out, core_dtype, finisher, flat_like, gathered_into, same_kind, scale, sent_from
-from .work import Start, done
+from .work import Start, done, gathered
 
 __all__ = ["DataMoves"]
 
@@ -35,7 +35,7 @@ class DataMoves:
         g, root = self.core_group, opts.rootRank
         fast = self._fast(opts)
         if fast is not None and fast_calls.gather(fast, output_tensors, input_tensors, root, g.rank):
-            return done("gather", output_tensors)
+            return done("gather", gathered(output_tensors))
         inp = self._view(input_tensors[0], "gather", "tensor")
         if g.rank == root and 0 <= root < g.size:
             outs = self._views(output_tensors[0] if output_tensors else [], "gather", "gather_list")
@@ -47,7 +47,7 @@ class DataMoves:
         else:
             start = lambda a: core.gather(g, inp.arr, None, root, dtype=core_dtype(inp),  # noqa: E731
                                           async_op=a)
-        return self._run("gather", opts, output_tensors, [start])
+        return self._run("gather", opts, gathered(output_tensors), [start])
 
     def scatter(self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]],
                 opts: Any = None) -> dist.Work:

@@ -48,7 +48,7 @@ from . import fast as fast_calls
 from .data_moves import DataMoves
 from .tensors import (View, copy_out, core_dtype, fast_array, fast_op, finisher, gathered_into, reduce_op,
                       same_kind, scale, view, views)
-from .work import CollWork, Start, done, seconds
+from .work import CollWork, Start, done, gathered, seconds
 
 __all__ = ["BACKEND_NAME", "ProcessGroupCollcomm"]
 
@@ -274,7 +274,7 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
         opts = opts or AllgatherOptions()
         fast = self._fast(opts) if _call == "all_gather" else None
         if fast is not None and fast_calls.all_gather(fast, output_tensors, input_tensors):
-            return done(_call, output_tensors)
+            return done(_call, gathered(output_tensors))
         ins = self._views(input_tensors, _call, "input_tensors")
         if not isinstance(output_tensors, (list, tuple)) or len(output_tensors) != len(ins):
             raise self._fail(_call, "output_tensors must hold one list of tensors per input tensor")
@@ -284,7 +284,7 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
             self._per_rank(outs, _call, f"output_tensors[{i}]")
             same_kind(outs, inp, _call, self._where, f"output_tensors[{i}]")
             starts.append(lambda a, outs=outs, inp=inp: self._all_gather_list(outs, inp, a, _call))
-        return self._run(_call, opts, output_tensors, starts)
+        return self._run(_call, opts, gathered(output_tensors), starts)
 
     def allgather_coalesced(self, output_lists: list[list[torch.Tensor]],
                             input_list: list[torch.Tensor], opts: Any = None) -> dist.Work:

@@ -1,7 +1,7 @@
 """CPU tensors as the flat numpy arrays the core works on, and torch's reduce ops as collcomm's.
 
-:func:`view` gives a 1-D numpy array over a tensor's own storage (``t.detach().numpy()``,
-no copy): bfloat16 data is viewed as ``uint16`` with the logical dtype ``"bfloat16"``
+:func:`view` gives a 1-D numpy array over a tensor's own storage (no copy, and not
+``Tensor.numpy()``, which would leave the storage unresizable for good: tensor_memory.py): bfloat16 data is viewed as ``uint16`` with the logical dtype ``"bfloat16"``
 passed to the core, float16/complex/bool/integers as themselves; dtypes numpy has no
 name for (the float8 family, ...) travel as raw bytes through the collectives that only
 move data and are refused by the ones that reduce. A non-contiguous tensor is the one
@@ -23,6 +23,7 @@ import torch.distributed as dist
 from ..buffer_runs import apart_or_own, joined
 from ..errors import InvalidArgumentError
 from ..ops import ReduceOp
+from ..tensor_memory import numpy_typestr, tensor_array
 
 __all__ = ["View", "call_array", "fast_array", "fast_op", "finisher", "flat_like", "reduce_op", "view", "views"]
 
@@ -75,17 +76,12 @@ def view(t: Any, call: str, where: str, what: str = "tensor", reducing: bool = F
     if not t.is_contiguous() or t.is_conj() or t.is_neg():
         src = tmp = t.resolve_conj().resolve_neg().contiguous()
     if src.dtype == torch.bfloat16:
-        return View(t, src.view(torch.int16).numpy().reshape(-1).view(np.uint16), BFLOAT16, tmp)
-    try:
-        arr = src.numpy()
-    except (TypeError, RuntimeError) as exc:
+        return View(t, tensor_array(src, "<u2"), BFLOAT16, tmp)
+    if numpy_typestr(src) is None:
         if reducing:
-            raise _refuse(call, where, what, f"has dtype {t.dtype}, which collcomm cannot reduce") from exc
-        flat = src.reshape(-1)
-        raw = flat.view(torch.uint8) if flat.numel() else torch.empty(0, dtype=torch.uint8)
-        return View(t, raw.numpy(), RAW, tmp)
-    if arr.ndim != 1:
-        arr = arr.reshape(-1)
+            raise _refuse(call, where, what, f"has dtype {t.dtype}, which collcomm cannot reduce")
+        return View(t, tensor_array(src, "|u1"), RAW, tmp)
+    arr = tensor_array(src)
     return View(t, arr, arr.dtype, tmp)
 
 
@@ -94,12 +90,9 @@ def fast_array(t: Any) -> np.ndarray | None:
     contiguous CPU tensor of a numpy dtype, no autograd, no lazy conj/neg bits); else None
     (the regular path then says what is wrong, or handles it)."""
     if (type(t) is not torch.Tensor or not t.is_cpu or t.requires_grad or not t.is_contiguous()
-            or t.dtype == torch.bfloat16 or t.is_conj() or t.is_neg()):
+            or t.dtype == torch.bfloat16 or t.is_conj() or t.is_neg() or numpy_typestr(t) is None):
         return None
-    try:
-        return t.numpy()
-    except (TypeError, RuntimeError):
-        return None
+    return tensor_array(t)
 
 
 class _Memory:
@@ -124,28 +117,29 @@ SEEN_MAX = 128
 
 def call_array(t: Any) -> np.ndarray | None:
     """:func:`fast_array` for a call that ends before it returns (a blocking collective),
-    without ``t.numpy()``'s cost: the same checks, then an array over the same memory, kept
+    without building one per call: the same checks, then an array over the same memory, kept
     by (address, elements, dtype) once that memory has been seen twice.
 
     Such an array does not own or keep alive what it views; it is handed out only while a
     live, contiguous tensor has exactly that address, element count and dtype, so it then
     views exactly that tensor's data, whatever happened to the memory in between. It must
     not outlive the call (a receive that completes later takes :func:`fast_array`'s).
-    Costs (world of one, thread CPU): a kept key 0.6 µs, else ``numpy()``'s 0.7 µs + 0.25,
-    and keeping one 0.9 µs more."""
+    Costs (world of one, thread CPU, session 21): a kept key 0.6 µs, else an array's making
+    (``numpy()`` then took 0.7 µs; :func:`tensor_array` ~0.4 µs more) + 0.25, and keeping
+    one 0.9 µs more."""
     if (type(t) is not torch.Tensor or not t.is_cpu or t.requires_grad or not t.is_contiguous()
             or t.is_conj() or t.is_neg()):
         return None
     try:
         key = (t.data_ptr(), t.numel(), t.dtype)
-        arr = _CALL_ARRAYS.get(key)
-        if arr is not None:     # only numpy()'s dtypes get there: bfloat16 never does
-            return arr
-        if key[2] is torch.bfloat16:
-            return None
-        arr = t.numpy()
-    except (TypeError, RuntimeError):
+    except RuntimeError:    # (a tensor without storage: the regular path says so)
         return None
+    arr = _CALL_ARRAYS.get(key)
+    if arr is not None:     # only numpy's dtypes get there: bfloat16 never does
+        return arr
+    if key[2] is torch.bfloat16 or numpy_typestr(t) is None:
+        return None
+    arr = tensor_array(t)
     if key in _SEEN:
         if len(_CALL_ARRAYS) >= CALL_ARRAYS_MAX:
             _CALL_ARRAYS.clear()

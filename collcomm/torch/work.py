@@ -32,7 +32,7 @@ from ..errors import CollcommError, CommTimeoutError
 from ..transport.base import Handle
 from .errors import translate
 
-__all__ = ["CollWork", "DoneWork", "P2PWork", "done", "seconds"]
+__all__ = ["CollWork", "DoneWork", "P2PWork", "done", "gathered", "seconds"]
 
 
 #: one core call of a torch call: started inline (False) or on the worker (True)
@@ -127,6 +127,16 @@ class DoneWork(_Work):
 
 
 _DONE_LOCK = threading.Lock()
+
+
+def gathered(output_lists: Any) -> Any:
+    """The value of a call whose outputs are lists of tensors (all_gather, gather), as
+    gloo gives it (``result()``, the future's value): the one list itself (so
+    ``torch.cat(fut.value())`` works), ``[]`` for none (gather's other ranks), the lists
+    when there are several (all_gather_coalesced)."""
+    if isinstance(output_lists, (list, tuple)) and len(output_lists) <= 1:
+        return list(output_lists[0]) if output_lists else []
+    return output_lists
 
 
 def done(name: str, result: Any) -> DoneWork:
