@@ -108,6 +108,19 @@ def environment_checks(c: Checker, MPI, comm) -> None:
          [(4, (0, 4), "MPI_INT"), (8, (0, 8), "MPI_DOUBLE"), (8, (0, 8), "MPI_FLOAT_INT"), (12, (0, 16), "MPI_DOUBLE_INT"),
           (8, (0, 8), "MPI_2INT")], "datatype sizes and names")
     c.true(getattr(MPI, "2INT") == MPI.TWOINT and MPI.INT_INT == MPI.TWOINT, "2INT aliases")
+    c.eq([MPI.DOUBLE_INT.Get_true_extent(), MPI.DOUBLE_INT.Create_contiguous(2).Get_true_extent(),
+          MPI.DOUBLE.Get_true_extent(), MPI.DOUBLE_INT.true_ub], [(0, 12), (0, 28), (0, 8), 12], "true extents")
+    c.true(MPI._typedict["d"] == MPI.DOUBLE and MPI._typedict["M"] == MPI.INT64_T
+           and MPI._typedict_f["i4"] == MPI.INTEGER4 and MPI._typecode(MPI.INT32_T) == "i4"
+           and MPI._typecode(MPI.FLOAT_INT) is None, "mpi4py's typecode tables")
+    f = np.asfortranarray(np.arange(6.0).reshape(2, 3))
+    comm.Allreduce(MPI.IN_PLACE, f)
+    c.eq(f, np.arange(6.0).reshape(2, 3) * comm.size, "a Fortran-ordered buffer, in place")
+    b4 = np.arange(6, dtype="i")
+    comm.Allreduce(MPI.IN_PLACE, [b4, 2, 1, MPI.INT])
+    c.eq(b4, np.array([0, comm.size, 2 * comm.size, 3, 4, 5]), "[buf, count, displ, datatype]")
+    c.raises(lambda: comm.Allreduce(MPI.IN_PLACE, [b4, 2, 1, np.dtype("i")]), TypeError,
+             "a last item that is no datatype")
     c.eq((MPI.Datatype.fromcode("d").name, MPI.DOUBLE.typechar, MPI.INT.typestr), ("MPI_DOUBLE", "d", "i4"), "typecodes")
     three = MPI.INT.Create_contiguous(3).Commit()
     out = np.zeros(6, dtype="i")

@@ -181,6 +181,9 @@ def _parse(spec: Any, call: str, role: str, writable: bool, per: int) -> tuple[n
         if rest and (isinstance(rest[-1], (Datatype, str)) or (len(rest) == 2 and rest[-1] is None)):
             dt = None if rest[-1] is None else as_datatype(rest[-1], call)
             rest = rest[:-1]
+        if len(rest) > 1:      # (a last item that is no datatype is not silently dropped)
+            raise TypeError(f"{call}: {role}: expected an MPI datatype or a typecode as the last "
+                            f"item of the buffer spec, got {type(spec[-1]).__name__} {spec[-1]!r:.60}")
         if rest:
             c = rest[0]
             if isinstance(c, (tuple, list)):

@@ -24,21 +24,23 @@ class Pickle(Serializer):
     def __init__(self, dumps: Callable[..., bytes] | None = None,
                  loads: Callable[..., Any] | None = None, protocol: int | None = None,
                  threshold: int | None = None) -> None:
-        self._dumps = _stdlib.dumps if dumps is None else dumps
-        self._loads = _stdlib.loads if loads is None else loads
-        self._standard = self._dumps is _stdlib.dumps and self._loads is _stdlib.loads
-        if protocol is None and self._dumps is _stdlib.dumps:
+        dumps = _stdlib.dumps if dumps is None else dumps
+        loads = _stdlib.loads if loads is None else loads
+        if protocol is None and dumps is _stdlib.dumps:
             protocol = _stdlib.HIGHEST_PROTOCOL
-        self._protocol = protocol
+        # one tuple, swapped at once: a thread pickling meanwhile sees the old functions or
+        # the new ones, never a mix (mpi4py's __init__ is atomic too)
+        self._state = (dumps, loads, protocol, dumps is _stdlib.dumps and loads is _stdlib.loads)
         self.oob_min = OUT_OF_BAND_MIN if threshold is None else int(threshold)
 
     @property
     def PROTOCOL(self) -> int | None:  # noqa: N802 - mpi4py's name
-        return self._protocol
+        return self._state[2]
 
     @PROTOCOL.setter
     def PROTOCOL(self, protocol: int | None) -> None:  # noqa: N802
-        self._protocol = None if protocol is None else int(protocol)
+        dumps, loads, _, standard = self._state
+        self._state = (dumps, loads, None if protocol is None else int(protocol), standard)
 
     @property
     def THRESHOLD(self) -> int:  # noqa: N802 - mpi4py's name
@@ -48,25 +50,21 @@ class Pickle(Serializer):
     def THRESHOLD(self, threshold: int) -> None:  # noqa: N802
         self.oob_min = int(threshold)
 
-    def _in_band(self, obj: Any) -> bytes:
-        if self._protocol is None:
-            return self._dumps(obj)
-        return self._dumps(obj, self._protocol)
-
     # -- the core's Serializer -------------------------------------------------------------
     def dumps(self, obj: Any, buffer_callback: Callable[..., Any] | None = None) -> bytes:  # type: ignore[override]
         """``obj`` as bytes; with ``buffer_callback`` (standard pickle, protocol 5 and up)
         the buffers it declines travel out of band."""
-        if buffer_callback is not None and self._standard and (self._protocol or 0) >= 5:
-            return _stdlib.dumps(obj, self._protocol, buffer_callback=buffer_callback)
-        return self._in_band(obj)
+        dumps, _, protocol, standard = self._state
+        if buffer_callback is not None and standard and (protocol or 0) >= 5:
+            return _stdlib.dumps(obj, protocol, buffer_callback=buffer_callback)
+        return dumps(obj) if protocol is None else dumps(obj, protocol)
 
     def loads(self, data: Any, buffers: Sequence[Any] = ()) -> Any:  # type: ignore[override]
         if buffers:
             return _stdlib.loads(data, buffers=buffers)
         if type(data) is np.ndarray:     # (a received pickle: the loads gets a plain buffer)
             data = memoryview(data)
-        return self._loads(data)
+        return self._state[1](data)
 
     # -- mpi4py's out-of-band pair ---------------------------------------------------------
     def dumps_oob(self, obj: Any) -> tuple[bytes, list[Any]]:

@@ -88,15 +88,22 @@ class Datatype:
         t = self._valid("Get_extent")
         return 0, t.base.itemsize * t.mult
 
-    Get_true_extent = Get_extent
+    def Get_true_extent(self) -> tuple[int, int]:  # noqa: N802
+        """(true lower bound, true extent): the last element's padding left out
+        (``DOUBLE_INT``: 12; its extent 16)."""
+        t = self._valid("Get_true_extent")
+        if not t.mult:
+            return 0, 0
+        unit = t.size // t.mult
+        return 0, t.base.itemsize * (t.mult - 1) + unit
 
     size = property(Get_size)
     extent = property(lambda self: self.Get_extent()[1])
     lb = property(lambda self: 0)
     ub = property(lambda self: self.Get_extent()[1])
-    true_extent = extent
+    true_extent = property(lambda self: self.Get_true_extent()[1])
     true_lb = lb
-    true_ub = ub
+    true_ub = true_extent
 
     def Get_name(self) -> str:  # noqa: N802
         return self._t.name if self._t is not None else "MPI_DATATYPE_NULL"
@@ -262,6 +269,7 @@ _CODES.update({
 #: mpi4py's private tables, which programs use to pick a datatype for an array
 #: (``[a, MPI._typedict[a.dtype.char]]``): every typecode; the C types' codes; Fortran's
 TYPEDICT: dict[str, Datatype] = {k: v for k, v in _CODES.items() if k != "bf16"}
+TYPEDICT.update({k: _BY_NAME["INT64_T"] for k in ("M", "M8", "m", "m8")})   # datetime64, timedelta64
 TYPEDICT_C: dict[str, Datatype] = {k: v for k, v in TYPEDICT.items() if len(k) == 1 and k in "?bhilqBHILQfdgFDG"
                                    or k in ("b1", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8",
                                             "f2", "f4", "f8", "f16", "c8", "c16", "c32")}

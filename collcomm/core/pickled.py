@@ -116,6 +116,13 @@ def alloc(meta: np.ndarray) -> Packed:
     return Packed(meta, payload, buffers)
 
 
+def own_copy(p: Packed) -> Packed:
+    """This rank's own pack, to be unpickled here: its out-of-band buffers are views of the
+    caller's objects, so they are copied (the result must not alias what was sent, as
+    mpi4py's and torch's own-rank results do not)."""
+    return Packed(p.meta, p.payload, [b.copy() for b in p.buffers]) if p.buffers else p
+
+
 def unpack(p: Packed, ser: Serializer = STANDARD) -> list[Any]:
     objs, pos, b = [], 0, 0
     data = p.payload.tobytes() if p.payload.size else b""
@@ -211,7 +218,9 @@ def bcast_objects(g: ProcessGroup, objs: list[Any] | None, root: int, name: str,
 
     def body(comm: GroupComm) -> list[Any]:
         p = bcast_packed(comm, mine, root)
-        return objs if mine is not None and not copy_at_root else unpack(p, ser)  # type: ignore[return-value]
+        if mine is not None:
+            return objs if not copy_at_root else unpack(own_copy(p), ser)  # type: ignore[return-value]
+        return unpack(p, ser)
 
     return g.run(name, body)  # type: ignore[return-value]
 
@@ -221,7 +230,7 @@ def all_gather_objects(g: ProcessGroup, obj: Any, name: str, ser: Serializer = S
     mine = pack([obj], name, ser)
 
     def body(comm: GroupComm) -> list[Any]:
-        return [unpack(p, ser)[0] for p in all_gather_packed(comm, mine)]
+        return [unpack(own_copy(p) if p is mine else p, ser)[0] for p in all_gather_packed(comm, mine)]
 
     return g.run(name, body)  # type: ignore[return-value]
 
@@ -237,7 +246,7 @@ def gather_objects(g: ProcessGroup, obj: Any, root: int, name: str,
             return None
         out: list[Any] = []
         for r in range(comm.size):
-            p = mine if r == root else recv_packed(comm.irecv, r)[0]
+            p = own_copy(mine) if r == root else recv_packed(comm.irecv, r)[0]
             out.append(unpack(p, ser)[0])
         return out
 
@@ -257,7 +266,7 @@ def scatter_objects(g: ProcessGroup, objs: Sequence[Any] | None, root: int, name
             for r in range(comm.size):
                 if r != root:
                     send_packed(comm.isend, packs[r], r)
-            return unpack(packs[root], ser)[0]
+            return unpack(own_copy(packs[root]), ser)[0]
         return unpack(recv_packed(comm.irecv, root)[0], ser)[0]
 
     return g.run(name, body)
@@ -277,7 +286,7 @@ def all_to_all_objects(g: ProcessGroup, objs: Sequence[Any], name: str,
             peer = (comm.rank + k) % comm.size
             send_packed(comm.isend, packs[peer], peer)
         out: list[Any] = [None] * comm.size
-        out[comm.rank] = unpack(packs[comm.rank], ser)[0]
+        out[comm.rank] = unpack(own_copy(packs[comm.rank]), ser)[0]
         for k in range(1, comm.size):
             peer = (comm.rank - k) % comm.size
             out[peer] = unpack(recv_packed(comm.irecv, peer)[0], ser)[0]
