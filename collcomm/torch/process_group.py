@@ -11,7 +11,7 @@ here. Semantics are gloo's:
   ``reduce`` leaves the other ranks' tensors untouched; list outputs are filled from one
   receive buffer (one copy each); single-tensor forms (``all_gather_into_tensor``,
   ``reduce_scatter_tensor``, ``all_to_all_single``) are zero-copy;
-* ``AVG`` (which gloo lacks) and ``PREMUL_SUM`` (each rank's input times a factor, then
+* ``AVG`` and ``PREMUL_SUM`` (each rank's input times a factor, then
   summed; the factor may be a number or a one-element tensor) are supported;
 * ``all_gather`` with output tensors of different sizes works (an all_to_all underneath);
 * blocking calls (``opts.asyncOp`` false: what torch's Python API passes for
@@ -25,7 +25,8 @@ here. Semantics are gloo's:
   timeout torch's Python API sets.
 
 Point to point and ``monitored_barrier`` are in :mod:`collcomm.torch.p2p`; gather, scatter and
-all-to-all in :mod:`collcomm.torch.data_moves`.
+all-to-all in :mod:`collcomm.torch.data_moves`; the all_reduce of a sparse COO tensor in
+:mod:`collcomm.torch.sparse`.
 """
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ from .errors import translate
 from .p2p import PointToPoint
 from . import fast as fast_calls
 from .data_moves import DataMoves
+from .sparse import all_reduce_sparse, is_sparse
 from .tensors import (View, copy_out, core_dtype, fast_array, fast_op, finisher, gathered_into, reduce_op,
                       same_kind, scale, view, views)
 from .work import CollWork, Start, done, gathered, seconds
@@ -166,6 +168,9 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
                 work = self._async_all_reduce(tensors, opts.reduceOp)
                 if work is not None:
                     return work
+        if is_sparse(tensors):            # (the fast calls decline them: not contiguous)
+            all_reduce_sparse(self.core_group, tensors, opts.reduceOp)
+            return done("all_reduce", tensors)
         op, factor = self._op(opts, "all_reduce")
         vs = self._views(tensors, "all_reduce", "tensors", reducing=True)
         g = self.core_group
