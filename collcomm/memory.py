@@ -20,6 +20,7 @@ import numpy as np
 from .core import runtime
 from .errors import InvalidArgumentError
 from .core.group import ProcessGroup
+from .tensor_memory import tensor_array
 
 __all__ = ["empty", "zeros", "full", "empty_like", "is_shared"]
 
@@ -80,5 +81,9 @@ def is_shared(x: Any) -> bool:
     engine = world.transport
     if engine is None or not hasattr(engine, "heap"):
         return False
-    arr = x.numpy() if hasattr(x, "numpy") and not isinstance(x, np.ndarray) else np.asarray(x)
+    if hasattr(x, "numpy") and not isinstance(x, np.ndarray):
+        # a tensor: its memory through tensor_memory (numpy() would leave it unresizable)
+        arr = tensor_array(x, "|u1") if x.is_contiguous() else x.numpy()
+    else:
+        arr = np.asarray(x)
     return engine.heap.lookup(arr.reshape(-1) if arr.flags.c_contiguous else arr) is not None

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from .errors import InvalidArgumentError
+
 __all__ = ["numpy_typestr", "tensor_array"]
 
 #: torch dtype -> numpy typestr (None: numpy has no such dtype), filled on first use
@@ -47,7 +49,9 @@ def tensor_array(t: Any, typestr: str | None = None) -> np.ndarray:
     """A writable 1-D array over the memory of ``t`` (a contiguous CPU tensor, its dtype's
     elements, or the items of ``typestr`` over the same bytes: ``'<u2'`` for bfloat16,
     ``'|u1'`` for raw bytes); TypeError where numpy has no dtype for ``t``'s and no
-    ``typestr`` is given (as ``Tensor.numpy()`` raises)."""
+    ``typestr`` is given (as ``Tensor.numpy()`` raises), InvalidArgumentError where the
+    tensor's storage is smaller than its elements (freed by ``untyped_storage().resize_(0)``:
+    reading it would read memory it no longer has)."""
     if typestr is None:
         typestr = numpy_typestr(t)
         if typestr is None:
@@ -55,6 +59,11 @@ def tensor_array(t: Any, typestr: str | None = None) -> np.ndarray:
         n = t.numel()
     else:
         n = t.numel() * t.element_size() // _itemsize(typestr)
+    if n and (t.storage_offset() + t.numel()) * t.element_size() > t.untyped_storage().nbytes():
+        raise InvalidArgumentError(
+            f"a {t.dtype} tensor of shape {tuple(t.shape)} has a storage of "
+            f"{t.untyped_storage().nbytes()} bytes, fewer than its elements need (resized or "
+            "freed with untyped_storage().resize_?)")
     held = _Held()
     held.tensor = t
     held.__array_interface__ = {"data": (t.data_ptr(), False), "typestr": typestr, "version": 3,

@@ -125,8 +125,8 @@ def _only_collcomm(dist: Any, c: Checks, r: int, n: int, timed_out: str) -> None
     dist.all_gather(outs, torch.full((r + 1,), r, dtype=torch.int64))
     c.same("all_gather uneven", outs, [torch.full((p + 1,), p, dtype=torch.int64) for p in range(n)])
     got = _all_gather_coalesced(dist, None, r, n)
-    c.same("all_gather_coalesced", got, [[torch.full((2,), float(p)) for p in range(n)],
-                                         [torch.arange(3.0) * p for p in range(n)]])
+    c.same("all_gather_coalesced", got, [[torch.full((2,), float(p)), torch.arange(3.0) * p]
+                                         for p in range(n)])
     e4 = [torch.empty(2, dtype=torch.float8_e4m3fn) for _ in range(n)]
     dist.all_gather(e4, torch.full((2,), float(r), dtype=torch.float8_e4m3fn))
     c.same("all_gather float8 (raw bytes)", [x.float() for x in e4],

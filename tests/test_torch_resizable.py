@@ -120,6 +120,15 @@ def through_every_path() -> dict:
     for _ in range(3):
         model(torch.ones(2, 4)).sum().backward()
     seen["ddp buckets"] = all(buckets) and len(buckets) >= 3
+    # a freed storage (FSDP's resize_(0)) is an error naming it, not a read of freed memory
+    freed = torch.ones(8)[4:]
+    freed.untyped_storage().resize_(0)
+    try:
+        dist.all_reduce(freed)
+        seen["freed storage"] = "no error"
+    except Exception as exc:  # noqa: BLE001 - inspected by the test
+        seen["freed storage"] = f"{type(exc).__name__}: {exc}"
+    dist.barrier()
     # gathered values as gloo gives them
     outs = [torch.zeros(2) for _ in range(n)]
     fut = dist.all_gather(outs, torch.full((2,), float(r)), async_op=True).get_future()
@@ -142,7 +151,19 @@ def through_the_other_front_ends() -> dict:
     collcomm.all_reduce(g)
     collcomm.all_reduce(b)
     MPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, m)
-    return {"functional all_reduce": g.untyped_storage().resizable(),
+    # a lazy conjugate is sent as its values (the storage holds them unconjugated); one to
+    # be written is refused
+    comm, r = MPI.COMM_WORLD, MPI.COMM_WORLD.rank
+    z = torch.tensor([1 + 2j, 3 - 1j], dtype=torch.complex128)
+    got = torch.zeros(2, dtype=torch.complex128)
+    comm.Sendrecv(z.conj(), (r + 1) % comm.size, 3, got, (r - 1) % comm.size, 3)
+    try:
+        comm.Recv(torch.zeros(2, dtype=torch.complex128).conj(), (r - 1) % comm.size, 4)
+        refused = "no error"
+    except BufferError as exc:
+        refused = str(exc)
+    return {"conj sent": got.tolist() == [1 - 2j, 3 + 1j], "conj output refused": "conjugate" in refused,
+            "functional all_reduce": g.untyped_storage().resizable(),
             "functional bfloat16": b.untyped_storage().resizable(),
             "MPI Allreduce": m.untyped_storage().resizable(), "sums": [g[0].item(), m[0].item()]}
 
@@ -158,3 +179,4 @@ def test_tensors_stay_resizable_on_every_path_and_gathers_give_flat_lists() -> N
         assert all(flags.values()), (rank, {k: v for k, v in flags.items() if not v})
         assert got["all_gather future"] == [0.0, 0.0, 1.0, 1.0], got
         assert got["gather value"] == (["Tensor", "Tensor"] if rank == 0 else []), got
+        assert got["freed storage"].startswith("InvalidArgumentError") and "storage" in got["freed storage"], got

@@ -172,7 +172,7 @@ def _all_gather(dist: Any, g: Any, r: int, n: int) -> Any:
 
 
 def _all_gather_coalesced(dist: Any, g: Any, r: int, n: int) -> Any:
-    outs = [[torch.empty(2) for _ in range(n)], [torch.empty(3) for _ in range(n)]]
+    outs = [[torch.empty(2), torch.empty(3)] for _ in range(n)]     # outs[rank][input]
     dist.all_gather_coalesced(outs, [torch.full((2,), float(r)), torch.arange(3.0) * r], group=g)
     return outs
 

@@ -109,6 +109,11 @@ def _tensor(t: Any, call: str, role: str, writable: bool, torch: Any) -> tuple[n
     if not t.is_contiguous():
         raise BufferError(f"{call}: {role} is a non-contiguous tensor; call .contiguous() first")
     t = t.detach()
+    if t.is_conj() or t.is_neg():     # (its storage holds the values before the lazy flag)
+        if writable:
+            raise BufferError(f"{call}: {role} is a lazy conjugate/negative view; the call "
+                              "writes it: pass a tensor without the flag (.resolve_conj())")
+        t = t.resolve_conj().resolve_neg()
     if t.dtype == torch.bfloat16:
         from ._types import PREDEFINED
         return tensor_array(t, "<u2"), PREDEFINED["BFLOAT16_T"]

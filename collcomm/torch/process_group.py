@@ -186,7 +186,7 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
         """An ``async_op=True`` all_reduce of one plain tensor, straight to the core (which
         queues it, to run through the fast call: core/async_calls.py), without the views
         and closures of the general path; None: not such a call (the general path runs).
-        Its array is ``numpy()``'s, which keeps the memory alive while the call is queued."""
+        Its array is ``fast_array``'s, which keeps the tensor alive while the call is queued."""
         if len(tensors) != 1:
             return None
         a, rop = fast_array(tensors[0]), fast_op(op)
@@ -275,7 +275,7 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
                                after=copy_out(outs, flat))
 
     def allgather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
-                  opts: Any = None, _call: str = "all_gather") -> dist.Work:
+                  opts: Any = None, _call: str = "all_gather", _result: Any = None) -> dist.Work:
         opts = opts or AllgatherOptions()
         fast = self._fast(opts) if _call == "all_gather" else None
         if fast is not None and fast_calls.all_gather(fast, output_tensors, input_tensors):
@@ -289,11 +289,20 @@ class ProcessGroupCollcomm(PointToPoint, DataMoves, dist.ProcessGroup):
             self._per_rank(outs, _call, f"output_tensors[{i}]")
             same_kind(outs, inp, _call, self._where, f"output_tensors[{i}]")
             starts.append(lambda a, outs=outs, inp=inp: self._all_gather_list(outs, inp, a, _call))
-        return self._run(_call, opts, gathered(output_tensors), starts)
+        return self._run(_call, opts, gathered(output_tensors) if _result is None else _result, starts)
 
     def allgather_coalesced(self, output_lists: list[list[torch.Tensor]],
                             input_list: list[torch.Tensor], opts: Any = None) -> dist.Work:
-        return self.allgather(output_lists, input_list, opts, _call="all_gather_coalesced")
+        """``output_lists[rank][i]`` gets that rank's ``input_list[i]`` (torch's layout, and
+        gloo's): one all_gather per input, over ``[output_lists[r][i] for r in ranks]``."""
+        call, n = "all_gather_coalesced", self.size()
+        if (not isinstance(output_lists, (list, tuple)) or len(output_lists) != n
+                or not isinstance(input_list, (list, tuple))
+                or any(not isinstance(o, (list, tuple)) or len(o) != len(input_list) for o in output_lists)):
+            raise self._fail(call, f"output_lists must hold one list per rank of the group ({n}), "
+                                   f"each with one tensor per input tensor ({len(input_list)})")
+        per_input = [[output_lists[r][i] for r in range(n)] for i in range(len(input_list))]
+        return self.allgather(per_input, input_list, opts, _call=call, _result=output_lists)
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
                           opts: Any = None) -> dist.Work:

@@ -75,8 +75,8 @@ def all_reduce_sparse(g: ProcessGroup, tensors: list[torch.Tensor], op: Any) -> 
         rows = meta.reshape(g.size, 5)
         odd = [r for r in range(g.size) if (rows[r, 1:] != rows[0, 1:]).any()]
         if odd:
-            raise _fail(g, f"the sparse tensors differ in shape, dtype or layout: rank 0's "
-                           f"{rows[0, 1:3].tolist()} sparse/dense dims against ranks {odd}'")
+            raise _fail(g, f"the sparse tensors of ranks {odd} differ from rank 0's in shape, "
+                           "dtype or sparse/dense dims")
         nnz = rows[:, 0].tolist()
         sd = int(rows[0, 1])
         all_idx = _gather_blocks(g, tensor_array(idx), [sd * k for k in nnz], None)
