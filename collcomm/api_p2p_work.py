@@ -26,6 +26,7 @@ from .core import p2p as core_p2p
 from .core.group import ProcessGroup
 from .core.recorder_records import ENTERED, R_PSTATE
 from .core.p2p_loans import lent_base, loan_over
+from .core.work import wait_seconds
 from .errors import CollcommError, MismatchError, with_context
 from .transport.base import Handle, Status
 
@@ -75,6 +76,8 @@ class P2PWork:
         return _p2p_context(self.name, self._group, self._peer)
 
     def wait(self, timeout: float | None = None) -> bool:
+        if timeout is not None:
+            timeout = wait_seconds(timeout)
         if self._exc is not None:
             raise self._exc
         if self._status is None:
@@ -181,6 +184,8 @@ class RecvWork(core_p2p.Deferred, P2PWork):
 
     def _wait(self, timeout: float | None = None) -> bool:  # type: ignore[override]
         """``wait()``: the reference (native/_p2p_deferred.c does its common case in C)."""
+        if timeout is not None:
+            timeout = wait_seconds(timeout)
         if self._exc is not None:
             raise self._exc
         if not self._ok:
@@ -239,6 +244,8 @@ class LentWork(lent_base(), P2PWork):  # type: ignore[misc]
     def _wait(self, timeout: float | None = None, spun: bool = False) -> bool:
         """``wait()``: the reference (native/_p2p_lent.c does its common case in C, and
         passes ``spun`` when it spun for the loan or tried the receives already)."""
+        if timeout is not None:
+            timeout = wait_seconds(timeout)
         if self._exc is not None:
             raise self._exc
         if self._status is None:

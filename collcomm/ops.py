@@ -125,10 +125,17 @@ class ReduceOp:
                     f"reduce op ufunc {op.__name__} takes {op.nin} inputs; a binary one is needed"
                 )
             return cls.custom(op)
-        # Foreign enum-like ops (torch.distributed.ReduceOp.SUM, enum members): use the name.
+        # Foreign enum-like ops by their name: enum members, and torch's (ReduceOp.MAX is a
+        # RedOpType member, which is callable; ReduceOp(ReduceOp.SUM) holds one in .op)
         name = getattr(op, "name", None)
-        if isinstance(name, str) and name.lower() in _NAMES and not callable(op):
-            return _NAMES[name.lower()]
+        if not isinstance(name, str):
+            name = getattr(getattr(op, "op", None), "name", None)
+        from_torch = type(op).__module__.startswith("torch")
+        if isinstance(name, str) and (from_torch or not callable(op)):
+            if name.lower() in _NAMES:
+                return _NAMES[name.lower()]
+            if from_torch:       # (PREMUL_SUM, UNUSED: never a function to call)
+                raise InvalidArgumentError(f"unknown reduce op {op!r}; allowed: {_ALLOWED_OPS}")
         if callable(op):
             return cls.custom(op)
         raise InvalidArgumentError(f"unknown reduce op {op!r}; allowed: {_ALLOWED_OPS}")

@@ -29,6 +29,7 @@ _close_lock = threading.Lock()
 _world: ProcessGroup | None = None
 _groups: list[ProcessGroup] = []
 _new_groups = 0
+_local_groups: dict[tuple[int, ...], int] = {}   # use_local_synchronization groups per ranks
 _job: Any = None  # the rendezvous/transport bundle of the current job (see _join)
 
 
@@ -79,6 +80,7 @@ def _set_world(job: Any, timeout: float) -> None:
     global _world, _job, _new_groups
     _job = job
     _new_groups = 0
+    _local_groups.clear()
     transport = job.transport if job.size > 1 else None
     _world = ProcessGroup(transport, range(job.size), job.rank, make_ctx("world"), "WORLD", timeout)
     _groups.append(_world)
@@ -128,7 +130,11 @@ def resolve_group(group: Any, collective: str) -> Any:
 def new_group(ranks: Sequence[int] | None = None, timeout: Any = None, backend: str | None = None,
               pg_options: Any = None, use_local_synchronization: bool = False,
               group_desc: str | None = None) -> Any:
-    """A group of the given global ranks; every rank of the world must call it, in the same order.
+    """A group of the given global ranks; every rank of the world must call it, in the same
+    order, unless ``use_local_synchronization`` (torch's meaning): then only the members need
+    to, in the same order among themselves for the same ranks (the group is named by its
+    ranks and the count of such groups, not by the world's count, which the ranks that skip
+    the call would not advance).
 
     Returns NON_GROUP_MEMBER on ranks outside the group (torch behaviour).
     """
@@ -139,11 +145,16 @@ def new_group(ranks: Sequence[int] | None = None, timeout: Any = None, backend: 
     if bad or len(set(members)) != len(members) or not members:
         raise InvalidArgumentError(
             f"new_group: ranks must be distinct, non-empty and in [0, {world.size}), got {ranks!r}")
+    key = tuple(members)
     with _lock:
-        _new_groups += 1
-        n = _new_groups
-    name = group_desc or f"group{n}"
-    group = world.subgroup(members, make_ctx("new_group", n, tuple(members)), name)
+        if use_local_synchronization:
+            n = _local_groups[key] = _local_groups.get(key, 0) + 1
+            ctx, name = make_ctx("new_group_local", n, key), f"local_group{n}{list(key)}"
+        else:
+            _new_groups += 1
+            n = _new_groups
+            ctx, name = make_ctx("new_group", n, key), f"group{n}"
+    group = world.subgroup(members, ctx, group_desc or name)
     if timeout is not None and isinstance(group, ProcessGroup):
         group.timeout = _timeout_seconds(timeout)
     if isinstance(group, ProcessGroup):

@@ -10,6 +10,15 @@ from typing import Any, Callable
 from ..errors import CollcommError, CommTimeoutError
 
 
+def wait_seconds(timeout: Any) -> float | None:
+    """A ``wait(timeout)`` argument as seconds: a number as it is, a ``timedelta`` as its
+    seconds (torch passes those; ``timedelta(0)`` is torch's "no timeout": None)."""
+    if hasattr(timeout, "total_seconds"):
+        seconds = float(timeout.total_seconds())
+        return seconds if seconds > 0 else None
+    return float(timeout)
+
+
 class Work:
     """A collective started in the background. ``wait()`` re-raises its error, if any.
 
@@ -70,6 +79,8 @@ class Work:
 
         Without a timeout, a call still queued runs here, on this thread, with the group's
         calls queued before it (core/async_calls.py); with one, the group's worker runs it."""
+        if timeout is not None:
+            timeout = wait_seconds(timeout)
         g = self._group
         if not self.done and g is not None:
             if timeout is None:
