@@ -130,7 +130,8 @@ class ReduceOp:
         name = getattr(op, "name", None)
         if not isinstance(name, str):
             name = getattr(getattr(op, "op", None), "name", None)
-        from_torch = type(op).__module__.startswith("torch")
+        module = getattr(type(op), "__module__", None)
+        from_torch = isinstance(module, str) and (module == "torch" or module.startswith("torch."))
         if isinstance(name, str) and (from_torch or not callable(op)):
             if name.lower() in _NAMES:
                 return _NAMES[name.lower()]
