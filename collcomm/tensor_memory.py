@@ -52,18 +52,20 @@ def tensor_array(t: Any, typestr: str | None = None) -> np.ndarray:
     ``typestr`` is given (as ``Tensor.numpy()`` raises), InvalidArgumentError where the
     tensor's storage is smaller than its elements (freed by ``untyped_storage().resize_(0)``:
     reading it would read memory it no longer has)."""
+    numel, esize = t.numel(), t.element_size()
     if typestr is None:
         typestr = numpy_typestr(t)
         if typestr is None:
             raise TypeError(f"numpy has no dtype for {t.dtype}")
-        n = t.numel()
+        n = numel
     else:
-        n = t.numel() * t.element_size() // _itemsize(typestr)
-    if n and (t.storage_offset() + t.numel()) * t.element_size() > t.untyped_storage().nbytes():
-        raise InvalidArgumentError(
-            f"a {t.dtype} tensor of shape {tuple(t.shape)} has a storage of "
-            f"{t.untyped_storage().nbytes()} bytes, fewer than its elements need (resized or "
-            "freed with untyped_storage().resize_?)")
+        n = numel * esize // _itemsize(typestr)
+    if n:
+        have = t.untyped_storage().nbytes()
+        if (t.storage_offset() + numel) * esize > have:
+            raise InvalidArgumentError(
+                f"a {t.dtype} tensor of shape {tuple(t.shape)} has a storage of {have} bytes, "
+                "fewer than its elements need (resized or freed with untyped_storage().resize_?)")
     held = _Held()
     held.tensor = t
     held.__array_interface__ = {"data": (t.data_ptr(), False), "typestr": typestr, "version": 3,

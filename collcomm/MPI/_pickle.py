@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..core.pickled import OUT_OF_BAND_MIN, Serializer
+from ..core.pickled import OUT_OF_BAND_MIN, Serializer, out_of_band
 
 
 class Pickle(Serializer):
@@ -70,15 +70,7 @@ class Pickle(Serializer):
     def dumps_oob(self, obj: Any) -> tuple[bytes, list[Any]]:
         """``(pickle, buffers)``: the buffers of ``THRESHOLD`` bytes and up out of band."""
         bufs: list[Any] = []
-
-        def keep(pb: _stdlib.PickleBuffer) -> bool:
-            raw = pb.raw()
-            if raw.nbytes < self.oob_min:
-                return True
-            bufs.append(raw)
-            return False
-
-        return self.dumps(obj, keep), bufs
+        return self.dumps(obj, out_of_band(self.oob_min, bufs)), bufs
 
     def loads_oob(self, data: Any, buffers: Sequence[Any]) -> Any:
         return self.loads(data, buffers)

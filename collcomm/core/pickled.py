@@ -31,9 +31,9 @@ from ..errors import InvalidArgumentError, MismatchError
 from .call_comm import GroupComm
 from .group import ProcessGroup
 
-__all__ = ["OUT_OF_BAND_MIN", "STANDARD", "Packed", "Serializer", "all_gather_objects", "all_gather_packed", "all_to_all_objects",
-           "alloc", "bcast_objects", "bcast_packed", "dumps", "gather_objects", "loads", "pack",
-           "recv_packed", "scatter_objects", "send_packed", "unpack"]
+__all__ = ["OUT_OF_BAND_MIN", "STANDARD", "Packed", "Serializer", "all_gather_objects", "all_gather_packed",
+           "all_to_all_objects", "alloc", "bcast_objects", "bcast_packed", "dumps", "gather_objects", "loads",
+           "out_of_band", "own_copy", "pack", "recv_packed", "scatter_objects", "send_packed", "unpack"]
 
 #: Pickle buffers at least this large travel as their own message (out of band).
 OUT_OF_BAND_MIN = 64 * 1024
@@ -67,23 +67,26 @@ class Packed:
     buffers: list[np.ndarray]   # uint8 views of out-of-band buffers (no copy)
 
 
+def out_of_band(oob_min: int, into: list[memoryview]) -> Callable[[pickle.PickleBuffer], bool]:
+    """A pickle ``buffer_callback``: buffers of ``oob_min`` bytes and up are appended to
+    ``into`` (they travel out of band), smaller ones stay in the pickle."""
+    def callback(pb: pickle.PickleBuffer) -> bool:
+        raw = pb.raw()
+        if raw.nbytes < oob_min:
+            return True  # small: in band
+        into.append(raw)
+        return False
+    return callback
+
+
 def pack(objs: list[Any], collective: str = "pickle", ser: Serializer = STANDARD) -> Packed:
     meta: list[int] = [len(objs)]
-    oob_min = ser.oob_min
     datas: list[bytes] = []
     buffers: list[np.ndarray] = []
     for i, obj in enumerate(objs):
         oob: list[memoryview] = []
-
-        def callback(pb: pickle.PickleBuffer) -> bool:
-            raw = pb.raw()
-            if raw.nbytes < oob_min:
-                return True  # small: in band
-            oob.append(raw)
-            return False
-
         try:
-            data = ser.dumps(obj, callback)
+            data = ser.dumps(obj, out_of_band(ser.oob_min, oob))
         except Exception as exc:  # noqa: BLE001 - any pickling failure
             raise InvalidArgumentError(
                 f"{collective}: object {i} ({type(obj).__name__}) cannot be pickled: {exc}") from exc
