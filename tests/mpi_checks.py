@@ -118,6 +118,7 @@ SECTIONS = {
     "group": "tests.test_mpi_group:group_checks",
     "cart": "tests.test_mpi_cart:cart_checks",
     "status_request": "tests.test_mpi_status_request:status_request",
+    "datatypes": "tests.test_mpi_datatypes:datatype_checks",
 }
 USE_TORCH: list[bool] = [False]
 SIZES = [1, 2, 3, 4, 5]

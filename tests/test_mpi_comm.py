@@ -128,7 +128,8 @@ def environment_checks(c: Checker, MPI, comm) -> None:
     c.eq(out, np.arange(6) * comm.size, "Allreduce with a contiguous datatype")
     three.Free()
     c.raises(lambda: MPI.INT.Free(), MPI.Exception, "Free a predefined datatype", MPI.ERR_TYPE)
-    c.raises(lambda: MPI.INT.Create_vector(2, 1, 2), NotImplementedError, "Create_vector")
+    c.raises(lambda: MPI.INT.Create_darray(1, 0, 1, [2], [MPI.DISTRIBUTE_BLOCK], [MPI.DISTRIBUTE_DFLT_DARG], [1]),
+             NotImplementedError, "Create_darray")
     c.true(pickle.loads(pickle.dumps(MPI.INT)) == MPI.INT and pickle.loads(pickle.dumps(MPI.SUM)) == MPI.SUM, "pickling")
     c.eq((MPI.SUM.Is_commutative(), MPI.SUM.is_predefined, MPI.SUM(2, 3), MPI.MAX(2, 3), MPI.MAXLOC((1, 5), (1, 3))),
          (True, True, 5, 3, (1, 3)), "op attributes and calls")

@@ -17,7 +17,8 @@ topologies and intercommunicators raise ``NotImplementedError`` naming the call.
 The package is a front end like :mod:`collcomm.api`: it turns mpi4py's arguments (buffer
 specs, ``IN_PLACE``, statuses, requests, ranks of communicators) into calls of the core
 (:mod:`collcomm.core`), which checks and runs them. Modules: ``_consts`` and ``_errors``
-(constants, ``MPI.Exception``), ``_types`` (datatypes), ``_ops`` (reduction ops), ``_msg``
+(constants, ``MPI.Exception``), ``_types`` (datatypes; derived ones: ``_derived``, their
+layouts and packing ``_typemap``, recipes and MPI_Pack ``_type_contents``/``_pack``), ``_ops`` (reduction ops), ``_msg``
 (buffer specs), ``_pickle`` (``MPI.pickle``), ``_status``, ``_request``, ``_group``, ``_comm`` and ``_attrs``
 (communicators), ``_p2p``, ``_pobj``, ``_coll``, ``_collv``, ``_cobj`` (the communication
 methods), ``_topo`` (Cartesian topologies), ``_env`` (init, clocks, memory), ``_misc``
@@ -32,6 +33,7 @@ from ._errors import (  # noqa: F401
     SUCCESS, ERR_LASTCODE, Exception, Get_error_class, Get_error_string, _CLASSES,
 )
 from ._types import PREDEFINED as _TYPES, Datatype
+from ._derived import COMBINERS as _COMBINERS
 from ._types import TYPEDICT as _typedict, TYPEDICT_C as _typedict_c, TYPEDICT_F as _typedict_f  # noqa: F401
 from ._types import typecode as _typecode  # noqa: F401
 from ._pickle import Pickle, pickle  # noqa: F401
@@ -61,5 +63,6 @@ for _name, _code, _text in _CLASSES:
 globals().update(_TYPES)
 globals().update(_OPS)
 globals()["2INT"] = _TYPES["TWOINT"]
+globals().update({f"COMBINER_{_k}": _v for _k, _v in _COMBINERS.items()})
 UNWEIGHTED = WEIGHTS_EMPTY = None
 del _name, _code, _text

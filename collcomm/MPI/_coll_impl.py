@@ -28,6 +28,7 @@ from ..core import collectives as core
 from ..errors import CollcommError
 from ._errors import ERR_BUFFER, Exception as MPIException, translate
 from ._msg import IN_PLACE, blocks, simple
+from ._staging import Staged, finisher
 from ._ops import core_op, fold
 from ._request import Request, WorkOp
 from ._types import Datatype
@@ -67,16 +68,18 @@ class BufferCollectivesImpl:
 
     def _bcast(self, buf: Any, root: int, aop: bool, call: str) -> Any:
         g = self._grp(call)
-        arr, dt = simple(buf, call, "buf", writable=g.rank != root)
+        st: Staged = []
+        arr, dt = simple(buf, call, "buf", writable=g.rank != root, staged=st)
         if not arr.flags.writeable:      # a read-only buffer at the root (bytes): MPI only reads it
             arr = arr.copy()
-        return _run(core.broadcast, g, arr, root, dtype=dt._t.core, async_op=aop, name=call)
+        return _run(core.broadcast, g, arr, root, dtype=dt._t.core, async_op=aop, name=call,
+                    after=finisher(st))
 
     def _gather(self, sendbuf: Any, recvbuf: Any, root: int, aop: bool, call: str) -> Any:
         g = self._grp(call)
-        recv = None
+        recv, st = None, []
         if g.rank == root:
-            recv, k, dt = blocks(recvbuf, g.size, call, "recvbuf", writable=True)
+            recv, k, dt = blocks(recvbuf, g.size, call, "recvbuf", writable=True, staged=st)
         if sendbuf is IN_PLACE:
             if recv is None:
                 raise _not_root_in_place(call, "sendbuf")
@@ -84,11 +87,12 @@ class BufferCollectivesImpl:
             send = recv[g.rank * k * m:(g.rank + 1) * k * m]
         else:
             send, dt = simple(sendbuf, call, "sendbuf")
-        return _run(core.gather, g, send, recv, root, dtype=dt._t.core, async_op=aop, name=call)
+        return _run(core.gather, g, send, recv, root, dtype=dt._t.core, async_op=aop, name=call,
+                    after=finisher(st))
 
     def _scatter(self, sendbuf: Any, recvbuf: Any, root: int, aop: bool, call: str) -> Any:
         g = self._grp(call)
-        send = None
+        send, st = None, []
         if g.rank == root:
             send, k, dt = blocks(sendbuf, g.size, call, "sendbuf")
         if recvbuf is IN_PLACE:
@@ -96,38 +100,41 @@ class BufferCollectivesImpl:
                 raise _not_root_in_place(call, "recvbuf")
             recv = np.empty(k * dt._t.mult, dtype=send.dtype)     # the root keeps its block
         else:
-            recv, dt = simple(recvbuf, call, "recvbuf", writable=True)
-        return _run(core.scatter, g, send, recv, root, dtype=dt._t.core, async_op=aop, name=call)
+            recv, dt = simple(recvbuf, call, "recvbuf", writable=True, staged=st)
+        return _run(core.scatter, g, send, recv, root, dtype=dt._t.core, async_op=aop, name=call,
+                    after=finisher(st))
 
     def _allgather(self, sendbuf: Any, recvbuf: Any, aop: bool, call: str) -> Any:
         g = self._grp(call)
-        recv, k, dt = blocks(recvbuf, g.size, call, "recvbuf", writable=True)
+        st: Staged = []
+        recv, k, dt = blocks(recvbuf, g.size, call, "recvbuf", writable=True, staged=st)
         if sendbuf is IN_PLACE:
             m = dt._t.mult
             send = recv[g.rank * k * m:(g.rank + 1) * k * m]
         else:
             send, dt = simple(sendbuf, call, "sendbuf")
-        return _run(core.all_gather, g, send, recv, dtype=dt._t.core, async_op=aop, name=call)
+        return _run(core.all_gather, g, send, recv, dtype=dt._t.core, async_op=aop, name=call,
+                    after=finisher(st))
 
     def _alltoall(self, sendbuf: Any, recvbuf: Any, aop: bool, call: str) -> Any:
         g = self._grp(call)
         n = g.size
-        recv, k, dt = blocks(recvbuf, n, call, "recvbuf", writable=True)
-        ks = k
+        st: Staged = []
+        recv, k, dt = blocks(recvbuf, n, call, "recvbuf", writable=True, staged=st)
+        ks, rm = k, dt._t.mult
         send = recv                       # IN_PLACE: the core copies an overlapping input
-        if sendbuf is not IN_PLACE:
+        if sendbuf is not IN_PLACE:      # (its datatype may differ: the same basic elements)
             send, ks, dt = blocks(sendbuf, n, call, "sendbuf")
-        m = dt._t.mult
         if not send.flags.writeable:    # see _collv._a2a
             send = send.copy()
-        return _run(core.all_to_all, g, send, [ks * m] * n, recv, [k * m] * n, dtype=dt._t.core,
-                    async_op=aop, name=call)
+        return _run(core.all_to_all, g, send, [ks * dt._t.mult] * n, recv, [k * rm] * n, dtype=dt._t.core,
+                    async_op=aop, name=call, after=finisher(st))
 
     def _reduce(self, sendbuf: Any, recvbuf: Any, op: Any, root: int, aop: bool, call: str) -> Any:
         g = self._grp(call)
-        recv = None
+        recv, st = None, []
         if g.rank == root:
-            recv, dt = simple(recvbuf, call, "recvbuf", writable=True)
+            recv, dt = simple(recvbuf, call, "recvbuf", writable=True, staged=st)
         if sendbuf is IN_PLACE:
             if recv is None:
                 raise _not_root_in_place(call, "sendbuf")
@@ -139,15 +146,17 @@ class BufferCollectivesImpl:
             parts = np.empty(g.size * send.size, dtype=send.dtype) if recv is not None else None
             after = (lambda: fold(op, dt, parts, g.size, recv)) if recv is not None else None
             return _run(core.gather, g, send.copy(), parts, root, dtype=dt._t.core, async_op=aop,
-                        name=call, after=after)
-        return _run(core.reduce, g, send, recv, rop, root, dtype=dt._t.core, async_op=aop, name=call)
+                        name=call, after=finisher(st, after))
+        return _run(core.reduce, g, send, recv, rop, root, dtype=dt._t.core, async_op=aop, name=call,
+                    after=finisher(st))
 
     def _allreduce(self, sendbuf: Any, recvbuf: Any, op: Any, aop: bool, call: str) -> Any:
         g = self._grp(call)
-        recv, dt = simple(recvbuf, call, "recvbuf", writable=True)
+        st: Staged = []
+        recv, dt = simple(recvbuf, call, "recvbuf", writable=True, staged=st)
         if sendbuf is not IN_PLACE:
             send, sdt = simple(sendbuf, call, "sendbuf")
-            if sdt._t is not dt._t or send.size != recv.size:
+            if sdt._t.key() != dt._t.key() or send.size != recv.size:   # (same basic type and count)
                 raise ValueError(f"{call}: sendbuf holds {send.size // sdt._t.mult} {sdt.Get_name()} "
                                  f"elements and recvbuf {recv.size // dt._t.mult} {dt.Get_name()}; "
                                  "they must be the same")
@@ -156,35 +165,37 @@ class BufferCollectivesImpl:
         if ordered:
             parts = np.empty(g.size * recv.size, dtype=recv.dtype)
             return _run(core.all_gather, g, recv.copy(), parts, dtype=dt._t.core, async_op=aop, name=call,
-                        after=lambda: fold(op, dt, parts, g.size, recv))
-        return _run(core.all_reduce, g, recv, rop, dtype=dt._t.core, async_op=aop, name=call)
+                        after=finisher(st, lambda: fold(op, dt, parts, g.size, recv)))
+        return _run(core.all_reduce, g, recv, rop, dtype=dt._t.core, async_op=aop, name=call,
+                    after=finisher(st))
 
     def _reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any, aop: bool, call: str) -> Any:
         g = self._grp(call)
-        n = g.size
+        n, st = g.size, []
         if sendbuf is IN_PLACE:
-            send, k, dt = blocks(recvbuf, n, call, "recvbuf", writable=True)
+            send, k, dt = blocks(recvbuf, n, call, "recvbuf", writable=True, staged=st)
             recv = send[:k * dt._t.mult]
         else:
-            recv, dt = simple(recvbuf, call, "recvbuf", writable=True)
+            recv, dt = simple(recvbuf, call, "recvbuf", writable=True, staged=st)
             send, _, sdt = blocks(sendbuf, n, call, "sendbuf")
             send = send[:n * recv.size] if send.size >= n * recv.size else send
-        return self._reduce_blocks(g, send, recv, [recv.size] * n, op, dt, aop, call)
+        return self._reduce_blocks(g, send, recv, [recv.size] * n, op, dt, aop, call, st)
 
     def _reduce_blocks(self, g: Any, send: np.ndarray, recv: np.ndarray, counts: list[int], op: Any,
-                       dt: Datatype, aop: bool, call: str) -> Any:
-        """Reduce ``send`` (blocks of ``counts`` base elements, packed) and give rank r block r."""
+                       dt: Datatype, aop: bool, call: str, st: Staged) -> Any:
+        """Reduce ``send`` (blocks of ``counts`` base elements, packed) and give rank r block r;
+        ``st``: what unpacks ``recv`` after (a derived type with gaps)."""
         n, r = g.size, g.rank
         rop, ordered = core_op(op, dt, call)
         if ordered:       # exchange the blocks, then fold the n pieces of ours in rank order
             parts = np.empty(n * counts[r], dtype=send.dtype)
             return _run(core.all_to_all, g, send.copy(), counts, parts, [counts[r]] * n,
                         dtype=dt._t.core, async_op=aop, name=call,
-                        after=lambda: fold(op, dt, parts, n, recv[:counts[r]]))
+                        after=finisher(st, lambda: fold(op, dt, parts, n, recv[:counts[r]])))
         if len(set(counts)) <= 1:
             c = counts[0] if counts else 0
             return _run(core.reduce_scatter, g, send[:n * c], recv[:c], rop, dtype=dt._t.core,
-                        async_op=aop, name=call)
+                        async_op=aop, name=call, after=finisher(st))
         width = max(counts)                            # unequal blocks: pad each to the widest
         padded = np.zeros(n * width, dtype=send.dtype)
         pos = 0
@@ -193,12 +204,13 @@ class BufferCollectivesImpl:
             pos += c
         out = np.empty(width, dtype=send.dtype)
         return _run(core.reduce_scatter, g, padded, out, rop, dtype=dt._t.core, async_op=aop, name=call,
-                    after=lambda: np.copyto(recv[:counts[r]], out[:counts[r]]))
+                    after=finisher(st, lambda: np.copyto(recv[:counts[r]], out[:counts[r]])))
 
     def _reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any, op: Any, aop: bool,
                         call: str) -> Any:
         g = self._grp(call)
-        recv, dt = simple(recvbuf, call, "recvbuf", writable=True)
+        st: Staged = []
+        recv, dt = simple(recvbuf, call, "recvbuf", writable=True, staged=st)
         m = dt._t.mult
         if recvcounts is None:             # every rank's receive count, gathered first
             mine = np.array([recv.size // m if sendbuf is not IN_PLACE else -1], dtype=np.int64)
@@ -218,4 +230,4 @@ class BufferCollectivesImpl:
             raise ValueError(f"{call}: sendbuf must hold sum(recvcounts) = {sum(counts) // m} elements "
                              f"(has {send.size // m}) and recvbuf at least {counts[g.rank] // m} "
                              f"(has {recv.size // m})")
-        return self._reduce_blocks(g, send, recv, counts, op, dt, aop, call)
+        return self._reduce_blocks(g, send, recv, counts, op, dt, aop, call, st)

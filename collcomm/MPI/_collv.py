@@ -23,6 +23,7 @@ from ..core import scan as core_scan
 from ._coll import _not_root_in_place, _request, _run
 from ._errors import ERR_ROOT, Exception as MPIException
 from ._msg import IN_PLACE, packed, simple, vector
+from ._staging import Staged, finisher, packed_blocks
 from ._ops import SUM, core_op
 from ._prequest import persistent
 from ._request import Request, WorkOp
@@ -78,9 +79,9 @@ class VectorCollectives:
         g = self._grp(call)
         _check_root(g, root, call)
         n = g.size
-        recv_counts, after, recv = [0] * n, None, None
+        recv_counts, after, recv, st = [0] * n, None, None, []
         if g.rank == root:
-            whole, counts, displs, dt = vector(recvbuf, n, call, "recvbuf", writable=True)
+            whole, counts, displs, dt = vector(recvbuf, n, call, "recvbuf", writable=True, staged=st)
             m = dt._t.mult
             recv_counts = [c * m for c in counts]
             recv, after = _unpacker(whole, m, counts, displs)
@@ -95,13 +96,13 @@ class VectorCollectives:
         if recv is None:
             recv = np.empty(0, dtype=send.dtype)
         return _a2a(g, send, send_counts, recv, recv_counts, dtype=dt._t.core,
-                    async_op=aop, name=call, after=after)
+                    async_op=aop, name=call, after=finisher(st, after))
 
     def _scatterv(self, sendbuf: Any, recvbuf: Any, root: int, aop: bool, call: str) -> Any:
         g = self._grp(call)
         _check_root(g, root, call)
         n = g.size
-        send, send_counts = None, [0] * n
+        send, send_counts, st = None, [0] * n, []
         if g.rank == root:
             whole, counts, displs, dt = vector(sendbuf, n, call, "sendbuf")
             m = dt._t.mult
@@ -111,23 +112,25 @@ class VectorCollectives:
                 raise _not_root_in_place(call, "recvbuf")
             recv = np.empty(send_counts[root], dtype=send.dtype)    # the root keeps its block
         else:
-            recv, dt = simple(recvbuf, call, "recvbuf", writable=True)
+            recv, dt = simple(recvbuf, call, "recvbuf", writable=True, staged=st)
         recv_counts = [0] * n
         recv_counts[root] = send_counts[root] if g.rank == root else recv.size
         if send is None:
             send = recv[:0]
         return _a2a(g, send, send_counts, recv, recv_counts, dtype=dt._t.core,
-                    async_op=aop, name=call)
+                    async_op=aop, name=call, after=finisher(st))
 
     def _allgatherv(self, sendbuf: Any, recvbuf: Any, aop: bool, call: str) -> Any:
         g = self._grp(call)
-        whole, counts, displs, dt = vector(recvbuf, g.size, call, "recvbuf", writable=True)
+        st: Staged = []
+        whole, counts, displs, dt = vector(recvbuf, g.size, call, "recvbuf", writable=True, staged=st)
         m = dt._t.mult
         if sendbuf is IN_PLACE:
             send = whole[displs[g.rank] * m:(displs[g.rank] + counts[g.rank]) * m].copy()
         else:
             send, dt = simple(sendbuf, call, "sendbuf")
         recv, after = _unpacker(whole, m, counts, displs)
+        after = finisher(st, after)
         if len(set(counts)) == 1 and send.size == counts[0] * m:   # every rank knows: all equal
             return _run(core.all_gather, g, send, recv, dtype=dt._t.core, async_op=aop, name=call,
                         after=after)
@@ -137,7 +140,8 @@ class VectorCollectives:
 
     def _alltoallv(self, sendbuf: Any, recvbuf: Any, aop: bool, call: str) -> Any:
         g = self._grp(call)
-        whole, rcounts, rdispls, dt = vector(recvbuf, g.size, call, "recvbuf", writable=True)
+        st: Staged = []
+        whole, rcounts, rdispls, dt = vector(recvbuf, g.size, call, "recvbuf", writable=True, staged=st)
         m = dt._t.mult
         if sendbuf is IN_PLACE:
             send, scounts = _pack(whole, m, rcounts, rdispls).copy(), rcounts
@@ -147,18 +151,19 @@ class VectorCollectives:
             scounts = [c * sdt._t.mult // m for c in scounts]
         recv, after = _unpacker(whole, m, rcounts, rdispls)
         return _a2a(g, send, [c * m for c in scounts], recv, [c * m for c in rcounts],
-                    dtype=dt._t.core, async_op=aop, name=call, after=after)
+                    dtype=dt._t.core, async_op=aop, name=call, after=finisher(st, after))
 
     def _alltoallw(self, sendbuf: Any, recvbuf: Any, aop: bool, call: str) -> Any:
         g = self._grp(call)
-        rbytes, rcounts, rdispls = _wspec(recvbuf, g.size, call, "recvbuf", True)
+        st: Staged = []
+        rbytes, rcounts, rdispls = _wspec(recvbuf, g.size, call, "recvbuf", st)
         if sendbuf is IN_PLACE:
             sbytes, scounts, sdispls = rbytes.copy(), rcounts, rdispls
         else:
-            sbytes, scounts, sdispls = _wspec(sendbuf, g.size, call, "sendbuf", False)
+            sbytes, scounts, sdispls = _wspec(sendbuf, g.size, call, "sendbuf", None)
         send = _pack(sbytes, 1, scounts, sdispls)
         recv, after = _unpacker(rbytes, 1, rcounts, rdispls)
-        return _a2a(g, send, scounts, recv, rcounts, async_op=aop, name=call, after=after)
+        return _a2a(g, send, scounts, recv, rcounts, async_op=aop, name=call, after=finisher(st, after))
 
     def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
         self._gatherv(sendbuf, recvbuf, root, False, "Gatherv")
@@ -206,9 +211,12 @@ class VectorCollectives:
         return persistent(lambda: WorkOp(self._alltoallw(sendbuf, recvbuf, True, "Alltoallw_init")))
 
 
-def _wspec(spec: Any, n: int, call: str, role: str, writable: bool) -> tuple[np.ndarray, list[int], list[int]]:
+def _wspec(spec: Any, n: int, call: str, role: str, staged: Staged | None
+           ) -> tuple[np.ndarray, list[int], list[int]]:
     """A BufSpecW ``[buf, (counts, byte displs), types]`` / ``[buf, counts, displs, types]`` as
-    (the buffer's bytes, byte counts, byte displacements)."""
+    (the buffer's bytes, byte counts, byte displacements); ``staged`` is given for the
+    receive buffer. Blocks of derived types with gaps are packed (into a temporary, their
+    unpacking staged for a receive)."""
     if not isinstance(spec, (list, tuple)) or len(spec) not in (3, 4):
         raise ValueError(f"{call}: {role} must be [buf, (counts, displs), datatypes] or "
                          "[buf, counts, displs, datatypes]")
@@ -216,15 +224,16 @@ def _wspec(spec: Any, n: int, call: str, role: str, writable: bool) -> tuple[np.
         obj, (counts, displs), types = spec
     else:
         obj, counts, displs, types = spec
-    raw = simple([obj, "B"], call, role, writable)[0]
-    if isinstance(types, (list, tuple)):
-        sizes = [as_datatype(t, call).Get_extent()[1] for t in types]
-    else:
-        sizes = [as_datatype(types, call).Get_extent()[1]] * n
-    bcounts = [int(c) * s for c, s in zip(counts, sizes)]
-    bdispls = [int(d) for d in displs]
-    if not len(bcounts) == len(bdispls) == n:
+    raw = simple([obj, "B"], call, role, staged is not None)[0]
+    dts = [as_datatype(t, call) for t in types] if isinstance(types, (list, tuple)) \
+        else [as_datatype(types, call)] * n
+    if not len(counts) == len(displs) == len(dts) == n:
         raise ValueError(f"{call}: {role}: expecting {n} counts, displacements and datatypes")
+    if any(dt._t.gaps for dt in dts):  # type: ignore[union-attr]
+        whole, bcounts = packed_blocks(raw, dts, counts, displs, call, role, staged)
+        return whole, bcounts, [sum(bcounts[:i]) for i in range(n)]
+    bcounts = [int(c) * dt.Get_extent()[1] for c, dt in zip(counts, dts)]
+    bdispls = [int(d) for d in displs]
     for c, d in zip(bcounts, bdispls):
         if d < 0 or d + c > raw.size:
             raise ValueError(f"{call}: {role}: a block of {c} bytes at byte {d} does not fit in {raw.size} bytes")
@@ -240,11 +249,13 @@ class ScanCollectives:
 
     def _scan(self, sendbuf: Any, recvbuf: Any, op: Any, exclusive: bool, aop: bool, call: str) -> Any:
         g = self._grp(call)
-        recv, dt = simple(recvbuf, call, "recvbuf", writable=True)
+        st: Staged = []
+        recv, dt = simple(recvbuf, call, "recvbuf", writable=True, staged=st)
         send = recv if sendbuf is IN_PLACE else simple(sendbuf, call, "sendbuf")[0]
         rop, _ = core_op(op, dt, call, keeps_order=True)
         fn = core_scan.exscan if exclusive else core_scan.scan
-        return _run(fn, g, send, recv, rop, dtype=dt._t.core, async_op=aop, name=call)
+        return _run(fn, g, send, recv, rop, dtype=dt._t.core, async_op=aop, name=call,
+                    after=finisher(st))
 
     def Scan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
         self._scan(sendbuf, recvbuf, op, False, False, "Scan")

@@ -19,15 +19,23 @@ exactly the message's elements. :func:`vector` returns the whole buffer as such 
 plus counts and displacements in datatype elements. Non-contiguous numpy arrays and
 read-only buffers where the call writes raise ``BufferError``; an impossible count raises
 ``ValueError``; ``MPI.BOTTOM`` (absolute addresses) is refused.
+
+A derived datatype with gaps (:mod:`._derived`) gives a packed copy of the message's
+elements instead of a view (:mod:`._typemap`); where the call writes the buffer, the
+caller passes ``staged`` (a list) and runs :func:`finisher`'s result once the data is in,
+which unpacks the copy into place. A call that passes no ``staged`` refuses such a type
+as a buffer it writes (NotImplementedError), never writing a copy nobody reads.
 """
 from __future__ import annotations
 
 import sys
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from ..tensor_memory import tensor_array
+from ._derived import check_committed
+from ._staging import Staged, _gathered, _named, packed_blocks
 from ._types import Datatype, _BY_NUMPY, as_datatype, from_code, from_numpy
 
 
@@ -122,7 +130,8 @@ def _tensor(t: Any, call: str, role: str, writable: bool, torch: Any) -> tuple[n
 
 
 def _typed(flat: np.ndarray, natural: Datatype | None, dt: Datatype | None, count: Any, displ: int,
-           call: str, role: str) -> tuple[np.ndarray, Datatype]:
+           call: str, role: str, writable: bool = False, staged: Staged | None = None
+           ) -> tuple[np.ndarray, Datatype]:
     if dt is None:
         if natural is None:
             raise KeyError(f"{call}: cannot tell the datatype of {role} ({flat.dtype}); "
@@ -130,40 +139,46 @@ def _typed(flat: np.ndarray, natural: Datatype | None, dt: Datatype | None, coun
         dt = natural
     t = dt._t
     assert t is not None
-    extent = t.base.itemsize * t.mult
     if dt is natural and count is None and not displ and flat.dtype == t.base:
         return flat, dt
+    if not t.predefined:
+        check_committed(t, call)
+    extent = t.layout.extent
     raw = flat.view(np.uint8) if flat.dtype != np.uint8 else flat
     if count is None:
         avail = raw.size - displ * extent
-        if extent == 0 or avail % extent:
+        if extent <= 0 or avail % extent:
             raise ValueError(f"{call}: {role} has {raw.size} bytes, not a whole number of "
-                             f"{dt.Get_name()} elements ({extent} bytes each)")
+                             f"{_named(dt)} elements ({extent} bytes each)")
         count = avail // extent
     count = int(count)
     if count < 0:
         raise ValueError(f"{call}: {role}: negative count {count}")
+    if t.gaps:
+        return _gathered(raw, dt, count, displ * extent, call, role, writable, staged), dt
     start, stop = displ * extent, (displ + count) * extent
     if displ < 0 or stop > raw.size:
-        raise ValueError(f"{call}: {role}: {count} {dt.Get_name()} elements at displacement {displ} "
+        raise ValueError(f"{call}: {role}: {count} {_named(dt)} elements at displacement {displ} "
                          f"need {stop} bytes; the buffer has {raw.size}")
     return raw[start:stop].view(t.base), dt
 
 
-def simple(spec: Any, call: str, role: str, writable: bool = False) -> tuple[np.ndarray, Datatype]:
+def simple(spec: Any, call: str, role: str, writable: bool = False, staged: Staged | None = None
+           ) -> tuple[np.ndarray, Datatype]:
     """``(array of the base dtype over the message's elements, datatype)`` for a BufSpec."""
     if type(spec) is np.ndarray:   # the hot path: a contiguous array, its own type
         dt = _BY_NUMPY.get(spec.dtype)
         if dt is not None and spec.flags.c_contiguous and (spec.flags.writeable or not writable):
             return (spec if spec.ndim == 1 else spec.reshape(-1)), dt
-    arr, dt, _ = _parse(spec, call, role, writable, 1)
+    arr, dt, _ = _parse(spec, call, role, writable, 1, staged)
     return arr, dt
 
 
-def blocks(spec: Any, n: int, call: str, role: str, writable: bool = False) -> tuple[np.ndarray, int, Datatype]:
+def blocks(spec: Any, n: int, call: str, role: str, writable: bool = False, staged: Staged | None = None
+           ) -> tuple[np.ndarray, int, Datatype]:
     """``(array over n blocks, datatype elements per block, datatype)`` for a BufSpecB: an
     explicit count is one block's (one rank's share), else the buffer splits evenly."""
-    arr, dt, count = _parse(spec, call, role, writable, n)
+    arr, dt, count = _parse(spec, call, role, writable, n, staged)
     m = dt._t.mult  # type: ignore[union-attr]
     if count is not None:
         return arr, count, dt
@@ -171,7 +186,8 @@ def blocks(spec: Any, n: int, call: str, role: str, writable: bool = False) -> t
     return arr[:n * k * m], k, dt
 
 
-def _parse(spec: Any, call: str, role: str, writable: bool, per: int) -> tuple[np.ndarray, Datatype, int | None]:
+def _parse(spec: Any, call: str, role: str, writable: bool, per: int, staged: Staged | None
+           ) -> tuple[np.ndarray, Datatype, int | None]:
     if isinstance(spec, (list, tuple)):
         if not 2 <= len(spec) <= 4:
             raise ValueError(f"{call}: {role}: a buffer spec has 2 to 4 items, got {len(spec)}")
@@ -200,17 +216,20 @@ def _parse(spec: Any, call: str, role: str, writable: bool, per: int) -> tuple[n
         flat, natural = _memory(obj, call, role, writable)
         if count is not None and int(count) < 0:
             raise ValueError(f"{call}: {role}: negative count {count}")
-        arr, dt = _typed(flat, natural, dt, None if count is None else int(count) * per, displ, call, role)
+        arr, dt = _typed(flat, natural, dt, None if count is None else int(count) * per, displ, call, role,
+                         writable, staged)
         return arr, dt, None if count is None else int(count)
     flat, natural = _memory(spec, call, role, writable)
     arr, dt = _typed(flat, natural, None, None, 0, call, role)
     return arr, dt, None
 
 
-def vector(spec: Any, n: int, call: str, role: str, writable: bool = False
+def vector(spec: Any, n: int, call: str, role: str, writable: bool = False, staged: Staged | None = None
            ) -> tuple[np.ndarray, list[int], list[int], Datatype]:
     """``(whole buffer as base-dtype array, counts, displs, datatype)`` for a BufSpecV.
-    Counts and displacements are in datatype elements, one per rank of ``n``."""
+    Counts and displacements are in datatype elements, one per rank of ``n``. With a
+    derived type with gaps the blocks are packed back to back (displacements become
+    their offsets there) and, for a buffer the call writes, unpacked through ``staged``."""
     counts: Any = None
     displs: Any = None
     dt: Datatype | None = None
@@ -231,10 +250,14 @@ def vector(spec: Any, n: int, call: str, role: str, writable: bool = False
             if isinstance(counts, tuple) and len(counts) == 2:   # (counts, displs), as mpi4py
                 counts, displs = counts
     flat, natural = _memory(obj, call, role, writable)
-    whole, dt = _typed(flat, natural, dt, None, 0, call, role)
-    t = dt._t
-    assert t is not None
-    length = whole.size // t.mult if t.mult else 0
+    if dt is not None and dt._t.gaps:  # type: ignore[union-attr]
+        check_committed(dt._t, call)  # type: ignore[arg-type]
+        extent = dt._t.layout.extent  # type: ignore[union-attr]
+        raw = flat.view(np.uint8)
+        length = raw.size // extent if extent > 0 else 0
+    else:
+        whole, dt = _typed(flat, natural, dt, None, 0, call, role)
+        length = whole.size // dt._t.mult if dt._t.mult else 0  # type: ignore[union-attr]
     if counts is None:
         counts = [length // n] * n
     elif _is_int(counts):
@@ -254,6 +277,13 @@ def vector(spec: Any, n: int, call: str, role: str, writable: bool = False
         displs = [int(d) for d in displs]
     if len(displs) != n:
         raise ValueError(f"{call}: {role}: expecting {n} displacements (one per rank), got {len(displs)}")
+    if dt._t.gaps:  # type: ignore[union-attr]
+        if writable and staged is None:
+            raise NotImplementedError(f"{call}: {role}: a derived datatype with gaps cannot be "
+                                      "written by this call; pass a contiguous datatype")
+        whole, _ = packed_blocks(raw, [dt] * n, counts, [d * extent for d in displs], call, role,
+                                 staged if writable else None)
+        return whole.view(dt._t.base), counts, [sum(counts[:i]) for i in range(n)], dt  # type: ignore[union-attr]
     for i, (c, d) in enumerate(zip(counts, displs)):
         if c < 0 or d < 0 or d + c > length:
             raise ValueError(f"{call}: {role}: block {i} ({c} elements at displacement {d}) does not "

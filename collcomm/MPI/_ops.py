@@ -25,6 +25,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import ops as core_ops
+from . import _typemap
 from ..ops import ReduceOp
 from ._errors import ERR_OP, Exception as MPIException
 from ._types import Datatype
@@ -139,19 +140,22 @@ class Op:
         """``inoutbuf = inbuf ∘ inoutbuf``, locally (no communication)."""
         from . import _msg
 
+        st: list[Any] = []
         a, dt = _msg.simple(inbuf, "Reduce_local", "inbuf")
-        b, dt_b = _msg.simple(inoutbuf, "Reduce_local", "inoutbuf", writable=True)
+        b, dt_b = _msg.simple(inoutbuf, "Reduce_local", "inoutbuf", writable=True, staged=st)
         if a.size != b.size or dt._t is not dt_b._t:
             raise ValueError(f"Reduce_local: inbuf holds {a.size} {dt.Get_name()} items and inoutbuf "
                              f"{b.size} {dt_b.Get_name()}; they must match")
         local_combine(self, dt, a, b, "Reduce_local")
+        for step in st:
+            step()
 
 
 def local_combine(op: Op, dt: Datatype, lower: np.ndarray, acc: np.ndarray, call: str) -> None:
     """``acc = lower ∘ acc`` (arrays of ``dt``'s base dtype), in this process."""
     o = op._valid(call)
     if o.user is not None:
-        o.user(_bytes(lower), _bytes(acc), dt)
+        _call_user(o.user, lower, acc, dt)
         return
     rop, _ = core_op(op, dt, call)
     fn = core_ops.resolve(rop, dt._t.core, call)  # type: ignore[union-attr]
@@ -177,9 +181,31 @@ def _pair_fn(pair: np.dtype, is_max: bool) -> Callable[[np.ndarray, np.ndarray],
 def _user_fn(user: Callable[..., Any], dt: Datatype) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     def combine(acc: np.ndarray, other: np.ndarray) -> np.ndarray:
         out = other.copy()             # acc ∘ other, computed in the copy of other
-        user(_bytes(acc), _bytes(out), dt)
+        _call_user(user, acc, out, dt)
         return out
     return combine
+
+
+def _call_user(user: Callable[..., Any], lower: np.ndarray, acc: np.ndarray, dt: Datatype) -> None:
+    """``user(lower, acc, dt)`` on the elements as the datatype lays them out in memory (a
+    derived type with gaps is unpacked into temporaries for it, and ``acc`` packed back)."""
+    t = dt._t
+    assert t is not None
+    if not t.gaps:
+        user(_bytes(lower), _bytes(acc), dt)
+        return
+    lay = t.layout
+    count = acc.nbytes // lay.packed if lay.packed else 0
+    lo, hi = _typemap.span(lay, count, 0)
+    if lo < 0:
+        raise NotImplementedError("a user-defined op on a derived datatype whose data lies before "
+                                  "its origin (a negative lower bound) is not supported by collcomm.MPI")
+    size = max(hi, count * lay.extent)
+    laid = [np.zeros(size, dtype=np.uint8), np.zeros(size, dtype=np.uint8)]
+    for mem, packed in zip(laid, (lower, acc)):
+        _typemap.unpack(mem, lay, count, 0, packed.view(np.uint8))
+    user(memoryview(laid[0]), memoryview(laid[1]), dt)
+    acc.view(np.uint8)[:] = _typemap.pack(laid[1], lay, count, 0)
 
 
 def core_op(op: Any, dt: Datatype, call: str, keeps_order: bool = False) -> tuple[Any, bool]:
@@ -188,13 +214,16 @@ def core_op(op: Any, dt: Datatype, call: str, keeps_order: bool = False) -> tupl
     non-commutative user op can go to it as it is."""
     o = op._o if type(op) is Op else None
     t = dt._t
-    if o is not None and o.builtin is not None and not t.pair:  # type: ignore[union-attr]
+    if o is not None and o.builtin is not None and not t.pair and not t.mixed:  # type: ignore[union-attr]
         return o.builtin, False                                  # the common case, first
     if not isinstance(op, Op):
         raise TypeError(f"{call}: op must be an MPI.Op, got {type(op).__name__}")
     o = op._valid(call)
     assert t is not None
     if o.builtin is not None:
+        if t.mixed:
+            raise MPIException(ERR_OP, f"{call}: MPI_{o.name} does not apply to a derived datatype "
+                                       "of mixed basic types (a struct); use a user-defined op")
         if t.pair:
             raise MPIException(ERR_OP, f"{call}: MPI_{o.name} does not apply to the pair type "
                                        f"{t.name}; use MPI.MAXLOC or MPI.MINLOC")

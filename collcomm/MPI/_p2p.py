@@ -28,9 +28,10 @@ from ..errors import CollcommError
 from ._consts import ANY_SOURCE, ANY_TAG, PROC_NULL
 from ._errors import translate
 from ._msg import simple
+from ._staging import Staged
 from ._p2p_ops import (
     ACK, SYNC, TAG_BITS, _EMPTY, _LentSend, _NativeRecv, _Pair, _Recv, _Send, _SENT, _dest, _native_tag,
-    _null_status, _request, _rtag, _source, _stag, complete,
+    _null_status, _request, _rtag, _source, _stag, complete, Unpacked,
 )
 from ._types import _BY_NUMPY
 from ..core.p2p_loans import patience_ns
@@ -70,17 +71,19 @@ class PointToPoint:
         if source == PROC_NULL:
             return Done(None, PROC_NULL, ANY_TAG, 0)
         s, (t, mask) = _source(g, source, call), _rtag(tag, call)
-        arr, _ = simple(buf, call, "buf", writable=True)
+        st: Staged = []
+        arr, _ = simple(buf, call, "buf", writable=True, staged=st)
         f = None if s is None or s == g.rank else p2p.native(g)
         if f is not None and arr.dtype.kind in "biufc" and arr.flags.c_contiguous:
             # received natively at its wait if it can (core/p2p.py defer, in one C call)
             h = f.start(True, p2p.Deferred, g, arr, s, t, 0, False, mask)
             if h is not None:
-                return _Recv(g, h)
+                return _Recv(g, h) if not st else Unpacked(_Recv(g, h), st)
         try:
-            return _Recv(g, p2p.irecv(g, arr, s, t, mask, call))
+            r = _Recv(g, p2p.irecv(g, arr, s, t, mask, call))
         except CollcommError as exc:
             raise translate(exc) from exc
+        return r if not st else Unpacked(r, st)
 
     _complete = staticmethod(lambda op, status=None: complete(op, status))
 
@@ -189,8 +192,8 @@ class PointToPoint:
 
     def Sendrecv_replace(self, buf: Any, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,  # noqa: N802
                          recvtag: int = ANY_TAG, status: Status | None = None) -> None:
-        arr, dt = simple(buf, "Sendrecv_replace", "buf", writable=True)
-        self.Sendrecv(arr.copy(), dest, sendtag, [arr, dt], source, recvtag, status)
+        arr, _ = simple(buf, "Sendrecv_replace", "buf")    # (packed, for a derived type)
+        self.Sendrecv(arr.copy(), dest, sendtag, buf, source, recvtag, status)
 
     def Isendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,  # noqa: N802
                   source: int = ANY_SOURCE, recvtag: int = ANY_TAG) -> Request:
@@ -199,8 +202,8 @@ class PointToPoint:
 
     def Isendrecv_replace(self, buf: Any, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,  # noqa: N802
                           recvtag: int = ANY_TAG) -> Request:
-        arr, dt = simple(buf, "Isendrecv_replace", "buf", writable=True)
-        return self.Isendrecv(arr.copy(), dest, sendtag, [arr, dt], source, recvtag)
+        arr, _ = simple(buf, "Isendrecv_replace", "buf")
+        return self.Isendrecv(arr.copy(), dest, sendtag, buf, source, recvtag)
 
     # -- persistent ------------------------------------------------------------------------------
     def Send_init(self, buf: Any, dest: int, tag: int = 0) -> Any:  # noqa: N802

@@ -222,6 +222,39 @@ def _fill(status: Status | None, op: Any) -> None:
         status._set(op.source, op.tag, op.nbytes)
 
 
+class Unpacked:
+    """A receive into a derived datatype with gaps: the receive (into a packed temporary),
+    then the unpacking into the caller's memory (``staged``) once it completes."""
+
+    def __init__(self, recv: Any, staged: list[Any]) -> None:
+        self._r, self._staged = recv, staged
+
+    def _unpack(self) -> None:
+        staged, self._staged = self._staged, []
+        if not self._r.cancelled:
+            for step in staged:
+                step()
+
+    def test(self) -> bool:
+        if self._r.test():
+            self._unpack()
+            return True
+        return False
+
+    def wait(self) -> None:
+        self._r.wait()
+        self._unpack()
+
+    def cancel(self) -> Any:
+        return self._r.cancel()
+
+    source = property(lambda self: self._r.source)
+    tag = property(lambda self: self._r.tag)
+    nbytes = property(lambda self: self._r.nbytes)
+    cancelled = property(lambda self: self._r.cancelled)
+    value = property(lambda self: self._r.value)
+
+
 class _Pair:
     """A send and a receive completing together (Isendrecv)."""
 

@@ -26,7 +26,7 @@ from ._errors import Exception as MPIException, translate
 from ._msg import simple
 from ._p2p_ops import (
     ACK, BODY, SYNC, TAG_BITS, _EMPTY, _Recv, _Send, _dest, _done_request, _request, _rtag,
-    _source, _stag, complete,
+    _source, _stag, complete, Unpacked,
 )
 from ._request import Done, Request, Status
 
@@ -242,16 +242,18 @@ class Message:
         return g, m
 
     def Irecv(self, buf: Any) -> Request:  # noqa: N802
+        st: list[Any] = []
         if self._m is not None:   # (checked first: a bad buffer leaves the message claimable)
-            arr, _ = simple(buf, "Message.Irecv", "buf", writable=True)
+            arr, _ = simple(buf, "Message.Irecv", "buf", writable=True, staged=st)
         taken = self._take("Irecv")
         if taken is None:
             return _done_request()
         g, m = taken
         try:
-            return _request(_Recv(g, p2p.mrecv(g, m, arr)))
+            r = _Recv(g, p2p.mrecv(g, m, arr))
         except CollcommError as exc:
             raise translate(exc) from exc
+        return _request(r if not st else Unpacked(r, st))
 
     def Recv(self, buf: Any, status: Status | None = None) -> None:  # noqa: N802
         self.Irecv(buf).Wait(status)

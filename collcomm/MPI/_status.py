@@ -69,7 +69,8 @@ class Status:
 
     def Get_count(self, datatype: Datatype | None = None) -> int:  # noqa: N802
         """Whole ``datatype`` elements received (bytes by default); UNDEFINED if partial."""
-        size = 1 if datatype is None else datatype.Get_extent()[1]   # (the bytes it moves)
+        t = None if datatype is None else datatype._t
+        size = 1 if t is None else t.base.itemsize * t.mult   # (the bytes one element moves, packed)
         if size == 0:
             return 0
         return self.count // size if self.count % size == 0 else UNDEFINED
@@ -79,6 +80,9 @@ class Status:
         t = datatype._t
         if t is None:
             raise MPIException(3, "Status.Get_elements: datatype is MPI.DATATYPE_NULL")
+        if t.mixed:                 # (a struct of mixed types: whole elements only)
+            whole = t.base.itemsize * t.mult
+            return self.count // whole * t.nbasic if whole and self.count % whole == 0 else UNDEFINED
         unit = t.base.itemsize      # (a value-index pair is one: predefined, as Open MPI counts)
         return self.count // unit if unit and self.count % unit == 0 else UNDEFINED
 

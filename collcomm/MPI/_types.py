@@ -1,15 +1,15 @@
-"""Datatypes: ``MPI.INT``, ``MPI.DOUBLE``, the value-index pairs, and the typecode mapping.
+"""Datatypes: ``MPI.INT``, ``MPI.DOUBLE``, the value-index pairs, derived types, and the
+typecode mapping.
 
-A :class:`Datatype` describes one element of a message. collcomm keeps, for each:
-
-* ``np``: the numpy dtype of one element (a structured dtype for the pairs
-  ``FLOAT_INT`` … ``2INT``, laid out as C lays out ``struct {value; int index;}``);
-* ``base`` and ``mult``: the numpy dtype and the number of its items that carry one
-  element to the core (1-D arrays of a plain numeric dtype): the type itself for the
-  basic types, an unsigned/complex integer of the pair's exact size for the pairs (so an
-  algorithm never splits a pair), ``mult`` copies of the base type for
-  ``Create_contiguous``; ``core`` is the dtype the core is told (``"bfloat16"`` for
-  ``BFLOAT16_T``, whose bits travel as uint16).
+A :class:`Datatype` is a handle on a :class:`~._derived._Type`, which describes one element
+of a message: ``np``, the numpy dtype of one basic element (a structured dtype for the
+pairs ``FLOAT_INT`` … ``2INT``, laid out as C lays out ``struct {value; int index;}``);
+``base`` and ``mult``, the numpy dtype and the number of its items that carry one element
+to the core (1-D arrays of a plain numeric dtype): the type itself for the basic types,
+an unsigned/complex integer of the pair's exact size for the pairs (so an algorithm never
+splits a pair); ``core``, the dtype the core is told (``"bfloat16"`` for ``BFLOAT16_T``,
+whose bits travel as uint16). The derived-type constructors (``Create_vector`` …
+``Create_resized``) are in :mod:`._derived`; recipes and MPI_Pack in :mod:`._type_contents`.
 
 When a buffer comes without a datatype, the type is read from its format the way
 mpi4py reads it: numpy's type characters (``'i'`` → ``MPI.INT``, ``'d'`` → ``MPI.DOUBLE``,
@@ -23,26 +23,13 @@ from typing import Any
 
 import numpy as np
 
+from . import _derived
+from ._derived import _Type
+from ._type_contents import TypeContents
 from ._errors import ERR_TYPE, Exception as MPIException, not_implemented
 
 
-class _Type:
-    __slots__ = ("name", "np", "base", "mult", "core", "code", "predefined", "pair", "size")
-
-    def __init__(self, name: str, npdt: Any, code: str, *, base: Any = None, mult: int = 1,
-                 core: Any = None, predefined: bool = True, pair: bool = False) -> None:
-        self.name, self.code, self.predefined, self.pair = name, code, predefined, pair
-        self.np = None if npdt is None else np.dtype(npdt)
-        self.base = self.np if base is None else np.dtype(base)
-        self.mult = mult
-        self.core = self.base if core is None else core
-        # MPI's size: the bytes of data, without a pair's padding (MPI_DOUBLE_INT: 12, its
-        # extent 16); the extent is base.itemsize * mult, the element's bytes in memory
-        packed = sum(f[0].itemsize for f in self.np.fields.values()) if pair else self.base.itemsize
-        self.size = packed * mult
-
-
-class Datatype:
+class Datatype(TypeContents):
     """An MPI datatype (see the module docstring). ``Datatype(t)`` refers to the same type."""
 
     __slots__ = ("_t",)
@@ -84,14 +71,16 @@ class Datatype:
         return self._valid("Get_size").size
 
     def Get_extent(self) -> tuple[int, int]:  # noqa: N802
-        """(lower bound, extent) in bytes: the extent is one element's bytes in memory."""
-        t = self._valid("Get_extent")
-        return 0, t.base.itemsize * t.mult
+        """(lower bound, extent) in bytes: the extent is the stride between consecutive elements."""
+        lay = self._valid("Get_extent").layout
+        return lay.lb, lay.extent
 
     def Get_true_extent(self) -> tuple[int, int]:  # noqa: N802
-        """(true lower bound, true extent): the last element's padding left out
-        (``DOUBLE_INT``: 12; its extent 16)."""
+        """(true lower bound, true extent): where the data lies, a predefined pair's last
+        padding left out (``DOUBLE_INT``: 12; its extent 16)."""
         t = self._valid("Get_true_extent")
+        if t.gaps:
+            return t.layout.true_lb, t.layout.true_ub - t.layout.true_lb
         if not t.mult:
             return 0, 0
         unit = t.size // t.mult
@@ -99,11 +88,11 @@ class Datatype:
 
     size = property(Get_size)
     extent = property(lambda self: self.Get_extent()[1])
-    lb = property(lambda self: 0)
-    ub = property(lambda self: self.Get_extent()[1])
+    lb = property(lambda self: self.Get_extent()[0])
+    ub = property(lambda self: sum(self.Get_extent()))
     true_extent = property(lambda self: self.Get_true_extent()[1])
-    true_lb = lb
-    true_ub = true_extent
+    true_lb = property(lambda self: self.Get_true_extent()[0])
+    true_ub = property(lambda self: sum(self.Get_true_extent()))
 
     def Get_name(self) -> str:  # noqa: N802
         return self._t.name if self._t is not None else "MPI_DATATYPE_NULL"
@@ -133,28 +122,71 @@ class Datatype:
     def fromcode(cls, code: str) -> "Datatype":
         return from_code(code, "Datatype.fromcode")
 
-    # -- making and freeing --------------------------------------------------------------
-    def Dup(self) -> "Datatype":  # noqa: N802
-        t = self._valid("Dup")
+    # -- making and freeing (derived types: _derived.py) ------------------------------------
+    def _new(self, t: _Type) -> "Datatype":
         d = Datatype()
-        d._t = _Type(f"Dup {t.name}", t.np, t.code, base=t.base, mult=t.mult, core=t.core,
-                     predefined=False, pair=t.pair)
+        d._t = t
         return d
+
+    def Dup(self) -> "Datatype":  # noqa: N802
+        return self._new(_derived.dup(self._valid("Dup")))
 
     Create_dup = Dup
 
     def Create_contiguous(self, count: int) -> "Datatype":  # noqa: N802
         """``count`` consecutive elements of this type as one element."""
-        t = self._valid("Create_contiguous")
-        if int(count) < 0:
-            raise MPIException(ERR_TYPE, f"Create_contiguous: count must be >= 0, got {count}")
-        d = Datatype()
-        d._t = _Type(f"contiguous({count}) of {t.name}", t.np, t.code, base=t.base,
-                     mult=t.mult * int(count), core=t.core, predefined=False, pair=t.pair)
-        return d
+        return self._new(_derived.contiguous(self._valid("Create_contiguous"), count))
+
+    def Create_vector(self, count: int, blocklength: int, stride: int) -> "Datatype":  # noqa: N802
+        """``count`` blocks of ``blocklength`` elements, block starts ``stride`` elements apart."""
+        return self._new(_derived.vector(self._valid("Create_vector"), count, blocklength, stride, False))
+
+    def Create_hvector(self, count: int, blocklength: int, stride: int) -> "Datatype":  # noqa: N802
+        """As Create_vector, ``stride`` in bytes."""
+        return self._new(_derived.vector(self._valid("Create_hvector"), count, blocklength, stride, True))
+
+    def Create_indexed(self, blocklengths: Any, displacements: Any) -> "Datatype":  # noqa: N802
+        """Blocks of ``blocklengths[i]`` elements at ``displacements[i]`` elements."""
+        return self._new(_derived.indexed(self._valid("Create_indexed"), blocklengths, displacements,
+                                          False, False))
+
+    def Create_hindexed(self, blocklengths: Any, displacements: Any) -> "Datatype":  # noqa: N802
+        """As Create_indexed, displacements in bytes."""
+        return self._new(_derived.indexed(self._valid("Create_hindexed"), blocklengths, displacements,
+                                          True, False))
+
+    def Create_indexed_block(self, blocklength: int, displacements: Any) -> "Datatype":  # noqa: N802
+        return self._new(_derived.indexed(self._valid("Create_indexed_block"), blocklength, displacements,
+                                          False, True))
+
+    def Create_hindexed_block(self, blocklength: int, displacements: Any) -> "Datatype":  # noqa: N802
+        return self._new(_derived.indexed(self._valid("Create_hindexed_block"), blocklength, displacements,
+                                          True, True))
+
+    def Create_subarray(self, sizes: Any, subsizes: Any, starts: Any,  # noqa: N802
+                        order: int = 0) -> "Datatype":
+        """The block ``subsizes`` at ``starts`` of an array ``sizes`` (C order by default;
+        ``MPI.ORDER_FORTRAN``); the extent is the whole array's."""
+        return self._new(_derived.subarray(self._valid("Create_subarray"), sizes, subsizes, starts, order))
+
+    @classmethod
+    def Create_struct(cls, blocklengths: Any, displacements: Any, datatypes: Any) -> "Datatype":  # noqa: N802
+        """Blocks of ``blocklengths[i]`` elements of ``datatypes[i]`` at byte ``displacements[i]``."""
+        types = [as_datatype(t, "Datatype.Create_struct")._t for t in datatypes]
+        return Datatype()._new(_derived.struct(blocklengths, displacements, types))  # type: ignore[arg-type]
+
+    def Create_resized(self, lb: int, extent: int) -> "Datatype":  # noqa: N802
+        """The same data with lower bound ``lb`` and extent ``extent`` (bytes)."""
+        return self._new(_derived.resized(self._valid("Create_resized"), lb, extent))
+
+    Resized = Create_resized
+
+    def Create_darray(self, *args: Any, **kwargs: Any) -> "Datatype":  # noqa: N802
+        raise not_implemented("Datatype.Create_darray", "distributed-array types; build the "
+                              "block with Create_subarray")
 
     def Commit(self) -> "Datatype":  # noqa: N802
-        self._valid("Commit")
+        self._valid("Commit").committed = True
         return self
 
     def Free(self) -> None:  # noqa: N802
@@ -165,23 +197,13 @@ class Datatype:
 
     free = Free
 
-    def _unsupported(self, *args: Any, **kwargs: Any) -> "Datatype":
-        raise not_implemented("Datatype.Create_vector/indexed/struct/subarray/darray/resized",
-                              "derived datatypes other than Create_contiguous and Dup")
-
-    Create_vector = Create_hvector = Create_indexed = Create_hindexed = _unsupported
-    Create_indexed_block = Create_hindexed_block = Create_subarray = Create_darray = _unsupported
-    Create_resized = Resized = _unsupported
-
 
 def _predefined(name: str) -> Datatype:
     return _BY_NAME[name]
 
 
 def _make(name: str, npdt: Any, code: str, **kw: Any) -> Datatype:
-    d = Datatype()
-    d._t = _Type(name, npdt, code, **kw)
-    return d
+    return Datatype()._new(_Type(name, npdt, code, **kw))
 
 
 DATATYPE_NULL = Datatype()

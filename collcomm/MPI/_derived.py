@@ -1,0 +1,207 @@
+"""What a datatype is inside collcomm.MPI (:class:`_Type`), and the derived-type constructors.
+
+Every type, predefined or derived, has:
+
+* ``layout``: one element in memory (:mod:`._typemap`: runs of bytes, bounds, alignment);
+  ``gaps`` is True when a message of the type is not simply its memory (holes, a lower
+  bound or extent of its own, pieces out of order), so it is packed to move;
+* ``base`` and ``mult``: the numpy dtype and the number of its items one *packed* element
+  is: the basic type's when every basic element is of one type (so a reduction applies
+  to the packed message, as MPI's predefined ops apply to a derived type of one basic
+  type), bytes (``uint8``) for a struct of mixed types (``mixed``: not reducible);
+  ``core`` the dtype the core is told, ``np`` one basic element's numpy dtype;
+* ``size``: MPI's size (data bytes, a value-index pair without its padding), ``nbasic``:
+  basic elements in one element;
+* ``recipe``: how it was made (``decode``, ``Get_envelope``, ``Get_contents``).
+
+A derived type must be committed (``Commit``) before it is used to communicate, as MPI
+requires; constructors check their arguments with MPI's error classes (ERR_COUNT,
+ERR_ARG, ERR_TYPE).
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import _typemap
+from ._errors import ERR_ARG, ERR_COUNT, ERR_TYPE, Exception as MPIException
+
+#: Open MPI's combiner numbers (``MPI.COMBINER_*``).
+COMBINERS = {"NAMED": 0, "DUP": 1, "CONTIGUOUS": 2, "VECTOR": 3, "HVECTOR": 5, "INDEXED": 6,
+             "HINDEXED": 8, "INDEXED_BLOCK": 9, "STRUCT": 11, "SUBARRAY": 12, "DARRAY": 13,
+             "RESIZED": 17, "HINDEXED_BLOCK": 18, "F90_REAL": 14, "F90_COMPLEX": 15,
+             "F90_INTEGER": 16, "VALUE_INDEX": 19}
+
+
+class _Type:
+    __slots__ = ("name", "np", "base", "mult", "core", "code", "predefined", "pair", "size",
+                 "layout", "gaps", "mixed", "nbasic", "committed", "recipe")
+
+    def __init__(self, name: str, npdt: Any, code: str, *, base: Any = None, mult: int = 1,
+                 core: Any = None, predefined: bool = True, pair: bool = False) -> None:
+        self.name, self.code, self.predefined, self.pair = name, code, predefined, pair
+        self.np = None if npdt is None else np.dtype(npdt)
+        self.base = self.np if base is None else np.dtype(base)
+        self.mult = mult
+        self.core = self.base if core is None else core
+        # MPI's size: the bytes of data, without a pair's padding (MPI_DOUBLE_INT: 12, its
+        # extent 16); the extent is base.itemsize * mult, the element's bytes in memory
+        packed = sum(f[0].itemsize for f in self.np.fields.values()) if pair else self.base.itemsize
+        self.size = packed * mult
+        align = self.np.alignment if self.np is not None else 1
+        self.layout = _typemap.plain(self.base.itemsize * mult, align)
+        self.gaps = self.mixed = False
+        self.nbasic, self.committed = mult, True
+        self.recipe: tuple[str, dict[str, Any], list[Any]] = ("NAMED", {}, [])
+
+    def key(self) -> tuple[Any, ...]:
+        """What a basic element is, for telling a struct of one type from a mixed one."""
+        return (self.base.str, str(self.core), self.pair, self.np.str if self.pair else None)
+
+
+def _derived(displs: Any, counts: Any, olds: "_Type | Sequence[_Type]",
+             recipe: tuple[str, dict[str, Any], list[Any]], layout: _typemap.Layout | None = None) -> _Type:
+    """A new (uncommitted) type of pieces: piece i is ``counts[i]`` elements of the old type
+    (one type for all, or one each) at byte ``displs[i]``."""
+    counts = np.asarray(counts, dtype=np.int64).reshape(-1)
+    if isinstance(olds, _Type):
+        used = [olds] if counts.size and counts.max() > 0 else []
+        total = int(counts.sum())
+        size, nbasic = total * olds.size, total * olds.nbasic
+        if layout is None:
+            layout = _typemap.combine(displs, counts, olds.layout)
+    else:
+        used = [o for o, c in zip(olds, counts.tolist()) if c > 0]
+        size = sum(c * o.size for o, c in zip(olds, counts.tolist()) if c > 0)
+        nbasic = sum(c * o.nbasic for o, c in zip(olds, counts.tolist()) if c > 0)
+        if layout is None:
+            layout = _typemap.combine(displs, counts, [o.layout for o in olds])
+    keys = {o.key() for o in used if o.nbasic}
+    mixed = len(keys) > 1 or any(o.mixed for o in used)
+    first = next((o for o in used if o.nbasic), None)
+    t = _Type.__new__(_Type)
+    t.name, t.predefined, t.committed, t.recipe = "", False, False, recipe
+    if first is None or mixed:
+        t.np = t.base = t.core = np.dtype(np.uint8)
+        t.code, t.pair = "B", False
+    else:
+        t.np, t.base, t.core, t.code, t.pair = first.np, first.base, first.core, first.code, first.pair
+    t.mixed, t.layout, t.size, t.nbasic = mixed, layout, size, nbasic
+    t.mult = layout.packed // t.base.itemsize
+    t.gaps = not layout.contiguous()
+    return t
+
+
+def _count(value: Any, call: str, what: str = "count") -> int:
+    v = int(value)
+    if v < 0:
+        raise MPIException(ERR_COUNT, f"Datatype.{call}: {what} must be >= 0, got {v}")
+    return v
+
+
+def _ints(values: Any, call: str, what: str) -> list[int]:
+    try:
+        return [int(v) for v in values]
+    except TypeError:
+        raise TypeError(f"Datatype.{call}: {what} must be a sequence of integers") from None
+
+
+def contiguous(old: _Type, count: Any) -> _Type:
+    n = _count(count, "Create_contiguous")
+    return _derived([0], [n], old, ("CONTIGUOUS", {"count": n}, [old]))
+
+
+def vector(old: _Type, count: Any, blocklength: Any, stride: Any, hbytes: bool) -> _Type:
+    call = "Create_hvector" if hbytes else "Create_vector"
+    n, bl, st = _count(count, call), _count(blocklength, call, "blocklength"), int(stride)
+    step = st if hbytes else st * old.layout.extent
+    params = {"count": n, "blocklength": bl, "stride": st}
+    return _derived(np.arange(n, dtype=np.int64) * step, np.full(n, bl), old,
+                    ("HVECTOR" if hbytes else "VECTOR", params, [old]))
+
+
+def indexed(old: _Type, blocklengths: Any, displacements: Any, hbytes: bool, block: bool) -> _Type:
+    call = ("Create_hindexed" if hbytes else "Create_indexed") + ("_block" if block else "")
+    displs = _ints(displacements, call, "displacements")
+    if block:
+        bl = _count(blocklengths, call, "blocklength")
+        lengths = [bl] * len(displs)
+    else:
+        lengths = [_count(b, call, "blocklengths") for b in _ints(blocklengths, call, "blocklengths")]
+        if len(lengths) != len(displs):
+            raise MPIException(ERR_ARG, f"Datatype.{call}: {len(lengths)} blocklengths but "
+                                        f"{len(displs)} displacements")
+    scale = 1 if hbytes else old.layout.extent
+    name = ("HINDEXED" if hbytes else "INDEXED") + ("_BLOCK" if block else "")
+    params = ({"blocklength": lengths[0] if lengths else int(blocklengths)} if block
+              else {"blocklengths": lengths})
+    params["displacements"] = displs
+    return _derived(np.array(displs, dtype=np.int64) * scale, lengths, old, (name, params, [old]))
+
+
+def struct(blocklengths: Any, displacements: Any, types: Sequence[_Type]) -> _Type:
+    lengths = [_count(b, "Create_struct", "blocklengths") for b in _ints(blocklengths, "Create_struct", "blocklengths")]
+    displs = _ints(displacements, "Create_struct", "displacements")
+    if not len(lengths) == len(displs) == len(types):
+        raise MPIException(ERR_ARG, f"Datatype.Create_struct: {len(lengths)} blocklengths, "
+                                    f"{len(displs)} displacements and {len(types)} datatypes; "
+                                    "they must be as many")
+    params = {"blocklengths": lengths, "displacements": displs, "datatypes": list(types)}
+    return _derived(displs, lengths, list(types), ("STRUCT", params, list(types)))
+
+
+def subarray(old: _Type, sizes: Any, subsizes: Any, starts: Any, order: int) -> _Type:
+    sizes, subsizes, starts = (_ints(v, "Create_subarray", w) for v, w in
+                               ((sizes, "sizes"), (subsizes, "subsizes"), (starts, "starts")))
+    if not len(sizes) == len(subsizes) == len(starts) or not sizes:
+        raise MPIException(ERR_ARG, "Datatype.Create_subarray: sizes, subsizes and starts must be "
+                                    f"as long as each other and not empty, got {sizes}, {subsizes}, {starts}")
+    for s, ss, st in zip(sizes, subsizes, starts):
+        if s < 1 or ss < 0 or st < 0 or st + ss > s:     # (Open MPI takes a subsize of 0)
+            raise MPIException(ERR_ARG, f"Datatype.Create_subarray: a subarray of {subsizes} at "
+                                        f"{starts} does not fit in an array of {sizes}")
+    if order not in (0, 1):
+        raise MPIException(ERR_ARG, f"Datatype.Create_subarray: order must be MPI.ORDER_C or "
+                                    f"MPI.ORDER_FORTRAN, got {order}")
+    dims = list(zip(sizes, subsizes, starts))
+    if order == 1:                       # Fortran: the first index varies fastest
+        dims.reverse()
+    ext = old.layout.extent
+    strides, acc = [], ext
+    for s, _, _ in reversed(dims):
+        strides.append(acc)
+        acc *= s
+    strides.reverse()
+    offset = sum(st * k for (_, _, st), k in zip(dims, strides))
+    grid = np.zeros(1, dtype=np.int64)
+    for (_, ss, _), k in zip(dims[:-1], strides[:-1]):
+        grid = (grid[:, None] + np.arange(ss, dtype=np.int64)[None, :] * k).reshape(-1)
+    inner = np.full(grid.size, dims[-1][1])
+    rows = _typemap.combine(offset + grid, inner, old.layout)
+    layout = _typemap.Layout(rows.runs, 0, acc, True, True, old.layout.align)   # the whole array
+    params = {"sizes": sizes, "subsizes": subsizes, "starts": starts, "order": order}
+    return _derived(offset + grid, inner, old, ("SUBARRAY", params, [old]), layout)
+
+
+def resized(old: _Type, lb: Any, extent: Any) -> _Type:
+    lb, extent = int(lb), int(extent)
+    return _derived([0], [1], old, ("RESIZED", {"lb": lb, "extent": extent}, [old]),
+                    _typemap.resized(old.layout, lb, extent))
+
+
+def dup(old: _Type) -> _Type:
+    if old.predefined:
+        t = _Type(f"Dup {old.name}", old.np, old.code, base=old.base, mult=old.mult, core=old.core,
+                  predefined=False, pair=old.pair)
+    else:
+        t = _derived([0], [1], old, ("DUP", {}, [old]), old.layout)
+        t.name = old.name
+    t.recipe, t.committed = ("DUP", {}, [old]), old.committed
+    return t
+
+
+def check_committed(t: _Type, call: str) -> None:
+    if not t.committed:
+        raise MPIException(ERR_TYPE, f"{call}: the derived datatype is not committed; call "
+                                     "its Commit() before communicating with it")
