@@ -99,6 +99,7 @@ def test_packing_matches_a_type_map_walk():
     from collcomm.MPI import _typemap
 
     rng = random.Random(5)
+    kinds = set()
     for case in range(300):
         dt = _random_type(MPI, rng).Commit()
         lb, ext = dt.Get_extent()
@@ -113,6 +114,8 @@ def test_packing_matches_a_type_map_walk():
         assert dt.Get_size() * count == len(want), (case, dt.decode()[1:])
         got = _typemap.pack(mem, t.layout, count, 0)
         assert got.tobytes() == want, (case, dt.decode()[1:])
+        if count and t.layout.packed:
+            kinds.add(_typemap._plan(t.layout, count)[0])
         fresh = np.zeros_like(mem)
         _typemap.unpack(fresh, t.layout, count, 0, got)
         written = np.zeros(size, dtype=bool)
@@ -120,6 +123,7 @@ def test_packing_matches_a_type_map_walk():
             for o, s in tm:
                 written[o + i * ext:o + i * ext + s] = True
         assert (fresh[written] == mem[written]).all() and not fresh[~written].any(), case
+    assert kinds == {"one", "strided", "columns", "index"}, kinds     # every packing path ran
 
 
 # (Open MPI 5 + mpi4py 4.1: Get_extent, Get_true_extent, Get_size)
@@ -143,6 +147,10 @@ OPEN_MPI = [
     ("D.Create_contiguous(4).Create_resized(0, 8)", (0, 8), (0, 32), 32),
     ("MPI.INT.Create_resized(-4, 12)", (-4, 12), (0, 4), 4),
     ("D.Create_vector(0, 1, 4)", (0, 0), (0, 0), 0),
+    ("MPI.Datatype.Create_struct([1, 1], [0, 100], [MPI.INT, D.Create_contiguous(0)])", (0, 100), (0, 4), 4),
+    ("MPI.Datatype.Create_struct([1, 1], [0, 40], [MPI.CHAR, MPI.INT.Create_indexed_block(0, [5, 9])])",
+     (0, 40), None, 1),
+    ("MPI.DOUBLE_INT.Create_resized(0, 12)", (0, 12), (0, 12), 12),
 ]
 
 
@@ -176,6 +184,10 @@ def test_recipes_and_contents():
     assert (D.combiner, D.decode()[1], D.Dup().name, v.name, v.is_named) == (0, "NAMED", "Dup MPI_DOUBLE", "", False)
     with pytest.raises(MPI.Exception):
         D.Get_contents()
+    assert [MPI.Datatype.Get_value_index(v, MPI.INT) == p for v, p in
+            ((D, MPI.DOUBLE_INT), (MPI.INT, MPI.TWOINT), (MPI.FLOAT, MPI.FLOAT_INT), (MPI.CHAR, MPI.DATATYPE_NULL),
+             (MPI.SHORT, MPI.SHORT_INT))] == [True] * 5
+    assert MPI.Datatype.Get_value_index(D, MPI.LONG) == MPI.DATATYPE_NULL
     for bad, cls in ((lambda: D.Create_vector(-1, 1, 1), MPI.ERR_COUNT),
                      (lambda: D.Create_subarray([4], [5], [0]), MPI.ERR_ARG),
                      (lambda: D.Create_indexed([1, 2], [0]), MPI.ERR_ARG),
@@ -185,6 +197,45 @@ def test_recipes_and_contents():
         assert info.value.Get_error_class() == cls
     with pytest.raises(NotImplementedError, match="Create_darray"):
         D.Create_darray(4, 0, 1, [4], [MPI.DISTRIBUTE_BLOCK], [MPI.DISTRIBUTE_DFLT_DARG], [4])
+
+
+def test_pack_counts_whole_elements():
+    """A plain buffer packs as many whole elements as fit (its bytes over the extent), as mpi4py."""
+    from collcomm import MPI
+
+    vec = MPI.INT.Create_vector(3, 2, 4).Commit()
+    out = bytearray(64)
+    assert vec.Pack(np.arange(12, dtype="i4"), out, 0) == 24
+    assert np.frombuffer(bytes(out[:24]), dtype="i4").tolist() == [0, 1, 4, 5, 8, 9]
+    back = np.full(12, -1, dtype="i4")
+    assert vec.Unpack(out, 0, back) == 24
+    assert back.tolist() == [0, 1, -1, -1, 4, 5, -1, -1, 8, 9, -1, -1]
+    with pytest.raises(MPI.Exception) as info:
+        vec.Pack(np.arange(12, dtype="i4"), bytearray(8), 0)
+    assert info.value.Get_error_class() == MPI.ERR_TRUNCATE
+
+
+def test_big_struct_and_columns_pack_without_index_arrays():
+    """A struct of unequal fields and a resized column pack by strided copies: nothing the
+    size of the message is kept per type."""
+    from collcomm import MPI
+
+    st = MPI.Datatype.Create_struct([1, 1], [0, 8], [MPI.CHAR, MPI.DOUBLE]).Commit()
+    rec = np.zeros(200_000, dtype=np.dtype({"names": ["c", "d"], "formats": ["u1", "f8"], "offsets": [0, 8],
+                                            "itemsize": 16}))
+    rec["c"], rec["d"] = np.arange(rec.size) % 251, np.arange(rec.size) / 3
+    out = bytearray(st.Pack_size(rec.size))
+    st.Pack(rec, out, 0)
+    packed = np.frombuffer(bytes(out), dtype=np.dtype([("c", "u1"), ("d", "<f8")]))
+    assert (packed["c"] == rec["c"]).all() and (packed["d"] == rec["d"]).all()
+    col = MPI.DOUBLE.Create_vector(300, 1, 300).Create_resized(0, 8).Commit()
+    a = np.random.default_rng(1).random((300, 300))
+    out = bytearray(a.nbytes)
+    col.Pack([a, 300, col], out, 0)
+    assert (np.frombuffer(bytes(out)) == a.T.reshape(-1)).all()
+    for t in (st, col):
+        held = [x for plan in t._t.layout._plans.values() for x in plan if isinstance(x, (np.ndarray, dict))]
+        assert not any(isinstance(x, np.ndarray) or x for x in held), "an index array was kept"
 
 
 # ----------------------------------------------------------------------------- the MPI job's section
@@ -314,6 +365,60 @@ def datatype_checks(c: Checker, MPI, comm) -> None:
     comm.Allreduce([np.arange(6.0) + r, 1, every2], [s, 1, every2], op=op)
     c.eq(s, [n - 1, -1, n + 1, -1, n + 3, -1], "a user op on a vector (laid out with its gaps)")
     op.Free()
+    # a user op on a type with gaps over a message the core would cut into pieces
+    big = D.Create_vector(1, 2, 3).Create_resized(0, 24).Commit()
+
+    def mul_add(inbuf, inout, dt):
+        x, y = np.frombuffer(inbuf, "f8").reshape(-1, 3), np.frombuffer(inout, "f8").reshape(-1, 3)
+        y[:, 0] *= x[:, 0]
+        y[:, 1] += x[:, 1]
+    op = MPI.Op.Create(mul_add, commute=True)
+    N = 30001
+    src = np.ones((N, 3))
+    src[:, 1], src[:, 2] = r + 1, 99
+    out = np.full((N, 3), -5.0)
+    comm.Allreduce([src, N, big], [out, N, big], op)
+    c.eq(out[[0, N // 2, N - 1]], [[1.0, n * (n + 1) / 2, -5.0]] * 3, "a user op on 30001 elements with gaps")
+    neg = D.Create_hindexed([1, 1], [-8, 0]).Commit()
+    c.raises(lambda: comm.Allreduce([np.ones(4), 1, 1, neg], [np.ones(4), 1, 1, neg], op), NotImplementedError,
+             "a user op on data before the origin, on every rank")
+    op.Free()
+    # value-index pairs inside derived types: their padding is never written
+    rec3 = np.dtype([("v", "f8"), ("idx", "i4"), ("tag", "i4")])
+    recs = np.zeros(4, rec3)
+    recs["v"], recs["idx"], recs["tag"] = np.arange(4) + 10 * r, r, 1000 + r
+    every_other = MPI.DOUBLE_INT.Create_vector(2, 1, 2).Commit()
+    comm.Sendrecv([recs.view(np.uint8), 1, every_other], right, 11, [recs.view(np.uint8), 1, every_other], left, 11)
+    c.eq([recs["v"].tolist(), recs["idx"].tolist(), recs["tag"].tolist()],
+         [[10 * left, 1 + 10 * r, 2 + 10 * left, 3 + 10 * r], [left, r, left, r], [1000 + r] * 4],
+         "pairs in a vector: the records' other fields untouched")
+    best = np.zeros(4, rec3)
+    comm.Allreduce([np.array([(float(r % 3), r, 0)] * 4, rec3).view(np.uint8), 1, every_other],
+                   [best.view(np.uint8), 1, every_other], op=MPI.MAXLOC)
+    top = max(q % 3 for q in range(n))
+    c.eq([best["v"].tolist(), best["idx"].tolist()],
+         [[top, 0, top, 0], [min(q for q in range(n) if q % 3 == top), 0] * 2], "MAXLOC over pairs in a vector")
+    packed = np.zeros(3 * 12 + 8, np.uint8)
+    view12 = packed[:36].view(np.dtype([("v", "f8"), ("idx", "i4")]))
+    view12["v"], view12["idx"], packed[36:] = np.arange(3) + 10 * r, r, 200
+    t12 = MPI.DOUBLE_INT.Create_resized(0, 12).Commit()
+    comm.Sendrecv([packed[:36].copy(), 3, t12], right, 12, [packed, 3, t12], left, 12)
+    c.eq([view12["v"].tolist(), view12["idx"].tolist(), packed[36:].tolist()],
+         [[10.0 * left, 10.0 * left + 1, 10.0 * left + 2], [left] * 3, [200] * 8], "packed 12-byte pairs")
+    # a receive freed while active is still unpacked once its message is in
+    if n > 1:
+        target = np.full(12, -1, dtype="i4")
+        pick = MPI.INT.Create_vector(3, 2, 4).Commit()
+        freed = comm.Irecv([target, 1, pick], left, 13)
+        freed.Free()
+        comm.Send([np.arange(12, dtype="i4") + r, 1, pick], right, 13)
+        comm.Send(np.zeros(1), right, 14)
+        comm.Recv(np.zeros(1), left, 14)
+        c.eq(target, [left, left + 1, -1, -1, left + 4, left + 5, -1, -1, left + 8, left + 9, -1, -1],
+             "a freed receive into a vector")
+        pick.Free()
+    for t in (big, neg, every_other, t12):
+        t.Free()
     # errors, on every rank, before any traffic
     raw = D.Create_vector(2, 1, 2)
     c.raises(lambda: comm.Send([np.zeros(4), 1, raw], right, 9), MPI.Exception, "an uncommitted type",

@@ -14,6 +14,7 @@ a non-commutative user op is fine). Exscan leaves rank 0's ``recvbuf`` as it was
 """
 from __future__ import annotations
 
+from itertools import accumulate
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -231,7 +232,7 @@ def _wspec(spec: Any, n: int, call: str, role: str, staged: Staged | None
         raise ValueError(f"{call}: {role}: expecting {n} counts, displacements and datatypes")
     if any(dt._t.gaps for dt in dts):  # type: ignore[union-attr]
         whole, bcounts = packed_blocks(raw, dts, counts, displs, call, role, staged)
-        return whole, bcounts, [sum(bcounts[:i]) for i in range(n)]
+        return whole, bcounts, list(accumulate(bcounts, initial=0))[:n]
     bcounts = [int(c) * dt.Get_extent()[1] for c, dt in zip(counts, dts)]
     bdispls = [int(d) for d in displs]
     for c, d in zip(bcounts, bdispls):

@@ -8,7 +8,9 @@ Every type, predefined or derived, has:
 * ``base`` and ``mult``: the numpy dtype and the number of its items one *packed* element
   is: the basic type's when every basic element is of one type (so a reduction applies
   to the packed message, as MPI's predefined ops apply to a derived type of one basic
-  type), bytes (``uint8``) for a struct of mixed types (``mixed``: not reducible);
+  type), bytes (``uint8``) for a struct of mixed types (``mixed``: not reducible); a
+  type of value-index pairs packs their data (12 bytes of a ``DOUBLE_INT``: its padding
+  is never written) and carries them as the predefined pairs are (16);
   ``core`` the dtype the core is told, ``np`` one basic element's numpy dtype;
 * ``size``: MPI's size (data bytes, a value-index pair without its padding), ``nbasic``:
   basic elements in one element;
@@ -31,7 +33,7 @@ from ._errors import ERR_ARG, ERR_COUNT, ERR_TYPE, Exception as MPIException
 COMBINERS = {"NAMED": 0, "DUP": 1, "CONTIGUOUS": 2, "VECTOR": 3, "HVECTOR": 5, "INDEXED": 6,
              "HINDEXED": 8, "INDEXED_BLOCK": 9, "STRUCT": 11, "SUBARRAY": 12, "DARRAY": 13,
              "RESIZED": 17, "HINDEXED_BLOCK": 18, "F90_REAL": 14, "F90_COMPLEX": 15,
-             "F90_INTEGER": 16, "VALUE_INDEX": 19}
+             "F90_INTEGER": 16}
 
 
 class _Type:
@@ -50,7 +52,12 @@ class _Type:
         packed = sum(f[0].itemsize for f in self.np.fields.values()) if pair else self.base.itemsize
         self.size = packed * mult
         align = self.np.alignment if self.np is not None else 1
-        self.layout = _typemap.plain(self.base.itemsize * mult, align)
+        if pair:         # the data only: a pair's padding is never written (DOUBLE_INT: 12 of 16)
+            fields = sorted((off, f.itemsize) for f, off, *_ in self.np.fields.values())
+            self.layout = _typemap.Layout(np.array(fields, dtype=np.int64), 0, self.base.itemsize,
+                                          False, False, align)
+        else:
+            self.layout = _typemap.plain(self.base.itemsize * mult, align)
         self.gaps = self.mixed = False
         self.nbasic, self.committed = mult, True
         self.recipe: tuple[str, dict[str, Any], list[Any]] = ("NAMED", {}, [])
@@ -88,8 +95,10 @@ def _derived(displs: Any, counts: Any, olds: "_Type | Sequence[_Type]",
     else:
         t.np, t.base, t.core, t.code, t.pair = first.np, first.base, first.core, first.code, first.pair
     t.mixed, t.layout, t.size, t.nbasic = mixed, layout, size, nbasic
-    t.mult = layout.packed // t.base.itemsize
-    t.gaps = not layout.contiguous()
+    if t.pair:       # packed without padding, carried as the predefined pairs are (_staging)
+        t.mult, t.gaps = nbasic, True
+    else:
+        t.mult, t.gaps = layout.packed // t.base.itemsize, not layout.contiguous()
     return t
 
 

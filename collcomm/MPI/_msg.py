@@ -29,6 +29,7 @@ as a buffer it writes (NotImplementedError), never writing a copy nobody reads.
 from __future__ import annotations
 
 import sys
+from itertools import accumulate
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -283,7 +284,7 @@ def vector(spec: Any, n: int, call: str, role: str, writable: bool = False, stag
                                       "written by this call; pass a contiguous datatype")
         whole, _ = packed_blocks(raw, [dt] * n, counts, [d * extent for d in displs], call, role,
                                  staged if writable else None)
-        return whole.view(dt._t.base), counts, [sum(counts[:i]) for i in range(n)], dt  # type: ignore[union-attr]
+        return whole.view(dt._t.base), counts, list(accumulate(counts, initial=0))[:n], dt  # type: ignore[union-attr]
     for i, (c, d) in enumerate(zip(counts, displs)):
         if c < 0 or d < 0 or d + c > length:
             raise ValueError(f"{call}: {role}: block {i} ({c} elements at displacement {d}) does not "

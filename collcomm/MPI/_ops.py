@@ -25,7 +25,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import ops as core_ops
-from . import _typemap
+from . import _staging, _typemap
 from ..ops import ReduceOp
 from ._errors import ERR_OP, Exception as MPIException
 from ._types import Datatype
@@ -187,25 +187,21 @@ def _user_fn(user: Callable[..., Any], dt: Datatype) -> Callable[[np.ndarray, np
 
 
 def _call_user(user: Callable[..., Any], lower: np.ndarray, acc: np.ndarray, dt: Datatype) -> None:
-    """``user(lower, acc, dt)`` on the elements as the datatype lays them out in memory (a
-    derived type with gaps is unpacked into temporaries for it, and ``acc`` packed back)."""
+    """``user(lower, acc, dt)`` on whole elements laid out as the datatype says (a derived
+    type with gaps is unpacked into temporaries for it, and ``acc`` packed back)."""
     t = dt._t
     assert t is not None
     if not t.gaps:
         user(_bytes(lower), _bytes(acc), dt)
         return
-    lay = t.layout
-    count = acc.nbytes // lay.packed if lay.packed else 0
-    lo, hi = _typemap.span(lay, count, 0)
-    if lo < 0:
-        raise NotImplementedError("a user-defined op on a derived datatype whose data lies before "
-                                  "its origin (a negative lower bound) is not supported by collcomm.MPI")
-    size = max(hi, count * lay.extent)
+    per = t.base.itemsize * t.mult
+    count = acc.nbytes // per if per else 0
+    size = max(_typemap.span(t.layout, count, 0)[1], count * t.layout.extent)
     laid = [np.zeros(size, dtype=np.uint8), np.zeros(size, dtype=np.uint8)]
     for mem, packed in zip(laid, (lower, acc)):
-        _typemap.unpack(mem, lay, count, 0, packed.view(np.uint8))
+        _staging.unpack_message(mem, t, count, 0, packed.view(np.uint8))
     user(memoryview(laid[0]), memoryview(laid[1]), dt)
-    acc.view(np.uint8)[:] = _typemap.pack(laid[1], lay, count, 0)
+    acc.view(np.uint8)[:] = _staging.pack_message(laid[1], t, count, 0)
 
 
 def core_op(op: Any, dt: Datatype, call: str, keeps_order: bool = False) -> tuple[Any, bool]:
@@ -238,8 +234,12 @@ def core_op(op: Any, dt: Datatype, call: str, keeps_order: bool = False) -> tupl
             rop = o.cache[t.np] = ReduceOp.custom(_pair_fn(t.np, o.name == "MAXLOC"))  # type: ignore[arg-type]
         return rop, False
     if o.user is not None:
-        if not o.commute and not keeps_order:
-            return None, True
+        if t.gaps and t.layout.true_lb < 0:
+            raise NotImplementedError(f"{call}: a user-defined op on a derived datatype whose data "
+                                      "lies before its origin (negative true lower bound) is not "
+                                      "supported by collcomm.MPI")
+        if (not o.commute or t.gaps) and not keeps_order:
+            return None, True     # (a type with gaps: whole elements, combined here)
         rop = o.cache.get(id(t))
         if rop is None:
             rop = o.cache[id(t)] = ReduceOp.custom(_user_fn(o.user, dt))

@@ -28,7 +28,7 @@ from ..errors import CollcommError
 from ._consts import ANY_SOURCE, ANY_TAG, PROC_NULL
 from ._errors import translate
 from ._msg import simple
-from ._staging import Staged
+from ._staging import Receiving
 from ._p2p_ops import (
     ACK, SYNC, TAG_BITS, _EMPTY, _LentSend, _NativeRecv, _Pair, _Recv, _Send, _SENT, _dest, _native_tag,
     _null_status, _request, _rtag, _source, _stag, complete, Unpacked,
@@ -37,7 +37,7 @@ from ._types import _BY_NUMPY
 from ..core.p2p_loans import patience_ns
 from ..transport.shm_lent import LEND_FROM
 from ._prequest import persistent
-from ._request import Done, Request, Status
+from ._request import ORPHANS, Done, Request, Status, reap_orphans
 
 
 # ----------------------------------------------------------------------------- the mixin
@@ -71,7 +71,7 @@ class PointToPoint:
         if source == PROC_NULL:
             return Done(None, PROC_NULL, ANY_TAG, 0)
         s, (t, mask) = _source(g, source, call), _rtag(tag, call)
-        st: Staged = []
+        st = Receiving()
         arr, _ = simple(buf, call, "buf", writable=True, staged=st)
         f = None if s is None or s == g.rank else p2p.native(g)
         if f is not None and arr.dtype.kind in "biufc" and arr.flags.c_contiguous:
@@ -129,6 +129,8 @@ class PointToPoint:
             if n is not None:
                 if status is not None:
                     status._set(source, f.last_tag & TAG_BITS, n)
+                if ORPHANS:
+                    reap_orphans()
                 return
         self._complete(self._irecv(buf, source, tag, "Recv"), status)
 

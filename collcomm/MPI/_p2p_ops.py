@@ -21,7 +21,7 @@ from ..errors import CollcommError
 from ..transport.base import Status as Moved
 from ._consts import ANY_SOURCE, ANY_TAG, PROC_NULL
 from ._errors import ERR_RANK, ERR_TAG, Exception as MPIException, translate
-from ._request import Done, Request, Status
+from ._request import ORPHANS, Done, Request, Status, reap_orphans
 
 TAG_BITS = MPI_TAG_BITS     # MPI's TAG_UB; the flags above it: core/tags.py
 EXACT = p2p.MAX_USER_TAG & ~SYNC            # compare the tag, ack and body bits
@@ -213,6 +213,8 @@ def complete(op: Any, status: Status | None = None) -> Any:
         op.wait()
     except CollcommError as exc:
         raise translate(exc) from exc
+    if ORPHANS:
+        reap_orphans()
     _fill(status, op)
     return op.value
 
@@ -233,7 +235,7 @@ class Unpacked:
         staged, self._staged = self._staged, []
         if not self._r.cancelled:
             for step in staged:
-                step()
+                step(self._r.nbytes)
 
     def test(self) -> bool:
         if self._r.test():
@@ -247,6 +249,11 @@ class Unpacked:
 
     def cancel(self) -> Any:
         return self._r.cancel()
+
+    def orphan(self) -> None:
+        """Freed while active: unpacked once its message is in (``_request.reap_orphans``)."""
+        if not self.test():
+            ORPHANS.append(self)
 
     source = property(lambda self: self._r.source)
     tag = property(lambda self: self._r.tag)

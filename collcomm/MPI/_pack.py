@@ -38,18 +38,20 @@ def _external(data: np.ndarray, dt: Any, call: str) -> np.ndarray:
     return data.byteswap()
 
 
-def _spec(buf: Any, dt: Any) -> Any:
-    """``[buf, dt]`` for a plain buffer; a spec with its own count keeps it (its datatype
-    must be this one)."""
+def _spec(buf: Any, dt: Any, call: str, role: str, writable: bool) -> Any:
+    """``[buf, count, dt]`` for a plain buffer, the count its bytes over the extent (as
+    mpi4py: whole elements, the rest left); a spec with its own count keeps it."""
     if isinstance(buf, (list, tuple)):
         return buf
-    return [buf, dt]
+    flat = _memory(buf, call, role, writable)[0]
+    extent = dt.Get_extent()[1]
+    return [flat, flat.nbytes // extent if extent > 0 else 0, dt]
 
 
 def pack(dt: Any, inbuf: Any, outbuf: Any, position: int, call: str, datarep: str | None = None) -> int:
     if datarep is not None:
         external_check(datarep, call)
-    data, _ = simple(_spec(inbuf, dt), call, "inbuf")
+    data, _ = simple(_spec(inbuf, dt, call, "inbuf", False), call, "inbuf")
     if datarep is not None:
         data = _external(data, dt, call)
     raw = _memory(outbuf, call, "outbuf", True)[0].view(np.uint8)
@@ -66,7 +68,7 @@ def unpack(dt: Any, inbuf: Any, position: int, outbuf: Any, call: str, datarep: 
     if datarep is not None:
         external_check(datarep, call)
     staged: list[Any] = []
-    out, _ = simple(_spec(outbuf, dt), call, "outbuf", writable=True, staged=staged)
+    out, _ = simple(_spec(outbuf, dt, call, "outbuf", True), call, "outbuf", writable=True, staged=staged)
     raw = _memory(inbuf, call, "inbuf", False)[0].view(np.uint8)
     target = out.view(np.uint8)
     end = int(position) + target.size

@@ -24,6 +24,7 @@ from ..errors import CollcommError
 from ._consts import ANY_SOURCE, ANY_TAG, PROC_NULL
 from ._errors import Exception as MPIException, translate
 from ._msg import simple
+from ._staging import Receiving
 from ._p2p_ops import (
     ACK, BODY, SYNC, TAG_BITS, _EMPTY, _Recv, _Send, _dest, _done_request, _request, _rtag,
     _source, _stag, complete, Unpacked,
@@ -242,7 +243,7 @@ class Message:
         return g, m
 
     def Irecv(self, buf: Any) -> Request:  # noqa: N802
-        st: list[Any] = []
+        st = Receiving()
         if self._m is not None:   # (checked first: a bad buffer leaves the message claimable)
             arr, _ = simple(buf, "Message.Irecv", "buf", writable=True, staged=st)
         taken = self._take("Irecv")

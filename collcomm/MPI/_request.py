@@ -76,6 +76,21 @@ class WorkOp:
         return None     # a collective cannot be cancelled (MPI: erroneous); it completes
 
 
+#: Freed receives still to be unpacked (derived types with gaps: _p2p_ops.Unpacked).
+ORPHANS: list[Any] = []
+
+
+def reap_orphans() -> None:
+    """Unpack the freed receives whose message has arrived (tested, never waited for)."""
+    for op in list(ORPHANS):
+        try:
+            done = op.test()
+        except Exception:  # noqa: BLE001 - a failed orphan has no one to tell
+            done = True
+        if done:
+            ORPHANS.remove(op)
+
+
 def _fill(status: Status | None, op: Any) -> None:
     if status is not None:
         if op is None:
@@ -186,6 +201,8 @@ class Request:
             except CollcommError as exc:
                 raise translate(exc) from exc
             self._op = None    # (_completed: the same in every subclass)
+            if ORPHANS:
+                reap_orphans()
         if status is not None:
             _fill(status, op)
         return True
@@ -227,8 +244,13 @@ class Request:
     cancel = Cancel
 
     def Free(self) -> None:  # noqa: N802
-        """Forget the request (the operation still completes in the background)."""
-        self._op = None
+        """Forget the request (the operation still completes in the background; a receive
+        into a derived type with gaps is unpacked at this rank's next receive or wait
+        after its message arrived: ``ORPHANS``)."""
+        op, self._op = self._op, None
+        orphan = getattr(op, "orphan", None)
+        if orphan is not None:
+            orphan()
 
     free = Free
 

@@ -15,11 +15,17 @@ import numpy as np
 
 from ._derived import check_committed
 from ._typemap import pack, span, unpack
+from ._derived import _Type
 from ._types import Datatype
 
 #: Where a call that writes a buffer of a derived type with gaps collects what copies its
 #: packed temporary into place once the data has arrived (see :func:`finisher`).
 Staged = list
+
+
+class Receiving(list):
+    """The staged steps of a point-to-point receive: its temporary starts empty (nothing
+    is read first) and each step is called with the bytes that arrived."""
 
 
 def _named(dt: Datatype) -> str:
@@ -29,20 +35,78 @@ def _named(dt: Datatype) -> str:
 def _gathered(raw: np.ndarray, dt: Datatype, count: int, first: int, call: str, role: str,
               writable: bool, staged: Staged | None) -> np.ndarray:
     """The packed message of ``count`` elements of a derived type with gaps at byte
-    ``first``; for a buffer the call writes, what unpacks it goes to ``staged``."""
+    ``first``; for a buffer the call writes, what unpacks it goes to ``staged`` (the
+    packed copy starts as the memory's contents, for calls that may leave some of it; a
+    receive's starts empty and unpacks only the bytes it got)."""
     t = dt._t
     assert t is not None
     lo, hi = span(t.layout, count, first)
     if lo < 0 or hi > raw.size:
         raise ValueError(f"{call}: {role}: {count} elements of the derived datatype at byte {first} "
                          f"span bytes [{lo}, {hi}); the buffer has {raw.size}")
-    data = pack(raw, t.layout, count, first)
+    if writable and staged is None:
+        raise NotImplementedError(f"{call}: {role}: a derived datatype with gaps cannot be "
+                                  "written by this call; pass a contiguous datatype")
+    if writable and isinstance(staged, Receiving):
+        wire = np.empty(count * t.base.itemsize * t.mult, dtype=np.uint8)
+    else:
+        wire = _to_wire(t, pack(raw, t.layout, count, first))
     if writable:
-        if staged is None:
-            raise NotImplementedError(f"{call}: {role}: a derived datatype with gaps cannot be "
-                                      "written by this call; pass a contiguous datatype")
-        staged.append(lambda: unpack(raw, t.layout, count, first, data))
-    return data.view(t.base)
+        staged.append(lambda received=None: unpack_message(raw, t, count, first, wire, received))
+    return wire.view(t.base)
+
+
+def unpack_message(raw: np.ndarray, t: _Type, count: int, first: int, wire: np.ndarray,
+                   received: int | None = None) -> None:
+    """Write the packed message ``wire`` (as it travels) into its elements in ``raw``; with
+    ``received`` (bytes), only that much of it arrived: the rest of the elements keep
+    their contents."""
+    if received is not None and received < wire.size:
+        whole = _to_wire(t, pack(raw, t.layout, count, first))
+        whole[:received] = wire[:received]
+        wire = whole
+    unpack(raw, t.layout, count, first, _from_wire(t, wire))
+
+
+def pack_message(raw: np.ndarray, t: _Type, count: int, first: int) -> np.ndarray:
+    """``count`` elements at byte ``first`` of ``raw``, packed as they travel (bytes)."""
+    return _to_wire(t, pack(raw, t.layout, count, first))
+
+
+_COMPACT: dict[np.dtype, np.dtype] = {}
+
+
+def _compact(pair: np.dtype) -> np.dtype:
+    """A value-index pair's dtype without its padding (DOUBLE_INT: 12 bytes)."""
+    c = _COMPACT.get(pair)
+    if c is None:
+        names = list(pair.names)
+        formats = [pair.fields[k][0] for k in names]
+        offsets = [int(sum(f.itemsize for f in formats[:i])) for i in range(len(names))]
+        c = _COMPACT[pair] = np.dtype({"names": names, "formats": formats, "offsets": offsets,
+                                       "itemsize": sum(f.itemsize for f in formats)})
+    return c
+
+
+def _to_wire(t: _Type, data: np.ndarray) -> np.ndarray:
+    """Packed data as it travels: pairs spread to their padded size (the core's carriers)."""
+    if not t.pair:
+        return data
+    compact = data.view(_compact(t.np))
+    out = np.zeros(compact.size, dtype=t.np)
+    for name in t.np.names:
+        out[name] = compact[name]
+    return out.view(np.uint8)
+
+
+def _from_wire(t: _Type, wire: np.ndarray) -> np.ndarray:
+    if not t.pair:
+        return wire
+    pairs = wire.view(t.np)
+    out = np.empty(pairs.size, dtype=_compact(t.np))
+    for name in t.np.names:
+        out[name] = pairs[name]
+    return out.view(np.uint8)
 
 
 def gathered(raw: np.ndarray, dt: Datatype, count: int, first: int, call: str, role: str,
@@ -77,12 +141,11 @@ def packed_blocks(raw: np.ndarray, dts: Sequence[Datatype], counts: Sequence[int
         pos = 0
         for dt, c, f, size in zip(dts, counts, firsts, sizes):
             t = dt._t
+            part = whole[pos:pos + size]
             if t.gaps:  # type: ignore[union-attr]
-                staged.append(lambda t=t, c=int(c), f=int(f), part=whole[pos:pos + size]:
-                              unpack(raw, t.layout, c, f, part))
+                staged.append(lambda t=t, c=int(c), f=int(f), part=part: unpack_message(raw, t, c, f, part))
             else:
-                staged.append(lambda f=int(f), part=whole[pos:pos + size]:
-                              raw[f:f + part.size].__setitem__(slice(None), part))
+                staged.append(lambda f=int(f), part=part: raw[f:f + part.size].__setitem__(slice(None), part))
             pos += size
     return whole, sizes
 

@@ -30,9 +30,10 @@ class TypeContents:
         """(the type it was made from, its combiner's name, the constructor's arguments)."""
         t = self._valid("decode")
         name, params, olds = t.recipe
-        if name == "NAMED" or name == "STRUCT":
-            return self, name, dict(params) if name == "NAMED" else \
-                {**params, "datatypes": [self._new(o) for o in olds]}
+        if name == "NAMED":
+            return self, name, {}
+        if name == "STRUCT":      # (no one old type: MPI.DATATYPE_NULL, as mpi4py)
+            return type(self)(), name, {**params, "datatypes": [self._new(o) for o in olds]}
         return self._new(olds[0]), name, dict(params)
 
     def Get_envelope(self) -> tuple[int, int, int, int, int]:  # noqa: N802

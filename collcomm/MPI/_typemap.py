@@ -68,7 +68,8 @@ def plain(extent: int, align: int) -> Layout:
 def combine(displs: np.ndarray, counts: np.ndarray, olds: Layout | Sequence[Layout]) -> Layout:
     """The layout of pieces in order: piece i is ``counts[i]`` consecutive elements of the
     old type (one extent apart) at byte ``displs[i]``; ``olds`` is one layout for every
-    piece or one per piece (a struct)."""
+    piece or one per piece (a struct). A piece of a type with no data and no bounds of its
+    own adds its bounds but not its alignment, as in Open MPI."""
     displs, counts = np.asarray(displs, dtype=np.int64), np.asarray(counts, dtype=np.int64)
     if isinstance(olds, Layout):
         keep = counts > 0
@@ -76,30 +77,43 @@ def combine(displs: np.ndarray, counts: np.ndarray, olds: Layout | Sequence[Layo
         if not displs.size:
             return Layout(np.zeros((0, 2), dtype=np.int64), 0, 0, False, False, olds.align)
         ext = olds.extent
-        if (counts == counts[0]).all():
-            starts = (displs[:, None] + np.arange(counts[0], dtype=np.int64)[None, :] * ext).reshape(-1)
-        else:
-            firsts = np.cumsum(counts) - counts
-            starts = np.repeat(displs, counts) + (np.arange(int(counts.sum()), dtype=np.int64)
-                                                  - np.repeat(firsts, counts)) * ext
         lo_hi = np.stack((displs + olds.lb, displs + (counts - 1) * ext + olds.ub))
-        return _bounded(_shifted(olds.runs, starts), int(lo_hi.min()), int(lo_hi.max()),
-                        olds.lb_marked, olds.ub_marked, olds.align)
+        return _bounded(_piece_runs(olds, displs, counts), int(lo_hi.min()), int(lo_hi.max()),
+                        olds.lb_marked, olds.ub_marked, 1 if _empty(olds) else olds.align)
     runs, lbs, ubs, align = [], [], [], 1
     for disp, count, old in zip(displs.tolist(), counts.tolist(), olds):
         if count <= 0:
             continue
-        runs.append(_shifted(old.runs, disp + np.arange(count, dtype=np.int64) * old.extent))
+        runs.append(_piece_runs(old, np.array([disp], dtype=np.int64), np.array([count], dtype=np.int64)))
         ends = (disp + old.lb, disp + (count - 1) * old.extent + old.ub)
         lbs.append((min(ends), old.lb_marked))
         ubs.append((max(ends), old.ub_marked))
-        align = max(align, old.align)
+        align = max(align, 1 if _empty(old) else old.align)
     if not runs:
         return Layout(np.zeros((0, 2), dtype=np.int64), 0, 0, False, False, align)
     lb_marked, ub_marked = any(m for _, m in lbs), any(m for _, m in ubs)
     lb = min(v for v, m in lbs if m or not lb_marked)      # a set bound wins over data's
     ub = max(v for v, m in ubs if m or not ub_marked)
     return _bounded(np.concatenate(runs), lb, ub, lb_marked, ub_marked, align)
+
+
+def _empty(old: Layout) -> bool:
+    return old.packed == 0 and not (old.lb_marked or old.ub_marked)
+
+
+def _piece_runs(old: Layout, displs: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The runs of ``counts[i]`` elements of ``old`` at byte ``displs[i]``, in order: one run a
+    piece when an element is one run filling its extent (a block of a vector, a row)."""
+    ext = old.extent
+    if old.runs.shape[0] == 1 and int(old.runs[0, 1]) == ext and int(old.runs[0, 0]) == old.lb:
+        return np.stack((displs + old.lb, counts * ext), axis=1)
+    if (counts == counts[0]).all():
+        starts = (displs[:, None] + np.arange(counts[0], dtype=np.int64)[None, :] * ext).reshape(-1)
+    else:
+        firsts = np.cumsum(counts) - counts
+        starts = np.repeat(displs, counts) + (np.arange(int(counts.sum()), dtype=np.int64)
+                                              - np.repeat(firsts, counts)) * ext
+    return _shifted(old.runs, starts)
 
 
 def _bounded(runs: np.ndarray, lb: int, ub: int, lb_marked: bool, ub_marked: bool, align: int) -> Layout:
@@ -147,23 +161,38 @@ def span(layout: Layout, count: int, first: int) -> tuple[int, int]:
     return lo, hi
 
 
+_INDEX_CACHE_ITEMS = 1 << 20      # index arrays larger than this (8 MiB) are not kept
+_COLUMNS = 16       # an element of at most this many unequal runs: one strided copy a run
+
+
 def _plan(layout: Layout, count: int) -> tuple[Any, ...]:
-    """``(kind, unit, …)`` for ``count`` elements at byte 0: kind "one" (a single run),
-    "strided" (equal runs equally spaced) or "index" (anything else); the unit divides
-    every offset and length (8 at most)."""
+    """``(kind, unit, …)`` for ``count`` elements at byte 0: "one" (a single run),
+    "strided" (every element's runs equally long and equally spaced: one 3-D strided
+    copy, elements one extent apart), "columns" (a few unequal runs an element, a struct:
+    one strided copy of each run over all the elements) or "index" (anything else); the
+    unit divides every offset, length and stride (8 at most)."""
     plan = layout._plans.get(count)
     if plan is not None:
         return plan
-    runs = _merge(_shifted(layout.runs, np.arange(count, dtype=np.int64) * layout.extent))
+    runs, ext = layout.runs, layout.extent
     starts, lengths = runs[:, 0], runs[:, 1]
-    g = math.gcd(int(np.gcd.reduce(runs, axis=None)), 8) if runs.size else 8
-    if runs.shape[0] == 1:
-        plan = ("one", g, int(starts[0]), int(lengths[0]))
-    elif (lengths == lengths[0]).all() and (np.diff(starts) == starts[1] - starts[0]).all():
-        plan = ("strided", g, int(starts[0]), int(starts[1] - starts[0]), runs.shape[0], int(lengths[0]))
-    else:
+    nruns = runs.shape[0]
+    step = int(starts[1] - starts[0]) if nruns > 1 else 0
+    if nruns == 1 and (count == 1 or int(lengths[0]) == ext):
+        g = math.gcd(int(starts[0]), int(lengths[0]), 8)
+        plan = ("one", g, int(starts[0]), int(lengths[0]) * count)
+    elif (lengths == lengths[0]).all() and (nruns == 1 or (np.diff(starts) == step).all()):
+        g = math.gcd(int(starts[0]), int(lengths[0]), step, ext, 8)
+        plan = ("strided", g, int(starts[0]), ext, step, nruns, int(lengths[0]), count)
+    elif nruns <= _COLUMNS and count > 1:
         packed_at = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-        plan = ("index", g, starts, lengths, packed_at, {})
+        plan = ("columns", 1, [(int(st), int(ln), int(at)) for st, ln, at in zip(starts, lengths, packed_at)],
+                ext, layout.packed, count)
+    else:
+        every = _merge(_shifted(runs, np.arange(count, dtype=np.int64) * ext))
+        g = math.gcd(int(np.gcd.reduce(every, axis=None)), 8) if every.size else 8
+        packed_at = np.concatenate(([0], np.cumsum(every[:, 1])[:-1]))
+        plan = ("index", g, every[:, 0], every[:, 1], packed_at, {})
     if len(layout._plans) >= 8:
         layout._plans.clear()
     layout._plans[count] = plan
@@ -181,23 +210,45 @@ def _view(raw: np.ndarray, layout: Layout, count: int, first: int, writable: boo
         at = (first + plan[2]) // g
         return units[at:at + plan[3] // g], None
     if kind == "strided":
-        _, _, start, stride, nruns, length = plan
-        return as_strided(units[(first + start) // g:], shape=(nruns, length // g), strides=(stride, g),
-                          writeable=writable), None
+        _, _, start, ext, step, nruns, length, n = plan
+        return as_strided(units[(first + start) // g:], shape=(n, nruns, length // g),
+                          strides=(ext, step, g), writeable=writable), None
     _, _, starts, lengths, packed_at, indexes = plan
     idx = indexes.get((first, g))
     if idx is None:
-        if len(indexes) >= 4:
-            indexes.clear()
-        idx = indexes[first, g] = (np.repeat((starts + first - packed_at) // g, lengths // g)
-                                   + np.arange(int(lengths.sum()) // g, dtype=np.int64))
+        idx = (np.repeat((starts + first - packed_at) // g, lengths // g)
+               + np.arange(int(lengths.sum()) // g, dtype=np.int64))
+        if idx.size <= _INDEX_CACHE_ITEMS:
+            if len(indexes) >= 4:
+                indexes.clear()
+            indexes[first, g] = idx
     return units, idx
+
+
+def _columns(raw: np.ndarray, plan: tuple[Any, ...], first: int, packed: np.ndarray, out: bool) -> None:
+    """Copy each run of every element between ``raw`` and ``packed`` (``out``: to packed)."""
+    _, _, runs, ext, per, count = plan
+    for start, length, at in runs:
+        g = math.gcd(first + start, length, ext, per, at, 8)
+        unit = _UNITS[g]
+        mem = as_strided(raw[:raw.size - raw.size % g].view(unit)[(first + start) // g:],
+                         shape=(count, length // g), strides=(ext, g), writeable=not out)
+        col = as_strided(packed.view(unit)[at // g:], shape=(count, length // g), strides=(per, g),
+                         writeable=out)
+        if out:
+            col[...] = mem
+        else:
+            mem[...] = col
 
 
 def pack(raw: np.ndarray, layout: Layout, count: int, first: int) -> np.ndarray:
     """The packed bytes of ``count`` elements at byte ``first`` of ``raw`` (uint8, a copy)."""
     out = np.empty(count * layout.packed, dtype=np.uint8)
     if out.size:
+        plan = _plan(layout, count)
+        if plan[0] == "columns":
+            _columns(raw, plan, first, out, True)
+            return out
         src, idx = _view(raw, layout, count, first, False)
         dst = out.view(src.dtype)
         if idx is None:
@@ -210,6 +261,10 @@ def pack(raw: np.ndarray, layout: Layout, count: int, first: int) -> np.ndarray:
 def unpack(raw: np.ndarray, layout: Layout, count: int, first: int, data: np.ndarray) -> None:
     """Write packed ``data`` (uint8) into ``count`` elements at byte ``first`` of ``raw``."""
     if not data.size:
+        return
+    plan = _plan(layout, count)
+    if plan[0] == "columns":
+        _columns(raw, plan, first, data, False)
         return
     dst, idx = _view(raw, layout, count, first, True)
     src = data.view(dst.dtype)

@@ -185,6 +185,18 @@ class Datatype(TypeContents):
         raise not_implemented("Datatype.Create_darray", "distributed-array types; build the "
                               "block with Create_subarray")
 
+    @classmethod
+    def Get_value_index(cls, value: "Datatype", index: "Datatype") -> "Datatype":  # noqa: N802
+        """The predefined value-index pair type of ``value`` and ``index`` (``DOUBLE``,
+        ``INT`` → ``DOUBLE_INT``), MPI.DATATYPE_NULL when there is none."""
+        if index != _BY_NAME["INT"]:
+            return DATATYPE_NULL
+        for name, pair in (("FLOAT", "FLOAT_INT"), ("DOUBLE", "DOUBLE_INT"), ("LONG", "LONG_INT"),
+                           ("INT", "TWOINT"), ("SHORT", "SHORT_INT"), ("LONG_DOUBLE", "LONG_DOUBLE_INT")):
+            if value == _BY_NAME[name] and pair in _BY_NAME:
+                return _BY_NAME[pair]
+        return DATATYPE_NULL
+
     def Commit(self) -> "Datatype":  # noqa: N802
         self._valid("Commit").committed = True
         return self
