@@ -60,6 +60,18 @@ out["pack_size"] = [col.Pack_size(3, me), st.Pack_size(2, me)]
 b2 = bytearray(64); p = MPI.INT.Pack_external("external32", np.arange(3, dtype="i"), b2, 0)
 out["external32"] = [p, list(b2[:p]), MPI.INT.Pack_external_size("external32", 3)]
 o = np.zeros(3, "i"); MPI.INT.Unpack_external("external32", bytes(b2[:p]), 0, o); out["unpack_external"] = L(o)
+pair = np.dtype([("v", "f8"), ("i", "i4")], align=True)
+bp = bytearray(64)
+p = MPI.DOUBLE_INT.Pack(np.array([(1.5, 7), (-2.0, 9)], dtype=pair), bp, 0, me)
+out["pack_pairs"] = [p, list(bp[:p]), MPI.DOUBLE_INT.Pack_size(2, me), MPI.SHORT_INT.Pack_size(3, me)]
+src2 = np.zeros(2, dtype=rec); src2["i"], src2["d"] = [1, -2], [0.25, 3.0]
+p = st.Pack_external("external32", src2, bp, 0); out["external32_struct"] = [p, list(bp[:p])]
+rev = D.Create_vector(4, 1, -1).Commit()
+o = np.zeros(4); me.Sendrecv([np.arange(8.0)[3:], 1, rev], 0, 0, o, 0, 0); out["reversed_on_view"] = L(o)
+stwo = MPI.Datatype.Create_struct([1, 2], [0, 8], [MPI.INT, D]).Commit()
+s = MPI.Status(); me.Sendrecv([src, 1, st], 0, 0, [np.zeros(4), 1, stwo], 0, 0, s)
+out["partial_struct"] = [s.Get_elements(stwo), s.Get_count(stwo), s.Get_count()]
+out["typecodes"] = [col.typechar, col.typestr, D.Create_contiguous(2).typechar]
 out["decode"] = [col.decode()[1:], sub.decode()[1:], rz.decode()[1:], col.Get_envelope(), sub.Get_contents()[0],
                  col.combiner, MPI.COMBINER_VECTOR, MPI.COMBINER_STRUCT, MPI.COMBINER_RESIZED]
 out["errors"] = [err(lambda: D.Create_vector(-1, 1, 1)), err(lambda: D.Create_subarray([4], [5], [0])),
@@ -143,6 +155,6 @@ pr = comm.Recv_init([rv, 1, col3], (r - 1) % n, 8)
 for k in range(2):
     pr.Start(); comm.Send(np.full(4, float(k * 10 + r)), (r + 1) % n, 8); pr.Wait()
 out["persistent_col"] = L(rv)
-for t in (col, sub, subf, idx, st, rz, gcol, blk, st3, v, cv, col3, ix, *stypes, *rtypes):
+for t in (rev, stwo, col, sub, subf, idx, st, rz, gcol, blk, st3, v, cv, col3, ix, *stypes, *rtypes):
     t.Free()
 print("JSON " + json.dumps(out, sort_keys=True), flush=True)

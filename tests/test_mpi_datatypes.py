@@ -151,6 +151,8 @@ OPEN_MPI = [
     ("MPI.Datatype.Create_struct([1, 1], [0, 40], [MPI.CHAR, MPI.INT.Create_indexed_block(0, [5, 9])])",
      (0, 40), None, 1),
     ("MPI.DOUBLE_INT.Create_resized(0, 12)", (0, 12), (0, 12), 12),
+    ("D.Create_contiguous(0).Create_hindexed([1, 1], [8, 40])", (0, 0), (0, 0), 0),
+    ("D.Create_contiguous(0).Create_resized(0, 8).Create_contiguous(3)", (0, 0), (0, 0), 0),
 ]
 
 
@@ -188,13 +190,20 @@ def test_recipes_and_contents():
             ((D, MPI.DOUBLE_INT), (MPI.INT, MPI.TWOINT), (MPI.FLOAT, MPI.FLOAT_INT), (MPI.CHAR, MPI.DATATYPE_NULL),
              (MPI.SHORT, MPI.SHORT_INT))] == [True] * 5
     assert MPI.Datatype.Get_value_index(D, MPI.LONG) == MPI.DATATYPE_NULL
-    for bad, cls in ((lambda: D.Create_vector(-1, 1, 1), MPI.ERR_COUNT),
+    for bad, cls in ((lambda: D.Create_vector(-1, 1, 1), MPI.ERR_COUNT),      # (Open MPI's classes)
+                     (lambda: D.Create_vector(2, -1, 1), MPI.ERR_ARG),
                      (lambda: D.Create_subarray([4], [5], [0]), MPI.ERR_ARG),
-                     (lambda: D.Create_indexed([1, 2], [0]), MPI.ERR_ARG),
-                     (lambda: MPI.Datatype.Create_struct([1], [0, 8], [D]), MPI.ERR_ARG)):
+                     (lambda: D.Create_subarray([4, 4], [0, 2], [0, 0]), MPI.ERR_ARG)):
         with pytest.raises(MPI.Exception) as info:
             bad()
         assert info.value.Get_error_class() == cls
+    for bad, kind in ((lambda: D.Create_indexed([1, 2], [0]), ValueError),    # (mpi4py's own checks)
+                      (lambda: MPI.Datatype.Create_struct([1], [0, 8], [D]), ValueError),
+                      (lambda: D.Create_indexed([1.0, 2.0], [0, 4]), TypeError)):
+        with pytest.raises(kind):
+            bad()
+    assert (v.typechar, v.typestr, D.Create_contiguous(2).typestr, D.Dup().typestr, D.Dup().Dup().name) == \
+        ("V", "V32", "V16", "f8", "Dup Dup MPI_DOUBLE")
     with pytest.raises(NotImplementedError, match="Create_darray"):
         D.Create_darray(4, 0, 1, [4], [MPI.DISTRIBUTE_BLOCK], [MPI.DISTRIBUTE_DFLT_DARG], [4])
 
@@ -205,14 +214,39 @@ def test_pack_counts_whole_elements():
 
     vec = MPI.INT.Create_vector(3, 2, 4).Commit()
     out = bytearray(64)
-    assert vec.Pack(np.arange(12, dtype="i4"), out, 0) == 24
+    assert vec.Pack(np.arange(12, dtype="i4"), out, 0, MPI.COMM_SELF) == 24
     assert np.frombuffer(bytes(out[:24]), dtype="i4").tolist() == [0, 1, 4, 5, 8, 9]
     back = np.full(12, -1, dtype="i4")
-    assert vec.Unpack(out, 0, back) == 24
+    assert vec.Unpack(out, 0, back, MPI.COMM_SELF) == 24
     assert back.tolist() == [0, 1, -1, -1, 4, 5, -1, -1, 8, 9, -1, -1]
     with pytest.raises(MPI.Exception) as info:
-        vec.Pack(np.arange(12, dtype="i4"), bytearray(8), 0)
+        vec.Pack(np.arange(12, dtype="i4"), bytearray(8), 0, MPI.COMM_SELF)
     assert info.value.Get_error_class() == MPI.ERR_TRUNCATE
+
+
+def test_pack_pairs_and_external32_as_open_mpi():
+    """Pairs pack without their padding and external32 reverses every basic element's bytes
+    (Open MPI's sizes and bytes), structs of mixed types included."""
+    from collcomm import MPI
+
+    pair = np.dtype([("v", "f8"), ("i", "i4")], align=True)
+    src = np.array([(1.5, 7), (-2.0, 9)], dtype=pair)
+    me = MPI.COMM_SELF
+    assert (MPI.DOUBLE_INT.Pack_size(2, me), MPI.SHORT_INT.Pack_size(2, me),
+            MPI.INT.Pack_external_size("external32", 3)) == (24, 12, 12)
+    out = bytearray(64)
+    assert MPI.DOUBLE_INT.Pack([src, MPI.DOUBLE_INT], out, 0, MPI.COMM_SELF) == 24
+    assert bytes(out[:24]) == b"".join(np.float64(v).tobytes() + np.int32(i).tobytes() for v, i in src.tolist())
+    back = np.zeros(2, dtype=pair)
+    assert MPI.DOUBLE_INT.Unpack(out, 0, [back, MPI.DOUBLE_INT], MPI.COMM_SELF) == 24 and back.tolist() == src.tolist()
+    st = MPI.Datatype.Create_struct([1, 1], [0, 8], [MPI.INT, MPI.DOUBLE]).Commit()
+    rec = np.zeros(2, dtype=np.dtype({"names": ["i", "d"], "formats": ["i4", "f8"], "offsets": [0, 8], "itemsize": 16}))
+    rec["i"], rec["d"] = [1, -2], [0.25, 3.0]
+    assert st.Pack_external("external32", rec, out, 0) == 24
+    assert bytes(out[:24]) == b"".join(np.int32(i).byteswap().tobytes() + np.float64(d).byteswap().tobytes()
+                                       for i, d in rec.tolist())
+    again = np.zeros_like(rec)
+    assert st.Unpack_external("external32", out, 0, again) == 24 and again.tolist() == rec.tolist()
 
 
 def test_big_struct_and_columns_pack_without_index_arrays():
@@ -224,14 +258,14 @@ def test_big_struct_and_columns_pack_without_index_arrays():
     rec = np.zeros(200_000, dtype=np.dtype({"names": ["c", "d"], "formats": ["u1", "f8"], "offsets": [0, 8],
                                             "itemsize": 16}))
     rec["c"], rec["d"] = np.arange(rec.size) % 251, np.arange(rec.size) / 3
-    out = bytearray(st.Pack_size(rec.size))
-    st.Pack(rec, out, 0)
+    out = bytearray(st.Pack_size(rec.size, MPI.COMM_SELF))
+    st.Pack(rec, out, 0, MPI.COMM_SELF)
     packed = np.frombuffer(bytes(out), dtype=np.dtype([("c", "u1"), ("d", "<f8")]))
     assert (packed["c"] == rec["c"]).all() and (packed["d"] == rec["d"]).all()
     col = MPI.DOUBLE.Create_vector(300, 1, 300).Create_resized(0, 8).Commit()
     a = np.random.default_rng(1).random((300, 300))
     out = bytearray(a.nbytes)
-    col.Pack([a, 300, col], out, 0)
+    col.Pack([a, 300, col], out, 0, MPI.COMM_SELF)
     assert (np.frombuffer(bytes(out)) == a.T.reshape(-1)).all()
     for t in (st, col):
         held = [x for plan in t._t.layout._plans.values() for x in plan if isinstance(x, (np.ndarray, dict))]
@@ -418,6 +452,32 @@ def datatype_checks(c: Checker, MPI, comm) -> None:
              "a freed receive into a vector")
         pick.Free()
     for t in (big, neg, every_other, t12):
+        t.Free()
+    # a negative lower bound reads the array a view belongs to (MPI reads by address)
+    base = np.arange(8.0) + 10 * r
+    rev = D.Create_vector(4, 1, -1).Commit()
+    got = np.zeros(4)
+    comm.Sendrecv([base[3:], 1, rev], right, 15, got, left, 15)
+    c.eq(got, [10.0 * left + 3, 10.0 * left + 2, 10.0 * left + 1, 10.0 * left], "a reversed vector on a[3:]")
+    c.raises(lambda: comm.Send([base, 1, rev], right, 16), ValueError, "data before the array's memory")
+    # a persistent request keeps its datatype when the program frees its handle
+    pc = D.Create_vector(4, 1, 3).Commit()
+    got = np.full(12, -1.0)
+    preq = [comm.Recv_init([got, 1, pc], left, 17), comm.Send_init([np.arange(12.0) + r, 1, pc], right, 17)]
+    pc.Free()
+    for _ in range(2):
+        MPI.Prequest.Startall(preq)
+        MPI.Request.Waitall(preq)
+    c.eq(got[::3], np.arange(0.0, 12, 3) + left, "persistent requests after their type was freed")
+    for q in preq:
+        q.Free()
+    # a partial receive of a struct counts its basic elements
+    pst = MPI.Datatype.Create_struct([1, 2], [0, 8], [MPI.INT, D]).Commit()
+    one_st = MPI.Datatype.Create_struct([1, 1], [0, 8], [MPI.INT, D]).Commit()
+    st3 = MPI.Status()
+    comm.Sendrecv([np.zeros(3), 1, one_st], right, 18, [np.zeros(4), 1, pst], left, 18, st3)
+    c.eq([st3.Get_elements(pst), st3.Get_count(pst)], [2, MPI.UNDEFINED], "Get_elements of a partial struct")
+    for t in (rev, pst, one_st):
         t.Free()
     # errors, on every rank, before any traffic
     raw = D.Create_vector(2, 1, 2)

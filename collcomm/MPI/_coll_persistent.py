@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._coll import BufferCollectives
+from ._msg import pinned
 from ._ops import SUM
 from ._prequest import persistent
 from ._request import WorkOp
@@ -26,31 +27,40 @@ class PersistentCollectives(BufferCollectives):
         return persistent(lambda: WorkOp(self._barrier(True, "Barrier_init")))
 
     def Bcast_init(self, buf: Any, root: int = 0, info: Any = None) -> Any:  # noqa: N802
+        buf = pinned(buf)
         return persistent(lambda: WorkOp(self._bcast(buf, root, True, "Bcast_init")))
 
     def Gather_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:  # noqa: N802
+        sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         return persistent(lambda: WorkOp(self._gather(sendbuf, recvbuf, root, True, "Gather_init")))
 
     def Scatter_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:  # noqa: N802
+        sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         return persistent(lambda: WorkOp(self._scatter(sendbuf, recvbuf, root, True, "Scatter_init")))
 
     def Allgather_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
+        sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         return persistent(lambda: WorkOp(self._allgather(sendbuf, recvbuf, True, "Allgather_init")))
 
     def Alltoall_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
+        sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         return persistent(lambda: WorkOp(self._alltoall(sendbuf, recvbuf, True, "Alltoall_init")))
 
     def Reduce_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0, info: Any = None) -> Any:  # noqa: N802
+        sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         return persistent(lambda: WorkOp(self._reduce(sendbuf, recvbuf, op, root, True, "Reduce_init")))
 
     def Allreduce_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Any:  # noqa: N802
+        sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         return persistent(lambda: WorkOp(self._allreduce(sendbuf, recvbuf, op, True, "Allreduce_init")))
 
     def Reduce_scatter_block_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Any:  # noqa: N802
+        sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         return persistent(lambda: WorkOp(self._reduce_scatter_block(sendbuf, recvbuf, op, True,
                                                                     "Reduce_scatter_block_init")))
 
     def Reduce_scatter_init(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM,  # noqa: N802
                             info: Any = None) -> Any:
+        sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         return persistent(lambda: WorkOp(self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, True,
                                                               "Reduce_scatter_init")))

@@ -23,7 +23,7 @@ from ..core import collectives as core
 from ..core import scan as core_scan
 from ._coll import _not_root_in_place, _request, _run
 from ._errors import ERR_ROOT, Exception as MPIException
-from ._msg import IN_PLACE, packed, simple, vector
+from ._msg import IN_PLACE, packed, pinned, simple, vector
 from ._staging import Staged, finisher, packed_blocks
 from ._ops import SUM, core_op
 from ._prequest import persistent
@@ -197,18 +197,23 @@ class VectorCollectives:
         return _request(self._alltoallw(sendbuf, recvbuf, True, "Ialltoallw"))
 
     def Gatherv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:  # noqa: N802
+        sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         return persistent(lambda: WorkOp(self._gatherv(sendbuf, recvbuf, root, True, "Gatherv_init")))
 
     def Scatterv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:  # noqa: N802
+        sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         return persistent(lambda: WorkOp(self._scatterv(sendbuf, recvbuf, root, True, "Scatterv_init")))
 
     def Allgatherv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
+        sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         return persistent(lambda: WorkOp(self._allgatherv(sendbuf, recvbuf, True, "Allgatherv_init")))
 
     def Alltoallv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
+        sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         return persistent(lambda: WorkOp(self._alltoallv(sendbuf, recvbuf, True, "Alltoallv_init")))
 
     def Alltoallw_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
+        sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         return persistent(lambda: WorkOp(self._alltoallw(sendbuf, recvbuf, True, "Alltoallw_init")))
 
 
@@ -271,7 +276,9 @@ class ScanCollectives:
         return _request(self._scan(sendbuf, recvbuf, op, True, True, "Iexscan"))
 
     def Scan_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Any:  # noqa: N802
+        sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         return persistent(lambda: WorkOp(self._scan(sendbuf, recvbuf, op, False, True, "Scan_init")))
 
     def Exscan_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Any:  # noqa: N802
+        sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         return persistent(lambda: WorkOp(self._scan(sendbuf, recvbuf, op, True, True, "Exscan_init")))

@@ -26,6 +26,7 @@ from ..core.tags import make_ctx
 from ..errors import CollcommError
 from . import _env
 from ._attrs import _KEYVALS, Attributes
+from ._request import ORPHANS, reap_orphans
 from ._cobj import ObjectCollectives
 from ._coll_persistent import PersistentCollectives
 from ._collv import ScanCollectives, VectorCollectives
@@ -92,6 +93,8 @@ class Comm(PointToPoint, ObjectPointToPoint, PersistentCollectives, VectorCollec
         g = self._h.g
         if g is None or g._closed:
             g = self._h.resolve(call)
+        if ORPHANS:                 # (freed receives of derived types: unpacked once in)
+            reap_orphans()
         return g
 
     @staticmethod

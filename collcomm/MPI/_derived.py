@@ -22,6 +22,7 @@ ERR_ARG, ERR_TYPE).
 """
 from __future__ import annotations
 
+import operator
 from typing import Any, Sequence
 
 import numpy as np
@@ -103,17 +104,24 @@ def _derived(displs: Any, counts: Any, olds: "_Type | Sequence[_Type]",
 
 
 def _count(value: Any, call: str, what: str = "count") -> int:
-    v = int(value)
-    if v < 0:
-        raise MPIException(ERR_COUNT, f"Datatype.{call}: {what} must be >= 0, got {v}")
+    v = int(value)          # (a scalar: mpi4py takes 3.0; list items must be integers)
+    if v < 0:      # (a count: ERR_COUNT; a block length: ERR_ARG, as Open MPI)
+        raise MPIException(ERR_COUNT if what == "count" else ERR_ARG,
+                           f"Datatype.{call}: {what} must be >= 0, got {v}")
     return v
 
 
 def _ints(values: Any, call: str, what: str) -> list[int]:
     try:
-        return [int(v) for v in values]
+        return [operator.index(v) for v in values]
     except TypeError:
-        raise TypeError(f"Datatype.{call}: {what} must be a sequence of integers") from None
+        raise TypeError(f"Datatype.{call}: {what} must be a sequence of integers, got {values!r:.80}") from None
+
+
+def _same_lengths(call: str, **lists: list[int]) -> None:
+    if len({len(v) for v in lists.values()}) > 1:      # (mpi4py's own check: ValueError)
+        raise ValueError(f"Datatype.{call}: " + ", ".join(f"{len(v)} {k}" for k, v in lists.items())
+                         + "; they must be as many")
 
 
 def contiguous(old: _Type, count: Any) -> _Type:
@@ -138,9 +146,7 @@ def indexed(old: _Type, blocklengths: Any, displacements: Any, hbytes: bool, blo
         lengths = [bl] * len(displs)
     else:
         lengths = [_count(b, call, "blocklengths") for b in _ints(blocklengths, call, "blocklengths")]
-        if len(lengths) != len(displs):
-            raise MPIException(ERR_ARG, f"Datatype.{call}: {len(lengths)} blocklengths but "
-                                        f"{len(displs)} displacements")
+        _same_lengths(call, blocklengths=lengths, displacements=displs)
     scale = 1 if hbytes else old.layout.extent
     name = ("HINDEXED" if hbytes else "INDEXED") + ("_BLOCK" if block else "")
     params = ({"blocklength": lengths[0] if lengths else int(blocklengths)} if block
@@ -152,10 +158,7 @@ def indexed(old: _Type, blocklengths: Any, displacements: Any, hbytes: bool, blo
 def struct(blocklengths: Any, displacements: Any, types: Sequence[_Type]) -> _Type:
     lengths = [_count(b, "Create_struct", "blocklengths") for b in _ints(blocklengths, "Create_struct", "blocklengths")]
     displs = _ints(displacements, "Create_struct", "displacements")
-    if not len(lengths) == len(displs) == len(types):
-        raise MPIException(ERR_ARG, f"Datatype.Create_struct: {len(lengths)} blocklengths, "
-                                    f"{len(displs)} displacements and {len(types)} datatypes; "
-                                    "they must be as many")
+    _same_lengths("Create_struct", blocklengths=lengths, displacements=displs, datatypes=list(types))
     params = {"blocklengths": lengths, "displacements": displs, "datatypes": list(types)}
     return _derived(displs, lengths, list(types), ("STRUCT", params, list(types)))
 
@@ -163,11 +166,11 @@ def struct(blocklengths: Any, displacements: Any, types: Sequence[_Type]) -> _Ty
 def subarray(old: _Type, sizes: Any, subsizes: Any, starts: Any, order: int) -> _Type:
     sizes, subsizes, starts = (_ints(v, "Create_subarray", w) for v, w in
                                ((sizes, "sizes"), (subsizes, "subsizes"), (starts, "starts")))
-    if not len(sizes) == len(subsizes) == len(starts) or not sizes:
-        raise MPIException(ERR_ARG, "Datatype.Create_subarray: sizes, subsizes and starts must be "
-                                    f"as long as each other and not empty, got {sizes}, {subsizes}, {starts}")
+    _same_lengths("Create_subarray", sizes=sizes, subsizes=subsizes, starts=starts)
+    if not sizes:
+        raise MPIException(ERR_ARG, "Datatype.Create_subarray: an array of no dimensions")
     for s, ss, st in zip(sizes, subsizes, starts):
-        if s < 1 or ss < 0 or st < 0 or st + ss > s:     # (Open MPI takes a subsize of 0)
+        if s < 1 or ss < 1 or st < 0 or st + ss > s:      # (a subsize of 0 too, as Open MPI)
             raise MPIException(ERR_ARG, f"Datatype.Create_subarray: a subarray of {subsizes} at "
                                         f"{starts} does not fit in an array of {sizes}")
     if order not in (0, 1):
@@ -205,9 +208,29 @@ def dup(old: _Type) -> _Type:
                   predefined=False, pair=old.pair)
     else:
         t = _derived([0], [1], old, ("DUP", {}, [old]), old.layout)
-        t.name = old.name
+        t.name = f"Dup {old.name}"
     t.recipe, t.committed = ("DUP", {}, [old]), old.committed
     return t
+
+
+def basic_dtypes(t: _Type) -> list[np.dtype]:
+    """The numpy dtypes of one element's basic elements, in type-map order, as they are
+    packed (a value-index pair as its value and index, without padding)."""
+    name, p, olds = t.recipe
+    if name == "NAMED":
+        return [t.np.fields[k][0] for k in t.np.names] if t.pair else [t.base if t.np.kind == "S" else t.np]
+    if name == "STRUCT":
+        return [d for b, o in zip(p["blocklengths"], olds) for d in basic_dtypes(o) * b]
+    inner = basic_dtypes(olds[0])
+    if name in ("CONTIGUOUS", "VECTOR", "HVECTOR"):
+        return inner * (p.get("count", 1) * p.get("blocklength", 1))
+    if name in ("INDEXED", "HINDEXED"):
+        return inner * sum(p["blocklengths"])
+    if name in ("INDEXED_BLOCK", "HINDEXED_BLOCK"):
+        return inner * (p["blocklength"] * len(p["displacements"]))
+    if name == "SUBARRAY":
+        return inner * int(np.prod(p["subsizes"]))
+    return inner              # RESIZED, DUP
 
 
 def check_committed(t: _Type, call: str) -> None:

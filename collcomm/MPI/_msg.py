@@ -164,6 +164,14 @@ def _typed(flat: np.ndarray, natural: Datatype | None, dt: Datatype | None, coun
     return raw[start:stop].view(t.base), dt
 
 
+def pinned(spec: Any) -> Any:
+    """A buffer spec whose datatypes are handles of their own, for a persistent request:
+    the program may free its handles once the request exists (MPI), the request's stay."""
+    if isinstance(spec, (list, tuple)):
+        return type(spec)(Datatype(x) if isinstance(x, Datatype) else pinned(x) for x in spec)
+    return spec
+
+
 def simple(spec: Any, call: str, role: str, writable: bool = False, staged: Staged | None = None
            ) -> tuple[np.ndarray, Datatype]:
     """``(array of the base dtype over the message's elements, datatype)`` for a BufSpec."""

@@ -27,7 +27,7 @@ from ..core import p2p
 from ..errors import CollcommError
 from ._consts import ANY_SOURCE, ANY_TAG, PROC_NULL
 from ._errors import translate
-from ._msg import simple
+from ._msg import pinned, simple
 from ._staging import Receiving
 from ._p2p_ops import (
     ACK, SYNC, TAG_BITS, _EMPTY, _LentSend, _NativeRecv, _Pair, _Recv, _Send, _SENT, _dest, _native_tag,
@@ -172,8 +172,11 @@ class PointToPoint:
                     raise translate(exc) from exc
                 if n is None:
                     self._complete(self._irecv(recvbuf, source, recvtag, "Sendrecv"), status)
-                elif status is not None:
-                    status._set(source, f.last_tag & TAG_BITS, n)
+                else:
+                    if status is not None:
+                        status._set(source, f.last_tag & TAG_BITS, n)
+                    if ORPHANS:
+                        reap_orphans()
             except BaseException:
                 if loan is not None:     # (the receive's error is the one raised)
                     try:
@@ -209,14 +212,17 @@ class PointToPoint:
 
     # -- persistent ------------------------------------------------------------------------------
     def Send_init(self, buf: Any, dest: int, tag: int = 0) -> Any:  # noqa: N802
+        buf = pinned(buf)
         return persistent(lambda: self._isend(buf, dest, tag, False, "Send_init"))
 
     Bsend_init = Rsend_init = Send_init
 
     def Ssend_init(self, buf: Any, dest: int, tag: int = 0) -> Any:  # noqa: N802
+        buf = pinned(buf)
         return persistent(lambda: self._isend(buf, dest, tag, True, "Ssend_init"))
 
     def Recv_init(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Any:  # noqa: N802
+        buf = pinned(buf)
         return persistent(lambda: self._irecv(buf, source, tag, "Recv_init"))
 
     # -- probes ----------------------------------------------------------------------------------

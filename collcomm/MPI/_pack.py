@@ -5,9 +5,9 @@ is the buffer's bytes over the extent, or a spec's own count) and writes their p
 bytes into ``outbuf`` from byte ``position``; ``Unpack`` does the reverse into
 ``outbuf``'s elements. Both return the position after what they moved; a packed
 message that does not fit raises ``ERR_TRUNCATE``. The packed form is what collcomm
-sends: the basic elements in type-map order, native byte order; ``"external32"`` is the
-same big-endian (types of one basic type; a struct of mixed types or value-index pairs
-is refused there).
+sends: the basic elements in type-map order, native byte order, a value-index pair
+without its padding (``DOUBLE_INT``: 12 bytes, as Open MPI); ``"external32"`` is the
+same with every basic element big-endian.
 """
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ import numpy as np
 
 from ._errors import ERR_ARG, ERR_TRUNCATE, Exception as MPIException
 from ._msg import _memory, simple
-from ._staging import finisher
+from ._derived import basic_dtypes
+from ._staging import _from_wire, _to_wire, finisher
 
 _EXTERNAL = "external32"
 
@@ -27,15 +28,20 @@ def external_check(datarep: str, call: str) -> None:
         raise MPIException(ERR_ARG, f"Datatype.{call}: datarep must be {_EXTERNAL!r}, got {datarep!r}")
 
 
-def _external(data: np.ndarray, dt: Any, call: str) -> np.ndarray:
-    """``data`` (packed, native order) as external32 (big-endian); an involution."""
-    t = dt._t
-    if t.mixed or t.pair:
-        raise NotImplementedError(f"{call}: external32 of a struct of mixed types or of value-index "
-                                  "pairs is not supported by collcomm.MPI")
-    if t.base.itemsize == 1 or t.base.byteorder in ("|", ">"):
-        return data
-    return data.byteswap()
+def _external(data: np.ndarray, t: Any) -> np.ndarray:
+    """Packed bytes (native order, pairs without padding) as external32 (big-endian): each
+    basic element's bytes reversed; an involution."""
+    if not (t.mixed or t.pair):
+        return data if t.base.itemsize == 1 else data.view(t.base).byteswap().view(np.uint8)
+    runs: list[list[Any]] = []          # (dtype, how many in a row) of one element
+    for d in basic_dtypes(t):
+        if runs and runs[-1][0] == d:
+            runs[-1][1] += 1
+        else:
+            runs.append([d, 1])
+    native = np.dtype([(f"f{i}", d, (k,)) for i, (d, k) in enumerate(runs)])
+    big = np.dtype([(f"f{i}", d.newbyteorder(">") if d.itemsize > 1 else d, (k,)) for i, (d, k) in enumerate(runs)])
+    return data.view(native).astype(big).view(np.uint8)
 
 
 def _spec(buf: Any, dt: Any, call: str, role: str, writable: bool) -> Any:
@@ -52,10 +58,10 @@ def pack(dt: Any, inbuf: Any, outbuf: Any, position: int, call: str, datarep: st
     if datarep is not None:
         external_check(datarep, call)
     data, _ = simple(_spec(inbuf, dt, call, "inbuf", False), call, "inbuf")
+    packed = _from_wire(dt._t, data.view(np.uint8))      # (pairs without their padding)
     if datarep is not None:
-        data = _external(data, dt, call)
+        packed = _external(packed, dt._t)
     raw = _memory(outbuf, call, "outbuf", True)[0].view(np.uint8)
-    packed = data.view(np.uint8)
     end = int(position) + packed.size
     if position < 0 or end > raw.size:
         raise MPIException(ERR_TRUNCATE, f"{call}: {packed.size} packed bytes at position {position} "
@@ -70,13 +76,16 @@ def unpack(dt: Any, inbuf: Any, position: int, outbuf: Any, call: str, datarep: 
     staged: list[Any] = []
     out, _ = simple(_spec(outbuf, dt, call, "outbuf", True), call, "outbuf", writable=True, staged=staged)
     raw = _memory(inbuf, call, "inbuf", False)[0].view(np.uint8)
-    target = out.view(np.uint8)
-    end = int(position) + target.size
+    t = dt._t
+    size = out.nbytes // (t.base.itemsize * t.mult) * t.size if t.mult else 0   # (packed: no padding)
+    end = int(position) + size
     if position < 0 or end > raw.size:
-        raise MPIException(ERR_TRUNCATE, f"{call}: outbuf takes {target.size} packed bytes from position "
+        raise MPIException(ERR_TRUNCATE, f"{call}: outbuf takes {size} packed bytes from position "
                                          f"{position}; inbuf has {raw.size} bytes")
-    data = raw[position:end].view(out.dtype)
-    np.copyto(out, _external(data, dt, call) if datarep is not None else data)
+    data = raw[position:end]
+    if datarep is not None:
+        data = _external(data.copy(), t)
+    np.copyto(out.view(np.uint8), _to_wire(t, data))
     done = finisher(staged)
     if done is not None:
         done()

@@ -42,8 +42,12 @@ def _gathered(raw: np.ndarray, dt: Datatype, count: int, first: int, call: str, 
     assert t is not None
     lo, hi = span(t.layout, count, first)
     if lo < 0 or hi > raw.size:
-        raise ValueError(f"{call}: {role}: {count} elements of the derived datatype at byte {first} "
-                         f"span bytes [{lo}, {hi}); the buffer has {raw.size}")
+        wider = _within_base(raw, lo, hi)
+        if wider is None:
+            raise ValueError(f"{call}: {role}: {count} elements of the derived datatype at byte {first} "
+                             f"span bytes [{lo}, {hi}); the buffer has {raw.size}")
+        raw, shift = wider
+        first += shift
     if writable and staged is None:
         raise NotImplementedError(f"{call}: {role}: a derived datatype with gaps cannot be "
                                   "written by this call; pass a contiguous datatype")
@@ -54,6 +58,24 @@ def _gathered(raw: np.ndarray, dt: Datatype, count: int, first: int, call: str, 
     if writable:
         staged.append(lambda received=None: unpack_message(raw, t, count, first, wire, received))
     return wire.view(t.base)
+
+
+def _within_base(raw: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, int] | None:
+    """The whole array ``raw`` is a view of, as bytes, and where ``raw`` starts in it, when
+    bytes [lo, hi) from ``raw``'s start lie inside it (a type with a negative lower bound
+    on ``a[3:]`` reads ``a[:3]``, as MPI reads memory by address); else None."""
+    root = raw
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    if root is raw or not (root.flags.c_contiguous or root.flags.f_contiguous):
+        return None
+    low = root.__array_interface__["data"][0]
+    high = low + root.nbytes
+    start = raw.__array_interface__["data"][0]
+    if start + lo < low or start + hi > high:
+        return None
+    whole = (root if root.flags.c_contiguous else root.T).reshape(-1).view(np.uint8)
+    return whole, start - low
 
 
 def unpack_message(raw: np.ndarray, t: _Type, count: int, first: int, wire: np.ndarray,

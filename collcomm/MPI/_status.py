@@ -11,6 +11,7 @@ from typing import Any
 
 from ._consts import ANY_SOURCE, ANY_TAG, UNDEFINED
 from ._errors import SUCCESS, Exception as MPIException
+from ._derived import basic_dtypes
 from ._types import Datatype
 
 
@@ -80,9 +81,17 @@ class Status:
         t = datatype._t
         if t is None:
             raise MPIException(3, "Status.Get_elements: datatype is MPI.DATATYPE_NULL")
-        if t.mixed:                 # (a struct of mixed types: whole elements only)
+        if t.mixed:                 # (a struct of mixed types: whole elements, then the basic ones)
             whole = t.base.itemsize * t.mult
-            return self.count // whole * t.nbasic if whole and self.count % whole == 0 else UNDEFINED
+            if not whole:
+                return 0
+            k, rest = divmod(self.count, whole)
+            got = 0
+            for d in basic_dtypes(t) if rest else ():
+                if rest < d.itemsize:
+                    break
+                rest, got = rest - d.itemsize, got + 1
+            return k * t.nbasic + got if not rest else UNDEFINED
         unit = t.base.itemsize      # (a value-index pair is one: predefined, as Open MPI counts)
         return self.count // unit if unit and self.count % unit == 0 else UNDEFINED
 

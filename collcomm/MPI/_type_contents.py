@@ -71,18 +71,17 @@ class TypeContents:
         return [], [], olds         # DUP
 
     # -- packing (MPI_Pack) ---------------------------------------------------------------------
-    def Pack_size(self, count: int, comm: Any = None) -> int:  # noqa: N802
+    def Pack_size(self, count: int, comm: Any) -> int:  # noqa: N802
         """The bytes ``count`` elements take packed."""
-        t = self._valid("Pack_size")
-        return int(count) * t.base.itemsize * t.mult
+        return int(count) * self._valid("Pack_size").size     # (MPI's size: pairs without padding)
 
-    def Pack(self, inbuf: Any, outbuf: Any, position: int, comm: Any = None) -> int:  # noqa: N802
+    def Pack(self, inbuf: Any, outbuf: Any, position: int, comm: Any) -> int:  # noqa: N802
         """Pack ``inbuf`` (a buffer spec read as this type) into ``outbuf`` at byte
         ``position``; returns the position after it."""
         from ._pack import pack
         return pack(self, inbuf, outbuf, position, "Datatype.Pack")
 
-    def Unpack(self, inbuf: Any, position: int, outbuf: Any, comm: Any = None) -> int:  # noqa: N802
+    def Unpack(self, inbuf: Any, position: int, outbuf: Any, comm: Any) -> int:  # noqa: N802
         """Unpack from ``inbuf`` at byte ``position`` into ``outbuf`` (as this type);
         returns the position after what it read."""
         from ._pack import unpack
@@ -91,7 +90,7 @@ class TypeContents:
     def Pack_external_size(self, datarep: str, count: int) -> int:  # noqa: N802
         from ._pack import external_check
         external_check(datarep, "Pack_external_size")
-        return self.Pack_size(count)
+        return int(count) * self._valid("Pack_external_size").size
 
     def Pack_external(self, datarep: str, inbuf: Any, outbuf: Any, position: int) -> int:  # noqa: N802
         """As Pack, in ``"external32"`` (big-endian) representation."""

@@ -117,6 +117,8 @@ def _piece_runs(old: Layout, displs: np.ndarray, counts: np.ndarray) -> np.ndarr
 
 
 def _bounded(runs: np.ndarray, lb: int, ub: int, lb_marked: bool, ub_marked: bool, align: int) -> Layout:
+    if not (runs[:, 1] > 0).any():     # no data at all: no bounds either (Open MPI: 0, 0)
+        return Layout(np.zeros((0, 2), dtype=np.int64), 0, 0, False, False, align)
     if not ub_marked and ub - lb > 0:
         ub = lb + -(-(ub - lb) // align) * align       # MPI's epsilon: pad to the alignment
     return Layout(runs, lb, ub, lb_marked, ub_marked, align)

@@ -106,12 +106,13 @@ class Datatype(TypeContents):
 
     @property
     def typechar(self) -> str:
-        return self._valid("typechar").code
+        t = self._valid("typechar")      # (a derived type other than a Dup: "V", as mpi4py)
+        return t.code if t.recipe[0] in ("NAMED", "DUP") and not t.pair else "V"
 
     @property
     def typestr(self) -> str:
         t = self._valid("typestr")
-        if t.pair or t.np is None:
+        if t.pair or t.np is None or self.typechar == "V":
             return f"V{self.Get_extent()[1]}"
         return t.np.str.lstrip("<>|=")
 
