@@ -94,10 +94,15 @@ def _random_type(MPI, rng: random.Random, depth: int = 0):
     return old.Create_contiguous(rng.randint(0, 3))
 
 
-def test_packing_matches_a_type_map_walk():
+@pytest.mark.parametrize("path", ["native", "numpy"])
+def test_packing_matches_a_type_map_walk(path, monkeypatch):
     from collcomm import MPI
     from collcomm.MPI import _typemap
 
+    if path == "numpy":
+        monkeypatch.setattr(_typemap, "_NATIVE", None)
+    elif _typemap._NATIVE is None:
+        pytest.skip("the native core is not built (or COLLCOMM_NATIVE=0)")
     rng = random.Random(5)
     kinds = set()
     for case in range(300):
@@ -114,7 +119,7 @@ def test_packing_matches_a_type_map_walk():
         assert dt.Get_size() * count == len(want), (case, dt.decode()[1:])
         got = _typemap.pack(mem, t.layout, count, 0)
         assert got.tobytes() == want, (case, dt.decode()[1:])
-        if count and t.layout.packed:
+        if count and t.layout.packed and path == "numpy":
             kinds.add(_typemap._plan(t.layout, count)[0])
         fresh = np.zeros_like(mem)
         _typemap.unpack(fresh, t.layout, count, 0, got)
@@ -123,7 +128,8 @@ def test_packing_matches_a_type_map_walk():
             for o, s in tm:
                 written[o + i * ext:o + i * ext + s] = True
         assert (fresh[written] == mem[written]).all() and not fresh[~written].any(), case
-    assert kinds == {"one", "strided", "columns", "index"}, kinds     # every packing path ran
+    if path == "numpy":
+        assert kinds == {"one", "strided", "columns", "index"}, kinds     # every numpy plan ran
 
 
 # (Open MPI 5 + mpi4py 4.1: Get_extent, Get_true_extent, Get_size)
@@ -249,10 +255,13 @@ def test_pack_pairs_and_external32_as_open_mpi():
     assert st.Unpack_external("external32", out, 0, again) == 24 and again.tolist() == rec.tolist()
 
 
-def test_big_struct_and_columns_pack_without_index_arrays():
-    """A struct of unequal fields and a resized column pack by strided copies: nothing the
-    size of the message is kept per type."""
+def test_big_struct_and_columns_pack_without_index_arrays(monkeypatch):
+    """On the numpy path (the native one keeps nothing), a struct of unequal fields and a
+    resized column pack by strided copies: nothing the size of the message is kept."""
     from collcomm import MPI
+    from collcomm.MPI import _typemap
+
+    monkeypatch.setattr(_typemap, "_NATIVE", None)
 
     st = MPI.Datatype.Create_struct([1, 1], [0, 8], [MPI.CHAR, MPI.DOUBLE]).Commit()
     rec = np.zeros(200_000, dtype=np.dtype({"names": ["c", "d"], "formats": ["u1", "f8"], "offsets": [0, 8],
@@ -270,6 +279,21 @@ def test_big_struct_and_columns_pack_without_index_arrays():
     for t in (st, col):
         held = [x for plan in t._t.layout._plans.values() for x in plan if isinstance(x, (np.ndarray, dict))]
         assert not any(isinstance(x, np.ndarray) or x for x in held), "an index array was kept"
+
+
+def test_native_pack_refuses_what_lies_outside():
+    from collcomm import native
+
+    if native.core is None:
+        pytest.skip("the native core is not built (or COLLCOMM_NATIVE=0)")
+    mem, runs = np.zeros(64, np.uint8), np.array([[0, 8], [16, 8]], np.int64)
+    out = np.zeros(32, np.uint8)
+    native.core.pack_runs(mem, runs, 2, 24, 0, out, True)            # [0, 48): inside
+    for count, extent, first, packed in ((2, 24, 24, out), (2, -24, 0, out), (2, 24, 0, out[:16])):
+        with pytest.raises(ValueError):
+            native.core.pack_runs(mem, runs, count, extent, first, packed, True)
+    with pytest.raises((BufferError, ValueError)):      # (numpy: "not C-contiguous")
+        native.core.pack_runs(np.zeros(64, np.uint8)[::2], runs, 1, 24, 0, out[:16], True)
 
 
 # ----------------------------------------------------------------------------- the MPI job's section

@@ -179,8 +179,32 @@ def simple(spec: Any, call: str, role: str, writable: bool = False, staged: Stag
         dt = _BY_NUMPY.get(spec.dtype)
         if dt is not None and spec.flags.c_contiguous and (spec.flags.writeable or not writable):
             return (spec if spec.ndim == 1 else spec.reshape(-1)), dt
+    elif type(spec) is list and 2 <= len(spec) <= 3 and type(spec[-1]) is Datatype:
+        packed = _derived_spec(spec, call, role, writable, staged)    # (a halo's column: the common case)
+        if packed is not None:
+            return packed, spec[-1]
     arr, dt, _ = _parse(spec, call, role, writable, 1, staged)
     return arr, dt
+
+
+def _derived_spec(spec: list, call: str, role: str, writable: bool, staged: Staged | None) -> np.ndarray | None:
+    """``[array, count, datatype]`` / ``[array, datatype]`` of a committed type with gaps on a
+    C-contiguous numpy array, packed the short way; None for anything else (_parse)."""
+    t, a = spec[-1]._t, spec[0]
+    if t is None or not t.gaps or not t.committed or type(a) is not np.ndarray or not a.flags.c_contiguous \
+            or (writable and not a.flags.writeable):
+        return None
+    raw = a.reshape(-1).view(np.uint8)
+    if len(spec) == 3:
+        count = spec[1]
+        if type(count) is not int or count < 0:
+            return None
+    else:
+        extent = t.layout.ub - t.layout.lb
+        if extent <= 0 or raw.size % extent:
+            return None
+        count = raw.size // extent
+    return _gathered(raw, spec[-1], count, 0, call, role, writable, staged)
 
 
 def blocks(spec: Any, n: int, call: str, role: str, writable: bool = False, staged: Staged | None = None

@@ -33,11 +33,20 @@ from ._p2p_ops import (
     ACK, SYNC, TAG_BITS, _EMPTY, _LentSend, _NativeRecv, _Pair, _Recv, _Send, _SENT, _dest, _native_tag,
     _null_status, _request, _rtag, _source, _stag, complete, Unpacked,
 )
-from ._types import _BY_NUMPY
+from ._types import _BY_NUMPY, Datatype
 from ..core.p2p_loans import patience_ns
 from ..transport.shm_lent import LEND_FROM
 from ._prequest import persistent
 from ._request import ORPHANS, Done, Request, Status, reap_orphans
+
+
+def _gapped(spec: Any) -> bool:
+    """A buffer spec whose datatype has gaps: packed into (or received into) an array,
+    which then takes the array's fast path."""
+    if (type(spec) is not list and type(spec) is not tuple) or not spec:
+        return False
+    dt = spec[-1]
+    return isinstance(dt, Datatype) and dt._t is not None and dt._t.gaps
 
 
 # ----------------------------------------------------------------------------- the mixin
@@ -93,6 +102,8 @@ class PointToPoint:
         f = getattr(self._grp("Send"), "_p2p_native", None)
         if not (f is not None and type(buf) is np.ndarray and type(tag) is int
                 and tag <= TAG_BITS and f.send(buf, dest, tag, 0)):
+            if _gapped(buf):        # packed, then sent as an array (the fast path above)
+                return self.Send(simple(buf, "Send", "buf")[0], dest, tag)
             self._complete(self._isend(buf, dest, tag, False, "Send"))
 
     def Ssend(self, buf: Any, dest: int, tag: int = 0) -> None:  # noqa: N802
@@ -110,6 +121,8 @@ class PointToPoint:
             r = f.mpi_isend(buf, dest, tag, np.ndarray, Request, _SENT)   # sent at once, or None
             if r is not None:
                 return r
+        if _gapped(buf):
+            return self.Isend(simple(buf, "Isend", "buf")[0], dest, tag)
         return _request(self._isend(buf, dest, tag, False, "Isend"))
 
     def Issend(self, buf: Any, dest: int, tag: int = 0) -> Request:  # noqa: N802
@@ -132,6 +145,14 @@ class PointToPoint:
                 if ORPHANS:
                     reap_orphans()
                 return
+        if _gapped(buf):            # into a packed temporary (the fast path), then unpacked
+            st = Receiving()
+            arr = simple(buf, "Recv", "buf", writable=True, staged=st)[0]
+            got = status if status is not None else Status()
+            self.Recv(arr, source, tag, got)
+            for step in st:
+                step(got.count)
+            return
         self._complete(self._irecv(buf, source, tag, "Recv"), status)
 
     def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:  # noqa: N802
@@ -148,6 +169,12 @@ class PointToPoint:
                                 _NativeRecv, Request)
                 if r is not None:
                     return r
+        if _gapped(buf):
+            st = Receiving()
+            r = self.Irecv(simple(buf, "Irecv", "buf", writable=True, staged=st)[0], source, tag)
+            if r._op is not None:
+                r._op = Unpacked(r._op, st)
+            return r
         return _request(self._irecv(buf, source, tag, "Irecv"))
 
     def Sendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,  # noqa: N802
@@ -189,6 +216,15 @@ class PointToPoint:
                     f.loan_wait(dest, loan[0], loan[1], sendbuf, loan[2], 0, patience_ns(sendbuf.nbytes))
                 except CollcommError as exc:
                     raise translate(exc) from exc
+            return
+        if _gapped(sendbuf) or _gapped(recvbuf):     # as arrays (the fast path above), then unpacked
+            st = Receiving()
+            rb = simple(recvbuf, "Sendrecv", "recvbuf", writable=True, staged=st)[0] if _gapped(recvbuf) else recvbuf
+            sb = simple(sendbuf, "Sendrecv", "sendbuf")[0] if _gapped(sendbuf) else sendbuf
+            got = status if status is not None or not st else Status()
+            self.Sendrecv(sb, dest, sendtag, rb, source, recvtag, got)
+            for step in st:
+                step(got.count)
             return
         r = self._irecv(recvbuf, source, recvtag, "Sendrecv")
         s = self._isend(sendbuf, dest, sendtag, False, "Sendrecv")

@@ -15,10 +15,12 @@ otherwise the extent is padded to the largest alignment of its basic types, as O
 pads) and true bounds (where the data lies). A value-index pair is one basic element of
 its padded size (``DOUBLE_INT``: 16 bytes), so a packed pair stays whole for MAXLOC.
 
-Packing ``count`` elements at byte ``first`` of a buffer (:func:`pack`, :func:`unpack`)
-uses the widest unit (8, 4, 2 or 1 bytes) that divides every offset and length, one
-strided copy when the runs are equally long and equally spaced (a column, a 2-D
-subarray), else one gather through an index array; plans are kept per count.
+Packing ``count`` elements at byte ``first`` of a buffer (:func:`pack`, :func:`unpack`) is
+one memcpy a run in C when the native core is there (``native/_pack_runs.c``). The numpy
+path, the reference and the fallback, uses the widest unit (8, 4, 2 or 1 bytes) that
+divides every offset and length: one strided copy when the runs are equally long and
+equally spaced (a column, a 2-D subarray), one a run for a struct's few fields, else one
+gather through an index array; plans are kept per count.
 """
 from __future__ import annotations
 
@@ -26,9 +28,11 @@ import math
 from typing import Any, Sequence
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
+
+from .. import native
 
 _UNITS = {8: np.uint64, 4: np.uint32, 2: np.uint16, 1: np.uint8}
+_NATIVE = native.core       # pack_runs (native/_pack_runs.c), or None: numpy's plans below
 
 
 class Layout:
@@ -39,7 +43,7 @@ class Layout:
 
     def __init__(self, runs: np.ndarray, lb: int, ub: int, lb_marked: bool, ub_marked: bool,
                  align: int) -> None:
-        self.runs = _merge(runs)
+        self.runs = np.ascontiguousarray(_merge(runs))
         self.lb, self.ub, self.lb_marked, self.ub_marked, self.align = lb, ub, lb_marked, ub_marked, align
         if self.runs.size:
             self.true_lb = int(self.runs[:, 0].min())
@@ -201,20 +205,26 @@ def _plan(layout: Layout, count: int) -> tuple[Any, ...]:
     return plan
 
 
+def _strided(raw: np.ndarray, at: int, unit: Any, shape: tuple[int, ...], strides: tuple[int, ...]
+             ) -> np.ndarray:
+    """``raw``'s bytes from byte ``at`` as a strided array of ``unit`` (numpy checks that it
+    stays inside them; a read-only ``raw`` gives a read-only view)."""
+    return np.ndarray(shape, unit, buffer=raw, offset=at, strides=strides)
+
+
 def _view(raw: np.ndarray, layout: Layout, count: int, first: int, writable: bool
           ) -> tuple[np.ndarray, np.ndarray | None]:
     """(the message's memory as units: a view, or the whole buffer with an index array)."""
     plan = _plan(layout, count)
     g = math.gcd(plan[1], first)
-    units = raw[:raw.size - raw.size % g].view(_UNITS[g])
     kind = plan[0]
     if kind == "one":
-        at = (first + plan[2]) // g
-        return units[at:at + plan[3] // g], None
+        at = first + plan[2]
+        return raw[at:at + plan[3]].view(_UNITS[g]), None
     if kind == "strided":
         _, _, start, ext, step, nruns, length, n = plan
-        return as_strided(units[(first + start) // g:], shape=(n, nruns, length // g),
-                          strides=(ext, step, g), writeable=writable), None
+        return _strided(raw, first + start, _UNITS[g], (n, nruns, length // g), (ext, step, g)), None
+    units = raw[:raw.size - raw.size % g].view(_UNITS[g])
     _, _, starts, lengths, packed_at, indexes = plan
     idx = indexes.get((first, g))
     if idx is None:
@@ -233,10 +243,8 @@ def _columns(raw: np.ndarray, plan: tuple[Any, ...], first: int, packed: np.ndar
     for start, length, at in runs:
         g = math.gcd(first + start, length, ext, per, at, 8)
         unit = _UNITS[g]
-        mem = as_strided(raw[:raw.size - raw.size % g].view(unit)[(first + start) // g:],
-                         shape=(count, length // g), strides=(ext, g), writeable=not out)
-        col = as_strided(packed.view(unit)[at // g:], shape=(count, length // g), strides=(per, g),
-                         writeable=out)
+        mem = _strided(raw, first + start, unit, (count, length // g), (ext, g))
+        col = _strided(packed, at, unit, (count, length // g), (per, g))
         if out:
             col[...] = mem
         else:
@@ -244,9 +252,12 @@ def _columns(raw: np.ndarray, plan: tuple[Any, ...], first: int, packed: np.ndar
 
 
 def pack(raw: np.ndarray, layout: Layout, count: int, first: int) -> np.ndarray:
-    """The packed bytes of ``count`` elements at byte ``first`` of ``raw`` (uint8, a copy)."""
+    """The packed bytes of ``count`` elements at byte ``first`` of ``raw`` (uint8, a copy):
+    in C when the native core is there (one memcpy a run), else by numpy (the plans)."""
     out = np.empty(count * layout.packed, dtype=np.uint8)
-    if out.size:
+    if out.size and _NATIVE is not None:
+        _NATIVE.pack_runs(raw, layout.runs, count, layout.ub - layout.lb, first, out, True)
+    elif out.size:
         plan = _plan(layout, count)
         if plan[0] == "columns":
             _columns(raw, plan, first, out, True)
@@ -263,6 +274,9 @@ def pack(raw: np.ndarray, layout: Layout, count: int, first: int) -> np.ndarray:
 def unpack(raw: np.ndarray, layout: Layout, count: int, first: int, data: np.ndarray) -> None:
     """Write packed ``data`` (uint8) into ``count`` elements at byte ``first`` of ``raw``."""
     if not data.size:
+        return
+    if _NATIVE is not None:
+        _NATIVE.pack_runs(raw, layout.runs, count, layout.ub - layout.lb, first, data, False)
         return
     plan = _plan(layout, count)
     if plan[0] == "columns":

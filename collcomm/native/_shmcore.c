@@ -109,6 +109,7 @@ static PyTypeObject CoreType = {
 
 /* ------------------------------------------------------------------ the fast call */
 #include "_cmethod.c"           /* a built-in object's C method called straight */
+#include "_pack_runs.c"         /* a derived datatype's message packed: pack_runs */
 #include "_rec_clock.c"         /* the flight recorder's clock: rec_now */
 #include "_record_rec.c"        /* the flight recorder's records made in C: Record */
 #include "_record_ring.c"       /* ... the ring that holds them: Ring */
@@ -215,6 +216,8 @@ static PyMethodDef module_methods[] = {
      "cma_bounces() -> cross-memory transfers copied through a bounce buffer (_cma.c)"},
     {"record_clock", mod_record_clock, METH_NOARGS,
      "record_clock() -> (reads the TSC, seconds a tick, anchors, now): the recorder's clock"},
+    {"pack_runs", (PyCFunction)(void (*)(void))mod_pack_runs, METH_FASTCALL,
+     "pack_runs(memory, runs, count, extent, first, packed, to_packed): a derived type's message"},
     {"set_ties", mod_set_ties, METH_VARARGS,
      "set_ties(f16, f32, f64): min/max of equal values keeps the second operand"},
     {NULL, NULL, 0, NULL},
