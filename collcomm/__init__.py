@@ -33,6 +33,7 @@ from .objects import (
 from .ops import ReduceOp
 from .memory import empty, empty_like, full, is_shared, zeros
 from .core.runtime import destroy_process_group, init_process_group, is_initialized, new_group
+from .api_groups import new_subgroups, new_subgroups_by_enumeration, split_group
 from .core.work import Work
 from .core.stats import stats  # per-op statistics (COLLCOMM_STATS), see core/stats.py
 
@@ -58,7 +59,8 @@ GroupMember = _GroupMember()
 __all__ = [
     # runtime and groups
     "GroupMember", "NON_GROUP_MEMBER", "ProcessGroup", "call_timeout", "destroy_process_group",
-    "init_process_group", "is_available", "is_initialized", "new_group",
+    "init_process_group", "is_available", "is_initialized", "new_group", "new_subgroups",
+    "new_subgroups_by_enumeration", "split_group",
     "get_backend", "get_global_rank", "get_group_rank", "get_process_group_ranks", "get_rank",
     "get_world_size",
     # collectives
