@@ -289,7 +289,8 @@ def test_native_pack_refuses_what_lies_outside():
     mem, runs = np.zeros(64, np.uint8), np.array([[0, 8], [16, 8]], np.int64)
     out = np.zeros(32, np.uint8)
     native.core.pack_runs(mem, runs, 2, 24, 0, out, True)            # [0, 48): inside
-    for count, extent, first, packed in ((2, 24, 24, out), (2, -24, 0, out), (2, 24, 0, out[:16])):
+    for count, extent, first, packed in ((2, 24, 24, out), (2, -24, 0, out), (2, 24, 0, out[:16]),
+                                         (2 ** 62, 0, 0, out[:0]), (2, 2 ** 62, 0, out)):
         with pytest.raises(ValueError):
             native.core.pack_runs(mem, runs, count, extent, first, packed, True)
     with pytest.raises((BufferError, ValueError)):      # (numpy: "not C-contiguous")
@@ -437,10 +438,38 @@ def datatype_checks(c: Checker, MPI, comm) -> None:
     out = np.full((N, 3), -5.0)
     comm.Allreduce([src, N, big], [out, N, big], op)
     c.eq(out[[0, N // 2, N - 1]], [[1.0, n * (n + 1) / 2, -5.0]] * 3, "a user op on 30001 elements with gaps")
-    neg = D.Create_hindexed([1, 1], [-8, 0]).Commit()
-    c.raises(lambda: comm.Allreduce([np.ones(4), 1, 1, neg], [np.ones(4), 1, 1, neg], op), NotImplementedError,
-             "a user op on data before the origin, on every rank")
+    neg = D.Create_hindexed([1, 1], [-8, 0]).Commit()     # data at -8 (outside the fn's view) and 0
+
+    def add_first(inbuf, inout, dt):
+        np.frombuffer(inout, "f8")[0] += np.frombuffer(inbuf, "f8")[0]
+    op2 = MPI.Op.Create(add_first, commute=True)
+    got = np.full(4, -1.0)
+    comm.Allreduce([np.arange(4.0) + r, 1, 1, neg], [got, 1, 1, neg], op2)
+    c.eq(got[[0, 2, 3]], [-1.0, sum(2.0 + q for q in range(n)), -1.0], "a user op on a type with data before its origin")
+    # persistent: the type and the op freed by the program before Start
+    pt = D.Create_vector(2, 1, 2).Commit()
+    pop = MPI.Op.Create(mul_add, commute=True)
+    comm.Allreduce([np.ones(4), 1, pt], [np.zeros(4), 1, pt], MPI.SUM)
+    src4, out4 = np.full(6, 2.0), np.full(6, -1.0)
+    preq = comm.Allreduce_init([src4, 1, pt], [out4, 1, pt], MPI.SUM)
+    pt.Free()
+    preq.Start()
+    preq.Wait()
+    c.eq(out4, [2.0 * n, -1, 2.0 * n, -1, -1, -1], "Allreduce_init after its type was freed")
+    preq.Free()
+    pt2 = D.Create_vector(1, 2, 3).Create_resized(0, 24).Commit()
+    src3, out3 = np.ones((2, 3)), np.full((2, 3), -5.0)
+    src3[:, 1] = r + 1
+    comm.Allreduce([src3, 2, pt2], [out3, 2, pt2], pop)
+    preq = comm.Allreduce_init([src3, 2, pt2], [out3, 2, pt2], pop)
+    pt2.Free()
+    pop.Free()
+    preq.Start()
+    preq.Wait()
+    c.eq(out3[:, :2], [[1.0, n * (n + 1) / 2]] * 2, "a persistent user op after its type and op were freed")
+    preq.Free()
     op.Free()
+    op2.Free()
     # value-index pairs inside derived types: their padding is never written
     rec3 = np.dtype([("v", "f8"), ("idx", "i4"), ("tag", "i4")])
     recs = np.zeros(4, rec3)
@@ -474,6 +503,25 @@ def datatype_checks(c: Checker, MPI, comm) -> None:
         comm.Recv(np.zeros(1), left, 14)
         c.eq(target, [left, left + 1, -1, -1, left + 4, left + 5, -1, -1, left + 8, left + 9, -1, -1],
              "a freed receive into a vector")
+        for how in ("Isendrecv", "Recv_init", "Irecv"):      # freed in other forms; known done by a token
+            target[:] = -1
+            data = [np.arange(12, dtype="i4") + r, 1, pick]
+            if how == "Isendrecv":
+                comm.Isendrecv(data, right, 19, [target, 1, pick], left, 19).Free()
+            else:
+                if how == "Recv_init":
+                    pr2 = comm.Recv_init([target, 1, pick], left, 19)
+                    pr2.Start()
+                    pr2.Free()
+                else:
+                    comm.Irecv([target, 1, pick], left, 19).Free()
+                comm.Send(data, right, 19)
+            token = comm.Irecv(np.zeros(1), left, 20)
+            comm.Send(np.zeros(1), right, 20)
+            while not token.Test():
+                pass
+            c.eq(target[[0, 1, 2]], [left, left + 1, -1], f"a freed {how} into a vector, known done by a Test")
+        comm.Barrier()
         pick.Free()
     for t in (big, neg, every_other, t12):
         t.Free()

@@ -13,7 +13,7 @@ from typing import Any
 
 from ._coll import BufferCollectives
 from ._msg import pinned
-from ._ops import SUM
+from ._ops import SUM, pinned_op
 from ._prequest import persistent
 from ._request import WorkOp
 
@@ -48,19 +48,23 @@ class PersistentCollectives(BufferCollectives):
 
     def Reduce_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
+        op = pinned_op(op)
         return persistent(lambda: WorkOp(self._reduce(sendbuf, recvbuf, op, root, True, "Reduce_init")))
 
     def Allreduce_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
+        op = pinned_op(op)
         return persistent(lambda: WorkOp(self._allreduce(sendbuf, recvbuf, op, True, "Allreduce_init")))
 
     def Reduce_scatter_block_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
+        op = pinned_op(op)
         return persistent(lambda: WorkOp(self._reduce_scatter_block(sendbuf, recvbuf, op, True,
                                                                     "Reduce_scatter_block_init")))
 
     def Reduce_scatter_init(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM,  # noqa: N802
                             info: Any = None) -> Any:
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
+        op = pinned_op(op)
         return persistent(lambda: WorkOp(self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, True,
                                                               "Reduce_scatter_init")))

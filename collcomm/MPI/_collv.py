@@ -25,7 +25,7 @@ from ._coll import _not_root_in_place, _request, _run
 from ._errors import ERR_ROOT, Exception as MPIException
 from ._msg import IN_PLACE, packed, pinned, simple, vector
 from ._staging import Staged, finisher, packed_blocks
-from ._ops import SUM, core_op
+from ._ops import SUM, core_op, pinned_op
 from ._prequest import persistent
 from ._request import Request, WorkOp
 from ._types import as_datatype
@@ -277,8 +277,10 @@ class ScanCollectives:
 
     def Scan_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
+        op = pinned_op(op)
         return persistent(lambda: WorkOp(self._scan(sendbuf, recvbuf, op, False, True, "Scan_init")))
 
     def Exscan_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
+        op = pinned_op(op)
         return persistent(lambda: WorkOp(self._scan(sendbuf, recvbuf, op, True, True, "Exscan_init")))

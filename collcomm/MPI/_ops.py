@@ -196,12 +196,14 @@ def _call_user(user: Callable[..., Any], lower: np.ndarray, acc: np.ndarray, dt:
         return
     per = t.base.itemsize * t.mult
     count = acc.nbytes // per if per else 0
-    size = max(_typemap.span(t.layout, count, 0)[1], count * t.layout.extent)
+    lo, hi = _typemap.span(t.layout, count, 0)
+    origin = max(0, -lo)        # (data before the origin: laid out, but not in the fn's view, as in mpi4py)
+    size = origin + max(hi, count * t.layout.extent)
     laid = [np.zeros(size, dtype=np.uint8), np.zeros(size, dtype=np.uint8)]
     for mem, packed in zip(laid, (lower, acc)):
-        _staging.unpack_message(mem, t, count, 0, packed.view(np.uint8))
-    user(memoryview(laid[0]), memoryview(laid[1]), dt)
-    acc.view(np.uint8)[:] = _staging.pack_message(laid[1], t, count, 0)
+        _staging.unpack_message(mem, t, count, origin, packed.view(np.uint8))
+    user(memoryview(laid[0])[origin:], memoryview(laid[1])[origin:], dt)
+    acc.view(np.uint8)[:] = _staging.pack_message(laid[1], t, count, origin)
 
 
 def core_op(op: Any, dt: Datatype, call: str, keeps_order: bool = False) -> tuple[Any, bool]:
@@ -234,15 +236,11 @@ def core_op(op: Any, dt: Datatype, call: str, keeps_order: bool = False) -> tupl
             rop = o.cache[t.np] = ReduceOp.custom(_pair_fn(t.np, o.name == "MAXLOC"))  # type: ignore[arg-type]
         return rop, False
     if o.user is not None:
-        if t.gaps and t.layout.true_lb < 0:
-            raise NotImplementedError(f"{call}: a user-defined op on a derived datatype whose data "
-                                      "lies before its origin (negative true lower bound) is not "
-                                      "supported by collcomm.MPI")
         if (not o.commute or t.gaps) and not keeps_order:
             return None, True     # (a type with gaps: whole elements, combined here)
-        rop = o.cache.get(id(t))
+        rop = o.cache.get(t)      # (keyed by the type itself: a freed handle leaves it whole)
         if rop is None:
-            rop = o.cache[id(t)] = ReduceOp.custom(_user_fn(o.user, dt))
+            rop = o.cache[t] = ReduceOp.custom(_user_fn(o.user, Datatype(dt)))
         return rop, False
     raise MPIException(ERR_OP, f"{call}: MPI_{o.name} is not a reduction (it is for one-sided accumulate)")
 
@@ -286,6 +284,11 @@ def py_combine(op: Any, call: str) -> Callable[[Any, Any], Any]:
         return op
     raise TypeError(f"{call}: op must be an MPI.Op or a callable f(x, y), got {type(op).__name__}")
 SUM = PREDEFINED["SUM"]
+
+
+def pinned_op(op: Any) -> Any:
+    """An op handle of its own for a persistent request (the program may free its own)."""
+    return Op(op) if isinstance(op, Op) else op
 
 
 def fold(op: Any, dt: Datatype, parts: np.ndarray, n: int, out: np.ndarray) -> None:

@@ -10,6 +10,7 @@ MPI's errors and fills a Status.
 """
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -229,10 +230,11 @@ class Unpacked:
     then the unpacking into the caller's memory (``staged``) once it completes."""
 
     def __init__(self, recv: Any, staged: list[Any]) -> None:
-        self._r, self._staged = recv, staged
+        self._r, self._staged, self._lock = recv, staged, threading.Lock()
 
     def _unpack(self) -> None:
-        staged, self._staged = self._staged, []
+        with self._lock:         # (once, whichever thread completes it: reap_orphans too)
+            staged, self._staged = self._staged, []
         if not self._r.cancelled:
             for step in staged:
                 step(self._r.nbytes)
@@ -277,6 +279,12 @@ class _Pair:
 
     def cancel(self) -> None:
         return None
+
+    def orphan(self) -> None:
+        """Freed while active: its receive (of a derived type) is still unpacked."""
+        orphan = getattr(self._r, "orphan", None)
+        if orphan is not None:
+            orphan()
 
     source = property(lambda self: self._r.source)
     tag = property(lambda self: self._r.tag)

@@ -18,7 +18,7 @@ import numpy as np
 from ._errors import ERR_ARG, ERR_TRUNCATE, Exception as MPIException
 from ._msg import _memory, simple
 from ._derived import basic_dtypes
-from ._staging import _from_wire, _to_wire, finisher
+from ._staging import _compact, _from_wire, finisher
 
 _EXTERNAL = "external32"
 
@@ -85,7 +85,12 @@ def unpack(dt: Any, inbuf: Any, position: int, outbuf: Any, call: str, datarep: 
     data = raw[position:end]
     if datarep is not None:
         data = _external(data.copy(), t)
-    np.copyto(out.view(np.uint8), _to_wire(t, data))
+    if t.pair:               # field by field: a pair's padding in the caller's memory stays
+        compact, pairs = data.view(_compact(t.np)), out.view(t.np)
+        for name in t.np.names:
+            pairs[name] = compact[name]
+    else:
+        np.copyto(out.view(np.uint8), data)
     done = finisher(staged)
     if done is not None:
         done()

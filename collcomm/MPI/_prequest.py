@@ -54,7 +54,7 @@ class Prequest(Request):
     startall = Startall
 
     def Free(self) -> None:  # noqa: N802
-        self._op = None
+        super().Free()            # (an active receive of a derived type is still unpacked)
         self._persist = None
 
     free = Free

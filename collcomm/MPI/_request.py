@@ -17,6 +17,7 @@ a hang.
 from __future__ import annotations
 
 import time
+import threading
 from typing import Any, Callable, Sequence
 
 from ..errors import CollcommError, CommTimeoutError
@@ -78,17 +79,25 @@ class WorkOp:
 
 #: Freed receives still to be unpacked (derived types with gaps: _p2p_ops.Unpacked).
 ORPHANS: list[Any] = []
+_REAPING = threading.Lock()
 
 
 def reap_orphans() -> None:
-    """Unpack the freed receives whose message has arrived (tested, never waited for)."""
-    for op in list(ORPHANS):
-        try:
-            done = op.test()
-        except Exception:  # noqa: BLE001 - a failed orphan has no one to tell
-            done = True
-        if done:
-            ORPHANS.remove(op)
+    """Unpack the freed receives whose message has arrived (tested, never waited for); at
+    every completion (wait, test, receive) and at each call on a communicator. One thread
+    reaps at a time (another that finds it reaping goes on)."""
+    if not _REAPING.acquire(blocking=False):
+        return
+    try:
+        for op in list(ORPHANS):
+            try:
+                done = op.test()
+            except Exception:  # noqa: BLE001 - a failed orphan has no one to tell
+                done = True
+            if done:
+                ORPHANS.remove(op)
+    finally:
+        _REAPING.release()
 
 
 def _fill(status: Status | None, op: Any) -> None:
@@ -213,6 +222,8 @@ class Request:
             if not self._test_op():
                 return False
             self._completed()
+            if ORPHANS:
+                reap_orphans()
         _fill(status, op)
         return True
 
@@ -273,6 +284,8 @@ class Request:
                     r._op = None              # (Request._completed, without its frame)
                 else:
                     r._completed()
+        if ORPHANS:
+            reap_orphans()
         return True
 
     @classmethod

@@ -50,16 +50,23 @@ static PyObject *mod_pack_runs(PyObject *self, PyObject *const *args, Py_ssize_t
             why = "a run of negative length";
             break;
         }
-        per += len;
+        if (__builtin_add_overflow(per, len, &per)) {
+            why = "the sizes overflow";
+            break;
+        }
         if (count == 0 || len == 0)
             continue;
-        long long span = (count - 1) * extent;         /* elements may go either way */
-        long long lo = first + off + (span < 0 ? span : 0);
-        long long hi = first + off + len + (span > 0 ? span : 0);
-        if (lo < 0 || hi > (long long)mem.len)
+        long long span, lo, hi;                       /* elements may go either way */
+        if (__builtin_mul_overflow(count - 1, extent, &span) ||
+            __builtin_add_overflow(first, off, &lo) || __builtin_add_overflow(lo, len, &hi) ||
+            __builtin_add_overflow(lo, span < 0 ? span : 0, &lo) ||
+            __builtin_add_overflow(hi, span > 0 ? span : 0, &hi))
+            why = "the offsets overflow";
+        else if (lo < 0 || hi > (long long)mem.len)
             why = "a run lies outside the memory";
     }
-    if (why == NULL && per * count != (long long)packed.len)
+    long long total;
+    if (why == NULL && (__builtin_mul_overflow(per, count, &total) || total != (long long)packed.len))
         why = "the packed buffer is not the message's size";
     if (why != NULL) {
         PyBuffer_Release(&packed);
