@@ -16,14 +16,12 @@
 from __future__ import annotations
 
 import random
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from tests.mpi_checks import SIZES, Checker, check, job
-from tests.test_mpi_vs_mpi4py import _env, _mpiexec
+from tests.test_mpi_vs_mpi4py import _mpiexec, compare_with_mpi4py
 
 
 # ----------------------------------------------------------------------------- in process
@@ -576,19 +574,4 @@ PROG = (__import__("pathlib").Path(__file__).with_name("mpi_datatypes_prog.py"))
 @pytest.mark.timeout(150)
 @pytest.mark.skipif(_mpiexec() is None, reason="mpi4py + Open MPI's mpiexec not installed (pip install '.[bench]')")
 def test_same_results_as_mpi4py():
-    theirs = subprocess.run([_mpiexec(), "--allow-run-as-root", "--oversubscribe", "-n", "3", sys.executable,
-                             str(PROG), "mpi4py"], capture_output=True, text=True, timeout=120, env=_env())
-    assert theirs.returncode == 0, theirs.stdout[-2000:] + theirs.stderr[-2000:]
-    ours = subprocess.run([sys.executable, "-m", "collcomm", "run", "-n", "3", "--no-prefix", str(PROG), "collcomm"],
-                          capture_output=True, text=True, timeout=120, env=_env())
-    assert ours.returncode == 0, ours.stdout[-2000:] + ours.stderr[-2000:]
-    import json
-
-    def rows(out: str) -> list[dict]:
-        return sorted((json.loads(line.split("JSON ", 1)[1]) for line in out.splitlines() if "JSON " in line),
-                      key=lambda d: d["rank"])
-    a, b = rows(theirs.stdout), rows(ours.stdout)
-    assert len(a) == len(b) == 3
-    for rank, (x, y) in enumerate(zip(a, b)):
-        diff = {k: (x[k], y.get(k)) for k in x if x[k] != y.get(k)}
-        assert not diff, f"rank {rank}: mpi4py vs collcomm.MPI: {diff}"
+    compare_with_mpi4py(str(PROG), lambda d: d["rank"])

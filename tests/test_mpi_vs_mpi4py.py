@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from typing import Callable
 
 import pytest
 
@@ -146,9 +147,25 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _results(stdout: str) -> list[dict]:
-    rows = [json.loads(line.split("JSON ", 1)[1]) for line in stdout.splitlines() if "JSON " in line]
-    return sorted(rows, key=lambda d: d["cart"][1])
+def compare_with_mpi4py(prog: str, order: "Callable[[dict], object]", n: int = 3) -> None:
+    """Run ``python prog mpi4py`` under Open MPI's mpiexec and ``prog collcomm`` under
+    ``collcomm run``; each rank prints ``JSON {...}``; the rows (sorted by ``order``) must
+    be equal key by key."""
+    theirs = subprocess.run([_mpiexec(), "--allow-run-as-root", "--oversubscribe", "-n", str(n), sys.executable,
+                             prog, "mpi4py"], capture_output=True, text=True, timeout=120, env=_env())
+    assert theirs.returncode == 0, theirs.stdout[-2000:] + theirs.stderr[-2000:]
+    ours = subprocess.run([sys.executable, "-m", "collcomm", "run", "-n", str(n), "--no-prefix", prog, "collcomm"],
+                          capture_output=True, text=True, timeout=120, env=_env())
+    assert ours.returncode == 0, ours.stdout[-2000:] + ours.stderr[-2000:]
+
+    def rows(out: str) -> list[dict]:
+        return sorted((json.loads(line.split("JSON ", 1)[1]) for line in out.splitlines() if "JSON " in line),
+                      key=order)
+    a, b = rows(theirs.stdout), rows(ours.stdout)
+    assert len(a) == len(b) == n
+    for rank, (x, y) in enumerate(zip(a, b)):
+        diff = {k: (x[k], y.get(k)) for k in x if x[k] != y.get(k)}
+        assert not diff, f"rank {rank}: mpi4py vs collcomm.MPI: {diff}"
 
 
 @pytest.mark.timeout(150)
@@ -156,14 +173,4 @@ def _results(stdout: str) -> list[dict]:
 def test_same_results_as_mpi4py(tmp_path):
     prog = tmp_path / "prog.py"
     prog.write_text(PROG)
-    theirs = subprocess.run([_mpiexec(), "--allow-run-as-root", "--oversubscribe", "-n", "3", sys.executable,
-                             str(prog), "mpi4py"], capture_output=True, text=True, timeout=120, env=_env())
-    assert theirs.returncode == 0, theirs.stdout[-2000:] + theirs.stderr[-2000:]
-    ours = subprocess.run([sys.executable, "-m", "collcomm", "run", "-n", "3", "--no-prefix", str(prog), "collcomm"],
-                          capture_output=True, text=True, timeout=120, env=_env())
-    assert ours.returncode == 0, ours.stdout[-2000:] + ours.stderr[-2000:]
-    a, b = _results(theirs.stdout), _results(ours.stdout)
-    assert len(a) == len(b) == 3
-    for rank, (x, y) in enumerate(zip(a, b)):
-        diff = {k: (x[k], y.get(k)) for k in x if x[k] != y.get(k)}
-        assert not diff, f"rank {rank}: mpi4py vs collcomm.MPI: {diff}"
+    compare_with_mpi4py(str(prog), lambda d: d["cart"][1])

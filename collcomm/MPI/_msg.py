@@ -36,7 +36,7 @@ import numpy as np
 
 from ..tensor_memory import tensor_array
 from ._derived import check_committed
-from ._staging import Staged, _gathered, _named, packed_blocks
+from ._staging import Staged, pack_elements, type_name, packed_blocks
 from ._types import Datatype, _BY_NUMPY, as_datatype, from_code, from_numpy
 
 
@@ -150,16 +150,16 @@ def _typed(flat: np.ndarray, natural: Datatype | None, dt: Datatype | None, coun
         avail = raw.size - displ * extent
         if extent <= 0 or avail % extent:
             raise ValueError(f"{call}: {role} has {raw.size} bytes, not a whole number of "
-                             f"{_named(dt)} elements ({extent} bytes each)")
+                             f"{type_name(dt)} elements ({extent} bytes each)")
         count = avail // extent
     count = int(count)
     if count < 0:
         raise ValueError(f"{call}: {role}: negative count {count}")
     if t.gaps:
-        return _gathered(raw, dt, count, displ * extent, call, role, writable, staged), dt
+        return pack_elements(raw, dt, count, displ * extent, call, role, writable, staged), dt
     start, stop = displ * extent, (displ + count) * extent
     if displ < 0 or stop > raw.size:
-        raise ValueError(f"{call}: {role}: {count} {_named(dt)} elements at displacement {displ} "
+        raise ValueError(f"{call}: {role}: {count} {type_name(dt)} elements at displacement {displ} "
                          f"need {stop} bytes; the buffer has {raw.size}")
     return raw[start:stop].view(t.base), dt
 
@@ -204,7 +204,7 @@ def _derived_spec(spec: list, call: str, role: str, writable: bool, staged: Stag
         if extent <= 0 or raw.size % extent:
             return None
         count = raw.size // extent
-    return _gathered(raw, spec[-1], count, 0, call, role, writable, staged)
+    return pack_elements(raw, spec[-1], count, 0, call, role, writable, staged)
 
 
 def blocks(spec: Any, n: int, call: str, role: str, writable: bool = False, staged: Staged | None = None

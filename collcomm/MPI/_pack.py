@@ -18,7 +18,7 @@ import numpy as np
 from ._errors import ERR_ARG, ERR_TRUNCATE, Exception as MPIException
 from ._msg import _memory, simple
 from ._derived import basic_dtypes
-from ._staging import _compact, _from_wire, finisher
+from ._staging import compact_pair, from_wire, finisher
 
 _EXTERNAL = "external32"
 
@@ -58,7 +58,7 @@ def pack(dt: Any, inbuf: Any, outbuf: Any, position: int, call: str, datarep: st
     if datarep is not None:
         external_check(datarep, call)
     data, _ = simple(_spec(inbuf, dt, call, "inbuf", False), call, "inbuf")
-    packed = _from_wire(dt._t, data.view(np.uint8))      # (pairs without their padding)
+    packed = from_wire(dt._t, data.view(np.uint8))      # (pairs without their padding)
     if datarep is not None:
         packed = _external(packed, dt._t)
     raw = _memory(outbuf, call, "outbuf", True)[0].view(np.uint8)
@@ -86,7 +86,7 @@ def unpack(dt: Any, inbuf: Any, position: int, outbuf: Any, call: str, datarep: 
     if datarep is not None:
         data = _external(data.copy(), t)
     if t.pair:               # field by field: a pair's padding in the caller's memory stays
-        compact, pairs = data.view(_compact(t.np)), out.view(t.np)
+        compact, pairs = data.view(compact_pair(t.np)), out.view(t.np)
         for name in t.np.names:
             pairs[name] = compact[name]
     else:

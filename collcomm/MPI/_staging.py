@@ -13,9 +13,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ._derived import check_committed
+from ._derived import _Type, check_committed
 from ._typemap import pack, span, unpack
-from ._derived import _Type
 from ._types import Datatype
 
 #: Where a call that writes a buffer of a derived type with gaps collects what copies its
@@ -28,11 +27,11 @@ class Receiving(list):
     is read first) and each step is called with the bytes that arrived."""
 
 
-def _named(dt: Datatype) -> str:
+def type_name(dt: Datatype) -> str:
     return dt.Get_name() or "derived-datatype"
 
 
-def _gathered(raw: np.ndarray, dt: Datatype, count: int, first: int, call: str, role: str,
+def pack_elements(raw: np.ndarray, dt: Datatype, count: int, first: int, call: str, role: str,
               writable: bool, staged: Staged | None) -> np.ndarray:
     """The packed message of ``count`` elements of a derived type with gaps at byte
     ``first``; for a buffer the call writes, what unpacks it goes to ``staged`` (the
@@ -54,7 +53,7 @@ def _gathered(raw: np.ndarray, dt: Datatype, count: int, first: int, call: str, 
     if writable and isinstance(staged, Receiving):
         wire = np.empty(count * t.base.itemsize * t.mult, dtype=np.uint8)
     else:
-        wire = _to_wire(t, pack(raw, t.layout, count, first))
+        wire = to_wire(t, pack(raw, t.layout, count, first))
     if writable:
         staged.append(lambda received=None: unpack_message(raw, t, count, first, wire, received))
     return wire.view(t.base)
@@ -84,48 +83,49 @@ def unpack_message(raw: np.ndarray, t: _Type, count: int, first: int, wire: np.n
     ``received`` (bytes), only that much of it arrived: the rest of the elements keep
     their contents."""
     if received is not None and received < wire.size:
-        whole = _to_wire(t, pack(raw, t.layout, count, first))
+        whole = to_wire(t, pack(raw, t.layout, count, first))
         whole[:received] = wire[:received]
         wire = whole
-    unpack(raw, t.layout, count, first, _from_wire(t, wire))
+    unpack(raw, t.layout, count, first, from_wire(t, wire))
 
 
 def pack_message(raw: np.ndarray, t: _Type, count: int, first: int) -> np.ndarray:
     """``count`` elements at byte ``first`` of ``raw``, packed as they travel (bytes)."""
-    return _to_wire(t, pack(raw, t.layout, count, first))
+    return to_wire(t, pack(raw, t.layout, count, first))
 
 
-_COMPACT: dict[np.dtype, np.dtype] = {}
+_COMPACT_PAIRS: dict[np.dtype, np.dtype] = {}
 
 
-def _compact(pair: np.dtype) -> np.dtype:
+def compact_pair(pair: np.dtype) -> np.dtype:
     """A value-index pair's dtype without its padding (DOUBLE_INT: 12 bytes)."""
-    c = _COMPACT.get(pair)
+    c = _COMPACT_PAIRS.get(pair)
     if c is None:
         names = list(pair.names)
         formats = [pair.fields[k][0] for k in names]
         offsets = [int(sum(f.itemsize for f in formats[:i])) for i in range(len(names))]
-        c = _COMPACT[pair] = np.dtype({"names": names, "formats": formats, "offsets": offsets,
+        c = _COMPACT_PAIRS[pair] = np.dtype({"names": names, "formats": formats, "offsets": offsets,
                                        "itemsize": sum(f.itemsize for f in formats)})
     return c
 
 
-def _to_wire(t: _Type, data: np.ndarray) -> np.ndarray:
+def to_wire(t: _Type, data: np.ndarray) -> np.ndarray:
     """Packed data as it travels: pairs spread to their padded size (the core's carriers)."""
     if not t.pair:
         return data
-    compact = data.view(_compact(t.np))
+    compact = data.view(compact_pair(t.np))
     out = np.zeros(compact.size, dtype=t.np)
     for name in t.np.names:
         out[name] = compact[name]
     return out.view(np.uint8)
 
 
-def _from_wire(t: _Type, wire: np.ndarray) -> np.ndarray:
+def from_wire(t: _Type, wire: np.ndarray) -> np.ndarray:
+    """The reverse of :func:`to_wire`: pairs without their padding."""
     if not t.pair:
         return wire
     pairs = wire.view(t.np)
-    out = np.empty(pairs.size, dtype=_compact(t.np))
+    out = np.empty(pairs.size, dtype=compact_pair(t.np))
     for name in t.np.names:
         out[name] = pairs[name]
     return out.view(np.uint8)
@@ -142,10 +142,10 @@ def gathered(raw: np.ndarray, dt: Datatype, count: int, first: int, call: str, r
     if count < 0 or first < 0:
         raise ValueError(f"{call}: {role}: {count} elements at byte {first}: negative")
     if t.gaps:
-        return _gathered(raw, dt, count, first, call, role, staged is not None, staged)
+        return pack_elements(raw, dt, count, first, call, role, staged is not None, staged)
     stop = first + count * t.layout.extent
     if stop > raw.size:
-        raise ValueError(f"{call}: {role}: {count} {_named(dt)} elements at byte {first} need "
+        raise ValueError(f"{call}: {role}: {count} {type_name(dt)} elements at byte {first} need "
                          f"{stop} bytes; the buffer has {raw.size}")
     return raw[first:stop].view(t.base)
 
