@@ -1,6 +1,7 @@
 """A halo exchange with derived datatypes: µs a ``Sendrecv`` of an N x (N+2) grid's column
 (subarray types both sides; a vector send into a contiguous receive), against a row of
-plain arrays, and a struct type over many records. The same script runs under
+plain arrays, a struct type over many records, and small collectives (Bcast of struct
+records and of a column, Allreduce of a column: collcomm only, Open MPI refuses it). The same script runs under
 collcomm.MPI and under mpi4py + Open MPI (``USE_MPI4PY=1``); rank 0 prints one JSON line
 (each figure the slower rank's mean over the loop, after a warm-up and a barrier)::
 
@@ -66,5 +67,12 @@ st = MPI.Datatype.Create_struct([1, 1], [0, 8], [MPI.INT, D]).Commit()
 rec2 = np.zeros_like(rec)
 timeit(f"{args.records} struct{{int,double}} records",
        lambda: comm.Sendrecv([rec, st], right, 0, [rec2, st], left, 0), max(5, args.iters // 20))
+ten, col8 = rec[:10].copy(), D.Create_vector(8, 1, 4).Commit()
+a32, b32 = np.arange(32.0), np.zeros(32)
+timeit("Bcast 10 struct records", lambda: comm.Bcast([ten, st], root=0), args.iters)
+timeit("Bcast a column of 8 (vector)", lambda: comm.Bcast([a32, 1, col8], root=0), args.iters)
+if not os.environ.get("USE_MPI4PY"):       # (Open MPI refuses predefined ops on derived types)
+    timeit("Allreduce SUM a column of 8 (vector)",
+           lambda: comm.Allreduce([a32, 1, col8], [b32, 1, col8], op=MPI.SUM), args.iters)
 if r == 0:
     print("JSON " + json.dumps(res), flush=True)

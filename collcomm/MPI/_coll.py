@@ -11,6 +11,8 @@ unequal ``recvcounts``, non-commutative user ops) is in :mod:`._coll_impl`, whos
 ``Allreduce`` and ``Reduce_scatter_block`` on numpy arrays (and built-in ops) first offer
 the call to the group's fast call (:mod:`collcomm.core.fastpath`): one C call that either
 does all of it or nothing, in which case the method goes on as :mod:`._coll_impl` says.
+With a derived datatype with gaps the blocking forms pack and call themselves on the
+arrays (:mod:`._coll_packed`).
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import CollcommError
+from . import _coll_packed as _packed
 from ._coll_impl import BufferCollectivesImpl, _request
 from ._coll_impl import _not_root_in_place, _run  # noqa: F401 - read by _collv
 from ._errors import translate
@@ -74,7 +77,8 @@ class BufferCollectives(BufferCollectivesImpl):
                     return
             except CollcommError as exc:
                 raise translate(exc) from exc
-        self._bcast(buf, root, False, "Bcast")
+        if not _packed.bcast(self, buf, root):
+            self._bcast(buf, root, False, "Bcast")
 
     def Ibcast(self, buf: Any, root: int = 0) -> Request:  # noqa: N802
         g = self._h.g
@@ -99,7 +103,8 @@ class BufferCollectives(BufferCollectivesImpl):
                         return
                 except CollcommError as exc:
                     raise translate(exc) from exc
-        self._gather(sendbuf, recvbuf, root, False, "Gather")
+        if not _packed.gather(self, sendbuf, recvbuf, root):
+            self._gather(sendbuf, recvbuf, root, False, "Gather")
 
     def Igather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:  # noqa: N802
         return _request(self._gather(sendbuf, recvbuf, root, True, "Igather"))
@@ -115,7 +120,8 @@ class BufferCollectives(BufferCollectivesImpl):
                         return
                 except CollcommError as exc:
                     raise translate(exc) from exc
-        self._scatter(sendbuf, recvbuf, root, False, "Scatter")
+        if not _packed.scatter(self, sendbuf, recvbuf, root):
+            self._scatter(sendbuf, recvbuf, root, False, "Scatter")
 
     def Iscatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:  # noqa: N802
         return _request(self._scatter(sendbuf, recvbuf, root, True, "Iscatter"))
@@ -129,7 +135,8 @@ class BufferCollectives(BufferCollectivesImpl):
                     return
             except CollcommError as exc:
                 raise translate(exc) from exc
-        self._allgather(sendbuf, recvbuf, False, "Allgather")
+        if not _packed.allgather(self, sendbuf, recvbuf):
+            self._allgather(sendbuf, recvbuf, False, "Allgather")
 
     def Iallgather(self, sendbuf: Any, recvbuf: Any) -> Request:  # noqa: N802
         return _request(self._allgather(sendbuf, recvbuf, True, "Iallgather"))
@@ -143,7 +150,8 @@ class BufferCollectives(BufferCollectivesImpl):
                     return
             except CollcommError as exc:
                 raise translate(exc) from exc
-        self._alltoall(sendbuf, recvbuf, False, "Alltoall")
+        if not _packed.alltoall(self, sendbuf, recvbuf):
+            self._alltoall(sendbuf, recvbuf, False, "Alltoall")
 
     def Ialltoall(self, sendbuf: Any, recvbuf: Any) -> Request:  # noqa: N802
         return _request(self._alltoall(sendbuf, recvbuf, True, "Ialltoall"))
@@ -161,7 +169,8 @@ class BufferCollectives(BufferCollectivesImpl):
                         return
                 except CollcommError as exc:
                     raise translate(exc) from exc
-        self._reduce(sendbuf, recvbuf, op, root, False, "Reduce")
+        if _builtin(op) is None or not _packed.reduce(self, sendbuf, recvbuf, op, root):
+            self._reduce(sendbuf, recvbuf, op, root, False, "Reduce")
 
     def Ireduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0) -> Request:  # noqa: N802
         return _request(self._reduce(sendbuf, recvbuf, op, root, True, "Ireduce"))
@@ -177,7 +186,8 @@ class BufferCollectives(BufferCollectivesImpl):
                     return
             except CollcommError as exc:
                 raise translate(exc) from exc
-        self._allreduce(sendbuf, recvbuf, op, False, "Allreduce")
+        if _builtin(op) is None or not _packed.allreduce(self, sendbuf, recvbuf, op):
+            self._allreduce(sendbuf, recvbuf, op, False, "Allreduce")
 
     def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:  # noqa: N802
         g = self._h.g

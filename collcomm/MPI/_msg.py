@@ -164,6 +164,15 @@ def _typed(flat: np.ndarray, natural: Datatype | None, dt: Datatype | None, coun
     return raw[start:stop].view(t.base), dt
 
 
+def gapped(spec: Any) -> bool:
+    """A buffer spec whose datatype has gaps: packed into (or received into) an array,
+    which then takes the arrays' fast path (point to point, :mod:`._coll_packed`)."""
+    if (type(spec) is not list and type(spec) is not tuple) or not spec:
+        return False
+    dt = spec[-1]
+    return isinstance(dt, Datatype) and dt._t is not None and dt._t.gaps
+
+
 def pinned(spec: Any) -> Any:
     """A buffer spec whose datatypes are handles of their own, for a persistent request:
     the program may free its handles once the request exists (MPI), the request's stay."""

@@ -27,26 +27,17 @@ from ..core import p2p
 from ..errors import CollcommError
 from ._consts import ANY_SOURCE, ANY_TAG, PROC_NULL
 from ._errors import translate
-from ._msg import pinned, simple
+from ._msg import gapped, pinned, simple
 from ._staging import Receiving
 from ._p2p_ops import (
     ACK, SYNC, TAG_BITS, _EMPTY, _LentSend, _NativeRecv, _Pair, _Recv, _Send, _SENT, _dest, _native_tag,
     _null_status, _request, _rtag, _source, _stag, complete, Unpacked,
 )
-from ._types import _BY_NUMPY, Datatype
+from ._types import _BY_NUMPY
 from ..core.p2p_loans import patience_ns
 from ..transport.shm_lent import LEND_FROM
 from ._prequest import persistent
 from ._request import ORPHANS, Done, Request, Status, reap_orphans
-
-
-def _gapped(spec: Any) -> bool:
-    """A buffer spec whose datatype has gaps: packed into (or received into) an array,
-    which then takes the array's fast path."""
-    if (type(spec) is not list and type(spec) is not tuple) or not spec:
-        return False
-    dt = spec[-1]
-    return isinstance(dt, Datatype) and dt._t is not None and dt._t.gaps
 
 
 # ----------------------------------------------------------------------------- the mixin
@@ -102,7 +93,7 @@ class PointToPoint:
         f = getattr(self._grp("Send"), "_p2p_native", None)
         if not (f is not None and type(buf) is np.ndarray and type(tag) is int
                 and tag <= TAG_BITS and f.send(buf, dest, tag, 0)):
-            if _gapped(buf):        # packed, then sent as an array (the fast path above)
+            if gapped(buf):        # packed, then sent as an array (the fast path above)
                 return self.Send(simple(buf, "Send", "buf")[0], dest, tag)
             self._complete(self._isend(buf, dest, tag, False, "Send"))
 
@@ -121,7 +112,7 @@ class PointToPoint:
             r = f.mpi_isend(buf, dest, tag, np.ndarray, Request, _SENT)   # sent at once, or None
             if r is not None:
                 return r
-        if _gapped(buf):
+        if gapped(buf):
             return self.Isend(simple(buf, "Isend", "buf")[0], dest, tag)
         return _request(self._isend(buf, dest, tag, False, "Isend"))
 
@@ -145,7 +136,7 @@ class PointToPoint:
                 if ORPHANS:
                     reap_orphans()
                 return
-        if _gapped(buf):            # into a packed temporary (the fast path), then unpacked
+        if gapped(buf):            # into a packed temporary (the fast path), then unpacked
             st = Receiving()
             arr = simple(buf, "Recv", "buf", writable=True, staged=st)[0]
             got = status if status is not None else Status()
@@ -169,7 +160,7 @@ class PointToPoint:
                                 _NativeRecv, Request)
                 if r is not None:
                     return r
-        if _gapped(buf):
+        if gapped(buf):
             st = Receiving()
             r = self.Irecv(simple(buf, "Irecv", "buf", writable=True, staged=st)[0], source, tag)
             if r._op is not None:
@@ -217,10 +208,10 @@ class PointToPoint:
                 except CollcommError as exc:
                     raise translate(exc) from exc
             return
-        if _gapped(sendbuf) or _gapped(recvbuf):     # as arrays (the fast path above), then unpacked
+        if gapped(sendbuf) or gapped(recvbuf):     # as arrays (the fast path above), then unpacked
             st = Receiving()
-            rb = simple(recvbuf, "Sendrecv", "recvbuf", writable=True, staged=st)[0] if _gapped(recvbuf) else recvbuf
-            sb = simple(sendbuf, "Sendrecv", "sendbuf")[0] if _gapped(sendbuf) else sendbuf
+            rb = simple(recvbuf, "Sendrecv", "recvbuf", writable=True, staged=st)[0] if gapped(recvbuf) else recvbuf
+            sb = simple(sendbuf, "Sendrecv", "sendbuf")[0] if gapped(sendbuf) else sendbuf
             got = status if status is not None or not st else Status()
             self.Sendrecv(sb, dest, sendtag, rb, source, recvtag, got)
             for step in st:
