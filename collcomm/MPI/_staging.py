@@ -82,6 +82,8 @@ def unpack_message(raw: np.ndarray, t: _Type, count: int, first: int, wire: np.n
     """Write the packed message ``wire`` (as it travels) into its elements in ``raw``; with
     ``received`` (bytes), only that much of it arrived: the rest of the elements keep
     their contents."""
+    if received == 0:           # (nothing arrived: a PROC_NULL peer, an empty message)
+        return
     if received is not None and received < wire.size:
         whole = to_wire(t, pack(raw, t.layout, count, first))
         whole[:received] = wire[:received]
