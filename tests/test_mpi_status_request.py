@@ -27,6 +27,31 @@ def status_request(c: Checker, MPI, comm) -> None:
          (3, 4, 5, 40, 10), "Status setters")
     copy = MPI.Status(st)
     c.true(copy == st and pickle.loads(pickle.dumps(st)) == st, "Status copy and pickle")
+    # Waitall / Waitsome with a truncated receive: ERR_IN_STATUS, every request completed,
+    # the statuses' error fields say which failed (as Open MPI); a failed Wait frees its request
+    for how in ("Waitall", "Waitall without statuses", "Waitsome", "Wait"):
+        q = [comm.Irecv(np.zeros(2), prv, 41), comm.Irecv(np.zeros(4), prv, 42)]
+        comm.Send(np.arange(4.0), nxt, 41)
+        comm.Send(np.arange(4.0), nxt, 42)
+        sts = [MPI.Status(), MPI.Status()]
+        try:
+            if how == "Waitall":
+                MPI.Request.Waitall(q, sts)
+            elif how == "Waitall without statuses":
+                MPI.Request.Waitall(q)
+            elif how == "Waitsome":
+                MPI.Request.Waitsome(q, sts)
+                MPI.Request.Waitall(q)
+            else:
+                q[0].Wait()
+            c.true(False, f"{how} of a truncated receive raised nothing")
+        except MPI.Exception as exc:
+            want = MPI.ERR_TRUNCATE if how == "Wait" else MPI.ERR_IN_STATUS
+            c.eq(exc.Get_error_class(), want, f"{how}: the error class")
+        if how == "Waitall":
+            c.eq([x.Get_error() for x in sts], [MPI.ERR_TRUNCATE, MPI.SUCCESS], "Waitall: the statuses' errors")
+        c.eq(q[0] == MPI.REQUEST_NULL, True, f"{how}: the failed request is freed")
+        MPI.Request.Waitall(q)
     c.eq(st.Get_elements(MPI.FLOAT_INT), 5, "Get_elements of a pair counts it once (predefined)")
     ct = MPI.INT.Create_contiguous(3).Commit()
     st.Set_elements(ct, 6)

@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 
 from ..errors import CollcommError, CommTimeoutError
 from ._consts import ANY_SOURCE, ANY_TAG, UNDEFINED
-from ._errors import translate
+from ._errors import ERR_IN_STATUS, Exception as MPIException, translate
 from ._status import Status
 
 
@@ -192,6 +192,13 @@ class Request:
         except CollcommError as exc:
             raise translate(exc) from exc
 
+    def _settled(self) -> bool:
+        """Complete, or failed (its Wait raises the error): for the calls on many requests."""
+        try:
+            return self._test_op()
+        except MPIException:
+            return True
+
     def _wait_op(self) -> None:
         try:
             self._op.wait()
@@ -208,6 +215,8 @@ class Request:
                 else:
                     op.wait()
             except CollcommError as exc:
+                if not isinstance(exc, CommTimeoutError):
+                    self._op = None    # (complete, in error: MPI frees it; a timed-out wait may be retried)
                 raise translate(exc) from exc
             self._op = None    # (_completed: the same in every subclass)
             if ORPHANS:
@@ -269,28 +278,30 @@ class Request:
     @classmethod
     def Waitall(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> bool:  # noqa: N802
         if statuses is not None:
-            for i, r in enumerate(requests):
-                r.Wait(_nth(statuses, i))
+            _complete_each(requests, range(len(requests)), statuses, "Waitall")
             return True
-        for r in requests:        # (Wait without a status, inline)
+        failed = None
+        for i, r in enumerate(requests):        # (Wait without a status, inline)
             op = r._op
             if op is not None:
                 if type(op) is not Done:      # (complete from the start: nothing to wait)
                     try:
                         op.wait()
-                    except CollcommError as exc:
-                        raise translate(exc) from exc
+                    except CollcommError as exc:      # (the others are still waited for)
+                        failed = failed or (i, translate(exc))
                 if type(r) is Request:
                     r._op = None              # (Request._completed, without its frame)
                 else:
                     r._completed()
         if ORPHANS:
             reap_orphans()
+        if failed is not None:
+            _in_status("Waitall", len(requests), [failed])
         return True
 
     @classmethod
     def Testall(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> bool:  # noqa: N802
-        if not all(r._op is None or r._test_op() for r in requests):
+        if not all(r._op is None or r._settled() for r in requests):
             return False
         cls.Waitall(requests, statuses)
         return True
@@ -304,7 +315,7 @@ class Request:
 
         def any_done() -> bool:
             for i, r in enumerate(requests):
-                if r._op is not None and r._test_op():
+                if r._op is not None and r._settled():
                     found.append(i)
                     return True
             return False
@@ -319,7 +330,7 @@ class Request:
             _fill(status, None)
             return UNDEFINED, True
         for i, r in enumerate(requests):
-            if r._op is not None and r._test_op():
+            if r._op is not None and r._settled():
                 r.Wait(status)
                 return i, True
         return UNDEFINED, False
@@ -331,21 +342,19 @@ class Request:
         done: list[int] = []
 
         def some_done() -> bool:
-            done[:] = [i for i, r in enumerate(requests) if r._op is not None and r._test_op()]
+            done[:] = [i for i, r in enumerate(requests) if r._op is not None and r._settled()]
             return bool(done)
 
         _poll(some_done, "Waitsome", len(requests))
-        for k, i in enumerate(done):
-            requests[i].Wait(_nth(statuses, k))
+        _complete_each(requests, done, statuses, "Waitsome")
         return done
 
     @classmethod
     def Testsome(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> list[int] | None:  # noqa: N802
         if all(r._op is None for r in requests):
             return None
-        done = [i for i, r in enumerate(requests) if r._op is not None and r._test_op()]
-        for k, i in enumerate(done):
-            requests[i].Wait(_nth(statuses, k))
+        done = [i for i, r in enumerate(requests) if r._op is not None and r._settled()]
+        _complete_each(requests, done, statuses, "Testsome")
         return done
 
     Get_status_all = Testall
@@ -358,7 +367,7 @@ class Request:
 
     @classmethod
     def testall(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> tuple[bool, list[Any] | None]:
-        if not all(r._op is None or r._test_op() for r in requests):
+        if not all(r._op is None or r._settled() for r in requests):
             return False, None
         return True, cls.waitall(requests, statuses)
 
@@ -385,6 +394,32 @@ class Request:
         ops = [r._op for r in requests]
         idx = cls.Testsome(requests, statuses)
         return idx, (None if idx is None else [ops[i].value for i in idx])
+
+
+def _complete_each(requests: Sequence["Request"], which: Sequence[int], statuses: list[Status] | None,
+                   call: str) -> None:
+    """Complete ``requests[i]`` for each i of ``which`` (status k for the k-th), every one
+    even when some fail (MPI): then ``ERR_IN_STATUS``, each status's error field saying
+    which (the failed requests are complete, as MPI leaves them)."""
+    failed: list[tuple[int, Any]] = []
+    for k, i in enumerate(which):
+        st = _nth(statuses, k)
+        try:
+            requests[i].Wait(st)
+        except MPIException as exc:
+            failed.append((i, exc))
+            requests[i]._completed()
+            if st is not None:
+                st._set(ANY_SOURCE, ANY_TAG, 0)
+                st.error = exc.Get_error_class()
+    if failed:
+        _in_status(call, len(which), failed)
+
+
+def _in_status(call: str, n: int, failed: list[tuple[int, Any]]) -> None:
+    i, exc = failed[0]
+    raise MPIException(ERR_IN_STATUS, f"{call}: {len(failed)} of {n} requests failed (their statuses' "
+                                      f"error fields say which); request {i}: {exc}") from exc
 
 
 def _nth(statuses: list[Status] | None, i: int) -> Status | None:
