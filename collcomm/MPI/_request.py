@@ -20,7 +20,7 @@ import time
 import threading
 from typing import Any, Callable, Sequence
 
-from ..errors import CollcommError, CommTimeoutError
+from ..errors import ClosedError, CollcommError, CommTimeoutError, PeerLostError
 from ._consts import ANY_SOURCE, ANY_TAG, UNDEFINED
 from ._errors import ERR_IN_STATUS, Exception as MPIException, translate
 from ._status import Status
@@ -288,6 +288,8 @@ class Request:
                     try:
                         op.wait()
                     except CollcommError as exc:      # (the others are still waited for)
+                        if isinstance(exc, _FATAL):
+                            raise translate(exc) from exc
                         failed = failed or (i, translate(exc))
                 if type(r) is Request:
                     r._op = None              # (Request._completed, without its frame)
@@ -396,6 +398,10 @@ class Request:
         return idx, (None if idx is None else [ops[i].value for i in idx])
 
 
+#: Errors that are no single request's: raised as they are, not as ERR_IN_STATUS.
+_FATAL = (PeerLostError, CommTimeoutError, ClosedError)
+
+
 def _complete_each(requests: Sequence["Request"], which: Sequence[int], statuses: list[Status] | None,
                    call: str) -> None:
     """Complete ``requests[i]`` for each i of ``which`` (status k for the k-th), every one
@@ -407,6 +413,8 @@ def _complete_each(requests: Sequence["Request"], which: Sequence[int], statuses
         try:
             requests[i].Wait(st)
         except MPIException as exc:
+            if isinstance(exc, _FATAL):      # (a lost peer, a timeout: raised as they are)
+                raise
             failed.append((i, exc))
             requests[i]._completed()
             if st is not None:
