@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._msg import IN_PLACE, blocks, gapped, simple
+from ._staging import unpack_staged
 
 
 def _fits(*specs: Any, reduction: bool = False) -> bool:
@@ -27,8 +28,7 @@ def _fits(*specs: Any, reduction: bool = False) -> bool:
 
 
 def _done(staged: list[Any]) -> bool:
-    for step in staged:
-        step()
+    unpack_staged(staged)
     return True
 
 

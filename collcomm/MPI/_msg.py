@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import sys
 from itertools import accumulate
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -209,7 +209,7 @@ def _derived_spec(spec: list, call: str, role: str, writable: bool, staged: Stag
         if type(count) is not int or count < 0:
             return None
     else:
-        extent = t.layout.ub - t.layout.lb
+        extent = t.layout.extent
         if extent <= 0 or raw.size % extent:
             return None
         count = raw.size // extent

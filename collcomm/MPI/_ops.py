@@ -147,8 +147,7 @@ class Op:
             raise ValueError(f"Reduce_local: inbuf holds {a.size} {dt.Get_name()} items and inoutbuf "
                              f"{b.size} {dt_b.Get_name()}; they must match")
         local_combine(self, dt, a, b, "Reduce_local")
-        for step in st:
-            step()
+        _staging.unpack_staged(st)
 
 
 def local_combine(op: Op, dt: Datatype, lower: np.ndarray, acc: np.ndarray, call: str) -> None:

@@ -28,7 +28,7 @@ from ..errors import CollcommError
 from ._consts import ANY_SOURCE, ANY_TAG, PROC_NULL
 from ._errors import translate
 from ._msg import gapped, pinned, simple
-from ._staging import Receiving
+from ._staging import Receiving, unpack_staged
 from ._p2p_ops import (
     ACK, SYNC, TAG_BITS, _EMPTY, _LentSend, _NativeRecv, _Pair, _Recv, _Send, _SENT, _dest, _native_tag,
     _null_status, _request, _rtag, _source, _stag, complete, Unpacked,
@@ -141,8 +141,7 @@ class PointToPoint:
             arr = simple(buf, "Recv", "buf", writable=True, staged=st)[0]
             got = status if status is not None else Status()
             self.Recv(arr, source, tag, got)
-            for step in st:
-                step(got.count)
+            unpack_staged(st, got.count)
             return
         self._complete(self._irecv(buf, source, tag, "Recv"), status)
 
@@ -214,8 +213,8 @@ class PointToPoint:
             sb = simple(sendbuf, "Sendrecv", "sendbuf")[0] if gapped(sendbuf) else sendbuf
             got = status if status is not None or not st else Status()
             self.Sendrecv(sb, dest, sendtag, rb, source, recvtag, got)
-            for step in st:
-                step(got.count)
+            if st:
+                unpack_staged(st, got.count)
             return
         r = self._irecv(recvbuf, source, recvtag, "Sendrecv")
         s = self._isend(sendbuf, dest, sendtag, False, "Sendrecv")

@@ -23,6 +23,7 @@ from ..transport.base import Status as Moved
 from ._consts import ANY_SOURCE, ANY_TAG, PROC_NULL
 from ._errors import ERR_RANK, ERR_TAG, Exception as MPIException, translate
 from ._request import ORPHANS, Done, Request, Status, reap_orphans
+from ._staging import unpack_staged
 
 TAG_BITS = MPI_TAG_BITS     # MPI's TAG_UB; the flags above it: core/tags.py
 EXACT = p2p.MAX_USER_TAG & ~SYNC            # compare the tag, ack and body bits
@@ -236,8 +237,7 @@ class Unpacked:
         with self._lock:         # (once, whichever thread completes it: reap_orphans too)
             staged, self._staged = self._staged, []
         if not self._r.cancelled:
-            for step in staged:
-                step(self._r.nbytes)
+            unpack_staged(staged, self._r.nbytes)
 
     def test(self) -> bool:
         if self._r.test():

@@ -18,7 +18,7 @@ import numpy as np
 from ._errors import ERR_ARG, ERR_TRUNCATE, Exception as MPIException
 from ._msg import _memory, simple
 from ._derived import basic_dtypes
-from ._staging import compact_pair, from_wire, finisher
+from ._staging import compact_pair, from_wire, unpack_staged
 
 _EXTERNAL = "external32"
 
@@ -91,7 +91,5 @@ def unpack(dt: Any, inbuf: Any, position: int, outbuf: Any, call: str, datarep: 
             pairs[name] = compact[name]
     else:
         np.copyto(out.view(np.uint8), data)
-    done = finisher(staged)
-    if done is not None:
-        done()
+    unpack_staged(staged)
     return end

@@ -174,6 +174,15 @@ def packed_blocks(raw: np.ndarray, dts: Sequence[Datatype], counts: Sequence[int
     return whole, sizes
 
 
+def unpack_staged(staged: Staged, received: int | None = None) -> None:
+    """Run the unpacks in ``staged`` now (``received``: the bytes a receive got)."""
+    for step in staged:
+        if received is None:
+            step()
+        else:
+            step(received)
+
+
 def finisher(staged: Staged, then: Callable[[], Any] | None = None) -> Callable[[], Any] | None:
     """What to run once the call's data has arrived: ``then``, then the unpacks in ``staged``."""
     if not staged:
@@ -181,7 +190,6 @@ def finisher(staged: Staged, then: Callable[[], Any] | None = None) -> Callable[
 
     def finish() -> Any:
         value = then() if then is not None else None
-        for step in staged:
-            step()
+        unpack_staged(staged)
         return value
     return finish
