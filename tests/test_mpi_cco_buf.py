@@ -84,7 +84,8 @@ def in_place_checks(c: Checker, MPI, comm) -> None:
 
 def reduction_checks(c: Checker, MPI, comm) -> None:
     r, n = comm.rank, comm.size
-    ints = {"SUM": n * (n + 1) // 2, "PROD": int(np.prod(np.arange(1, n + 1))), "MAX": n, "MIN": 1,
+    # PROD in int32 wraps past n = 12, as C's ints do (the device runs this at n = 16)
+    ints = {"SUM": n * (n + 1) // 2, "PROD": int(np.prod(np.arange(1, n + 1), dtype="i")), "MAX": n, "MIN": 1,
             "BAND": int(np.bitwise_and.reduce(np.arange(1, n + 1))), "BOR": int(np.bitwise_or.reduce(np.arange(1, n + 1))),
             "BXOR": int(np.bitwise_xor.reduce(np.arange(1, n + 1))), "LAND": 1, "LOR": 1, "LXOR": n % 2}
     for name, want in ints.items():
@@ -141,22 +142,25 @@ def reduction_checks(c: Checker, MPI, comm) -> None:
 
     ordered = MPI.Op.Create(times10_plus, commute=False)
     comm_op = MPI.Op.Create(addmul, commute=True)
-    digits = float("".join(str(p + 1) for p in range(n)))
+    # one digit a rank (1-9, then 1 again): every partial result is an integer below 2**53
+    # up to n = 16 (the device runs this at n = 16), exact in any grouping
+    d = r % 9 + 1.0
+    digits = float("".join(str(p % 9 + 1) for p in range(n)))
     out = np.zeros(2)
-    comm.Allreduce(np.full(2, r + 1.0), out, op=ordered)
+    comm.Allreduce(np.full(2, d), out, op=ordered)
     c.eq(out, np.full(2, digits), "Allreduce non-commutative user op")
     comm.Allreduce(np.full(2, r + 1.0), out, op=comm_op)
     c.eq(out, np.full(2, n * (n + 1) / 2), "Allreduce commutative user op")
     for root in range(n):
         out = np.zeros(2)
-        comm.Reduce(np.full(2, r + 1.0), out if r == root else None, op=ordered, root=root)
+        comm.Reduce(np.full(2, d), out if r == root else None, op=ordered, root=root)
         if r == root:
             c.eq(out, np.full(2, digits), f"Reduce non-commutative root {root}")
     out = np.zeros(1)
-    comm.Scan(np.array([r + 1.0]), out, op=ordered)
-    c.eq(out, [float("".join(str(p + 1) for p in range(r + 1)))], "Scan non-commutative")
+    comm.Scan(np.array([d]), out, op=ordered)
+    c.eq(out, [float("".join(str(p % 9 + 1) for p in range(r + 1)))], "Scan non-commutative")
     out = np.zeros(1)
-    comm.Reduce_scatter_block(np.full(n, r + 1.0), out, op=ordered)
+    comm.Reduce_scatter_block(np.full(n, d), out, op=ordered)
     c.eq(out, [digits], "Reduce_scatter_block non-commutative")
     ordered.Free()
     c.true(ordered == MPI.OP_NULL, "Op.Free makes OP_NULL")
