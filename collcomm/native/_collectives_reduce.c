@@ -49,19 +49,23 @@ static int copy_slices(Call *k, int phase, int isz, const char *mine, char *out,
 static int fold_slots(Call *k, int phase, kernel_t fn, kernel3_t fn3, const char *mine, char *out,
                       Py_ssize_t count, Py_ssize_t nbytes)
 {
-    const char *first = NULL;
-    for (int r = 0; r < k->c->n; r++) {
-        const char *src = r == k->c->rank ? mine : peer(k, phase, r, nbytes);
-        if (src == NULL)
+    const char *first = NULL, *at[PEERS];
+    for (int r0 = 0; r0 < k->c->n; r0 += PEERS) {
+        int m = k->c->n - r0 < PEERS ? k->c->n - r0 : PEERS;
+        if (peers_at(k, phase, r0, m, nbytes, mine, at) < 0)
             return -1;
-        if (r == 0)
-            first = src;
-        else if (r == 1 && fn3 != NULL)
-            fn3(out, first, src, count);
-        else {
-            if (r == 1)
-                near_copy(out, first, nbytes);
-            fn(out, src, count);
+        for (int j = 0; j < m; j++) {
+            int r = r0 + j;
+            const char *src = at[j];
+            if (r == 0)
+                first = src;
+            else if (r == 1 && fn3 != NULL)
+                fn3(out, first, src, count);
+            else {
+                if (r == 1)
+                    near_copy(out, first, nbytes);
+                fn(out, src, count);
+            }
         }
     }
     if (k->c->n == 1)

@@ -9,13 +9,15 @@
  */
 
 /* n buffers of a list or tuple, each C-contiguous (writable if asked) with native dtype `dt`
- * and `kb` bytes, held in *views (PyMem); -1 (no exception) if any is not. */
-static int fast_views(PyObject *seq, int n, int writable, int dt, Py_ssize_t kb, Py_buffer **views)
+ * and `kb` bytes, held in *views (`stack`, PEERS of them, when they fit; else PyMem); -1
+ * (no exception) if any is not. */
+static int fast_views(PyObject *seq, int n, int writable, int dt, Py_ssize_t kb, Py_buffer *stack,
+                      Py_buffer **views)
 {
     *views = NULL;
     if (!(PyList_CheckExact(seq) || PyTuple_CheckExact(seq)) || PySequence_Fast_GET_SIZE(seq) != n)
         return -1;
-    Py_buffer *v = PyMem_Malloc(sizeof(Py_buffer) * (size_t)n);
+    Py_buffer *v = n <= PEERS ? stack : PyMem_Malloc(sizeof(Py_buffer) * (size_t)n);
     if (v == NULL) {
         PyErr_Clear();
         return -1;
@@ -33,7 +35,8 @@ static int fast_views(PyObject *seq, int n, int writable, int dt, Py_ssize_t kb,
         if (bad) {
             while (i-- > 0)
                 PyBuffer_Release(&v[i]);
-            PyMem_Free(v);
+            if (v != stack)
+                PyMem_Free(v);
             return -1;
         }
     }
@@ -41,16 +44,18 @@ static int fast_views(PyObject *seq, int n, int writable, int dt, Py_ssize_t kb,
     return 0;
 }
 
-static void fast_views_release(Py_buffer *v, int n)
+static void fast_views_release(Py_buffer *v, int n, Py_buffer *stack)
 {
     if (v == NULL)
         return;
     for (int i = 0; i < n; i++)
         PyBuffer_Release(&v[i]);
-    PyMem_Free(v);
+    if (v != stack)
+        PyMem_Free(v);
 }
 
-/* Whether any two of the n buffers overlap (sorted by address, neighbours compared). */
+/* Whether any two of the n buffers overlap: not when they lie in address order, each past
+ * the one before (the usual list); else sorted by address, neighbours compared. */
 static int cmp_views(const void *a, const void *b)
 {
     const char *x = (*(Py_buffer *const *)a)->buf, *y = (*(Py_buffer *const *)b)->buf;
@@ -63,7 +68,13 @@ static int views_overlap(Py_buffer *v, int n)
         return 0;
     if (n == 2)
         return overlaps(v[0].buf, v[0].len, v[1].buf, v[1].len);
-    Py_buffer **order = PyMem_Malloc(sizeof(Py_buffer *) * (size_t)n);
+    int in_order = 1;       /* (the usual list: in address order, each past the one before) */
+    for (int i = 1; i < n && in_order; i++)
+        in_order = (char *)v[i - 1].buf + v[i - 1].len <= (char *)v[i].buf;
+    if (in_order)
+        return 0;
+    Py_buffer *stack[PEERS];
+    Py_buffer **order = n <= PEERS ? stack : PyMem_Malloc(sizeof(Py_buffer *) * (size_t)n);
     if (order == NULL)
         return 1;
     for (int i = 0; i < n; i++)
@@ -72,7 +83,8 @@ static int views_overlap(Py_buffer *v, int n)
     int bad = 0;
     for (int i = 1; i < n && !bad; i++)
         bad = (char *)order[i - 1]->buf + order[i - 1]->len > (char *)order[i]->buf;
-    PyMem_Free(order);
+    if (order != stack)
+        PyMem_Free(order);
     return bad;
 }
 
@@ -104,12 +116,13 @@ static PyObject *list_gather(Fast *s, const char *send, Py_buffer *v, Py_ssize_t
         return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
     if (any_shared(c, phase))
         return call_end(&k, ST_PYTHON);
-    for (int i = 1; i < c->n; i++) {   /* from the next rank on, as Core_gather */
-        int r = (me + i) % c->n;
-        const char *src = peer(&k, phase, r, kb);
-        if (src == NULL)
+    const char *src[PEERS];
+    for (int i = 1; i < c->n; i += PEERS) {   /* from the next rank on, as Core_gather */
+        int m = c->n - i < PEERS ? c->n - i : PEERS;
+        if (peers_at(&k, phase, me + i, m, kb, NULL, src) < 0)
             return call_end(&k, -1);
-        near_copy(v[r].buf, src, kb);
+        for (int j = 0; j < m; j++)
+            near_copy(v[(me + i + j) % c->n].buf, src[j], kb);
     }
     return call_end(&k, ST_DONE);
 }
@@ -204,7 +217,7 @@ static PyObject *fast_list(Fast *s, PyObject *const *args, int fc, long root, Py
 {
     int gather = fc != FC_SCATTER, n = s->size;
     PyObject *list = gather ? args[1] : args[0];
-    Py_buffer one, *v;
+    Py_buffer one, *v, stack[PEERS];
     if (nd_buffer(gather ? args[0] : args[1], &one, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT |
                            (gather ? 0 : PyBUF_WRITABLE)) < 0) {
         PyErr_Clear();
@@ -218,32 +231,32 @@ static PyObject *fast_list(Fast *s, PyObject *const *args, int fc, long root, Py
     int voted = fc == FC_ALL_GATHER && core != NULL && core->ag_vote_min > 0 &&
                 kb * n >= core->ag_vote_min;     /* (_all_gather_voted.c: list_voted) */
     if (dt < 0 || kb <= 0 || (!split && kb * n > s->limit[fc]) ||
-        fast_views(list, n, gather, dt, kb, &v) < 0) {
+        fast_views(list, n, gather, dt, kb, stack, &v) < 0) {
         PyBuffer_Release(&one);
         Py_RETURN_NONE;
     }
     /* (a voted call refused, the regular path finishing it from the list would leave our
      * own element: more than 64 ranks, or a slot that holds no element, go that way whole) */
     if (voted && (n > 64 || core->slot < one.itemsize)) {
-        fast_views_release(v, n);
+        fast_views_release(v, n, stack);
         PyBuffer_Release(&one);
         Py_RETURN_NONE;
     }
     for (int r = 0; voted && r < n; r++) {   /* (peers read `one` while we fill the list) */
         if (overlaps(one.buf, kb, v[r].buf, kb) && !(r == s->rank && one.buf == v[r].buf)) {
-            fast_views_release(v, n);
+            fast_views_release(v, n, stack);
             PyBuffer_Release(&one);
             Py_RETURN_NONE;
         }
     }
     if (split && (!views_back_to_back(v, n, kb) ||   /* the regular path concatenates them */
                   (overlaps(one.buf, kb, v[0].buf, n * kb) && one.buf != v[s->rank].buf))) {
-        fast_views_release(v, n);
+        fast_views_release(v, n, stack);
         PyBuffer_Release(&one);
         Py_RETURN_NONE;
     }
     if (gather && views_overlap(v, n)) {
-        fast_views_release(v, n);
+        fast_views_release(v, n, stack);
         PyBuffer_Release(&one);
         Py_RETURN_NONE;
     }
@@ -260,7 +273,7 @@ static PyObject *fast_list(Fast *s, PyObject *const *args, int fc, long root, Py
                                    : list_scatter(s, v, one.buf, kb, sig);
         r = fast_end(s, status, rec, tag, sig, fc, name, args[0], args[1], list);
     }
-    fast_views_release(v, n);
+    fast_views_release(v, n, stack);
     PyBuffer_Release(&one);
     return r;
 }
