@@ -119,6 +119,7 @@ SECTIONS = {
     "cart": "tests.test_mpi_cart:cart_checks",
     "status_request": "tests.test_mpi_status_request:status_request",
     "datatypes": "tests.test_mpi_datatypes:datatype_checks",
+    "neighbor": "tests.test_mpi_neighbor:neighbor_checks",
 }
 USE_TORCH: list[bool] = [False]
 SIZES = [1, 2, 3, 4, 5]

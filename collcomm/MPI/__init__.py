@@ -21,7 +21,7 @@ specs, ``IN_PLACE``, statuses, requests, ranks of communicators) into calls of t
 layouts and packing ``_typemap``, recipes and MPI_Pack ``_type_contents``/``_pack``), ``_ops`` (reduction ops), ``_msg``
 (buffer specs), ``_pickle`` (``MPI.pickle``), ``_status``, ``_request``, ``_group``, ``_comm`` and ``_attrs``
 (communicators), ``_p2p``, ``_pobj``, ``_coll``, ``_collv``, ``_cobj`` (the communication
-methods), ``_topo`` (Cartesian topologies), ``_env`` (init, clocks, memory), ``_misc``
+methods), ``_topo`` (Cartesian topologies; ``_graph`` graph ones, ``_neighbor`` their collectives), ``_env`` (init, clocks, memory), ``_misc``
 (Info, Errhandler) and ``_absent`` (what is left out). ``collcomm.MPI.bench`` measures the
 front end against the functional API.
 """
@@ -48,9 +48,8 @@ from ._misc import (
 from ._comm import COMM_NULL, COMM_SELF, COMM_WORLD, Comm, Intracomm
 from ._pobj import MESSAGE_NO_PROC, MESSAGE_NULL, Message
 from ._topo import Cartcomm, Compute_dims, Topocomm
-from ._absent import (
-    FILE_NULL, SESSION_NULL, WIN_NULL, Distgraphcomm, File, Graphcomm, Grequest, Intercomm, Session, Win,
-)
+from ._graph import Distgraphcomm, Graphcomm
+from ._absent import FILE_NULL, SESSION_NULL, WIN_NULL, File, Grequest, Intercomm, Session, Win
 from ._env import (
     Aint_add, Aint_diff, Alloc_mem, Attach_buffer, Close_port, Detach_buffer, Finalize, Flush_buffer,
     Free_mem, Get_address, Get_library_version, Get_processor_name, Get_version, Iflush_buffer, Init,

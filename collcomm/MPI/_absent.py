@@ -1,6 +1,5 @@
 """What collcomm.MPI leaves out, by name: one-sided windows (``Win``), MPI-IO (``File``),
-intercommunicators (``Intercomm``), graph topologies (``Graphcomm``, ``Distgraphcomm``),
-sessions (``Session``) and generalized requests (``Grequest``).
+intercommunicators (``Intercomm``), sessions (``Session``) and generalized requests (``Grequest``).
 
 The classes and their null handles exist (``MPI.WIN_NULL``, ``MPI.Intercomm(MPI.COMM_NULL)``
 …) so that programs import and compare them; every call that would create or use one
@@ -13,7 +12,6 @@ from typing import Any
 from ._comm import Comm
 from ._errors import not_implemented
 from ._request import Request
-from ._topo import Topocomm
 
 
 class _Absent:
@@ -95,31 +93,6 @@ class Intercomm(Comm):
 
     Get_remote_group = Get_remote_size = Merge = _absent
     remote_group = remote_size = property(_absent)
-
-
-_GRAPH = "graph topologies are out of scope (Cartesian ones are provided)"
-
-
-class Graphcomm(Topocomm):
-    """Graph topology communicator: only its null handle exists."""
-
-    __slots__ = ()
-
-    def _absent(self, *args: Any, **kwargs: Any) -> Any:
-        raise not_implemented("Graphcomm", _GRAPH)
-
-    Get_dims = Get_topo = Get_neighbors = Get_neighbors_count = _absent
-
-
-class Distgraphcomm(Topocomm):
-    """Distributed graph topology communicator: only its null handle exists."""
-
-    __slots__ = ()
-
-    def _absent(self, *args: Any, **kwargs: Any) -> Any:
-        raise not_implemented("Distgraphcomm", _GRAPH)
-
-    Get_dist_neighbors = Get_dist_neighbors_count = _absent
 
 
 WIN_NULL = Win()

@@ -30,7 +30,7 @@ from ._request import ORPHANS, reap_orphans
 from ._cobj import ObjectCollectives
 from ._coll_persistent import PersistentCollectives
 from ._collv import ScanCollectives, VectorCollectives
-from ._consts import CART, CONGRUENT, IDENT, SIMILAR, UNDEFINED, UNEQUAL
+from ._consts import CART, CONGRUENT, DIST_GRAPH, GRAPH, IDENT, SIMILAR, UNDEFINED, UNEQUAL
 from ._errors import ERR_ARG, ERR_COMM, ERR_GROUP, Exception as MPIException, not_implemented, translate
 from ._group import Group
 from ._misc import ERRORS_RETURN, Errhandler, Info, INFO_NULL
@@ -107,8 +107,10 @@ class Comm(PointToPoint, ObjectPointToPoint, PersistentCollectives, VectorCollec
     @staticmethod
     def _wrap(rec: _CommRec) -> "Comm":
         if rec.topo is not None:
+            from ._graph import Distgraphcomm, Graphcomm
             from ._topo import Cartcomm
-            c: Comm = Cartcomm.__new__(Cartcomm)
+            cls = {CART: Cartcomm, GRAPH: Graphcomm, DIST_GRAPH: Distgraphcomm}[rec.topo.kind]
+            c: Comm = cls.__new__(cls)
         else:
             c = Intracomm.__new__(Intracomm)
         c._h = rec
@@ -206,7 +208,7 @@ class Comm(PointToPoint, ObjectPointToPoint, PersistentCollectives, VectorCollec
 
     def Get_topology(self) -> int:  # noqa: N802
         self._grp("Get_topology")
-        return CART if self._h.topo is not None else UNDEFINED
+        return getattr(self._h.topo, "kind", UNDEFINED)     # CART, GRAPH, DIST_GRAPH
 
     topology = property(Get_topology)
     is_topo = property(lambda self: self.Get_topology() != UNDEFINED)
@@ -334,11 +336,28 @@ class Intracomm(Comm, ScanCollectives):
         return COMM_WORLD._derive(world.subgroup(members, make_ctx("mpi-from-group", str(stringtag), tuple(members)),
                                                  str(stringtag)))
 
-    def _absent(self, *args: Any, **kwargs: Any) -> Any:
-        raise not_implemented("Intracomm.Create_graph/Create_dist_graph/Create_intercomm/Spawn/Accept/Connect",
-                              "graph topologies, intercommunicators and dynamic processes are out of scope")
+    def Create_graph(self, index: Any, edges: Any, reorder: bool = False) -> "Comm":  # noqa: N802
+        from ._graph import create_graph
+        return create_graph(self, index, edges, reorder)
 
-    Create_graph = Create_dist_graph = Create_dist_graph_adjacent = Graph_map = _absent
+    def Graph_map(self, index: Any, edges: Any) -> int:  # noqa: N802
+        from ._graph import graph_map
+        return graph_map(self, index)
+
+    def Create_dist_graph_adjacent(self, sources: Any, destinations: Any, sourceweights: Any = None,  # noqa: N802
+                                   destweights: Any = None, info: Info = INFO_NULL, reorder: bool = False) -> "Comm":
+        from ._graph import create_dist_graph_adjacent
+        return create_dist_graph_adjacent(self, sources, destinations, sourceweights, destweights)
+
+    def Create_dist_graph(self, sources: Any, degrees: Any, destinations: Any, weights: Any = None,  # noqa: N802
+                          info: Info = INFO_NULL, reorder: bool = False) -> "Comm":
+        from ._graph import create_dist_graph
+        return create_dist_graph(self, sources, degrees, destinations, weights)
+
+    def _absent(self, *args: Any, **kwargs: Any) -> Any:
+        raise not_implemented("Intracomm.Create_intercomm/Spawn/Accept/Connect",
+                              "intercommunicators and dynamic processes are out of scope")
+
     Create_intercomm = Spawn = Spawn_multiple = Accept = Connect = _absent
 
 

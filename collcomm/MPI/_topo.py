@@ -1,4 +1,5 @@
-"""Cartesian topologies: ``Compute_dims``, ``Create_cart`` → ``Cartcomm``.
+"""Cartesian topologies: ``Compute_dims``, ``Create_cart`` → ``Cartcomm``; ``Topocomm``, the
+base of every topology communicator (graph ones: :mod:`._graph`).
 
 A Cartcomm is a communicator whose ranks are laid out row-major on a grid ``dims`` (the
 last dimension varies fastest), each dimension periodic or not. ``Get_coords`` /
@@ -11,15 +12,25 @@ True])`` is this rank's TP group.
 
 collcomm keeps rank order (``reorder`` is accepted and ignored); ranks beyond the grid get
 ``COMM_NULL``. Creating a Cartcomm or a Sub needs no messages: every rank computes the
-members from the grid. Neighbourhood collectives and graph topologies are not provided.
+members from the grid.
+
+A topology's neighbours (``Topocomm.inedges`` / ``outedges``, the neighbourhood
+collectives of :mod:`._neighbor`): on a grid, per dimension the rank one step down then
+the rank one step up (``Shift(d, 1)``; ``PROC_NULL`` past a non-periodic edge, this rank
+itself along a periodic dimension of size 1), in and out alike. Each neighbour edge has a
+*key* that pairs a send with the receive it fills: a block sent one step up lands in the
+receiver's slot for its neighbour one step down, so on a periodic dimension of size 2
+(the same rank both ways) the two blocks still cross as a shift would carry them, as
+Open MPI does.
 """
 from __future__ import annotations
 
 from typing import Any, Sequence
 
 from ._comm import COMM_NULL, Comm, Intracomm
-from ._consts import PROC_NULL, UNDEFINED
-from ._errors import ERR_ARG, ERR_DIMS, ERR_RANK, ERR_TOPOLOGY, Exception as MPIException, not_implemented
+from ._consts import CART, PROC_NULL, UNDEFINED
+from ._errors import ERR_ARG, ERR_DIMS, ERR_RANK, ERR_TOPOLOGY, Exception as MPIException
+from ._neighbor import NeighborCollectives, Neighbors
 
 
 def _factors(n: int) -> list[int]:
@@ -59,6 +70,7 @@ def Compute_dims(nnodes: int, dims: int | Sequence[int]) -> list[int]:  # noqa: 
 
 class _Grid:
     __slots__ = ("dims", "periods")
+    kind = CART
 
     def __init__(self, dims: Sequence[int], periods: Sequence[bool]) -> None:
         self.dims = [int(d) for d in dims]
@@ -83,6 +95,23 @@ class _Grid:
                 raise MPIException(ERR_ARG, f"{call}: coordinate {c} is outside the non-periodic dimension of size {d}")
             r = r * d + c
         return r
+
+    def shifted(self, rank: int, direction: int, by: int) -> int:
+        """The rank ``by`` steps along ``direction`` from ``rank`` (PROC_NULL off an edge)."""
+        c = self.coords(rank)
+        c[direction] += by
+        if not self.periods[direction] and not 0 <= c[direction] < self.dims[direction]:
+            return PROC_NULL
+        return self.rank(c, "Shift")
+
+    def neighbors(self, rank: int) -> Neighbors:
+        """Down then up along each dimension, in and out; keys (dimension, direction of
+        travel: 0 down, 1 up): the slot for the neighbour down receives what it sent up."""
+        ranks: list[int] = []
+        for d in range(len(self.dims)):
+            ranks += [self.shifted(rank, d, -1), self.shifted(rank, d, 1)]
+        sent = [(d, way) for d in range(len(self.dims)) for way in (0, 1)]
+        return Neighbors(ranks, ranks, [(d, 1 - way) for d, way in sent], sent)
 
 
 def _size(dims: Sequence[int]) -> int:
@@ -112,18 +141,33 @@ def cart_map(comm: Comm, dims: Sequence[int]) -> int:
     return g.rank if g.rank < _size(dims) else UNDEFINED
 
 
-class Topocomm(Intracomm):
-    """A communicator with a topology (only Cartesian ones here)."""
+class Topocomm(NeighborCollectives, Intracomm):
+    """A communicator with a topology: its neighbours and the neighbourhood collectives."""
 
     __slots__ = ()
 
-    def _absent(self, *args: Any, **kwargs: Any) -> Any:
-        raise not_implemented("Topocomm.Neighbor_*", "neighbourhood collectives are not provided; "
-                              "use Cartcomm.Shift with Sendrecv")
+    def _neighbors(self, call: str) -> Neighbors:
+        g = self._grp(call)
+        topo = self._h.topo
+        if topo is None:
+            raise MPIException(ERR_TOPOLOGY, f"{call}: the communicator has no topology")
+        return topo.neighbors(g.rank)
 
-    Neighbor_allgather = Neighbor_allgatherv = Neighbor_alltoall = Neighbor_alltoallv = _absent
-    Neighbor_alltoallw = Ineighbor_allgather = Ineighbor_allgatherv = Ineighbor_alltoall = _absent
-    Ineighbor_alltoallv = Ineighbor_alltoallw = neighbor_allgather = neighbor_alltoall = _absent
+    @property
+    def degrees(self) -> tuple[int, int]:
+        nb = self._neighbors("degrees")
+        return len(nb.sources), len(nb.destinations)
+
+    indegree = property(lambda self: self.degrees[0])
+    outdegree = property(lambda self: self.degrees[1])
+
+    @property
+    def inoutedges(self) -> tuple[list[int], list[int]]:
+        nb = self._neighbors("inoutedges")
+        return list(nb.sources), list(nb.destinations)
+
+    inedges = property(lambda self: self.inoutedges[0])
+    outedges = property(lambda self: self.inoutedges[1])
 
 
 class Cartcomm(Topocomm):
@@ -133,13 +177,13 @@ class Cartcomm(Topocomm):
 
     def __init__(self, comm: Comm | None = None) -> None:
         super().__init__(comm)
-        if comm is not None and comm._h.kind != "null" and comm._h.topo is None:
+        if comm is not None and comm._h.kind != "null" and getattr(comm._h.topo, "kind", None) != CART:
             raise TypeError("Cartcomm: expecting a communicator with a Cartesian topology")
 
     def _grid(self, call: str) -> _Grid:
         self._grp(call)
         grid = self._h.topo
-        if grid is None:
+        if getattr(grid, "kind", None) != CART:
             raise MPIException(ERR_TOPOLOGY, f"{call}: the communicator has no Cartesian topology")
         return grid
 
@@ -172,17 +216,8 @@ class Cartcomm(Topocomm):
         grid = self._grid("Shift")
         if not 0 <= direction < len(grid.dims):
             raise MPIException(ERR_DIMS, f"Shift: direction must be in [0, {len(grid.dims)}), got {direction}")
-        me = grid.coords(self._grp().rank)
-
-        def moved(by: int) -> int:
-            c = list(me)
-            c[direction] += by
-            d = grid.dims[direction]
-            if not grid.periods[direction] and not 0 <= c[direction] < d:
-                return PROC_NULL
-            return grid.rank(c, "Shift")
-
-        return moved(-int(disp)), moved(int(disp))
+        me = self._grp().rank
+        return grid.shifted(me, direction, -int(disp)), grid.shifted(me, direction, int(disp))
 
     def Sub(self, remain_dims: Sequence[bool]) -> "Cartcomm":  # noqa: N802
         """The grid slice through this rank keeping the dimensions marked True."""

@@ -1,0 +1,203 @@
+"""collcomm.MPI graph topologies and neighbourhood collectives.
+
+* ``neighbor_checks``: a section of the shared MPI job (tests/mpi_checks.py), sizes 1-5
+  and over TCP: every neighbourhood collective (buffer forms, ``I…``, ``…_init``, objects,
+  a derived type, ``alltoallw`` with a datatype per block) on grids (periodic dimensions of
+  size 1 and 2, where a rank is a neighbour twice or its own; non-periodic edges), an MPI-1
+  graph and random distributed multigraphs with weights, against values each rank computes
+  from the whole topology (the n-th edge to a peer meets the n-th from it; on a grid a
+  block sent one step up lands in the receiver's slot for its neighbour one step down);
+  the topology queries; the errors.
+* ``test_same_results_as_mpi4py``: tests/mpi_neighbor_prog.py under mpi4py + Open MPI and
+  under collcomm.MPI on 4 ranks, the JSON lines compared.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from tests.mpi_checks import SIZES, Checker, check, job
+from tests.test_mpi_vs_mpi4py import _mpiexec, compare_with_mpi4py
+
+
+def _grid_edges(cart) -> tuple[list[int], list[tuple[int, int]]]:
+    """A grid rank's neighbours (down, up per dimension) and, for each of its receive slots,
+    (the sender, the sender's block): the neighbour down sent its block up (2d + 1)."""
+    ranks, fills = [], []
+    for d in range(cart.Get_dim()):
+        down, up = cart.Shift(d, 1)
+        ranks += [down, up]
+        fills += [(down, 2 * d + 1), (up, 2 * d)]
+    return ranks, fills
+
+
+def _pairings(sources: list[list[int]], dests: list[list[int]], me: int) -> list[tuple[int, int]]:
+    """For each receive slot of ``me``: (sender, the sender's block index), pairing the n-th
+    edge from a sender with the n-th edge to ``me`` in the sender's destinations."""
+    seen: dict[int, int] = {}
+    out = []
+    for p in sources[me]:
+        k = seen.get(p, 0)
+        seen[p] = k + 1
+        out.append((p, [i for i, q in enumerate(dests[p]) if q == me][k]))
+    return out
+
+
+def _exchange_checks(c: Checker, MPI, t, fills: list[tuple[int, int]], outdeg: int, what: str) -> None:
+    """Every collective on topology communicator ``t`` against ``fills`` (per receive slot:
+    (sender or PROC_NULL, its block))."""
+    me, indeg = t.rank, len(fills)
+
+    def want(per: int, value) -> np.ndarray:   # slot j: sender's block, or -1 from PROC_NULL
+        out = np.full(per * indeg, -1.0)
+        for j, (p, i) in enumerate(fills):
+            if p != MPI.PROC_NULL:
+                out[j * per:(j + 1) * per] = value(p, i)
+        return out
+
+    blk = lambda p, i: 10.0 * p + i + np.arange(3) / 4     # noqa: E731 - block i of rank p
+    sb = np.concatenate([blk(me, i) for i in range(outdeg)]) if outdeg else np.zeros(0)
+    for form in ("blocking", "nonblocking", "persistent"):
+        rb = np.full(3 * indeg, -1.0)
+        if form == "blocking":
+            t.Neighbor_alltoall(sb, rb)
+        elif form == "nonblocking":
+            t.Ineighbor_alltoall([sb, 3, MPI.DOUBLE], [rb, 3, MPI.DOUBLE]).Wait()
+        else:
+            p = t.Neighbor_alltoall_init(sb, rb)
+            for _ in range(2):
+                rb[:] = -1
+                p.Start()
+                p.Wait()
+            p.Free()
+        c.eq(rb, want(3, blk), f"{what}: Neighbor_alltoall {form}")
+    rb = np.full(2 * indeg, -1.0)
+    t.Ineighbor_allgather(np.array([me, -me], dtype="d"), rb).Wait()
+    c.eq(rb, want(2, lambda p, i: [p, -p]), f"{what}: Ineighbor_allgather")
+    # v forms: block i of rank p holds i + 1 ints; received at displacements 5 apart
+    counts = [i + 1 for _, i in fills]
+    sv = np.arange(sum(range(1, outdeg + 1)), dtype="i") + 100 * me
+    sdis = [sum(range(1, i + 1)) for i in range(outdeg)]
+    rv = np.full(5 * indeg, -1, dtype="i")
+    t.Neighbor_alltoallv([sv, [i + 1 for i in range(outdeg)], sdis, MPI.INT],
+                         [rv, counts, [5 * j for j in range(indeg)], MPI.INT])
+    wv = np.full(5 * indeg, -1, dtype="i")
+    for j, (p, i) in enumerate(fills):
+        if p != MPI.PROC_NULL:
+            wv[5 * j:5 * j + i + 1] = np.arange(sum(range(1, i + 1)), sum(range(1, i + 2))) + 100 * p
+    c.eq(rv, wv, f"{what}: Neighbor_alltoallv")
+    rg = np.full(3 * indeg, -1, dtype="i")
+    t.Neighbor_allgatherv(np.array([me], dtype="i"), [rg, [1] * indeg, [3 * j + 1 for j in range(indeg)], MPI.INT])
+    wg = np.full(3 * indeg, -1, dtype="i")
+    for j, (p, _) in enumerate(fills):
+        if p != MPI.PROC_NULL:
+            wg[3 * j + 1] = p
+    c.eq(rg, wg, f"{what}: Neighbor_allgatherv")
+    # a derived type both sides: every other double, 2 per block
+    ev = MPI.DOUBLE.Create_vector(2, 1, 2).Create_resized(0, 32).Commit()
+    sd = np.arange(4.0 * outdeg) + 1000 * me
+    rd = np.full(4 * indeg, -1.0)
+    t.Neighbor_alltoall([sd, 1, ev], [rd, 1, ev])
+    wd = np.full(4 * indeg, -1.0)
+    for j, (p, i) in enumerate(fills):
+        if p != MPI.PROC_NULL:
+            wd[4 * j] = 1000 * p + 4 * i
+            wd[4 * j + 2] = 1000 * p + 4 * i + 2
+    c.eq(rd, wd, f"{what}: Neighbor_alltoall of a vector type (the gaps untouched)")
+    ev.Free()
+    # alltoallw: a record's double field, at byte displacements 16 apart
+    rec = np.dtype([("i", "i4"), ("d", "f8")], align=True)
+    sw = np.zeros(outdeg, dtype=rec)
+    sw["d"] = np.arange(outdeg) + 0.5 * me
+    rw = np.zeros(indeg, dtype=rec)
+    rw["d"] = -1
+    t.Neighbor_alltoallw([sw, ([1] * outdeg, [16 * i + 8 for i in range(outdeg)]), [MPI.DOUBLE] * outdeg],
+                         [rw, ([1] * indeg, [16 * j + 8 for j in range(indeg)]), [MPI.DOUBLE] * indeg])
+    c.eq(rw["d"], [-1 if p == MPI.PROC_NULL else i + 0.5 * p for p, i in fills], f"{what}: Neighbor_alltoallw")
+    c.eq(t.neighbor_alltoall([(me, i) for i in range(outdeg)]),
+         [None if p == MPI.PROC_NULL else (p, i) for p, i in fills], f"{what}: neighbor_alltoall (objects)")
+    c.eq(t.neighbor_allgather(f"r{me}"), [None if p == MPI.PROC_NULL else f"r{p}" for p, _ in fills],
+         f"{what}: neighbor_allgather (objects)")
+
+
+def neighbor_checks(c: Checker, MPI, comm) -> None:
+    r, n = comm.rank, comm.size
+    # grids: a ring (n = 1: its own neighbour both ways; n = 2: the same one both ways), a
+    # line (PROC_NULL at the ends), 2-D with a periodic dimension of size 1
+    for dims, periods in (([n], [True]), ([n], [False]), ([1, n], [True, True]), ([n, 1], [False, True])):
+        cart = comm.Create_cart(dims, periods)
+        ranks, fills = _grid_edges(cart)
+        what = f"grid {dims} periods {periods}"
+        c.eq((cart.degrees, cart.inedges, cart.outedges), ((len(ranks), len(ranks)), ranks, ranks), f"{what}: edges")
+        _exchange_checks(c, MPI, cart, fills, len(ranks), what)
+    # an MPI-1 graph: the ring both ways plus 0 <-> last twice (a symmetric multigraph)
+    nbrs = [[(i - 1) % n, (i + 1) % n] for i in range(n)]
+    if n > 1:
+        nbrs[0] += [n - 1, n - 1]
+        nbrs[n - 1] += [0, 0]
+    index = np.cumsum([len(x) for x in nbrs]).tolist()
+    edges = [e for x in nbrs for e in x]
+    graph = comm.Create_graph(index, edges)
+    c.true(isinstance(graph, MPI.Graphcomm) and graph.Get_topology() == MPI.GRAPH, "Create_graph gives a Graphcomm")
+    c.eq((graph.Get_dims(), graph.Get_topo(), graph.Get_neighbors(r), graph.Get_neighbors_count(r)),
+         ((n, len(edges)), (index, edges), nbrs[r], len(nbrs[r])), "graph queries")
+    c.eq((graph.nnodes, graph.nedges, graph.neighbors, graph.inedges), (n, len(edges), nbrs[r], nbrs[r]),
+         "graph properties")
+    _exchange_checks(c, MPI, graph, _pairings(nbrs, nbrs, r), len(nbrs[r]), "graph")
+    c.true(graph.Dup().Get_topology() == MPI.GRAPH, "Dup keeps a graph topology")
+    # random directed multigraphs, each rank's side given to Create_dist_graph_adjacent
+    for seed in range(3):
+        rng = np.random.default_rng(seed * 10 + n)
+        dests = [[int(q) for q in rng.integers(0, n, rng.integers(0, 4))] for _ in range(n)]
+        srcs = [[p for p in range(n) for q in dests[p] if q == me] for me in range(n)]
+        for me in range(n):       # the same in-edges in a shuffled order per rank
+            rng.shuffle(srcs[me])
+        sw, dw = [10 * p for p in srcs[r]], [q + 1 for q in dests[r]]
+        dg = comm.Create_dist_graph_adjacent(srcs[r], dests[r], sw, dw)
+        what = f"dist graph seed {seed}"
+        c.true(isinstance(dg, MPI.Distgraphcomm) and dg.Get_topology() == MPI.DIST_GRAPH, f"{what}: a Distgraphcomm")
+        c.eq((dg.Get_dist_neighbors_count(), dg.Get_dist_neighbors()),
+             ((len(srcs[r]), len(dests[r]), True), (srcs[r], dests[r], (sw, dw))), f"{what}: queries")
+        _exchange_checks(c, MPI, dg, _pairings(srcs, dests, r), len(dests[r]), what)
+    # the general form: rank 0 gives every edge i -> i + 1 (weighted), the others none
+    if r == 0:
+        gen = comm.Create_dist_graph(list(range(n)), [1] * n, [(i + 1) % n for i in range(n)], list(range(n)))
+    else:
+        gen = comm.Create_dist_graph([], [], [], MPI.WEIGHTS_EMPTY)
+    c.eq(gen.Get_dist_neighbors(), ([(r - 1) % n], [(r + 1) % n], ([(r - 1) % n], [r])), "Create_dist_graph")
+    c.eq(gen.neighbor_allgather(r), [(r - 1) % n], "Create_dist_graph: neighbor_allgather")
+    un = comm.Create_dist_graph_adjacent([], [])
+    c.eq((un.Get_dist_neighbors_count(), un.Get_dist_neighbors()), ((0, 0, False), ([], [], None)), "no neighbours")
+    un.Neighbor_alltoall(np.zeros(0), np.zeros(0))
+    # errors, raised before any traffic
+    c.raises(lambda: graph.Neighbor_allgather(MPI.IN_PLACE, np.zeros(2 * len(nbrs[r]))), MPI.Exception,
+             "IN_PLACE in a neighbourhood collective", MPI.ERR_ARG)
+    c.raises(lambda: comm.Create_dist_graph_adjacent([n], []), MPI.Exception, "a source outside the group",
+             MPI.ERR_ARG)
+    c.raises(lambda: comm.Create_graph([2], [0, 5]), MPI.Exception, "a graph edge outside its nodes", MPI.ERR_ARG)
+    c.raises(lambda: MPI.Graphcomm(comm).Get_topo(), MPI.Exception, "Get_topo without a graph", MPI.ERR_TOPOLOGY)
+    c.raises(lambda: graph.neighbor_alltoall([1]) if len(nbrs[r]) != 1 else graph.neighbor_alltoall([]),
+             ValueError, "neighbor_alltoall with a wrong number of objects")
+    if n > 1:
+        short = comm.Create_graph([0] * (n - 1), [])
+        c.true((short == MPI.COMM_NULL) == (r == n - 1), "ranks beyond the graph get COMM_NULL")
+        c.eq(comm.Graph_map([0] * (n - 1), []), MPI.UNDEFINED if r == n - 1 else r, "Graph_map")
+
+
+@pytest.mark.timeout(160)
+@pytest.mark.parametrize("n", SIZES)
+def test_neighbor(n):
+    check(job(n), "neighbor")
+
+
+@pytest.mark.timeout(160)
+def test_neighbor_over_tcp():
+    check(job(3, "tcp"), "neighbor")
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.skipif(_mpiexec() is None, reason="mpi4py + Open MPI's mpiexec not installed (pip install '.[bench]')")
+def test_same_results_as_mpi4py():
+    compare_with_mpi4py(os.path.join(os.path.dirname(__file__), "mpi_neighbor_prog.py"), lambda d: d["rank"], n=4)
