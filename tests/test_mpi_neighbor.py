@@ -73,9 +73,12 @@ def _exchange_checks(c: Checker, MPI, t, fills: list[tuple[int, int]], outdeg: i
                 p.Wait()
             p.Free()
         c.eq(rb, want(3, blk), f"{what}: Neighbor_alltoall {form}")
-    rb = np.full(2 * indeg, -1.0)
-    t.Ineighbor_allgather(np.array([me, -me], dtype="d"), rb).Wait()
+    rb, ra = np.full(2 * indeg, -1.0), np.full(3 * indeg, -1.0)
+    first = t.Ineighbor_allgather(np.array([me, -me], dtype="d"), rb)   # two in flight at once,
+    second = t.Ineighbor_alltoall(sb, ra)                                # completed in reverse
+    MPI.Request.Waitall([second, first])
     c.eq(rb, want(2, lambda p, i: [p, -p]), f"{what}: Ineighbor_allgather")
+    c.eq(ra, want(3, blk), f"{what}: Ineighbor_alltoall while an Ineighbor_allgather is in flight")
     # v forms: block i of rank p holds i + 1 ints; received at displacements 5 apart
     counts = [i + 1 for _, i in fills]
     sv = np.arange(sum(range(1, outdeg + 1)), dtype="i") + 100 * me
@@ -176,6 +179,9 @@ def neighbor_checks(c: Checker, MPI, comm) -> None:
              "IN_PLACE in a neighbourhood collective", MPI.ERR_ARG)
     c.raises(lambda: comm.Create_dist_graph_adjacent([n], []), MPI.Exception, "a source outside the group",
              MPI.ERR_ARG)
+    lopsided = comm.Create_dist_graph_adjacent([r], [])      # itself as a source, not as a destination
+    c.raises(lambda: lopsided.Neighbor_alltoall(np.zeros(0), np.zeros(1)), MPI.Exception,
+             "a rank its own source more often than its own destination", MPI.ERR_TOPOLOGY)
     c.raises(lambda: comm.Create_graph([2], [0, 5]), MPI.Exception, "a graph edge outside its nodes", MPI.ERR_ARG)
     c.raises(lambda: MPI.Graphcomm(comm).Get_topo(), MPI.Exception, "Get_topo without a graph", MPI.ERR_TOPOLOGY)
     c.raises(lambda: graph.neighbor_alltoall([1]) if len(nbrs[r]) != 1 else graph.neighbor_alltoall([]),

@@ -43,7 +43,7 @@ class _CommRec:
     """The handle: what every Python object of one communicator shares."""
 
     __slots__ = ("g", "kind", "name", "topo", "attrs", "derived", "tagged", "group", "errhandler",
-                 "info", "lock")
+                 "info", "lock", "neighbor")
 
     def __init__(self, g: ProcessGroup | None, kind: str, name: str = "", topo: Any = None) -> None:
         self.g, self.kind, self.name, self.topo = g, kind, name, topo
@@ -54,6 +54,7 @@ class _CommRec:
         self.errhandler = ERRORS_RETURN
         self.info = INFO_NULL
         self.lock = threading.Lock()
+        self.neighbor: list[Any] | None = None   # [twin, calls]: a topology's neighbour traffic (_topo)
 
     def resolve(self, call: str) -> ProcessGroup:
         if self.kind == "world":
@@ -284,6 +285,9 @@ class Comm(PointToPoint, ObjectPointToPoint, PersistentCollectives, VectorCollec
         if h.kind in ("world", "self") or h.kind == "null":
             raise MPIException(ERR_COMM, f"Free: {h.name or 'MPI_COMM_NULL'} cannot be freed")
         g, h.g, h.kind = h.g, None, "null"
+        twin, h.neighbor = h.neighbor, None
+        if twin is not None:
+            twin[0].Free()
         if g is not None:
             g.close()
 

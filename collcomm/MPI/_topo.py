@@ -27,10 +27,11 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from ..core.tags import make_ctx
 from ._comm import COMM_NULL, Comm, Intracomm
 from ._consts import CART, PROC_NULL, UNDEFINED
 from ._errors import ERR_ARG, ERR_DIMS, ERR_RANK, ERR_TOPOLOGY, Exception as MPIException
-from ._neighbor import NeighborCollectives, Neighbors
+from ._neighbor import NeighborCollectives, Neighbors, Plan
 
 
 def _factors(n: int) -> list[int]:
@@ -145,6 +146,22 @@ class Topocomm(NeighborCollectives, Intracomm):
     """A communicator with a topology: its neighbours and the neighbourhood collectives."""
 
     __slots__ = ()
+
+    def _neighbor_plan(self, call: str) -> tuple[Comm, int, Plan]:
+        """(the hidden twin the neighbourhood collectives talk on, this call's tag base, this
+        rank's plan): the twin's context derives from this communicator's, so every rank
+        makes the same one without a message; the base counts this communicator's calls
+        (bits 6-29); both and the plan are made on first use."""
+        g = self._grp(call)
+        h = self._h
+        with h.lock:
+            if h.neighbor is None:
+                twin = Intracomm._wrap(type(h)(g.subgroup(g.ranks, make_ctx("mpi-neighbor", g.ctx),
+                                                          f"{g.name}.neighbor"), "derived"))
+                h.neighbor = [twin, 0, Plan(self._neighbors(call), g.rank, call)]
+            twin, calls, plan = h.neighbor
+            h.neighbor[1] = (calls + 1) % (1 << 24)
+        return twin, calls << 6, plan
 
     def _neighbors(self, call: str) -> Neighbors:
         g = self._grp(call)
