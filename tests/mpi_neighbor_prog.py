@@ -81,12 +81,11 @@ def exercise(name, t):
     rb = np.full(4 * indeg, -1, dtype="i")
     t.Neighbor_alltoallv([sbv, [2] * outdeg, sdispls, MPI.INT], [rb, [2] * indeg, [4 * i for i in range(indeg)], MPI.INT])
     res["alltoallv"] = L(rb)
-    # alltoallw: bytes per block, a type per block (int then double halves). Not under
+    # alltoallw: bytes per block, a type per block (a record's int or double). Not under
     # mpi4py 4.1.2 + Open MPI 5.0.11: Neighbor_alltoallw aborts there (munmap_chunk():
     # invalid pointer, any spec form, a ring of 2); tests/test_mpi_neighbor.py checks ours
     if sys.argv[1] != "mpi4py":    # (a key of its own: the comparison skips it)
         alltoallw(t, me, indeg, outdeg, out.setdefault("alltoallw", {}), name)
-    # a derived type: every other double of 2 * 3 per block(outdeg, dtype=[("i", "i4"), ("d", "f8")])
     # a derived type: every other double of 2 * 3 per block
     ev = MPI.DOUBLE.Create_vector(3, 1, 2).Commit()
     sbd = np.arange(6.0 * outdeg) + 50 * me

@@ -125,6 +125,42 @@ def _exchange_checks(c: Checker, MPI, t, fills: list[tuple[int, int]], outdeg: i
          f"{what}: neighbor_allgather (objects)")
 
 
+def _order_checks(c: Checker, MPI, comm) -> None:
+    """The calls' numbering: persistent requests started in different orders on different
+    ranks (each keeps its ``_init``'s number), restarted with new data; a call refused on
+    one rank (a read-only receive buffer) leaves the others' numbering in step; a block
+    to itself moves as bytes, as a message would (DOUBLE out, BYTE in)."""
+    r, n = comm.rank, comm.size
+    ring = comm.Create_cart([n], [True])
+    down, up = ring.Shift(0, 1)
+    a_send, b_send = np.zeros(2), np.zeros(2)
+    a_recv, b_recv = np.zeros(2), np.zeros(2)
+    a = ring.Neighbor_allgather_init(a_send[:1], a_recv)
+    b = ring.Neighbor_alltoall_init(b_send, b_recv)
+    for k in range(3):
+        a_send[0], b_send[:] = 100 * r + k, [1000 * r + k, -1000 * r - k]
+        first, second = (a, b) if (r + k) % 2 == 0 else (b, a)
+        first.Start()
+        second.Start()
+        MPI.Request.Waitall([a, b])
+        c.eq(a_recv, [100 * down + k, 100 * up + k], f"persistent allgather, start {k}, started in any order")
+        c.eq(b_recv, [-1000 * down - k, 1000 * up + k], f"persistent alltoall, start {k}, started in any order")
+    a.Free()
+    b.Free()
+    frozen = np.zeros(2)
+    frozen.flags.writeable = False
+    if r == 0:
+        c.raises(lambda: ring.Neighbor_alltoall(np.ones(2), frozen), BufferError, "a read-only receive buffer")
+    got = np.zeros(2)
+    ring.Neighbor_alltoall(np.array([r, -r], dtype="d"), got)
+    c.eq(got, [-down, up], "the next call after one refused on rank 0")
+    selfish = comm.Create_cart([1, n], [True, False])      # along dimension 0: itself, both ways
+    sd = np.arange(4.0) + 10 * r
+    rb = np.zeros(32, dtype=np.uint8)
+    selfish.Neighbor_alltoall([sd, 1, MPI.DOUBLE], [rb, 8, MPI.BYTE])
+    c.eq(rb.view(np.float64)[:2], [sd[1], sd[0]], "a DOUBLE to itself received as 8 BYTEs")
+
+
 def neighbor_checks(c: Checker, MPI, comm) -> None:
     r, n = comm.rank, comm.size
     # grids: a ring (n = 1: its own neighbour both ways; n = 2: the same one both ways), a
@@ -170,7 +206,12 @@ def neighbor_checks(c: Checker, MPI, comm) -> None:
     else:
         gen = comm.Create_dist_graph([], [], [], MPI.WEIGHTS_EMPTY)
     c.eq(gen.Get_dist_neighbors(), ([(r - 1) % n], [(r + 1) % n], ([(r - 1) % n], [r])), "Create_dist_graph")
+    # WEIGHTS_EMPTY: weighted without edges on one side (UNWEIGHTED is another marker)
+    we = comm.Create_dist_graph_adjacent([], [r], sourceweights=MPI.WEIGHTS_EMPTY, destweights=[7])
+    c.eq(we.Get_dist_neighbors(), ([], [r], ([], [7])), "WEIGHTS_EMPTY")
+    c.true(MPI.UNWEIGHTED is not MPI.WEIGHTS_EMPTY, "UNWEIGHTED and WEIGHTS_EMPTY differ")
     c.eq(gen.neighbor_allgather(r), [(r - 1) % n], "Create_dist_graph: neighbor_allgather")
+    _order_checks(c, MPI, comm)
     un = comm.Create_dist_graph_adjacent([], [])
     c.eq((un.Get_dist_neighbors_count(), un.Get_dist_neighbors()), ((0, 0, False), ([], [], None)), "no neighbours")
     un.Neighbor_alltoall(np.zeros(0), np.zeros(0))
@@ -183,7 +224,13 @@ def neighbor_checks(c: Checker, MPI, comm) -> None:
     c.raises(lambda: lopsided.Neighbor_alltoall(np.zeros(0), np.zeros(1)), MPI.Exception,
              "a rank its own source more often than its own destination", MPI.ERR_TOPOLOGY)
     c.raises(lambda: comm.Create_graph([2], [0, 5]), MPI.Exception, "a graph edge outside its nodes", MPI.ERR_ARG)
-    c.raises(lambda: MPI.Graphcomm(comm).Get_topo(), MPI.Exception, "Get_topo without a graph", MPI.ERR_TOPOLOGY)
+    c.raises(lambda: MPI.Graphcomm(comm), TypeError, "Graphcomm of a plain communicator")
+    c.raises(lambda: MPI.Distgraphcomm(graph), TypeError, "Distgraphcomm of a graph communicator")
+    c.raises(lambda: graph.Get_neighbors(n), MPI.Exception, "Get_neighbors of a rank past the graph", MPI.ERR_RANK)
+    one_way = comm.Create_graph(list(range(1, n + 1)), [(i + 1) % n for i in range(n)])   # i -> i+1 only
+    if n >= 3:                  # (fewer: i -> i+1 is i+1 -> i too)
+        c.raises(lambda: one_way.Neighbor_allgather(np.zeros(1), np.zeros(1)), MPI.Exception,
+                 "an asymmetric graph's neighbourhood collective, on every rank", MPI.ERR_TOPOLOGY)
     c.raises(lambda: graph.neighbor_alltoall([1]) if len(nbrs[r]) != 1 else graph.neighbor_alltoall([]),
              ValueError, "neighbor_alltoall with a wrong number of objects")
     if n > 1:

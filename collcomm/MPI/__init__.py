@@ -63,5 +63,4 @@ globals().update(_TYPES)
 globals().update(_OPS)
 globals()["2INT"] = _TYPES["TWOINT"]
 globals().update({f"COMBINER_{_k}": _v for _k, _v in _COMBINERS.items()})
-UNWEIGHTED = WEIGHTS_EMPTY = None
 del _name, _code, _text

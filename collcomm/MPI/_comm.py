@@ -54,7 +54,7 @@ class _CommRec:
         self.errhandler = ERRORS_RETURN
         self.info = INFO_NULL
         self.lock = threading.Lock()
-        self.neighbor: list[Any] | None = None   # [twin, calls]: a topology's neighbour traffic (_topo)
+        self.neighbor: list[Any] | None = None   # [twin, plan, calls]: a topology's neighbour calls (_topo)
 
     def resolve(self, call: str) -> ProcessGroup:
         if self.kind == "world":

@@ -29,7 +29,24 @@ LASTUSEDCODE = 5
 
 IDENT, CONGRUENT, SIMILAR, UNEQUAL = 0, 1, 2, 3
 CART, GRAPH, DIST_GRAPH = 1, 2, 3
-UNWEIGHTED = WEIGHTS_EMPTY = None
+
+
+class _WeightsMark:
+    """``MPI.UNWEIGHTED`` / ``MPI.WEIGHTS_EMPTY``: the graph constructors' weight markers."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<{self.name}>"
+
+    def __reduce__(self) -> str:
+        return self.name.split(".")[-1]
+
+
+UNWEIGHTED, WEIGHTS_EMPTY = _WeightsMark("MPI.UNWEIGHTED"), _WeightsMark("MPI.WEIGHTS_EMPTY")
 COMM_TYPE_SHARED = 0
 COMM_TYPE_HW_UNGUIDED = 1
 COMM_TYPE_HW_GUIDED = 2

@@ -19,9 +19,9 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ._comm import COMM_NULL, Comm, Intracomm
-from ._consts import DIST_GRAPH, GRAPH, UNDEFINED
-from ._errors import ERR_ARG, ERR_TOPOLOGY, Exception as MPIException
-from ._neighbor import Neighbors
+from ._consts import DIST_GRAPH, GRAPH, UNDEFINED, UNWEIGHTED, WEIGHTS_EMPTY
+from ._errors import ERR_ARG, ERR_RANK, ERR_TOPOLOGY, Exception as MPIException
+from ._neighbor_exchange import Neighbors
 from ._topo import Topocomm
 
 
@@ -37,7 +37,15 @@ class _Graph:
     def of(self, rank: int) -> list[int]:
         return self.edges[(self.index[rank - 1] if rank else 0):self.index[rank]]
 
-    def neighbors(self, rank: int) -> Neighbors:
+    def neighbors(self, rank: int, call: str = "") -> Neighbors:
+        """In and out alike; refused (every rank knows the whole graph) unless each pair has
+        as many edges one way as the other, which the neighbourhood collectives need."""
+        for a in range(len(self.index)):
+            for b in set(self.of(a)):
+                if self.of(a).count(b) != self.of(b).count(a):
+                    raise MPIException(ERR_TOPOLOGY, f"{call}: the graph has {self.of(a).count(b)} edge(s) "
+                                                     f"{a} -> {b} but {self.of(b).count(a)} back: neighbourhood "
+                                                     "collectives need a symmetric graph")
         mine = self.of(rank)
         return Neighbors(mine, mine)
 
@@ -54,7 +62,7 @@ class _DistGraph:
         self.sourceweights = None if sourceweights is None else [int(w) for w in sourceweights]
         self.destweights = None if destweights is None else [int(w) for w in destweights]
 
-    def neighbors(self, rank: int) -> Neighbors:
+    def neighbors(self, rank: int, call: str = "") -> Neighbors:
         return Neighbors(self.sources, self.destinations)
 
 
@@ -67,9 +75,10 @@ def _ranks(values: Any, n: int, call: str, what: str) -> list[int]:
 
 
 def _weights(weights: Any, count: int, call: str, what: str) -> list[int] | None:
-    if weights is None:
+    """A weight list; None for ``UNWEIGHTED`` (or None); ``WEIGHTS_EMPTY``: weighted, no edges."""
+    if weights is None or weights is UNWEIGHTED:
         return None
-    out = [int(w) for w in weights]
+    out = [] if weights is WEIGHTS_EMPTY else [int(w) for w in weights]
     if len(out) != count:
         raise MPIException(ERR_ARG, f"{call}: {what}: expecting {count} weights, got {len(out)}")
     return out
@@ -100,10 +109,13 @@ def create_dist_graph_adjacent(comm: Comm, sources: Sequence[int], destinations:
     call = "Create_dist_graph_adjacent"
     g = comm._grp(call)
     src, dst = _ranks(sources, g.size, call, "sources"), _ranks(destinations, g.size, call, "destinations")
-    topo = _DistGraph(src, dst, _weights(sourceweights, len(src), call, "sourceweights"),
-                      _weights(destweights, len(dst), call, "destweights"))
-    if (topo.sourceweights is None) != (topo.destweights is None):
-        raise MPIException(ERR_ARG, f"{call}: give both weight lists or neither (MPI.UNWEIGHTED)")
+    sw, dw = _weights(sourceweights, len(src), call, "sourceweights"), _weights(destweights, len(dst), call,
+                                                                                 "destweights")
+    if (sw is None) != (dw is None):   # (an unweighted side without edges: the other's weighted)
+        if (src if sw is None else dst):
+            raise MPIException(ERR_ARG, f"{call}: give both weight lists or neither (MPI.UNWEIGHTED)")
+        sw, dw = sw or [], dw or []
+    topo = _DistGraph(src, dst, sw, dw)
     ctx = comm._h.next_ctx("dist_graph")
     return comm._derive(g.subgroup(g.ranks, ctx, f"{g.name}.dist_graph"), "", topo)
 
@@ -122,6 +134,7 @@ def create_dist_graph(comm: Comm, sources: Sequence[int], degrees: Sequence[int]
     for s, k in zip(src, degs):
         edges += [(s, d, None if wts is None else wts[at + j]) for j, d in enumerate(dst[at:at + k])]
         at += k
+    # weighted if any rank gave weights (a rank without edges may say WEIGHTS_EMPTY or not)
     weighted = comm.allreduce(wts is not None, op=lambda a, b, *_: a or b)  # type: ignore[attr-defined]
     got = comm.alltoall([[e for e in edges if q in (e[0], e[1])] for q in range(g.size)])  # type: ignore[attr-defined]
     me = g.rank
@@ -138,6 +151,11 @@ class Graphcomm(Topocomm):
     """A communicator with an MPI-1 graph topology (see the module docstring)."""
 
     __slots__ = ()
+
+    def __init__(self, comm: Comm | None = None) -> None:
+        super().__init__(comm)
+        if comm is not None and comm._h.kind != "null" and getattr(comm._h.topo, "kind", None) != GRAPH:
+            raise TypeError("Graphcomm: expecting a communicator with that topology")
 
     def _graph(self, call: str) -> _Graph:
         self._grp(call)
@@ -160,7 +178,7 @@ class Graphcomm(Topocomm):
     def Get_neighbors(self, rank: int) -> list[int]:  # noqa: N802
         topo = self._graph("Get_neighbors")
         if not 0 <= int(rank) < len(topo.index):
-            raise MPIException(ERR_ARG, f"Get_neighbors: rank must be in [0, {len(topo.index)}), got {rank}")
+            raise MPIException(ERR_RANK, f"Get_neighbors: rank must be in [0, {len(topo.index)}), got {rank}")
         return topo.of(int(rank))
 
     dims = property(Get_dims)
@@ -177,6 +195,11 @@ class Distgraphcomm(Topocomm):
     """A communicator with a distributed graph topology (see the module docstring)."""
 
     __slots__ = ()
+
+    def __init__(self, comm: Comm | None = None) -> None:
+        super().__init__(comm)
+        if comm is not None and comm._h.kind != "null" and getattr(comm._h.topo, "kind", None) != DIST_GRAPH:
+            raise TypeError("Distgraphcomm: expecting a communicator with that topology")
 
     def _dist(self, call: str) -> _DistGraph:
         self._grp(call)

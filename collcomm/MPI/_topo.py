@@ -31,7 +31,8 @@ from ..core.tags import make_ctx
 from ._comm import COMM_NULL, Comm, Intracomm
 from ._consts import CART, PROC_NULL, UNDEFINED
 from ._errors import ERR_ARG, ERR_DIMS, ERR_RANK, ERR_TOPOLOGY, Exception as MPIException
-from ._neighbor import NeighborCollectives, Neighbors, Plan
+from ._neighbor import NeighborCollectives
+from ._neighbor_exchange import CODES, Neighbors, Plan
 
 
 def _factors(n: int) -> list[int]:
@@ -105,7 +106,7 @@ class _Grid:
             return PROC_NULL
         return self.rank(c, "Shift")
 
-    def neighbors(self, rank: int) -> Neighbors:
+    def neighbors(self, rank: int, call: str = "") -> Neighbors:
         """Down then up along each dimension, in and out; keys (dimension, direction of
         travel: 0 down, 1 up): the slot for the neighbour down receives what it sent up."""
         ranks: list[int] = []
@@ -147,28 +148,37 @@ class Topocomm(NeighborCollectives, Intracomm):
 
     __slots__ = ()
 
-    def _neighbor_plan(self, call: str) -> tuple[Comm, int, Plan]:
-        """(the hidden twin the neighbourhood collectives talk on, this call's tag base, this
-        rank's plan): the twin's context derives from this communicator's, so every rank
-        makes the same one without a message; the base counts this communicator's calls
-        (bits 6-29); both and the plan are made on first use."""
+    def _neighbor_plan(self, call: str) -> tuple[Comm, Plan]:
+        """(the hidden twin the neighbourhood collectives talk on, this rank's plan), made on
+        first use: the twin's context derives from this communicator's, so every rank makes
+        the same one without a message (:mod:`._neighbor_exchange`)."""
         g = self._grp(call)
         h = self._h
+        nbr = h.neighbor
+        if nbr is None:
+            plan = Plan(self._neighbors(call), g.rank, call)
+            with h.lock:
+                if h.neighbor is None:
+                    twin = Intracomm._wrap(type(h)(g.subgroup(g.ranks, make_ctx("mpi-neighbor", g.ctx),
+                                                              f"{g.name}.neighbor"), "derived"))
+                    h.neighbor = [twin, plan, 0]
+                nbr = h.neighbor
+        return nbr[0], nbr[1]
+
+    def _neighbor_call(self) -> int:
+        """This call's number on the communicator (after _neighbor_plan), as its tag base."""
+        h = self._h
         with h.lock:
-            if h.neighbor is None:
-                twin = Intracomm._wrap(type(h)(g.subgroup(g.ranks, make_ctx("mpi-neighbor", g.ctx),
-                                                          f"{g.name}.neighbor"), "derived"))
-                h.neighbor = [twin, 0, Plan(self._neighbors(call), g.rank, call)]
-            twin, calls, plan = h.neighbor
-            h.neighbor[1] = (calls + 1) % (1 << 24)
-        return twin, calls << 6, plan
+            calls = h.neighbor[2]
+            h.neighbor[2] = (calls + 1) % (1 << 29)
+        return calls * CODES
 
     def _neighbors(self, call: str) -> Neighbors:
         g = self._grp(call)
         topo = self._h.topo
         if topo is None:
             raise MPIException(ERR_TOPOLOGY, f"{call}: the communicator has no topology")
-        return topo.neighbors(g.rank)
+        return topo.neighbors(g.rank, call)
 
     @property
     def degrees(self) -> tuple[int, int]:
