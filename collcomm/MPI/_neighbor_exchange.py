@@ -22,10 +22,13 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
+from ..core import p2p
+from ..errors import CollcommError
 from ._consts import ANY_SOURCE, ANY_TAG, PROC_NULL
-from ._errors import ERR_TOPOLOGY, ERR_TRUNCATE, Exception as MPIException
+from ._errors import ERR_TOPOLOGY, ERR_TRUNCATE, Exception as MPIException, translate
+from ._p2p_ops import EXACT
 from ._request import Request
-from ._staging import Staged, finisher
+from ._staging import Staged, finisher, unpack_staged
 
 #: tag = call number * CODES + code
 CODES = 2
@@ -143,12 +146,43 @@ def _local_copies(plan: Plan, s_at: Sequence[tuple[int, int]], send: np.ndarray,
             rb[ro * ri:ro * ri + sl * si] = sb[so * si:(so + sl) * si]
 
 
+def _blocking(f: Any, twin: Any, plan: Plan, base: int, s_at: Sequence[tuple[int, int]], send: np.ndarray,
+              r_at: Sequence[tuple[int, int]], recv: np.ndarray) -> None:
+    """A blocking exchange on the native point-to-point entry ``f`` of the twin's group, as
+    ``Send``/``Recv`` take it: each send done at once in C where it can (else an Isend),
+    each receive received in C in its peer's order (else a Recv), then the sends waited
+    for. Four native calls for a ring instead of four requests: 8 B at n = 2 ~20 -> ~10 µs."""
+    pending = []
+    for i, q, code in plan.sends:
+        off, length = s_at[i]
+        piece = send[off:off + length]
+        if not f.send(piece, q, base + code, 0):
+            pending.append(twin.Isend(piece, q, base + code))
+    for j, p, code in plan.recvs:
+        off, length = r_at[j]
+        piece = recv[off:off + length]
+        try:
+            got = f.recv(piece, p, base + code, EXACT, 0)
+        except CollcommError as exc:
+            raise translate(exc) from exc
+        if got is None:                   # (C left it to the regular path)
+            twin.Recv(piece, p, base + code)
+    for r in pending:
+        r.Wait()
+
+
 def exchange(twin: Any, plan: Plan, base: int, s_at: Sequence[tuple[int, int]], send: np.ndarray,
              r_at: Sequence[tuple[int, int]], recv: np.ndarray, aop: bool, call: str, staged: Staged) -> Any:
     """Send block i (``send[off:off+len]``, ``s_at[i]``, in elements) to destination i and
     receive the block from source j into ``recv`` at ``r_at[j]`` (then ``staged``) on
     ``twin`` with tags from ``base``: an :class:`Exchange`, waited for here unless ``aop``."""
     _local_copies(plan, s_at, send, r_at, recv, call)
+    if not aop:
+        f = p2p.native(twin._grp(call))
+        if f is not None:
+            _blocking(f, twin, plan, base, s_at, send, r_at, recv)
+            unpack_staged(staged)
+            return None
     sends = []
     for i, q, code in plan.sends:
         off, length = s_at[i]
