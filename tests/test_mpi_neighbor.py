@@ -234,9 +234,30 @@ def neighbor_checks(c: Checker, MPI, comm) -> None:
     c.raises(lambda: graph.neighbor_alltoall([1]) if len(nbrs[r]) != 1 else graph.neighbor_alltoall([]),
              ValueError, "neighbor_alltoall with a wrong number of objects")
     if n > 1:
-        short = comm.Create_graph([0] * (n - 1), [])
+        loops = (list(range(1, n)), list(range(n - 1)))        # n - 1 nodes, each its own neighbour
+        short = comm.Create_graph(*loops)
         c.true((short == MPI.COMM_NULL) == (r == n - 1), "ranks beyond the graph get COMM_NULL")
-        c.eq(comm.Graph_map([0] * (n - 1), []), MPI.UNDEFINED if r == n - 1 else r, "Graph_map")
+        c.eq(comm.Graph_map(*loops), MPI.UNDEFINED if r == n - 1 else r, "Graph_map")
+        csr = comm.Create_graph([0, 1, 2], [1, 0])             # CSR offsets, as mpi4py reads them
+        c.true((csr == MPI.COMM_NULL) == (r >= 2), "Create_graph of CSR offsets: 2 nodes")
+        if r < 2:
+            c.eq((csr.Get_dims(), csr.neighbors), ((2, 2), [1 - r]), "Create_graph of CSR offsets")
+    c.raises(lambda: comm.Create_dist_graph_adjacent([r], [r], [1, 2], [1]), ValueError,
+             "a weight list of the wrong length (ValueError, as mpi4py)")
+    c.raises(lambda: MPI.Topocomm(comm), TypeError, "Topocomm of a plain communicator")
+    ring = comm.Create_cart([n], [True])
+    c.raises(lambda: ring.Neighbor_alltoall(np.zeros(3), np.zeros(3)), ValueError,
+             "3 elements for 2 neighbours: no silent flooring (ValueError, as mpi4py)")
+    c.raises(lambda: comm.Allgather(np.zeros(1), np.zeros(n + 1)), ValueError,
+             "n + 1 elements for n ranks: no silent flooring")
+    if n > 1:                   # a receive too small, on rank 0 only: its Wait raises ERR_TRUNCATE
+        small = np.zeros(2 if r == 0 else 4)
+        q = ring.Ineighbor_alltoall([np.zeros(4), 2, MPI.DOUBLE], [small, 1 if r == 0 else 2, MPI.DOUBLE])
+        if r == 0:
+            c.raises(q.Wait, MPI.Exception, "a truncated Ineighbor_alltoall's Wait", MPI.ERR_TRUNCATE)
+        else:
+            q.Wait()
+    c.eq(graph.neighbor_alltoall(None), [None] * len(nbrs[r]), "neighbor_alltoall(None): None to each")
 
 
 @pytest.mark.timeout(160)

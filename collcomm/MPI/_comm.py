@@ -346,7 +346,7 @@ class Intracomm(Comm, ScanCollectives):
 
     def Graph_map(self, index: Any, edges: Any) -> int:  # noqa: N802
         from ._graph import graph_map
-        return graph_map(self, index)
+        return graph_map(self, index, edges)
 
     def Create_dist_graph_adjacent(self, sources: Any, destinations: Any, sourceweights: Any = None,  # noqa: N802
                                    destweights: Any = None, info: Info = INFO_NULL, reorder: bool = False) -> "Comm":

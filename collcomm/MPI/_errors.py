@@ -179,7 +179,10 @@ def _class_of(exc: CollcommError, default: int) -> int:
 
 
 def translate(exc: CollcommError, default: int = ERR_ARG) -> Exception:
-    """``exc`` as an MPI.Exception that is still a ``type(exc)``; chain it with ``from exc``."""
+    """``exc`` as an MPI.Exception that is still a ``type(exc)``; chain it with ``from exc``.
+    One that already is an MPI.Exception (translated by an inner call) is itself."""
+    if isinstance(exc, Exception):
+        return exc
     err = _dual(type(exc))(_class_of(exc, default), str(exc))
     if hasattr(exc, "peer"):
         err.peer = exc.peer  # type: ignore[attr-defined]

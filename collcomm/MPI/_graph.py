@@ -2,8 +2,9 @@
 ``Create_dist_graph`` → ``Distgraphcomm``.
 
 ``Create_graph(index, edges)`` (MPI-1): every rank gives the whole graph; node r's
-neighbours are ``edges[index[r-1]:index[r]]``, in and out alike; ranks past the graph's
-nodes get ``COMM_NULL``. ``Create_dist_graph_adjacent(sources, destinations)``: each rank
+neighbours are ``edges[index[r-1]:index[r]]``, in and out alike (an ``index`` that starts
+at 0 and ends at ``len(edges)`` is CSR offsets, one entry more than nodes, as mpi4py reads
+it); ranks past the graph's nodes get ``COMM_NULL``. ``Create_dist_graph_adjacent(sources, destinations)``: each rank
 gives its own in- and out-neighbours (and weights, or ``UNWEIGHTED``), in the order the
 neighbourhood collectives use them; no message is needed. ``Create_dist_graph(sources,
 degrees, destinations)``: each rank gives any edges of the graph (``degrees[i]`` edges out
@@ -79,15 +80,15 @@ def _weights(weights: Any, count: int, call: str, what: str) -> list[int] | None
     if weights is None or weights is UNWEIGHTED:
         return None
     out = [] if weights is WEIGHTS_EMPTY else [int(w) for w in weights]
-    if len(out) != count:
-        raise MPIException(ERR_ARG, f"{call}: {what}: expecting {count} weights, got {len(out)}")
+    if len(out) != count:         # (mpi4py: ValueError)
+        raise ValueError(f"{call}: {what}: expecting {count} weights, got {len(out)}")
     return out
 
 
 def create_graph(comm: Comm, index: Sequence[int], edges: Sequence[int], reorder: bool) -> Comm:
     call = "Create_graph"
     g = comm._grp(call)
-    index, edges = [int(i) for i in index], [int(e) for e in edges]
+    index, edges = _csr(index, edges)
     nnodes = len(index)
     if nnodes > g.size or any(b < a for a, b in zip([0] + index, index)) or (index and index[-1] != len(edges)):
         raise MPIException(ERR_ARG, f"{call}: index must be non-decreasing cumulative degrees over at most "
@@ -99,9 +100,18 @@ def create_graph(comm: Comm, index: Sequence[int], edges: Sequence[int], reorder
     return comm._derive(g.subgroup(g.ranks[:nnodes], ctx, f"{g.name}.graph"), "", _Graph(index, edges))
 
 
-def graph_map(comm: Comm, index: Sequence[int]) -> int:
+def graph_map(comm: Comm, index: Sequence[int], edges: Sequence[int]) -> int:
     g = comm._grp("Graph_map")
-    return g.rank if g.rank < len(index) else UNDEFINED
+    return g.rank if g.rank < len(_csr(index, edges)[0]) else UNDEFINED
+
+
+def _csr(index: Sequence[int], edges: Sequence[int]) -> tuple[list[int], list[int]]:
+    """``index`` and ``edges`` as ints; an index that starts at 0 and ends at ``len(edges)``
+    is read as CSR offsets (one more entry than nodes), as mpi4py does."""
+    index, edges = [int(i) for i in index], [int(e) for e in edges]
+    if index and index[0] == 0 and index[-1] == len(edges):
+        index = index[1:]
+    return index, edges
 
 
 def create_dist_graph_adjacent(comm: Comm, sources: Sequence[int], destinations: Sequence[int],
@@ -126,9 +136,9 @@ def create_dist_graph(comm: Comm, sources: Sequence[int], degrees: Sequence[int]
     g = comm._grp(call)
     src, degs = _ranks(sources, g.size, call, "sources"), [int(d) for d in degrees]
     dst = _ranks(destinations, g.size, call, "destinations")
-    if len(degs) != len(src) or any(d < 0 for d in degs) or sum(degs) != len(dst):
-        raise MPIException(ERR_ARG, f"{call}: expecting one degree >= 0 per source, summing to "
-                                    f"len(destinations) = {len(dst)}, got {degs}")
+    if len(degs) != len(src) or any(d < 0 for d in degs) or sum(degs) != len(dst):   # (mpi4py: ValueError)
+        raise ValueError(f"{call}: expecting one degree >= 0 per source, summing to "
+                         f"len(destinations) = {len(dst)}, got {degs}")
     wts = _weights(weights, len(dst), call, "weights")
     edges, at = [], 0
     for s, k in zip(src, degs):

@@ -94,8 +94,9 @@ class NeighborCollectives:
         on = self._neighbor_plan(call)
         nb = on[1].nb
         outdeg, indeg = len(nb.destinations), len(nb.sources)
-        if _plain(sendbuf, recvbuf):     # (what blocks() gives them, without the spec's parse)
-            ks, k = sendbuf.size // outdeg if outdeg else 0, recvbuf.size // indeg if indeg else 0
+        if (_plain(sendbuf, recvbuf) and outdeg and indeg and not sendbuf.size % outdeg
+                and not recvbuf.size % indeg):     # (what blocks() gives them, without the spec's parse)
+            ks, k = sendbuf.size // outdeg, recvbuf.size // indeg
             return self._go(on, base, _even(ks, outdeg), sendbuf.reshape(-1), _even(k, indeg), recvbuf.reshape(-1),
                             aop, call, [])
         _check_not_in_place(sendbuf, call)
@@ -203,7 +204,8 @@ class NeighborCollectives:
     def neighbor_alltoall(self, sendobj: Sequence[Any]) -> list[Any]:
         """``sendobj[i]`` to out-neighbour i; what each in-neighbour sent, in order."""
         on = self._neighbor_plan("neighbor_alltoall")
-        objs, want = list(sendobj), len(on[1].nb.destinations)
+        want = len(on[1].nb.destinations)
+        objs = [None] * want if sendobj is None else list(sendobj)     # (None: None to each, as mpi4py)
         if len(objs) != want:
             raise ValueError(f"neighbor_alltoall: expecting {want} objects (one per out-neighbour), got {len(objs)}")
         return self._n_objects(on, objs)

@@ -148,6 +148,11 @@ class Topocomm(NeighborCollectives, Intracomm):
 
     __slots__ = ()
 
+    def __init__(self, comm: Comm | None = None) -> None:
+        super().__init__(comm)
+        if comm is not None and comm._h.kind != "null" and comm._h.topo is None:
+            raise TypeError(f"{type(self).__name__}: expecting a communicator with a topology")
+
     def _neighbor_plan(self, call: str) -> tuple[Comm, Plan]:
         """(the hidden twin the neighbourhood collectives talk on, this rank's plan), made on
         first use: the twin's context derives from this communicator's, so every rank makes
