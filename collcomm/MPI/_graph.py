@@ -118,6 +118,7 @@ def create_dist_graph_adjacent(comm: Comm, sources: Sequence[int], destinations:
                                sourceweights: Any, destweights: Any) -> Comm:
     call = "Create_dist_graph_adjacent"
     g = comm._grp(call)
+    ctx = comm._h.next_ctx("dist_graph")    # (first: a rank refused below stays in step)
     src, dst = _ranks(sources, g.size, call, "sources"), _ranks(destinations, g.size, call, "destinations")
     sw, dw = _weights(sourceweights, len(src), call, "sourceweights"), _weights(destweights, len(dst), call,
                                                                                  "destweights")
@@ -126,7 +127,6 @@ def create_dist_graph_adjacent(comm: Comm, sources: Sequence[int], destinations:
             raise MPIException(ERR_ARG, f"{call}: give both weight lists or neither (MPI.UNWEIGHTED)")
         sw, dw = sw or [], dw or []
     topo = _DistGraph(src, dst, sw, dw)
-    ctx = comm._h.next_ctx("dist_graph")
     return comm._derive(g.subgroup(g.ranks, ctx, f"{g.name}.dist_graph"), "", topo)
 
 
