@@ -70,9 +70,15 @@ class NeighborCollectives:
 
     # -- buffers -----------------------------------------------------------------------------
     def _n_allgather(self, sendbuf: Any, recvbuf: Any, aop: bool, call: str, base: int | None = None) -> Any:
-        _check_not_in_place(sendbuf, call)
         on = self._neighbor_plan(call)
         nb = on[1].nb
+        indeg = len(nb.sources)
+        if (_plain(sendbuf, recvbuf) and indeg and recvbuf.size == sendbuf.size * indeg
+                and sendbuf.ndim == 1):    # (what simple() and blocks() give them, unparsed)
+            k = sendbuf.size
+            return self._go(on, base, [(0, k)] * len(nb.destinations), sendbuf, _even(k, indeg),
+                            recvbuf.reshape(-1), aop, call, [])
+        _check_not_in_place(sendbuf, call)
         send, _ = simple(sendbuf, call, "sendbuf")
         st: Staged = []
         recv, k, dt = blocks(recvbuf, len(nb.sources), call, "recvbuf", writable=True, staged=st)
