@@ -161,18 +161,8 @@ class Graphcomm(Topocomm):
     """A communicator with an MPI-1 graph topology (see the module docstring)."""
 
     __slots__ = ()
-
-    def __init__(self, comm: Comm | None = None) -> None:
-        super().__init__(comm)
-        if comm is not None and comm._h.kind != "null" and getattr(comm._h.topo, "kind", None) != GRAPH:
-            raise TypeError("Graphcomm: expecting a communicator with that topology")
-
-    def _graph(self, call: str) -> _Graph:
-        self._grp(call)
-        topo = self._h.topo
-        if getattr(topo, "kind", None) != GRAPH:
-            raise MPIException(ERR_TOPOLOGY, f"{call}: the communicator has no graph topology")
-        return topo
+    _kind, _what = GRAPH, "graph "
+    _graph = Topocomm._topology
 
     def Get_dims(self) -> tuple[int, int]:  # noqa: N802
         topo = self._graph("Get_dims")
@@ -205,18 +195,8 @@ class Distgraphcomm(Topocomm):
     """A communicator with a distributed graph topology (see the module docstring)."""
 
     __slots__ = ()
-
-    def __init__(self, comm: Comm | None = None) -> None:
-        super().__init__(comm)
-        if comm is not None and comm._h.kind != "null" and getattr(comm._h.topo, "kind", None) != DIST_GRAPH:
-            raise TypeError("Distgraphcomm: expecting a communicator with that topology")
-
-    def _dist(self, call: str) -> _DistGraph:
-        self._grp(call)
-        topo = self._h.topo
-        if getattr(topo, "kind", None) != DIST_GRAPH:
-            raise MPIException(ERR_TOPOLOGY, f"{call}: the communicator has no distributed graph topology")
-        return topo
+    _kind, _what = DIST_GRAPH, "distributed graph "
+    _dist = Topocomm._topology
 
     def Get_dist_neighbors_count(self) -> tuple[int, int, bool]:  # noqa: N802
         topo = self._dist("Get_dist_neighbors_count")

@@ -225,9 +225,8 @@ def blocks(spec: Any, n: int, call: str, role: str, writable: bool = False, stag
     if count is not None:
         return arr, count, dt
     if m and n and arr.size % (m * n):      # (mpi4py refuses too: no silent flooring)
-        raise ValueError(f"{call}: {role}: cannot infer the count: {arr.size // m if arr.size % m == 0 else arr.size} "
-                         f"{'elements' if arr.size % m == 0 else 'base elements (not whole datatype elements)'} "
-                         f"do not split into {n} equal blocks")
+        raise ValueError(f"{call}: {role}: cannot infer the count: {arr.size} base elements are not "
+                         f"{n} equal blocks of whole {dt.Get_name()} elements")
     k = (arr.size // m) // n if m and n else 0
     return arr[:n * k * m], k, dt
 

@@ -25,7 +25,7 @@ import numpy as np
 from ._collv import _wspec
 from ._errors import ERR_ARG, Exception as MPIException
 from ._msg import IN_PLACE, blocks, pinned, simple, vector
-from ._neighbor_exchange import Neighbors, Plan, exchange
+from ._neighbor_exchange import Plan, exchange
 from ._p2p_ops import _request
 from ._pickle import pickle
 from ._prequest import persistent
@@ -33,7 +33,7 @@ from ._request import Request
 from ._staging import Staged
 from ._types import _BY_NUMPY
 
-__all__ = ["NeighborCollectives", "Neighbors", "Plan"]
+__all__ = ["NeighborCollectives"]
 
 
 def _check_not_in_place(sendbuf: Any, call: str) -> None:

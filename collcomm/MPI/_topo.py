@@ -147,11 +147,24 @@ class Topocomm(NeighborCollectives, Intracomm):
     """A communicator with a topology: its neighbours and the neighbourhood collectives."""
 
     __slots__ = ()
+    _kind: int | None = None     # the topology a subclass stands for (None: any), and its name
+    _what = ""
 
     def __init__(self, comm: Comm | None = None) -> None:
         super().__init__(comm)
-        if comm is not None and comm._h.kind != "null" and comm._h.topo is None:
-            raise TypeError(f"{type(self).__name__}: expecting a communicator with a topology")
+        if comm is not None and comm._h.kind != "null" and not self._fits(comm._h.topo):
+            raise TypeError(f"{type(self).__name__}: expecting a communicator with a {self._what}topology")
+
+    def _fits(self, topo: Any) -> bool:
+        return topo is not None and (self._kind is None or topo.kind == self._kind)
+
+    def _topology(self, call: str) -> Any:
+        """The communicator's topology (_Grid, _Graph, _DistGraph), of this class's kind."""
+        self._grp(call)
+        topo = self._h.topo
+        if not self._fits(topo):
+            raise MPIException(ERR_TOPOLOGY, f"{call}: the communicator has no {self._what}topology")
+        return topo
 
     def _neighbor_plan(self, call: str) -> tuple[Comm, Plan]:
         """(the hidden twin the neighbourhood collectives talk on, this rank's plan), made on
@@ -179,11 +192,10 @@ class Topocomm(NeighborCollectives, Intracomm):
         return calls * CODES
 
     def _neighbors(self, call: str) -> Neighbors:
-        g = self._grp(call)
         topo = self._h.topo
-        if topo is None:
+        if topo is None:     # (any kind: Topocomm._topology would take the subclass's)
             raise MPIException(ERR_TOPOLOGY, f"{call}: the communicator has no topology")
-        return topo.neighbors(g.rank, call)
+        return topo.neighbors(self._grp(call).rank, call)
 
     @property
     def degrees(self) -> tuple[int, int]:
@@ -206,18 +218,8 @@ class Cartcomm(Topocomm):
     """A communicator on a Cartesian grid (see the module docstring)."""
 
     __slots__ = ()
-
-    def __init__(self, comm: Comm | None = None) -> None:
-        super().__init__(comm)
-        if comm is not None and comm._h.kind != "null" and getattr(comm._h.topo, "kind", None) != CART:
-            raise TypeError("Cartcomm: expecting a communicator with a Cartesian topology")
-
-    def _grid(self, call: str) -> _Grid:
-        self._grp(call)
-        grid = self._h.topo
-        if getattr(grid, "kind", None) != CART:
-            raise MPIException(ERR_TOPOLOGY, f"{call}: the communicator has no Cartesian topology")
-        return grid
+    _kind, _what = CART, "Cartesian "
+    _grid = Topocomm._topology
 
     def Get_dim(self) -> int:  # noqa: N802
         return len(self._grid("Get_dim").dims)
