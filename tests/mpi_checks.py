@@ -120,6 +120,7 @@ SECTIONS = {
     "status_request": "tests.test_mpi_status_request:status_request",
     "datatypes": "tests.test_mpi_datatypes:datatype_checks",
     "neighbor": "tests.test_mpi_neighbor:neighbor_checks",
+    "persistent_order": "tests.test_mpi_persistent_order:persistent_order_checks",
 }
 USE_TORCH: list[bool] = [False]
 SIZES = [1, 2, 3, 4, 5]

@@ -57,16 +57,19 @@ class BufferCollectives(BufferCollectivesImpl):
         self._barrier(False, "Barrier")
 
     def Ibarrier(self) -> Request:  # noqa: N802
+        return self._ibarrier("Ibarrier")
+
+    def _ibarrier(self, call: str) -> Request:
         g = self._h.g
         fast = g.fast if g is not None else None
         if fast is not None:
             try:   # arrives at once, its wait queued (native/_fastcall_parts.c)
-                work = fast.barrier_async("Ibarrier")
+                work = fast.barrier_async(call)
             except CollcommError as exc:
                 raise translate(exc) from exc
             if work is not None:
                 return _request(work)
-        return _request(self._barrier(True, "Ibarrier"))
+        return _request(self._barrier(True, call))
 
     def Bcast(self, buf: Any, root: int = 0) -> None:  # noqa: N802
         g = self._h.g
@@ -81,16 +84,19 @@ class BufferCollectives(BufferCollectivesImpl):
             self._bcast(buf, root, False, "Bcast")
 
     def Ibcast(self, buf: Any, root: int = 0) -> Request:  # noqa: N802
+        return self._ibcast(buf, root, "Ibcast")
+
+    def _ibcast(self, buf: Any, root: int, call: str) -> Request:
         g = self._h.g
         fast = g.fast if g is not None else None
         if fast is not None and type(buf) is np.ndarray:
             try:   # small: started at once in two parts (native/_fastcall_parts.c)
-                work = fast.broadcast_async(buf, root, "Ibcast")
+                work = fast.broadcast_async(buf, root, call)
             except CollcommError as exc:
                 raise translate(exc) from exc
             if work is not None:
                 return _request(work)
-        return _request(self._bcast(buf, root, True, "Ibcast"))
+        return _request(self._bcast(buf, root, True, call))
 
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
         g = self._h.g
@@ -190,18 +196,21 @@ class BufferCollectives(BufferCollectivesImpl):
             self._allreduce(sendbuf, recvbuf, op, False, "Allreduce")
 
     def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:  # noqa: N802
+        return self._iallreduce(sendbuf, recvbuf, op, "Iallreduce")
+
+    def _iallreduce(self, sendbuf: Any, recvbuf: Any, op: Any, call: str) -> Request:
         g = self._h.g
         fast = g.fast if g is not None else None
         builtin = _builtin(op) if fast is not None and type(recvbuf) is np.ndarray else None
         if builtin is not None:
             send = recvbuf if sendbuf is IN_PLACE else sendbuf
             try:   # small: started at once in two parts (native/_fastcall_parts.c)
-                work = fast.all_reduce_async(send, recvbuf, builtin, "Iallreduce")
+                work = fast.all_reduce_async(send, recvbuf, builtin, call)
             except CollcommError as exc:
                 raise translate(exc) from exc
             if work is not None:
                 return _request(work)
-        return _request(self._allreduce(sendbuf, recvbuf, op, True, "Iallreduce"))
+        return _request(self._allreduce(sendbuf, recvbuf, op, True, call))
 
     def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
         g = self._h.g

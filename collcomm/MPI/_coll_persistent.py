@@ -1,21 +1,67 @@
 """Persistent buffer collectives (MPI 4): ``Barrier_init``, ``Bcast_init``, ``Gather_init``,
 ``Scatter_init``, ``Allgather_init``, ``Alltoall_init``, ``Reduce_init``, ``Allreduce_init``,
-``Reduce_scatter_block_init``, ``Reduce_scatter_init``.
+``Reduce_scatter_block_init``, ``Reduce_scatter_init`` (the v forms and the scans use
+:func:`private_comm` too, in :mod:`._collv`).
 
 Each returns a persistent request (:func:`._prequest.persistent`) whose ``Start()`` runs the
-call again as its ``I…`` form would, through the same implementation of
+call as its ``I…`` form would, through the same implementation of
 :class:`._coll.BufferCollectives` (the buffers and arguments given here, read anew at each
 start); ``info`` is accepted and ignored.
+
+MPI lets ranks start persistent collectives in different orders (only MPI 4.1's
+``mpi_assert_strict_persistent_collective_ordering`` promises the same order), so each
+request runs on a communicator of its own, made by ``…_init`` (:func:`private_comm`): its
+context derives from the parent's (every rank makes the same one, in the order of the
+``…_init`` calls, which MPI requires to be the same), its calls are numbered on it alone,
+and its worker thread gives it progress while the caller waits for another request. Its
+shared-memory arena (built at the first ``Start``) has slots the size of the request's
+largest buffer, at most :data:`SLOT_MAX` (not ``COLLCOMM_SHM_SLOT``'s 4 MiB), so a request
+costs /dev/shm twice that (plus a page) per rank: 8 MiB at most for 16 ranks. Larger
+calls take more steps through it (at 2 ranks, 256 KiB slots measured as fast as 4 MiB ones
+from 256 KiB to 16 MiB: those calls mostly read peers' memory directly). ``Free()``
+closes it.
 """
 from __future__ import annotations
 
 from typing import Any
 
 from ._coll import BufferCollectives
-from ._msg import pinned
+from ._msg import IN_PLACE, pinned
 from ._ops import SUM, pinned_op
 from ._prequest import persistent
 from ._request import WorkOp
+
+
+#: the largest slot of a persistent collective's arena (bytes)
+SLOT_MAX = 256 << 10
+
+
+def _nbytes(spec: Any) -> int:
+    """The bytes of a buffer spec's buffer (its first item for a list spec), SLOT_MAX if
+    it cannot tell."""
+    if isinstance(spec, (list, tuple)) and spec:
+        spec = spec[0]
+    if spec is None or spec is IN_PLACE:
+        return 0
+    nbytes = getattr(spec, "nbytes", None)       # numpy arrays, torch tensors
+    if isinstance(nbytes, int):
+        return nbytes
+    try:
+        return memoryview(spec).nbytes
+    except TypeError:
+        return SLOT_MAX
+
+
+def private_comm(comm: Any, call: str, *bufs: Any) -> Any:
+    """The communicator a persistent collective of ``comm`` made by ``call`` runs on (see
+    the module docstring): same ranks, a context of its own, an arena with slots of the
+    largest of ``bufs`` (up to SLOT_MAX)."""
+    g = comm._grp(call)
+    h = comm._h
+    ctx = h.next_ctx("persistent")
+    slot = min(max([_nbytes(b) for b in bufs] + [1]), SLOT_MAX)
+    sub = g.subgroup(g.ranks, ctx, f"{g.name}.{call}", arena_slot=slot)
+    return comm._wrap(type(h)(sub, "derived"))
 
 
 class PersistentCollectives(BufferCollectives):
@@ -24,47 +70,57 @@ class PersistentCollectives(BufferCollectives):
     __slots__ = ()
 
     def Barrier_init(self, info: Any = None) -> Any:  # noqa: N802
-        return persistent(lambda: WorkOp(self._barrier(True, "Barrier_init")))
+        c = private_comm(self, "Barrier_init")
+        return persistent(lambda: c._ibarrier("Barrier_init")._op, c)
 
     def Bcast_init(self, buf: Any, root: int = 0, info: Any = None) -> Any:  # noqa: N802
         buf = pinned(buf)
-        return persistent(lambda: WorkOp(self._bcast(buf, root, True, "Bcast_init")))
+        c = private_comm(self, "Bcast_init", buf)
+        return persistent(lambda: c._ibcast(buf, root, "Bcast_init")._op, c)
 
     def Gather_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
-        return persistent(lambda: WorkOp(self._gather(sendbuf, recvbuf, root, True, "Gather_init")))
+        c = private_comm(self, "Gather_init", sendbuf, recvbuf)
+        return persistent(lambda: WorkOp(c._gather(sendbuf, recvbuf, root, True, "Gather_init")), c)
 
     def Scatter_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
-        return persistent(lambda: WorkOp(self._scatter(sendbuf, recvbuf, root, True, "Scatter_init")))
+        c = private_comm(self, "Scatter_init", sendbuf, recvbuf)
+        return persistent(lambda: WorkOp(c._scatter(sendbuf, recvbuf, root, True, "Scatter_init")), c)
 
     def Allgather_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
-        return persistent(lambda: WorkOp(self._allgather(sendbuf, recvbuf, True, "Allgather_init")))
+        c = private_comm(self, "Allgather_init", sendbuf, recvbuf)
+        return persistent(lambda: WorkOp(c._allgather(sendbuf, recvbuf, True, "Allgather_init")), c)
 
     def Alltoall_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
-        return persistent(lambda: WorkOp(self._alltoall(sendbuf, recvbuf, True, "Alltoall_init")))
+        c = private_comm(self, "Alltoall_init", sendbuf, recvbuf)
+        return persistent(lambda: WorkOp(c._alltoall(sendbuf, recvbuf, True, "Alltoall_init")), c)
 
     def Reduce_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         op = pinned_op(op)
-        return persistent(lambda: WorkOp(self._reduce(sendbuf, recvbuf, op, root, True, "Reduce_init")))
+        c = private_comm(self, "Reduce_init", sendbuf, recvbuf)
+        return persistent(lambda: WorkOp(c._reduce(sendbuf, recvbuf, op, root, True, "Reduce_init")), c)
 
     def Allreduce_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         op = pinned_op(op)
-        return persistent(lambda: WorkOp(self._allreduce(sendbuf, recvbuf, op, True, "Allreduce_init")))
+        c = private_comm(self, "Allreduce_init", sendbuf, recvbuf)
+        return persistent(lambda: c._iallreduce(sendbuf, recvbuf, op, "Allreduce_init")._op, c)
 
     def Reduce_scatter_block_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         op = pinned_op(op)
-        return persistent(lambda: WorkOp(self._reduce_scatter_block(sendbuf, recvbuf, op, True,
-                                                                    "Reduce_scatter_block_init")))
+        c = private_comm(self, "Reduce_scatter_block_init", sendbuf, recvbuf)
+        return persistent(lambda: WorkOp(c._reduce_scatter_block(sendbuf, recvbuf, op, True,
+                                                                 "Reduce_scatter_block_init")), c)
 
     def Reduce_scatter_init(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM,  # noqa: N802
                             info: Any = None) -> Any:
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         op = pinned_op(op)
-        return persistent(lambda: WorkOp(self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, True,
-                                                              "Reduce_scatter_init")))
+        c = private_comm(self, "Reduce_scatter_init", sendbuf, recvbuf)
+        return persistent(lambda: WorkOp(c._reduce_scatter(sendbuf, recvbuf, recvcounts, op, True,
+                                                           "Reduce_scatter_init")), c)

@@ -22,6 +22,7 @@ import numpy as np
 from ..core import collectives as core
 from ..core import scan as core_scan
 from ._coll import _not_root_in_place, _request, _run
+from ._coll_persistent import private_comm
 from ._errors import ERR_ROOT, Exception as MPIException
 from ._msg import IN_PLACE, packed, pinned, simple, vector
 from ._staging import Staged, finisher, packed_blocks
@@ -198,23 +199,28 @@ class VectorCollectives:
 
     def Gatherv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
-        return persistent(lambda: WorkOp(self._gatherv(sendbuf, recvbuf, root, True, "Gatherv_init")))
+        c = private_comm(self, "Gatherv_init", sendbuf, recvbuf)
+        return persistent(lambda: WorkOp(c._gatherv(sendbuf, recvbuf, root, True, "Gatherv_init")), c)
 
     def Scatterv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
-        return persistent(lambda: WorkOp(self._scatterv(sendbuf, recvbuf, root, True, "Scatterv_init")))
+        c = private_comm(self, "Scatterv_init", sendbuf, recvbuf)
+        return persistent(lambda: WorkOp(c._scatterv(sendbuf, recvbuf, root, True, "Scatterv_init")), c)
 
     def Allgatherv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
-        return persistent(lambda: WorkOp(self._allgatherv(sendbuf, recvbuf, True, "Allgatherv_init")))
+        c = private_comm(self, "Allgatherv_init", sendbuf, recvbuf)
+        return persistent(lambda: WorkOp(c._allgatherv(sendbuf, recvbuf, True, "Allgatherv_init")), c)
 
     def Alltoallv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
-        return persistent(lambda: WorkOp(self._alltoallv(sendbuf, recvbuf, True, "Alltoallv_init")))
+        c = private_comm(self, "Alltoallv_init", sendbuf, recvbuf)
+        return persistent(lambda: WorkOp(c._alltoallv(sendbuf, recvbuf, True, "Alltoallv_init")), c)
 
     def Alltoallw_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
-        return persistent(lambda: WorkOp(self._alltoallw(sendbuf, recvbuf, True, "Alltoallw_init")))
+        c = private_comm(self, "Alltoallw_init", sendbuf, recvbuf)
+        return persistent(lambda: WorkOp(c._alltoallw(sendbuf, recvbuf, True, "Alltoallw_init")), c)
 
 
 def _wspec(spec: Any, n: int, call: str, role: str, staged: Staged | None
@@ -278,9 +284,11 @@ class ScanCollectives:
     def Scan_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         op = pinned_op(op)
-        return persistent(lambda: WorkOp(self._scan(sendbuf, recvbuf, op, False, True, "Scan_init")))
+        c = private_comm(self, "Scan_init", sendbuf, recvbuf)
+        return persistent(lambda: WorkOp(c._scan(sendbuf, recvbuf, op, False, True, "Scan_init")), c)
 
     def Exscan_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         op = pinned_op(op)
-        return persistent(lambda: WorkOp(self._scan(sendbuf, recvbuf, op, True, True, "Exscan_init")))
+        c = private_comm(self, "Exscan_init", sendbuf, recvbuf)
+        return persistent(lambda: WorkOp(c._scan(sendbuf, recvbuf, op, True, True, "Exscan_init")), c)

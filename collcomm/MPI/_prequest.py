@@ -3,7 +3,8 @@
 It holds the function that begins its operation (:func:`persistent` makes one, inactive);
 ``Start()`` calls it for a new operation, and completing the operation (``Wait``, a
 successful ``Test``, :class:`~._request.Request`'s class methods) leaves the request
-inactive instead of null, until the next ``Start()``; ``Free()`` makes it null.
+inactive instead of null, until the next ``Start()``; ``Free()`` makes it null (and frees
+a persistent collective's own communicator, :func:`._coll_persistent.private_comm`).
 """
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ from ._request import Request
 
 
 class _Persistent:
-    __slots__ = ("start",)
+    __slots__ = ("start", "comm")
 
-    def __init__(self, start: Callable[[], Any]) -> None:
+    def __init__(self, start: Callable[[], Any], comm: Any = None) -> None:
         self.start = start
+        self.comm = comm        # a persistent collective's own communicator (freed with it)
 
 
 class Prequest(Request):
@@ -54,14 +56,22 @@ class Prequest(Request):
     startall = Startall
 
     def Free(self) -> None:  # noqa: N802
+        persist = self._persist
+        comm = persist.comm if persist is not None else None
+        if comm is not None and self._op is not None and not self._op.test():
+            raise MPIException(ERR_REQUEST, "Prequest.Free: the persistent collective is still active; "
+                                            "complete it (Wait/Test) before freeing it")
         super().Free()            # (an active receive of a derived type is still unpacked)
         self._persist = None
+        if comm is not None:
+            comm.Free()
 
     free = Free
 
 
-def persistent(start: Callable[[], Any]) -> Prequest:
-    """An inactive Prequest whose Start() calls ``start()`` for a new operation."""
+def persistent(start: Callable[[], Any], comm: Any = None) -> Prequest:
+    """An inactive Prequest whose Start() calls ``start()`` for a new operation; ``comm``:
+    the communicator it runs on if its own (freed by Free())."""
     p = Prequest()
-    p._persist = _Persistent(start)
+    p._persist = _Persistent(start, comm)
     return p

@@ -54,8 +54,11 @@ class ProcessGroup:
     """A group of ranks (see module docstring). Build them with ``new_group``/``split``."""
 
     def __init__(self, transport: Transport | None, ranks: Sequence[int], global_rank: int,
-                 ctx: int, name: str, timeout: float) -> None:
+                 ctx: int, name: str, timeout: float, arena_slot: int = 0) -> None:
         self.transport = transport
+        #: the slot size of this group's arena in bytes (0: COLLCOMM_SHM_SLOT's; smaller
+        #: for a group made for one known call, e.g. a persistent collective's)
+        self.arena_slot = arena_slot
         self.ranks: list[int] = list(ranks)
         self.size = len(self.ranks)
         self.global_rank = global_rank
@@ -276,12 +279,13 @@ class ProcessGroup:
         return TimedHandle(h, current_timeout(self.timeout))
 
     # -- sub-groups ----------------------------------------------------------------------
-    def subgroup(self, ranks: Sequence[int], ctx: int, name: str) -> "ProcessGroup | Any":
-        """A group of the given global ranks (NON_GROUP_MEMBER if this rank is not one)."""
+    def subgroup(self, ranks: Sequence[int], ctx: int, name: str, arena_slot: int = 0) -> "ProcessGroup | Any":
+        """A group of the given global ranks (NON_GROUP_MEMBER if this rank is not one);
+        ``arena_slot``: its arena's slot size, if not the default (see ``arena_slot``)."""
         if self.global_rank not in ranks:
             return NON_GROUP_MEMBER
         return ProcessGroup(self.transport if len(ranks) > 1 else None, ranks,
-                            self.global_rank, ctx, name, self.timeout)
+                            self.global_rank, ctx, name, self.timeout, arena_slot)
 
     def split(self, color: int | None, key: int = 0) -> "ProcessGroup | None":
         """MPI_Comm_split: ranks with the same ``color`` form a group ordered by (key, rank).

@@ -46,7 +46,8 @@ def build_arena(group: ProcessGroup, comm: GroupComm) -> Any:
         setup.irecv(token, 0).wait()
 
     arena = build(group.size, group.rank, name, pids, group.ranks,
-                  comm._timeout or group.timeout, group.rank == 0, announce, wait_created)
+                  comm._timeout or group.timeout, group.rank == 0, announce, wait_created,
+                  group.arena_slot)
     arena.set_progress(engine.collective_progress())
     return arena
 

@@ -66,14 +66,16 @@ def _arena_gone(rank: int, path: str, pids: Sequence[int], ranks: Sequence[int])
 
 
 def build(n: int, rank: int, name: str, pids: Sequence[int], ranks: Sequence[int], timeout: float,
-          create: bool, announce: Callable[[], None], wait_created: Callable[[], None]) -> Arena:
+          create: bool, announce: Callable[[], None], wait_created: Callable[[], None],
+          slot: int = 0) -> Arena:
     """Create (rank 0) or open the arena segment ``name``; unlink once everyone mapped it.
 
-    Rank 0 picks the slot size (smaller than ``COLLCOMM_SHM_SLOT`` when /dev/shm is short,
-    see :func:`_create`); the others read it off the segment's size."""
+    Rank 0 picks the slot size: ``slot`` bytes (rounded up to a page) when given and below
+    ``COLLCOMM_SHM_SLOT``, else that; smaller when /dev/shm is short (see :func:`_create`).
+    The others read it off the segment's size."""
     from .shm import SHM_DIR, ShmSpaceError, unlink_quietly
 
-    slot = slot_bytes()
+    slot = min(slot_bytes(), (slot + PAGE - 1) // PAGE * PAGE) if slot > 0 else slot_bytes()
     path = os.path.join(SHM_DIR, name)
     flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
     try:
