@@ -121,6 +121,7 @@ SECTIONS = {
     "datatypes": "tests.test_mpi_datatypes:datatype_checks",
     "neighbor": "tests.test_mpi_neighbor:neighbor_checks",
     "persistent_order": "tests.test_mpi_persistent_order:persistent_order_checks",
+    "collv_fast": "tests.test_mpi_collv_fast:collv_fast_checks",
 }
 USE_TORCH: list[bool] = [False]
 SIZES = [1, 2, 3, 4, 5]

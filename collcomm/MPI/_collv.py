@@ -6,7 +6,8 @@ per-rank counts (the core's v-variant): Gatherv sends one block to the root only
 Scatterv receives one block from the root only, Allgatherv sends the same block to every
 rank. The core packs blocks back to back; when the displacements say otherwise the
 blocks are packed into (or unpacked from, after the call) a temporary, so any ``displs``
-work. ``Alltoallw`` moves bytes: its displacements are in bytes and each rank's block may
+work. The blocking ``Gatherv``, ``Scatterv``, ``Allgatherv`` and ``Alltoallv`` of numpy
+arrays first offer the same call to the group's fast call (:mod:`._collv_fast`). ``Alltoallw`` moves bytes: its displacements are in bytes and each rank's block may
 have its own datatype.
 
 ``Scan``/``Exscan`` call :mod:`collcomm.core.scan` (recursive doubling in rank order, so
@@ -22,6 +23,7 @@ import numpy as np
 from ..core import collectives as core
 from ..core import scan as core_scan
 from ._coll import _not_root_in_place, _request, _run
+from . import _collv_fast as _fast
 from ._coll_persistent import private_comm
 from ._errors import ERR_ROOT, Exception as MPIException
 from ._msg import IN_PLACE, packed, pinned, simple, vector
@@ -168,24 +170,40 @@ class VectorCollectives:
         return _a2a(g, send, scounts, recv, rcounts, async_op=aop, name=call, after=finisher(st, after))
 
     def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
+        g = self._h.g
+        fast = g.fast if g is not None else None
+        if fast is not None and _fast.gatherv(fast, g, sendbuf, recvbuf, root):
+            return
         self._gatherv(sendbuf, recvbuf, root, False, "Gatherv")
 
     def Igatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:  # noqa: N802
         return _request(self._gatherv(sendbuf, recvbuf, root, True, "Igatherv"))
 
     def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
+        g = self._h.g
+        fast = g.fast if g is not None else None
+        if fast is not None and _fast.scatterv(fast, g, sendbuf, recvbuf, root):
+            return
         self._scatterv(sendbuf, recvbuf, root, False, "Scatterv")
 
     def Iscatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:  # noqa: N802
         return _request(self._scatterv(sendbuf, recvbuf, root, True, "Iscatterv"))
 
     def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
+        g = self._h.g
+        fast = g.fast if g is not None else None
+        if fast is not None and _fast.allgatherv(fast, g, sendbuf, recvbuf):
+            return
         self._allgatherv(sendbuf, recvbuf, False, "Allgatherv")
 
     def Iallgatherv(self, sendbuf: Any, recvbuf: Any) -> Request:  # noqa: N802
         return _request(self._allgatherv(sendbuf, recvbuf, True, "Iallgatherv"))
 
     def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
+        g = self._h.g
+        fast = g.fast if g is not None else None
+        if fast is not None and _fast.alltoallv(fast, sendbuf, recvbuf):
+            return
         self._alltoallv(sendbuf, recvbuf, False, "Alltoallv")
 
     def Ialltoallv(self, sendbuf: Any, recvbuf: Any) -> Request:  # noqa: N802

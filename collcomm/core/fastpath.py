@@ -329,6 +329,9 @@ class Hooks:
         if collective == "reduce_scatter":        # (send, recv, op)
             return a, b, self._combiner(c, a, name)
         if collective == "all_to_all":            # (send, recv, the equal counts)
+            if type(c) is tuple:                  # all_to_all_v: (send counts, recv counts)
+                sc, rc = list(c[0]), list(c[1])
+                return a[:sum(sc)], sc, b[:sum(rc)], rc
             return a, c, b, c
         if collective in ("gather", "scatter"):   # (send, recv, root)
             return a, b, root

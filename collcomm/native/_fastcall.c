@@ -369,6 +369,7 @@ static int fast_bcast_cma_args(Fast *s, Py_ssize_t itemsize, PyObject **tail)
 
 #include "_fastcall_lists.c"
 #include "_fastcall_ops.c"
+#include "_fastcall_v.c"         /* all_to_all_v: split sizes (MPI's v collectives) */
 #include "_fastcall_reduce.c"      /* reduce, reduce_scatter */
 #include "_fastcall_rooted.c"
 #include "_fastcall_parts.c"

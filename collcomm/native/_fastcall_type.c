@@ -158,6 +158,8 @@ static PyMethodDef Fast_methods[] = {
     FASTM(gather, "gather(send, recv or None, root, name) -> True | None"),
     FASTM(scatter, "scatter(send or None, recv, root, name) -> True | None"),
     FASTM(all_to_all, "all_to_all(send, recv, name) -> True | None (equal blocks)"),
+    FASTM(all_to_all_v, "all_to_all_v(send, send_counts, send_displs, recv, recv_counts, recv_displs, name) "
+                        "-> True | None (split sizes)"),
     FASTM(record, "record(tag, name, sig, algo_id) -> the record appended, or None (records off)"),
     FASTM(all_reduce_async, "all_reduce_async(send, recv, op, name) -> Work | None (in two parts)"),
     FASTM(broadcast_async, "broadcast_async(buf, root, name) -> Work | None (in two parts)"),
