@@ -13,6 +13,7 @@ for B), blocking collectives on the parent between starts, and ``Free``.
 """
 from __future__ import annotations
 
+import gc
 from typing import Any, Callable
 
 import numpy as np
@@ -199,8 +200,9 @@ def _crossed_waits(c: Checker, MPI, comm) -> None:
 
 
 def _free_and_memory(c: Checker, MPI, comm) -> None:
-    """Free refuses an active persistent collective and frees an inactive one; a request's
-    arena is sized to its buffers, not COLLCOMM_SHM_SLOT's 4 MiB."""
+    """Free refuses an active persistent collective and frees an inactive one (one that
+    failed too; a copy of a freed request is freed; a dropped one frees its communicator);
+    a request's arena is sized to its buffers, not COLLCOMM_SHM_SLOT's 4 MiB."""
     r, n = comm.rank, comm.size
     x, y = np.ones(3), np.zeros(3)
     p = comm.Allreduce_init(x, y)
@@ -221,8 +223,31 @@ def _free_and_memory(c: Checker, MPI, comm) -> None:
         q.Wait()
         c.eq(y, np.full(3, float(n)), "after a refused Free the request still completes")
         q.Free()
+    copy = MPI.Prequest(p)
     p.Free()
     c.raises(p.Start, MPI.Exception, "Start after Free", MPI.ERR_REQUEST)
+    c.raises(copy.Start, MPI.Exception, "Start of a copy of a freed request", MPI.ERR_REQUEST)
+    # a request that failed (sizes differ between ranks), its error seen through Test: Free frees it
+    if n > 1:
+        bad = comm.Allreduce_init(np.ones(2 + r), np.zeros(2 + r))
+        bad.Start()
+        try:
+            while not bad.Test():
+                pass
+            c.true(False, "Test of an Allreduce_init whose sizes differ between ranks raised")
+        except MPI.Exception:
+            pass
+        bad.Free()
+        c.true(bad == MPI.REQUEST_NULL, "a request that failed is freed by Free")
+    # dropped without Free (inactive): its communicator is freed with it
+    q = comm.Allreduce_init(x, y)
+    q.Start()
+    q.Wait()
+    g = q._persist.comm._h.g
+    c.true(g.async_calls._watcher is not None, "a request's calls are watched, not polled by a worker of its own")
+    del q
+    gc.collect()
+    c.true(g._closed, "a request dropped without Free: its communicator is closed")
 
 
 def persistent_order_checks(c: Checker, MPI, comm) -> None:

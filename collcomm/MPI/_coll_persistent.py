@@ -13,13 +13,16 @@ MPI lets ranks start persistent collectives in different orders (only MPI 4.1's
 request runs on a communicator of its own, made by ``…_init`` (:func:`private_comm`): its
 context derives from the parent's (every rank makes the same one, in the order of the
 ``…_init`` calls, which MPI requires to be the same), its calls are numbered on it alone,
-and its worker thread gives it progress while the caller waits for another request. Its
+and it moves on while the caller waits for another request: one thread per parent group
+watches all its requests' queues and hands a call left waiting to that request's runner
+thread (:mod:`collcomm.core.async_watch`; no thread polls per request). Its
 shared-memory arena (built at the first ``Start``) has slots the size of the request's
 largest buffer, at most :data:`SLOT_MAX` (not ``COLLCOMM_SHM_SLOT``'s 4 MiB), so a request
 costs /dev/shm twice that (plus a page) per rank: 8 MiB at most for 16 ranks. Larger
 calls take more steps through it (at 2 ranks, 256 KiB slots measured as fast as 4 MiB ones
 from 256 KiB to 16 MiB: those calls mostly read peers' memory directly). ``Free()``
-closes it.
+closes it, and so does dropping the last reference to an inactive request
+(:class:`._prequest._Persistent`).
 """
 from __future__ import annotations
 
@@ -60,7 +63,7 @@ def private_comm(comm: Any, call: str, *bufs: Any) -> Any:
     h = comm._h
     ctx = h.next_ctx("persistent")
     slot = min(max([_nbytes(b) for b in bufs] + [1]), SLOT_MAX)
-    sub = g.subgroup(g.ranks, ctx, f"{g.name}.{call}", arena_slot=slot)
+    sub = g.watched_subgroup(ctx, f"{g.name}.{call}", slot)
     return comm._wrap(type(h)(sub, "derived"))
 
 

@@ -15,11 +15,39 @@ from ._request import Request
 
 
 class _Persistent:
+    """What the copies of one persistent request share: how to start it, and a persistent
+    collective's own communicator (freed by Free(), or when the last copy is dropped
+    while the request is inactive: :meth:`__del__`)."""
+
     __slots__ = ("start", "comm")
 
-    def __init__(self, start: Callable[[], Any], comm: Any = None) -> None:
+    def __init__(self, start: Callable[[], Any] | None, comm: Any = None) -> None:
         self.start = start
-        self.comm = comm        # a persistent collective's own communicator (freed with it)
+        self.comm = comm
+
+    def free(self) -> None:
+        comm, self.comm, self.start = self.comm, None, None
+        if comm is not None:
+            comm.Free()
+
+    def __del__(self) -> None:
+        # dropped without Free(): free the communicator unless a started call is still
+        # queued or running there (an active request: freeing it is erroneous in MPI)
+        comm = self.comm
+        g = getattr(getattr(comm, "_h", None), "g", None)
+        if g is None:
+            return
+        calls = g.async_calls
+        lock = calls.exec_lock
+        try:
+            if calls.queued() or not lock.acquire(blocking=False):
+                return
+            try:
+                self.free()
+            finally:
+                lock.release()
+        except Exception:  # noqa: BLE001 - (interpreter shutdown; the job already gone)
+            pass
 
 
 class Prequest(Request):
@@ -39,7 +67,7 @@ class Prequest(Request):
         self._op = None          # inactive; Start() makes it active again
 
     def Start(self) -> None:  # noqa: N802
-        if self._persist is None:
+        if self._persist is None or self._persist.start is None:
             raise MPIException(ERR_REQUEST, "Prequest.Start: the request was freed")
         if self._op is not None:
             raise MPIException(ERR_REQUEST, "Prequest.Start: the request is still active; "
@@ -57,14 +85,18 @@ class Prequest(Request):
 
     def Free(self) -> None:  # noqa: N802
         persist = self._persist
-        comm = persist.comm if persist is not None else None
-        if comm is not None and self._op is not None and not self._op.test():
-            raise MPIException(ERR_REQUEST, "Prequest.Free: the persistent collective is still active; "
-                                            "complete it (Wait/Test) before freeing it")
+        if persist is not None and persist.comm is not None and self._op is not None:
+            try:
+                active = not self._op.test()
+            except Exception:  # noqa: BLE001 - it ended with an error: inactive, freed
+                active = False
+            if active:
+                raise MPIException(ERR_REQUEST, "Prequest.Free: the persistent collective is still "
+                                                "active; complete it (Wait/Test) before freeing it")
         super().Free()            # (an active receive of a derived type is still unpacked)
         self._persist = None
-        if comm is not None:
-            comm.Free()
+        if persist is not None:
+            persist.free()
 
     free = Free
 

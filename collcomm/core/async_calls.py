@@ -32,6 +32,11 @@ second part that needs more than the others' arrival (a peer published in place)
 ``_exec`` (re-entrant: a callback may make a synchronous call on the group) is held by
 the thread running calls; calls leave the queue only under it, so they run in order and
 never two at once.
+
+A group made by the hundred (a persistent collective request's) is *watched* instead
+(``watcher``, :mod:`.async_watch`): no worker of its own polls its queue; one thread per
+parent group looks at all such queues the same way and hands a call that waits to the
+group's runner thread, made on first need and asleep until woken.
 """
 from __future__ import annotations
 
@@ -41,6 +46,7 @@ import time
 from threading import get_ident
 from typing import TYPE_CHECKING, Any, Callable
 
+from .async_watch import Watcher
 from .call_comm import GroupComm
 from .recorder_records import family_of
 from .timeouts import current_timeout
@@ -72,9 +78,9 @@ class AsyncCalls:
 
     # (slots: the C two-part entries read _worker and _sleeping at their offsets)
     __slots__ = ("_name", "_items", "_exec", "_wake", "_worker", "_sleeping", "_closed",
-                 "on_empty", "part_age")
+                 "on_empty", "part_age", "_watcher", "_runner")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, watcher: Watcher | None = None) -> None:
         self._name = name
         self._items: collections.deque[Item] = collections.deque()
         self._exec = threading.RLock()
@@ -87,15 +93,34 @@ class AsyncCalls:
         self.on_empty: Callable[[], None] | None = None
         #: seconds since the call in two parts at the head started, or < 0 (ProcessGroup)
         self.part_age: Callable[[], float] | None = None
+        #: watched (see the module docstring): the Watcher stands where the worker would
+        #: (``_worker``, for the fast call's C entries: see native/_fastcall_parts.c
+        #: worker_looking) and ``_runner`` runs what it hands over
+        self._watcher = watcher
+        self._runner: threading.Thread | None = None
+        if watcher is not None:
+            self._worker = watcher  # type: ignore[assignment]
 
     def submit(self, work: Work, fn: Callable[[], Any], nbytes: int = -1) -> None:
         """Queue ``work`` (running ``fn``); the worker is woken for a large call or when asleep."""
         self._items.append((work, fn))
+        if self._watcher is not None:
+            if not 0 <= nbytes <= LAZY_MAX:
+                self.hand_off()
+            elif self._sleeping:
+                self._watcher.watch(self)
+            return
         self._start_worker()
         if self._sleeping or not 0 <= nbytes <= LAZY_MAX:
             self._wake.set()
 
     def _start_worker(self) -> None:
+        if self._watcher is not None:
+            if self._runner is None:
+                self._runner = threading.Thread(target=self._run_when_woken, daemon=True,
+                                                name=f"collcomm-{self._name}")
+                self._runner.start()
+            return
         if self._worker is None:
             self._worker = threading.Thread(target=self._loop, daemon=True,
                                             name=f"collcomm-{self._name}")
@@ -132,6 +157,10 @@ class AsyncCalls:
     def watch_part(self) -> None:
         """A call in two parts was queued (native/_fastcall_parts.c): make sure the worker
         is looking (it takes such a call only after PART_GRACE)."""
+        if self._watcher is not None:
+            if self._sleeping:
+                self._watcher.watch(self)
+            return
         self._start_worker()
         if self._sleeping:
             self._wake.set()
@@ -143,12 +172,34 @@ class AsyncCalls:
             self._wake.set()
 
     def close(self) -> None:
-        """Run what is queued, then stop the worker."""
+        """Run what is queued, then stop the worker (or the runner, and stop being watched)."""
         self.run_through()
         self._closed = True
-        if self._worker is not None:
+        thread = self._worker if self._watcher is None else self._runner
+        if self._watcher is not None:
+            self._watcher.forget(self)
+        if thread is not None:
             self._wake.set()
-            self._worker.join(timeout=5)
+            if thread is not threading.current_thread():
+                thread.join(timeout=5)
+
+    def _run_when_woken(self) -> None:
+        """A watched group's runner: run what is queued each time it is handed over; gone
+        after IDLE seconds without (the next hand-off makes another; a call queued as it
+        leaves is still watched, so the watcher hands it over again)."""
+        while not self._closed:
+            if not self._wake.wait(IDLE):
+                self._runner = None
+                if self._items and not self._closed:
+                    self.hand_off()
+                return
+            self._wake.clear()
+            if self._items:
+                try:
+                    self.run_through()
+                except BaseException:  # noqa: BLE001 - recorded in its Work; the runner goes on
+                    pass
+        self.run_through()
 
     def _loop(self) -> None:
         items, wake = self._items, self._wake

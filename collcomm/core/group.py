@@ -27,6 +27,7 @@ from ..errors import CollcommError, InvalidArgumentError, with_context
 from ..transport.base import ANY_SOURCE, Handle, Transport
 from . import fastpath
 from .async_calls import AsyncCalls, queued_call
+from .async_watch import Watcher
 from .call_comm import GroupComm, TimedHandle, as_bytes
 from .group_memory import allocate_shared, build_arena
 from .plan import CallPlan
@@ -54,7 +55,8 @@ class ProcessGroup:
     """A group of ranks (see module docstring). Build them with ``new_group``/``split``."""
 
     def __init__(self, transport: Transport | None, ranks: Sequence[int], global_rank: int,
-                 ctx: int, name: str, timeout: float, arena_slot: int = 0) -> None:
+                 ctx: int, name: str, timeout: float, arena_slot: int = 0,
+                 watcher: Watcher | None = None) -> None:
         self.transport = transport
         #: the slot size of this group's arena in bytes (0: COLLCOMM_SHM_SLOT's; smaller
         #: for a group made for one known call, e.g. a persistent collective's)
@@ -71,7 +73,8 @@ class ProcessGroup:
         self._tag_base = ctx << CTX_SHIFT
         self._splits = 0
         self._lock = threading.Lock()
-        self.async_calls = AsyncCalls(name)
+        self.async_calls = AsyncCalls(name, watcher)
+        self._watcher: Watcher | None = None     # the one of the groups made by watched_subgroup
         self.async_calls.on_empty = self._settled
         self._pending = False   # async calls were made since the last drain
         self._closed = False
@@ -279,13 +282,24 @@ class ProcessGroup:
         return TimedHandle(h, current_timeout(self.timeout))
 
     # -- sub-groups ----------------------------------------------------------------------
-    def subgroup(self, ranks: Sequence[int], ctx: int, name: str, arena_slot: int = 0) -> "ProcessGroup | Any":
-        """A group of the given global ranks (NON_GROUP_MEMBER if this rank is not one);
-        ``arena_slot``: its arena's slot size, if not the default (see ``arena_slot``)."""
+    def subgroup(self, ranks: Sequence[int], ctx: int, name: str) -> "ProcessGroup | Any":
+        """A group of the given global ranks (NON_GROUP_MEMBER if this rank is not one)."""
         if self.global_rank not in ranks:
             return NON_GROUP_MEMBER
         return ProcessGroup(self.transport if len(ranks) > 1 else None, ranks,
-                            self.global_rank, ctx, name, self.timeout, arena_slot)
+                            self.global_rank, ctx, name, self.timeout)
+
+    def watched_subgroup(self, ctx: int, name: str, arena_slot: int = 0) -> "ProcessGroup":
+        """A group of the same ranks for one kind of call made by the hundred (a persistent
+        collective request's): its asynchronous calls are watched by one thread of this
+        group's instead of a worker of its own (:mod:`.async_watch`), its arena has slots
+        of ``arena_slot`` bytes (0: the default)."""
+        with self._lock:
+            if self._watcher is None:
+                self._watcher = Watcher(self.name)
+            watcher = self._watcher
+        return ProcessGroup(self.transport if self.size > 1 else None, self.ranks, self.global_rank,
+                            ctx, name, self.timeout, arena_slot, watcher)
 
     def split(self, color: int | None, key: int = 0) -> "ProcessGroup | None":
         """MPI_Comm_split: ranks with the same ``color`` form a group ordered by (key, rank).
@@ -325,6 +339,8 @@ class ProcessGroup:
             self.fast.close()
             self.fast = None
         self.async_calls.close()
+        if self._watcher is not None:
+            self._watcher.close()
         if self._arena is not None:
             # a rooted call left early (eager): checked if all are there (no wait, no raise)
             settle_early(self._arena, closing=True)
