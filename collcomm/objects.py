@@ -1,8 +1,9 @@
 """Collectives on picklable Python objects: torch's ``*_object`` functions.
 
 Pickling, the wire format (protocol 5, large buffers out of band) and the bodies that move
-packed objects through a group live in :mod:`collcomm.core.pickled`, shared with
-``collcomm.MPI``; this module maps torch's arguments onto them. The reductions
+packed objects through a group live in :mod:`collcomm.core.pickled` (small objects in one
+or two calls of plain bytes through the fast call: :mod:`collcomm.core.pickled_small`),
+shared with ``collcomm.MPI``; this module maps torch's arguments onto them. The reductions
 (``all_reduce_object``, ``reduce_object``) gather the objects, then fold them in rank order
 with Python semantics (SUM → ``a + b``, MAX → ``max``, a callable → ``f(a, b)``), so every
 rank computes the same value.
@@ -18,8 +19,9 @@ import numpy as np
 from .api_args import group_of, group_text, is_member, local_rank, no_list_here, p2p_group, p2p_peer
 from .errors import InvalidArgumentError, MismatchError
 from .core.group import ProcessGroup
+from .core import pickled_small as small
 from .core.pickled import (  # noqa: F401 - alloc, pack, unpack, Packed re-exported for callers
-    OUT_OF_BAND_MIN, Packed, all_gather_objects, alloc, bcast_objects, gather_objects, pack,
+    OUT_OF_BAND_MIN, STANDARD, Packed, all_gather_objects, alloc, bcast_objects, gather_objects, pack,
     recv_packed, scatter_objects, send_packed, unpack,
 )
 from .ops import ReduceOp
@@ -56,7 +58,10 @@ def broadcast_object_list(object_list: list[Any], src: int | None = None, group:
     if not is_member(g):
         return None
     root = _root(g, name, "src", src, group_src)
-    objs = bcast_objects(g, object_list if g.rank == root else None, root, name, copy_at_root=False)
+    if g.rank == root:           # (the list as one object: the root keeps its own)
+        small.bcast(g, object_list, root, name, STANDARD, own=False)
+        return None
+    objs = small.bcast(g, None, root, name, STANDARD)
     if g.rank != root:
         if len(objs) != len(object_list):
             raise MismatchError(
@@ -73,7 +78,7 @@ def all_gather_object(object_list: list[Any], obj: Any, group: Any = None) -> No
     if not is_member(g):
         return None
     _check_list(object_list, name, g.describe(), "object_list", g.size)
-    object_list[:] = all_gather_objects(g, obj, name)
+    object_list[:] = small.allgather(g, obj, name, STANDARD)
     return None
 
 
@@ -89,7 +94,7 @@ def gather_object(obj: Any, object_gather_list: list[Any] | None = None, dst: in
         _check_list(object_gather_list, name, g.describe(), "object_gather_list", g.size)
     else:
         no_list_here(object_gather_list, name, g, "object_gather_list", "destination", root)
-    out = gather_objects(g, obj, root, name)
+    out = small.gather(g, obj, root, name, STANDARD)
     if out is not None:
         assert object_gather_list is not None
         object_gather_list[:] = out
@@ -112,8 +117,8 @@ def scatter_object_list(scatter_object_output_list: list[Any],
     root = _root(g, name, "src", src, group_src)
     if g.rank == root:
         _check_list(scatter_object_input_list, name, where, "scatter_object_input_list", g.size)
-    scatter_object_output_list[0] = scatter_objects(
-        g, scatter_object_input_list if g.rank == root else None, root, name)
+    scatter_object_output_list[0] = small.scatter(
+        g, scatter_object_input_list if g.rank == root else None, root, name, STANDARD)
     return None
 
 
@@ -205,5 +210,5 @@ def reduce_object(obj: Any, op: Any = ReduceOp.SUM, dst: int = 0, group: Any = N
     if not is_member(g):
         return None
     root = local_rank(g, name, "dst", dst, None)
-    values = gather_objects(g, obj, root, name)
+    values = small.gather(g, obj, root, name, STANDARD)
     return None if values is None else _fold(values, f, avg)

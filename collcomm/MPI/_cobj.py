@@ -2,8 +2,10 @@
 ``alltoall``, ``reduce``, ``allreduce``, ``scan``, ``exscan``, ``barrier``.
 
 Objects are pickled by ``MPI.pickle`` (_pickle.py: protocol 5, large numpy buffers out of
-band, unless the program gave it other functions) and moved by the bodies
-in :mod:`collcomm.core.pickled`, each one collective call of the communicator's group.
+band, unless the program gave it other functions) and moved by
+:mod:`collcomm.core.pickled_small`: two calls of plain bytes on the communicator's group
+(the sizes, then the pickles), each through the fast call where there is one, or the
+general bodies of :mod:`collcomm.core.pickled` for objects with large buffers.
 Every rank gets unpickled copies, the root too, as with mpi4py. The reductions gather the
 objects and fold them in rank order with the op (:meth:`MPI.Op.__call__`, or any callable
 ``f(x, y)``), so a non-commutative function gives ``f(f(x0, x1), x2)…`` on every rank:
@@ -15,7 +17,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Sequence
 
-from ..core import pickled
+from ..core import pickled_small as small
 from ..errors import CollcommError
 from ._collv import _check_root
 from ._errors import translate
@@ -51,26 +53,26 @@ class ObjectCollectives:
     def bcast(self, obj: Any, root: int = 0) -> Any:
         g = self._grp("bcast")
         _check_root(g, root, "bcast")
-        return _run(pickled.bcast_objects, g, [obj] if g.rank == root else None, root, "bcast", True, _pickle)[0]
+        return _run(small.bcast, g, obj, root, "bcast", _pickle)
 
     def gather(self, sendobj: Any, root: int = 0) -> list[Any] | None:
         g = self._grp("gather")
         _check_root(g, root, "gather")
-        return _run(pickled.gather_objects, g, sendobj, root, "gather", _pickle)
+        return _run(small.gather, g, sendobj, root, "gather", _pickle)
 
     def scatter(self, sendobj: Sequence[Any] | None, root: int = 0) -> Any:
         g = self._grp("scatter")
         _check_root(g, root, "scatter")
         objs = _expect(sendobj, g.size, "scatter") if g.rank == root else None
-        return _run(pickled.scatter_objects, g, objs, root, "scatter", _pickle)
+        return _run(small.scatter, g, objs, root, "scatter", _pickle)
 
     def allgather(self, sendobj: Any) -> list[Any]:
         g = self._grp("allgather")
-        return _run(pickled.all_gather_objects, g, sendobj, "allgather", _pickle)
+        return _run(small.allgather, g, sendobj, "allgather", _pickle)
 
     def alltoall(self, sendobj: Sequence[Any]) -> list[Any]:
         g = self._grp("alltoall")
-        return _run(pickled.all_to_all_objects, g, list(_expect(sendobj, g.size, "alltoall")), "alltoall", _pickle)
+        return _run(small.alltoall, g, list(_expect(sendobj, g.size, "alltoall")), "alltoall", _pickle)
 
     def reduce(self, sendobj: Any, op: Any = SUM, root: int = 0) -> Any:
         f = py_combine(op, "reduce")

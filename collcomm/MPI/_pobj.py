@@ -9,9 +9,16 @@ a receive for the body once the first part has arrived. Bodies from one sender w
 tag arrive in order, so they are asked for in the order their first parts were matched
 (:func:`_post_bodies`); a message taken by ``mprobe`` joins that order when it is taken.
 A probe of an object message reports its first part (8 bytes more than the pickle).
+
+The blocking ``send``, ``recv`` and ``sendrecv`` first try the group's native
+point-to-point entry (:func:`collcomm.core.p2p.native`, as ``Send``/``Recv`` do): a small
+object's message written to the peer's ring in one C call, a receive from a given rank
+taken from it in one (a large object's body then received the regular way); whatever it
+declines goes the regular way, before anything moved.
 """
 from __future__ import annotations
 
+import struct
 import threading
 from typing import Any, Callable
 
@@ -26,12 +33,63 @@ from ._errors import Exception as MPIException, translate
 from ._msg import simple
 from ._staging import Receiving
 from ._p2p_ops import (
-    ACK, BODY, SYNC, TAG_BITS, _EMPTY, _Recv, _Send, _dest, _done_request, _request, _rtag,
+    ACK, BODY, SYNC, TAG_BITS, _EMPTY, _Recv, _Send, _dest, _done_request, _native_tag, _request, _rtag,
     _source, _stag, complete, Unpacked,
 )
-from ._request import Done, Request, Status
+from ._request import ORPHANS, Done, Request, Status, reap_orphans
 
 EAGER = 64 * 1024
+_LENGTH = struct.Struct("<q")
+
+
+def _small_message(obj: Any) -> bytes | None:
+    """A small object's whole message (its length, then its pickle), or None: too large
+    for one message, or not picklable (the regular path raises that)."""
+    try:
+        data = _pickle.dumps(obj)
+    except Exception:  # noqa: BLE001 - the regular path pickles again and reports it
+        return None
+    return _LENGTH.pack(len(data)) + data if len(data) <= EAGER - 8 else None
+
+
+def _native_send(g: Any, obj: Any, dest: Any, tag: Any) -> bool:
+    """``obj`` sent to ``dest`` in one C call (True), or nothing done (False)."""
+    f = p2p.native(g)
+    if f is None or type(tag) is not int or not 0 <= tag <= TAG_BITS:
+        return False
+    msg = _small_message(obj)
+    return msg is not None and bool(f.send(msg, dest, tag, 0))
+
+
+def _native_recv(g: Any, source: Any, tag: Any, status: Status | None) -> tuple[bool, Any]:
+    """(True, the object) received from ``source`` natively, or (False, None) having
+    received nothing: any source, another receive's body still to ask for (claims), no
+    native entry, or a message the C call leaves (the regular path then takes it)."""
+    f = p2p.native(g)
+    if f is None or type(source) is not int or not 0 <= source < g.size or source == g.rank or _claims:
+        return False, None
+    tm = _native_tag(tag)
+    if tm is None:
+        return False, None
+    buf = np.empty(EAGER, dtype=np.uint8)
+    try:
+        n = f.recv(buf, source, tm[0], tm[1], 0)
+        if n is None:
+            return False, None
+        got = f.last_tag & TAG_BITS
+        size = _LENGTH.unpack_from(buf)[0]
+        if n == 8:           # a large object: its body follows (bodies of one tag in order)
+            data = np.empty(size, dtype=np.uint8)
+            p2p.irecv(g, data, source, BODY | got, p2p.MAX_USER_TAG, "recv").wait()
+        else:
+            data = buf[8:8 + size]
+    except CollcommError as exc:
+        raise translate(exc) from exc
+    if status is not None:
+        status._set(source, got, size)
+    if ORPHANS:
+        reap_orphans()
+    return True, loads(data, _pickle)
 
 _claims: list["_ObjRecv"] = []
 _claims_lock = threading.Lock()
@@ -176,7 +234,8 @@ class ObjectPointToPoint:
             raise translate(exc) from exc
 
     def send(self, obj: Any, dest: int, tag: int = 0) -> None:
-        complete(self._osend(obj, dest, tag, False, "send"))
+        if not _native_send(self._grp("send"), obj, dest, tag):
+            complete(self._osend(obj, dest, tag, False, "send"))
 
     bsend = send
 
@@ -194,13 +253,18 @@ class ObjectPointToPoint:
     def recv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG,
              status: Status | None = None) -> Any:
         """The next object from ``source`` with ``tag`` (``buf`` is accepted and unused)."""
-        return complete(self._orecv(source, tag, "recv"), status)
+        done, obj = _native_recv(self._grp("recv"), source, tag, status)
+        return obj if done else complete(self._orecv(source, tag, "recv"), status)
 
     def irecv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
         return _request(self._orecv(source, tag, "irecv"))
 
     def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
                  source: int = ANY_SOURCE, recvtag: int = ANY_TAG, status: Status | None = None) -> Any:
+        g = self._grp("sendrecv")
+        if _native_send(g, sendobj, dest, sendtag):     # (sent: in the peer's ring already)
+            done, obj = _native_recv(g, source, recvtag, status)
+            return obj if done else complete(self._orecv(source, recvtag, "sendrecv"), status)
         r = self._orecv(source, recvtag, "sendrecv")
         complete(self._osend(sendobj, dest, sendtag, False, "sendrecv"))
         return complete(r, status)

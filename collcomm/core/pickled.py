@@ -79,6 +79,14 @@ def out_of_band(oob_min: int, into: list[memoryview]) -> Callable[[pickle.Pickle
     return callback
 
 
+def pack_one(data: bytes, oob: list[memoryview]) -> Packed:
+    """One object already pickled (``data``, its out-of-band buffers ``oob``) as a packed list."""
+    payload = np.empty(len(data), dtype=np.uint8)
+    payload[:] = np.frombuffer(data, dtype=np.uint8)
+    return Packed(np.array([1, len(data), len(oob), *(m.nbytes for m in oob)], dtype=np.int64), payload,
+                  [np.frombuffer(m, dtype=np.uint8) for m in oob])
+
+
 def pack(objs: list[Any], collective: str = "pickle", ser: Serializer = STANDARD) -> Packed:
     meta: list[int] = [len(objs)]
     datas: list[bytes] = []
@@ -214,10 +222,12 @@ def all_gather_packed(comm: GroupComm, mine: Packed) -> list[Packed]:
 
 # ----------------------------------------------------------------------------- group calls
 def bcast_objects(g: ProcessGroup, objs: list[Any] | None, root: int, name: str,
-                  copy_at_root: bool = True, ser: Serializer = STANDARD) -> list[Any]:
+                  copy_at_root: bool = True, ser: Serializer = STANDARD, packed: Packed | None = None
+                  ) -> list[Any]:
     """``root``'s list of objects (``objs``, None elsewhere), unpickled on every rank; with
-    ``copy_at_root=False`` the root gets its own list back instead of a copy."""
-    mine = pack(objs, name, ser) if g.rank == root else None  # type: ignore[arg-type]
+    ``copy_at_root=False`` the root gets its own list back instead of a copy. ``packed``:
+    the root's list already packed."""
+    mine = (packed or pack(objs, name, ser)) if g.rank == root else None  # type: ignore[arg-type]
 
     def body(comm: GroupComm) -> list[Any]:
         p = bcast_packed(comm, mine, root)
@@ -228,9 +238,10 @@ def bcast_objects(g: ProcessGroup, objs: list[Any] | None, root: int, name: str,
     return g.run(name, body)  # type: ignore[return-value]
 
 
-def all_gather_objects(g: ProcessGroup, obj: Any, name: str, ser: Serializer = STANDARD) -> list[Any]:
-    """Every rank's ``obj``, in rank order, on every rank."""
-    mine = pack([obj], name, ser)
+def all_gather_objects(g: ProcessGroup, obj: Any, name: str, ser: Serializer = STANDARD,
+                       packed: Packed | None = None) -> list[Any]:
+    """Every rank's ``obj``, in rank order, on every rank (``packed``: it already packed)."""
+    mine = packed or pack([obj], name, ser)
 
     def body(comm: GroupComm) -> list[Any]:
         return [unpack(own_copy(p) if p is mine else p, ser)[0] for p in all_gather_packed(comm, mine)]
@@ -239,9 +250,10 @@ def all_gather_objects(g: ProcessGroup, obj: Any, name: str, ser: Serializer = S
 
 
 def gather_objects(g: ProcessGroup, obj: Any, root: int, name: str,
-                   ser: Serializer = STANDARD) -> list[Any] | None:
-    """Every rank's ``obj`` in rank order on ``root``; None elsewhere."""
-    mine = pack([obj], name, ser)
+                   ser: Serializer = STANDARD, packed: Packed | None = None) -> list[Any] | None:
+    """Every rank's ``obj`` in rank order on ``root``; None elsewhere (``packed``: it
+    already packed)."""
+    mine = packed or pack([obj], name, ser)
 
     def body(comm: GroupComm) -> list[Any] | None:
         if comm.rank != root:
@@ -257,12 +269,13 @@ def gather_objects(g: ProcessGroup, obj: Any, root: int, name: str,
 
 
 def scatter_objects(g: ProcessGroup, objs: Sequence[Any] | None, root: int, name: str,
-                    ser: Serializer = STANDARD) -> Any:
-    """Item i of ``root``'s ``objs`` (one per rank; None elsewhere) to rank i."""
+                    ser: Serializer = STANDARD, packed: list[Packed] | None = None) -> Any:
+    """Item i of ``root``'s ``objs`` (one per rank; None elsewhere) to rank i (``packed``:
+    the root's items already packed)."""
     packs: list[Packed] = []
     if g.rank == root:
         assert objs is not None and len(objs) == g.size
-        packs = [pack([o], name, ser) for o in objs]
+        packs = packed or [pack([o], name, ser) for o in objs]
 
     def body(comm: GroupComm) -> Any:
         if comm.rank == root:
@@ -276,13 +289,13 @@ def scatter_objects(g: ProcessGroup, objs: Sequence[Any] | None, root: int, name
 
 
 def all_to_all_objects(g: ProcessGroup, objs: Sequence[Any], name: str,
-                       ser: Serializer = STANDARD) -> list[Any]:
+                       ser: Serializer = STANDARD, packed: list[Packed] | None = None) -> list[Any]:
     """Item j of every rank's ``objs`` (one per rank) to rank j; returns what each rank sent
     this one, in rank order. Sends complete without the receiver, so every rank sends all
     its items first, then receives."""
     if len(objs) != g.size:
         raise MismatchError(f"{name} on {g.describe()}: expected {g.size} items, got {len(objs)}")
-    packs = [pack([o], name, ser) for o in objs]
+    packs = packed or [pack([o], name, ser) for o in objs]
 
     def body(comm: GroupComm) -> list[Any]:
         for k in range(1, comm.size):

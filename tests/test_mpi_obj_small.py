@@ -1,0 +1,164 @@
+"""collcomm.MPI's object calls on their short ways: the collectives in one or two calls of
+plain bytes (collcomm/core/pickled_small.py) and the blocking point to point in one C
+call (collcomm/MPI/_pobj.py: _native_send / _native_recv). A section of the shared MPI
+job (tests/mpi_checks.py) at 1-5 ranks and over TCP (no fast call there: the same checks
+on the regular collectives and the Python point to point).
+
+Objects of every size class, on different ranks in one call: pickles that fit their
+slot, that just fit and just do not (INLINE bytes), that overflow into the second call,
+that go the general way (over SMALL_MAX, or with an out-of-band numpy buffer); an object
+that cannot be pickled on one rank, raised on every rank and the next call fine; results
+that are copies; that a small ``bcast`` is one fast call; point to point of small and
+large objects (a large one's body after a natively received first part), with statuses,
+``ssend`` and ``irecv`` beside them.
+"""
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import numpy as np
+import pytest
+
+from collcomm.core.pickled_small import INLINE, SMALL_MAX
+from tests.mpi_checks import SIZES, Checker, check, job
+
+
+def _sized(pickled_size: int, salt: int) -> bytes:
+    """A bytes object whose pickle (MPI.pickle's protocol) is exactly ``pickled_size`` bytes."""
+    k = max(0, pickled_size - 40)
+    while len(pickle.dumps(bytes([salt % 256]) * k, pickle.HIGHEST_PROTOCOL)) < pickled_size:
+        k += 1
+    return bytes([salt % 256]) * k
+
+
+def _objects(rank: int, salt: int) -> list[Any]:
+    """Objects of every size class (the same list on every rank, keyed by ``rank``)."""
+    return [rank + salt, {"rank": rank, "salt": [salt] * 3}, _sized(INLINE - 1, rank + salt),
+            _sized(INLINE, rank + salt), _sized(INLINE + 1, rank + salt), "x" * (1000 + rank),
+            _sized(SMALL_MAX + 10, rank), np.full(20_000, float(rank + salt))]
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and np.array_equal(a, b)
+    return type(a) is type(b) and a == b
+
+
+def _pick(kind: int, rank: int, n: int, salt: int) -> Any:
+    """Rank ``rank``'s object of size class ``kind`` shifted by rank: ranks differ in class."""
+    objs = _objects(rank, salt)
+    return objs[(kind + rank) % len(objs)]
+
+
+def _collectives(c: Checker, MPI, comm) -> None:
+    r, n = comm.rank, comm.size
+    count = len(_objects(0, 0))
+    for kind in range(count):
+        for root in range(n):
+            want = _objects(root, kind)[kind]
+            got = comm.bcast(want if r == root else None, root)
+            c.true(_same(got, want), f"bcast of object kind {kind} from {root}")
+            got = comm.gather(_pick(kind, r, n, 1), root)
+            if r == root:
+                c.true(all(_same(got[j], _pick(kind, j, n, 1)) for j in range(n)),
+                       f"gather of kinds from {kind} to {root}")
+            else:
+                c.true(got is None, "gather: None off the root")
+            items = [_pick(kind, j, n, 2) for j in range(n)]
+            got = comm.scatter(items if r == root else None, root)
+            c.true(_same(got, _pick(kind, r, n, 2)), f"scatter of kinds from {kind} by {root}")
+        got = comm.allgather(_pick(kind, r, n, 3))
+        c.true(all(_same(got[j], _pick(kind, j, n, 3)) for j in range(n)), f"allgather of kinds from {kind}")
+        got = comm.alltoall([_pick(kind + j, r, n, 4) for j in range(n)])
+        c.true(all(_same(got[j], _pick(kind + r, j, n, 4)) for j in range(n)), f"alltoall of kinds from {kind}")
+    c.eq(comm.allreduce(r + 1), n * (n + 1) // 2, "allreduce of ints")
+    c.eq(comm.allreduce([r]), list(range(n)), "allreduce of lists (concatenated in rank order)")
+    mine = [r, [r]]
+    got = comm.bcast(mine, 0)
+    if r == 0:
+        got[1].append(5)
+        c.eq(mine, [0, [0]], "bcast: the root's result is a copy")
+
+
+class _Unpicklable:
+    def __reduce__(self) -> Any:
+        raise RuntimeError("no pickling for this one")
+
+
+def _failures(c: Checker, MPI, comm) -> None:
+    r, n = comm.rank, comm.size
+    bad = n - 1
+    calls = [("bcast", lambda: comm.bcast(_Unpicklable() if r == bad else None, bad)),
+             ("allgather", lambda: comm.allgather(_Unpicklable() if r == bad else r)),
+             ("gather", lambda: comm.gather(_Unpicklable() if r == bad else r, 0)),
+             ("scatter", lambda: comm.scatter([r if j != bad else _Unpicklable() for j in range(n)]
+                                              if r == 0 else None, 0)),
+             ("alltoall", lambda: comm.alltoall([_Unpicklable() if r == bad and j == 0 else j for j in range(n)]))]
+    for name, call in calls:
+        c.raises(call, MPI.Exception, f"{name} of an object rank {bad} cannot pickle, on rank {r}")
+        c.eq(comm.allgather(r), list(range(n)), f"the call after a refused {name}")
+
+
+def _fast_taken(c: Checker, MPI, comm) -> None:
+    g = comm._h.g
+    comm.bcast(1, 0)
+    fast = g.fast if g is not None else None
+    if fast is None:
+        return
+    before = fast.calls
+    comm.bcast(2, 0)
+    c.eq(fast.calls - before, 1, "bcast of an int is one fast call")
+    before = fast.calls
+    comm.bcast("y" * 1000, 0)
+    c.eq(fast.calls - before, 2, "bcast of a 1 KB string is two fast calls")
+
+
+def _point_to_point(c: Checker, MPI, comm) -> None:
+    r, n = comm.rank, comm.size
+    if n == 1:
+        return
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    for k, obj in enumerate(_objects(r, 5)):
+        st = MPI.Status()
+        got = comm.sendrecv(obj, nxt, 10 + k, None, prv, MPI.ANY_TAG, st)
+        c.true(_same(got, _objects(prv, 5)[k]), f"sendrecv of object kind {k}")
+        c.eq((st.Get_source(), st.Get_tag()), (prv, 10 + k), f"sendrecv status of kind {k}")
+    if r < 2 and n >= 2:
+        other = 1 - r
+        if r == 0:
+            for k, obj in enumerate(_objects(0, 6)):
+                comm.send(obj, 1, k)
+            comm.ssend("synchronous", 1, 99)
+            q = comm.irecv(source=1, tag=7)
+            comm.send("after irecv", 1, 8)
+            c.eq(q.wait(), "posted first", "irecv posted before a native receive's message")
+        else:
+            st = MPI.Status()
+            for k in range(len(_objects(0, 6))):
+                got = comm.recv(None, 0, MPI.ANY_TAG, st)
+                c.true(_same(got, _objects(0, 6)[k]), f"recv of object kind {k}")
+                c.eq(st.Get_tag(), k, f"recv status tag, kind {k}")
+            c.eq(comm.recv(source=0, tag=99), "synchronous", "recv of an ssend's object")
+            comm.send("posted first", 0, 7)
+            c.eq(comm.recv(source=other, tag=8), "after irecv", "recv after the peer's irecv")
+    comm.barrier()
+
+
+def obj_small_checks(c: Checker, MPI, comm) -> None:
+    _collectives(c, MPI, comm)
+    _failures(c, MPI, comm)
+    _fast_taken(c, MPI, comm)
+    _point_to_point(c, MPI, comm)
+    comm.barrier()
+
+
+@pytest.mark.timeout(160)
+@pytest.mark.parametrize("n", SIZES)
+def test_obj_small(n):
+    check(job(n), "obj_small")
+
+
+@pytest.mark.timeout(160)
+def test_obj_small_over_tcp():
+    check(job(3, "tcp"), "obj_small")
