@@ -8,6 +8,7 @@ a persistent collective's own communicator, :func:`._coll_persistent.private_com
 """
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable, Sequence
 
 from ._errors import ERR_REQUEST, Exception as MPIException
@@ -35,7 +36,7 @@ class _Persistent:
         # queued or running there (an active request: freeing it is erroneous in MPI)
         comm = self.comm
         g = getattr(getattr(comm, "_h", None), "g", None)
-        if g is None:
+        if g is None or sys.is_finalizing():     # (at exit the job is being left anyway)
             return
         calls = g.async_calls
         lock = calls.exec_lock

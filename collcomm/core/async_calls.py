@@ -116,10 +116,14 @@ class AsyncCalls:
 
     def _start_worker(self) -> None:
         if self._watcher is not None:
-            if self._runner is None:
-                self._runner = threading.Thread(target=self._run_when_woken, daemon=True,
-                                                name=f"collcomm-{self._name}")
-                self._runner.start()
+            if self._runner is None and not self._closed:
+                # started before it is published: close() (another thread) joins only a
+                # started runner (two made at once by two threads both run the queue under
+                # _exec, and the unpublished one is gone IDLE seconds later)
+                runner = threading.Thread(target=self._run_when_woken, daemon=True,
+                                          name=f"collcomm-{self._name}")
+                runner.start()
+                self._runner = runner
             return
         if self._worker is None:
             self._worker = threading.Thread(target=self._loop, daemon=True,

@@ -13,7 +13,9 @@ group's runner thread (made on the first such hand-off, asleep until woken; most
 never need one: their caller runs them when it waits). A call handed over at once
 (``hand_off``: someone tests, adds a callback, waits with a timeout; large calls) skips
 the watcher. While it watches a queue the queue's ``_sleeping`` is False (the fast call's
-C entries read it, as they read a worker's, and skip ``watch_part`` then).
+C entries read it, as they read a worker's, and skip ``watch_part`` then). The watcher's
+thread is gone after IDLE seconds with nothing to watch (the next queue to watch starts
+another), so a Watcher needs no closing: the requests of a freed communicator keep theirs.
 """
 from __future__ import annotations
 
@@ -36,13 +38,10 @@ class Watcher:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._idle = True
-        self._closed = False
 
     def watch(self, calls: "AsyncCalls") -> None:
         """Look at ``calls`` from now on (until it has been empty IDLE seconds)."""
         with self._lock:
-            if self._closed:
-                return
             calls._sleeping = False
             if calls not in self._queues:
                 self._queues[calls] = [None, time.monotonic()]
@@ -57,14 +56,6 @@ class Watcher:
     def forget(self, calls: "AsyncCalls") -> None:
         with self._lock:
             self._queues.pop(calls, None)
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            self._queues.clear()
-        self._wake.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=5)
 
     def _look(self) -> bool:
         """One look at every watched queue; True if it handed a call over."""
@@ -98,12 +89,16 @@ class Watcher:
         return took
 
     def _loop(self) -> None:
-        from .async_calls import POLL, POLL_MAX
+        from .async_calls import IDLE, POLL, POLL_MAX
 
         poll = POLL
-        while not self._closed:
+        while True:
             if self._idle:
-                self._wake.wait()
+                woken = self._wake.wait(IDLE)
+                with self._lock:
+                    if not woken and self._idle:
+                        self._thread = None      # (the next watch() starts another)
+                        return
                 self._wake.clear()
                 poll = POLL
                 continue

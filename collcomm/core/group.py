@@ -339,8 +339,6 @@ class ProcessGroup:
             self.fast.close()
             self.fast = None
         self.async_calls.close()
-        if self._watcher is not None:
-            self._watcher.close()
         if self._arena is not None:
             # a rooted call left early (eager): checked if all are there (no wait, no raise)
             settle_early(self._arena, closing=True)
