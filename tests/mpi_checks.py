@@ -123,6 +123,7 @@ SECTIONS = {
     "persistent_order": "tests.test_mpi_persistent_order:persistent_order_checks",
     "collv_fast": "tests.test_mpi_collv_fast:collv_fast_checks",
     "obj_small": "tests.test_mpi_obj_small:obj_small_checks",
+    "scan_paths": "tests.test_mpi_scan_paths:scan_paths_checks",
 }
 USE_TORCH: list[bool] = [False]
 SIZES = [1, 2, 3, 4, 5]

@@ -42,6 +42,8 @@ CASES = {
                            r'"column 8 \(subarray both sides\)": [\d.]+'),
     "mpi_neighbor": (RUN + ["--no-prefix", PY, "benchmarks/mpi_neighbor.py", "--sizes", "8", "--iters", "20"],
                      r'"ring Neighbor_alltoall 8 B": [\d.]+'),
+    "mpi_calls": (RUN + ["--no-prefix", PY, "benchmarks/mpi_calls.py", "--blocks", "1", "--iters", "20"],
+                  r"Alltoallv\s+[\d.]+\s+\[[\d.]+\]"),
     "torch_calls": (RUN + ["--no-prefix", PY, "benchmarks/torch_calls.py", "--blocks", "1",
                            "--iters", "20", "--no-gloo"], r"\d+\.\d+\s+\[\s*\d+\.\d+\]"),
     "torch_p2p": (RUN + ["--no-prefix", PY, "benchmarks/torch_p2p.py", "--blocks", "1", "--iters",

@@ -10,7 +10,9 @@ unequal ``recvcounts``, non-commutative user ops) is in :mod:`._coll_impl`, whos
 ``Barrier``, ``Bcast``, ``Gather``, ``Scatter``, ``Allgather``, ``Alltoall``, ``Reduce``,
 ``Allreduce`` and ``Reduce_scatter_block`` on numpy arrays (and built-in ops) first offer
 the call to the group's fast call (:mod:`collcomm.core.fastpath`): one C call that either
-does all of it or nothing, in which case the method goes on as :mod:`._coll_impl` says.
+does all of it or nothing, in which case the method goes on as :mod:`._coll_impl` says;
+so do their ``I…`` forms but ``Ialltoall`` (and the persistent forms, which start as their
+``I…`` form: :mod:`._coll_persistent`), through the fast call's entries in two parts.
 With a derived datatype with gaps the blocking forms pack and call themselves on the
 arrays (:mod:`._coll_packed`).
 """
@@ -113,7 +115,21 @@ class BufferCollectives(BufferCollectivesImpl):
             self._gather(sendbuf, recvbuf, root, False, "Gather")
 
     def Igather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:  # noqa: N802
-        return _request(self._gather(sendbuf, recvbuf, root, True, "Igather"))
+        return self._igather(sendbuf, recvbuf, root, "Igather")
+
+    def _igather(self, sendbuf: Any, recvbuf: Any, root: int, call: str) -> Request:
+        g = self._h.g
+        fast = g.fast if g is not None else None
+        if fast is not None and type(sendbuf) is np.ndarray:
+            recv = recvbuf if g.rank == root else None
+            if recv is None or type(recv) is np.ndarray:
+                try:   # small: started at once in two parts (native/_fastcall_parts.c)
+                    work = fast.gather_async(sendbuf, recv, root, call)
+                except CollcommError as exc:
+                    raise translate(exc) from exc
+                if work is not None:
+                    return _request(work)
+        return _request(self._gather(sendbuf, recvbuf, root, True, call))
 
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
         g = self._h.g
@@ -130,7 +146,21 @@ class BufferCollectives(BufferCollectivesImpl):
             self._scatter(sendbuf, recvbuf, root, False, "Scatter")
 
     def Iscatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:  # noqa: N802
-        return _request(self._scatter(sendbuf, recvbuf, root, True, "Iscatter"))
+        return self._iscatter(sendbuf, recvbuf, root, "Iscatter")
+
+    def _iscatter(self, sendbuf: Any, recvbuf: Any, root: int, call: str) -> Request:
+        g = self._h.g
+        fast = g.fast if g is not None else None
+        if fast is not None and type(recvbuf) is np.ndarray:
+            send = sendbuf if g.rank == root else None
+            if send is None or type(send) is np.ndarray:
+                try:
+                    work = fast.scatter_async(send, recvbuf, root, call)
+                except CollcommError as exc:
+                    raise translate(exc) from exc
+                if work is not None:
+                    return _request(work)
+        return _request(self._scatter(sendbuf, recvbuf, root, True, call))
 
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
         g = self._h.g
@@ -145,7 +175,19 @@ class BufferCollectives(BufferCollectivesImpl):
             self._allgather(sendbuf, recvbuf, False, "Allgather")
 
     def Iallgather(self, sendbuf: Any, recvbuf: Any) -> Request:  # noqa: N802
-        return _request(self._allgather(sendbuf, recvbuf, True, "Iallgather"))
+        return self._iallgather(sendbuf, recvbuf, "Iallgather")
+
+    def _iallgather(self, sendbuf: Any, recvbuf: Any, call: str) -> Request:
+        g = self._h.g
+        fast = g.fast if g is not None else None
+        if fast is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
+            try:
+                work = fast.all_gather_async(sendbuf, recvbuf, call)
+            except CollcommError as exc:
+                raise translate(exc) from exc
+            if work is not None:
+                return _request(work)
+        return _request(self._allgather(sendbuf, recvbuf, True, call))
 
     def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
         g = self._h.g
@@ -179,7 +221,23 @@ class BufferCollectives(BufferCollectivesImpl):
             self._reduce(sendbuf, recvbuf, op, root, False, "Reduce")
 
     def Ireduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0) -> Request:  # noqa: N802
-        return _request(self._reduce(sendbuf, recvbuf, op, root, True, "Ireduce"))
+        return self._ireduce(sendbuf, recvbuf, op, root, "Ireduce")
+
+    def _ireduce(self, sendbuf: Any, recvbuf: Any, op: Any, root: int, call: str) -> Request:
+        g = self._h.g
+        fast = g.fast if g is not None else None
+        builtin = _builtin(op) if fast is not None else None
+        if builtin is not None:
+            recv = recvbuf if g.rank == root else None
+            send = recv if sendbuf is IN_PLACE else sendbuf
+            if type(send) is np.ndarray and (recv is None or type(recv) is np.ndarray):
+                try:
+                    work = fast.reduce_async(send, recv, builtin, root, call)
+                except CollcommError as exc:
+                    raise translate(exc) from exc
+                if work is not None:
+                    return _request(work)
+        return _request(self._reduce(sendbuf, recvbuf, op, root, True, call))
 
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
         g = self._h.g
@@ -225,7 +283,20 @@ class BufferCollectives(BufferCollectivesImpl):
         self._reduce_scatter_block(sendbuf, recvbuf, op, False, "Reduce_scatter_block")
 
     def Ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:  # noqa: N802
-        return _request(self._reduce_scatter_block(sendbuf, recvbuf, op, True, "Ireduce_scatter_block"))
+        return self._ireduce_scatter_block(sendbuf, recvbuf, op, "Ireduce_scatter_block")
+
+    def _ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any, call: str) -> Request:
+        g = self._h.g
+        fast = g.fast if g is not None else None
+        builtin = _builtin(op) if fast is not None else None
+        if builtin is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
+            try:
+                work = fast.reduce_scatter_async(sendbuf, recvbuf, builtin, call)
+            except CollcommError as exc:
+                raise translate(exc) from exc
+            if work is not None:
+                return _request(work)
+        return _request(self._reduce_scatter_block(sendbuf, recvbuf, op, True, call))
 
     def Reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM) -> None:  # noqa: N802
         self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, False, "Reduce_scatter")

@@ -84,17 +84,17 @@ class PersistentCollectives(BufferCollectives):
     def Gather_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Gather_init", sendbuf, recvbuf)
-        return persistent(lambda: WorkOp(c._gather(sendbuf, recvbuf, root, True, "Gather_init")), c)
+        return persistent(lambda: c._igather(sendbuf, recvbuf, root, "Gather_init")._op, c)
 
     def Scatter_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Scatter_init", sendbuf, recvbuf)
-        return persistent(lambda: WorkOp(c._scatter(sendbuf, recvbuf, root, True, "Scatter_init")), c)
+        return persistent(lambda: c._iscatter(sendbuf, recvbuf, root, "Scatter_init")._op, c)
 
     def Allgather_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Allgather_init", sendbuf, recvbuf)
-        return persistent(lambda: WorkOp(c._allgather(sendbuf, recvbuf, True, "Allgather_init")), c)
+        return persistent(lambda: c._iallgather(sendbuf, recvbuf, "Allgather_init")._op, c)
 
     def Alltoall_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
@@ -105,7 +105,7 @@ class PersistentCollectives(BufferCollectives):
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         op = pinned_op(op)
         c = private_comm(self, "Reduce_init", sendbuf, recvbuf)
-        return persistent(lambda: WorkOp(c._reduce(sendbuf, recvbuf, op, root, True, "Reduce_init")), c)
+        return persistent(lambda: c._ireduce(sendbuf, recvbuf, op, root, "Reduce_init")._op, c)
 
     def Allreduce_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
@@ -117,8 +117,7 @@ class PersistentCollectives(BufferCollectives):
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         op = pinned_op(op)
         c = private_comm(self, "Reduce_scatter_block_init", sendbuf, recvbuf)
-        return persistent(lambda: WorkOp(c._reduce_scatter_block(sendbuf, recvbuf, op, True,
-                                                                 "Reduce_scatter_block_init")), c)
+        return persistent(lambda: c._ireduce_scatter_block(sendbuf, recvbuf, op, "Reduce_scatter_block_init")._op, c)
 
     def Reduce_scatter_init(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM,  # noqa: N802
                             info: Any = None) -> Any:

@@ -17,14 +17,21 @@ with ``partner = rank ^ mask`` (when the partner exists):
 After ``ceil(log2 n)`` rounds every rank has its prefix. Cost: ``ceil(log2 n)`` rounds of
 one send and one receive of k elements, and up to two combines and two copies of k
 elements per round (the copies keep the operand order with an in-place ``fn``).
+
+:func:`scan_gathered`, for small messages on one host: every rank's ``send`` all-gathered
+(the group's all_gather family: in the shared-memory arena, one sync), then each rank folds
+the blocks below it in rank order, ``((x0 ∘ x1) ∘ x2) ∘ …``: one sync instead of
+``ceil(log2 n)`` rounds of messages, and up to ``n - 1`` combines of k elements.
 """
 from __future__ import annotations
+
+from typing import Callable
 
 import numpy as np
 
 from .base import Comm, ReduceFn, scratch, sendrecv
 
-__all__ = ["scan"]
+__all__ = ["fold", "scan", "scan_gathered"]
 
 
 def scan(comm: Comm, send: np.ndarray, recv: np.ndarray, fn: ReduceFn, exclusive: bool = False) -> None:
@@ -58,3 +65,27 @@ def scan(comm: Comm, send: np.ndarray, recv: np.ndarray, fn: ReduceFn, exclusive
             else:
                 fn(partial, theirs)          # partial ∘ theirs
         mask <<= 1
+
+
+def scan_gathered(comm: Comm, send: np.ndarray, recv: np.ndarray, fn: ReduceFn, exclusive: bool = False,
+                  all_gather: Callable[[Comm, np.ndarray, np.ndarray], None] | None = None) -> None:
+    """What :func:`scan` computes, by an all_gather and a fold in rank order (see the module
+    docstring); the same arguments, and the all_gather family to use (None: the auto rule's)."""
+    if all_gather is None:
+        from . import all_gather
+
+    parts = np.empty(comm.size * send.size, dtype=send.dtype)   # (not scratch: the family may use it)
+    all_gather(comm, send, parts)
+    fold(parts, recv, fn, comm.rank, exclusive)
+
+
+def fold(parts: np.ndarray, recv: np.ndarray, fn: ReduceFn, rank: int, exclusive: bool) -> None:
+    """``recv`` = the blocks of ``parts`` (every rank's, in rank order) up to ``rank``'s
+    (``exclusive``: below it; none: ``recv`` unchanged) combined in rank order."""
+    k = recv.size
+    upto = rank if exclusive else rank + 1
+    if upto == 0:
+        return
+    np.copyto(recv, parts[:k])
+    for j in range(1, upto):
+        fn(recv, parts[j * k:(j + 1) * k])     # recv ∘ x_j, lower ranks on the left

@@ -6,8 +6,9 @@ apart so the two can change independently): check what the core is responsible f
 combiner through the group's call plan, sign the call, run it in program order through
 :meth:`ProcessGroup.run` (inline, or on the group's worker with ``async_op``).
 
-The op keeps rank order (:mod:`collcomm.algorithms.scan`), so a non-commutative user
-function gives MPI's result. AVG is refused: a running mean is not what MPI_Scan computes.
+The op keeps rank order (:mod:`collcomm.algorithms.scan`: recursive doubling, or for
+messages up to GATHERED_MAX bytes on one host an all_gather and a fold), so a
+non-commutative user function gives MPI's result. AVG is refused: a running mean is not what MPI_Scan computes.
 """
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ from .group import ProcessGroup
 from .work import Work
 
 __all__ = ["exscan", "scan"]
+
+#: the largest message (bytes a rank) a one-host group scans by all_gather and fold
+GATHERED_MAX = 4096
 
 
 def _prefix(g: ProcessGroup, send: np.ndarray, recv: np.ndarray, op: Any, exclusive: bool, *,
@@ -45,8 +49,24 @@ def _prefix(g: ProcessGroup, send: np.ndarray, recv: np.ndarray, op: Any, exclus
         send = send.copy()
     sig = signature.make("exscan" if exclusive else "scan", dtype, send.size, None, op_name)
 
+    # small messages on one host: all-gathered and folded (one sync); the choice depends
+    # only on what every rank shares (the group, the size the signature checks)
+    gathered = g.can_share_memory and send.nbytes <= GATHERED_MAX
+    fast = g.fast if gathered and not async_op else None
+    if fast is not None:      # the all_gather in one C call, signed as this call
+        parts = np.empty(g.size * send.size, dtype=send.dtype)
+        if fast.all_gather(send, parts, name, sig):
+            scan_algorithm.fold(parts, recv, fn, g.rank, exclusive)
+            if after is not None:
+                after()
+            return None
+    gather = g.plan.algorithm("all_gather", send.nbytes * g.size) if gathered else None
+
     def body(comm: GroupComm) -> None:
-        scan_algorithm.scan(comm, send, recv, fn, exclusive)
+        if gather is not None:
+            scan_algorithm.scan_gathered(comm, send, recv, fn, exclusive, gather)
+        else:
+            scan_algorithm.scan(comm, send, recv, fn, exclusive)
         if after is not None:
             after()
 

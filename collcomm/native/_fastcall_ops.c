@@ -179,12 +179,17 @@ static PyObject *fast_broadcast(Fast *s, PyObject *const *args, Py_ssize_t nargs
     return r;
 }
 
-/* all_gather(send, recv, name) -> True | None: recv holds every rank's send, in rank order */
+/* all_gather(send, recv, name[, sig]) -> True | None: recv holds every rank's send, in rank
+ * order; `sig` (a whole call of a flat buffer only) is the call's signature instead of an
+ * all_gather's: a collective made of one all_gather, as the regular path makes it with that
+ * signature (core/scan.py: a small scan, all-gathered then folded) */
 static PyObject *fast_all_gather(Fast *s, PyObject *const *args, Py_ssize_t nargs, int part)
 {
-    if (check_args(nargs, 3, "all_gather") < 0)
+    if (!(nargs == 4 && part == PART_WHOLE) && check_args(nargs, 3, "all_gather") < 0)
         return NULL;
     if (!fast_open_part(s, part) || args[0] == args[1])
+        Py_RETURN_NONE;
+    if (nargs == 4 && (PyList_CheckExact(args[1]) || PyTuple_CheckExact(args[1])))
         Py_RETURN_NONE;
     if (PyList_CheckExact(args[1]) || PyTuple_CheckExact(args[1]))
         return part == PART_WHOLE ? fast_list(s, args, FC_ALL_GATHER, -1, args[2])
@@ -221,6 +226,13 @@ static PyObject *fast_all_gather(Fast *s, PyObject *const *args, Py_ssize_t narg
     }
     uint64_t sig = s->plain_sig[FC_ALL_GATHER] | (s->dt_sig[dt] << 55) |
                    ((uint64_t)0x3FFF << 36) | COUNT_BITS(count);
+    if (nargs == 4) {
+        sig = PyLong_AsUnsignedLongLong(args[3]);
+        if (sig == (uint64_t)-1 && PyErr_Occurred()) {
+            fast_release(&p);
+            return NULL;
+        }
+    }
     /* Core_gather's 5-argument form, or from the core's ag_vote_min (the voted way, whole
      * calls only: a part of one goes the regular way) its 7-argument form with the fixed
      * rule's answer, as shm_move's native call passes it (reads_peers: from ag_cma) */

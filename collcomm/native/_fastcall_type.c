@@ -151,7 +151,7 @@ WHOLE_ENTRY(reduce)
 static PyMethodDef Fast_methods[] = {
     FASTM(all_reduce, "all_reduce(send, recv, op, name) -> True | None"),
     FASTM(broadcast, "broadcast(buf, root, name) -> True | None"),
-    FASTM(all_gather, "all_gather(send, recv, name) -> True | None"),
+    FASTM(all_gather, "all_gather(send, recv, name[, sig]) -> True | None"),
     FASTM(barrier, "barrier(name) -> True | None"),
     FASTM(reduce, "reduce(send, recv or None, op, root, name) -> True | None"),
     FASTM(reduce_scatter, "reduce_scatter(send, recv, op, name) -> True | None"),

@@ -1,0 +1,96 @@
+"""mpi4py programs' everyday small calls: objects (lower case), the vector collectives, the
+``I…`` forms and persistent collectives, µs a call. The same script runs under
+collcomm.MPI and under mpi4py + Open MPI (``USE_MPI4PY=1``)::
+
+    collcomm run -n 2 --no-prefix python benchmarks/mpi_calls.py [--blocks 5 --iters 2000]
+    USE_MPI4PY=1 mpiexec --allow-run-as-root --oversubscribe -x USE_MPI4PY -n 2 \\
+        python benchmarks/mpi_calls.py
+
+Rows are timed in interleaved blocks (every rank switching at once; the order reversed
+every other block); per row rank 0 prints the median over blocks of the slowest rank's µs
+per call, and the smallest block. Buffers are float64, one element a rank (8 B).
+(BENCHMARKS.md, session 35.)
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+if os.environ.get("USE_MPI4PY"):
+    from mpi4py import MPI
+else:
+    from collcomm import MPI
+
+
+def rows(comm: Any) -> list[tuple[str, Callable[[], Any]]]:
+    n, r = comm.Get_size(), comm.Get_rank()
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    one, o1, nn, out = np.ones(1), np.zeros(1), np.ones(n), np.zeros(n)
+    cnt, dis = [1] * n, list(range(n))
+    d = {"step": 3, "loss": 0.25, "names": ["a", "b"]}
+
+    def start_wait(p: Any) -> Callable[[], None]:
+        def go() -> None:
+            p.Start()
+            p.Wait()
+        return go
+
+    return [
+        ("bcast int", lambda: comm.bcast(5, 0)),
+        ("bcast dict", lambda: comm.bcast(d, 0)),
+        ("bcast 1 KB str", lambda: comm.bcast("x" * 1000, 0)),
+        ("gather int", lambda: comm.gather(5, 0)),
+        ("scatter int", lambda: comm.scatter(list(range(n)) if r == 0 else None, 0)),
+        ("allgather int", lambda: comm.allgather(5)),
+        ("allreduce int", lambda: comm.allreduce(5)),
+        ("alltoall int", lambda: comm.alltoall(list(range(n)))),
+        ("sendrecv int", lambda: comm.sendrecv(5, nxt, 0, None, prv, 0)),
+        ("Gatherv", lambda: comm.Gatherv(one, [out, cnt, dis, MPI.DOUBLE], 0)),
+        ("Scatterv", lambda: comm.Scatterv([nn, cnt, dis, MPI.DOUBLE], o1, 0)),
+        ("Allgatherv", lambda: comm.Allgatherv(one, [out, cnt, dis, MPI.DOUBLE])),
+        ("Alltoallv", lambda: comm.Alltoallv([nn, cnt, dis, MPI.DOUBLE], [out, cnt, dis, MPI.DOUBLE])),
+        ("Igather+Wait", lambda: comm.Igather(one, out, 0).Wait()),
+        ("Iallgather+Wait", lambda: comm.Iallgather(one, out).Wait()),
+        ("Ireduce+Wait", lambda: comm.Ireduce(one, o1, MPI.SUM, 0).Wait()),
+        ("Allreduce_init Start+Wait", start_wait(comm.Allreduce_init(one, o1))),
+        ("Bcast_init Start+Wait", start_wait(comm.Bcast_init(one, 0))),
+        ("Gather_init Start+Wait", start_wait(comm.Gather_init(one, out, 0))),
+        ("Allreduce", lambda: comm.Allreduce(one, o1)),
+    ]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--blocks", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=2000)
+    args = ap.parse_args()
+    comm = MPI.COMM_WORLD
+    table = rows(comm)
+    times: dict[str, list[float]] = {name: [] for name, _ in table}
+    mine, worst = np.zeros(1), np.zeros(1)
+    for b in range(args.blocks):
+        for name, call in (table if b % 2 == 0 else table[::-1]):
+            for _ in range(max(10, args.iters // 20)):
+                call()
+            comm.Barrier()
+            t0 = time.perf_counter()
+            for _ in range(args.iters):
+                call()
+            mine[0] = (time.perf_counter() - t0) / args.iters * 1e6
+            comm.Allreduce(mine, worst, MPI.MAX)
+            times[name].append(float(worst[0]))
+    if comm.Get_rank() == 0:
+        lib = "mpi4py + Open MPI" if os.environ.get("USE_MPI4PY") else "collcomm.MPI"
+        print(f"# mpi_calls, {lib}: n={comm.Get_size()}, {args.blocks} blocks x {args.iters} calls; "
+              "µs per call, median [min] over blocks of the slowest rank")
+        for name, _ in table:
+            print(f"  {name:<26} {statistics.median(times[name]):7.2f}  [{min(times[name]):.2f}]")
+
+
+if __name__ == "__main__":
+    main()
