@@ -40,6 +40,16 @@ def _builtin(op: Any) -> Any:
     return o.builtin if o is not None else None
 
 
+def _started(entry: Any, *args: Any) -> Request | None:
+    """The Request of a call the fast call's entry ``entry`` started in two parts
+    (native/_fastcall_parts.c), or None: it declined (the regular path runs the call)."""
+    try:
+        work = entry(*args)
+    except CollcommError as exc:
+        raise translate(exc) from exc
+    return None if work is None else _request(work)
+
+
 
 class BufferCollectives(BufferCollectivesImpl):
     """The equal-block buffer collectives of a communicator (``self._grp(call)`` gives its group)."""
@@ -65,12 +75,9 @@ class BufferCollectives(BufferCollectivesImpl):
         g = self._h.g
         fast = g.fast if g is not None else None
         if fast is not None:
-            try:   # arrives at once, its wait queued (native/_fastcall_parts.c)
-                work = fast.barrier_async(call)
-            except CollcommError as exc:
-                raise translate(exc) from exc
-            if work is not None:
-                return _request(work)
+            started = _started(fast.barrier_async, call)
+            if started is not None:
+                return started
         return _request(self._barrier(True, call))
 
     def Bcast(self, buf: Any, root: int = 0) -> None:  # noqa: N802
@@ -92,12 +99,9 @@ class BufferCollectives(BufferCollectivesImpl):
         g = self._h.g
         fast = g.fast if g is not None else None
         if fast is not None and type(buf) is np.ndarray:
-            try:   # small: started at once in two parts (native/_fastcall_parts.c)
-                work = fast.broadcast_async(buf, root, call)
-            except CollcommError as exc:
-                raise translate(exc) from exc
-            if work is not None:
-                return _request(work)
+            started = _started(fast.broadcast_async, buf, root, call)
+            if started is not None:
+                return started
         return _request(self._bcast(buf, root, True, call))
 
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
@@ -123,12 +127,9 @@ class BufferCollectives(BufferCollectivesImpl):
         if fast is not None and type(sendbuf) is np.ndarray:
             recv = recvbuf if g.rank == root else None
             if recv is None or type(recv) is np.ndarray:
-                try:   # small: started at once in two parts (native/_fastcall_parts.c)
-                    work = fast.gather_async(sendbuf, recv, root, call)
-                except CollcommError as exc:
-                    raise translate(exc) from exc
-                if work is not None:
-                    return _request(work)
+                started = _started(fast.gather_async, sendbuf, recv, root, call)
+                if started is not None:
+                    return started
         return _request(self._gather(sendbuf, recvbuf, root, True, call))
 
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
@@ -154,12 +155,9 @@ class BufferCollectives(BufferCollectivesImpl):
         if fast is not None and type(recvbuf) is np.ndarray:
             send = sendbuf if g.rank == root else None
             if send is None or type(send) is np.ndarray:
-                try:
-                    work = fast.scatter_async(send, recvbuf, root, call)
-                except CollcommError as exc:
-                    raise translate(exc) from exc
-                if work is not None:
-                    return _request(work)
+                started = _started(fast.scatter_async, send, recvbuf, root, call)
+                if started is not None:
+                    return started
         return _request(self._scatter(sendbuf, recvbuf, root, True, call))
 
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
@@ -181,12 +179,9 @@ class BufferCollectives(BufferCollectivesImpl):
         g = self._h.g
         fast = g.fast if g is not None else None
         if fast is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
-            try:
-                work = fast.all_gather_async(sendbuf, recvbuf, call)
-            except CollcommError as exc:
-                raise translate(exc) from exc
-            if work is not None:
-                return _request(work)
+            started = _started(fast.all_gather_async, sendbuf, recvbuf, call)
+            if started is not None:
+                return started
         return _request(self._allgather(sendbuf, recvbuf, True, call))
 
     def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
@@ -231,12 +226,9 @@ class BufferCollectives(BufferCollectivesImpl):
             recv = recvbuf if g.rank == root else None
             send = recv if sendbuf is IN_PLACE else sendbuf
             if type(send) is np.ndarray and (recv is None or type(recv) is np.ndarray):
-                try:
-                    work = fast.reduce_async(send, recv, builtin, root, call)
-                except CollcommError as exc:
-                    raise translate(exc) from exc
-                if work is not None:
-                    return _request(work)
+                started = _started(fast.reduce_async, send, recv, builtin, root, call)
+                if started is not None:
+                    return started
         return _request(self._reduce(sendbuf, recvbuf, op, root, True, call))
 
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
@@ -262,12 +254,9 @@ class BufferCollectives(BufferCollectivesImpl):
         builtin = _builtin(op) if fast is not None and type(recvbuf) is np.ndarray else None
         if builtin is not None:
             send = recvbuf if sendbuf is IN_PLACE else sendbuf
-            try:   # small: started at once in two parts (native/_fastcall_parts.c)
-                work = fast.all_reduce_async(send, recvbuf, builtin, call)
-            except CollcommError as exc:
-                raise translate(exc) from exc
-            if work is not None:
-                return _request(work)
+            started = _started(fast.all_reduce_async, send, recvbuf, builtin, call)
+            if started is not None:
+                return started
         return _request(self._allreduce(sendbuf, recvbuf, op, True, call))
 
     def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
@@ -290,12 +279,9 @@ class BufferCollectives(BufferCollectivesImpl):
         fast = g.fast if g is not None else None
         builtin = _builtin(op) if fast is not None else None
         if builtin is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
-            try:
-                work = fast.reduce_scatter_async(sendbuf, recvbuf, builtin, call)
-            except CollcommError as exc:
-                raise translate(exc) from exc
-            if work is not None:
-                return _request(work)
+            started = _started(fast.reduce_scatter_async, sendbuf, recvbuf, builtin, call)
+            if started is not None:
+                return started
         return _request(self._reduce_scatter_block(sendbuf, recvbuf, op, True, call))
 
     def Reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM) -> None:  # noqa: N802
