@@ -1,9 +1,10 @@
 """Collectives on picklable Python objects: torch's ``*_object`` functions.
 
 Pickling, the wire format (protocol 5, large buffers out of band) and the bodies that move
-packed objects through a group live in :mod:`collcomm.core.pickled` (small objects in one
-or two calls of plain bytes through the fast call: :mod:`collcomm.core.pickled_small`),
-shared with ``collcomm.MPI``; this module maps torch's arguments onto them. The reductions
+packed objects through a group live in :mod:`collcomm.core.pickled` (one object a rank in
+one or two calls of plain bytes through the fast call: :mod:`collcomm.core.pickled_small`;
+``broadcast_object_list`` keeps the general way, each entry its own pickle), shared with
+``collcomm.MPI``; this module maps torch's arguments onto them. The reductions
 (``all_reduce_object``, ``reduce_object``) gather the objects, then fold them in rank order
 with Python semantics (SUM → ``a + b``, MAX → ``max``, a callable → ``f(a, b)``), so every
 rank computes the same value.
@@ -58,10 +59,9 @@ def broadcast_object_list(object_list: list[Any], src: int | None = None, group:
     if not is_member(g):
         return None
     root = _root(g, name, "src", src, group_src)
-    if g.rank == root:           # (the list as one object: the root keeps its own)
-        small.bcast(g, object_list, root, name, STANDARD, own=False)
-        return None
-    objs = small.bcast(g, None, root, name, STANDARD)
+    # (the general way: each entry its own pickle, as torch does, so entries that are one
+    # object on the source stay distinct objects on the others)
+    objs = bcast_objects(g, object_list if g.rank == root else None, root, name, copy_at_root=False)
     if g.rank != root:
         if len(objs) != len(object_list):
             raise MismatchError(

@@ -128,6 +128,12 @@ def _mixed_ways(c: Checker, MPI, comm) -> None:
     comm.Alltoallv([ints, [2] * n, MPI.INT], [got, [2] * n, MPI.INT])
     c.eq(got, np.concatenate([np.arange(2 * r, 2 * r + 2) + 100 * j for j in range(n)]).astype(np.int32),
          "Alltoallv int32 with MPI.INT")
+    # equal blocks into a Fortran-ordered receive buffer larger than they need: the fast
+    # call declines it (a flat view of it would be a copy) and the regular path fills it
+    fortran = np.full((2 * n + 1, 2), -1, dtype=np.int32, order="F")
+    comm.Allgatherv(np.full(2, r, dtype=np.int32), [fortran, [2] * n])
+    flat = fortran.ravel(order="K")
+    c.eq(flat[:2 * n], np.repeat(np.arange(n), 2).astype(np.int32), "Allgatherv into a Fortran-ordered buffer")
     # blocks over the fast call's limit (a slot): the regular path
     big = 1 << 20
     src = np.full(big * n, float(r))

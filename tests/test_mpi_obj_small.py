@@ -100,6 +100,44 @@ def _failures(c: Checker, MPI, comm) -> None:
         c.eq(comm.allgather(r), list(range(n)), f"the call after a refused {name}")
 
 
+def _pending_beside(c: Checker, MPI, comm) -> None:
+    """An object call while a non-blocking collective is still pending on some ranks (their
+    fast call paused: the regular way) but done on others (the fast call): the same call."""
+    r, n = comm.rank, comm.size
+    for name, call, want in (("alltoall", lambda: comm.alltoall([(r, i) for i in range(n)]),
+                              [(p, r) for p in range(n)]),
+                             ("allgather", lambda: comm.allgather(r), list(range(n))),
+                             ("bcast", lambda: comm.bcast("x" * 500 if r == 0 else None, 0), "x" * 500),
+                             ("scatter", lambda: comm.scatter(list(range(n)) if r == 0 else None, 0), r)):
+        q = comm.Ialltoall(np.ones(3 * n), np.empty(3 * n))
+        if r == 0:
+            q.Wait()
+        c.eq(call(), want, f"{name} beside a pending Ialltoall on ranks > 0")
+        if r != 0:
+            q.Wait()
+
+
+def _pickled_once(c: Checker, MPI, comm) -> None:
+    """A large object sent is pickled once (the native try hands its pickle on)."""
+    r, n = comm.rank, comm.size
+    if n == 1:
+        return
+    calls = []
+
+    def dumps(obj, *protocol):
+        calls.append(1)
+        return pickle.dumps(obj, *protocol)
+
+    MPI.pickle.__init__(dumps, pickle.loads)
+    try:
+        big = np.arange(20_000, dtype=np.float64)
+        got = comm.sendrecv(big, (r + 1) % n, 3, None, (r - 1) % n, 3)
+    finally:
+        MPI.pickle.__init__()
+    c.true(np.array_equal(got, big), "sendrecv of a 160 KB object")
+    c.eq(len(calls), 1, "a large object's sendrecv pickles it once")
+
+
 def _fast_taken(c: Checker, MPI, comm) -> None:
     g = comm._h.g
     comm.bcast(1, 0)
@@ -148,6 +186,8 @@ def _point_to_point(c: Checker, MPI, comm) -> None:
 def obj_small_checks(c: Checker, MPI, comm) -> None:
     _collectives(c, MPI, comm)
     _failures(c, MPI, comm)
+    _pending_beside(c, MPI, comm)
+    _pickled_once(c, MPI, comm)
     _fast_taken(c, MPI, comm)
     _point_to_point(c, MPI, comm)
     comm.barrier()

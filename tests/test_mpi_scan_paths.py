@@ -55,6 +55,18 @@ def scan_paths_checks(c: Checker, MPI, comm) -> None:
         below = float("".join(str(p % 9 + 1) for p in range(r))) if r else -7.0
         c.eq(out, np.full(count, below), f"Exscan non-commutative x{count}")
     ordered.Free()
+    # counts that differ between ranks, one on each side of the bound: refused, no hang
+    if n > 1:
+        mine = np.ones(10 if r == 0 else 1000)
+        if comm._h.g.link == "shm":
+            c.raises(lambda: comm.Scan(mine, np.empty_like(mine)), MPI.Exception,
+                     "Scan whose counts differ between ranks (both ways on one host)")
+        else:
+            try:
+                comm.Scan(mine, np.empty_like(mine))
+            except MPI.Exception:
+                pass
+        c.eq(comm.allreduce(r), n * (n - 1) // 2, "the call after a refused Scan")
     comm.Barrier()
 
 

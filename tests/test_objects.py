@@ -45,6 +45,10 @@ def all_objects() -> list[str]:
         expect(eq(got[0], obj_of(r)), f"scatter_object_list {root}")
         red = dist.reduce_object(r + 1, op="sum", dst=root)
         expect(red == (n * (n + 1) // 2 if r == root else None), f"reduce_object {root}")
+    shared = [1, 2]
+    box = [shared, shared] if r == 0 else [None, None]
+    dist.broadcast_object_list(box, src=0)
+    expect(r == 0 or box[0] is not box[1], "broadcast_object_list: each entry its own object (torch)")
     lst = [None] * n
     dist.all_gather_object(lst, obj_of(r))
     expect(eq(lst, [obj_of(p) for p in range(n)]), "all_gather_object")

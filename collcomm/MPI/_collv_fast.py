@@ -111,8 +111,8 @@ def allgatherv(fast: Any, g: Any, sendbuf: Any, recvbuf: Any) -> bool:
         if rd is not None and list(rd) != list(range(0, n * k, k)):
             return False
         if recv.size != n * k:
-            if recv.size < n * k:
-                return False
+            if recv.size < n * k or not recv.flags.c_contiguous:
+                return False         # (a view of a non-contiguous array would be a copy)
             recv = recv.reshape(-1)[:n * k]
         return _call(fast.all_gather, sendbuf, recv, "Allgatherv")
     return _call(fast.all_to_all_v, np.tile(sendbuf.reshape(-1), n), [k] * n, None, recv, rc, rd,

@@ -42,23 +42,21 @@ EAGER = 64 * 1024
 _LENGTH = struct.Struct("<q")
 
 
-def _small_message(obj: Any) -> bytes | None:
-    """A small object's whole message (its length, then its pickle), or None: too large
-    for one message, or not picklable (the regular path raises that)."""
+def _native_send(g: Any, obj: Any, dest: Any, tag: Any) -> tuple[bool, bytes | None]:
+    """(True, None): ``obj`` sent to ``dest`` in one C call; (False, its pickle or None):
+    nothing sent (no native entry, an object too large for one message, a message the C
+    call declines, or one that did not pickle: the regular path pickles it again and
+    reports that), the pickle for the regular path to send."""
+    f = p2p.native(g)
+    if f is None or type(tag) is not int or not 0 <= tag <= TAG_BITS:
+        return False, None
     try:
         data = _pickle.dumps(obj)
     except Exception:  # noqa: BLE001 - the regular path pickles again and reports it
-        return None
-    return _LENGTH.pack(len(data)) + data if len(data) <= EAGER - 8 else None
-
-
-def _native_send(g: Any, obj: Any, dest: Any, tag: Any) -> bool:
-    """``obj`` sent to ``dest`` in one C call (True), or nothing done (False)."""
-    f = p2p.native(g)
-    if f is None or type(tag) is not int or not 0 <= tag <= TAG_BITS:
-        return False
-    msg = _small_message(obj)
-    return msg is not None and bool(f.send(msg, dest, tag, 0))
+        return False, None
+    if len(data) > EAGER - 8 or not f.send(_LENGTH.pack(len(data)) + data, dest, tag, 0):
+        return False, data
+    return True, None
 
 
 def _native_recv(g: Any, source: Any, tag: Any, status: Status | None) -> tuple[bool, Any]:
@@ -183,8 +181,9 @@ class _ObjRecv:
             self._done, self.cancelled = True, True
 
 
-def _send_object(g: Any, obj: Any, dest: int, tag: int, sync: bool, call: str) -> list[Any]:
-    data = dumps(obj, call, _pickle)
+def _send_object(g: Any, obj: Any, dest: int, tag: int, sync: bool, call: str,
+                 pickled: bytes | None = None) -> list[Any]:
+    data = dumps(obj, call, _pickle) if pickled is None else np.frombuffer(pickled, dtype=np.uint8)
     flags = SYNC if sync else 0
     handles = []
     if data.size <= EAGER - 8:
@@ -213,13 +212,13 @@ class ObjectPointToPoint:
 
     _grp: Callable[..., Any]      # the communicator's group, from Comm
 
-    def _osend(self, obj: Any, dest: int, tag: int, sync: bool, call: str) -> Any:
+    def _osend(self, obj: Any, dest: int, tag: int, sync: bool, call: str, pickled: bytes | None = None) -> Any:
         g = self._grp(call)
         d, t = _dest(g, dest, call), _stag(tag, call)
         if d is None:
             return Done(None, PROC_NULL, ANY_TAG, 0)
         try:
-            return _Send(_send_object(g, obj, d, t, sync, call))
+            return _Send(_send_object(g, obj, d, t, sync, call, pickled))
         except CollcommError as exc:
             raise translate(exc) from exc
 
@@ -234,8 +233,9 @@ class ObjectPointToPoint:
             raise translate(exc) from exc
 
     def send(self, obj: Any, dest: int, tag: int = 0) -> None:
-        if not _native_send(self._grp("send"), obj, dest, tag):
-            complete(self._osend(obj, dest, tag, False, "send"))
+        sent, pickled = _native_send(self._grp("send"), obj, dest, tag)
+        if not sent:
+            complete(self._osend(obj, dest, tag, False, "send", pickled))
 
     bsend = send
 
@@ -262,11 +262,12 @@ class ObjectPointToPoint:
     def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
                  source: int = ANY_SOURCE, recvtag: int = ANY_TAG, status: Status | None = None) -> Any:
         g = self._grp("sendrecv")
-        if _native_send(g, sendobj, dest, sendtag):     # (sent: in the peer's ring already)
+        sent, pickled = _native_send(g, sendobj, dest, sendtag)
+        if sent:                                          # (in the peer's ring already)
             done, obj = _native_recv(g, source, recvtag, status)
             return obj if done else complete(self._orecv(source, recvtag, "sendrecv"), status)
         r = self._orecv(source, recvtag, "sendrecv")
-        complete(self._osend(sendobj, dest, sendtag, False, "sendrecv"))
+        complete(self._osend(sendobj, dest, sendtag, False, "sendrecv", pickled))
         return complete(r, status)
 
 

@@ -154,9 +154,8 @@ def _gather_rest(g: ProcessGroup, mine: Pickled, codes: list[int], root: int | N
 
 
 # -- the object collectives ---------------------------------------------------------------------
-def bcast(g: ProcessGroup, obj: Any, root: int, name: str, ser: Serializer, own: bool = True) -> Any:
-    """``root``'s ``obj``, unpickled on every rank (the root too, unless ``own`` is False:
-    then it gets ``obj`` itself back)."""
+def bcast(g: ProcessGroup, obj: Any, root: int, name: str, ser: Serializer) -> Any:
+    """``root``'s ``obj``, unpickled on every rank (the root too)."""
     slot = bytearray(SLOT)
     mine: Pickled = _NOTHING
     if g.rank == root:
@@ -165,14 +164,14 @@ def bcast(g: ProcessGroup, obj: Any, root: int, name: str, ser: Serializer, own:
     _bcast(g, slot, root, name)
     code = _HEAD.unpack_from(slot)[0]
     if 0 < code <= INLINE:                        # (the common case)
-        return obj if not own and g.rank == root else ser.loads(memoryview(slot)[HEADER:HEADER + code], ())
+        return ser.loads(memoryview(slot)[HEADER:HEADER + code], ())
     _raise_failed(g, name, [code], [root], [mine])
     if code == BIG:
         packed = pickled.pack_one(mine[0], mine[1]) if g.rank == root else None
-        return pickled.bcast_objects(g, [obj] if g.rank == root else None, root, name, own, ser, packed)[0]
+        return pickled.bcast_objects(g, [obj] if g.rank == root else None, root, name, True, ser, packed)[0]
     rest = bytearray(mine[0]) if g.rank == root else bytearray(code)
     _bcast(g, rest, root, name)
-    return obj if not own and g.rank == root else ser.loads(memoryview(rest), ())
+    return ser.loads(memoryview(rest), ())
 
 
 def allgather(g: ProcessGroup, obj: Any, name: str, ser: Serializer) -> list[Any]:
@@ -245,9 +244,9 @@ def alltoall(g: ProcessGroup, objs: Sequence[Any], name: str, ser: Serializer) -
     one, in rank order: the sizes all-gathered, then the pickles in one all_to_all."""
     n, me = g.size, g.rank
     mine = [_pickle(o, ser) for o in objs]
-    table = np.empty(n * n, dtype=np.int64)          # row i: rank i's sizes
-    _all_gather(g, np.array([p[2] for p in mine], dtype=np.int64), table, name)
-    sizes = table.tolist()
+    table = bytearray(8 * n * n)                     # row i: rank i's sizes (int64)
+    _all_gather(g, bytearray(np.array([p[2] for p in mine], dtype=np.int64).tobytes()), table, name)
+    sizes = memoryview(table).cast("q").tolist()
     _raise_failed(g, name, sizes, [i // n for i in range(n * n)], mine)
     if BIG in sizes:
         return pickled.all_to_all_objects(g, objs, name, ser, [pickled.pack_one(p[0], p[1]) for p in mine])

@@ -61,11 +61,17 @@ def _prefix(g: ProcessGroup, send: np.ndarray, recv: np.ndarray, op: Any, exclus
                 after()
             return None
     gather = g.plan.algorithm("all_gather", send.nbytes * g.size) if gathered else None
+    # a larger scan on one host first signs in with a barrier of the arena (its signature
+    # checked): a rank whose count put it on the gathered way (a mismatch) meets the others
+    # there, and every rank raises the mismatch instead of waiting for the others
+    sign_in = g.plan.algorithm("barrier", 0) if g.can_share_memory and not gathered else None
 
     def body(comm: GroupComm) -> None:
         if gather is not None:
             scan_algorithm.scan_gathered(comm, send, recv, fn, exclusive, gather)
         else:
+            if sign_in is not None:
+                sign_in(comm)
             scan_algorithm.scan(comm, send, recv, fn, exclusive)
         if after is not None:
             after()
