@@ -89,6 +89,7 @@ def _native_recv(g: Any, source: Any, tag: Any, status: Status | None) -> tuple[
         reap_orphans()
     return True, loads(data, _pickle)
 
+
 _claims: list["_ObjRecv"] = []
 _claims_lock = threading.Lock()
 

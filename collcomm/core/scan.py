@@ -8,7 +8,8 @@ combiner through the group's call plan, sign the call, run it in program order t
 
 The op keeps rank order (:mod:`collcomm.algorithms.scan`: recursive doubling, or for
 messages up to GATHERED_MAX bytes on one host an all_gather and a fold), so a
-non-commutative user function gives MPI's result. AVG is refused: a running mean is not what MPI_Scan computes.
+non-commutative user function gives MPI's result. AVG is refused: a running mean is not
+what MPI_Scan computes.
 """
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def _prefix(g: ProcessGroup, send: np.ndarray, recv: np.ndarray, op: Any, exclus
     sig = signature.make("exscan" if exclusive else "scan", dtype, send.size, None, op_name)
 
     # small messages on one host: all-gathered and folded (one sync); the choice depends
-    # only on what every rank shares (the group, the size the signature checks)
+    # on the group and the size (sizes that differ between ranks: see sign_in below)
     gathered = g.can_share_memory and send.nbytes <= GATHERED_MAX
     fast = g.fast if gathered and not async_op else None
     if fast is not None:      # the all_gather in one C call, signed as this call
