@@ -16,8 +16,9 @@ context derives from the parent's (every rank makes the same one, in the order o
 and it moves on while the caller waits for another request: one thread per parent group
 watches all its requests' queues and hands a call left waiting to that request's runner
 thread (:mod:`collcomm.core.async_watch`; no thread polls per request). Its
-shared-memory arena (built at the first ``Start``) has slots the size of the request's
-largest buffer, at most :data:`SLOT_MAX` (not ``COLLCOMM_SHM_SLOT``'s 4 MiB), so a request
+shared-memory arena (built at the first ``Start``) has slots the size of the largest
+buffer rank 0 passed (rank 0 makes the arena: a rooted request whose root is another rank
+may get smaller slots than the root's buffer), at most :data:`SLOT_MAX` (not ``COLLCOMM_SHM_SLOT``'s 4 MiB), so a request
 costs /dev/shm twice that (plus a page) per rank: 8 MiB at most for 16 ranks. Larger
 calls take more steps through it (at 2 ranks, 256 KiB slots measured as fast as 4 MiB ones
 from 256 KiB to 16 MiB: those calls mostly read peers' memory directly). ``Free()``
