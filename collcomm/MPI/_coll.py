@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import CollcommError
 from . import _coll_packed as _packed
 from ._coll_impl import BufferCollectivesImpl, _request
-from ._coll_impl import _not_root_in_place, _run  # noqa: F401 - read by _collv
+from ._coll_impl import _not_root_in_place, _run  # (_not_root_in_place: read by _collv)
 from ._errors import translate
 from ._msg import IN_PLACE
 from ._ops import SUM, Op
@@ -43,10 +43,7 @@ def _builtin(op: Any) -> Any:
 def _started(entry: Any, *args: Any) -> Request | None:
     """The Request of a call the fast call's entry ``entry`` started in two parts
     (native/_fastcall_parts.c), or None: it declined (the regular path runs the call)."""
-    try:
-        work = entry(*args)
-    except CollcommError as exc:
-        raise translate(exc) from exc
+    work = _run(entry, *args)
     return None if work is None else _request(work)
 
 

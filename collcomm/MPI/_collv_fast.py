@@ -17,8 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CollcommError
-from ._errors import translate
+from ._coll_impl import _run
 from ._types import Datatype
 
 
@@ -54,11 +53,9 @@ def _seq(x: Any) -> bool:
     return type(x) is list or type(x) is tuple
 
 
-def _call(fn: Any, *args: Any) -> bool:
-    try:
-        return fn(*args) is not None
-    except CollcommError as exc:
-        raise translate(exc) from exc
+def _call(entry: Any, *args: Any) -> bool:
+    """Whether the fast call's ``entry`` did the call (None: it declined)."""
+    return _run(entry, *args) is not None
 
 
 def gatherv(fast: Any, g: Any, sendbuf: Any, recvbuf: Any, root: int) -> bool:

@@ -67,13 +67,10 @@ def scan(comm: Comm, send: np.ndarray, recv: np.ndarray, fn: ReduceFn, exclusive
         mask <<= 1
 
 
-def scan_gathered(comm: Comm, send: np.ndarray, recv: np.ndarray, fn: ReduceFn, exclusive: bool = False,
-                  all_gather: Callable[[Comm, np.ndarray, np.ndarray], None] | None = None) -> None:
+def scan_gathered(comm: Comm, send: np.ndarray, recv: np.ndarray, fn: ReduceFn, exclusive: bool,
+                  all_gather: Callable[[Comm, np.ndarray, np.ndarray], None]) -> None:
     """What :func:`scan` computes, by an all_gather and a fold in rank order (see the module
-    docstring); the same arguments, and the all_gather family to use (None: the auto rule's)."""
-    if all_gather is None:
-        from . import all_gather
-
+    docstring); the same arguments, and the all_gather family to use."""
     parts = np.empty(comm.size * send.size, dtype=send.dtype)   # (not scratch: the family may use it)
     all_gather(comm, send, parts)
     fold(parts, recv, fn, comm.rank, exclusive)
