@@ -22,8 +22,7 @@ from .errors import InvalidArgumentError, MismatchError
 from .core.group import ProcessGroup
 from .core import pickled_small as small
 from .core.pickled import (  # noqa: F401 - alloc, pack, unpack, Packed re-exported for callers
-    OUT_OF_BAND_MIN, STANDARD, Packed, all_gather_objects, alloc, bcast_objects, gather_objects, pack,
-    recv_packed, scatter_objects, send_packed, unpack,
+    OUT_OF_BAND_MIN, STANDARD, Packed, alloc, bcast_objects, pack, recv_packed, send_packed, unpack,
 )
 from .ops import ReduceOp
 
