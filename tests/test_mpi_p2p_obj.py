@@ -1,7 +1,8 @@
 """collcomm.MPI point to point with objects, in the style of mpi4py's test_p2p_obj:
 send/recv, isend/irecv, ssend/issend, sendrecv, probe/iprobe, mprobe/improbe + Message,
 ANY_SOURCE/ANY_TAG statuses, PROC_NULL, objects small and large (over 64 KiB pickled:
-two messages), receives matched in posting order even when waited out of order, the
+two messages, each body found by its id: a message held by mprobe keeps its own), receives
+matched in posting order even when waited out of order, the
 lower-case Request methods; sizes 1–5 on a ring.
 """
 from __future__ import annotations
@@ -67,6 +68,14 @@ def p2p_obj(c: Checker, MPI, comm) -> None:
     msg = comm.mprobe(prv, 9, st)
     c.true(not comm.iprobe(prv, 9), "mprobed message is taken")
     c.true(same(payload(prv, True), msg.recv()), "mprobe + Message.recv (large)")
+    # a large message held by mprobe keeps its own body, whatever is received from that
+    # sender and tag before it (three pickles of one size: a swap would go unnoticed)
+    sent = [comm.isend(payload(r, True) | {"n": k}, nxt, 11) for k in (1, 2, 3)]
+    msg = comm.mprobe(prv, 11)
+    two = comm.recv(source=prv, tag=11)
+    three = comm.irecv(source=prv, tag=11).wait()
+    c.eq([o["n"] for o in (msg.recv(), two, three)], [1, 2, 3], "mprobe'd large message keeps its body")
+    MPI.Request.waitall(sent)
     comm.isend("tiny", nxt, 10)
     comm.barrier()
     m = comm.improbe(prv, 10)

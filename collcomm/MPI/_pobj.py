@@ -2,13 +2,14 @@
 ``Message`` (what ``Mprobe``/``mprobe`` take).
 
 Objects are pickled by ``MPI.pickle`` (_pickle.py; in band). An object of up to 64 KiB travels as one
-message: an 8-byte length, then the pickle. A larger one sends the length alone, then the
-pickle as a *body* message (tag bit 33). A receive posts a 64 KiB buffer for the first
-message (so an ``irecv`` is matched in posting order, as in MPI) and, for a large object,
-a receive for the body once the first part has arrived. Bodies from one sender with one
-tag arrive in order, so they are asked for in the order their first parts were matched
-(:func:`_post_bodies`); a message taken by ``mprobe`` joins that order when it is taken.
-A probe of an object message reports its first part (8 bytes more than the pickle).
+message: an 8-byte length, then the pickle. A larger one sends a 16-byte first part (the
+length and a *body id*, a number this process gives each large object it sends), then the
+pickle as a *body* message tagged ``BODY | body id`` (tag bit 33; no user receive matches
+it). A receive posts a 64 KiB buffer for the first message (so an ``irecv`` is matched in
+posting order, as in MPI) and, for a large object, a receive for exactly that body once
+the first part has arrived: whatever order first parts are taken in (a message held by
+``mprobe`` and received later included), each gets its own body. A probe of an object
+message reports its first part (8 bytes more than the pickle; 16 bytes for a large one).
 
 The blocking ``send``, ``recv`` and ``sendrecv`` first try the group's native
 point-to-point entry (:func:`collcomm.core.p2p.native`, as ``Send``/``Recv`` do): a small
@@ -18,6 +19,7 @@ declines goes the regular way, before anything moved.
 """
 from __future__ import annotations
 
+import itertools
 import struct
 import threading
 from typing import Any, Callable
@@ -40,6 +42,16 @@ from ._request import ORPHANS, Done, Request, Status, reap_orphans
 
 EAGER = 64 * 1024
 _LENGTH = struct.Struct("<q")
+_body_ids = itertools.count(1)
+
+
+def _body(first: np.ndarray, nbytes: int) -> tuple[int, int | None]:
+    """(pickle length, body id) of a received first part; the id is None for a small object
+    (its pickle follows the length in the same message: ``nbytes == 8 + length``)."""
+    size = int(first[:8].view(np.int64)[0])
+    if nbytes == 8 + size:
+        return size, None
+    return size, int(first[8:16].view(np.int64)[0])
 
 
 def _native_send(g: Any, obj: Any, dest: Any, tag: Any) -> tuple[bool, bytes | None]:
@@ -61,10 +73,10 @@ def _native_send(g: Any, obj: Any, dest: Any, tag: Any) -> tuple[bool, bytes | N
 
 def _native_recv(g: Any, source: Any, tag: Any, status: Status | None) -> tuple[bool, Any]:
     """(True, the object) received from ``source`` natively, or (False, None) having
-    received nothing: any source, another receive's body still to ask for (claims), no
-    native entry, or a message the C call leaves (the regular path then takes it)."""
+    received nothing: any source, no native entry, or a message the C call leaves (the
+    regular path then takes it)."""
     f = p2p.native(g)
-    if f is None or type(source) is not int or not 0 <= source < g.size or source == g.rank or _claims:
+    if f is None or type(source) is not int or not 0 <= source < g.size or source == g.rank:
         return False, None
     tm = _native_tag(tag)
     if tm is None:
@@ -75,10 +87,10 @@ def _native_recv(g: Any, source: Any, tag: Any, status: Status | None) -> tuple[
         if n is None:
             return False, None
         got = f.last_tag & TAG_BITS
-        size = _LENGTH.unpack_from(buf)[0]
-        if n == 8:           # a large object: its body follows (bodies of one tag in order)
+        size, body = _body(buf, n)
+        if body is not None:            # a large object: its body follows
             data = np.empty(size, dtype=np.uint8)
-            p2p.irecv(g, data, source, BODY | got, p2p.MAX_USER_TAG, "recv").wait()
+            p2p.irecv(g, data, source, BODY | body, p2p.MAX_USER_TAG, "recv").wait()
         else:
             data = buf[8:8 + size]
     except CollcommError as exc:
@@ -90,21 +102,18 @@ def _native_recv(g: Any, source: Any, tag: Any, status: Status | None) -> tuple[
     return True, loads(data, _pickle)
 
 
-_claims: list["_ObjRecv"] = []
-_claims_lock = threading.Lock()
+_pending: set["_ObjRecv"] = set()        # object receives whose body is not asked for yet
+_pending_lock = threading.Lock()
 
 
-def _post_bodies(upto: "_ObjRecv | None") -> None:
-    """Ask for the body of every claimed first part that has arrived, in claim order, up to
-    ``upto``: bodies of one (source, tag) arrive in order, so they must be asked for in the
-    order their first parts were matched."""
-    with _claims_lock:
-        for c in list(_claims):
-            if c.first_arrived():
-                c.post_body()
-                _claims.remove(c)
-            if c is upto:
-                break
+def _post_bodies() -> None:
+    """Ask for the body of every pending object receive whose first part has arrived (so a
+    sender's large body moves while its receiver waits for something else)."""
+    with _pending_lock:
+        arrived = [c for c in _pending if c.first_arrived()]
+        _pending.difference_update(arrived)
+        for c in arrived:
+            c.post_body()
 
 
 class _ObjRecv:
@@ -119,8 +128,8 @@ class _ObjRecv:
         self._done = False
         self.value: Any = None
         self.source, self.tag, self.nbytes, self.cancelled = ANY_SOURCE, ANY_TAG, 0, False
-        with _claims_lock:
-            _claims.append(self)
+        with _pending_lock:
+            _pending.add(self)
 
     def first_arrived(self) -> bool:
         if self._st is not None or self._exc is not None:
@@ -137,10 +146,10 @@ class _ObjRecv:
         if self._exc is not None or self._body is not None or self._data is not None:
             return
         src, tag = p2p.source_tag(self._g, self._st)
-        size = int(self._buf[:8].view(np.int64)[0])
-        if self._st.nbytes == 8:
+        size, body = _body(self._buf, self._st.nbytes)
+        if body is not None:
             self._data = np.empty(size, dtype=np.uint8)
-            self._body = p2p.irecv(self._g, self._data, src, BODY | (tag & TAG_BITS), p2p.MAX_USER_TAG, "recv")
+            self._body = p2p.irecv(self._g, self._data, src, BODY | body, p2p.MAX_USER_TAG, "recv")
         else:
             self._data = self._buf[8:8 + size]
         self.source, self.tag, self.nbytes = src, tag & TAG_BITS, size
@@ -156,7 +165,7 @@ class _ObjRecv:
                     self._st = self._first.wait()
                 except BaseException as exc:  # noqa: BLE001
                     self._exc = exc
-        _post_bodies(self)
+        _post_bodies()       # (this one's included: its first part has arrived)
         if self._exc is not None:
             raise self._exc
         if self._body is not None:
@@ -176,9 +185,8 @@ class _ObjRecv:
 
     def cancel(self) -> None:
         if not self._done and self._st is None and self._exc is None and p2p.cancel(self._g, self._first):
-            with _claims_lock:
-                if self in _claims:
-                    _claims.remove(self)
+            with _pending_lock:
+                _pending.discard(self)
             self._done, self.cancelled = True, True
 
 
@@ -193,8 +201,9 @@ def _send_object(g: Any, obj: Any, dest: int, tag: int, sync: bool, call: str,
         msg[8:] = data
         handles.append(p2p.isend(g, msg, dest, flags | tag, call))
     else:
-        handles.append(p2p.isend(g, np.array([data.size], dtype=np.int64), dest, flags | tag, call))
-        handles.append(p2p.isend(g, data, dest, BODY | tag, call))
+        body = next(_body_ids) & TAG_BITS
+        handles.append(p2p.isend(g, np.array([data.size, body], dtype=np.int64), dest, flags | tag, call))
+        handles.append(p2p.isend(g, data, dest, BODY | body, call))
     if sync:
         handles.append(p2p.irecv(g, _EMPTY, dest, ACK | tag, p2p.MAX_USER_TAG, call))
     return handles
@@ -335,7 +344,7 @@ class Message:
             op = _ObjRecv(g, p2p.mrecv(g, m, buf), buf)
         except CollcommError as exc:
             raise translate(exc) from exc
-        _post_bodies(op)     # the body of a taken message is asked for now, in claim order
+        _post_bodies()       # (its body, if it has one, is asked for now)
         return _request(op)
 
     def recv(self, status: Status | None = None) -> Any:
