@@ -32,6 +32,7 @@ def rows(comm: Any) -> list[tuple[str, Callable[[], Any]]]:
     nxt, prv = (r + 1) % n, (r - 1) % n
     one, o1, nn, out = np.ones(1), np.zeros(1), np.ones(n), np.zeros(n)
     cnt, dis = [1] * n, list(range(n))
+    bdis, dts = [8 * i for i in range(n)], [MPI.DOUBLE] * n
     d = {"step": 3, "loss": 0.25, "names": ["a", "b"]}
 
     def start_wait(p: Any) -> Callable[[], None]:
@@ -57,9 +58,16 @@ def rows(comm: Any) -> list[tuple[str, Callable[[], Any]]]:
         ("Igather+Wait", lambda: comm.Igather(one, out, 0).Wait()),
         ("Iallgather+Wait", lambda: comm.Iallgather(one, out).Wait()),
         ("Ireduce+Wait", lambda: comm.Ireduce(one, o1, MPI.SUM, 0).Wait()),
+        ("Ialltoall+Wait", lambda: comm.Ialltoall(nn, out).Wait()),
+        ("Igatherv+Wait", lambda: comm.Igatherv(one, [out, cnt, dis, MPI.DOUBLE], 0).Wait()),
+        ("Ialltoallv+Wait", lambda: comm.Ialltoallv([nn, cnt, dis, MPI.DOUBLE], [out, cnt, dis, MPI.DOUBLE]).Wait()),
+        ("Alltoallw", lambda: comm.Alltoallw([nn, cnt, bdis, dts], [out, cnt, bdis, dts])),
+        ("Reduce_scatter counts", lambda: comm.Reduce_scatter(nn, o1, cnt, MPI.SUM)),
         ("Allreduce_init Start+Wait", start_wait(comm.Allreduce_init(one, o1))),
         ("Bcast_init Start+Wait", start_wait(comm.Bcast_init(one, 0))),
         ("Gather_init Start+Wait", start_wait(comm.Gather_init(one, out, 0))),
+        ("Alltoallv_init Start+Wait", start_wait(comm.Alltoallv_init([nn, cnt, dis, MPI.DOUBLE],
+                                                                     [out, cnt, dis, MPI.DOUBLE]))),
         ("Allreduce", lambda: comm.Allreduce(one, o1)),
     ]
 

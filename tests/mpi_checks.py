@@ -122,6 +122,7 @@ SECTIONS = {
     "neighbor": "tests.test_mpi_neighbor:neighbor_checks",
     "persistent_order": "tests.test_mpi_persistent_order:persistent_order_checks",
     "collv_fast": "tests.test_mpi_collv_fast:collv_fast_checks",
+    "collv_parts": "tests.test_mpi_collv_parts:collv_parts_checks",
     "obj_small": "tests.test_mpi_obj_small:obj_small_checks",
     "scan_paths": "tests.test_mpi_scan_paths:scan_paths_checks",
 }

@@ -11,8 +11,9 @@ unequal ``recvcounts``, non-commutative user ops) is in :mod:`._coll_impl`, whos
 ``Allreduce`` and ``Reduce_scatter_block`` on numpy arrays (and built-in ops) first offer
 the call to the group's fast call (:mod:`collcomm.core.fastpath`): one C call that either
 does all of it or nothing, in which case the method goes on as :mod:`._coll_impl` says;
-so do their ``I…`` forms but ``Ialltoall`` (and the persistent forms, which start as their
-``I…`` form: :mod:`._coll_persistent`), through the fast call's entries in two parts.
+so do their ``I…`` forms (and the persistent forms, which start as their ``I…`` form:
+:mod:`._coll_persistent`), through the fast call's entries in two parts; so does
+``Reduce_scatter`` (and ``Ireduce_scatter``) with equal ``recvcounts``.
 With a derived datatype with gaps the blocking forms pack and call themselves on the
 arrays (:mod:`._coll_packed`).
 """
@@ -194,7 +195,16 @@ class BufferCollectives(BufferCollectivesImpl):
             self._alltoall(sendbuf, recvbuf, False, "Alltoall")
 
     def Ialltoall(self, sendbuf: Any, recvbuf: Any) -> Request:  # noqa: N802
-        return _request(self._alltoall(sendbuf, recvbuf, True, "Ialltoall"))
+        return self._ialltoall(sendbuf, recvbuf, "Ialltoall")
+
+    def _ialltoall(self, sendbuf: Any, recvbuf: Any, call: str) -> Request:
+        g = self._h.g
+        fast = g.fast if g is not None else None
+        if fast is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
+            started = _started(fast.all_to_all_async, sendbuf, recvbuf, call)
+            if started is not None:
+                return started
+        return _request(self._alltoall(sendbuf, recvbuf, True, call))
 
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0) -> None:  # noqa: N802
         g = self._h.g
@@ -282,7 +292,35 @@ class BufferCollectives(BufferCollectivesImpl):
         return _request(self._reduce_scatter_block(sendbuf, recvbuf, op, True, call))
 
     def Reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM) -> None:  # noqa: N802
-        self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, False, "Reduce_scatter")
+        if self._equal_counts(sendbuf, recvbuf, recvcounts, op, False, "Reduce_scatter") is None:
+            self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, False, "Reduce_scatter")
 
     def Ireduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM) -> Request:  # noqa: N802
-        return _request(self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, True, "Ireduce_scatter"))
+        return self._ireduce_scatter(sendbuf, recvbuf, recvcounts, op, "Ireduce_scatter")
+
+    def _ireduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any, op: Any, call: str) -> Request:
+        work = self._equal_counts(sendbuf, recvbuf, recvcounts, op, True, call)
+        return _request(self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, True, call) if work is None
+                        else work)
+
+    def _equal_counts(self, sendbuf: Any, recvbuf: Any, recvcounts: Any, op: Any, aop: bool,
+                      call: str) -> Any:
+        """Reduce_scatter with n equal ``recvcounts`` (ints, in a list or tuple) of numpy
+        arrays and a built-in op through the fast call, as the regular path puts it (a
+        reduce_scatter of the first n x count elements into the first count of recvbuf):
+        True (done) or, with ``aop``, the started call's Work; None having done nothing."""
+        g = self._h.g
+        fast = g.fast if g is not None else None
+        builtin = _builtin(op) if fast is not None else None
+        kind = type(recvcounts)
+        if builtin is None or (kind is not list and kind is not tuple) or len(recvcounts) != g.size \
+                or type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray:
+            return None
+        c = recvcounts[0] if recvcounts else 0
+        if type(c) is not int or recvcounts.count(c) != g.size or sendbuf.size != c * g.size \
+                or recvbuf.size < c or not recvbuf.flags.c_contiguous:
+            return None
+        recv = recvbuf if recvbuf.size == c else recvbuf.reshape(-1)[:c]
+        if aop:
+            return _run(fast.reduce_scatter_async, sendbuf, recv, builtin, call)
+        return _run(fast.reduce_scatter, sendbuf, recv, builtin, call)

@@ -33,7 +33,6 @@ from ._coll import BufferCollectives
 from ._msg import IN_PLACE, pinned
 from ._ops import SUM, pinned_op
 from ._prequest import persistent
-from ._request import WorkOp
 
 
 #: the largest slot of a persistent collective's arena (bytes)
@@ -100,7 +99,7 @@ class PersistentCollectives(BufferCollectives):
     def Alltoall_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Alltoall_init", sendbuf, recvbuf)
-        return persistent(lambda: WorkOp(c._alltoall(sendbuf, recvbuf, True, "Alltoall_init")), c)
+        return persistent(lambda: c._ialltoall(sendbuf, recvbuf, "Alltoall_init")._op, c)
 
     def Reduce_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
@@ -125,5 +124,5 @@ class PersistentCollectives(BufferCollectives):
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         op = pinned_op(op)
         c = private_comm(self, "Reduce_scatter_init", sendbuf, recvbuf)
-        return persistent(lambda: WorkOp(c._reduce_scatter(sendbuf, recvbuf, recvcounts, op, True,
-                                                           "Reduce_scatter_init")), c)
+        return persistent(lambda: c._ireduce_scatter(sendbuf, recvbuf, recvcounts, op,
+                                                     "Reduce_scatter_init")._op, c)

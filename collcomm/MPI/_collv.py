@@ -6,9 +6,9 @@ per-rank counts (the core's v-variant): Gatherv sends one block to the root only
 Scatterv receives one block from the root only, Allgatherv sends the same block to every
 rank. The core packs blocks back to back; when the displacements say otherwise the
 blocks are packed into (or unpacked from, after the call) a temporary, so any ``displs``
-work. The blocking ``Gatherv``, ``Scatterv``, ``Allgatherv`` and ``Alltoallv`` of numpy
-arrays first offer the same call to the group's fast call (:mod:`._collv_fast`). ``Alltoallw`` moves bytes: its displacements are in bytes and each rank's block may
-have its own datatype.
+work. ``Alltoallw`` moves bytes: its displacements are in bytes and each rank's block may
+have its own datatype. All five, blocking, ``I…`` and ``…_init``, on numpy arrays first
+offer the same call to the group's fast call (:mod:`._collv_fast`).
 
 ``Scan``/``Exscan`` call :mod:`collcomm.core.scan` (recursive doubling in rank order, so
 a non-commutative user op is fine). Exscan leaves rank 0's ``recvbuf`` as it was.
@@ -169,76 +169,100 @@ class VectorCollectives:
         recv, after = _unpacker(rbytes, 1, rcounts, rdispls)
         return _a2a(g, send, scounts, recv, rcounts, async_op=aop, name=call, after=finisher(st, after))
 
-    def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
+    def _fast_call(self) -> tuple[Any, Any]:
+        """(the group's fast call or None, the group)."""
         g = self._h.g
-        fast = g.fast if g is not None else None
-        if fast is not None and _fast.gatherv(fast, g, sendbuf, recvbuf, root):
-            return
-        self._gatherv(sendbuf, recvbuf, root, False, "Gatherv")
+        return (g.fast, g) if g is not None and g.fast is not None else (None, g)
+
+    def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
+        fast, g = self._fast_call()
+        if fast is None or _fast.gatherv(fast, g, sendbuf, recvbuf, root, "Gatherv") is None:
+            self._gatherv(sendbuf, recvbuf, root, False, "Gatherv")
 
     def Igatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:  # noqa: N802
-        return _request(self._gatherv(sendbuf, recvbuf, root, True, "Igatherv"))
+        return self._igatherv(sendbuf, recvbuf, root, "Igatherv")
+
+    def _igatherv(self, sendbuf: Any, recvbuf: Any, root: int, call: str) -> Request:
+        fast, g = self._fast_call()
+        work = None if fast is None else _fast.gatherv(fast, g, sendbuf, recvbuf, root, call, True)
+        return _request(self._gatherv(sendbuf, recvbuf, root, True, call) if work is None else work)
 
     def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
-        g = self._h.g
-        fast = g.fast if g is not None else None
-        if fast is not None and _fast.scatterv(fast, g, sendbuf, recvbuf, root):
-            return
-        self._scatterv(sendbuf, recvbuf, root, False, "Scatterv")
+        fast, g = self._fast_call()
+        if fast is None or _fast.scatterv(fast, g, sendbuf, recvbuf, root, "Scatterv") is None:
+            self._scatterv(sendbuf, recvbuf, root, False, "Scatterv")
 
     def Iscatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:  # noqa: N802
-        return _request(self._scatterv(sendbuf, recvbuf, root, True, "Iscatterv"))
+        return self._iscatterv(sendbuf, recvbuf, root, "Iscatterv")
+
+    def _iscatterv(self, sendbuf: Any, recvbuf: Any, root: int, call: str) -> Request:
+        fast, g = self._fast_call()
+        work = None if fast is None else _fast.scatterv(fast, g, sendbuf, recvbuf, root, call, True)
+        return _request(self._scatterv(sendbuf, recvbuf, root, True, call) if work is None else work)
 
     def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
-        g = self._h.g
-        fast = g.fast if g is not None else None
-        if fast is not None and _fast.allgatherv(fast, g, sendbuf, recvbuf):
-            return
-        self._allgatherv(sendbuf, recvbuf, False, "Allgatherv")
+        fast, g = self._fast_call()
+        if fast is None or _fast.allgatherv(fast, g, sendbuf, recvbuf, "Allgatherv") is None:
+            self._allgatherv(sendbuf, recvbuf, False, "Allgatherv")
 
     def Iallgatherv(self, sendbuf: Any, recvbuf: Any) -> Request:  # noqa: N802
-        return _request(self._allgatherv(sendbuf, recvbuf, True, "Iallgatherv"))
+        return self._iallgatherv(sendbuf, recvbuf, "Iallgatherv")
+
+    def _iallgatherv(self, sendbuf: Any, recvbuf: Any, call: str) -> Request:
+        fast, g = self._fast_call()
+        work = None if fast is None else _fast.allgatherv(fast, g, sendbuf, recvbuf, call, True)
+        return _request(self._allgatherv(sendbuf, recvbuf, True, call) if work is None else work)
 
     def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
-        g = self._h.g
-        fast = g.fast if g is not None else None
-        if fast is not None and _fast.alltoallv(fast, sendbuf, recvbuf):
-            return
-        self._alltoallv(sendbuf, recvbuf, False, "Alltoallv")
+        fast, _ = self._fast_call()
+        if fast is None or _fast.alltoallv(fast, sendbuf, recvbuf, "Alltoallv") is None:
+            self._alltoallv(sendbuf, recvbuf, False, "Alltoallv")
 
     def Ialltoallv(self, sendbuf: Any, recvbuf: Any) -> Request:  # noqa: N802
-        return _request(self._alltoallv(sendbuf, recvbuf, True, "Ialltoallv"))
+        return self._ialltoallv(sendbuf, recvbuf, "Ialltoallv")
+
+    def _ialltoallv(self, sendbuf: Any, recvbuf: Any, call: str) -> Request:
+        fast, _ = self._fast_call()
+        work = None if fast is None else _fast.alltoallv(fast, sendbuf, recvbuf, call, True)
+        return _request(self._alltoallv(sendbuf, recvbuf, True, call) if work is None else work)
 
     def Alltoallw(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
-        self._alltoallw(sendbuf, recvbuf, False, "Alltoallw")
+        fast, g = self._fast_call()
+        if fast is None or _fast.alltoallw(fast, g, sendbuf, recvbuf, "Alltoallw") is None:
+            self._alltoallw(sendbuf, recvbuf, False, "Alltoallw")
 
     def Ialltoallw(self, sendbuf: Any, recvbuf: Any) -> Request:  # noqa: N802
-        return _request(self._alltoallw(sendbuf, recvbuf, True, "Ialltoallw"))
+        return self._ialltoallw(sendbuf, recvbuf, "Ialltoallw")
+
+    def _ialltoallw(self, sendbuf: Any, recvbuf: Any, call: str) -> Request:
+        fast, g = self._fast_call()
+        work = None if fast is None else _fast.alltoallw(fast, g, sendbuf, recvbuf, call, True)
+        return _request(self._alltoallw(sendbuf, recvbuf, True, call) if work is None else work)
 
     def Gatherv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Gatherv_init", sendbuf, recvbuf)
-        return persistent(lambda: WorkOp(c._gatherv(sendbuf, recvbuf, root, True, "Gatherv_init")), c)
+        return persistent(lambda: c._igatherv(sendbuf, recvbuf, root, "Gatherv_init")._op, c)
 
     def Scatterv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Scatterv_init", sendbuf, recvbuf)
-        return persistent(lambda: WorkOp(c._scatterv(sendbuf, recvbuf, root, True, "Scatterv_init")), c)
+        return persistent(lambda: c._iscatterv(sendbuf, recvbuf, root, "Scatterv_init")._op, c)
 
     def Allgatherv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Allgatherv_init", sendbuf, recvbuf)
-        return persistent(lambda: WorkOp(c._allgatherv(sendbuf, recvbuf, True, "Allgatherv_init")), c)
+        return persistent(lambda: c._iallgatherv(sendbuf, recvbuf, "Allgatherv_init")._op, c)
 
     def Alltoallv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Alltoallv_init", sendbuf, recvbuf)
-        return persistent(lambda: WorkOp(c._alltoallv(sendbuf, recvbuf, True, "Alltoallv_init")), c)
+        return persistent(lambda: c._ialltoallv(sendbuf, recvbuf, "Alltoallv_init")._op, c)
 
     def Alltoallw_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Alltoallw_init", sendbuf, recvbuf)
-        return persistent(lambda: WorkOp(c._alltoallw(sendbuf, recvbuf, True, "Alltoallw_init")), c)
+        return persistent(lambda: c._ialltoallw(sendbuf, recvbuf, "Alltoallw_init")._op, c)
 
 
 def _wspec(spec: Any, n: int, call: str, role: str, staged: Staged | None

@@ -1,14 +1,18 @@
-"""The blocking vector collectives through the group's fast call: ``Gatherv``,
-``Scatterv``, ``Allgatherv`` and ``Alltoallv`` of numpy arrays.
+"""The vector collectives through the group's fast call: ``Gatherv``, ``Scatterv``,
+``Allgatherv``, ``Alltoallv`` and ``Alltoallw`` of numpy arrays, blocking, ``I…`` and
+``…_init`` (their Start).
 
 Each is the same all_to_all with split sizes that :mod:`._collv` hands the core (or, for
 an ``Allgatherv`` of equal blocks, the same all_gather), given straight to the fast call
 (:mod:`collcomm.core.fastpath`; ``all_to_all_v`` in native/_fastcall_v.c), which does all
-of it or nothing. Taken here: C-contiguous numpy arrays whose dtype is their datatype's
-(no datatype given, or a predefined one), counts and displacements as lists or tuples of
-ints, displacements absent or back to back from the start. Anything else, and whatever
-the fast call declines, returns False before any traffic and the caller goes the regular
-way (which packs other layouts, converts, and raises the errors). The counts each rank
+of it or nothing; an ``I…`` form to its two-part entry (``all_to_all_v_async``,
+native/_fastcall_a2a_parts.c), which starts it or does nothing. ``Alltoallw`` goes as the
+bytes the regular path moves (blocks of predefined or gapless datatypes, byte
+displacements back to back). Taken here: C-contiguous numpy arrays whose dtype is their
+datatype's (no datatype given, or a predefined one), counts and displacements as lists or
+tuples of ints, displacements absent or back to back from the start. Anything else, and
+whatever the fast call declines, returns None before any traffic and the caller goes the
+regular way (which packs other layouts, converts, and raises the errors). The counts each rank
 gives are the regular path's, so ranks that go different ways still make the same call.
 """
 from __future__ import annotations
@@ -53,75 +57,122 @@ def _seq(x: Any) -> bool:
     return type(x) is list or type(x) is tuple
 
 
-def _call(entry: Any, *args: Any) -> bool:
-    """Whether the fast call's ``entry`` did the call (None: it declined)."""
-    return _run(entry, *args) is not None
+def _a2av(fast: Any, aop: bool) -> Any:
+    """The fast call's all_to_all_v entry: whole, or (``aop``) started in two parts."""
+    return fast.all_to_all_v_async if aop else fast.all_to_all_v
 
 
-def gatherv(fast: Any, g: Any, sendbuf: Any, recvbuf: Any, root: int) -> bool:
-    """Gatherv through the fast call: True if it did the call."""
+def gatherv(fast: Any, g: Any, sendbuf: Any, recvbuf: Any, root: int, call: str, aop: bool = False) -> Any:
+    """Gatherv through the fast call: True (done) or, with ``aop``, the started call's Work;
+    None if it did nothing."""
     n = g.size
     if type(sendbuf) is not np.ndarray or type(root) is not int or not 0 <= root < n:
-        return False
+        return None
     sc = [0] * n
     sc[root] = sendbuf.size
     if g.rank == root:
         q = quick_vector(recvbuf)
         if q is None or not _seq(q[1]):
-            return False
+            return None
         recv, rc, rd = q
     else:
         recv, rc, rd = sendbuf.reshape(-1)[:0], [0] * n, None
-    return _call(fast.all_to_all_v, sendbuf, sc, None, recv, rc, rd, "Gatherv")
+    return _run(_a2av(fast, aop), sendbuf, sc, None, recv, rc, rd, call)
 
 
-def scatterv(fast: Any, g: Any, sendbuf: Any, recvbuf: Any, root: int) -> bool:
-    """Scatterv through the fast call: True if it did the call."""
+def scatterv(fast: Any, g: Any, sendbuf: Any, recvbuf: Any, root: int, call: str, aop: bool = False) -> Any:
+    """Scatterv through the fast call (as :func:`gatherv`)."""
     n = g.size
     if type(recvbuf) is not np.ndarray or type(root) is not int or not 0 <= root < n:
-        return False
+        return None
     rc = [0] * n
     if g.rank == root:
         q = quick_vector(sendbuf)
         if q is None or not _seq(q[1]) or len(q[1]) != n:
-            return False
+            return None
         send, sc, sd = q
         rc[root] = sc[root]           # (the root's own block: its count, as the regular path)
     else:
         send, sc, sd = recvbuf.reshape(-1)[:0], [0] * n, None
         rc[root] = recvbuf.size
-    return _call(fast.all_to_all_v, send, sc, sd, recvbuf, rc, None, "Scatterv")
+    return _run(_a2av(fast, aop), send, sc, sd, recvbuf, rc, None, call)
 
 
-def allgatherv(fast: Any, g: Any, sendbuf: Any, recvbuf: Any) -> bool:
-    """Allgatherv through the fast call: True if it did the call. Equal blocks (counts all
+def allgatherv(fast: Any, g: Any, sendbuf: Any, recvbuf: Any, call: str, aop: bool = False) -> Any:
+    """Allgatherv through the fast call (as :func:`gatherv`). Equal blocks (counts all
     equal to the send size) go as an all_gather, others as an all_to_all of the send block
     to every rank, as the regular path does."""
     q = quick_vector(recvbuf)
     if type(sendbuf) is not np.ndarray or q is None or not _seq(q[1]):
-        return False
+        return None
     recv, rc, rd = q
     n, k = g.size, sendbuf.size
     if len(rc) != n:
-        return False
+        return None
     if all(c == k for c in rc):
         if rd is not None and list(rd) != list(range(0, n * k, k)):
-            return False
+            return None
         if recv.size != n * k:
             if recv.size < n * k or not recv.flags.c_contiguous:
-                return False         # (a view of a non-contiguous array would be a copy)
+                return None          # (a view of a non-contiguous array would be a copy)
             recv = recv.reshape(-1)[:n * k]
-        return _call(fast.all_gather, sendbuf, recv, "Allgatherv")
-    return _call(fast.all_to_all_v, np.tile(sendbuf.reshape(-1), n), [k] * n, None, recv, rc, rd,
-                 "Allgatherv")
+        return _run(fast.all_gather_async if aop else fast.all_gather, sendbuf, recv, call)
+    return _run(_a2av(fast, aop), np.tile(sendbuf.reshape(-1), n), [k] * n, None, recv, rc, rd, call)
 
 
-def alltoallv(fast: Any, sendbuf: Any, recvbuf: Any) -> bool:
-    """Alltoallv through the fast call: True if it did the call."""
+def alltoallv(fast: Any, sendbuf: Any, recvbuf: Any, call: str, aop: bool = False) -> Any:
+    """Alltoallv through the fast call (as :func:`gatherv`)."""
     s = quick_vector(sendbuf)
     if s is None:
-        return False
+        return None
     r = quick_vector(recvbuf)
     if r is None:
-        return False
-    return _call(fast.all_to_all_v, s[0], s[1], s[2], r[0], r[1], r[2], "Alltoallv")
+        return None
+    return _run(_a2av(fast, aop), s[0], s[1], s[2], r[0], r[1], r[2], call)
+
+
+def _bytes_w(spec: Any, n: int) -> tuple[np.ndarray, list[int]] | None:
+    """(the bytes of the array, byte counts) of an ``Alltoallw`` spec the fast call may
+    take: a C-contiguous numpy array, n counts, n byte displacements back to back from 0,
+    n predefined datatypes (or one) without gaps; None for any other."""
+    kind = type(spec)
+    if (kind is not list and kind is not tuple) or len(spec) not in (3, 4):
+        return None
+    if len(spec) == 3:
+        a, cd, types = spec
+        if not _seq(cd) or len(cd) != 2:
+            return None
+        counts, displs = cd
+    else:
+        a, counts, displs, types = spec
+    if type(a) is not np.ndarray or not a.flags.c_contiguous or not _seq(counts) or not _seq(displs) \
+            or len(counts) != n or len(displs) != n:
+        return None
+    if type(types) is Datatype:
+        types = (types,) * n
+    elif not _seq(types) or len(types) != n:
+        return None
+    out, pos = [], 0
+    for c, d, t in zip(counts, displs, types):
+        if type(t) is not Datatype or type(c) is not int or d != pos or c < 0:
+            return None
+        tt = t._t
+        if tt is None or tt.gaps:
+            return None
+        b = c * t.Get_extent()[1]
+        out.append(b)
+        pos += b
+    return a.reshape(-1).view(np.uint8), out
+
+
+def alltoallw(fast: Any, g: Any, sendbuf: Any, recvbuf: Any, call: str, aop: bool = False) -> Any:
+    """Alltoallw of contiguous blocks through the fast call, as the regular path puts it:
+    an all_to_all of bytes (as :func:`gatherv`)."""
+    n = g.size
+    r = _bytes_w(recvbuf, n)
+    if r is None or not r[0].flags.writeable:
+        return None
+    s = _bytes_w(sendbuf, n)
+    if s is None:
+        return None
+    return _run(_a2av(fast, aop), s[0], s[1], None, r[0], r[1], None, call)

@@ -303,10 +303,13 @@ def all_to_all(g: ProcessGroup, send: np.ndarray, send_counts: Sequence[int], re
         if after is not None:
             after()
 
-    # queued: run through the fast call's all_to_all with split sizes when it takes it
-    fast_call = ((lambda f: f.all_to_all_v(send, send_counts, None, recv, recv_counts, None, name))
-                 if async_op and _plain(algorithm, dtype, send, after) else None)
-    return _run(g, name, body, async_op, sig, send.nbytes + recv.nbytes, fast_call)
+    if not (async_op and _plain(algorithm, dtype, send, after)):
+        return _run(g, name, body, async_op, sig, send.nbytes + recv.nbytes)
+    # started in two parts by the fast call when it takes it; else queued, run through its
+    # all_to_all with split sizes when it takes it then
+    return _run(g, name, body, async_op, sig, send.nbytes + recv.nbytes,
+                lambda f: f.all_to_all_v(send, send_counts, None, recv, recv_counts, None, name),
+                lambda f: f.all_to_all_v_async(send, send_counts, None, recv, recv_counts, None, name))
 
 
 def barrier(g: ProcessGroup, *, async_op: bool = False, algorithm: str = "auto",

@@ -5,7 +5,10 @@
 
 /* all_to_all(arena, send, send_counts, recv, recv_counts, itemsize, sig, cma_limit[, pids]):
  * agree on the largest block (and check the split sizes pair by pair), then rounds of
- * staged pieces. cma_limit >= 0: past the agreement, if rank 0 voted so (_a2a_choice.c)
+ * staged pieces. In two parts (Core.part, see enter; only a rank whose send buffer goes
+ * eager, below): the first stages and arrives at the agreement, the second does the rest
+ * (reads the eager blocks, or, when some rank's buffer did not go eager, every round with
+ * everybody; rank 0 does not vote). cma_limit >= 0: past the agreement, if rank 0 voted so (_a2a_choice.c)
  * or, without its vote, if largest * itemsize > cma_limit, the call ends by cross-memory
  * attach: with every rank's pids (`pids`, else the arena's) here, as
  * shm_a2a._all_to_all_cma does it (the same words and syncs), else the Python code
@@ -80,27 +83,35 @@ static PyObject *a2a_run(Core *c, PyObject *arena, PyObject *send_obj, PyObject 
         }
     }
     Py_ssize_t slot_elems = isz > 0 ? c->slot / isz : 0;
+    int part = c->part;   /* a call in two parts (see enter): only one whose data goes eager */
     if (bad || isz <= 0 || ssum * isz > sbytes || rsum * isz > rbytes || 2 * n * 8 > c->slot ||
-        slot_elems < n)
+        slot_elems < n || (part != PART_WHOLE && !a2a_eager(c, ssum * isz)))
         return call_end(&k, ST_REFUSE);
-    int agree = next_phase(&k);
-    int vote = way_vote(c, c->a2a_choice, ssum * isz, cma_limit >= 0);     /* (rank 0's: _a2a_choice.c) */
-    put(c, c->w_size + agree, (uint64_t)largest | ((uint64_t)vote << A2A_VOTE_SHIFT));
-    /* our send buffer's address, for a call that goes by CMA (SHARED = arena_layout.CMA) */
-    put(c, c->w_shared + agree, 1);
-    put(c, c->w_offset + agree, ssum ? (uint64_t)(uintptr_t)send : 0);
-    int64_t *table = (int64_t *)slot_at(c, agree, me);
-    for (int j = 0; j < n; j++) {
-        table[j] = sc[j];
-        table[n + j] = rc[j];
-    }
-    if (ssum > 0 && a2a_eager(c, ssum * isz)) {   /* our send buffer but our own block, as it lies */
-        char *eager = (char *)table + a2a_eager_at(n);
-        Py_ssize_t own = sd[me] * isz, past = (sd[me] + sc[me]) * isz;
-        near_copy(eager, send, own);
-        near_copy(eager + past, send + past, ssum * isz - past);
+    /* its first part stages the agreement's words, table and eager copy and arrives; its
+     * second stages nothing (the phase of the first) and goes on from the agreement */
+    int agree = part == PART_FINISH ? k.phase : next_phase(&k);
+    int vote = part != PART_WHOLE ? A2A_VOTE_NONE   /* (rank 0's: _a2a_choice.c) */
+             : way_vote(c, c->a2a_choice, ssum * isz, cma_limit >= 0);
+    if (part != PART_FINISH) {
+        put(c, c->w_size + agree, (uint64_t)largest | ((uint64_t)vote << A2A_VOTE_SHIFT));
+        /* our send buffer's address, for a call that goes by CMA (SHARED = arena_layout.CMA) */
+        put(c, c->w_shared + agree, 1);
+        put(c, c->w_offset + agree, ssum ? (uint64_t)(uintptr_t)send : 0);
+        int64_t *table = (int64_t *)slot_at(c, agree, me);
+        for (int j = 0; j < n; j++) {
+            table[j] = sc[j];
+            table[n + j] = rc[j];
+        }
+        if (ssum > 0 && a2a_eager(c, ssum * isz)) {   /* our send buffer but our own block, as it lies */
+            char *eager = (char *)table + a2a_eager_at(n);
+            Py_ssize_t own = sd[me] * isz, past = (sd[me] + sc[me]) * isz;
+            near_copy(eager, send, own);
+            near_copy(eager + past, send + past, ssum * isz - past);
+        }
     }
     int e = enter(c, k.arena, agree, sig, &k.gil);
+    if (e == 2)
+        return call_end(&k, ST_STARTED);
     if (e != 0)
         return call_end(&k, e < 0 ? -1 : ST_MISMATCH);
     /* every rank checks the whole matrix: what i sends j is what j expects from i */

@@ -169,6 +169,9 @@ static PyMethodDef Fast_methods[] = {
     FASTM(scatter_async, "scatter_async(send or None, recv, root, name) -> Work | None"),
     FASTM(reduce_scatter_async, "reduce_scatter_async(send, recv, op, name) -> Work | None"),
     FASTM(reduce_async, "reduce_async(send, recv or None, op, root, name) -> Work | None"),
+    FASTM(all_to_all_async, "all_to_all_async(send, recv, name) -> Work | None (in two parts)"),
+    FASTM(all_to_all_v_async, "all_to_all_v_async(send, send_counts, send_displs, recv, "
+                              "recv_counts, recv_displs, name) -> Work | None (in two parts)"),
     FASTM(set_async, "set_async(work_type, lock_type, items, exec_lock, group_lock, async_calls): "
           "what the two-part calls need"),
     {"part_age", (PyCFunction)Fast_part_age, METH_NOARGS,
