@@ -48,10 +48,10 @@ _body_ids = itertools.count(1)
 def _body(first: np.ndarray, nbytes: int) -> tuple[int, int | None]:
     """(pickle length, body id) of a received first part; the id is None for a small object
     (its pickle follows the length in the same message: ``nbytes == 8 + length``)."""
-    size = int(first[:8].view(np.int64)[0])
+    size = _LENGTH.unpack_from(first)[0]
     if nbytes == 8 + size:
         return size, None
-    return size, int(first[8:16].view(np.int64)[0])
+    return size, _LENGTH.unpack_from(first, 8)[0]
 
 
 def _native_send(g: Any, obj: Any, dest: Any, tag: Any) -> tuple[bool, bytes | None]:
