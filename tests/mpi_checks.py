@@ -124,6 +124,7 @@ SECTIONS = {
     "collv_fast": "tests.test_mpi_collv_fast:collv_fast_checks",
     "collv_parts": "tests.test_mpi_collv_parts:collv_parts_checks",
     "obj_small": "tests.test_mpi_obj_small:obj_small_checks",
+    "obj_native": "tests.test_mpi_obj_native:obj_native_checks",
     "scan_paths": "tests.test_mpi_scan_paths:scan_paths_checks",
 }
 USE_TORCH: list[bool] = [False]

@@ -31,7 +31,23 @@ class Pickle(Serializer):
         # one tuple, swapped at once: a thread pickling meanwhile sees the old functions or
         # the new ones, never a mix (mpi4py's __init__ is atomic too)
         self._state = (dumps, loads, protocol, dumps is _stdlib.dumps and loads is _stdlib.loads)
-        self.oob_min = OUT_OF_BAND_MIN if threshold is None else int(threshold)
+        self._oob_min = OUT_OF_BAND_MIN if threshold is None else int(threshold)
+        self._native()
+
+    def _native(self) -> None:
+        """The core's Serializer.native from the state: what dumps/loads below call for an
+        object pickled in band (swapped as one tuple, as the state is)."""
+        dumps, loads, protocol, standard = self._state
+        self.native = (dumps, loads, protocol, standard and (protocol or 0) >= 5, self._oob_min)
+
+    @property
+    def oob_min(self) -> int:  # type: ignore[override]
+        return self._oob_min
+
+    @oob_min.setter
+    def oob_min(self, value: int) -> None:
+        self._oob_min = int(value)
+        self._native()
 
     @property
     def PROTOCOL(self) -> int | None:  # noqa: N802 - mpi4py's name
@@ -41,6 +57,7 @@ class Pickle(Serializer):
     def PROTOCOL(self, protocol: int | None) -> None:  # noqa: N802
         dumps, loads, _, standard = self._state
         self._state = (dumps, loads, None if protocol is None else int(protocol), standard)
+        self._native()
 
     @property
     def THRESHOLD(self) -> int:  # noqa: N802 - mpi4py's name

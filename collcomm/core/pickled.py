@@ -47,6 +47,12 @@ class Serializer:
     (``collcomm.MPI.pickle``: mpi4py's ``MPI.pickle.__init__(dill.dumps, dill.loads)``)."""
 
     oob_min = OUT_OF_BAND_MIN
+    #: how the fast call's object entries may pickle in C (native/_fastcall_obj.c):
+    #: ``(dumps, loads, protocol, dumps takes a buffer_callback, oob_min)`` with
+    #: ``dumps(obj[, protocol][, buffer_callback=…])`` and ``loads(bytes)`` exactly what this
+    #: serializer's methods call for an object pickled in band; None: the Python code
+    #: pickles (a subclass with other methods must say how, or leave it None)
+    native: tuple | None = None
 
     def dumps(self, obj: Any, buffer_callback: Callable[[pickle.PickleBuffer], bool] | None) -> bytes:
         return pickle.dumps(obj, protocol=5, buffer_callback=buffer_callback)
@@ -57,6 +63,7 @@ class Serializer:
 
 #: what every object call uses unless told otherwise
 STANDARD = Serializer()
+STANDARD.native = (pickle.dumps, pickle.loads, 5, True, OUT_OF_BAND_MIN)
 
 
 # ----------------------------------------------------------------------------- packing

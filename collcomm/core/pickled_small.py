@@ -154,14 +154,32 @@ def _gather_rest(g: ProcessGroup, mine: Pickled, codes: list[int], root: int | N
 
 
 # -- the object collectives ---------------------------------------------------------------------
+def _made(data: bytes | None) -> Pickled:
+    """What _pickle gives, for a pickle the fast call's object entries made (in band)."""
+    if data is None:
+        return _NOTHING
+    return data, [], len(data) if len(data) <= SMALL_MAX else BIG, ""
+
+
 def bcast(g: ProcessGroup, obj: Any, root: int, name: str, ser: Serializer) -> Any:
     """``root``'s ``obj``, unpickled on every rank (the root too)."""
+    fast = g.fast
+    if fast is not None and ser.native is not None:
+        got = fast.obj_bcast(obj, root, name, ser.native)
+        if got is not None:
+            return got[1] if got[0] else _bcast_after(g, got[1], _made(got[2]), obj, root, name, ser)
     slot = bytearray(SLOT)
     mine: Pickled = _NOTHING
     if g.rank == root:
         mine = _pickle(obj, ser)
         _fill(slot, 0, mine)
     _bcast(g, slot, root, name)
+    return _bcast_after(g, slot, mine, obj, root, name, ser)
+
+
+def _bcast_after(g: ProcessGroup, slot: bytearray, mine: Pickled, obj: Any, root: int, name: str,
+                 ser: Serializer) -> Any:
+    """bcast once its first call filled ``slot`` (``mine``: the root's pickle)."""
     code = _HEAD.unpack_from(slot)[0]
     if 0 < code <= INLINE:                        # (the common case)
         return ser.loads(memoryview(slot)[HEADER:HEADER + code], ())
@@ -185,12 +203,23 @@ def gather(g: ProcessGroup, obj: Any, root: int, name: str, ser: Serializer) -> 
 
 
 def _gathered(g: ProcessGroup, obj: Any, root: int | None, name: str, ser: Serializer) -> list[Any] | None:
-    n, me = g.size, g.rank
+    fast = g.fast
+    if fast is not None and ser.native is not None:
+        got = fast.obj_gathered(obj, -1 if root is None else root, name, ser.native)
+        if got is not None:
+            return got[1] if got[0] else _gathered_after(g, got[1], _made(got[2]), obj, root, name, ser)
     mine = _pickle(obj, ser)
     own = bytearray(SLOT)
     _fill(own, 0, mine)
-    slots = bytearray(n * SLOT)
+    slots = bytearray(g.size * SLOT)
     _all_gather(g, own, slots, name)
+    return _gathered_after(g, slots, mine, obj, root, name, ser)
+
+
+def _gathered_after(g: ProcessGroup, slots: bytearray, mine: Pickled, obj: Any, root: int | None,
+                    name: str, ser: Serializer) -> list[Any] | None:
+    """allgather / gather once every rank's slot is in ``slots`` (``mine``: this rank's pickle)."""
+    n, me = g.size, g.rank
     codes = _codes(slots, n)
     top = max(codes)
     if top <= INLINE and min(codes) > 0:          # (the common case: every pickle in its slot)
@@ -207,6 +236,12 @@ def _gathered(g: ProcessGroup, obj: Any, root: int | None, name: str, ser: Seria
 
 def scatter(g: ProcessGroup, objs: Sequence[Any] | None, root: int, name: str, ser: Serializer) -> Any:
     """Item i of ``root``'s ``objs`` (one per rank; None elsewhere) to rank i."""
+    fast = g.fast
+    if fast is not None and ser.native is not None:
+        got = fast.obj_scatter(objs, root, name, ser.native)
+        if got is not None:
+            return got[1] if got[0] else _scatter_after(
+                g, got[1], [_made(d) for d in got[2]] if got[2] is not None else [], objs, root, name, ser)
     n, me = g.size, g.rank
     mine: list[Pickled] = []
     slots = None
@@ -221,6 +256,13 @@ def scatter(g: ProcessGroup, objs: Sequence[Any] | None, root: int, name: str, s
             _fill(slots, i, p, then)
     slot = bytearray(SLOT)
     _scatter(g, slots, slot, root, name)
+    return _scatter_after(g, slot, mine, objs, root, name, ser)
+
+
+def _scatter_after(g: ProcessGroup, slot: bytearray, mine: list[Pickled], objs: Sequence[Any] | None,
+                   root: int, name: str, ser: Serializer) -> Any:
+    """scatter once its first call filled ``slot`` (``mine``: the root's pickles)."""
+    n, me = g.size, g.rank
     code, then = _HEAD.unpack_from(slot, 0)
     if then == FAILED_ANY:
         bad = [i for i, p in enumerate(mine) if p[2] == FAILED] or [0]
@@ -242,10 +284,21 @@ def scatter(g: ProcessGroup, objs: Sequence[Any] | None, root: int, name: str, s
 def alltoall(g: ProcessGroup, objs: Sequence[Any], name: str, ser: Serializer) -> list[Any]:
     """Item j of every rank's ``objs`` (one per rank) to rank j; what each rank sent this
     one, in rank order: the sizes all-gathered, then the pickles in one all_to_all."""
-    n, me = g.size, g.rank
+    fast = g.fast
+    if fast is not None and ser.native is not None and type(objs) is list:
+        got = fast.obj_alltoall(objs, name, ser.native)
+        if got is not None:
+            return got[1] if got[0] else _alltoall_after(g, got[1], [_made(d) for d in got[2]], objs, name, ser)
     mine = [_pickle(o, ser) for o in objs]
-    table = bytearray(8 * n * n)                     # row i: rank i's sizes (int64)
+    table = bytearray(8 * g.size * g.size)           # row i: rank i's sizes (int64)
     _all_gather(g, bytearray(np.array([p[2] for p in mine], dtype=np.int64).tobytes()), table, name)
+    return _alltoall_after(g, table, mine, objs, name, ser)
+
+
+def _alltoall_after(g: ProcessGroup, table: bytearray, mine: list[Pickled], objs: Sequence[Any], name: str,
+                    ser: Serializer) -> list[Any]:
+    """alltoall once the size table is in ``table`` (``mine``: this rank's pickles)."""
+    n, me = g.size, g.rank
     sizes = memoryview(table).cast("q").tolist()
     _raise_failed(g, name, sizes, [i // n for i in range(n * n)], mine)
     if BIG in sizes:

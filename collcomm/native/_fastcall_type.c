@@ -172,6 +172,12 @@ static PyMethodDef Fast_methods[] = {
     FASTM(all_to_all_async, "all_to_all_async(send, recv, name) -> Work | None (in two parts)"),
     FASTM(all_to_all_v_async, "all_to_all_v_async(send, send_counts, send_displs, recv, "
                               "recv_counts, recv_displs, name) -> Work | None (in two parts)"),
+    FASTM(obj_bcast, "obj_bcast(obj, root, name, native) -> (True, obj) | (False, slot, pickle) | None"),
+    FASTM(obj_gathered, "obj_gathered(obj, root or -1, name, native) -> (True, list or None) | "
+                        "(False, slots, pickle) | None"),
+    FASTM(obj_scatter, "obj_scatter(objs or None, root, name, native) -> (True, obj) | "
+                       "(False, slot, pickles) | None"),
+    FASTM(obj_alltoall, "obj_alltoall(objs, name, native) -> (True, list) | (False, table, pickles) | None"),
     FASTM(set_async, "set_async(work_type, lock_type, items, exec_lock, group_lock, async_calls): "
           "what the two-part calls need"),
     {"part_age", (PyCFunction)Fast_part_age, METH_NOARGS,
@@ -235,8 +241,12 @@ static int fast_module_init(PyObject *m)
     s_learn = PyUnicode_InternFromString("learn");
     s_failed = PyUnicode_InternFromString("failed");
     s_finish = PyUnicode_InternFromString("finish");
-    if (rec_module_init() < 0 || parts_names() < 0 || s_done == NULL || s_learn == NULL || s_failed == NULL ||
-        s_finish == NULL)
+    if (rec_module_init() < 0 || parts_names() < 0 || obj_names() < 0 || s_done == NULL ||
+        s_learn == NULL || s_failed == NULL || s_finish == NULL)
+        return -1;
+    if (PyModule_AddIntConstant(m, "OBJ_SLOT", OBJ_SLOT) < 0 ||
+        PyModule_AddIntConstant(m, "OBJ_HEADER", OBJ_HEADER) < 0 ||
+        PyModule_AddIntConstant(m, "OBJ_SMALL_MAX", (long)OBJ_SMALL_MAX) < 0)
         return -1;
     return add_type(m, "Fast", &FastType);
 }

@@ -1,0 +1,125 @@
+"""collcomm.MPI's object collectives in C (native/_fastcall_obj.c: the fast call's
+``obj_bcast``, ``obj_gathered``, ``obj_scatter``, ``obj_alltoall``), a section of the shared
+MPI job (tests/mpi_checks.py) at 1-5 ranks and over TCP (no fast call there: the Python
+way of collcomm/core/pickled_small.py, the same checks).
+
+- how many fast calls each takes where the group has one (one for small objects; a
+  second for bcast's larger pickle and alltoall's pickles);
+- the program's own serializer (``MPI.pickle.__init__(dumps, loads)``) called once per
+  object, an older ``PROTOCOL``, a lower ``THRESHOLD`` (a numpy buffer over it goes out
+  of band: declined in C, the Python way), a ``dumps`` that returns a bytearray (declined);
+- a rank whose object the C entry declines (an out-of-band buffer) beside ranks that take
+  it, every collective, the results the same.
+The slot layout is pickled_small's (a plain test compares the constants).
+"""
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import numpy as np
+import pytest
+
+from collcomm.core import pickled_small
+from tests.mpi_checks import SIZES, Checker, check, job
+
+
+def _calls(c: Checker, MPI, comm) -> None:
+    g = comm._h.g
+    fast = g.fast if g is not None else None
+    r, n = comm.rank, comm.size
+    cases = [("gather", lambda: comm.gather(r, 0), 1), ("allgather", lambda: comm.allgather(r), 1),
+             ("scatter", lambda: comm.scatter(list(range(n)) if r == 0 else None, 0), 1),
+             ("alltoall", lambda: comm.alltoall(list(range(n))), 2), ("bcast", lambda: comm.bcast(r, 0), 1),
+             ("bcast 1 KB", lambda: comm.bcast("z" * 1000, 0), 2)]
+    for name, call, want in cases:
+        call()
+        if fast is None:
+            continue
+        before = fast.calls
+        call()
+        c.eq(fast.calls - before, want, f"{name}: fast calls")
+    if fast is not None:      # the C entries themselves (every rank calls them: collectives)
+        native = MPI.pickle.native
+        c.eq(fast.obj_bcast(r + 7, 0, "bcast", native), (True, 7), "obj_bcast ends in C")
+        c.eq(fast.obj_gathered(r, -1, "allgather", native), (True, list(range(n))), "obj_gathered ends in C")
+        got = fast.obj_gathered("x" * (300 + r), -1, "allgather", native)   # (over a slot: Python goes on)
+        c.true(got[0] is False and got[2] == pickle.dumps("x" * (300 + r), pickle.HIGHEST_PROTOCOL),
+               "obj_gathered hands a larger pickle on")
+        comm.Barrier()   # (that all_gather's second call is never made: the Python way never ran)
+
+
+def _serializers(c: Checker, MPI, comm) -> None:
+    r, n = comm.rank, comm.size
+    seen: list[int] = []
+
+    def dumps(obj, *protocol):
+        seen.append(1)
+        return pickle.dumps(obj, *protocol)
+
+    try:
+        MPI.pickle.__init__(dumps, pickle.loads)
+        c.eq(comm.allgather(("own", r)), [("own", j) for j in range(n)], "allgather, the program's dumps")
+        c.eq(len(seen), 1, "the program's dumps called once for one object")
+        c.eq(comm.alltoall([(r, j) for j in range(n)]), [(j, r) for j in range(n)], "alltoall, the program's dumps")
+        MPI.pickle.__init__(lambda obj, *p: bytearray(pickle.dumps(obj, *p)), pickle.loads)
+        c.eq(comm.bcast({"k": r}, 0), {"k": 0}, "bcast, a dumps that gives a bytearray")
+        c.eq(comm.scatter([j * 2 for j in range(n)] if r == 0 else None, 0), 2 * r, "scatter, bytearray dumps")
+        MPI.pickle.__init__()
+        MPI.pickle.PROTOCOL = 4
+        c.eq(comm.gather({"p4": r}, 0), [{"p4": j} for j in range(n)] if r == 0 else None, "gather, protocol 4")
+        MPI.pickle.PROTOCOL = pickle.HIGHEST_PROTOCOL
+        MPI.pickle.THRESHOLD = 1000
+        arr = np.arange(200, dtype=np.float64) + r          # 1600 bytes: out of band now
+        got = comm.allgather(arr)
+        c.true(all(np.array_equal(got[j], np.arange(200.0) + j) for j in range(n)), "allgather over THRESHOLD")
+    finally:
+        MPI.pickle.__init__()
+    c.eq(MPI.pickle.THRESHOLD, 64 * 1024, "THRESHOLD back to its default")
+
+
+def _mixed(c: Checker, MPI, comm) -> None:
+    """Rank 0's object holds a 100 KB numpy buffer (out of band: declined in C), the
+    others' are small (taken in C)."""
+    r, n = comm.rank, comm.size
+
+    def obj(j: int) -> Any:
+        return np.full(12_800, float(j)) if j == 0 else ("small", j)
+
+    def same(a: Any, b: Any) -> bool:
+        return (np.array_equal(a, b) if isinstance(b, np.ndarray) else a == b)
+
+    got = comm.allgather(obj(r))
+    c.true(all(same(got[j], obj(j)) for j in range(n)), "allgather, rank 0 out of band")
+    got = comm.gather(obj(r), n - 1)
+    c.true(r != n - 1 or all(same(got[j], obj(j)) for j in range(n)), "gather, rank 0 out of band")
+    c.true(same(comm.bcast(obj(0) if r == 0 else None, 0), obj(0)), "bcast of an out-of-band object")
+    c.true(same(comm.scatter([obj(j) for j in range(n)] if r == 0 else None, 0), obj(r)),
+           "scatter with an out-of-band item")
+    got = comm.alltoall([obj(r) if j == 0 else (r, j) for j in range(n)])
+    want = [obj(j) for j in range(n)] if r == 0 else [(j, r) for j in range(n)]
+    c.true(len(got) == n and all(same(got[j], want[j]) for j in range(n)), "alltoall, items to rank 0 out of band")
+
+
+def obj_native_checks(c: Checker, MPI, comm) -> None:
+    _calls(c, MPI, comm)
+    _serializers(c, MPI, comm)
+    _mixed(c, MPI, comm)
+    comm.barrier()
+
+
+def test_slot_layout_matches_python():
+    native = pytest.importorskip("collcomm.native._shmcore")
+    assert (native.OBJ_SLOT, native.OBJ_HEADER, native.OBJ_SMALL_MAX) == \
+        (pickled_small.SLOT, pickled_small.HEADER, pickled_small.SMALL_MAX)
+
+
+@pytest.mark.timeout(160)
+@pytest.mark.parametrize("n", SIZES)
+def test_obj_native(n):
+    check(job(n), "obj_native")
+
+
+@pytest.mark.timeout(160)
+def test_obj_native_over_tcp():
+    check(job(3, "tcp"), "obj_native")
