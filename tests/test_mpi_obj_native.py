@@ -1,5 +1,5 @@
-"""collcomm.MPI's object collectives in C (native/_fastcall_obj.c: the fast call's
-``obj_bcast``, ``obj_gathered``, ``obj_scatter``, ``obj_alltoall``), a section of the shared
+"""collcomm.MPI's object calls in C (native/_fastcall_obj.c: the fast call's
+``obj_bcast``, ``obj_gathered``, ``obj_scatter``, ``obj_alltoall``; native/_p2p_obj.c), a section of the shared
 MPI job (tests/mpi_checks.py) at 1-5 ranks and over TCP (no fast call there: the Python
 way of collcomm/core/pickled_small.py, the same checks).
 
@@ -9,7 +9,9 @@ way of collcomm/core/pickled_small.py, the same checks).
   object, an older ``PROTOCOL``, a lower ``THRESHOLD`` (a numpy buffer over it goes out
   of band: declined in C, the Python way), a ``dumps`` that returns a bytearray (declined);
 - a rank whose object the C entry declines (an out-of-band buffer) beside ranks that take
-  it, every collective, the results the same.
+  it, every collective, the results the same;
+- blocking ``sendrecv``/``send``/``recv`` of objects pickled and unpickled in C
+  (``P2P.obj_send``/``obj_recv``, native/_p2p_obj.c): one native send and receive.
 The slot layout is pickled_small's (a plain test compares the constants).
 """
 from __future__ import annotations
@@ -101,8 +103,37 @@ def _mixed(c: Checker, MPI, comm) -> None:
     c.true(len(got) == n and all(same(got[j], want[j]) for j in range(n)), "alltoall, items to rank 0 out of band")
 
 
+def _point_to_point(c: Checker, MPI, comm) -> None:
+    """Blocking send/recv/sendrecv of objects with a rank of this host: one native send and
+    one native receive each (P2P.obj_send / obj_recv, where the group has them); a dumps
+    of the program's own that gives a bytearray (declined: the Python way)."""
+    from collcomm.core import p2p
+    r, n = comm.rank, comm.size
+    if n == 1:
+        return
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    f = p2p.native(comm._h.g)
+    before = (f.sends, f.recvs) if f is not None else None
+    st = MPI.Status()
+    c.eq(comm.sendrecv({"from": r}, nxt, 4, None, prv, MPI.ANY_TAG, st), {"from": prv}, "sendrecv of a dict")
+    c.eq((st.Get_source(), st.Get_tag()), (prv, 4), "sendrecv status")
+    if before is not None:
+        c.eq((f.sends - before[0], f.recvs - before[1]), (1, 1), "sendrecv: one native send and receive")
+    try:
+        MPI.pickle.__init__(lambda obj, *p: bytearray(pickle.dumps(obj, *p)), pickle.loads)
+        c.eq(comm.sendrecv(("ba", r), nxt, 5, None, prv, 5), ("ba", prv), "sendrecv, a bytearray dumps")
+    finally:
+        MPI.pickle.__init__()
+    if r == 0:
+        comm.send([1, 2, 3], nxt, 6)
+    if r == 1 % n:
+        c.eq(comm.recv(source=0, tag=6), [1, 2, 3], "recv of a list")
+    comm.barrier()
+
+
 def obj_native_checks(c: Checker, MPI, comm) -> None:
     _calls(c, MPI, comm)
+    _point_to_point(c, MPI, comm)
     _serializers(c, MPI, comm)
     _mixed(c, MPI, comm)
     comm.barrier()

@@ -13,8 +13,9 @@ message reports its first part (8 bytes more than the pickle; 16 bytes for a lar
 
 The blocking ``send``, ``recv`` and ``sendrecv`` first try the group's native
 point-to-point entry (:func:`collcomm.core.p2p.native`, as ``Send``/``Recv`` do): a small
-object's message written to the peer's ring in one C call, a receive from a given rank
-taken from it in one (a large object's body then received the regular way); whatever it
+object pickled and its message written to the peer's ring in one C call, a receive from a
+given rank taken from it and unpickled in one (``P2P.obj_send``/``obj_recv``,
+native/_p2p_obj.c; a large object's body then received the regular way); whatever it
 declines goes the regular way, before anything moved.
 """
 from __future__ import annotations
@@ -55,51 +56,44 @@ def _body(first: np.ndarray, nbytes: int) -> tuple[int, int | None]:
 
 
 def _native_send(g: Any, obj: Any, dest: Any, tag: Any) -> tuple[bool, bytes | None]:
-    """(True, None): ``obj`` sent to ``dest`` in one C call; (False, its pickle or None):
-    nothing sent (no native entry, an object too large for one message, a message the C
-    call declines, or one that did not pickle: the regular path pickles it again and
-    reports that), the pickle for the regular path to send."""
+    """(True, None): ``obj`` sent to ``dest`` in one C call (pickled there too: P2P.obj_send,
+    native/_p2p_obj.c); (False, its pickle or None): nothing sent (no native entry, an
+    object too large for one message, a message the C call declines, or one that did not
+    pickle in band: the regular path pickles it again and reports or sends it), the
+    pickle for the regular path to send."""
     f = p2p.native(g)
     if f is None or type(tag) is not int or not 0 <= tag <= TAG_BITS:
         return False, None
-    try:
-        data = _pickle.dumps(obj)
-    except Exception:  # noqa: BLE001 - the regular path pickles again and reports it
-        return False, None
-    if len(data) > EAGER - 8 or not f.send(_LENGTH.pack(len(data)) + data, dest, tag, 0):
-        return False, data
-    return True, None
+    sent = f.obj_send(obj, dest, tag, _pickle.native)
+    return (True, None) if sent is True else (False, sent)
 
 
 def _native_recv(g: Any, source: Any, tag: Any, status: Status | None) -> tuple[bool, Any]:
-    """(True, the object) received from ``source`` natively, or (False, None) having
-    received nothing: any source, no native entry, or a message the C call leaves (the
-    regular path then takes it)."""
+    """(True, the object) received from ``source`` natively (and unpickled there:
+    P2P.obj_recv), or (False, None) having received nothing: any source, no native entry,
+    or a message the C call leaves (the regular path then takes it)."""
     f = p2p.native(g)
     if f is None or type(source) is not int or not 0 <= source < g.size or source == g.rank:
         return False, None
     tm = _native_tag(tag)
     if tm is None:
         return False, None
-    buf = np.empty(EAGER, dtype=np.uint8)
     try:
-        n = f.recv(buf, source, tm[0], tm[1], 0)
-        if n is None:
+        got = f.obj_recv(source, tm[0], tm[1], _pickle.native)
+        if got is None:
             return False, None
-        got = f.last_tag & TAG_BITS
-        size, body = _body(buf, n)
-        if body is not None:            # a large object: its body follows
+        small, obj, got_tag, size = got
+        if not small:                   # a large object: its body follows (obj: its id)
             data = np.empty(size, dtype=np.uint8)
-            p2p.irecv(g, data, source, BODY | body, p2p.MAX_USER_TAG, "recv").wait()
-        else:
-            data = buf[8:8 + size]
+            p2p.irecv(g, data, source, BODY | obj, p2p.MAX_USER_TAG, "recv").wait()
+            obj = loads(data, _pickle)
     except CollcommError as exc:
         raise translate(exc) from exc
     if status is not None:
-        status._set(source, got, size)
+        status._set(source, got_tag, size)
     if ORPHANS:
         reap_orphans()
-    return True, loads(data, _pickle)
+    return True, obj
 
 
 _pending: set["_ObjRecv"] = set()        # object receives whose body is not asked for yet

@@ -12,6 +12,7 @@
 #include "_p2p_one.c"           /* P2P.one, P2P.start: one isend / irecv in one call */
 #include "_p2p_entry.c"         /* BatchCall: batch_isend_irecv itself in C */
 #include "_p2p_mpi.c"           /* P2P.mpi_irecv: collcomm.MPI Irecv in one call */
+#include "_p2p_obj.c"           /* P2P.obj_send / obj_recv: collcomm.MPI send / recv of objects */
 
 /* Pipe(channel, out_view, out_base, out_ring, in_view, in_base, in_ring, eager, peer):
  * the views are writable memoryviews of the two inboxes, the bases the rings' control
@@ -230,6 +231,9 @@ static PyMethodDef P2P_methods[] = {
                "False (block False: nothing yet) | the record "
                "(left to the regular path after it was recorded); own: the native wait of a "
                "deferred receive (the receives deferred after it do not stop it)"),
+    P2PM(obj_send, "obj_send(obj, dst, tag, native) -> True | None | the pickle (not sent)"),
+    P2PM(obj_recv, "obj_recv(src, tag, mask, native) -> (True, obj, tag, size) | "
+                   "(False, body id, tag, size) | None"),
     P2PM(note, "note(recv, peer) -> the 'entered' record of an isend/irecv, or None"),
     P2PM(batch, "batch(ops, p2pop, irecv, ndarray, sigs, sent, received, g, record, lent) -> the "
                 "works of the ops started (all, or those before a send C could not write) | "
