@@ -51,6 +51,9 @@ def rows(comm: Any) -> list[tuple[str, Callable[[], Any]]]:
         ("allreduce int", lambda: comm.allreduce(5)),
         ("alltoall int", lambda: comm.alltoall(list(range(n)))),
         ("sendrecv int", lambda: comm.sendrecv(5, nxt, 0, None, prv, 0)),
+        ("isend+recv int", lambda: (comm.isend(5, nxt, 1), comm.recv(None, prv, 1))[0].wait()),
+        ("irecv+send int", lambda: _irecv_send(comm, nxt, prv)),
+        ("Isend+Irecv+Waitall", lambda: MPI.Request.Waitall([comm.Irecv(o1, prv, 2), comm.Isend(one, nxt, 2)])),
         ("Gatherv", lambda: comm.Gatherv(one, [out, cnt, dis, MPI.DOUBLE], 0)),
         ("Scatterv", lambda: comm.Scatterv([nn, cnt, dis, MPI.DOUBLE], o1, 0)),
         ("Allgatherv", lambda: comm.Allgatherv(one, [out, cnt, dis, MPI.DOUBLE])),
@@ -68,8 +71,19 @@ def rows(comm: Any) -> list[tuple[str, Callable[[], Any]]]:
         ("Gather_init Start+Wait", start_wait(comm.Gather_init(one, out, 0))),
         ("Alltoallv_init Start+Wait", start_wait(comm.Alltoallv_init([nn, cnt, dis, MPI.DOUBLE],
                                                                      [out, cnt, dis, MPI.DOUBLE]))),
+        ("Iallreduce+Wait", lambda: comm.Iallreduce(one, o1).Wait()),
+        ("Scan", lambda: comm.Scan(one, o1)),
+        ("Exscan", lambda: comm.Exscan(one, o1)),
+        ("Barrier", lambda: comm.Barrier()),
+        ("Bcast", lambda: comm.Bcast(o1, 0)),
         ("Allreduce", lambda: comm.Allreduce(one, o1)),
     ]
+
+
+def _irecv_send(comm: Any, nxt: int, prv: int) -> None:
+    req = comm.irecv(source=prv, tag=3)
+    comm.send(5, nxt, 3)
+    req.wait()
 
 
 def main() -> None:

@@ -307,7 +307,8 @@ class BufferCollectives(BufferCollectivesImpl):
                       call: str) -> Any:
         """Reduce_scatter with n equal ``recvcounts`` (ints, in a list or tuple) of numpy
         arrays and a built-in op through the fast call, as the regular path puts it (a
-        reduce_scatter of the first n x count elements into the first count of recvbuf):
+        reduce_scatter of sendbuf, exactly n x count elements, into the first count of
+        recvbuf; other sizes go the regular way, which says what is wrong):
         True (done) or, with ``aop``, the started call's Work; None having done nothing."""
         g = self._h.g
         fast = g.fast if g is not None else None

@@ -133,8 +133,9 @@ def alltoallv(fast: Any, sendbuf: Any, recvbuf: Any, call: str, aop: bool = Fals
 
 def _bytes_w(spec: Any, n: int) -> tuple[np.ndarray, list[int]] | None:
     """(the bytes of the array, byte counts) of an ``Alltoallw`` spec the fast call may
-    take: a C-contiguous numpy array, n counts, n byte displacements back to back from 0,
-    n predefined datatypes (or one) without gaps; None for any other."""
+    take: a C-contiguous numpy array, n int counts, n byte displacements back to back from
+    0, n datatypes (or one) without gaps (predefined, contiguous, …: a block is count x
+    extent bytes, as the regular path reads it); None for any other."""
     kind = type(spec)
     if (kind is not list and kind is not tuple) or len(spec) not in (3, 4):
         return None
@@ -159,7 +160,7 @@ def _bytes_w(spec: Any, n: int) -> tuple[np.ndarray, list[int]] | None:
         tt = t._t
         if tt is None or tt.gaps:
             return None
-        b = c * t.Get_extent()[1]
+        b = c * tt.layout.extent         # (Get_extent()'s, without its checks)
         out.append(b)
         pos += b
     return a.reshape(-1).view(np.uint8), out

@@ -96,20 +96,6 @@ def _native_recv(g: Any, source: Any, tag: Any, status: Status | None) -> tuple[
     return True, obj
 
 
-_pending: set["_ObjRecv"] = set()        # object receives whose body is not asked for yet
-_pending_lock = threading.Lock()
-
-
-def _post_bodies() -> None:
-    """Ask for the body of every pending object receive whose first part has arrived (so a
-    sender's large body moves while its receiver waits for something else)."""
-    with _pending_lock:
-        arrived = [c for c in _pending if c.first_arrived()]
-        _pending.difference_update(arrived)
-        for c in arrived:
-            c.post_body()
-
-
 class _ObjRecv:
     """An object receive: the first part (length + small pickle), then maybe a body."""
 
@@ -122,8 +108,7 @@ class _ObjRecv:
         self._done = False
         self.value: Any = None
         self.source, self.tag, self.nbytes, self.cancelled = ANY_SOURCE, ANY_TAG, 0, False
-        with _pending_lock:
-            _pending.add(self)
+        self._posting = threading.Lock()   # (two threads may wait on one request)
 
     def first_arrived(self) -> bool:
         if self._st is not None or self._exc is not None:
@@ -137,8 +122,13 @@ class _ObjRecv:
         return True
 
     def post_body(self) -> None:
-        if self._exc is not None or self._body is not None or self._data is not None:
-            return
+        """Ask for this receive's body (found by its id: in any order), or take its pickle
+        from the first part; once, whichever thread comes first."""
+        with self._posting:
+            if self._exc is None and self._body is None and self._data is None:
+                self._post_body()
+
+    def _post_body(self) -> None:
         src, tag = p2p.source_tag(self._g, self._st)
         size, body = _body(self._buf, self._st.nbytes)
         if body is not None:
@@ -159,7 +149,7 @@ class _ObjRecv:
                     self._st = self._first.wait()
                 except BaseException as exc:  # noqa: BLE001
                     self._exc = exc
-        _post_bodies()       # (this one's included: its first part has arrived)
+        self.post_body()
         if self._exc is not None:
             raise self._exc
         if self._body is not None:
@@ -179,8 +169,6 @@ class _ObjRecv:
 
     def cancel(self) -> None:
         if not self._done and self._st is None and self._exc is None and p2p.cancel(self._g, self._first):
-            with _pending_lock:
-                _pending.discard(self)
             self._done, self.cancelled = True, True
 
 
@@ -338,7 +326,8 @@ class Message:
             op = _ObjRecv(g, p2p.mrecv(g, m, buf), buf)
         except CollcommError as exc:
             raise translate(exc) from exc
-        _post_bodies()       # (its body, if it has one, is asked for now)
+        if op.first_arrived():          # (a taken message: its body, if any, asked for now)
+            op.post_body()
         return _request(op)
 
     def recv(self, status: Status | None = None) -> Any:

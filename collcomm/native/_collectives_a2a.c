@@ -7,8 +7,9 @@
  * agree on the largest block (and check the split sizes pair by pair), then rounds of
  * staged pieces. In two parts (Core.part, see enter; only a rank whose send buffer goes
  * eager, below): the first stages and arrives at the agreement, the second does the rest
- * (reads the eager blocks, or, when some rank's buffer did not go eager, every round with
- * everybody; rank 0 does not vote). cma_limit >= 0: past the agreement, if rank 0 voted so (_a2a_choice.c)
+ * (reads the eager blocks, or, when some rank's buffer did not go eager, goes on with
+ * everybody as a whole call does: staged rounds or cross-memory reads by the size rule,
+ * rank 0 not voting). cma_limit >= 0: past the agreement, if rank 0 voted so (_a2a_choice.c)
  * or, without its vote, if largest * itemsize > cma_limit, the call ends by cross-memory
  * attach: with every rank's pids (`pids`, else the arena's) here, as
  * shm_a2a._all_to_all_cma does it (the same words and syncs), else the Python code

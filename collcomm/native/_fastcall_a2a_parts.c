@@ -9,9 +9,11 @@
  * agreement: table and blocks staged, arrival published; a rank whose peers all went eager
  * can finish without it. Its second part (a2a_run, Core.part PART_FINISH) checks the
  * signatures and every split size, and reads this rank's blocks, or, when some rank's buffer
- * was too large to go eager (that rank ran the call whole), runs the staged rounds with
- * everybody. Anything else is declined (None, before any traffic): the regular path queues
- * the call. */
+ * was too large to go eager (that rank ran the call whole, natively or, over the fast
+ * call's limit, on the Python path, which moves the same words), goes on with everybody as
+ * a whole call does from its agreement: staged rounds, or cross-memory reads by the size
+ * rule (rank 0 does not vote in two parts), or the Python code's ending (ST_PYTHON).
+ * Anything else is declined (None, before any traffic): the regular path queues the call. */
 
 /* Start or finish (`part`) an all_to_all of `send` (n counts `sc`, summing to `ssum`) into
  * `recv` (counts `rc`), the views in `p` (released here), dtype `dt`; `pair` (the two
