@@ -36,7 +36,7 @@ from ._errors import Exception as MPIException, translate
 from ._msg import simple
 from ._staging import Receiving
 from ._p2p_ops import (
-    ACK, BODY, SYNC, TAG_BITS, _EMPTY, _Recv, _Send, _dest, _done_request, _native_tag, _request, _rtag,
+    ACK, BODY, SYNC, TAG_BITS, _EMPTY, _SENT, _Recv, _Send, _dest, _done_request, _native_tag, _request, _rtag,
     _source, _stag, complete, Unpacked,
 )
 from ._request import ORPHANS, Done, Request, Status, reap_orphans
@@ -96,6 +96,20 @@ def _native_recv(g: Any, source: Any, tag: Any, status: Status | None) -> tuple[
     return True, obj
 
 
+_POSTING = threading.Lock()
+#: first-part buffers of completed receives, for the next ones (np.empty of 64 KiB costs
+#: about a microsecond here; list append/pop are atomic)
+_SPARE: list[np.ndarray] = []
+_SPARE_MAX = 8
+
+
+def _first_buffer() -> np.ndarray:
+    try:
+        return _SPARE.pop()
+    except IndexError:
+        return np.empty(EAGER, dtype=np.uint8)
+
+
 class _ObjRecv:
     """An object receive: the first part (length + small pickle), then maybe a body."""
 
@@ -108,7 +122,6 @@ class _ObjRecv:
         self._done = False
         self.value: Any = None
         self.source, self.tag, self.nbytes, self.cancelled = ANY_SOURCE, ANY_TAG, 0, False
-        self._posting = threading.Lock()   # (two threads may wait on one request)
 
     def first_arrived(self) -> bool:
         if self._st is not None or self._exc is not None:
@@ -124,7 +137,7 @@ class _ObjRecv:
     def post_body(self) -> None:
         """Ask for this receive's body (found by its id: in any order), or take its pickle
         from the first part; once, whichever thread comes first."""
-        with self._posting:
+        with _POSTING:            # (two threads may wait on one request)
             if self._exc is None and self._body is None and self._data is None:
                 self._post_body()
 
@@ -149,7 +162,8 @@ class _ObjRecv:
                     self._st = self._first.wait()
                 except BaseException as exc:  # noqa: BLE001
                     self._exc = exc
-        self.post_body()
+        if self._data is None:
+            self.post_body()
         if self._exc is not None:
             raise self._exc
         if self._body is not None:
@@ -157,8 +171,10 @@ class _ObjRecv:
                 return False
             self._body.wait()
         assert self._data is not None
-        self.value = loads(self._data, _pickle)
+        self.value = _pickle.loads(self._data)
         self._done = True
+        if self._buf.size == EAGER and len(_SPARE) < _SPARE_MAX:
+            _SPARE.append(self._buf)    # (its message is in and read: nothing reads it again)
         return True
 
     def test(self) -> bool:
@@ -192,8 +208,12 @@ def _send_object(g: Any, obj: Any, dest: int, tag: int, sync: bool, call: str,
 
 
 def _recv_object(g: Any, source: int | None, tag: int, mask: int, call: str) -> _ObjRecv:
-    buf = np.empty(EAGER, dtype=np.uint8)
-    return _ObjRecv(g, p2p.irecv(g, buf, source, tag, mask, call), buf)
+    buf = _first_buffer()
+    f = None if source is None or source == g.rank else p2p.native(g)
+    # from a rank of this host: received natively at its wait if it can (core/p2p.py
+    # Deferred, as Irecv's), else posted in the engine
+    h = None if f is None else f.start(True, p2p.Deferred, g, buf, source, tag, 0, False, mask)
+    return _ObjRecv(g, p2p.irecv(g, buf, source, tag, mask, call) if h is None else h, buf)
 
 
 
@@ -235,7 +255,10 @@ class ObjectPointToPoint:
         complete(self._osend(obj, dest, tag, True, "ssend"))
 
     def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
-        return _request(self._osend(obj, dest, tag, False, "isend"))
+        # written to the peer's ring at once if it can (complete: MPI lets a buffered
+        # send complete before its receive), else the regular way with that pickle
+        sent, pickled = _native_send(self._grp("isend"), obj, dest, tag)
+        return _request(_SENT if sent else self._osend(obj, dest, tag, False, "isend", pickled))
 
     ibsend = isend
 
