@@ -124,6 +124,14 @@ def _point_to_point(c: Checker, MPI, comm) -> None:
         c.eq(comm.sendrecv(("ba", r), nxt, 5, None, prv, 5), ("ba", prv), "sendrecv, a bytearray dumps")
     finally:
         MPI.pickle.__init__()
+    if before is not None:    # isend written at once; irecv received natively at its wait
+        sends, recvs = f.sends, f.recvs
+        q = comm.irecv(source=prv, tag=7)
+        s = comm.isend(("i", r), nxt, 7)
+        c.true(s.Test(), "isend of a small object is complete at once")
+        c.eq(q.wait(), ("i", prv), "irecv + isend")
+        c.eq((f.sends - sends, f.recvs - recvs), (1, 1), "isend/irecv: one native send and receive")
+        comm.barrier()
     if r == 0:
         comm.send([1, 2, 3], nxt, 6)
     if r == 1 % n:
