@@ -3,7 +3,9 @@ GATHERED_MAX bytes a rank a one-host group all-gathers and folds in rank order, 
 (and over TCP) recursive doubling. A section of the shared MPI job (tests/mpi_checks.py)
 at 1-5 ranks and over TCP: sizes on both sides of the bound, SUM / PROD / MAX on ints and
 floats, a non-commutative user op (decimal concatenation: associative, exact), inclusive
-and exclusive, ``IN_PLACE``, the ``I…`` forms, against values computed from the whole job.
+and exclusive, ``IN_PLACE``, the ``I…`` forms, against values computed from the whole job;
+the fast call's scan in C (native/_fastcall_scan.c) on every dtype and op it takes, bit
+for bit against numpy's fold, beside a rank on the Python way.
 """
 from __future__ import annotations
 
@@ -20,7 +22,59 @@ def _concat(inbuf, inoutbuf, datatype) -> None:   # in ∘ inout, "in" from the 
     b[:] = a * 10.0 ** (np.floor(np.log10(b)) + 1) + b
 
 
+_FOLDS = {"SUM": np.add, "PROD": np.multiply, "MIN": np.minimum, "MAX": np.maximum,
+          "LAND": np.logical_and, "LOR": np.logical_or, "LXOR": np.logical_xor,
+          "BAND": np.bitwise_and, "BOR": np.bitwise_or, "BXOR": np.bitwise_xor}
+_CASES = [("int8", "SUM PROD MIN MAX BAND BOR BXOR LAND LOR LXOR"), ("uint16", "SUM MAX BXOR"),
+          ("int32", "SUM PROD MIN BOR"), ("int64", "SUM MAX BAND"), ("float16", "SUM PROD MIN"),
+          ("float32", "SUM PROD MAX"), ("float64", "SUM PROD MIN MAX"), ("complex128", "SUM PROD"),
+          ("bool", "LAND LOR LXOR")]
+
+
+def _values(p: int, dtype: str, k: int) -> np.ndarray:
+    v = (np.arange(k) * 7 + p * 3) % 11 - 3
+    if dtype == "bool":
+        return v % 2 == 0
+    if dtype.startswith("float") or dtype.startswith("complex"):
+        return (v / 4 + 0.3 * p).astype(dtype)
+    return v.astype(dtype)
+
+
+def _native(c: Checker, MPI, comm) -> None:
+    """The fast call's scan (native/_fastcall_scan.c): one fast call; every dtype and op it
+    takes gives numpy's fold in rank order bit for bit; rank 0's Exscan untouched; a rank
+    on the Python way (a strided view) beside ranks in C."""
+    r, n = comm.rank, comm.size
+    g = comm._h.g
+    fast = g.fast if g is not None else None
+    one, out = np.ones(3), np.zeros(3)
+    comm.Scan(one, out)
+    if fast is not None:
+        before = fast.calls
+        comm.Scan(one, out)
+        c.eq(fast.calls - before, 1, "a small Scan is one fast call")
+    for dtype, ops in _CASES:
+        for name in ops.split():
+            k = 5
+            vals = [_values(p, dtype, k) for p in range(n)]
+            acc = [vals[0].copy()]
+            for p in range(1, n):
+                acc.append(_FOLDS[name](acc[-1], vals[p]).astype(dtype))
+            got = np.zeros(k, dtype)
+            comm.Scan(vals[r], got, getattr(MPI, name))
+            c.true(got.tobytes() == acc[r].tobytes(), f"Scan {name} {dtype}: {got} want {acc[r]}")
+            got = np.ones(k, dtype)
+            comm.Exscan(vals[r], got, getattr(MPI, name))
+            want = acc[r - 1] if r else np.ones(k, dtype)
+            c.true(got.tobytes() == want.tobytes(), f"Exscan {name} {dtype}: {got} want {want}")
+    got = np.zeros(4)
+    spec = [got, MPI.DOUBLE] if r == 0 else got      # rank 0: a buffer spec (the Python way)
+    comm.Scan(np.full(4, float(r + 1)), spec)
+    c.eq(got, np.full(4, float((r + 1) * (r + 2) // 2)), "Scan, rank 0 on the Python way")
+
+
 def scan_paths_checks(c: Checker, MPI, comm) -> None:
+    _native(c, MPI, comm)
     r, n = comm.rank, comm.size
     ordered = MPI.Op.Create(_concat, commute=False)
     for count in (1, GATHERED_MAX // 8, GATHERED_MAX // 8 + 1, 3000):
@@ -68,6 +122,13 @@ def scan_paths_checks(c: Checker, MPI, comm) -> None:
                 pass
         c.eq(comm.allreduce(r), n * (n - 1) // 2, "the call after a refused Scan")
     comm.Barrier()
+
+
+def test_native_bounds_match_python():
+    native = pytest.importorskip("collcomm.native._shmcore")
+    from collcomm.algorithms import signature
+    assert native.SCAN_GATHERED_MAX == GATHERED_MAX
+    assert (native.SIG_SCAN, native.SIG_EXSCAN) == (signature.make("scan") >> 60, signature.make("exscan") >> 60)
 
 
 @pytest.mark.timeout(160)

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..core import collectives as core
 from ..core import scan as core_scan
-from ._coll import _not_root_in_place, _request, _run
+from ._coll import _builtin, _not_root_in_place, _request, _run
 from . import _collv_fast as _fast
 from ._coll_persistent import private_comm
 from ._errors import ERR_ROOT, Exception as MPIException
@@ -312,10 +312,27 @@ class ScanCollectives:
                     after=finisher(st))
 
     def Scan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
-        self._scan(sendbuf, recvbuf, op, False, False, "Scan")
+        if not self._fast_scan(sendbuf, recvbuf, op, False, "Scan"):
+            self._scan(sendbuf, recvbuf, op, False, False, "Scan")
 
     def Exscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
-        self._scan(sendbuf, recvbuf, op, True, False, "Exscan")
+        if not self._fast_scan(sendbuf, recvbuf, op, True, "Exscan"):
+            self._scan(sendbuf, recvbuf, op, True, False, "Exscan")
+
+    def _fast_scan(self, sendbuf: Any, recvbuf: Any, op: Any, exclusive: bool, call: str) -> bool:
+        """A small Scan/Exscan of numpy arrays with a built-in op in one C call (the fast
+        call's ``scan``: the all_gather and fold of collcomm/core/scan.py); False, nothing
+        done, for anything it does not take."""
+        g = self._h.g
+        fast = g.fast if g is not None else None
+        if fast is None or type(recvbuf) is not np.ndarray:
+            return False
+        if sendbuf is IN_PLACE:
+            sendbuf = recvbuf
+        elif type(sendbuf) is not np.ndarray:
+            return False
+        builtin = _builtin(op)
+        return builtin is not None and _run(fast.scan, sendbuf, recvbuf, builtin, exclusive, call) is True
 
     def Iscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:  # noqa: N802
         return _request(self._scan(sendbuf, recvbuf, op, False, True, "Iscan"))

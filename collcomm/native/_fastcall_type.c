@@ -172,6 +172,7 @@ static PyMethodDef Fast_methods[] = {
     FASTM(all_to_all_async, "all_to_all_async(send, recv, name) -> Work | None (in two parts)"),
     FASTM(all_to_all_v_async, "all_to_all_v_async(send, send_counts, send_displs, recv, "
                               "recv_counts, recv_displs, name) -> Work | None (in two parts)"),
+    FASTM(scan, "scan(send, recv, op, exclusive, name) -> True | None (up to SCAN_GATHERED_MAX bytes)"),
     FASTM(obj_bcast, "obj_bcast(obj, root, name, native) -> (True, obj) | (False, slot, pickle) | None"),
     FASTM(obj_gathered, "obj_gathered(obj, root or -1, name, native) -> (True, list or None) | "
                         "(False, slots, pickle) | None"),
@@ -246,7 +247,10 @@ static int fast_module_init(PyObject *m)
         return -1;
     if (PyModule_AddIntConstant(m, "OBJ_SLOT", OBJ_SLOT) < 0 ||
         PyModule_AddIntConstant(m, "OBJ_HEADER", OBJ_HEADER) < 0 ||
-        PyModule_AddIntConstant(m, "OBJ_SMALL_MAX", (long)OBJ_SMALL_MAX) < 0)
+        PyModule_AddIntConstant(m, "OBJ_SMALL_MAX", (long)OBJ_SMALL_MAX) < 0 ||
+        PyModule_AddIntConstant(m, "SCAN_GATHERED_MAX", SCAN_GATHERED_MAX) < 0 ||
+        PyModule_AddIntConstant(m, "SIG_SCAN", SIG_SCAN) < 0 ||
+        PyModule_AddIntConstant(m, "SIG_EXSCAN", SIG_EXSCAN) < 0)
         return -1;
     return add_type(m, "Fast", &FastType);
 }
