@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from tests.mpi_checks import SIZES, Checker, check, job
+from tests.test_mpi_collv_fast import _Fast
 
 
 def _run(comm, name: str, way: str, *args: Any) -> None:
@@ -92,18 +93,6 @@ def _forms(c: Checker, MPI, comm, way: str, dtype: str, salt: int) -> None:
     _run(comm, "Reduce_scatter", way, src, dst, [k] * n, MPI.SUM)
     total = sum(j + 1 for j in range(n))
     c.eq(dst, np.append(np.arange(r * k, (r + 1) * k) * total, -1).astype(dtype), f"Reduce_scatter {tag}")
-
-
-class _Fast:
-    """Counts the calls the group's fast call completed (None where there is none)."""
-
-    def __init__(self, comm) -> None:
-        g = comm._h.g
-        self.fast = g.fast if g is not None else None
-        self.start = self.fast.calls if self.fast is not None else 0
-
-    def took(self) -> int | None:
-        return None if self.fast is None else self.fast.calls - self.start
 
 
 def _taken(c: Checker, MPI, comm) -> None:
