@@ -43,8 +43,12 @@ def _builtin(op: Any) -> Any:
 
 def _started(entry: Any, *args: Any) -> Request | None:
     """The Request of a call the fast call's entry ``entry`` started in two parts
-    (native/_fastcall_parts.c), or None: it declined (the regular path runs the call)."""
-    work = _run(entry, *args)
+    (native/_fastcall_parts.c), or None: it declined (the regular path runs the call).
+    (_run's steps without its frame: every I-call passes here.)"""
+    try:
+        work = entry(*args)
+    except CollcommError as exc:
+        raise translate(exc) from exc
     return None if work is None else _request(work)
 
 
