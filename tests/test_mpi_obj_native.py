@@ -11,7 +11,10 @@ way of collcomm/core/pickled_small.py, the same checks).
 - a rank whose object the C entry declines (an out-of-band buffer) beside ranks that take
   it, every collective, the results the same;
 - blocking ``sendrecv``/``send``/``recv`` of objects pickled and unpickled in C
-  (``P2P.obj_send``/``obj_recv``, native/_p2p_obj.c): one native send and receive.
+  (``P2P.obj_send``/``obj_recv``, native/_p2p_obj.c): one native send and receive;
+- hazards: a root's list its items' pickling changes (was a crash), a buffer message
+  received as an object (``ERR_OTHER`` on every way), two threads waiting on one
+  ``irecv`` (its first-part buffer reused once only: it was handed to two receives).
 The slot layout is pickled_small's (a plain test compares the constants).
 """
 from __future__ import annotations
@@ -139,8 +142,59 @@ def _point_to_point(c: Checker, MPI, comm) -> None:
     comm.barrier()
 
 
+class _Shrinks:
+    """Empties the list it is in while it is pickled (the program's code runs in dumps)."""
+
+    def __init__(self, home: list) -> None:
+        self.home = home
+
+    def __reduce__(self) -> Any:
+        self.home.clear()
+        return (int, (7,))
+
+
+def _hazards(c: Checker, MPI, comm) -> None:
+    """What the C code must survive: a root's list changed by its own items' pickling; a
+    buffer message received as an object (refused on every way, MPI.ERR_OTHER); two
+    threads waiting on one irecv (one value, its buffer reused once)."""
+    import threading
+    r, n = comm.rank, comm.size
+    items: list = []
+    items.extend([_Shrinks(items)] + list(range(1, n)))
+    got = comm.scatter(items if r == 0 else None, 0)
+    c.eq(got, 7 if r == 0 else r, "scatter of a list its first item empties while pickled")
+    if n == 1:
+        return
+    if r == 1:
+        for k, source in ((7, 0), (100, 0), (100, MPI.ANY_SOURCE)):
+            c.raises(lambda: comm.recv(source=source, tag=40 + k), MPI.Exception,
+                     f"recv of a {k}-byte Send from {source}", MPI.ERR_OTHER)
+        q = comm.irecv(source=0, tag=41)
+        out: list = []
+        waiters = [threading.Thread(target=lambda: out.append(q.wait())) for _ in range(2)]
+        for t in waiters:
+            t.start()
+        comm.send("go", 0, 42)
+        for t in waiters:
+            t.join()
+        c.eq(out, ["first", "first"], "two threads waiting on one irecv")
+        q1, q2 = comm.irecv(source=0, tag=43), comm.irecv(source=0, tag=43)
+        comm.send("go", 0, 42)
+        c.eq((q1.wait(), q2.wait()), (("A", 1), ("B", 2)), "the receives after it")
+    elif r == 0:
+        for k in (7, 100, 100):
+            comm.Send(np.zeros(k, dtype=np.uint8), 1, 40 + k)
+        comm.recv(source=1, tag=42)
+        comm.send("first", 1, 41)
+        comm.recv(source=1, tag=42)
+        comm.send(("A", 1), 1, 43)
+        comm.send(("B", 2), 1, 43)
+    comm.barrier()
+
+
 def obj_native_checks(c: Checker, MPI, comm) -> None:
     _calls(c, MPI, comm)
+    _hazards(c, MPI, comm)
     _point_to_point(c, MPI, comm)
     _serializers(c, MPI, comm)
     _mixed(c, MPI, comm)
@@ -149,8 +203,10 @@ def obj_native_checks(c: Checker, MPI, comm) -> None:
 
 def test_slot_layout_matches_python():
     native = pytest.importorskip("collcomm.native._shmcore")
-    assert (native.OBJ_SLOT, native.OBJ_HEADER, native.OBJ_SMALL_MAX) == \
-        (pickled_small.SLOT, pickled_small.HEADER, pickled_small.SMALL_MAX)
+    ps = pickled_small
+    assert (native.OBJ_SLOT, native.OBJ_HEADER, native.OBJ_SMALL_MAX, native.OBJ_INLINE, native.OBJ_BIG) == \
+        (ps.SLOT, ps.HEADER, ps.SMALL_MAX, ps.INLINE, ps.BIG)
+    assert (native.OBJ_DONE, native.OBJ_OVERFLOW, native.OBJ_GENERAL) == (ps.DONE, ps.OVERFLOW, ps.GENERAL)
 
 
 @pytest.mark.timeout(160)

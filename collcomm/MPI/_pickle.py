@@ -36,9 +36,12 @@ class Pickle(Serializer):
 
     def _native(self) -> None:
         """The core's Serializer.native from the state: what dumps/loads below call for an
-        object pickled in band (swapped as one tuple, as the state is)."""
+        object pickled in band (swapped as one tuple, as the state is); None in a subclass
+        with methods of its own (the C code would not call them)."""
         dumps, loads, protocol, standard = self._state
-        self.native = (dumps, loads, protocol, standard and (protocol or 0) >= 5, self._oob_min)
+        own = type(self).dumps is not Pickle.dumps or type(self).loads is not Pickle.loads
+        self.native = None if own else (dumps, loads, protocol, standard and (protocol or 0) >= 5,
+                                        self._oob_min)
 
     @property
     def oob_min(self) -> int:  # type: ignore[override]

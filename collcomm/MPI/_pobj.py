@@ -1,17 +1,19 @@
 """Point to point with objects (``send/recv/isend/irecv/ssend/issend/sendrecv``) and
 ``Message`` (what ``Mprobe``/``mprobe`` take).
 
-Objects are pickled by ``MPI.pickle`` (_pickle.py; in band). An object of up to 64 KiB travels as one
-message: an 8-byte length, then the pickle. A larger one sends a 16-byte first part (the
-length and a *body id*, a number this process gives each large object it sends), then the
-pickle as a *body* message tagged ``BODY | body id`` (tag bit 33; no user receive matches
-it). A receive posts a 64 KiB buffer for the first message (so an ``irecv`` is matched in
-posting order, as in MPI) and, for a large object, a receive for exactly that body once
-the first part has arrived: whatever order first parts are taken in (a message held by
+Objects are pickled by ``MPI.pickle`` (_pickle.py; in band). An object whose pickle has up to
+EAGER - 8 = 65528 bytes travels as one message: an 8-byte length, then the pickle. A larger
+one sends a 16-byte first part (the length and a *body id*, a number this process gives
+each large object it sends), then the pickle as a *body* message tagged ``BODY | body id``
+(tag bit 33; no user receive matches it). A receive takes the first message into a 64 KiB
+buffer (posted at once, or, from a rank of this host, deferred to its wait as ``Irecv``
+defers: matched in posting order either way, as in MPI) and, for a large object, then
+asks for exactly that body: whatever order first parts are taken in (a message held by
 ``mprobe`` and received later included), each gets its own body. A probe of an object
 message reports its first part (8 bytes more than the pickle; 16 bytes for a large one).
+A message that is neither (sent with ``Send``) is refused with ``ERR_OTHER``.
 
-The blocking ``send``, ``recv`` and ``sendrecv`` first try the group's native
+The blocking ``send``, ``recv``, ``sendrecv`` and ``isend`` first try the group's native
 point-to-point entry (:func:`collcomm.core.p2p.native`, as ``Send``/``Recv`` do): a small
 object pickled and its message written to the peer's ring in one C call, a receive from a
 given rank taken from it and unpickled in one (``P2P.obj_send``/``obj_recv``,
@@ -23,6 +25,7 @@ from __future__ import annotations
 import itertools
 import struct
 import threading
+from pickle import loads as _stdlib_loads
 from typing import Any, Callable
 
 import numpy as np
@@ -32,7 +35,7 @@ from ..core.pickled import dumps, loads
 from ._pickle import pickle as _pickle
 from ..errors import CollcommError
 from ._consts import ANY_SOURCE, ANY_TAG, PROC_NULL
-from ._errors import Exception as MPIException, translate
+from ._errors import ERR_OTHER, Exception as MPIException, translate
 from ._msg import simple
 from ._staging import Receiving
 from ._p2p_ops import (
@@ -49,10 +52,18 @@ _body_ids = itertools.count(1)
 def _body(first: np.ndarray, nbytes: int) -> tuple[int, int | None]:
     """(pickle length, body id) of a received first part; the id is None for a small object
     (its pickle follows the length in the same message: ``nbytes == 8 + length``)."""
-    size = _LENGTH.unpack_from(first)[0]
+    size = _LENGTH.unpack_from(first)[0] if nbytes >= 8 else -8
     if nbytes == 8 + size:
         return size, None
-    return size, _LENGTH.unpack_from(first, 8)[0]
+    if nbytes == 16 and size > EAGER - 8:
+        return size, _LENGTH.unpack_from(first, 8)[0]
+    raise _not_an_object(nbytes)
+
+
+def _not_an_object(nbytes: int) -> MPIException:
+    return MPIException(ERR_OTHER, f"recv: a message of {nbytes} bytes is not an object's (a "
+                                   "pickle with its length, or a large object's first part): "
+                                   "sent with Send? (receive it with Recv)")
 
 
 def _native_send(g: Any, obj: Any, dest: Any, tag: Any) -> tuple[bool, bytes | None]:
@@ -83,6 +94,8 @@ def _native_recv(g: Any, source: Any, tag: Any, status: Status | None) -> tuple[
         if got is None:
             return False, None
         small, obj, got_tag, size = got
+        if small is None:               # (obj: the byte count of a message C could not read)
+            raise _not_an_object(obj)
         if not small:                   # a large object: its body follows (obj: its id)
             data = np.empty(size, dtype=np.uint8)
             p2p.irecv(g, data, source, BODY | obj, p2p.MAX_USER_TAG, "recv").wait()
@@ -171,10 +184,15 @@ class _ObjRecv:
                 return False
             self._body.wait()
         assert self._data is not None
-        self.value = _pickle.loads(self._data)
-        self._done = True
-        if self._buf.size == EAGER and len(_SPARE) < _SPARE_MAX:
-            _SPARE.append(self._buf)    # (its message is in and read: nothing reads it again)
+        value = _pickle.loads(self._data)
+        with _POSTING:                  # (once, whichever thread gets here first)
+            if self._done:
+                return True
+            self.value, self._done = value, True
+        # its message is in and read: the buffer serves the next receive, unless the
+        # program's own loads may have kept a view of it
+        if self._buf.size == EAGER and len(_SPARE) < _SPARE_MAX and _pickle.native[1] is _stdlib_loads:
+            _SPARE.append(self._buf)
         return True
 
     def test(self) -> bool:

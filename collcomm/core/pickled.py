@@ -51,7 +51,8 @@ class Serializer:
     #: ``(dumps, loads, protocol, dumps takes a buffer_callback, oob_min)`` with
     #: ``dumps(obj[, protocol][, buffer_callback=…])`` and ``loads(bytes)`` exactly what this
     #: serializer's methods call for an object pickled in band; None: the Python code
-    #: pickles (a subclass with other methods must say how, or leave it None)
+    #: pickles (a subclass with methods of its own must leave it None or say how: the C
+    #: code calls these functions, not the methods)
     native: tuple | None = None
 
     def dumps(self, obj: Any, buffer_callback: Callable[[pickle.PickleBuffer], bool] | None) -> bytes:

@@ -247,8 +247,8 @@ def scatter(g: ProcessGroup, objs: Sequence[Any] | None, root: int, name: str, s
     slots = None
     if me == root:
         assert objs is not None
-        mine = [_pickle(o, ser) for o in objs]
-        codes = [p[2] for p in mine]
+        mine = [_pickle(o, ser) for o in tuple(objs)]   # (the items first: pickling runs the
+        codes = [p[2] for p in mine]                     # program's code, which may change the list)
         then = (FAILED_ANY if FAILED in codes else GENERAL if BIG in codes
                 else OVERFLOW if any(_overflow(codes)) else DONE)
         slots = bytearray(n * SLOT)
@@ -289,7 +289,7 @@ def alltoall(g: ProcessGroup, objs: Sequence[Any], name: str, ser: Serializer) -
         got = fast.obj_alltoall(objs, name, ser.native)
         if got is not None:
             return got[1] if got[0] else _alltoall_after(g, got[1], [_made(d) for d in got[2]], objs, name, ser)
-    mine = [_pickle(o, ser) for o in objs]
+    mine = [_pickle(o, ser) for o in tuple(objs)]       # (as scatter's)
     table = bytearray(8 * g.size * g.size)           # row i: rank i's sizes (int64)
     _all_gather(g, bytearray(np.array([p[2] for p in mine], dtype=np.int64).tobytes()), table, name)
     return _alltoall_after(g, table, mine, objs, name, ser)

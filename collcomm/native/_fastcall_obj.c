@@ -7,17 +7,19 @@
  * `native` is the serializer's ``Serializer.native`` (dumps, loads, protocol, whether
  * dumps takes a buffer_callback, oob_min). Each pickles this rank's object(s) as
  * pickled_small._pickle does, in band: an object that does not pickle, whose pickle is
- * not bytes or is empty, or that holds a buffer of oob_min bytes or more (which would
- * travel out of band) is declined: None, before any traffic; pickled_small then pickles
- * it again its own way and reports it on every rank or sends the buffer apart. The first
+ * not bytes or is empty, or (standard pickle at protocol 5 and up, where buffers may
+ * travel out of band) that holds a buffer of oob_min bytes or more is declined: None,
+ * before any traffic; pickled_small then pickles it again its own way (its pickling
+ * hooks run a second time) and reports it on every rank or sends the buffer apart. The first
  * call (the slots, or alltoall's size table) goes through the fast call's own entry
  * (declined there: None, nothing moved). When everything came inline (bcast: or in a
  * second broadcast the fast call took; alltoall: in the all_to_all_v it took), the
  * result is unpickled here: (True, result). Otherwise (False, first call's bytes, this
  * rank's pickle(s)): the first call made, pickled_small goes on from there (a second
  * call, the general way, a failure raised on every rank), exactly as after its own.
- * The slot layout and codes are pickled_small's (OBJ_* constants of this module; a test
- * compares them). */
+ * The slot layout and codes are pickled_small's (the OBJ_* constants of this module; a
+ * test compares them). The root's list (scatter, alltoall) is read as a tuple first:
+ * pickling runs the program's code, which may change the list. */
 
 enum { OBJ_SLOT = 256, OBJ_HEADER = 16, OBJ_INLINE = OBJ_SLOT - OBJ_HEADER };
 #define OBJ_SMALL_MAX ((Py_ssize_t)64 * 1024)
@@ -293,13 +295,16 @@ static PyObject *Fast_obj_scatter(Fast *s, PyObject *const *args, Py_ssize_t nar
         Py_RETURN_NONE;
     PyObject *native = args[3], *mine = NULL, *slots = Py_NewRef(Py_None);
     if (me_root) {
-        mine = PyList_New(n);
+        /* the items held here: pickling runs the program's code, which may change the list */
+        PyObject *items = PySequence_Tuple(objs);
+        mine = items == NULL ? NULL : PyList_New(n);
         int64_t then = OBJ_DONE;
         for (int i = 0; mine != NULL && i < n; i++) {
             PyObject *data = NULL;
-            int d = obj_dumps(PySequence_Fast_ITEMS(objs)[i], native, &data);
+            int d = obj_dumps(PyTuple_GET_ITEM(items, i), native, &data);
             if (d <= 0) {
                 Py_CLEAR(mine);
+                Py_DECREF(items);
                 Py_DECREF(slots);
                 return d < 0 ? NULL : Py_NewRef(Py_None);
             }
@@ -310,6 +315,7 @@ static PyObject *Fast_obj_scatter(Fast *s, PyObject *const *args, Py_ssize_t nar
             else if (code > OBJ_INLINE && then == OBJ_DONE)
                 then = OBJ_OVERFLOW;
         }
+        Py_XDECREF(items);
         Py_SETREF(slots, mine == NULL ? NULL : obj_bytes((Py_ssize_t)n * OBJ_SLOT));
         if (slots == NULL) {
             Py_XDECREF(mine);
@@ -352,16 +358,20 @@ static PyObject *Fast_obj_alltoall(Fast *s, PyObject *const *args, Py_ssize_t na
     PyObject *objs = args[0], *native = args[2];
     if (!fast_open(s) || !obj_native_ok(native) || !PyList_CheckExact(objs) || PyList_GET_SIZE(objs) != n)
         Py_RETURN_NONE;
-    PyObject *mine = PyList_New(n), *row = NULL, *table = NULL;
+    /* the items held here: pickling runs the program's code, which may change the list */
+    PyObject *items = PyList_AsTuple(objs);
+    PyObject *mine = items == NULL ? NULL : PyList_New(n), *row = NULL, *table = NULL;
     for (int i = 0; mine != NULL && i < n; i++) {
         PyObject *data = NULL;
-        int d = obj_dumps(PyList_GET_ITEM(objs, i), native, &data);
+        int d = obj_dumps(PyTuple_GET_ITEM(items, i), native, &data);
         if (d <= 0) {
             Py_DECREF(mine);
+            Py_DECREF(items);
             return d < 0 ? NULL : Py_NewRef(Py_None);
         }
         PyList_SET_ITEM(mine, i, data);
     }
+    Py_XDECREF(items);
     if (mine != NULL)
         row = obj_bytes((Py_ssize_t)8 * n);
     if (row != NULL)

@@ -248,6 +248,11 @@ static int fast_module_init(PyObject *m)
     if (PyModule_AddIntConstant(m, "OBJ_SLOT", OBJ_SLOT) < 0 ||
         PyModule_AddIntConstant(m, "OBJ_HEADER", OBJ_HEADER) < 0 ||
         PyModule_AddIntConstant(m, "OBJ_SMALL_MAX", (long)OBJ_SMALL_MAX) < 0 ||
+        PyModule_AddIntConstant(m, "OBJ_INLINE", OBJ_INLINE) < 0 ||
+        PyModule_AddIntConstant(m, "OBJ_BIG", OBJ_BIG) < 0 ||
+        PyModule_AddIntConstant(m, "OBJ_DONE", OBJ_DONE) < 0 ||
+        PyModule_AddIntConstant(m, "OBJ_OVERFLOW", OBJ_OVERFLOW) < 0 ||
+        PyModule_AddIntConstant(m, "OBJ_GENERAL", OBJ_GENERAL) < 0 ||
         PyModule_AddIntConstant(m, "SCAN_GATHERED_MAX", SCAN_GATHERED_MAX) < 0 ||
         PyModule_AddIntConstant(m, "SIG_SCAN", SIG_SCAN) < 0 ||
         PyModule_AddIntConstant(m, "SIG_EXSCAN", SIG_EXSCAN) < 0)

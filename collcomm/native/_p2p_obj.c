@@ -12,7 +12,9 @@
  * room, ...): the Python code sends that pickle the regular way.
  * ``obj_recv(src, tag, mask, native)``: (True, obj, tag, size) the next matching message
  * received and unpickled; (False, body id, tag, size) a large object's first part
- * received (the Python code receives the body); None, nothing consumed (P2P.recv declined).
+ * received (the Python code receives the body); (None, its byte count, tag, 0) a message
+ * received that is neither (sent with Send: the caller raises); None, nothing consumed
+ * (P2P.recv declined).
  */
 
 #define OBJ_EAGER ((Py_ssize_t)64 * 1024)     /* MPI/_pobj.py EAGER */
@@ -81,17 +83,16 @@ static PyObject *P2P_obj_recv(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     const char *p = PyByteArray_AS_STRING(buf);
     int64_t size = got >= 8 ? obj_word(p) : -1;
     PyObject *r = NULL;
-    if (got == 8 + size) {
+    if (got >= 8 && got == 8 + size) {
         PyObject *obj = obj_loads(args[3], p + 8, (Py_ssize_t)size);
         if (obj != NULL) {
             r = Py_BuildValue("(ONKL)", Py_True, obj, (unsigned long long)tag, (long long)size);
         }
-    } else if (got == 16) {
+    } else if (got == 16 && size > OBJ_EAGER - 8) {
         r = Py_BuildValue("(OLKL)", Py_False, (long long)obj_word(p + 8), (unsigned long long)tag,
                           (long long)size);
-    } else if (!PyErr_Occurred()) {
-        PyErr_Format(PyExc_RuntimeError, "collcomm: an object message of %zd bytes is neither "
-                     "a pickle with its length nor a large object's first part", got);
+    } else {       /* not an object's message (sent with Send?): the caller says so */
+        r = Py_BuildValue("(OnKL)", Py_None, got, (unsigned long long)tag, 0LL);
     }
     Py_DECREF(buf);
     return r;
