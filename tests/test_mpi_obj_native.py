@@ -14,7 +14,8 @@ way of collcomm/core/pickled_small.py, the same checks).
   (``P2P.obj_send``/``obj_recv``, native/_p2p_obj.c): one native send and receive;
 - hazards: a root's list its items' pickling changes (was a crash), a buffer message
   received as an object (``ERR_OTHER`` on every way), two threads waiting on one
-  ``irecv`` (its first-part buffer reused once only: it was handed to two receives).
+  ``ANY_SOURCE`` ``irecv`` (erroneous in MPI; its first-part buffer must still be reused
+  once only: it was handed to two receives).
 The slot layout is pickled_small's (a plain test compares the constants).
 """
 from __future__ import annotations
@@ -169,8 +170,8 @@ def _hazards(c: Checker, MPI, comm) -> None:
         for k, source in ((7, 0), (100, 0), (100, MPI.ANY_SOURCE)):
             c.raises(lambda: comm.recv(source=source, tag=40 + k), MPI.Exception,
                      f"recv of a {k}-byte Send from {source}", MPI.ERR_OTHER)
-        q = comm.irecv(source=0, tag=41)
-        out: list = []
+        q = comm.irecv(source=MPI.ANY_SOURCE, tag=41)    # (erroneous in MPI: no more than
+        out: list = []                                   # the regular way's guarantees)
         waiters = [threading.Thread(target=lambda: out.append(q.wait())) for _ in range(2)]
         for t in waiters:
             t.start()

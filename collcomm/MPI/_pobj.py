@@ -126,6 +126,9 @@ def _first_buffer() -> np.ndarray:
 class _ObjRecv:
     """An object receive: the first part (length + small pickle), then maybe a body."""
 
+    __slots__ = ("_g", "_first", "_buf", "_body", "_data", "_exc", "_st", "_done", "value",
+                 "source", "tag", "nbytes", "cancelled")
+
     def __init__(self, g: Any, first: Any, buf: np.ndarray) -> None:
         self._g, self._first, self._buf = g, first, buf
         self._body: Any = None
@@ -150,7 +153,8 @@ class _ObjRecv:
     def post_body(self) -> None:
         """Ask for this receive's body (found by its id: in any order), or take its pickle
         from the first part; once, whichever thread comes first."""
-        with _POSTING:            # (two threads may wait on one request)
+        with _POSTING:            # (two threads waiting on one request, erroneous in MPI:
+                                  # one body asked for still)
             if self._exc is None and self._body is None and self._data is None:
                 self._post_body()
 
@@ -290,6 +294,17 @@ class ObjectPointToPoint:
         return obj if done else complete(self._orecv(source, tag, "recv"), status)
 
     def irecv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
+        g = self._grp("irecv")
+        f = p2p.native(g) if type(source) is int and 0 <= source < g.size and source != g.rank else None
+        tm = None if f is None else _native_tag(tag)
+        if tm is not None:     # (_orecv's native way without its frames: the common call)
+            first = _first_buffer()
+            try:
+                h = f.start(True, p2p.Deferred, g, first, source, tm[0], 0, False, tm[1])
+            except CollcommError as exc:
+                raise translate(exc) from exc
+            if h is not None:
+                return _request(_ObjRecv(g, h, first))
         return _request(self._orecv(source, tag, "irecv"))
 
     def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
