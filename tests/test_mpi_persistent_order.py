@@ -250,7 +250,44 @@ def _free_and_memory(c: Checker, MPI, comm) -> None:
     c.true(g._closed, "a request dropped without Free: its communicator is closed")
 
 
+def _prepared_roots(c: Checker, MPI, comm) -> None:
+    """Every root and IN_PLACE through the prepared start (the fast call's two-part entry
+    with the arguments worked out at …_init: MPI/_coll_persistent.py _Prepared), three
+    starts each, against values from the whole job; numpy arrays take that start."""
+    from collcomm.MPI._coll_persistent import _Prepared
+    r, n = comm.rank, comm.size
+
+    def run(p: Any) -> None:
+        for _ in range(3):
+            p.Start()
+            p.Wait()
+        c.true(type(p._persist.start) is _Prepared, "a persistent collective of arrays is prepared")
+        p.Free()
+
+    for root in range(n):
+        buf = np.full(2, float(r))
+        run(comm.Bcast_init(buf, root))
+        c.eq(buf, np.full(2, float(root)), f"Bcast_init root {root}")
+        out = np.zeros(n)
+        run(comm.Gather_init(np.full(1, float(r)), out, root))
+        if r == root:
+            c.eq(out, np.arange(n, dtype=float), f"Gather_init root {root}")
+        got = np.zeros(1)
+        run(comm.Scatter_init(np.arange(n, dtype=float) * 2, got, root))
+        c.eq(got, np.full(1, 2.0 * r), f"Scatter_init root {root}")
+        acc = np.full(2, float(r + 1))
+        send = MPI.IN_PLACE if r == root else acc
+        run(comm.Reduce_init(send, acc if r == root else None, MPI.SUM, root))
+        if r == root:   # (in place: each of the three starts adds the others' values again)
+            others = n * (n + 1) / 2 - (root + 1)
+            c.eq(acc, np.full(2, root + 1 + 3 * others), f"Reduce_init IN_PLACE root {root}")
+    acc = np.full(3, float(r + 1))
+    run(comm.Allreduce_init(MPI.IN_PLACE, acc, MPI.MAX))
+    c.eq(acc, np.full(3, float(n)), "Allreduce_init IN_PLACE MAX")
+
+
 def persistent_order_checks(c: Checker, MPI, comm) -> None:
+    _prepared_roots(c, MPI, comm)
     for name, make in _kinds(MPI, comm).items():
         _opposite_orders(c, MPI, comm, name, make)
     _crossed_waits(c, MPI, comm)

@@ -6,7 +6,9 @@
 Each returns a persistent request (:func:`._prequest.persistent`) whose ``Start()`` runs the
 call as its ``I…`` form would, through the same implementation of
 :class:`._coll.BufferCollectives` (the buffers and arguments given here, read anew at each
-start); ``info`` is accepted and ignored.
+start), or, for the calls the fast call starts in two parts, its entry with the arguments
+worked out at ``…_init`` (:class:`_Prepared`; the ``I…`` form where it declines); ``info``
+is accepted and ignored.
 
 MPI lets ranks start persistent collectives in different orders (only MPI 4.1's
 ``mpi_assert_strict_persistent_collective_ordering`` promises the same order), so each
@@ -27,12 +29,15 @@ closes it, and so does dropping the last reference to an inactive request
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
-from ._coll import BufferCollectives
+from ..errors import CollcommError
+from ._coll import BufferCollectives, _builtin
+from ._errors import translate
 from ._msg import IN_PLACE, pinned
 from ._ops import SUM, pinned_op
 from ._prequest import persistent
+from ._request import WorkOp
 
 
 #: the largest slot of a persistent collective's arena (bytes)
@@ -67,6 +72,36 @@ def private_comm(comm: Any, call: str, *bufs: Any) -> Any:
     return comm._wrap(type(h)(sub, "derived"))
 
 
+class _Prepared:
+    """A persistent collective's ``Start`` through the fast call's two-part entry named
+    ``entry``, its arguments worked out once at ``…_init`` (the buffers, root and op are
+    fixed there): one C call and the op, without the ``I…`` form's frames; where the entry
+    declines (or the group has no fast call), ``general()``, the ``I…`` form itself."""
+
+    __slots__ = ("g", "entry", "args", "general")
+
+    def __init__(self, c: Any, entry: str, args: tuple, general: Callable[[], Any]) -> None:
+        self.g, self.entry, self.args, self.general = c._h.g, entry, args, general
+
+    def __call__(self) -> Any:
+        fast = self.g.fast
+        if fast is not None:
+            try:
+                work = getattr(fast, self.entry)(*self.args)
+            except CollcommError as exc:
+                raise translate(exc) from exc
+            if work is not None:
+                op = WorkOp.__new__(WorkOp)      # (as _coll_impl._request makes it)
+                op._work, op._finish, op._done, op.value = work, None, False, None
+                return op
+        return self.general()
+
+
+def _start(c: Any, entry: str, args: tuple | None, general: Callable[[], Any]) -> Callable[[], Any]:
+    """What ``Start`` calls: the prepared fast start when ``args`` are given, else ``general``."""
+    return general if args is None else _Prepared(c, entry, args, general)
+
+
 class PersistentCollectives(BufferCollectives):
     """The ``…_init`` forms of the equal-block buffer collectives."""
 
@@ -74,50 +109,68 @@ class PersistentCollectives(BufferCollectives):
 
     def Barrier_init(self, info: Any = None) -> Any:  # noqa: N802
         c = private_comm(self, "Barrier_init")
-        return persistent(lambda: c._ibarrier("Barrier_init")._op, c)
+        general = lambda: c._ibarrier("Barrier_init")._op  # noqa: E731
+        return persistent(_start(c, "barrier_async", ("Barrier_init",), general), c)
 
     def Bcast_init(self, buf: Any, root: int = 0, info: Any = None) -> Any:  # noqa: N802
         buf = pinned(buf)
         c = private_comm(self, "Bcast_init", buf)
-        return persistent(lambda: c._ibcast(buf, root, "Bcast_init")._op, c)
+        general = lambda: c._ibcast(buf, root, "Bcast_init")._op  # noqa: E731
+        return persistent(_start(c, "broadcast_async", (buf, root, "Bcast_init"), general), c)
 
     def Gather_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Gather_init", sendbuf, recvbuf)
-        return persistent(lambda: c._igather(sendbuf, recvbuf, root, "Gather_init")._op, c)
+        general = lambda: c._igather(sendbuf, recvbuf, root, "Gather_init")._op  # noqa: E731
+        recv = recvbuf if c.rank == root else None
+        return persistent(_start(c, "gather_async", (sendbuf, recv, root, "Gather_init"), general), c)
 
     def Scatter_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Scatter_init", sendbuf, recvbuf)
-        return persistent(lambda: c._iscatter(sendbuf, recvbuf, root, "Scatter_init")._op, c)
+        general = lambda: c._iscatter(sendbuf, recvbuf, root, "Scatter_init")._op  # noqa: E731
+        send = sendbuf if c.rank == root else None
+        return persistent(_start(c, "scatter_async", (send, recvbuf, root, "Scatter_init"), general), c)
 
     def Allgather_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Allgather_init", sendbuf, recvbuf)
-        return persistent(lambda: c._iallgather(sendbuf, recvbuf, "Allgather_init")._op, c)
+        general = lambda: c._iallgather(sendbuf, recvbuf, "Allgather_init")._op  # noqa: E731
+        return persistent(_start(c, "all_gather_async", (sendbuf, recvbuf, "Allgather_init"), general), c)
 
     def Alltoall_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Alltoall_init", sendbuf, recvbuf)
-        return persistent(lambda: c._ialltoall(sendbuf, recvbuf, "Alltoall_init")._op, c)
+        general = lambda: c._ialltoall(sendbuf, recvbuf, "Alltoall_init")._op  # noqa: E731
+        return persistent(_start(c, "all_to_all_async", (sendbuf, recvbuf, "Alltoall_init"), general), c)
 
     def Reduce_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         op = pinned_op(op)
         c = private_comm(self, "Reduce_init", sendbuf, recvbuf)
-        return persistent(lambda: c._ireduce(sendbuf, recvbuf, op, root, "Reduce_init")._op, c)
+        general = lambda: c._ireduce(sendbuf, recvbuf, op, root, "Reduce_init")._op  # noqa: E731
+        builtin, recv = _builtin(op), recvbuf if c.rank == root else None
+        args = (recv if sendbuf is IN_PLACE else sendbuf, recv, builtin, root, "Reduce_init")
+        return persistent(_start(c, "reduce_async", args if builtin is not None else None, general), c)
 
     def Allreduce_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         op = pinned_op(op)
         c = private_comm(self, "Allreduce_init", sendbuf, recvbuf)
-        return persistent(lambda: c._iallreduce(sendbuf, recvbuf, op, "Allreduce_init")._op, c)
+        general = lambda: c._iallreduce(sendbuf, recvbuf, op, "Allreduce_init")._op  # noqa: E731
+        builtin = _builtin(op)
+        args = (recvbuf if sendbuf is IN_PLACE else sendbuf, recvbuf, builtin, "Allreduce_init")
+        return persistent(_start(c, "all_reduce_async", args if builtin is not None else None, general), c)
 
     def Reduce_scatter_block_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         op = pinned_op(op)
         c = private_comm(self, "Reduce_scatter_block_init", sendbuf, recvbuf)
-        return persistent(lambda: c._ireduce_scatter_block(sendbuf, recvbuf, op, "Reduce_scatter_block_init")._op, c)
+        call = "Reduce_scatter_block_init"
+        general = lambda: c._ireduce_scatter_block(sendbuf, recvbuf, op, call)._op  # noqa: E731
+        builtin = _builtin(op)
+        args = (sendbuf, recvbuf, builtin, call) if builtin is not None else None
+        return persistent(_start(c, "reduce_scatter_async", args, general), c)
 
     def Reduce_scatter_init(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM,  # noqa: N802
                             info: Any = None) -> Any:
