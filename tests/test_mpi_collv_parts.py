@@ -15,7 +15,8 @@ same checks on the regular path).
   in the staged rounds) and one over the fast call's limit (the regular, queued path);
 - split sizes that do not pair up, started in two parts: raised by ``Wait`` on every rank
   in shared memory, the next call fine;
-- ``Alltoallw`` with a gapped datatype on some ranks (the regular path) beside fast ones.
+- ``Alltoallw`` with a gapped datatype on some ranks (the regular path) beside fast ones;
+- the program's lists of counts reused between an ``I…`` call and its ``Wait``.
 """
 from __future__ import annotations
 
@@ -192,7 +193,32 @@ def _alltoallw_mixed(c: Checker, MPI, comm) -> None:
     vec.Free()
 
 
+def _counts_reused(c: Checker, MPI, comm) -> None:
+    """The program reuses its lists of counts between an I-call and its Wait: the call
+    keeps the counts it was given (was: the second part read the changed lists and copied
+    past the receive buffer)."""
+    r, n = comm.rank, comm.size
+    send = np.arange(4 * n, dtype=np.int64) + 100 * r
+    whole = np.full(n + 8, -1, dtype=np.int64)
+    recv = whole[:n]
+    sc, rc = [1] * n, [1] * n
+    req = comm.Ialltoallv([send, sc], [recv, rc])
+    sc[:] = [4] * n
+    rc[:] = [4] * n
+    req.Wait()
+    c.eq(recv, np.array([100 * j + r for j in range(n)]), "Ialltoallv with its counts reused before Wait")
+    c.eq(whole[n:], np.full(8, -1), "Ialltoallv: nothing written past the receive buffer")
+    counts = [1] * n
+    out = np.full(n + 4, -1, dtype=np.int64)
+    req = comm.Igatherv(np.full(1, r, dtype=np.int64), [out, counts] if r == 0 else None, 0)
+    counts[:] = [3] * n
+    req.Wait()
+    if r == 0:
+        c.eq(out, np.concatenate([np.arange(n), np.full(4, -1)]), "Igatherv with its counts reused")
+
+
 def collv_parts_checks(c: Checker, MPI, comm) -> None:
+    _counts_reused(c, MPI, comm)
     for way in ("blocking", "i", "init"):
         for salt, dtype in enumerate(("float64", "int32")):
             _forms(c, MPI, comm, way, dtype, salt)

@@ -193,7 +193,31 @@ def _hazards(c: Checker, MPI, comm) -> None:
     comm.barrier()
 
 
+class _NoPickle:
+    def __reduce__(self) -> Any:
+        raise RuntimeError("not this one")
+
+
+def _failures_leave_nothing(c: Checker, MPI, comm) -> None:
+    """A sendrecv whose object does not pickle posts no receive (the next sendrecv got its
+    message: a hang); a dumps of the program's that returns a str fails on every rank (the
+    others waited until the timeout)."""
+    r, n = comm.rank, comm.size
+    if n > 1:
+        nxt, prv = (r + 1) % n, (r - 1) % n
+        c.raises(lambda: comm.sendrecv(_NoPickle(), nxt, 6, None, prv, 6), MPI.Exception,
+                 "sendrecv of an object that does not pickle")
+        c.eq(comm.sendrecv(("ok", r), nxt, 6, None, prv, 6), ("ok", prv), "the sendrecv after it")
+    try:
+        MPI.pickle.__init__(lambda obj, *p: "not bytes" if r == 0 else pickle.dumps(obj, *p), pickle.loads)
+        c.raises(lambda: comm.bcast(r, 0), MPI.Exception, "bcast, the root's dumps gives a str")
+    finally:
+        MPI.pickle.__init__()
+    c.eq(comm.allgather(r), list(range(n)), "the call after it")
+
+
 def obj_native_checks(c: Checker, MPI, comm) -> None:
+    _failures_leave_nothing(c, MPI, comm)
     _calls(c, MPI, comm)
     _hazards(c, MPI, comm)
     _point_to_point(c, MPI, comm)

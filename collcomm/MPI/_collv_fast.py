@@ -62,6 +62,13 @@ def _a2av(fast: Any, aop: bool) -> Any:
     return fast.all_to_all_v_async if aop else fast.all_to_all_v
 
 
+def _kept(x: Any) -> Any:
+    """A list of counts or displacements as the call reads it: a tuple (a call started in
+    two parts keeps its arguments until its wait, and MPI reads them at the call: the
+    program may reuse its list meanwhile)."""
+    return tuple(x) if type(x) is list else x
+
+
 def gatherv(fast: Any, g: Any, sendbuf: Any, recvbuf: Any, root: int, call: str, aop: bool = False) -> Any:
     """Gatherv through the fast call: True (done) or, with ``aop``, the started call's Work;
     None if it did nothing."""
@@ -75,6 +82,8 @@ def gatherv(fast: Any, g: Any, sendbuf: Any, recvbuf: Any, root: int, call: str,
         if q is None or not _seq(q[1]):
             return None
         recv, rc, rd = q
+        if aop:
+            rc, rd = _kept(rc), _kept(rd)
     else:
         recv, rc, rd = sendbuf.reshape(-1)[:0], [0] * n, None
     return _run(_a2av(fast, aop), sendbuf, sc, None, recv, rc, rd, call)
@@ -91,6 +100,8 @@ def scatterv(fast: Any, g: Any, sendbuf: Any, recvbuf: Any, root: int, call: str
         if q is None or not _seq(q[1]) or len(q[1]) != n:
             return None
         send, sc, sd = q
+        if aop:
+            sc, sd = _kept(sc), _kept(sd)
         rc[root] = sc[root]           # (the root's own block: its count, as the regular path)
     else:
         send, sc, sd = recvbuf.reshape(-1)[:0], [0] * n, None
@@ -109,6 +120,8 @@ def allgatherv(fast: Any, g: Any, sendbuf: Any, recvbuf: Any, call: str, aop: bo
     n, k = g.size, sendbuf.size
     if len(rc) != n:
         return None
+    if aop:
+        rc, rd = _kept(rc), _kept(rd)
     if all(c == k for c in rc):
         if rd is not None and list(rd) != list(range(0, n * k, k)):
             return None
@@ -128,7 +141,10 @@ def alltoallv(fast: Any, sendbuf: Any, recvbuf: Any, call: str, aop: bool = Fals
     r = quick_vector(recvbuf)
     if r is None:
         return None
-    return _run(_a2av(fast, aop), s[0], s[1], s[2], r[0], r[1], r[2], call)
+    if aop:
+        return _run(fast.all_to_all_v_async, s[0], _kept(s[1]), _kept(s[2]), r[0], _kept(r[1]),
+                    _kept(r[2]), call)
+    return _run(fast.all_to_all_v, s[0], s[1], s[2], r[0], r[1], r[2], call)
 
 
 def _bytes_w(spec: Any, n: int) -> tuple[np.ndarray, list[int]] | None:

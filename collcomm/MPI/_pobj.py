@@ -211,7 +211,7 @@ class _ObjRecv:
 
 
 def _send_object(g: Any, obj: Any, dest: int, tag: int, sync: bool, call: str,
-                 pickled: bytes | None = None) -> list[Any]:
+                 pickled: Any = None) -> list[Any]:
     data = dumps(obj, call, _pickle) if pickled is None else np.frombuffer(pickled, dtype=np.uint8)
     flags = SYNC if sync else 0
     handles = []
@@ -314,6 +314,11 @@ class ObjectPointToPoint:
         if sent:                                          # (in the peer's ring already)
             done, obj = _native_recv(g, source, recvtag, status)
             return obj if done else complete(self._orecv(source, recvtag, "sendrecv"), status)
+        if pickled is None:      # (pickled before the receive is posted: a failure leaves none behind)
+            try:
+                pickled = dumps(sendobj, "sendrecv", _pickle)
+            except CollcommError as exc:
+                raise translate(exc) from exc
         r = self._orecv(source, recvtag, "sendrecv")
         complete(self._osend(sendobj, dest, sendtag, False, "sendrecv", pickled))
         return complete(r, status)

@@ -51,6 +51,8 @@ def _pickle(obj: Any, ser: Serializer) -> Pickled:
     oob: list[Any] = []
     try:
         data = ser.dumps(obj, pickled.out_of_band(ser.oob_min, oob))
+        if not isinstance(data, (bytes, bytearray)):   # (a program's dumps: any bytes-like)
+            data = memoryview(data).cast("B").tobytes()
     except Exception as exc:  # noqa: BLE001 - any pickling failure, reported on every rank
         return b"", [], FAILED, f"{type(obj).__name__} object cannot be pickled: {exc}"
     return data, oob, (len(data) if not oob and len(data) <= SMALL_MAX else BIG), ""

@@ -67,6 +67,17 @@ static PyObject *a2a_run(Core *c, PyObject *arena, PyObject *send_obj, PyObject 
     Call k;
     if (call_begin(&k, c, arena) < 0)
         return NULL;
+    if (c->part == PART_FINISH) {
+        /* the counts as the first part staged them (the agreement's row of ours), not the
+         * caller's lists read again: MPI reads them at the call, and the checks below and
+         * every copy must use the counts the others checked against */
+        const int64_t *row = (const int64_t *)slot_at(c, k.phase, me);
+        for (int j = 0; j < n; j++) {
+            sc[j] = (Py_ssize_t)row[j];
+            rc[j] = (Py_ssize_t)row[n + j];
+        }
+        bad = 0;
+    }
     char *send, *recv;
     Py_ssize_t sbytes, rbytes;
     if (get_buffer(&k, send_obj, 0, &send, &sbytes) < 0 ||

@@ -8,7 +8,9 @@
  * staged beside the agreement's table, within one_shot). Its first part is then the
  * agreement: table and blocks staged, arrival published; a rank whose peers all went eager
  * can finish without it. Its second part (a2a_run, Core.part PART_FINISH) checks the
- * signatures and every split size, and reads this rank's blocks, or, when some rank's buffer
+ * signatures and every split size as staged by the first parts (its own counts taken from
+ * its staged row, not the caller's lists read again; collcomm/MPI/_collv_fast.py passes
+ * tuples anyway), and reads this rank's blocks, or, when some rank's buffer
  * was too large to go eager (that rank ran the call whole, natively or, over the fast
  * call's limit, on the Python path, which moves the same words), goes on with everybody as
  * a whole call does from its agreement: staged rounds, or cross-memory reads by the size

@@ -108,7 +108,8 @@ static PyObject *fast_run_part(Fast *s, int part, int fc, PyObject *name, uint64
         Py_DECREF(status);
         status = NULL;
         PyErr_SetString(PyExc_RuntimeError, "collcomm fast call: the second part of a call "
-                        "started in two parts was refused (its buffer changed?)");
+                        "started in two parts was refused (its buffer, or a list of counts, "
+                        "changed before its wait?)");
     }
     return fast_end(s, status, rec, tag, sig, fc, name, a, b, c);
 }
@@ -283,7 +284,8 @@ static PyObject *Fast_finish_part(Fast *s, PyObject *unused)
     }
     int done = r == Py_True;
     Py_DECREF(r);
-    if (!done) {                   /* (cannot happen: the same checks took its first part) */
+    if (!done) {                   /* (the same checks took its first part: only arguments
+                                    * the program changed before its wait fail them) */
         Py_CLEAR(s->part_tag);
         Py_CLEAR(s->part_rec);
         PyErr_SetString(PyExc_RuntimeError, "collcomm fast call: the second part of a call "

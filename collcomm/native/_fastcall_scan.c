@@ -80,6 +80,13 @@ static PyObject *Fast_scan(Fast *s, PyObject *const *args, Py_ssize_t nargs)
             Py_DECREF(parts);
             return NULL;
         }
+        if (rv.len < nbytes) {         /* (resized by another thread while the GIL was let go) */
+            PyBuffer_Release(&rv);
+            PyBuffer_Release(&pv);
+            Py_DECREF(parts);
+            PyErr_SetString(PyExc_BufferError, "scan: the receive buffer shrank during the call");
+            return NULL;
+        }
         memcpy(rv.buf, pv.buf, (size_t)nbytes);
         for (int j = 1; j < upto; j++)     /* recv op x_j, lower ranks on the left */
             fn(rv.buf, (const char *)pv.buf + (Py_ssize_t)j * nbytes, count);

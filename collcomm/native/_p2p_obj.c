@@ -6,10 +6,11 @@
  * (P2P.send); a large object's first part is 16 bytes (the length, a body id) and its
  * body a message of its own, which the Python code sends and receives.
  *
- * ``obj_send(obj, dst, tag, native)``: True, sent; None, nothing done (the object did not
- * pickle in band as pickled_small would: the Python code pickles it again and reports or
- * sends it its way); the pickle (bytes), not sent (larger than one record, a ring without
- * room, ...): the Python code sends that pickle the regular way.
+ * ``obj_send(obj, dst, tag, native)``: True, sent; None, nothing done (the P2P paused, a
+ * `native` it cannot read, or the object did not pickle in band as pickled_small would:
+ * the Python code pickles it again and reports or sends it its way); the pickle (bytes),
+ * not sent (larger than one record, a ring without room, ...): the Python code sends that
+ * pickle the regular way.
  * ``obj_recv(src, tag, mask, native)``: (True, obj, tag, size) the next matching message
  * received and unpickled; (False, body id, tag, size) a large object's first part
  * received (the Python code receives the body); (None, its byte count, tag, 0) a message
