@@ -46,7 +46,7 @@ from ._misc import (
     ERRHANDLER_NULL, ERRORS_ABORT, ERRORS_ARE_FATAL, ERRORS_RETURN, INFO_ENV, INFO_NULL, Errhandler, Info,
 )
 from ._comm import COMM_NULL, COMM_SELF, COMM_WORLD, Comm, Intracomm
-from ._pobj import MESSAGE_NO_PROC, MESSAGE_NULL, Message
+from ._message import MESSAGE_NO_PROC, MESSAGE_NULL, Message
 from ._topo import Cartcomm, Compute_dims, Topocomm
 from ._graph import Distgraphcomm, Graphcomm
 from ._absent import FILE_NULL, SESSION_NULL, WIN_NULL, File, Grequest, Intercomm, Session, Win

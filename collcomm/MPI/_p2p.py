@@ -284,19 +284,19 @@ class PointToPoint:
     def Mprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> Any:  # noqa: N802
         if source == PROC_NULL:
             _null_status(status)
-            from ._pobj import MESSAGE_NO_PROC
+            from ._message import MESSAGE_NO_PROC
             return MESSAGE_NO_PROC
         g, m = self._probe(source, tag, True, True, "Mprobe")
-        from ._pobj import Message
+        from ._message import Message
         return Message._claimed(g, m, status)
 
     def Improbe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> Any:  # noqa: N802
         if source == PROC_NULL:
             _null_status(status)
-            from ._pobj import MESSAGE_NO_PROC
+            from ._message import MESSAGE_NO_PROC
             return MESSAGE_NO_PROC
         g, m = self._probe(source, tag, False, True, "Improbe")
-        from ._pobj import Message
+        from ._message import Message
         return None if m is None else Message._claimed(g, m, status)
 
     mprobe = Mprobe

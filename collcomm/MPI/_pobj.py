@@ -1,5 +1,5 @@
-"""Point to point with objects (``send/recv/isend/irecv/ssend/issend/sendrecv``) and
-``Message`` (what ``Mprobe``/``mprobe`` take).
+"""Point to point with objects (``send/recv/isend/irecv/ssend/issend/sendrecv``; ``Message``,
+what ``Mprobe``/``mprobe`` take, is in :mod:`._message`).
 
 Objects are pickled by ``MPI.pickle`` (_pickle.py; in band). An object whose pickle has up to
 EAGER - 8 = 65528 bytes travels as one message: an 8-byte length, then the pickle. A larger
@@ -36,11 +36,9 @@ from ._pickle import pickle as _pickle
 from ..errors import CollcommError
 from ._consts import ANY_SOURCE, ANY_TAG, PROC_NULL
 from ._errors import ERR_OTHER, Exception as MPIException, translate
-from ._msg import simple
-from ._staging import Receiving
 from ._p2p_ops import (
-    ACK, BODY, SYNC, TAG_BITS, _EMPTY, _SENT, _Recv, _Send, _dest, _done_request, _native_tag, _request, _rtag,
-    _source, _stag, complete, Unpacked,
+    ACK, BODY, SYNC, TAG_BITS, _EMPTY, _SENT, _Send, _dest, _native_tag, _request, _rtag, _source, _stag,
+    complete,
 )
 from ._request import ORPHANS, Done, Request, Status, reap_orphans
 
@@ -322,90 +320,3 @@ class ObjectPointToPoint:
         r = self._orecv(source, recvtag, "sendrecv")
         complete(self._osend(sendobj, dest, sendtag, False, "sendrecv", pickled))
         return complete(r, status)
-
-
-class Message:
-    """A message taken by ``Mprobe``/``mprobe``: receive it with ``Recv``/``Irecv`` (into a
-    buffer) or ``recv``/``irecv`` (an object). Nothing else can receive it meanwhile."""
-
-    __slots__ = ("_g", "_m", "_noproc")
-
-    def __init__(self, message: "Message | None" = None) -> None:
-        self._g = None if message is None else message._g
-        self._m = None if message is None else message._m
-        self._noproc = False if message is None else message._noproc
-
-    @classmethod
-    def _claimed(cls, g: Any, m: Any, status: Status | None) -> "Message":
-        msg = cls()
-        msg._g, msg._m = g, m
-        if status is not None:
-            status._set(m.source, m.tag & TAG_BITS, m.nbytes)
-        return msg
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Message) and self._m is other._m and self._noproc == other._noproc
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __bool__(self) -> bool:
-        return self._m is not None or self._noproc
-
-    def _take(self, call: str) -> Any:
-        if self._noproc:
-            self._noproc = False
-            return None
-        if self._m is None:
-            raise MPIException(7, f"Message.{call}: the message is MPI.MESSAGE_NULL (already received?)")
-        g, m, self._m = self._g, self._m, None
-        return g, m
-
-    def Irecv(self, buf: Any) -> Request:  # noqa: N802
-        st = Receiving()
-        if self._m is not None:   # (checked first: a bad buffer leaves the message claimable)
-            arr, _ = simple(buf, "Message.Irecv", "buf", writable=True, staged=st)
-        taken = self._take("Irecv")
-        if taken is None:
-            return _done_request()
-        g, m = taken
-        try:
-            r = _Recv(g, p2p.mrecv(g, m, arr))
-        except CollcommError as exc:
-            raise translate(exc) from exc
-        return _request(r if not st else Unpacked(r, st))
-
-    def Recv(self, buf: Any, status: Status | None = None) -> None:  # noqa: N802
-        self.Irecv(buf).Wait(status)
-
-    def irecv(self) -> Request:
-        taken = self._take("irecv")
-        if taken is None:
-            return _done_request()
-        g, m = taken
-        buf = np.empty(max(m.nbytes, 8), dtype=np.uint8)
-        try:
-            op = _ObjRecv(g, p2p.mrecv(g, m, buf), buf)
-        except CollcommError as exc:
-            raise translate(exc) from exc
-        if op.first_arrived():          # (a taken message: its body, if any, asked for now)
-            op.post_body()
-        return _request(op)
-
-    def recv(self, status: Status | None = None) -> Any:
-        return self.irecv().wait(status)
-
-    @classmethod
-    def Probe(cls, comm: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> "Message":  # noqa: N802
-        return comm.Mprobe(source, tag, status)
-
-    @classmethod
-    def Iprobe(cls, comm: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> "Message | None":  # noqa: N802
-        return comm.Improbe(source, tag, status)
-
-    probe = Probe
-    iprobe = Iprobe
-
-
-MESSAGE_NULL = Message()
-MESSAGE_NO_PROC = Message()
-MESSAGE_NO_PROC._noproc = True
