@@ -125,10 +125,10 @@ class _ObjRecv:
     """An object receive: the first part (length + small pickle), then maybe a body."""
 
     __slots__ = ("_g", "_first", "_buf", "_body", "_data", "_exc", "_st", "_done", "value",
-                 "source", "tag", "nbytes", "cancelled")
+                 "source", "tag", "nbytes", "cancelled", "_src")
 
-    def __init__(self, g: Any, first: Any, buf: np.ndarray) -> None:
-        self._g, self._first, self._buf = g, first, buf
+    def __init__(self, g: Any, first: Any, buf: np.ndarray, src: int | None = None) -> None:
+        self._g, self._first, self._buf, self._src = g, first, buf, src   # (src: local, if given)
         self._body: Any = None
         self._data: np.ndarray | None = None
         self._exc: BaseException | None = None
@@ -157,14 +157,15 @@ class _ObjRecv:
                 self._post_body()
 
     def _post_body(self) -> None:
-        src, tag = p2p.source_tag(self._g, self._st)
-        size, body = _body(self._buf, self._st.nbytes)
+        st = self._st
+        src = self._src if self._src is not None else self._g.to_local(st.source)
+        size, body = _body(self._buf, st.nbytes)
         if body is not None:
             self._data = np.empty(size, dtype=np.uint8)
             self._body = p2p.irecv(self._g, self._data, src, BODY | body, p2p.MAX_USER_TAG, "recv")
         else:
-            self._data = self._buf[8:8 + size]
-        self.source, self.tag, self.nbytes = src, tag & TAG_BITS, size
+            self._data = memoryview(self._buf)[8:8 + size]    # (what loads is given anyway)
+        self.source, self.tag, self.nbytes = src, st.tag & TAG_BITS, size
 
     def _ready(self, block: bool) -> bool:
         if self._done:
@@ -233,7 +234,7 @@ def _recv_object(g: Any, source: int | None, tag: int, mask: int, call: str) -> 
     # from a rank of this host: received natively at its wait if it can (core/p2p.py
     # Deferred, as Irecv's), else posted in the engine
     h = None if f is None else f.start(True, p2p.Deferred, g, buf, source, tag, 0, False, mask)
-    return _ObjRecv(g, p2p.irecv(g, buf, source, tag, mask, call) if h is None else h, buf)
+    return _ObjRecv(g, p2p.irecv(g, buf, source, tag, mask, call) if h is None else h, buf, source)
 
 
 
@@ -302,7 +303,7 @@ class ObjectPointToPoint:
             except CollcommError as exc:
                 raise translate(exc) from exc
             if h is not None:
-                return _request(_ObjRecv(g, h, first))
+                return _request(_ObjRecv(g, h, first, source))
         return _request(self._orecv(source, tag, "irecv"))
 
     def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
