@@ -20,7 +20,7 @@ specs, ``IN_PLACE``, statuses, requests, ranks of communicators) into calls of t
 (constants, ``MPI.Exception``), ``_types`` (datatypes; derived ones: ``_derived``, their
 layouts and packing ``_typemap``, recipes and MPI_Pack ``_type_contents``/``_pack``), ``_ops`` (reduction ops), ``_msg``
 (buffer specs), ``_pickle`` (``MPI.pickle``), ``_status``, ``_request``, ``_group``, ``_comm`` and ``_attrs``
-(communicators), ``_p2p``, ``_pobj``, ``_coll``, ``_collv``, ``_cobj`` (the communication
+(communicators), ``_p2p``, ``_pobj`` (``Message``: ``_message``), ``_coll``, ``_collv``, ``_cobj`` (the communication
 methods), ``_topo`` (Cartesian topologies; ``_graph`` graph ones, ``_neighbor`` their collectives), ``_env`` (init, clocks, memory), ``_misc``
 (Info, Errhandler) and ``_absent`` (what is left out). ``collcomm.MPI.bench`` measures the
 front end against the functional API.

@@ -47,7 +47,8 @@ class Serializer:
     (``collcomm.MPI.pickle``: mpi4py's ``MPI.pickle.__init__(dill.dumps, dill.loads)``)."""
 
     oob_min = OUT_OF_BAND_MIN
-    #: how the fast call's object entries may pickle in C (native/_fastcall_obj.c):
+    #: how the fast call's object entries may pickle in C (native/_obj_pickle.c, the entries
+    #: in _fastcall_obj.c and _p2p_obj.c):
     #: ``(dumps, loads, protocol, dumps takes a buffer_callback, oob_min)`` with
     #: ``dumps(obj[, protocol][, buffer_callback=…])`` and ``loads(bytes)`` exactly what this
     #: serializer's methods call for an object pickled in band; None: the Python code

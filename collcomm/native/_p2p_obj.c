@@ -1,6 +1,6 @@
 /* P2P.obj_send / obj_recv: collcomm.MPI's blocking object ``send``/``recv`` (and
  * ``sendrecv``) with one rank of this host, pickling and unpickling here (included by
- * _p2p_type.c after _p2p_mpi.c; the pickling helpers are _fastcall_obj.c's).
+ * _p2p_type.c after _p2p_mpi.c; the pickling helpers are _obj_pickle.c's).
  *
  * The message is MPI/_pobj.py's: an 8-byte length and the pickle, one INLINE record
  * (P2P.send); a large object's first part is 16 bytes (the length, a body id) and its
