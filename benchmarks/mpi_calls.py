@@ -16,10 +16,10 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 from typing import Any, Callable
 
 import numpy as np
+from _blocks import timed_blocks
 
 if os.environ.get("USE_MPI4PY"):
     from mpi4py import MPI
@@ -93,19 +93,7 @@ def main() -> None:
     args = ap.parse_args()
     comm = MPI.COMM_WORLD
     table = rows(comm)
-    times: dict[str, list[float]] = {name: [] for name, _ in table}
-    mine, worst = np.zeros(1), np.zeros(1)
-    for b in range(args.blocks):
-        for name, call in (table if b % 2 == 0 else table[::-1]):
-            for _ in range(max(10, args.iters // 20)):
-                call()
-            comm.Barrier()
-            t0 = time.perf_counter()
-            for _ in range(args.iters):
-                call()
-            mine[0] = (time.perf_counter() - t0) / args.iters * 1e6
-            comm.Allreduce(mine, worst, MPI.MAX)
-            times[name].append(float(worst[0]))
+    times = timed_blocks(comm, MPI, table, args.blocks, args.iters, max(10, args.iters // 20))
     if comm.Get_rank() == 0:
         lib = "mpi4py + Open MPI" if os.environ.get("USE_MPI4PY") else "collcomm.MPI"
         print(f"# mpi_calls, {lib}: n={comm.Get_size()}, {args.blocks} blocks x {args.iters} calls; "

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import numpy as np
 from mpi4py import MPI
+
+from _blocks import timed_blocks
 
 
 def main() -> None:
@@ -39,20 +40,7 @@ def main() -> None:
         ("Ibcast+Wait", lambda: comm.Ibcast(y, 0).Wait()),
         ("Ibarrier+Wait", lambda: comm.Ibarrier().Wait()),
     ]
-    times: dict[str, list[float]] = {name: [] for name, _ in rows}
-    mine, worst = np.zeros(1), np.zeros(1)
-    for b in range(args.blocks):
-        for name, call in (rows if b % 2 == 0 else rows[::-1]):
-            comm.Barrier()
-            for _ in range(50):
-                call()
-            comm.Barrier()
-            t0 = time.perf_counter()
-            for _ in range(args.iters):
-                call()
-            mine[0] = (time.perf_counter() - t0) / args.iters * 1e6
-            comm.Allreduce(mine, worst, MPI.MAX)
-            times[name].append(float(worst[0]))
+    times = timed_blocks(comm, MPI, rows, args.blocks, args.iters, 50)
     if me == 0:
         print(f"# Open MPI ({MPI.Get_library_version().splitlines()[0]}): n={n}, {k * 4} B "
               f"float32, {args.blocks} blocks x {args.iters} calls; µs per call, median [min] "

@@ -41,11 +41,15 @@ def _run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         raise translate(exc) from exc
 
 
-def _request(work: Any, finish: Callable[[], Any] | None = None) -> Request:
-    r = Request.__new__(Request)      # (no __init__: it only sets _op)
+def _workop(work: Any, finish: Callable[[], Any] | None = None) -> WorkOp:
     op = WorkOp.__new__(WorkOp)       # (WorkOp.__init__'s stores, without its frame)
     op._work, op._finish, op._done, op.value = work, finish, False, None
-    r._op = op
+    return op
+
+
+def _request(work: Any, finish: Callable[[], Any] | None = None) -> Request:
+    r = Request.__new__(Request)      # (no __init__: it only sets _op)
+    r._op = _workop(work, finish)
     return r
 
 

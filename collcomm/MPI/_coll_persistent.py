@@ -33,11 +33,11 @@ from typing import Any, Callable
 
 from ..errors import CollcommError
 from ._coll import BufferCollectives, _builtin
+from ._coll_impl import _workop
 from ._errors import translate
 from ._msg import IN_PLACE, pinned
 from ._ops import SUM, pinned_op
 from ._prequest import persistent
-from ._request import WorkOp
 
 
 #: the largest slot of a persistent collective's arena (bytes)
@@ -91,9 +91,7 @@ class _Prepared:
             except CollcommError as exc:
                 raise translate(exc) from exc
             if work is not None:
-                op = WorkOp.__new__(WorkOp)      # (as _coll_impl._request makes it)
-                op._work, op._finish, op._done, op.value = work, None, False, None
-                return op
+                return _workop(work)
         return self.general()
 
 

@@ -242,7 +242,7 @@ static PyObject *Fast_obj_alltoall(Fast *s, PyObject *const *args, Py_ssize_t na
         int64_t c = obj_code(PyList_GET_ITEM(mine, j));
         memcpy(PyByteArray_AS_STRING(row) + 8 * j, &c, 8);
     }
-    PyObject *call[7] = {row, table, args[1]};
+    PyObject *call[3] = {row, table, args[1]};
     int taken = obj_taken(fast_all_gather(s, call, 3, PART_WHOLE));
     Py_DECREF(row);
     if (taken <= 0) {
