@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .. import native
 from ..core import p2p
 from ..core.pickled import dumps, loads
 from ._pickle import pickle as _pickle
@@ -202,11 +203,19 @@ class _ObjRecv:
         return self._ready(False)
 
     def wait(self) -> None:
-        self._ready(True)
+        if _OBJ_WAIT is None or _OBJ_WAIT(self, _pickle.native, _SPARE) is None:
+            self._ready(True)
 
     def cancel(self) -> None:
         if not self._done and self._st is None and self._exc is None and p2p.cancel(self._g, self._first):
             self._done, self.cancelled = True, True
+
+
+#: _ObjRecv.wait's common case in one C call (native/_p2p_obj_irecv.c), or None
+_OBJ_WAIT = getattr(native.core, "obj_wait", None)
+#: what P2P.obj_irecv writes in a new _ObjRecv's slots (in __slots__ order), but _g,
+#: _first, _buf and _src (its own): what __init__ writes
+_OBJ_INIT = (None, None, None, None, None, None, None, False, None, ANY_SOURCE, ANY_TAG, 0, False, None)
 
 
 def _send_object(g: Any, obj: Any, dest: int, tag: int, sync: bool, call: str,
@@ -296,14 +305,15 @@ class ObjectPointToPoint:
         g = self._grp("irecv")
         f = p2p.native(g) if type(source) is int and 0 <= source < g.size and source != g.rank else None
         tm = None if f is None else _native_tag(tag)
-        if tm is not None:     # (_orecv's native way without its frames: the common call)
+        if tm is not None:     # (_orecv's native way, its request made in C: the common call)
             first = _first_buffer()
             try:
-                h = f.start(True, p2p.Deferred, g, first, source, tm[0], 0, False, tm[1])
+                r = f.obj_irecv(g, first, source, tm[0], tm[1], p2p.Deferred, _ObjRecv, Request, _OBJ_INIT)
             except CollcommError as exc:
                 raise translate(exc) from exc
-            if h is not None:
-                return _request(_ObjRecv(g, h, first, source))
+            if r is not None:
+                return r
+            _SPARE.append(first)
         return _request(self._orecv(source, tag, "irecv"))
 
     def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,

@@ -13,6 +13,7 @@
 #include "_p2p_entry.c"         /* BatchCall: batch_isend_irecv itself in C */
 #include "_p2p_mpi.c"           /* P2P.mpi_irecv: collcomm.MPI Irecv in one call */
 #include "_p2p_obj.c"           /* P2P.obj_send / obj_recv: collcomm.MPI send / recv of objects */
+#include "_p2p_obj_irecv.c"     /* P2P.obj_irecv, obj_wait: collcomm.MPI irecv of an object, its wait */
 
 /* Pipe(channel, out_view, out_base, out_ring, in_view, in_base, in_ring, eager, peer):
  * the views are writable memoryviews of the two inboxes, the bases the rings' control
@@ -234,6 +235,8 @@ static PyMethodDef P2P_methods[] = {
     P2PM(obj_send, "obj_send(obj, dst, tag, native) -> True | None | the pickle (not sent)"),
     P2PM(obj_recv, "obj_recv(src, tag, mask, native) -> (True, obj, tag, size) | "
                    "(False, body id, tag, size) | None"),
+    P2PM(obj_irecv, "obj_irecv(g, first, local, tag, mask, deferred, op, request, init) -> "
+                    "collcomm.MPI irecv's Request | None (nothing done); see _p2p_obj_irecv.c"),
     P2PM(note, "note(recv, peer) -> the 'entered' record of an isend/irecv, or None"),
     P2PM(batch, "batch(ops, p2pop, irecv, ndarray, sigs, sent, received, g, record, lent) -> the "
                 "works of the ops started (all, or those before a send C could not write) | "
@@ -315,7 +318,7 @@ static int p2p_module_init(PyObject *m)
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL)
             return -1;
-    if (own_names() < 0 || batch_names() < 0 || mpi_names() < 0 || lend_names() < 0 || deferred_module_init(m) < 0 || sent_module_init(m) < 0 || lent_module_init(m) < 0 || rec_p2p_module_init(m) < 0 || entry_module_init(m) < 0 || p2p_lock_init() < 0)
+    if (own_names() < 0 || batch_names() < 0 || mpi_names() < 0 || obj_irecv_names() < 0 || lend_names() < 0 || deferred_module_init(m) < 0 || sent_module_init(m) < 0 || lent_module_init(m) < 0 || rec_p2p_module_init(m) < 0 || entry_module_init(m) < 0 || p2p_lock_init() < 0)
         return -1;
     return add_type(m, "Pipe", &PipeType) < 0 ? -1 : add_type(m, "P2P", &P2PType);
 }

@@ -220,6 +220,9 @@ static PyMethodDef module_methods[] = {
      "pack_runs(memory, runs, count, extent, first, packed, to_packed): a derived type's message"},
     {"set_ties", mod_set_ties, METH_VARARGS,
      "set_ties(f16, f32, f64): min/max of equal values keeps the second operand"},
+    {"obj_wait", (PyCFunction)(void (*)(void))mod_obj_wait, METH_FASTCALL,
+     "obj_wait(op, native, spare) -> True (collcomm.MPI's object irecv complete) | None "
+     "(the Python code goes on); see _p2p_obj_irecv.c"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,0 +1,159 @@
+"""collcomm.MPI's object ``irecv`` and its ``wait`` in C (native/_p2p_obj_irecv.c:
+``P2P.obj_irecv`` makes the deferred receive, its op and its Request; ``obj_wait`` takes
+the first part, unpickles a small object and reuses the buffer), a section of the shared
+MPI job (tests/mpi_checks.py) at 1-5 ranks and over TCP (there the Python way: the same
+checks, the results must not differ).
+
+- value and status (source, tag, byte count) of a small object, a specific tag and
+  ``ANY_TAG``; ``test`` until done; one native receive each where the group has the entry;
+- the first-part buffer reused by the next receive once its wait read it (and not while
+  the receive is pending);
+- what C leaves to the Python code, each right: a large object (its body asked for by
+  id), a message sent with ``Send`` (``ERR_OTHER``), a pickle the receiver's ``loads``
+  refuses (raised by every wait, not lost), a cancelled receive, a wait interrupted by a
+  signal handler's exception (kept: raised again by the next wait).
+"""
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.mpi_checks import SIZES, Checker, check, job
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def _refused_on_load() -> Any:
+    raise ValueError("this receiver refuses the object")
+
+
+class _BadOnLoad:
+    """Pickles fine; unpickling it raises (the receiver's loads fails)."""
+
+    def __reduce__(self) -> Any:
+        return (_refused_on_load, ())
+
+
+def _values(c: Checker, MPI: Any, comm: Any, f: Any) -> None:
+    r, n = comm.rank, comm.size
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    recvs = f.recvs if f is not None else 0
+    q = comm.irecv(source=prv, tag=5)
+    comm.send({"from": r, "list": [1.5, "x"]}, nxt, 5)
+    st = MPI.Status()
+    c.eq(q.wait(st), {"from": prv, "list": [1.5, "x"]}, "irecv value")
+    import pickle
+    size = len(pickle.dumps({"from": prv, "list": [1.5, "x"]}, pickle.HIGHEST_PROTOCOL))
+    c.eq((st.Get_source(), st.Get_tag(), st.Get_count(MPI.BYTE)), (prv, 5, size), "irecv status")
+    if f is not None:
+        c.eq(f.recvs - recvs, 1, "irecv: one native receive")
+    q = comm.irecv(source=prv, tag=MPI.ANY_TAG)
+    comm.send(("any", r), nxt, 77)
+    st = MPI.Status()
+    c.eq(q.wait(st), ("any", prv), "irecv ANY_TAG value")
+    c.eq((st.Get_source(), st.Get_tag()), (prv, 77), "irecv ANY_TAG status")
+    q = comm.irecv(source=prv, tag=6)
+    c.eq(q.test(), (False, None), "test before the message")    # (sent after the barrier)
+    comm.barrier()
+    comm.send(r * 10, nxt, 6)
+    for _ in range(200000):
+        done, value = q.test()
+        if done:
+            break
+    c.eq((done, value), (True, prv * 10), "test until done")
+
+
+def _buffer_reuse(c: Checker, MPI: Any, comm: Any, f: Any) -> None:
+    from collcomm.MPI import _pobj
+    r, n = comm.rank, comm.size
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    q1 = comm.irecv(source=prv, tag=8)
+    q2 = comm.irecv(source=prv, tag=9)
+    b1, b2 = q1._op._buf, q2._op._buf
+    c.true(b1 is not b2, "two pending receives: two first-part buffers")
+    comm.send("one", nxt, 8)
+    comm.send("two", nxt, 9)
+    c.eq((q1.wait(), q2.wait()), ("one", "two"), "two pending receives")
+    q3 = comm.irecv(source=prv, tag=10)
+    c.true(q3._op._buf is b2, "the next receive reuses the buffer its last wait read")
+    comm.send(bytes(range(256)) * 4, nxt, 10)
+    c.eq(q3.wait(), bytes(range(256)) * 4, "a 1 KiB object into the reused buffer")
+    c.true(any(b is b2 for b in _pobj._SPARE), "the buffer back for the next receive")
+
+
+def _left_to_python(c: Checker, MPI: Any, comm: Any) -> None:
+    r, n = comm.rank, comm.size
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    big = np.arange(20000, dtype=np.float64)            # a 160 KB pickle: first part + body
+    q = comm.irecv(source=prv, tag=11)
+    comm.send((r, big), nxt, 11)
+    got = q.wait()
+    c.true(got[0] == prv and np.array_equal(got[1], big), "irecv of a large object")
+    q = comm.irecv(source=prv, tag=12)
+    comm.Send(np.zeros(3, dtype=np.uint8), nxt, 12)
+    c.raises(q.wait, MPI.Exception, "irecv of a message sent with Send", MPI.ERR_OTHER)
+    q = comm.irecv(source=prv, tag=13)
+    comm.send(_BadOnLoad(), nxt, 13)
+    c.raises(q.wait, ValueError, "irecv of an object its loads refuses")
+    c.raises(q.wait, ValueError, "... and waited for again")
+    q = comm.irecv(source=prv, tag=14)
+    q.Cancel()
+    st = MPI.Status()
+    q.Wait(st)
+    c.true(st.Is_cancelled(), "a cancelled irecv")
+    comm.barrier()
+    comm.send("after", nxt, 14)
+    c.eq(comm.irecv(source=prv, tag=14).wait(), "after", "the receive after the cancelled one")
+    comm.barrier()
+
+
+def _interrupted(c: Checker, MPI: Any, comm: Any) -> None:
+    """A signal handler's exception raised in a wait is kept: the next wait raises it too
+    (the receive stays posted, as the Python way leaves it, and takes its message)."""
+    r = comm.rank
+    if comm.size > 1 and r == 1:
+        def handler(signum: int, frame: Any) -> None:
+            raise _Interrupted()
+        old = signal.signal(signal.SIGALRM, handler)
+        try:
+            q = comm.irecv(source=0, tag=1515)
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            c.raises(q.wait, _Interrupted, "a wait interrupted by a signal handler's exception")
+            c.raises(q.wait, _Interrupted, "... raised again by the next wait")
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+        comm.send("waited", 0, 16)
+        c.eq(comm.recv(source=0, tag=17), "next", "the message after it, received")
+    elif comm.size > 1 and r == 0:
+        comm.recv(source=1, tag=16)
+        comm.send("late", 1, 1515)      # (taken by the interrupted receive, still posted)
+        comm.send("next", 1, 17)
+    comm.barrier()
+
+
+def obj_irecv_checks(c: Checker, MPI: Any, comm: Any) -> None:
+    from collcomm.core import p2p
+    g = comm._h.g
+    f = p2p.native(g) if g is not None else None
+    _values(c, MPI, comm, f)
+    _buffer_reuse(c, MPI, comm, f)
+    _left_to_python(c, MPI, comm)
+    _interrupted(c, MPI, comm)
+    comm.barrier()
+
+
+@pytest.mark.timeout(160)
+@pytest.mark.parametrize("n", SIZES)
+def test_obj_irecv(n):
+    check(job(n), "obj_irecv")
+
+
+@pytest.mark.timeout(160)
+def test_obj_irecv_over_tcp():
+    check(job(3, "tcp"), "obj_irecv")
