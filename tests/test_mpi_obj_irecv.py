@@ -11,7 +11,9 @@ checks, the results must not differ).
 - what C leaves to the Python code, each right: a large object (its body asked for by
   id), a message sent with ``Send`` (``ERR_OTHER``), a pickle the receiver's ``loads``
   refuses (raised by every wait, not lost), a cancelled receive, a wait interrupted by a
-  signal handler's exception (kept: raised again by the next wait).
+  signal handler's exception (kept: raised again by the next wait);
+- receives freed while active (``Request.Free``) complete at later calls: a large
+  object's body is asked for and taken (it stayed behind before).
 """
 from __future__ import annotations
 
@@ -37,6 +39,25 @@ class _BadOnLoad:
 
     def __reduce__(self) -> Any:
         return (_refused_on_load, ())
+
+
+#: tokens of the _Tracked objects unpickled in this process
+_LOADED: list[int] = []
+
+
+def _note_loaded(token: int, payload: bytes) -> int:
+    _LOADED.append(token)
+    return token
+
+
+class _Tracked:
+    """Notes its unpickling in _LOADED; ``size`` bytes of payload (a large object past 65528)."""
+
+    def __init__(self, token: int, size: int) -> None:
+        self.token, self.size = token, size
+
+    def __reduce__(self) -> Any:
+        return (_note_loaded, (self.token, b"x" * self.size))
 
 
 def _values(c: Checker, MPI: Any, comm: Any, f: Any) -> None:
@@ -137,6 +158,32 @@ def _interrupted(c: Checker, MPI: Any, comm: Any) -> None:
     comm.barrier()
 
 
+def _freed(c: Checker, MPI: Any, comm: Any) -> None:
+    """Receives freed while active still complete (a large object's body asked for and
+    taken, not left behind), at this rank's later calls."""
+    r, n = comm.rank, comm.size
+    if n == 1:
+        return
+    if r == 1:
+        q1, q2 = comm.irecv(source=0, tag=23), comm.irecv(source=0, tag=24)
+        q1.Free()
+        q2.Free()
+    comm.barrier()
+    sends = [comm.isend(_Tracked(101, 100000), 1, 23), comm.isend(_Tracked(102, 10), 1, 24)] if r == 0 else []
+    for _ in range(2000):
+        missing = r == 1 and not {101, 102} <= set(_LOADED)
+        if not comm.allreduce(int(missing)):
+            break
+    MPI.Request.Waitall(sends)
+    if r == 1:
+        c.true({101, 102} <= set(_LOADED), f"freed irecvs completed (unpickled: {_LOADED})")
+    if r == 0:
+        comm.send(_Tracked(103, 100000), 1, 23)
+    if r == 1:
+        c.eq(comm.recv(source=0, tag=23), 103, "a large object after a freed irecv of that tag")
+    comm.barrier()
+
+
 def obj_irecv_checks(c: Checker, MPI: Any, comm: Any) -> None:
     from collcomm.core import p2p
     g = comm._h.g
@@ -145,6 +192,7 @@ def obj_irecv_checks(c: Checker, MPI: Any, comm: Any) -> None:
     _buffer_reuse(c, MPI, comm, f)
     _left_to_python(c, MPI, comm)
     _interrupted(c, MPI, comm)
+    _freed(c, MPI, comm)
     comm.barrier()
 
 

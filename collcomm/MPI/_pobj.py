@@ -210,6 +210,19 @@ class _ObjRecv:
         if not self._done and self._st is None and self._exc is None and p2p.cancel(self._g, self._first):
             self._done, self.cancelled = True, True
 
+    def orphan(self) -> None:
+        """Freed while active (``Request.Free``): it still completes, as MPI's does: tested
+        at this rank's later completions and calls (``ORPHANS``) until its first part and,
+        for a large object, its body (asked for once the first part is in) have arrived;
+        the object is then unpickled and dropped. (Unfreed, a large object's body would
+        stay with this rank's unreceived messages.)"""
+        try:
+            done = self.test()
+        except Exception:  # noqa: BLE001 - a failed orphan has no one to tell
+            return
+        if not done:
+            ORPHANS.append(self)
+
 
 #: _ObjRecv.wait's common case in one C call (native/_p2p_obj_irecv.c), or None
 _OBJ_WAIT = getattr(native.core, "obj_wait", None)
