@@ -12,6 +12,7 @@ checks, the results must not differ).
   id), a message sent with ``Send`` (``ERR_OTHER``), a pickle the receiver's ``loads``
   refuses (raised by every wait, not lost), a cancelled receive, a wait interrupted by a
   signal handler's exception (kept: raised again by the next wait);
+- a program's own ``loads`` given a memoryview on every way (C and Python);
 - receives freed while active (``Request.Free``) complete at later calls: a large
   object's body is asked for and taken (it stayed behind before).
 """
@@ -158,6 +159,38 @@ def _interrupted(c: Checker, MPI: Any, comm: Any) -> None:
     comm.barrier()
 
 
+def _own_loads(c: Checker, MPI: Any, comm: Any) -> None:
+    """A program's own loads gets the same kind of buffer (a memoryview, as mpi4py's gets
+    a buffer object) on every way: irecv's wait (C) and test (Python), recv, bcast."""
+    import pickle
+    r, n = comm.rank, comm.size
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    seen: list[str] = []
+
+    def loads(data: Any) -> Any:
+        seen.append(type(data).__name__)
+        return pickle.loads(data)
+
+    try:
+        MPI.pickle.__init__(pickle.dumps, loads)
+        q = comm.irecv(source=prv, tag=25)
+        comm.send("w", nxt, 25)
+        c.eq(q.wait(), "w", "irecv wait, own loads")
+        q = comm.irecv(source=prv, tag=26)
+        comm.send("t", nxt, 26)
+        for _ in range(200000):
+            done, value = q.test()
+            if done:
+                break
+        c.eq(value, "t", "irecv test, own loads")
+        comm.send("r", nxt, 27)
+        c.eq(comm.recv(source=prv, tag=27), "r", "recv, own loads")
+        c.eq(comm.bcast("b" if r == 0 else None, 0), "b", "bcast, own loads")
+    finally:
+        MPI.pickle.__init__()
+    c.eq(set(seen), {"memoryview"}, "what the program's loads is given")
+
+
 def _freed(c: Checker, MPI: Any, comm: Any) -> None:
     """Receives freed while active still complete (a large object's body asked for and
     taken, not left behind), at this rank's later calls."""
@@ -193,6 +226,7 @@ def obj_irecv_checks(c: Checker, MPI: Any, comm: Any) -> None:
     _left_to_python(c, MPI, comm)
     _interrupted(c, MPI, comm)
     _freed(c, MPI, comm)
+    _own_loads(c, MPI, comm)
     comm.barrier()
 
 

@@ -30,12 +30,17 @@ static PyObject *obj_in_band(PyObject *self, PyObject *pb)
 
 static PyMethodDef obj_in_band_def = {"in_band", (PyCFunction)obj_in_band, METH_O, NULL};
 
+static PyObject *obj_std_loads;                    /* pickle.loads */
+
 static int obj_names(void)
 {
     PyObject *kw = PyUnicode_InternFromString("buffer_callback");
     s_buffer_callback_kw = kw == NULL ? NULL : PyTuple_Pack(1, kw);
     Py_XDECREF(kw);
-    return s_buffer_callback_kw == NULL ? -1 : 0;
+    PyObject *pickle = s_buffer_callback_kw == NULL ? NULL : PyImport_ImportModule("pickle");
+    obj_std_loads = pickle == NULL ? NULL : PyObject_GetAttrString(pickle, "loads");
+    Py_XDECREF(pickle);
+    return obj_std_loads == NULL ? -1 : 0;
 }
 
 /* `obj` pickled in band as the serializer `native` says: 1 (*out: the bytes), 0 declined
@@ -93,12 +98,19 @@ static inline int64_t obj_word(const char *p)
     return v;
 }
 
+/* The pickle at `p` unpickled by the serializer's loads, from a copy (the caller's memory
+ * may be reused at once): a program's own loads gets a memoryview of it, as the Python
+ * code's loads gets one of the received array (mpi4py's gets a buffer object too);
+ * pickle.loads the bytes (the same result, without the view). */
 static PyObject *obj_loads(PyObject *native, const char *p, Py_ssize_t len)
 {
     PyObject *b = PyBytes_FromStringAndSize(p, len);
+    PyObject *loads = PyTuple_GET_ITEM(native, 1);
+    if (b != NULL && loads != obj_std_loads)
+        Py_SETREF(b, PyMemoryView_FromObject(b));
     if (b == NULL)
         return NULL;
-    PyObject *r = PyObject_CallOneArg(PyTuple_GET_ITEM(native, 1), b);
+    PyObject *r = PyObject_CallOneArg(loads, b);
     Py_DECREF(b);
     return r;
 }

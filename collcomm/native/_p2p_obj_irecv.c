@@ -12,8 +12,9 @@
  *
  * ``obj_wait(op, native, spare)``: _ObjRecv.wait's common case: the first part received by
  * the deferred receive's native wait (Deferred.wait's d_fast), a small object's pickle
- * unpickled with the serializer's own loads (``native``: Serializer.native) from a copy,
- * so the buffer goes back to ``spare`` (a list, at most OBJ_SPARE_MAX) for the next
+ * unpickled with the serializer's own loads (``native``: Serializer.native) from a copy
+ * (obj_loads: a program's own loads gets a memoryview of it, as on the Python way), so
+ * the buffer goes back to ``spare`` (a list, at most OBJ_SPARE_MAX) for the next
  * receive; the op then complete (``value``, ``source``, ``tag``, ``nbytes``), True. None
  * where the Python code must go on (_ObjRecv._ready): nothing received natively (the
  * deferred receive's regular wait: posted, a timeout scope, an error kept), a large
@@ -59,15 +60,6 @@ static int os_fit(PyTypeObject *t)
 
 #define OS(op, i) SLOT_AT(op, os_slots.at[i])
 
-/* Slot i of `op` set to `v` (stolen; NULL: an exception, -1). */
-static int os_set(PyObject *op, int i, PyObject *v)
-{
-    if (v == NULL)
-        return -1;
-    Py_XSETREF(OS(op, i), v);
-    return 0;
-}
-
 static PyObject *P2P_obj_irecv(P2P *s, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 9) {
@@ -86,6 +78,8 @@ static PyObject *P2P_obj_irecv(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     Pipe *p = p2p_pipe(s, local);
     if (p == NULL || !p->has_in || p2p_tag(s, tag) == 0)
         Py_RETURN_NONE;
+    Py_ssize_t at[OS_COUNT], req_at = m_req_slots.at[0];   /* (Python code may run below: */
+    memcpy(at, os_slots.at, sizeof at);                     /* the collector, ...) */
     PyObject *held;
     int line = deferred_line(s, &held);
     if (line <= 0)
@@ -103,29 +97,84 @@ static PyObject *P2P_obj_irecv(P2P *s, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     for (int i = 0; i < OS_COUNT; i++)      /* (fresh objects: nothing to drop) */
-        OS(op, i) = Py_NewRef(PyTuple_GET_ITEM(init, i));
-    Py_SETREF(OS(op, OS_G), Py_NewRef(g));
-    Py_SETREF(OS(op, OS_FIRST), d);
-    Py_SETREF(OS(op, OS_BUF), Py_NewRef(first));
-    Py_SETREF(OS(op, OS_SRC), Py_NewRef(local));
-    SLOT_AT(req, m_req_slots.at[0]) = op;
+        SLOT_AT(op, at[i]) = Py_NewRef(PyTuple_GET_ITEM(init, i));
+    Py_SETREF(SLOT_AT(op, at[OS_G]), Py_NewRef(g));
+    Py_SETREF(SLOT_AT(op, at[OS_FIRST]), d);
+    Py_SETREF(SLOT_AT(op, at[OS_BUF]), Py_NewRef(first));
+    Py_SETREF(SLOT_AT(op, at[OS_SRC]), Py_NewRef(local));
+    SLOT_AT(req, req_at) = op;
     return req;
 }
 
-/* The wait's error kept in the op's _exc, as _ready keeps it (raised still): NULL. */
-static PyObject *os_keep_error(PyObject *op)
+/* obj_wait past its checks (`at`: the op's slot offsets; d, buf, src held by the caller) */
+#define AT(i) SLOT_AT(op, at[i])
+static PyObject *obj_wait_taken(PyObject *op, const Py_ssize_t *at, Deferred *d, PyObject *buf,
+                                PyObject *src, PyObject *native, PyObject *spare)
 {
-    PyObject *t, *v, *tb;
-    PyErr_Fetch(&t, &v, &tb);
-    PyErr_NormalizeException(&t, &v, &tb);
-    if (v != NULL) {
-        if (tb != NULL)
-            PyException_SetTraceback(v, tb);
-        Py_XSETREF(OS(op, OS_EXC), Py_NewRef(v));
+    PyObject *st = d_fast(d);
+    if (st == NULL) {
+        if (!PyErr_Occurred())
+            Py_RETURN_NONE;
+        PyObject *t, *v, *tb;         /* the wait's error kept in _exc, as _ready keeps it */
+        PyErr_Fetch(&t, &v, &tb);
+        PyErr_NormalizeException(&t, &v, &tb);
+        if (v != NULL) {
+            if (tb != NULL)
+                PyException_SetTraceback(v, tb);
+            Py_XSETREF(AT(OS_EXC), Py_NewRef(v));
+        }
+        PyErr_Restore(t, v, tb);
+        return NULL;
     }
-    PyErr_Restore(t, v, tb);
-    return NULL;
+    PyObject *nb = PyObject_GetAttr(st, s_d_nbytes);
+    PyObject *wire = nb == NULL ? NULL : PyObject_GetAttr(st, s_p2p_tag);
+    if (wire == NULL) {
+        Py_DECREF(st);
+        Py_XDECREF(nb);
+        return NULL;
+    }
+    Py_XSETREF(AT(OS_ST), st);
+    Py_ssize_t got = PyLong_AsSsize_t(nb);
+    uint64_t tag = PyLong_AsUnsignedLongLongMask(wire) & OBJ_TAG_BITS;
+    Py_DECREF(nb);
+    Py_DECREF(wire);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer v;
+    if (PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE) < 0)
+        return NULL;
+    int64_t size = got >= 8 && v.len >= 8 ? obj_word(v.buf) : -1;
+    int small = got >= 8 && size >= 0 && size <= v.len - 8 && got == 8 + size;
+    /* (loads gets a copy: the buffer is free once this returns) */
+    PyObject *obj = small ? obj_loads(native, (const char *)v.buf + 8, (Py_ssize_t)size) : NULL;
+    Py_ssize_t len = v.len;
+    PyBuffer_Release(&v);
+    if (!small)                 /* a large object or no object's message: _ready's */
+        Py_RETURN_NONE;
+    if (obj == NULL)            /* loads raised: raised, nothing kept (a next wait unpickles again) */
+        return NULL;
+    if (AT(OS_DONE) == Py_True) {     /* (another thread's wait completed it meanwhile) */
+        Py_DECREF(obj);
+        Py_RETURN_TRUE;
+    }
+    PyObject *t = PyLong_FromUnsignedLongLong(tag), *n = t == NULL ? NULL : PyLong_FromLongLong(size);
+    if (n == NULL) {
+        Py_DECREF(obj);
+        Py_XDECREF(t);
+        return NULL;
+    }
+    Py_XSETREF(AT(OS_VALUE), obj);
+    Py_XSETREF(AT(OS_SOURCE), Py_NewRef(src));
+    Py_XSETREF(AT(OS_TAG), t);
+    Py_XSETREF(AT(OS_NBYTES), n);
+    Py_XSETREF(AT(OS_DONE), Py_NewRef(Py_True));
+    /* its message read: the buffer serves the next receive */
+    if (len == OBJ_EAGER && PyList_CheckExact(spare) && PyList_GET_SIZE(spare) < OBJ_SPARE_MAX &&
+        PyList_Append(spare, buf) < 0)
+        return NULL;
+    Py_RETURN_TRUE;
 }
+#undef AT
 
 static PyObject *mod_obj_wait(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -138,63 +187,24 @@ static PyObject *mod_obj_wait(PyObject *unused, PyObject *const *args, Py_ssize_
         Py_RETURN_NONE;
     if (OS(op, OS_DONE) == Py_True)
         Py_RETURN_TRUE;
-    PyObject *d = OS(op, OS_FIRST);
+    /* the offsets, the receive's buffer and source held: Python code runs below (the
+     * wait's other threads, loads) and may ask os_fit about another class */
+    Py_ssize_t at[OS_COUNT];
+    memcpy(at, os_slots.at, sizeof at);
+    PyObject *d = OS(op, OS_FIRST), *buf = OS(op, OS_BUF), *src = OS(op, OS_SRC);
     if (!obj_native_ok(native) || d == NULL || !PyObject_TypeCheck(d, &DeferredType) ||
         OS(op, OS_ST) != Py_None || OS(op, OS_EXC) != Py_None || OS(op, OS_DATA) != Py_None ||
-        OS(op, OS_BODY) != Py_None || OS(op, OS_BUF) == NULL || OS(op, OS_SRC) == NULL)
+        OS(op, OS_BODY) != Py_None || buf == NULL || src == NULL || !PyLong_CheckExact(src))
         Py_RETURN_NONE;
+    int work = d_is_work((Deferred *)d);        /* (a functional-API RecvWork: not ours) */
+    if (work != 0)
+        return work < 0 ? NULL : Py_NewRef(Py_None);
     Py_INCREF(d);
-    PyObject *st = d_fast((Deferred *)d);
+    Py_INCREF(buf);
+    Py_INCREF(src);
+    PyObject *r = obj_wait_taken(op, at, (Deferred *)d, buf, src, native, spare);
     Py_DECREF(d);
-    if (st == NULL)
-        return PyErr_Occurred() ? os_keep_error(op) : Py_NewRef(Py_None);
-    PyObject *nb = PyObject_GetAttr(st, s_d_nbytes);
-    PyObject *wire = nb == NULL ? NULL : PyObject_GetAttr(st, s_p2p_tag);
-    if (wire == NULL || os_set(op, OS_ST, st) < 0) {     /* (st stolen either way) */
-        if (wire == NULL)
-            Py_DECREF(st);
-        Py_XDECREF(nb);
-        return NULL;
-    }
-    Py_ssize_t got = PyLong_AsSsize_t(nb);
-    uint64_t tag = PyLong_AsUnsignedLongLongMask(wire) & OBJ_TAG_BITS;
-    Py_DECREF(nb);
-    Py_DECREF(wire);
-    if (PyErr_Occurred())
-        return NULL;
-    PyObject *buf = Py_NewRef(OS(op, OS_BUF));
-    Py_buffer v;
-    if (PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE) < 0) {
-        Py_DECREF(buf);
-        return NULL;
-    }
-    int64_t size = got >= 8 && v.len >= 8 ? obj_word(v.buf) : -1;
-    PyObject *obj = NULL;
-    int small = got >= 8 && got == 8 + size && got <= v.len;
-    if (small)
-        obj = obj_loads(native, (const char *)v.buf + 8, (Py_ssize_t)size);   /* (a copy) */
-    Py_ssize_t len = v.len;
-    PyBuffer_Release(&v);
-    if (!small || obj == NULL) {      /* a large object or no object's message: _ready's; */
-        Py_DECREF(buf);               /* loads raised: raised */
-        return small ? NULL : Py_NewRef(Py_None);
-    }
-    if (OS(op, OS_DONE) == Py_True) {  /* (another thread's wait completed it meanwhile) */
-        Py_DECREF(obj);
-        Py_DECREF(buf);
-        Py_RETURN_TRUE;
-    }
-    if (os_set(op, OS_VALUE, obj) < 0 || os_set(op, OS_SOURCE, Py_NewRef(OS(op, OS_SRC))) < 0 ||
-        os_set(op, OS_TAG, PyLong_FromUnsignedLongLong(tag)) < 0 ||
-        os_set(op, OS_NBYTES, PyLong_FromLongLong((long long)size)) < 0) {
-        Py_DECREF(buf);
-        return NULL;
-    }
-    Py_SETREF(OS(op, OS_DONE), Py_NewRef(Py_True));
-    /* its message read (loads had a copy): the buffer serves the next receive */
-    int pooled = 0;
-    if (len == OBJ_EAGER && PyList_CheckExact(spare) && PyList_GET_SIZE(spare) < OBJ_SPARE_MAX)
-        pooled = PyList_Append(spare, buf);
     Py_DECREF(buf);
-    return pooled < 0 ? NULL : Py_NewRef(Py_True);
+    Py_DECREF(src);
+    return r;
 }
