@@ -88,13 +88,22 @@ def _forms(c: Checker, MPI, comm, dtype: str, salt: int) -> None:
 
 
 def _taken(c: Checker, MPI, comm) -> None:
-    """Where the group has a fast call, each of the four forms is one fast call."""
+    """Where the group has a fast call, each form is one fast call (Gatherv / Scatterv and
+    their I forms through its own entries, native/_fastcall_vroot.c; 2-D blocks too)."""
     r, n = comm.rank, comm.size
     ones = np.ones(n)
     for name, call in (("Alltoallv", lambda: comm.Alltoallv([ones, [1] * n], [np.zeros(n), [1] * n])),
                        ("Gatherv", lambda: comm.Gatherv(ones[:1], [np.zeros(n), [1] * n] if r == 0 else None, 0)),
                        ("Scatterv", lambda: comm.Scatterv([ones, [1] * n] if r == 0 else None, np.zeros(1), 0)),
-                       ("Allgatherv", lambda: comm.Allgatherv(ones[:1], [np.zeros(n), [1] * n]))):
+                       ("Allgatherv", lambda: comm.Allgatherv(ones[:1], [np.zeros(n), [1] * n])),
+                       ("Igatherv", lambda: comm.Igatherv(ones[:1], [np.zeros(n), [1] * n] if r == 0 else None,
+                                                          0).Wait()),
+                       ("Iscatterv", lambda: comm.Iscatterv([ones, [1] * n] if r == 0 else None, np.zeros(1),
+                                                            0).Wait()),
+                       ("Gatherv of 2-D blocks", lambda: comm.Gatherv(np.ones((2, 3)), [np.zeros((2 * n, 3)),
+                                                                                         [6] * n] if r == 0 else None, 0)),
+                       ("Scatterv into 2-D blocks", lambda: comm.Scatterv([np.ones((2 * n, 3)), [6] * n]
+                                                                          if r == 0 else None, np.zeros((2, 3)), 0))):
         call()                           # (the first call on a group builds its arena)
         f = _Fast(comm)
         call()

@@ -8,7 +8,9 @@ an ``Allgatherv`` of equal blocks, the same all_gather), given straight to the f
 of it or nothing; an ``I…`` form to its two-part entry (``all_to_all_v_async``,
 native/_fastcall_a2a_parts.c), which starts it or does nothing. ``Alltoallw`` goes as the
 bytes the regular path moves (blocks of predefined or gapless datatypes, byte
-displacements back to back). Taken here: C-contiguous numpy arrays whose dtype is their
+displacements back to back). ``Gatherv`` and ``Scatterv`` go to the fast call's own
+entries (``gatherv``/``scatterv``, native/_fastcall_vroot.c), which read the root's spec
+as :func:`quick_vector` does and make the same all_to_all in C. Taken here: C-contiguous numpy arrays whose dtype is their
 datatype's (no datatype given, or a predefined one), counts and displacements as lists or
 tuples of ints, displacements absent or back to back from the start. Anything else, and
 whatever the fast call declines, returns None before any traffic and the caller goes the
@@ -21,7 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import CollcommError
 from ._coll_impl import _run
+from ._errors import translate
 from ._types import Datatype
 
 
@@ -69,44 +73,15 @@ def _kept(x: Any) -> Any:
     return tuple(x) if type(x) is list else x
 
 
-def gatherv(fast: Any, g: Any, sendbuf: Any, recvbuf: Any, root: int, call: str, aop: bool = False) -> Any:
-    """Gatherv through the fast call: True (done) or, with ``aop``, the started call's Work;
-    None if it did nothing."""
-    n = g.size
-    if type(sendbuf) is not np.ndarray or type(root) is not int or not 0 <= root < n:
-        return None
-    sc = [0] * n
-    sc[root] = sendbuf.size
-    if g.rank == root:
-        q = quick_vector(recvbuf)
-        if q is None or not _seq(q[1]):
-            return None
-        recv, rc, rd = q
-        if aop:
-            rc, rd = _kept(rc), _kept(rd)
-    else:
-        recv, rc, rd = sendbuf.reshape(-1)[:0], [0] * n, None
-    return _run(_a2av(fast, aop), sendbuf, sc, None, recv, rc, rd, call)
-
-
-def scatterv(fast: Any, g: Any, sendbuf: Any, recvbuf: Any, root: int, call: str, aop: bool = False) -> Any:
-    """Scatterv through the fast call (as :func:`gatherv`)."""
-    n = g.size
-    if type(recvbuf) is not np.ndarray or type(root) is not int or not 0 <= root < n:
-        return None
-    rc = [0] * n
-    if g.rank == root:
-        q = quick_vector(sendbuf)
-        if q is None or not _seq(q[1]) or len(q[1]) != n:
-            return None
-        send, sc, sd = q
-        if aop:
-            sc, sd = _kept(sc), _kept(sd)
-        rc[root] = sc[root]           # (the root's own block: its count, as the regular path)
-    else:
-        send, sc, sd = recvbuf.reshape(-1)[:0], [0] * n, None
-        rc[root] = recvbuf.size
-    return _run(_a2av(fast, aop), send, sc, sd, recvbuf, rc, None, call)
+def rooted_v(entry: Any, sendbuf: Any, recvbuf: Any, root: Any, call: str, aop: bool) -> Any:
+    """Gatherv / Scatterv (``entry``: the fast call's ``gatherv`` or ``scatterv``, which read
+    the root's spec as :func:`quick_vector` does and make the all_to_all with split sizes
+    the regular path makes, in C: native/_fastcall_vroot.c): True (done) or, with ``aop``,
+    the started call's Work; None if it did nothing."""
+    try:
+        return entry(sendbuf, recvbuf, root, call, Datatype, aop)
+    except CollcommError as exc:
+        raise translate(exc) from exc
 
 
 def allgatherv(fast: Any, g: Any, sendbuf: Any, recvbuf: Any, call: str, aop: bool = False) -> Any:

@@ -172,6 +172,10 @@ static PyMethodDef Fast_methods[] = {
     FASTM(all_to_all_async, "all_to_all_async(send, recv, name) -> Work | None (in two parts)"),
     FASTM(all_to_all_v_async, "all_to_all_v_async(send, send_counts, send_displs, recv, "
                               "recv_counts, recv_displs, name) -> Work | None (in two parts)"),
+    FASTM(gatherv, "gatherv(send, recv_spec, root, name, datatype, aop) -> True | Work | None "
+                   "(MPI's Gatherv / Igatherv; see _fastcall_vroot.c)"),
+    FASTM(scatterv, "scatterv(send_spec, recv, root, name, datatype, aop) -> True | Work | None "
+                    "(MPI's Scatterv / Iscatterv; see _fastcall_vroot.c)"),
     FASTM(scan, "scan(send, recv, op, exclusive, name) -> True | None (up to SCAN_GATHERED_MAX bytes)"),
     FASTM(obj_bcast, "obj_bcast(obj, root, name, native) -> (True, obj) | (False, slot, pickle) | None"),
     FASTM(obj_gathered, "obj_gathered(obj, root or -1, name, native) -> (True, list or None) | "
@@ -242,7 +246,7 @@ static int fast_module_init(PyObject *m)
     s_learn = PyUnicode_InternFromString("learn");
     s_failed = PyUnicode_InternFromString("failed");
     s_finish = PyUnicode_InternFromString("finish");
-    if (rec_module_init() < 0 || parts_names() < 0 || obj_names() < 0 || s_done == NULL ||
+    if (rec_module_init() < 0 || parts_names() < 0 || obj_names() < 0 || vroot_names() < 0 || s_done == NULL ||
         s_learn == NULL || s_failed == NULL || s_finish == NULL)
         return -1;
     if (PyModule_AddIntConstant(m, "OBJ_SLOT", OBJ_SLOT) < 0 ||
