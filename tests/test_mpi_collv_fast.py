@@ -110,6 +110,28 @@ def _taken(c: Checker, MPI, comm) -> None:
         took = f.took()
         if took is not None:
             c.eq(took, 1, f"{name} of numpy arrays is one fast call")
+    fast = _Fast(comm).fast
+    if fast is not None:      # the C entries themselves (every rank calls them: collectives)
+        counts = [k % 3 + 1 for k in range(n)]
+        out = np.zeros(sum(counts))
+        mine = np.full(counts[r], float(r))
+        want = np.repeat(np.arange(n, dtype=np.float64), counts)
+        c.eq(fast.allgatherv(mine, [out, counts], "Allgatherv", MPI.Datatype, False, np.tile), True,
+             "fast.allgatherv, split sizes, done in C")
+        c.eq(out, want, "fast.allgatherv, split sizes")
+        out = np.zeros(n + 3)
+        c.eq(fast.allgatherv(ones[:1] * r, [out, [1] * n, None, MPI.DOUBLE], "Allgatherv", MPI.Datatype,
+                             False, np.tile), True, "fast.allgatherv, equal blocks, done in C")
+        c.eq(out[:n], np.arange(n, dtype=np.float64), "fast.allgatherv, equal blocks into a larger array")
+        out = np.zeros(sum(counts))
+        c.eq(fast.gatherv(mine, [out, (counts, None)] if r == 0 else None, 0, "Gatherv", MPI.Datatype, False),
+             True, "fast.gatherv, done in C")
+        if r == 0:
+            c.eq(out, want, "fast.gatherv")
+        got = np.zeros(counts[r])
+        c.eq(fast.scatterv([want, counts, MPI.DOUBLE] if r == 0 else None, got, 0, "Scatterv", MPI.Datatype,
+                           False), True, "fast.scatterv, done in C")
+        c.eq(got, mine, "fast.scatterv")
 
 
 def _mixed_ways(c: Checker, MPI, comm) -> None:

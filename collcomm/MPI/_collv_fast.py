@@ -85,9 +85,18 @@ def rooted_v(entry: Any, sendbuf: Any, recvbuf: Any, root: Any, call: str, aop: 
 
 
 def allgatherv(fast: Any, g: Any, sendbuf: Any, recvbuf: Any, call: str, aop: bool = False) -> Any:
-    """Allgatherv through the fast call (as :func:`gatherv`). Equal blocks (counts all
+    """Allgatherv through the fast call: True (done) or, with ``aop``, the started call's
+    Work; None if it did nothing. Equal blocks (counts all
     equal to the send size) go as an all_gather, others as an all_to_all of the send block
-    to every rank, as the regular path does."""
+    to every rank, as the regular path does. The fast call's own entry (``allgatherv``,
+    native/_fastcall_vroot.c) does the same in C first; what it leaves (a send of other
+    shapes, ...) is tried here."""
+    try:
+        r = fast.allgatherv(sendbuf, recvbuf, call, Datatype, aop, np.tile)
+    except CollcommError as exc:
+        raise translate(exc) from exc
+    if r is not None:
+        return r
     q = quick_vector(recvbuf)
     if type(sendbuf) is not np.ndarray or q is None or not _seq(q[1]):
         return None

@@ -176,6 +176,8 @@ static PyMethodDef Fast_methods[] = {
                    "(MPI's Gatherv / Igatherv; see _fastcall_vroot.c)"),
     FASTM(scatterv, "scatterv(send_spec, recv, root, name, datatype, aop) -> True | Work | None "
                     "(MPI's Scatterv / Iscatterv; see _fastcall_vroot.c)"),
+    FASTM(allgatherv, "allgatherv(send, recv_spec, name, datatype, aop, tile) -> True | Work | None "
+                      "(MPI's Allgatherv / Iallgatherv; see _fastcall_vroot.c)"),
     FASTM(scan, "scan(send, recv, op, exclusive, name) -> True | None (up to SCAN_GATHERED_MAX bytes)"),
     FASTM(obj_bcast, "obj_bcast(obj, root, name, native) -> (True, obj) | (False, slot, pickle) | None"),
     FASTM(obj_gathered, "obj_gathered(obj, root or -1, name, native) -> (True, list or None) | "

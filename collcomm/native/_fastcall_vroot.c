@@ -241,3 +241,102 @@ out:
         Py_XDECREF(q[i]);
     return r;
 }
+
+/* Are the n items of `seq` (a list or tuple) each equal to i * step (`step` 0: to `k`)?
+ * 1, 0 (or not such a sequence), -1 with an exception. */
+static int vr_all_equal(PyObject *seq, int n, Py_ssize_t k, Py_ssize_t step)
+{
+    if (!(PyList_CheckExact(seq) || PyTuple_CheckExact(seq)) || PySequence_Fast_GET_SIZE(seq) != n)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        PyObject *want = PyLong_FromSsize_t(step ? i * step : k);
+        if (want == NULL)
+            return -1;
+        PyObject *item = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i));
+        int eq = PyObject_RichCompareBool(item, want, Py_EQ);   /* (as Python's ==: numpy ints too) */
+        Py_DECREF(item);
+        Py_DECREF(want);
+        if (eq <= 0)
+            return eq;
+    }
+    return 1;
+}
+
+/* allgatherv(send, recv_spec, name, datatype, aop, tile): MPI's Allgatherv / Iallgatherv
+ * as MPI/_collv_fast.py's allgatherv makes it: equal blocks (every count the send's
+ * element count, displacements absent or back to back) an all_gather into the spec's array
+ * (its first n blocks, a 1-D array larger than that), others an all_to_all with split
+ * sizes of ``tile(send, n)`` (numpy.tile: the block once for every rank; a 1-D send).
+ * True | Work | None, as gatherv; None also where that Python function may still take it
+ * (a send of other shapes, displacements in another kind of sequence): the caller tries it. */
+static PyObject *Fast_allgatherv(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args(nargs, 6, "allgatherv") < 0)
+        return NULL;
+    PyObject *send = args[0], *name = args[2], *tile = args[5];
+    int aop = args[4] == Py_True, n = s->size;
+    Py_buffer v;
+    if (nd_type == NULL || Py_TYPE(send) != nd_type || nd_buffer(send, &v, PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t k = v.itemsize > 0 ? v.len / v.itemsize : -1;
+    int ndim = v.ndim;
+    PyBuffer_Release(&v);
+    PyObject *q[3] = {NULL, NULL, NULL}, *r = NULL, *recv = NULL, *sc = NULL, *tiled = NULL;
+    int taken = k < 0 ? 0 : vr_spec(args[1], args[3], q);
+    if (taken <= 0)
+        return taken < 0 ? NULL : Py_NewRef(Py_None);
+    int equal = vr_all_equal(q[1], n, k, 0);
+    if (equal < 0 || (aop && vr_keep(&q[1], &q[2]) < 0))
+        goto out;
+    if (!(PyList_CheckExact(q[1]) || PyTuple_CheckExact(q[1])) || PySequence_Fast_GET_SIZE(q[1]) != n) {
+        r = Py_NewRef(Py_None);
+        goto out;
+    }
+    if (equal) {
+        int regular = q[2] == Py_None ? 1 : vr_all_equal(q[2], n, 0, k);
+        if (regular <= 0 || nd_buffer(q[0], &v, PyBUF_C_CONTIGUOUS) < 0) {
+            PyErr_Clear();
+            r = regular < 0 ? NULL : Py_NewRef(Py_None);
+            goto out;
+        }
+        Py_ssize_t m = v.itemsize > 0 ? v.len / v.itemsize : -1, want = (Py_ssize_t)n * k;
+        int rdim = v.ndim;
+        PyBuffer_Release(&v);
+        if (m == want)
+            recv = Py_NewRef(q[0]);
+        else if (m > want && rdim == 1 && (recv = PySequence_GetSlice(q[0], 0, want)) == NULL)
+            PyErr_Clear();
+        if (recv == NULL) {
+            r = Py_NewRef(Py_None);
+            goto out;
+        }
+        PyObject *a[3] = {send, recv, name};
+        r = aop ? Fast_all_gather_async(s, a, 3) : fast_all_gather(s, a, 3, PART_WHOLE);
+        goto out;
+    }
+    if (ndim != 1) {
+        r = Py_NewRef(Py_None);
+        goto out;
+    }
+    PyObject *count = PyLong_FromSsize_t(k), *times = PyLong_FromLong(n);
+    if (count != NULL && times != NULL && (sc = PyList_New(n)) != NULL)
+        for (int i = 0; i < n; i++)
+            PyList_SET_ITEM(sc, i, Py_NewRef(count));
+    if (sc != NULL)
+        tiled = PyObject_CallFunctionObjArgs(tile, send, times, NULL);
+    Py_XDECREF(count);
+    Py_XDECREF(times);
+    if (tiled != NULL) {
+        PyObject *a[7] = {tiled, sc, Py_None, q[0], q[1], q[2], name};
+        r = vr_call(s, a, aop);
+    }
+out:
+    Py_XDECREF(recv);
+    Py_XDECREF(sc);
+    Py_XDECREF(tiled);
+    for (int i = 0; i < 3; i++)
+        Py_XDECREF(q[i]);
+    return r;
+}
