@@ -132,6 +132,12 @@ def _taken(c: Checker, MPI, comm) -> None:
         c.eq(fast.scatterv([want, counts, MPI.DOUBLE] if r == 0 else None, got, 0, "Scatterv", MPI.Datatype,
                            False), True, "fast.scatterv, done in C")
         c.eq(got, mine, "fast.scatterv")
+        send, out = np.arange(n, dtype=np.int32) + 10 * r, np.zeros(n, dtype=np.int32)
+        byte_displs = [4 * j for j in range(n)]
+        c.eq(fast.alltoallw([send, ([1] * n, byte_displs), MPI.INT], [out, [1] * n, byte_displs, [MPI.INT] * n],
+                            "Alltoallw", MPI.Datatype, False, np.dtype(np.uint8)), True,
+             "fast.alltoallw (one datatype; counts and displacements as a pair), done in C")
+        c.eq(out, np.arange(n, dtype=np.int32) * 10 + r, "fast.alltoallw")
 
 
 def _mixed_ways(c: Checker, MPI, comm) -> None:

@@ -131,49 +131,15 @@ def alltoallv(fast: Any, sendbuf: Any, recvbuf: Any, call: str, aop: bool = Fals
     return _run(fast.all_to_all_v, s[0], s[1], s[2], r[0], r[1], r[2], call)
 
 
-def _bytes_w(spec: Any, n: int) -> tuple[np.ndarray, list[int]] | None:
-    """(the bytes of the array, byte counts) of an ``Alltoallw`` spec the fast call may
-    take: a C-contiguous numpy array, n int counts, n byte displacements back to back from
-    0, n datatypes (or one) without gaps (predefined, contiguous, …: a block is count x
-    extent bytes, as the regular path reads it); None for any other."""
-    kind = type(spec)
-    if (kind is not list and kind is not tuple) or len(spec) not in (3, 4):
-        return None
-    if len(spec) == 3:
-        a, cd, types = spec
-        if not _seq(cd) or len(cd) != 2:
-            return None
-        counts, displs = cd
-    else:
-        a, counts, displs, types = spec
-    if type(a) is not np.ndarray or not a.flags.c_contiguous or not _seq(counts) or not _seq(displs) \
-            or len(counts) != n or len(displs) != n:
-        return None
-    if type(types) is Datatype:
-        types = (types,) * n
-    elif not _seq(types) or len(types) != n:
-        return None
-    out, pos = [], 0
-    for c, d, t in zip(counts, displs, types):
-        if type(t) is not Datatype or type(c) is not int or d != pos or c < 0:
-            return None
-        tt = t._t
-        if tt is None or tt.gaps:
-            return None
-        b = c * tt.layout.extent         # (Get_extent()'s, without its checks)
-        out.append(b)
-        pos += b
-    return a.reshape(-1).view(np.uint8), out
-
-
 def alltoallw(fast: Any, g: Any, sendbuf: Any, recvbuf: Any, call: str, aop: bool = False) -> Any:
     """Alltoallw of contiguous blocks through the fast call, as the regular path puts it:
-    an all_to_all of bytes (as :func:`gatherv`)."""
-    n = g.size
-    r = _bytes_w(recvbuf, n)
-    if r is None or not r[0].flags.writeable:
-        return None
-    s = _bytes_w(sendbuf, n)
-    if s is None:
-        return None
-    return _run(_a2av(fast, aop), s[0], s[1], None, r[0], r[1], None, call)
+    an all_to_all of bytes (blocks of datatypes without gaps, byte displacements back to
+    back from 0; the fast call's ``alltoallw``, native/_fastcall_vw.c, reads the specs):
+    True (done) or, with ``aop``, the started call's Work; None if it did nothing."""
+    try:
+        return fast.alltoallw(sendbuf, recvbuf, call, Datatype, aop, _UINT8)
+    except CollcommError as exc:
+        raise translate(exc) from exc
+
+
+_UINT8 = np.dtype(np.uint8)

@@ -374,7 +374,8 @@ static int fast_bcast_cma_args(Fast *s, Py_ssize_t itemsize, PyObject **tail)
 #include "_fastcall_rooted.c"
 #include "_fastcall_parts.c"
 #include "_fastcall_a2a_parts.c"   /* all_to_all(_v) in two parts */
-#include "_fastcall_vroot.c"       /* Gatherv / Scatterv: the spec read, the all_to_all_v made */
+#include "_fastcall_vroot.c"       /* Gatherv / Scatterv / Allgatherv: the spec read, the call made */
+#include "_fastcall_vw.c"          /* Alltoallw of gapless blocks: the same, in bytes */
 #include "_obj_pickle.c"           /* objects pickled in band, their slots */
 #include "_fastcall_obj.c"         /* objects (pickled_small's calls) */
 #include "_fastcall_scan.c"        /* small scan / exscan */

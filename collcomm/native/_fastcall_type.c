@@ -178,6 +178,8 @@ static PyMethodDef Fast_methods[] = {
                     "(MPI's Scatterv / Iscatterv; see _fastcall_vroot.c)"),
     FASTM(allgatherv, "allgatherv(send, recv_spec, name, datatype, aop, tile) -> True | Work | None "
                       "(MPI's Allgatherv / Iallgatherv; see _fastcall_vroot.c)"),
+    FASTM(alltoallw, "alltoallw(send_spec, recv_spec, name, datatype, aop, uint8) -> True | Work | "
+                     "None (MPI's Alltoallw / Ialltoallw of gapless blocks; see _fastcall_vw.c)"),
     FASTM(scan, "scan(send, recv, op, exclusive, name) -> True | None (up to SCAN_GATHERED_MAX bytes)"),
     FASTM(obj_bcast, "obj_bcast(obj, root, name, native) -> (True, obj) | (False, slot, pickle) | None"),
     FASTM(obj_gathered, "obj_gathered(obj, root or -1, name, native) -> (True, list or None) | "
@@ -248,7 +250,7 @@ static int fast_module_init(PyObject *m)
     s_learn = PyUnicode_InternFromString("learn");
     s_failed = PyUnicode_InternFromString("failed");
     s_finish = PyUnicode_InternFromString("finish");
-    if (rec_module_init() < 0 || parts_names() < 0 || obj_names() < 0 || vroot_names() < 0 || s_done == NULL ||
+    if (rec_module_init() < 0 || parts_names() < 0 || obj_names() < 0 || vroot_names() < 0 || vw_names() < 0 || s_done == NULL ||
         s_learn == NULL || s_failed == NULL || s_finish == NULL)
         return -1;
     if (PyModule_AddIntConstant(m, "OBJ_SLOT", OBJ_SLOT) < 0 ||
