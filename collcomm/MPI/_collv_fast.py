@@ -8,13 +8,15 @@ an ``Allgatherv`` of equal blocks, the same all_gather), given straight to the f
 of it or nothing; an ``I…`` form to its two-part entry (``all_to_all_v_async``,
 native/_fastcall_a2a_parts.c), which starts it or does nothing. ``Alltoallw`` goes as the
 bytes the regular path moves (blocks of predefined or gapless datatypes, byte
-displacements back to back). ``Gatherv`` and ``Scatterv`` go to the fast call's own
-entries (``gatherv``/``scatterv``, native/_fastcall_vroot.c), which read the root's spec
-as :func:`quick_vector` does and make the same all_to_all in C. Taken here: C-contiguous numpy arrays whose dtype is their
-datatype's (no datatype given, or a predefined one), counts and displacements as lists or
-tuples of ints, displacements absent or back to back from the start. Anything else, and
-whatever the fast call declines, returns None before any traffic and the caller goes the
-regular way (which packs other layouts, converts, and raises the errors). The counts each rank
+displacements back to back). ``Gatherv``, ``Scatterv``, ``Allgatherv`` and ``Alltoallw``
+go to the fast call's own entries (``gatherv``, ``scatterv``, ``allgatherv``:
+native/_fastcall_vroot.c; ``alltoallw``: native/_fastcall_vw.c), which read the specs as
+:func:`quick_vector` reads them and make the same calls in C (an ``Allgatherv`` they
+leave is tried here). Taken: C-contiguous numpy arrays whose dtype is their datatype's
+(no datatype given, or a predefined one), counts and displacements as lists or tuples of
+ints, displacements absent or back to back from the start. Anything else, and whatever
+the fast call declines, returns None before any traffic and the caller goes the regular
+way (which packs other layouts, converts, and raises the errors). The counts each rank
 gives are the regular path's, so ranks that go different ways still make the same call.
 """
 from __future__ import annotations
