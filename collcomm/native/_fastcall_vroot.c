@@ -44,7 +44,9 @@ static int vr_type_fits(PyObject *t, PyObject *arr)
     int fits = -1;
     if (dtype != NULL) {
         int no_gaps = PyObject_Not(gaps);
-        fits = no_gaps < 0 ? -1 : PyLong_CheckExact(mult) && PyLong_AsLong(mult) == 1 && no_gaps;
+        int over = 0;
+        fits = no_gaps < 0 ? -1 : PyLong_CheckExact(mult) && PyLong_AsLongAndOverflow(mult, &over) == 1 &&
+                                  !over && no_gaps;
         if (fits == 1 && core != dtype)
             fits = PyObject_RichCompareBool(core, dtype, Py_EQ);
     }
@@ -116,7 +118,8 @@ static PyObject *vr_counts(int n, int at, PyObject *value)
 
 /* An array's element count (a C-contiguous one), -1 not one; with `empty`, a new
  * reference there: its first zero elements, the side of the call a rank that neither
- * sends nor receives passes (the Python code's ``reshape(-1)[:0]``; a 0-d array: -1) */
+ * sends nor receives passes (the Python code's ``reshape(-1)[:0]``; a 0-d array has no
+ * such slice: -1 there) */
 static Py_ssize_t vr_array(PyObject *arr, PyObject **empty)
 {
     Py_buffer v;
@@ -176,6 +179,10 @@ static PyObject *Fast_gatherv(Fast *s, PyObject *const *args, Py_ssize_t nargs)
         int taken = vr_spec(spec, dtcls, q);
         if (taken <= 0)
             return taken < 0 ? NULL : Py_NewRef(Py_None);
+        if (!(PyList_CheckExact(q[1]) || PyTuple_CheckExact(q[1]))) {
+            r = Py_NewRef(Py_None);    /* (before the entry: a start would queue work first) */
+            goto out;
+        }
         if (aop && vr_keep(&q[1], &q[2]) < 0)
             goto out;
         rc = Py_NewRef(q[1]);
