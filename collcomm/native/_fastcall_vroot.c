@@ -151,25 +151,12 @@ static PyObject *vr_call(Fast *s, PyObject **a, int aop)
     return aop ? Fast_all_to_all_v_async(s, a, 7) : Fast_all_to_all_v(s, a, 7);
 }
 
-/* the root as an int in [0, n), or -1 (not: declined) */
-static int vr_root(Fast *s, PyObject *root)
-{
-    if (!PyLong_CheckExact(root))
-        return -1;
-    long r = PyLong_AsLong(root);
-    if (r < 0 || r >= s->size) {
-        PyErr_Clear();
-        return -1;
-    }
-    return (int)r;
-}
-
 static PyObject *Fast_gatherv(Fast *s, PyObject *const *args, Py_ssize_t nargs)
 {
     if (check_args(nargs, 6, "gatherv") < 0)
         return NULL;
     PyObject *send = args[0], *spec = args[1], *name = args[3], *dtcls = args[4];
-    int aop = args[5] == Py_True, n = s->size, root = vr_root(s, args[2]);
+    int aop = args[5] == Py_True, n = s->size, root = (int)fast_root(s, args[2]);
     PyObject *empty = NULL, *count, *q[3] = {NULL, NULL, NULL};
     Py_ssize_t k = root < 0 ? -1 : vr_array(send, s->rank == root ? NULL : &empty);
     if (k < 0)
@@ -212,7 +199,7 @@ static PyObject *Fast_scatterv(Fast *s, PyObject *const *args, Py_ssize_t nargs)
     if (check_args(nargs, 6, "scatterv") < 0)
         return NULL;
     PyObject *spec = args[0], *recv = args[1], *name = args[3], *dtcls = args[4];
-    int aop = args[5] == Py_True, n = s->size, root = vr_root(s, args[2]);
+    int aop = args[5] == Py_True, n = s->size, root = (int)fast_root(s, args[2]);
     PyObject *empty = NULL, *q[3] = {NULL, NULL, NULL}, *r = NULL, *rc = NULL;
     Py_ssize_t k = root < 0 ? -1 : vr_array(recv, s->rank == root ? NULL : &empty);
     if (k < 0)

@@ -36,6 +36,34 @@ static int mpi_numeric(const char *f)
     return f[0] != 0 && strchr("?bBhHiIlLqQnNefdg", f[0]) != NULL && f[1] == 0;
 }
 
+/* A receive of `arr` from local rank `local` made a deferred receive of class `dcls` in
+ * the engine's line (no record), and an op of class `ocls` and a Request of class `rcls`
+ * made for it, without their __init__ (their slots empty: the caller fills them): 1 with
+ * new references in *d, *op, *req; 0 not now (the engine busy: nothing done); -1 with an
+ * exception (out of memory: a receive made stays in line, as the regular one). */
+static int mpi_recv_objects(P2P *s, PyObject *g, PyObject *arr, PyObject *local, PyObject *tag,
+                            PyObject *mask, PyObject *dcls, PyObject *ocls, PyObject *rcls,
+                            PyObject **d, PyObject **op, PyObject **req)
+{
+    PyObject *held;
+    int line = deferred_line(s, &held);
+    if (line <= 0)
+        return line;
+    PyObject *zero = PyLong_FromLong(0);
+    *d = zero == NULL ? NULL : batch_deferred((PyTypeObject *)dcls, s, held, g, arr, local, tag,
+                                              mask, zero, Py_None);
+    Py_DECREF(held);
+    Py_XDECREF(zero);
+    *op = *d == NULL ? NULL : ((PyTypeObject *)ocls)->tp_alloc((PyTypeObject *)ocls, 0);
+    *req = *op == NULL ? NULL : ((PyTypeObject *)rcls)->tp_alloc((PyTypeObject *)rcls, 0);
+    if (*req == NULL) {
+        Py_XDECREF(*d);
+        Py_XDECREF(*op);
+        return -1;
+    }
+    return 1;
+}
+
 static PyObject *P2P_mpi_irecv(P2P *s, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 9) {
@@ -61,20 +89,15 @@ static PyObject *P2P_mpi_irecv(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     Pipe *p = fit ? p2p_pipe(s, local) : NULL;
     if (p == NULL || !p->has_in || p2p_tag(s, tag) == 0)
         Py_RETURN_NONE;
-    PyObject *held;
-    int line = deferred_line(s, &held);
-    if (line <= 0)
-        return line < 0 ? NULL : Py_NewRef(Py_None);
+    PyObject *d, *op, *req;
+    int made = mpi_recv_objects(s, g, arr, local, tag, mask, dcls, ocls, rcls, &d, &op, &req);
+    if (made <= 0)
+        return made < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *zero = PyLong_FromLong(0);
-    PyObject *d = zero == NULL ? NULL : batch_deferred((PyTypeObject *)dcls, s, held, g, arr,
-                                                       local, tag, mask, zero, Py_None);
-    Py_DECREF(held);
-    PyObject *op = d == NULL ? NULL : ((PyTypeObject *)ocls)->tp_alloc((PyTypeObject *)ocls, 0);
-    PyObject *req = op == NULL ? NULL : ((PyTypeObject *)rcls)->tp_alloc((PyTypeObject *)rcls, 0);
-    if (req == NULL) {       /* (out of memory; a receive made stays in line, as the regular one) */
-        Py_XDECREF(zero);
-        Py_XDECREF(d);
-        Py_XDECREF(op);
+    if (zero == NULL) {      /* (out of memory; the receive made stays in line, as the regular one) */
+        Py_DECREF(d);
+        Py_DECREF(op);
+        Py_DECREF(req);
         return NULL;
     }
     PyObject *values[7] = {g, d, Py_False, local, tag, zero, Py_False};

@@ -80,22 +80,10 @@ static PyObject *P2P_obj_irecv(P2P *s, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_NONE;
     Py_ssize_t at[OS_COUNT], req_at = m_req_slots.at[0];   /* (Python code may run below: */
     memcpy(at, os_slots.at, sizeof at);                     /* the collector, ...) */
-    PyObject *held;
-    int line = deferred_line(s, &held);
-    if (line <= 0)
-        return line < 0 ? NULL : Py_NewRef(Py_None);
-    PyObject *zero = PyLong_FromLong(0);
-    PyObject *d = zero == NULL ? NULL : batch_deferred((PyTypeObject *)dcls, s, held, g, first,
-                                                       local, tag, mask, zero, Py_None);
-    Py_DECREF(held);
-    Py_XDECREF(zero);
-    PyObject *op = d == NULL ? NULL : ((PyTypeObject *)ocls)->tp_alloc((PyTypeObject *)ocls, 0);
-    PyObject *req = op == NULL ? NULL : ((PyTypeObject *)rcls)->tp_alloc((PyTypeObject *)rcls, 0);
-    if (req == NULL) {       /* (out of memory; a receive made stays in line, as the regular one) */
-        Py_XDECREF(d);
-        Py_XDECREF(op);
-        return NULL;
-    }
+    PyObject *d, *op, *req;
+    int made = mpi_recv_objects(s, g, first, local, tag, mask, dcls, ocls, rcls, &d, &op, &req);
+    if (made <= 0)
+        return made < 0 ? NULL : Py_NewRef(Py_None);
     for (int i = 0; i < OS_COUNT; i++)      /* (fresh objects: nothing to drop) */
         SLOT_AT(op, at[i]) = Py_NewRef(PyTuple_GET_ITEM(init, i));
     Py_SETREF(SLOT_AT(op, at[OS_G]), Py_NewRef(g));
