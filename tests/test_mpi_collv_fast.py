@@ -201,12 +201,57 @@ def _mismatch(c: Checker, MPI, comm) -> None:
     c.eq(recv, np.arange(n, dtype=float), "the Alltoallv after a refused one")
 
 
+class _Clears(int):
+    """A count (an int) whose comparison empties the list it is in (the program's code
+    runs while C reads the list)."""
+
+    home: list
+
+    def __eq__(self, other: Any) -> bool:
+        self.home.clear()
+        return int(self) == other
+
+    __hash__ = int.__hash__
+
+
+class _Unequal:
+    def __eq__(self, other: Any) -> bool:
+        raise ValueError("this displacement cannot be compared")
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _hazards(c: Checker, MPI, comm) -> None:
+    """What the C spec readers must survive (the same on every rank): a count whose
+    comparison empties its list (was a crash), displacements whose comparison raises
+    (raised, not a SystemError), an Alltoallw of 0-d arrays (was a ValueError)."""
+    r, n = comm.rank, comm.size
+    comm.Barrier()                    # (the fast call exists from here on)
+    counts: list = [3] * n
+    counts[0] = _Clears(3)
+    counts[0].home = counts
+    out = np.zeros(3 * n)
+    try:
+        comm.Allgatherv(np.full(3, float(r)), [out, counts])
+        c.eq(out, np.repeat(np.arange(n, dtype=np.float64), 3), "Allgatherv, a count that empties its list")
+    except (MPI.Exception, ValueError, TypeError) as exc:      # (the regular path then reads the empty list)
+        c.true("counts" in str(exc), f"Allgatherv, a count that empties its list: refused ({exc})")
+    c.raises(lambda: comm.Allgatherv(np.zeros(3), [np.zeros(3 * n), [3] * n, [_Unequal()] * n]),
+             (ValueError, TypeError, MPI.Exception), "Allgatherv, displacements that do not compare")
+    comm.Barrier()
+    mine = [1 if j == r else 0 for j in range(n)]
+    got = np.zeros(())
+    comm.Alltoallw([np.full((), 1.0 + r), mine, [0] * n, [MPI.DOUBLE] * n], [got, mine, [0] * n, [MPI.DOUBLE] * n])
+    c.eq(float(got), 1.0 + r, "Alltoallw of 0-d arrays")
+
+
 def collv_fast_checks(c: Checker, MPI, comm) -> None:
     for salt, dtype in enumerate(DTYPES):
         _forms(c, MPI, comm, dtype, salt)
     _taken(c, MPI, comm)
     _mixed_ways(c, MPI, comm)
     _mismatch(c, MPI, comm)
+    _hazards(c, MPI, comm)
     comm.Barrier()
 
 

@@ -242,18 +242,18 @@ static int vr_all_equal(PyObject *seq, int n, Py_ssize_t k, Py_ssize_t step)
 {
     if (!(PyList_CheckExact(seq) || PyTuple_CheckExact(seq)) || PySequence_Fast_GET_SIZE(seq) != n)
         return 0;
-    for (int i = 0; i < n; i++) {
+    /* (a snapshot: an item's __eq__ may change the list) */
+    PyObject *items = PyList_CheckExact(seq) ? PyList_AsTuple(seq) : Py_NewRef(seq);
+    if (items == NULL)
+        return -1;
+    int eq = 1;
+    for (int i = 0; i < n && eq == 1; i++) {
         PyObject *want = PyLong_FromSsize_t(step ? i * step : k);
-        if (want == NULL)
-            return -1;
-        PyObject *item = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i));
-        int eq = PyObject_RichCompareBool(item, want, Py_EQ);   /* (as Python's ==: numpy ints too) */
-        Py_DECREF(item);
-        Py_DECREF(want);
-        if (eq <= 0)
-            return eq;
+        eq = want == NULL ? -1 : PyObject_RichCompareBool(PyTuple_GET_ITEM(items, i), want, Py_EQ);
+        Py_XDECREF(want);                     /* (as Python's ==: numpy ints too) */
     }
-    return 1;
+    Py_DECREF(items);
+    return eq;
 }
 
 /* allgatherv(send, recv_spec, name, datatype, aop, tile): MPI's Allgatherv / Iallgatherv
@@ -290,9 +290,11 @@ static PyObject *Fast_allgatherv(Fast *s, PyObject *const *args, Py_ssize_t narg
     }
     if (equal) {
         int regular = q[2] == Py_None ? 1 : vr_all_equal(q[2], n, 0, k);
-        if (regular <= 0 || nd_buffer(q[0], &v, PyBUF_C_CONTIGUOUS) < 0) {
+        if (regular < 0)
+            goto out;
+        if (regular == 0 || nd_buffer(q[0], &v, PyBUF_C_CONTIGUOUS) < 0) {
             PyErr_Clear();
-            r = regular < 0 ? NULL : Py_NewRef(Py_None);
+            r = Py_NewRef(Py_None);
             goto out;
         }
         Py_ssize_t m = v.itemsize > 0 ? v.len / v.itemsize : -1, want = (Py_ssize_t)n * k;

@@ -9,8 +9,8 @@
  * array an exact C-contiguous numpy array (the receive's writable), n int counts (not
  * negative), n displacements in bytes back to back from 0, ``types`` one Datatype (the
  * exact class ``datatype``) or n of them, each with a type map (``_t``) without ``gaps``,
- * its extent ``_t.layout.extent``. The arrays go as their ``view(uint8)``, the counts as
- * lists of bytes. True | Work | None as all_to_all_v(_async); None, having done nothing,
+ * its extent ``_t.layout.extent``. The arrays (not 0-d) go as their ``view(uint8)`` (the
+ * same bytes as the Python code's ``reshape(-1).view(uint8)``), the counts as lists of bytes. True | Work | None as all_to_all_v(_async); None, having done nothing,
  * for anything else (the regular path packs, converts and raises).
  */
 
@@ -83,9 +83,21 @@ static int vw_spec(PyObject *spec, int n, PyObject *dtcls, PyObject *uint8, int 
         PyErr_Clear();
         goto done;
     }
+    int ndim = v.ndim;
     PyBuffer_Release(&v);
-    Py_INCREF(counts);                /* (a pair's items: held as the spec's are) */
-    Py_INCREF(displs);
+    if (ndim == 0)                    /* (a 0-d array has no byte view: the regular path's) */
+        goto done;
+    /* snapshots of the lists (a pair's items held as the spec's are): an item's __eq__ or
+     * a datatype's attributes may change the program's lists while they are read */
+    counts = PyList_CheckExact(counts) ? PyList_AsTuple(counts) : Py_NewRef(counts);
+    displs = counts == NULL ? NULL : PyList_CheckExact(displs) ? PyList_AsTuple(displs) : Py_NewRef(displs);
+    types = displs == NULL ? NULL : PyList_CheckExact(types) ? PyList_AsTuple(types) : Py_NewRef(types);
+    if (types == NULL) {
+        Py_XDECREF(counts);
+        Py_XDECREF(displs);
+        taken = -1;
+        goto done;
+    }
     int one_type = (PyObject *)Py_TYPE(types) == dtcls;
     if ((PyList_CheckExact(counts) || PyTuple_CheckExact(counts)) && PySequence_Fast_GET_SIZE(counts) == n &&
         (PyList_CheckExact(displs) || PyTuple_CheckExact(displs)) && PySequence_Fast_GET_SIZE(displs) == n &&
@@ -125,6 +137,7 @@ static int vw_spec(PyObject *spec, int n, PyObject *dtcls, PyObject *uint8, int 
     }
     Py_DECREF(counts);
     Py_DECREF(displs);
+    Py_DECREF(types);
     if (taken == 1) {
         out[0] = PyObject_CallMethodOneArg(a, s_vw_view, uint8);
         out[1] = bytes;
