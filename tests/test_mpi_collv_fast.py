@@ -133,6 +133,9 @@ def _taken(c: Checker, MPI, comm) -> None:
                            False), True, "fast.scatterv, done in C")
         c.eq(got, mine, "fast.scatterv")
         send, out = np.arange(n, dtype=np.int32) + 10 * r, np.zeros(n, dtype=np.int32)
+        c.eq(fast.alltoallv([send, ([1] * n, list(range(n))), MPI.INT], [out, [1] * n], "Alltoallv",
+                            MPI.Datatype, False), True, "fast.alltoallv (the pair form; no displacements), done in C")
+        c.eq(out, np.arange(n, dtype=np.int32) * 10 + r, "fast.alltoallv")
         byte_displs = [4 * j for j in range(n)]
         c.eq(fast.alltoallw([send, ([1] * n, byte_displs), MPI.INT], [out, [1] * n, byte_displs, [MPI.INT] * n],
                             "Alltoallw", MPI.Datatype, False, np.dtype(np.uint8)), True,

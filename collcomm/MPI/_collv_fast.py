@@ -8,9 +8,9 @@ an ``Allgatherv`` of equal blocks, the same all_gather), given straight to the f
 of it or nothing; an ``I…`` form to its two-part entry (``all_to_all_v_async``,
 native/_fastcall_a2a_parts.c), which starts it or does nothing. ``Alltoallw`` goes as the
 bytes the regular path moves (blocks of predefined or gapless datatypes, byte
-displacements back to back). ``Gatherv``, ``Scatterv``, ``Allgatherv`` and ``Alltoallw``
-go to the fast call's own entries (``gatherv``, ``scatterv``, ``allgatherv``:
-native/_fastcall_vroot.c; ``alltoallw``: native/_fastcall_vw.c), which read the specs as
+displacements back to back). All five go to the fast call's own entries (``gatherv``,
+``scatterv``, ``allgatherv``, ``alltoallv``: native/_fastcall_vroot.c; ``alltoallw``:
+native/_fastcall_vw.c), which read the specs as
 :func:`quick_vector` reads them and make the same calls in C (an ``Allgatherv`` they
 leave is tried here). Taken: C-contiguous numpy arrays whose dtype is their datatype's
 (no datatype given, or a predefined one), counts and displacements as lists or tuples of
@@ -120,17 +120,13 @@ def allgatherv(fast: Any, g: Any, sendbuf: Any, recvbuf: Any, call: str, aop: bo
 
 
 def alltoallv(fast: Any, sendbuf: Any, recvbuf: Any, call: str, aop: bool = False) -> Any:
-    """Alltoallv through the fast call (as :func:`gatherv`)."""
-    s = quick_vector(sendbuf)
-    if s is None:
-        return None
-    r = quick_vector(recvbuf)
-    if r is None:
-        return None
-    if aop:
-        return _run(fast.all_to_all_v_async, s[0], _kept(s[1]), _kept(s[2]), r[0], _kept(r[1]),
-                    _kept(r[2]), call)
-    return _run(fast.all_to_all_v, s[0], s[1], s[2], r[0], r[1], r[2], call)
+    """Alltoallv through the fast call (its ``alltoallv`` reads both specs as
+    :func:`quick_vector` does: native/_fastcall_vroot.c): True (done) or, with ``aop``, the
+    started call's Work; None if it did nothing."""
+    try:
+        return fast.alltoallv(sendbuf, recvbuf, call, Datatype, aop)
+    except CollcommError as exc:
+        raise translate(exc) from exc
 
 
 def alltoallw(fast: Any, g: Any, sendbuf: Any, recvbuf: Any, call: str, aop: bool = False) -> Any:

@@ -178,6 +178,8 @@ static PyMethodDef Fast_methods[] = {
                     "(MPI's Scatterv / Iscatterv; see _fastcall_vroot.c)"),
     FASTM(allgatherv, "allgatherv(send, recv_spec, name, datatype, aop, tile) -> True | Work | None "
                       "(MPI's Allgatherv / Iallgatherv; see _fastcall_vroot.c)"),
+    FASTM(alltoallv, "alltoallv(send_spec, recv_spec, name, datatype, aop) -> True | Work | None "
+                     "(MPI's Alltoallv / Ialltoallv; see _fastcall_vroot.c)"),
     FASTM(alltoallw, "alltoallw(send_spec, recv_spec, name, datatype, aop, uint8) -> True | Work | "
                      "None (MPI's Alltoallw / Ialltoallw of gapless blocks; see _fastcall_vw.c)"),
     FASTM(scan, "scan(send, recv, op, exclusive, name) -> True | None (up to SCAN_GATHERED_MAX bytes)"),

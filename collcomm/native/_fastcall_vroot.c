@@ -336,3 +336,31 @@ out:
         Py_XDECREF(q[i]);
     return r;
 }
+
+/* alltoallv(send_spec, recv_spec, name, datatype, aop): MPI's Alltoallv / Ialltoallv as
+ * MPI/_collv_fast.py hands them over: both specs read (vr_spec), the all_to_all_v(_async)
+ * made with their counts and displacements (tuples of the program's lists for ``aop``).
+ * True | Work | None, as gatherv. */
+static PyObject *Fast_alltoallv(Fast *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args(nargs, 5, "alltoallv") < 0)
+        return NULL;
+    int aop = args[4] == Py_True;
+    PyObject *sq[3] = {NULL, NULL, NULL}, *rq[3] = {NULL, NULL, NULL}, *r = NULL;
+    int taken = vr_spec(args[0], args[3], sq);
+    if (taken == 1)
+        taken = vr_spec(args[1], args[3], rq);
+    if (taken == 1 && aop && (vr_keep(&sq[1], &sq[2]) < 0 || vr_keep(&rq[1], &rq[2]) < 0))
+        taken = -1;
+    if (taken == 1) {
+        PyObject *a[7] = {sq[0], sq[1], sq[2], rq[0], rq[1], rq[2], args[2]};
+        r = vr_call(s, a, aop);
+    } else if (taken == 0) {
+        r = Py_NewRef(Py_None);
+    }
+    for (int i = 0; i < 3; i++) {
+        Py_XDECREF(sq[i]);
+        Py_XDECREF(rq[i]);
+    }
+    return r;
+}
