@@ -22,10 +22,11 @@ import numpy as np
 
 from ..core import collectives as core
 from ..core import scan as core_scan
+from ..errors import CollcommError
 from ._coll import _builtin, _not_root_in_place, _request, _run
 from . import _collv_fast as _fast
 from ._coll_persistent import private_comm
-from ._errors import ERR_ROOT, Exception as MPIException
+from ._errors import ERR_ROOT, Exception as MPIException, translate
 from ._msg import IN_PLACE, packed, pinned, simple, vector
 from ._staging import Staged, finisher, packed_blocks
 from ._ops import SUM, core_op, pinned_op
@@ -336,7 +337,12 @@ class ScanCollectives:
         elif type(sendbuf) is not np.ndarray:
             return False
         builtin = _builtin(op)
-        return builtin is not None and _run(fast.scan, sendbuf, recvbuf, builtin, exclusive, call) is True
+        if builtin is None:
+            return False
+        try:
+            return fast.scan(sendbuf, recvbuf, builtin, exclusive, call) is True
+        except CollcommError as exc:
+            raise translate(exc) from exc
 
     def Iscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:  # noqa: N802
         return _request(self._scan(sendbuf, recvbuf, op, False, True, "Iscan"))

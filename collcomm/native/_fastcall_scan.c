@@ -47,12 +47,24 @@ static PyObject *Fast_scan(Fast *s, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
     }
     int n = s->size;
-    PyObject *dtype = PyObject_GetAttrString(args[1], "dtype");
-    PyObject *len = PyLong_FromSsize_t((Py_ssize_t)n * count);
-    PyObject *parts = dtype == NULL || len == NULL ? NULL
-                    : PyObject_CallFunctionObjArgs(np_empty, len, dtype, NULL);
+    PyObject *dtype = nd_dtype(args[1], s_vr_dtype);
+    /* the blocks' array: the last call's when it fits (taken: no other call shares it),
+     * else a new one */
+    PyObject *parts = s->scan_parts;
+    s->scan_parts = NULL;
+    if (parts != NULL && dtype != NULL) {
+        PyObject *pd = nd_dtype(parts, s_vr_dtype);
+        if (pd != dtype || nd_nbytes(parts, s_vr_nbytes) != (Py_ssize_t)n * nbytes)
+            Py_CLEAR(parts);
+        Py_XDECREF(pd);
+        PyErr_Clear();             /* (a kept array is ours: nothing there fails) */
+    }
+    if (parts == NULL && dtype != NULL) {
+        PyObject *len = PyLong_FromSsize_t((Py_ssize_t)n * count);
+        parts = len == NULL ? NULL : PyObject_CallFunctionObjArgs(np_empty, len, dtype, NULL);
+        Py_XDECREF(len);
+    }
     Py_XDECREF(dtype);
-    Py_XDECREF(len);
     uint64_t sig = (e->sig[dt] & ~TOP4) | ((uint64_t)(exclusive ? SIG_EXSCAN : SIG_SCAN) << 60) |
                    ((uint64_t)0x3FFF << 36) | COUNT_BITS(count);
     PyObject *sigobj = parts == NULL ? NULL : PyLong_FromUnsignedLongLong(sig);
@@ -93,6 +105,9 @@ static PyObject *Fast_scan(Fast *s, PyObject *const *args, Py_ssize_t nargs)
         PyBuffer_Release(&rv);
         PyBuffer_Release(&pv);
     }
-    Py_DECREF(parts);
+    if (s->scan_parts == NULL)             /* (kept for the next call) */
+        s->scan_parts = parts;
+    else
+        Py_DECREF(parts);
     Py_RETURN_TRUE;
 }

@@ -65,6 +65,7 @@ static int Fast_traverse(Fast *self, visitproc visit, void *arg)
     Py_VISIT(self->observer);
     Py_VISIT(self->exec_tag);
     Py_VISIT(self->exec_rec);
+    Py_VISIT(self->scan_parts);
     for (int i = 0; i < self->n_ops; i++)
         Py_VISIT(self->ops[i].op);
     return parts_traverse(self, visit, arg);
@@ -81,6 +82,7 @@ static int Fast_clear(Fast *self)
     Py_CLEAR(self->observer);
     Py_CLEAR(self->exec_tag);
     Py_CLEAR(self->exec_rec);
+    Py_CLEAR(self->scan_parts);
     self->exec_thread = 0;
     for (int i = 0; i < N_FC; i++)
         Py_CLEAR(self->algo_id[i]);

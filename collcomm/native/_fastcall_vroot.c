@@ -17,7 +17,7 @@
  * anything else (the caller goes its regular way, which packs, converts and raises).
  */
 
-static PyObject *s_vr_t, *s_vr_mult, *s_vr_gaps, *s_vr_core, *s_vr_dtype;
+static PyObject *s_vr_t, *s_vr_mult, *s_vr_gaps, *s_vr_core, *s_vr_dtype, *s_vr_nbytes;
 
 static int vroot_names(void)
 {
@@ -25,7 +25,8 @@ static int vroot_names(void)
            (s_vr_mult = PyUnicode_InternFromString("mult")) == NULL ||
            (s_vr_gaps = PyUnicode_InternFromString("gaps")) == NULL ||
            (s_vr_core = PyUnicode_InternFromString("core")) == NULL ||
-           (s_vr_dtype = PyUnicode_InternFromString("dtype")) == NULL ? -1 : 0;
+           (s_vr_dtype = PyUnicode_InternFromString("dtype")) == NULL ||
+           (s_vr_nbytes = PyUnicode_InternFromString("nbytes")) == NULL ? -1 : 0;
 }
 
 /* Is Datatype `t` one item of `arr`'s dtype without gaps (its ``_t``: not None, ``mult``
