@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from collcomm.MPI._p2p_ops import EXACT
 from tests.mpi_checks import SIZES, Checker, check, job
 
 
@@ -74,6 +75,9 @@ def _values(c: Checker, MPI: Any, comm: Any, f: Any) -> None:
     c.eq((st.Get_source(), st.Get_tag(), st.Get_count(MPI.BYTE)), (prv, 5, size), "irecv status")
     if f is not None:
         c.eq(f.recvs - recvs, 1, "irecv: one native receive")
+    if f is not None:         # sendrecv's one C call (P2P.obj_sendrecv): sent, then received
+        got = f.obj_sendrecv(("sr", r), nxt, 9, prv, 9, EXACT, MPI.pickle.native)
+        c.eq(got[:3], (True, ("sr", prv), 9), "P2P.obj_sendrecv")
     q = comm.irecv(source=prv, tag=MPI.ANY_TAG)
     comm.send(("any", r), nxt, 77)
     st = MPI.Status()

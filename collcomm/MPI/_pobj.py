@@ -90,9 +90,16 @@ def _native_recv(g: Any, source: Any, tag: Any, status: Status | None) -> tuple[
         return False, None
     try:
         got = f.obj_recv(source, tm[0], tm[1], _pickle.native)
-        if got is None:
-            return False, None
-        small, obj, got_tag, size = got
+    except CollcommError as exc:
+        raise translate(exc) from exc
+    return (False, None) if got is None else (True, _received(g, got, source, status))
+
+
+def _received(g: Any, got: tuple, source: int, status: Status | None) -> Any:
+    """The object of a message P2P.obj_recv took from ``source`` (``got``: its result), a
+    large object's body received here; ``status`` filled."""
+    small, obj, got_tag, size = got
+    try:
         if small is None:               # (obj: the byte count of a message C could not read)
             raise _not_an_object(obj)
         if not small:                   # a large object: its body follows (obj: its id)
@@ -105,7 +112,7 @@ def _native_recv(g: Any, source: Any, tag: Any, status: Status | None) -> tuple[
         status._set(source, got_tag, size)
     if ORPHANS:
         reap_orphans()
-    return True, obj
+    return obj
 
 
 _POSTING = threading.Lock()
@@ -332,7 +339,19 @@ class ObjectPointToPoint:
     def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
                  source: int = ANY_SOURCE, recvtag: int = ANY_TAG, status: Status | None = None) -> Any:
         g = self._grp("sendrecv")
-        sent, pickled = _native_send(g, sendobj, dest, sendtag)
+        f = p2p.native(g)
+        tm = None if f is None or type(source) is not int or not 0 <= source < g.size or source == g.rank \
+            or type(sendtag) is not int or not 0 <= sendtag <= TAG_BITS else _native_tag(recvtag)
+        if tm is not None:       # (the send and the receive in one C call: the common case)
+            try:
+                got = f.obj_sendrecv(sendobj, dest, sendtag, source, tm[0], tm[1], _pickle.native)
+            except CollcommError as exc:
+                raise translate(exc) from exc
+            if type(got) is tuple:
+                return _received(g, got, source, status)
+            sent, pickled = got is True, (None if got is True else got)
+        else:
+            sent, pickled = _native_send(g, sendobj, dest, sendtag)
         if sent:                                          # (in the peer's ring already)
             done, obj = _native_recv(g, source, recvtag, status)
             return obj if done else complete(self._orecv(source, recvtag, "sendrecv"), status)

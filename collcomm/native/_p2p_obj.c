@@ -16,6 +16,7 @@
  * received (the Python code receives the body); (None, its byte count, tag, 0) a message
  * received that is neither (sent with Send: the caller raises); None, nothing consumed
  * (P2P.recv declined).
+ * ``obj_sendrecv(obj, dst, stag, src, rtag, rmask, native)``: the two in one call (below).
  */
 
 #define OBJ_EAGER ((Py_ssize_t)64 * 1024)     /* MPI/_pobj.py EAGER */
@@ -97,4 +98,28 @@ static PyObject *P2P_obj_recv(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_DECREF(buf);
     return r;
+}
+
+/* obj_sendrecv(obj, dst, stag, src, rtag, rmask, native): MPI's object ``sendrecv`` with
+ * ranks of this host in one call: obj_send, then (sent) obj_recv. Returns what obj_send
+ * returns when it did not send (None, or the pickle: nothing received either), True when
+ * it sent and obj_recv declined (the receive is the Python code's), else obj_recv's tuple. */
+static PyObject *P2P_obj_sendrecv(P2P *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "obj_sendrecv(obj, dst, stag, src, rtag, rmask, native)");
+        return NULL;
+    }
+    PyObject *send_args[4] = {args[0], args[1], args[2], args[6]};
+    PyObject *sent = P2P_obj_send(s, send_args, 4);
+    if (sent != Py_True)
+        return sent;
+    PyObject *recv_args[4] = {args[3], args[4], args[5], args[6]};
+    PyObject *got = P2P_obj_recv(s, recv_args, 4);
+    if (got == Py_None) {
+        Py_DECREF(got);
+        return sent;
+    }
+    Py_DECREF(sent);
+    return got;
 }
