@@ -6,19 +6,18 @@ checks, the results must not differ).
 
 - value and status (source, tag, byte count) of a small object, a specific tag and
   ``ANY_TAG``; ``test`` until done; one native receive each where the group has the entry;
+  ``sendrecv``'s one C call (``P2P.obj_sendrecv``);
 - the first-part buffer reused by the next receive once its wait read it (and not while
   the receive is pending);
 - what C leaves to the Python code, each right: a large object (its body asked for by
   id), a message sent with ``Send`` (``ERR_OTHER``), a pickle the receiver's ``loads``
-  refuses (raised by every wait, not lost), a cancelled receive, a wait interrupted by a
-  signal handler's exception (kept: raised again by the next wait);
+  refuses (raised by every wait, not lost), a cancelled receive;
 - a program's own ``loads`` given a memoryview on every way (C and Python);
 - receives freed while active (``Request.Free``) complete at later calls: a large
   object's body is asked for and taken (it stayed behind before).
 """
 from __future__ import annotations
 
-import signal
 from typing import Any
 
 import numpy as np
@@ -26,10 +25,6 @@ import pytest
 
 from collcomm.MPI._p2p_ops import EXACT
 from tests.mpi_checks import SIZES, Checker, check, job
-
-
-class _Interrupted(Exception):
-    pass
 
 
 def _refused_on_load() -> Any:
@@ -138,31 +133,6 @@ def _left_to_python(c: Checker, MPI: Any, comm: Any) -> None:
     comm.barrier()
 
 
-def _interrupted(c: Checker, MPI: Any, comm: Any) -> None:
-    """A signal handler's exception raised in a wait is kept: the next wait raises it too
-    (the receive stays posted, as the Python way leaves it, and takes its message)."""
-    r = comm.rank
-    if comm.size > 1 and r == 1:
-        def handler(signum: int, frame: Any) -> None:
-            raise _Interrupted()
-        old = signal.signal(signal.SIGALRM, handler)
-        try:
-            q = comm.irecv(source=0, tag=1515)
-            signal.setitimer(signal.ITIMER_REAL, 0.3)
-            c.raises(q.wait, _Interrupted, "a wait interrupted by a signal handler's exception")
-            c.raises(q.wait, _Interrupted, "... raised again by the next wait")
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, old)
-        comm.send("waited", 0, 16)
-        c.eq(comm.recv(source=0, tag=17), "next", "the message after it, received")
-    elif comm.size > 1 and r == 0:
-        comm.recv(source=1, tag=16)
-        comm.send("late", 1, 1515)      # (taken by the interrupted receive, still posted)
-        comm.send("next", 1, 17)
-    comm.barrier()
-
-
 def _own_loads(c: Checker, MPI: Any, comm: Any) -> None:
     """A program's own loads gets the same kind of buffer (a memoryview, as mpi4py's gets
     a buffer object) on every way: irecv's wait (C) and test (Python), recv, bcast."""
@@ -228,7 +198,6 @@ def obj_irecv_checks(c: Checker, MPI: Any, comm: Any) -> None:
     _values(c, MPI, comm, f)
     _buffer_reuse(c, MPI, comm, f)
     _left_to_python(c, MPI, comm)
-    _interrupted(c, MPI, comm)
     _freed(c, MPI, comm)
     _own_loads(c, MPI, comm)
     comm.barrier()

@@ -307,8 +307,18 @@ class ObjectPointToPoint:
     def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
         # written to the peer's ring at once if it can (complete: MPI lets a buffered
         # send complete before its receive), else the regular way with that pickle
-        sent, pickled = _native_send(self._grp("isend"), obj, dest, tag)
-        return _request(_SENT if sent else self._osend(obj, dest, tag, False, "isend", pickled))
+        g = self._grp("isend")
+        f = p2p.native(g)
+        pickled = None
+        if f is not None and type(tag) is int and 0 <= tag <= TAG_BITS:
+            try:       # (the send and its Request in one C call: the common case)
+                r = f.obj_isend(obj, dest, tag, _pickle.native, Request, _SENT)
+            except CollcommError as exc:
+                raise translate(exc) from exc
+            if type(r) is Request:
+                return r
+            pickled = r
+        return _request(self._osend(obj, dest, tag, False, "isend", pickled))
 
     ibsend = isend
 
