@@ -48,18 +48,20 @@ static PyObject *Fast_scan(Fast *s, PyObject *const *args, Py_ssize_t nargs)
     }
     int n = s->size;
     PyObject *dtype = nd_dtype(args[1], s_vr_dtype);
+    if (dtype == NULL)
+        return NULL;
     /* the blocks' array: the last call's when it fits (taken: no other call shares it),
      * else a new one */
     PyObject *parts = s->scan_parts;
     s->scan_parts = NULL;
-    if (parts != NULL && dtype != NULL) {
+    if (parts != NULL) {
         PyObject *pd = nd_dtype(parts, s_vr_dtype);
         if (pd != dtype || nd_nbytes(parts, s_vr_nbytes) != (Py_ssize_t)n * nbytes)
             Py_CLEAR(parts);
         Py_XDECREF(pd);
         PyErr_Clear();             /* (a kept array is ours: nothing there fails) */
     }
-    if (parts == NULL && dtype != NULL) {
+    if (parts == NULL) {
         PyObject *len = PyLong_FromSsize_t((Py_ssize_t)n * count);
         parts = len == NULL ? NULL : PyObject_CallFunctionObjArgs(np_empty, len, dtype, NULL);
         Py_XDECREF(len);
