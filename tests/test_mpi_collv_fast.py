@@ -227,7 +227,8 @@ class _Unequal:
 def _hazards(c: Checker, MPI, comm) -> None:
     """What the C spec readers must survive (the same on every rank): a count whose
     comparison empties its list (was a crash), displacements whose comparison raises
-    (raised, not a SystemError), an Alltoallw of 0-d arrays (was a ValueError)."""
+    (raised, not a SystemError), an Alltoallw of 0-d arrays (was a ValueError), an
+    Allgatherv of empty blocks with displacements (was a ValueError)."""
     r, n = comm.rank, comm.size
     comm.Barrier()                    # (the fast call exists from here on)
     counts: list = [3] * n
@@ -241,6 +242,9 @@ def _hazards(c: Checker, MPI, comm) -> None:
         c.true("counts" in str(exc), f"Allgatherv, a count that empties its list: refused ({exc})")
     c.raises(lambda: comm.Allgatherv(np.zeros(3), [np.zeros(3 * n), [3] * n, [_Unequal()] * n]),
              (ValueError, TypeError, MPI.Exception), "Allgatherv, displacements that do not compare")
+    empty = np.zeros(0)                   # (was a ValueError: range()'s step of 0)
+    comm.Allgatherv(empty, [np.zeros(0), [0] * n, [0] * n, MPI.DOUBLE])
+    c.true(True, "Allgatherv of nothing from anybody, displacements given")
     comm.Barrier()
     mine = [1 if j == r else 0 for j in range(n)]
     got = np.zeros(())
