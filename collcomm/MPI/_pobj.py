@@ -17,8 +17,14 @@ The blocking ``send``, ``recv``, ``sendrecv`` and ``isend`` first try the group'
 point-to-point entry (:func:`collcomm.core.p2p.native`, as ``Send``/``Recv`` do): a small
 object pickled and its message written to the peer's ring in one C call, a receive from a
 given rank taken from it and unpickled in one (``P2P.obj_send``/``obj_recv``,
-native/_p2p_obj.c; a large object's body then received the regular way); whatever it
-declines goes the regular way, before anything moved.
+native/_p2p_obj.c; a large object's body then received the regular way); ``sendrecv`` and
+``isend`` are one C call each (``obj_sendrecv``: the two steps, the regular way taking
+over at the step C declines; ``obj_isend``: the send and its complete Request). An
+``irecv`` from a rank of this host is made by ``P2P.obj_irecv`` (its deferred receive, op
+and Request) and its wait's common case is the module function ``obj_wait``
+(native/_p2p_obj_irecv.c): the first part taken, a small object unpickled, the buffer
+reused; ``_ObjRecv._ready`` does the rest. Whatever C declines goes the regular way,
+before anything moved. An ``irecv`` freed while active still completes (``orphan``).
 """
 from __future__ import annotations
 
