@@ -176,8 +176,7 @@ class VectorCollectives:
         return (g.fast, g) if g is not None and g.fast is not None else (None, g)
 
     def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
-        g = self._h.g
-        fast = None if g is None else g.fast
+        fast, _ = self._fast_call()
         if fast is None or _fast.rooted_v(fast.gatherv, sendbuf, recvbuf, root, "Gatherv", False) is None:
             self._gatherv(sendbuf, recvbuf, root, False, "Gatherv")
 
@@ -185,14 +184,12 @@ class VectorCollectives:
         return self._igatherv(sendbuf, recvbuf, root, "Igatherv")
 
     def _igatherv(self, sendbuf: Any, recvbuf: Any, root: int, call: str) -> Request:
-        g = self._h.g
-        fast = None if g is None else g.fast
+        fast, _ = self._fast_call()
         work = None if fast is None else _fast.rooted_v(fast.gatherv, sendbuf, recvbuf, root, call, True)
         return _request(self._gatherv(sendbuf, recvbuf, root, True, call) if work is None else work)
 
     def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
-        g = self._h.g
-        fast = None if g is None else g.fast
+        fast, _ = self._fast_call()
         if fast is None or _fast.rooted_v(fast.scatterv, sendbuf, recvbuf, root, "Scatterv", False) is None:
             self._scatterv(sendbuf, recvbuf, root, False, "Scatterv")
 
@@ -200,8 +197,7 @@ class VectorCollectives:
         return self._iscatterv(sendbuf, recvbuf, root, "Iscatterv")
 
     def _iscatterv(self, sendbuf: Any, recvbuf: Any, root: int, call: str) -> Request:
-        g = self._h.g
-        fast = None if g is None else g.fast
+        fast, _ = self._fast_call()
         work = None if fast is None else _fast.rooted_v(fast.scatterv, sendbuf, recvbuf, root, call, True)
         return _request(self._scatterv(sendbuf, recvbuf, root, True, call) if work is None else work)
 

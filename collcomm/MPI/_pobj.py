@@ -17,13 +17,12 @@ The blocking ``send``, ``recv``, ``sendrecv`` and ``isend`` first try the group'
 point-to-point entry (:func:`collcomm.core.p2p.native`, as ``Send``/``Recv`` do): a small
 object pickled and its message written to the peer's ring in one C call, a receive from a
 given rank taken from it and unpickled in one (``P2P.obj_send``/``obj_recv``,
-native/_p2p_obj.c; a large object's body then received the regular way); ``sendrecv`` and
-``isend`` are one C call each (``obj_sendrecv``: the two steps, the regular way taking
-over at the step C declines; ``obj_isend``: the send and its complete Request). An
-``irecv`` from a rank of this host is made by ``P2P.obj_irecv`` (its deferred receive, op
-and Request) and its wait's common case is the module function ``obj_wait``
-(native/_p2p_obj_irecv.c): the first part taken, a small object unpickled, the buffer
-reused; ``_ObjRecv._ready`` does the rest. Whatever C declines goes the regular way,
+native/_p2p_obj.c; a large object's body then received the regular way); ``sendrecv`` is
+one C call (``obj_sendrecv``: the two steps, the regular way taking over at the step C
+declines). An ``irecv`` from a rank of this host is made by ``P2P.obj_irecv`` (its
+deferred receive, op and Request) and its wait's common case is the module function
+``obj_wait`` (native/_p2p_obj_irecv.c): the first part taken, a small object unpickled,
+the buffer reused; ``_ObjRecv._ready`` does the rest. Whatever C declines goes the regular way,
 before anything moved. An ``irecv`` freed while active still completes (``orphan``).
 """
 from __future__ import annotations
@@ -313,18 +312,8 @@ class ObjectPointToPoint:
     def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
         # written to the peer's ring at once if it can (complete: MPI lets a buffered
         # send complete before its receive), else the regular way with that pickle
-        g = self._grp("isend")
-        f = p2p.native(g)
-        pickled = None
-        if f is not None and type(tag) is int and 0 <= tag <= TAG_BITS:
-            try:       # (the send and its Request in one C call: the common case)
-                r = f.obj_isend(obj, dest, tag, _pickle.native, Request, _SENT)
-            except CollcommError as exc:
-                raise translate(exc) from exc
-            if type(r) is Request:
-                return r
-            pickled = r
-        return _request(self._osend(obj, dest, tag, False, "isend", pickled))
+        sent, pickled = _native_send(self._grp("isend"), obj, dest, tag)
+        return _request(_SENT if sent else self._osend(obj, dest, tag, False, "isend", pickled))
 
     ibsend = isend
 

@@ -16,8 +16,7 @@
  * received (the Python code receives the body); (None, its byte count, tag, 0) a message
  * received that is neither (sent with Send: the caller raises); None, nothing consumed
  * (P2P.recv declined).
- * ``obj_sendrecv(obj, dst, stag, src, rtag, rmask, native)``: the two in one call, and
- * ``obj_isend(obj, dst, tag, native, request, op)``: obj_send and its Request (below).
+ * ``obj_sendrecv(obj, dst, stag, src, rtag, rmask, native)``: the two in one call (below).
  */
 
 #define OBJ_EAGER ((Py_ssize_t)64 * 1024)     /* MPI/_pobj.py EAGER */
@@ -123,28 +122,4 @@ static PyObject *P2P_obj_sendrecv(P2P *s, PyObject *const *args, Py_ssize_t narg
     }
     Py_DECREF(sent);
     return got;
-}
-
-/* obj_isend(obj, dst, tag, native, request, op): MPI's object ``isend`` to a rank of this
- * host in one call: obj_send, then (sent) the ``request`` (MPI/_request.py Request) holding
- * ``op`` (MPI/_p2p_ops.py's _SENT: complete, as MPI lets a buffered send be), made as
- * mpi_isend makes it. Else what obj_send returns (None, or the pickle: not sent). */
-static PyObject *P2P_obj_isend(P2P *s, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "obj_isend(obj, dst, tag, native, request, op)");
-        return NULL;
-    }
-    PyObject *rcls = args[4];
-    if (!PyType_Check(rcls) || !slots_of(&m_req_slots, (PyTypeObject *)rcls, s_m_names + 7, 1))
-        Py_RETURN_NONE;
-    Py_ssize_t req_at = m_req_slots.at[0];
-    PyObject *sent = P2P_obj_send(s, args, 4);
-    if (sent != Py_True)
-        return sent;
-    Py_DECREF(sent);
-    PyObject *req = ((PyTypeObject *)rcls)->tp_alloc((PyTypeObject *)rcls, 0);
-    if (req != NULL)
-        SLOT_AT(req, req_at) = Py_NewRef(args[5]);
-    return req;
 }

@@ -235,8 +235,6 @@ static PyMethodDef P2P_methods[] = {
     P2PM(obj_send, "obj_send(obj, dst, tag, native) -> True | None | the pickle (not sent)"),
     P2PM(obj_recv, "obj_recv(src, tag, mask, native) -> (True, obj, tag, size) | "
                    "(False, body id, tag, size) | None"),
-    P2PM(obj_isend, "obj_isend(obj, dst, tag, native, request, op) -> the Request (sent at once) | "
-                    "None | the pickle (not sent)"),
     P2PM(obj_sendrecv, "obj_sendrecv(obj, dst, stag, src, rtag, rmask, native) -> obj_recv's tuple | "
                        "True (sent; the receive not done) | None | the pickle (not sent)"),
     P2PM(obj_irecv, "obj_irecv(g, first, local, tag, mask, deferred, op, request, init) -> "
