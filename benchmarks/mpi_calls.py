@@ -2,7 +2,7 @@
 ``I…`` forms and persistent collectives, µs a call. The same script runs under
 collcomm.MPI and under mpi4py + Open MPI (``USE_MPI4PY=1``)::
 
-    collcomm run -n 2 --no-prefix python benchmarks/mpi_calls.py [--blocks 5 --iters 2000]
+    collcomm run -n 2 --no-prefix python benchmarks/mpi_calls.py [--blocks 5 --iters 2000 --only int,Wait]
     USE_MPI4PY=1 mpiexec --allow-run-as-root --oversubscribe -x USE_MPI4PY -n 2 \\
         python benchmarks/mpi_calls.py
 
@@ -90,9 +90,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--blocks", type=int, default=5)
     ap.add_argument("--iters", type=int, default=2000)
+    ap.add_argument("--only", default="", help="comma-separated parts of row names: those rows only")
     args = ap.parse_args()
     comm = MPI.COMM_WORLD
-    table = rows(comm)
+    only = [part for part in args.only.split(",") if part]
+    table = [row for row in rows(comm) if not only or any(part in row[0] for part in only)]
     times = timed_blocks(comm, MPI, table, args.blocks, args.iters, max(10, args.iters // 20))
     if comm.Get_rank() == 0:
         lib = "mpi4py + Open MPI" if os.environ.get("USE_MPI4PY") else "collcomm.MPI"

@@ -1,6 +1,6 @@
 """collcomm.MPI's object calls on their short ways: the collectives in one or two calls of
 plain bytes (collcomm/core/pickled_small.py) and the blocking point to point in one C
-call (collcomm/MPI/_pobj.py: _native_send / _native_recv). A section of the shared MPI
+call (collcomm/MPI/_pobj.py: ``_fast_send`` and ``recv``'s inline C call). A section of the shared MPI
 job (tests/mpi_checks.py) at 1-5 ranks and over TCP (no fast call there: the same checks
 on the regular collectives and the Python point to point).
 
@@ -10,7 +10,7 @@ that go the general way (over SMALL_MAX, or with an out-of-band numpy buffer); a
 that cannot be pickled on one rank, raised on every rank and the next call fine; results
 that are copies; that a small ``bcast`` is one fast call; point to point of small and
 large objects (a large one's body after a natively received first part), with statuses,
-``ssend`` and ``irecv`` beside them.
+``ssend`` and ``irecv`` beside them; the short ways' edges (:func:`_short_ways`).
 """
 from __future__ import annotations
 
@@ -183,6 +183,54 @@ def _point_to_point(c: Checker, MPI, comm) -> None:
     comm.barrier()
 
 
+def _short_ways(c: Checker, MPI, comm) -> None:
+    """The edges of the short ways of ``send``/``isend``/``recv`` and of a request's
+    ``wait``: a receive with a status, a receive while a freed receive is still pending
+    (``ORPHANS``: the regular way), tags the C call must not take (a bool, out of range:
+    the regular way's errors, raised before any traffic), a large object, a completed
+    send's request waited for with and without a status."""
+    from collcomm.MPI._request import ORPHANS
+
+    r, n = comm.rank, comm.size
+    if n == 1:
+        return
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    big = np.arange(20_000, dtype=np.float64) + r
+    for k, obj in enumerate((r, "s" * 3000, big)):
+        q = comm.isend(obj, nxt, 30 + k)
+        st = MPI.Status()
+        got = comm.recv(None, prv, 30 + k, st)
+        want = (prv, "s" * 3000, np.arange(20_000, dtype=np.float64) + prv)[k]
+        c.true(_same(got, want), f"recv of object {k} with a status")
+        c.eq((st.Get_source(), st.Get_tag()), (prv, 30 + k), f"recv status of object {k}")
+        if k == 0:
+            sst = MPI.Status()
+            c.eq(q.wait(sst), None, "wait of a completed isend with a status")
+            c.eq(sst.Get_source(), MPI.ANY_SOURCE, "a send request's status source")
+        else:
+            c.eq(q.wait(), None, f"wait of isend {k}")
+        c.true(not q, f"isend {k}'s request null after its wait")
+    # a freed receive still pending: the next recv goes the regular way and reaps it
+    orphan = comm.irecv(source=prv, tag=40)
+    orphan.Free()
+    pending = len(ORPHANS)
+    comm.barrier()                     # (its message is sent only now)
+    comm.send({"late": r}, nxt, 40)
+    comm.send(r * 10, nxt, 41)
+    c.eq(comm.recv(None, prv, 41), prv * 10, "recv beside a freed pending irecv")
+    c.true(pending >= 1, "the freed irecv was pending (ORPHANS)")
+    comm.barrier()
+    c.eq(comm.sendrecv(r, nxt, 42, None, prv, 42), prv, "sendrecv after the orphan's message")
+    c.eq(len(ORPHANS), 0, "the freed irecv completed and left ORPHANS")
+    # tags the C call does not take: the regular way's answers
+    c.raises(lambda: comm.send(1, nxt, -2), MPI.Exception, "send with tag -2", MPI.ERR_TAG)
+    c.raises(lambda: comm.isend(1, nxt, comm.Get_attr(MPI.TAG_UB) + 1), MPI.Exception, "isend past TAG_UB", MPI.ERR_TAG)
+    c.raises(lambda: comm.recv(None, prv, -5), MPI.Exception, "recv with tag -5", MPI.ERR_TAG)
+    comm.send("bool tag", nxt, True)
+    c.eq(comm.recv(None, prv, 1), "bool tag", "send with tag True is tag 1")
+    comm.barrier()
+
+
 def obj_small_checks(c: Checker, MPI, comm) -> None:
     _collectives(c, MPI, comm)
     _failures(c, MPI, comm)
@@ -190,6 +238,7 @@ def obj_small_checks(c: Checker, MPI, comm) -> None:
     _pickled_once(c, MPI, comm)
     _fast_taken(c, MPI, comm)
     _point_to_point(c, MPI, comm)
+    _short_ways(c, MPI, comm)
     comm.barrier()
 
 

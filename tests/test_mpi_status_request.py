@@ -2,7 +2,9 @@
 Status defaults, setters, copies, Get_count/Get_elements, pickling; REQUEST_NULL and
 empty lists in the completion functions; Waitany/Testany/Waitsome/Testsome/Testall;
 persistent requests (inactive after Wait, errors when started twice, Free); Get_status;
-generalized requests out of scope; sizes 1–5.
+the errors of a non-blocking or persistent collective whose ranks disagree, raised by its
+Wait (the two-part call's short way in ``Request.Wait``); generalized requests out of
+scope; sizes 1–5.
 """
 from __future__ import annotations
 
@@ -97,7 +99,40 @@ def status_request(c: Checker, MPI, comm) -> None:
     c.true(p == MPI.REQUEST_NULL, "Free makes it null")
     c.raises(lambda: p.Start(), MPI.Exception, "Start after Free", MPI.ERR_REQUEST)
     c.raises(lambda: MPI.Grequest.Start(lambda *a: None), NotImplementedError, "Grequest.Start")
+    _disagreeing(c, MPI, comm)
     comm.Barrier()
+
+
+def _disagreeing(c: Checker, MPI, comm) -> None:
+    """An Iallreduce / Allreduce_init whose ops differ across ranks (8 bytes: the fast
+    call's two parts where it has them): MPI.Exception on every rank, from the call or its
+    Wait, the request null (inactive for the persistent one) afterwards; the next calls right."""
+    r, n = comm.rank, comm.size
+    if n == 1:
+        return
+    x, y = np.ones(1), np.zeros(1)
+    op = MPI.MAX if r == n - 1 else MPI.SUM
+    for form in ("Iallreduce", "Allreduce_init"):
+        q = None
+        try:
+            if form == "Iallreduce":
+                q = comm.Iallreduce(x, y, op)
+            else:
+                q = comm.Allreduce_init(x, y, op)
+                q.Start()
+            q.Wait()
+            c.true(False, f"{form} with ops differing across ranks raised nothing")
+        except MPI.Exception as exc:
+            c.true("SUM" in str(exc) or "MAX" in str(exc) or "op" in str(exc).lower(),
+                   f"{form}: the error names the op: {exc}")
+        if q is not None:
+            c.true(q != MPI.REQUEST_NULL if form == "Allreduce_init" else q == MPI.REQUEST_NULL,
+                   f"{form}: the request after the failed Wait")
+        y[0] = 0
+        comm.Allreduce(x, y, MPI.SUM)
+        c.eq(y, [float(n)], f"the Allreduce after a refused {form}")
+        if form == "Allreduce_init" and q is not None:
+            q.Free()
 
 
 @pytest.mark.timeout(160)

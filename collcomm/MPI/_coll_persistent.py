@@ -33,11 +33,11 @@ from typing import Any, Callable
 
 from ..errors import CollcommError
 from ._coll import BufferCollectives, _builtin
-from ._coll_impl import _workop
 from ._errors import translate
 from ._msg import IN_PLACE, pinned
 from ._ops import SUM, pinned_op
 from ._prequest import persistent
+from ._request import WorkOp
 
 
 #: the largest slot of a persistent collective's arena (bytes)
@@ -76,22 +76,31 @@ class _Prepared:
     """A persistent collective's ``Start`` through the fast call's two-part entry named
     ``entry``, its arguments worked out once at ``…_init`` (the buffers, root and op are
     fixed there): one C call and the op, without the ``I…`` form's frames; where the entry
-    declines (or the group has no fast call), ``general()``, the ``I…`` form itself."""
+    declines (or the group has no fast call), ``general()``, the ``I…`` form itself. The
+    entry is kept bound to the fast call it was found on (``bound``), looked up again only
+    when the group's fast call is another."""
 
-    __slots__ = ("g", "entry", "args", "general")
+    __slots__ = ("g", "entry", "args", "general", "bound")
 
     def __init__(self, c: Any, entry: str, args: tuple, general: Callable[[], Any]) -> None:
         self.g, self.entry, self.args, self.general = c._h.g, entry, args, general
+        self.bound: tuple[Any, Any] = (None, None)      # (the fast call, its entry)
 
     def __call__(self) -> Any:
         fast = self.g.fast
         if fast is not None:
+            seen, start = self.bound
+            if seen is not fast:
+                start = getattr(fast, self.entry)
+                self.bound = (fast, start)
             try:
-                work = getattr(fast, self.entry)(*self.args)
+                work = start(*self.args)
             except CollcommError as exc:
                 raise translate(exc) from exc
             if work is not None:
-                return _workop(work)
+                op = WorkOp.__new__(WorkOp)       # (_workop without its frame)
+                op._work, op._finish, op._done, op.value = work, None, False, None
+                return op
         return self.general()
 
 

@@ -200,7 +200,7 @@ _SENT = Done(None, ANY_SOURCE, ANY_TAG, 0)   # what a request of a send done at 
 
 
 def _request(op: Any) -> Request:
-    r = Request()
+    r = Request.__new__(Request)      # (no __init__: it only sets _op)
     r._op = op
     return r
 

@@ -70,19 +70,6 @@ def _not_an_object(nbytes: int) -> MPIException:
                                    "sent with Send? (receive it with Recv)")
 
 
-def _native_send(g: Any, obj: Any, dest: Any, tag: Any) -> tuple[bool, bytes | None]:
-    """(True, None): ``obj`` sent to ``dest`` in one C call (pickled there too: P2P.obj_send,
-    native/_p2p_obj.c); (False, its pickle or None): nothing sent (no native entry, an
-    object too large for one message, a message the C call declines, or one that did not
-    pickle in band: the regular path pickles it again and reports or sends it), the
-    pickle for the regular path to send."""
-    f = p2p.native(g)
-    if f is None or type(tag) is not int or not 0 <= tag <= TAG_BITS:
-        return False, None
-    sent = f.obj_send(obj, dest, tag, _pickle.native)
-    return (True, None) if sent is True else (False, sent)
-
-
 def _native_recv(g: Any, source: Any, tag: Any, status: Status | None) -> tuple[bool, Any]:
     """(True, the object) received from ``source`` natively (and unpickled there:
     P2P.obj_recv), or (False, None) having received nothing: any source, no native entry,
@@ -278,6 +265,7 @@ class ObjectPointToPoint:
     __slots__ = ()
 
     _grp: Callable[..., Any]      # the communicator's group, from Comm
+    _h: Any                       # the communicator's handle (_comm._CommRec), from Comm
 
     def _osend(self, obj: Any, dest: int, tag: int, sync: bool, call: str, pickled: bytes | None = None) -> Any:
         g = self._grp(call)
@@ -299,9 +287,24 @@ class ObjectPointToPoint:
         except CollcommError as exc:
             raise translate(exc) from exc
 
+    def _fast_send(self, obj: Any, dest: Any, tag: Any) -> Any:
+        """True: ``obj`` sent to ``dest`` in one C call (pickled there too: P2P.obj_send,
+        native/_p2p_obj.c); else nothing sent (no native entry, an object too large for one
+        message, a message the C call declines, or one that did not pickle in band: the
+        regular path pickles it again and reports or sends it) and its pickle, or None, for
+        the regular path to send."""
+        g = self._h.g
+        f = None if g is None or g._closed or ORPHANS else p2p.native(g)
+        if f is None or type(tag) is not int or not 0 <= tag <= TAG_BITS:
+            return None
+        try:
+            return f.obj_send(obj, dest, tag, _pickle.native)
+        except CollcommError as exc:
+            raise translate(exc) from exc
+
     def send(self, obj: Any, dest: int, tag: int = 0) -> None:
-        sent, pickled = _native_send(self._grp("send"), obj, dest, tag)
-        if not sent:
+        pickled = self._fast_send(obj, dest, tag)
+        if pickled is not True:
             complete(self._osend(obj, dest, tag, False, "send", pickled))
 
     bsend = send
@@ -312,8 +315,8 @@ class ObjectPointToPoint:
     def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
         # written to the peer's ring at once if it can (complete: MPI lets a buffered
         # send complete before its receive), else the regular way with that pickle
-        sent, pickled = _native_send(self._grp("isend"), obj, dest, tag)
-        return _request(_SENT if sent else self._osend(obj, dest, tag, False, "isend", pickled))
+        pickled = self._fast_send(obj, dest, tag)
+        return _request(_SENT if pickled is True else self._osend(obj, dest, tag, False, "isend", pickled))
 
     ibsend = isend
 
@@ -323,12 +326,25 @@ class ObjectPointToPoint:
     def recv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG,
              status: Status | None = None) -> Any:
         """The next object from ``source`` with ``tag`` (``buf`` is accepted and unused)."""
-        done, obj = _native_recv(self._grp("recv"), source, tag, status)
-        return obj if done else complete(self._orecv(source, tag, "recv"), status)
+        g = self._h.g
+        f = None if g is None or g._closed or ORPHANS else p2p.native(g)
+        if f is not None and type(source) is int and 0 <= source < g.size and source != g.rank:
+            tm = _native_tag(tag)
+            if tm is not None:      # (received and unpickled in one C call: P2P.obj_recv)
+                try:
+                    got = f.obj_recv(source, tm[0], tm[1], _pickle.native)
+                except CollcommError as exc:
+                    raise translate(exc) from exc
+                if got is not None:
+                    if got[0] is True and status is None and not ORPHANS:
+                        return got[1]           # (a small object: _received's common case)
+                    return _received(g, got, source, status)
+        return complete(self._orecv(source, tag, "recv"), status)
 
     def irecv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
-        g = self._grp("irecv")
-        f = p2p.native(g) if type(source) is int and 0 <= source < g.size and source != g.rank else None
+        g = self._h.g
+        f = None if g is None or g._closed or ORPHANS or type(source) is not int \
+            or not 0 <= source < g.size or source == g.rank else p2p.native(g)
         tm = None if f is None else _native_tag(tag)
         if tm is not None:     # (_orecv's native way, its request made in C: the common call)
             first = _first_buffer()
@@ -354,10 +370,10 @@ class ObjectPointToPoint:
                 raise translate(exc) from exc
             if type(got) is tuple:
                 return _received(g, got, source, status)
-            sent, pickled = got is True, (None if got is True else got)
+            pickled = got
         else:
-            sent, pickled = _native_send(g, sendobj, dest, sendtag)
-        if sent:                                          # (in the peer's ring already)
+            pickled = self._fast_send(sendobj, dest, sendtag)
+        if pickled is True:                                          # (in the peer's ring already)
             done, obj = _native_recv(g, source, recvtag, status)
             return obj if done else complete(self._orecv(source, recvtag, "sendrecv"), status)
         if pickled is None:      # (pickled before the receive is posted: a failure leaves none behind)

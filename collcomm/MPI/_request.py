@@ -210,7 +210,11 @@ class Request:
         if op is not None:
             try:       # (what _wait_op does, frames less: the common call)
                 if type(op) is WorkOp and op._finish is None and op._work is not None:
-                    op._work.wait()        # (WorkOp.wait without its frame)
+                    work = op._work        # (WorkOp.wait and Work.wait without their frames:
+                    g = work._group        # a call started in two parts finished here in C)
+                    fast = None if g is None or work.done else g.fast
+                    if fast is None or not fast.wait_part(work) or work._exc is not None:
+                        work.wait()        # (done or not, its error raised there)
                     op._done = True
                 else:
                     op.wait()
@@ -246,6 +250,11 @@ class Request:
 
     def wait(self, status: Status | None = None) -> Any:
         op = self._op
+        if type(op) is Done and status is None:     # (a send done at once: Wait, frames less)
+            self._op = None
+            if ORPHANS:
+                reap_orphans()
+            return op.value
         self.Wait(status)
         return None if op is None else op.value
 
