@@ -30,7 +30,7 @@ from ._coll_impl import _not_root_in_place, _run  # (_not_root_in_place: read by
 from ._errors import translate
 from ._msg import IN_PLACE
 from ._ops import SUM, Op
-from ._request import Request
+from ._request import Request, started
 
 
 def _builtin(op: Any) -> Any:
@@ -41,16 +41,9 @@ def _builtin(op: Any) -> Any:
     return o.builtin if o is not None else None
 
 
-def _started(entry: Any, *args: Any) -> Request | None:
-    """The Request of a call the fast call's entry ``entry`` started in two parts
-    (native/_fastcall_parts.c), or None: it declined (the regular path runs the call).
-    (_run's steps without its frame: every I-call passes here.)"""
-    try:
-        work = entry(*args)
-    except CollcommError as exc:
-        raise translate(exc) from exc
-    return None if work is None else _request(work)
-
+#: the Request of a call the fast call's entry started in two parts (native/_fastcall_parts.c),
+#: or None: it declined (the regular path runs the call); made in C where the core is built
+_started = started
 
 
 class BufferCollectives(BufferCollectivesImpl):

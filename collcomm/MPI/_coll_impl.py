@@ -30,7 +30,7 @@ from ._errors import ERR_BUFFER, Exception as MPIException, translate
 from ._msg import IN_PLACE, blocks, simple
 from ._staging import Staged, finisher
 from ._ops import core_op, fold
-from ._request import Request, WorkOp
+from ._request import request_of
 from ._types import Datatype
 
 
@@ -41,17 +41,7 @@ def _run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         raise translate(exc) from exc
 
 
-def _workop(work: Any, finish: Callable[[], Any] | None = None) -> WorkOp:
-    op = WorkOp.__new__(WorkOp)       # (WorkOp.__init__'s stores, without its frame)
-    op._work, op._finish, op._done, op.value = work, finish, False, None
-    return op
-
-
-def _request(work: Any, finish: Callable[[], Any] | None = None) -> Request:
-    r = Request.__new__(Request)      # (no __init__: it only sets _op)
-    r._op = _workop(work, finish)
-    return r
-
+_request = request_of      # Request(WorkOp(work, finish)) (in C where the core is built)
 
 
 def _not_root_in_place(call: str, what: str) -> MPIException:

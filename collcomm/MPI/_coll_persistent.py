@@ -31,13 +31,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..errors import CollcommError
 from ._coll import BufferCollectives, _builtin
-from ._errors import translate
 from ._msg import IN_PLACE, pinned
 from ._ops import SUM, pinned_op
 from ._prequest import persistent
-from ._request import WorkOp
+from ._request import workop_started
 
 
 #: the largest slot of a persistent collective's arena (bytes)
@@ -93,13 +91,8 @@ class _Prepared:
             if seen is not fast:
                 start = getattr(fast, self.entry)
                 self.bound = (fast, start)
-            try:
-                work = start(*self.args)
-            except CollcommError as exc:
-                raise translate(exc) from exc
-            if work is not None:
-                op = WorkOp.__new__(WorkOp)       # (_workop without its frame)
-                op._work, op._finish, op._done, op.value = work, None, False, None
+            op = workop_started(start, *self.args)
+            if op is not None:
                 return op
         return self.general()
 

@@ -121,6 +121,7 @@ static PyTypeObject CoreType = {
 #include "_p2p_ring.c"          /* the rings from C: pipe_record, pipe_append, pipe_recv */
 #include "_p2p_calls.c"         /* P2P.send, P2P.recv, P2P.note */
 #include "_p2p_type.c"          /* the two types: init, gc, methods, module init */
+#include "_mpi_request.c"       /* collcomm.MPI's requests of I-forms made in C: mpi_started */
 
 /* ------------------------------------------------------------------ module functions */
 /* combine(code, acc, other): acc ⊕= other elementwise (the kernels, for tests) */
@@ -223,6 +224,15 @@ static PyMethodDef module_methods[] = {
     {"obj_wait", (PyCFunction)(void (*)(void))mod_obj_wait, METH_FASTCALL,
      "obj_wait(op, native, spare) -> True (collcomm.MPI's object irecv complete) | None "
      "(the Python code goes on); see _p2p_obj_irecv.c"},
+    {"mpi_request_types", (PyCFunction)(void (*)(void))mod_mpi_request_types, METH_FASTCALL,
+     "mpi_request_types(workop, request, error, translate) -> whether mpi_request and "
+     "mpi_started can make them; see _mpi_request.c"},
+    {"mpi_request", (PyCFunction)(void (*)(void))mod_mpi_request, METH_FASTCALL,
+     "mpi_request(work, finish=None) -> Request(WorkOp(work, finish))"},
+    {"mpi_started", (PyCFunction)(void (*)(void))mod_mpi_started, METH_FASTCALL,
+     "mpi_started(entry, *args) -> the Request of entry(*args)'s Work, or None (declined)"},
+    {"mpi_workop_started", (PyCFunction)(void (*)(void))mod_mpi_workop_started, METH_FASTCALL,
+     "mpi_workop_started(entry, *args) -> the WorkOp of entry(*args)'s Work, or None"},
     {NULL, NULL, 0, NULL},
 };
 

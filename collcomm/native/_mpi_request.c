@@ -1,0 +1,161 @@
+/* collcomm.MPI's requests of non-blocking and persistent collectives made in C (included
+ * by _shmcore.c after _p2p_type.c, whose SlotsOf / slots_of / SLOT_AT it uses).
+ *
+ * Every ``I…`` call the fast call starts in two parts (native/_fastcall_parts.c) returns
+ * a ``Request`` holding a ``WorkOp`` holding the call's Work (MPI/_request.py). Made in
+ * Python (``WorkOp.__new__`` and four slot stores, ``Request.__new__`` and one, through
+ * two helper frames) that cost ~0.8 µs a call on the project's VM beside ~2.5 µs for the
+ * two C parts. Here both are made with tp_alloc and their slots written, no __init__, as
+ * Python would leave them:
+ *
+ * ``mpi_request_types(workop, request, error, translate)``: the classes, collcomm's error
+ * class and the function that turns one into MPI.Exception; False (nothing kept) unless
+ * both classes keep those fields in plain slots; the functions below refuse until then.
+ * ``mpi_request(work, finish=None)``: Request(WorkOp(work, finish)) (_coll_impl._request).
+ * ``mpi_started(entry, *args)``: ``entry(*args)`` (a fast call's two-part entry); None if
+ * it declined, else its Work as mpi_request makes it (_coll._started). An error of
+ * collcomm's class is raised as ``translate(error)`` with the error as its cause, as
+ * ``raise translate(exc) from exc`` does.
+ * ``mpi_workop_started(entry, *args)``: the same, the WorkOp alone (a persistent
+ * collective's Start: _coll_persistent._Prepared).
+ */
+
+static PyObject *rq_names[5];          /* WorkOp's _work, _finish, _done, value; Request's _op */
+static SlotsOf rq_op_slots, rq_req_slots;
+static PyObject *rq_error, *rq_translate;  /* strong references, once registered */
+static int rq_ready;
+
+static int rq_init_names(void)
+{
+    const char *names[5] = {"_work", "_finish", "_done", "value", "_op"};
+    for (int i = 0; i < 5; i++)
+        if (rq_names[i] == NULL && (rq_names[i] = PyUnicode_InternFromString(names[i])) == NULL)
+            return -1;
+    return 0;
+}
+
+static PyObject *mod_mpi_request_types(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyType_Check(args[0]) || !PyType_Check(args[1]) || !PyType_Check(args[2]) ||
+        !PyCallable_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "mpi_request_types(workop, request, error, translate)");
+        return NULL;
+    }
+    if (rq_init_names() < 0)
+        return NULL;
+    rq_ready = 0;
+    int ok = slots_of(&rq_op_slots, (PyTypeObject *)args[0], rq_names, 4) &&
+             slots_of(&rq_req_slots, (PyTypeObject *)args[1], rq_names + 4, 1);
+    if (ok) {
+        Py_XSETREF(rq_error, Py_NewRef(args[2]));
+        Py_XSETREF(rq_translate, Py_NewRef(args[3]));
+        rq_ready = 1;
+    }
+    return Py_NewRef(ok ? Py_True : Py_False);
+}
+
+/* A new WorkOp holding `work` and `finish` (borrowed), as WorkOp.__init__ leaves it */
+static PyObject *rq_workop(PyObject *work, PyObject *finish)
+{
+    PyTypeObject *t = rq_op_slots.type;
+    PyObject *op = t->tp_alloc(t, 0);
+    if (op == NULL)
+        return NULL;
+    PyObject *v[4] = {work, finish, Py_False, Py_None};
+    for (int i = 0; i < 4; i++)
+        SLOT_AT(op, rq_op_slots.at[i]) = Py_NewRef(v[i]);
+    return op;
+}
+
+/* A new Request holding `op` (a reference stolen, also on failure) */
+static PyObject *rq_request(PyObject *op)
+{
+    PyTypeObject *t = rq_req_slots.type;
+    PyObject *req = t->tp_alloc(t, 0);
+    if (req == NULL) {
+        Py_DECREF(op);
+        return NULL;
+    }
+    SLOT_AT(req, rq_req_slots.at[0]) = op;
+    return req;
+}
+
+static int rq_refuse(const char *name)
+{
+    if (rq_ready)
+        return 0;
+    PyErr_Format(PyExc_RuntimeError, "%s: mpi_request_types was not called (or refused)", name);
+    return -1;
+}
+
+static PyObject *mod_mpi_request(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (rq_refuse("mpi_request") < 0)
+        return NULL;
+    if (nargs != 1 && nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "mpi_request(work, finish=None)");
+        return NULL;
+    }
+    PyObject *op = rq_workop(args[0], nargs == 2 ? args[1] : Py_None);
+    return op == NULL ? NULL : rq_request(op);
+}
+
+/* entry(*args[1:]) with collcomm's error translated: the Work (new reference), None, or
+ * NULL with an exception */
+static PyObject *rq_start(PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *work = PyObject_Vectorcall(args[0], args + 1, (size_t)(nargs - 1), NULL);
+    if (work != NULL || !PyErr_ExceptionMatches(rq_error))
+        return work;
+    PyObject *type, *exc, *tb;
+    PyErr_Fetch(&type, &exc, &tb);
+    PyErr_NormalizeException(&type, &exc, &tb);
+    if (tb != NULL)
+        PyException_SetTraceback(exc, tb);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    PyObject *mpi = PyObject_CallOneArg(rq_translate, exc);
+    if (mpi == NULL) {
+        Py_DECREF(exc);
+        return NULL;
+    }
+    if (!PyExceptionInstance_Check(mpi)) {
+        Py_DECREF(mpi);
+        Py_DECREF(exc);
+        PyErr_SetString(PyExc_TypeError, "mpi_started: translate did not return an exception");
+        return NULL;
+    }
+    PyException_SetContext(mpi, Py_NewRef(exc));
+    PyException_SetCause(mpi, exc);          /* (steals exc; suppresses the context's print) */
+    PyErr_SetObject((PyObject *)Py_TYPE(mpi), mpi);
+    Py_DECREF(mpi);
+    return NULL;
+}
+
+static PyObject *rq_started(const char *name, PyObject *const *args, Py_ssize_t nargs, int request)
+{
+    if (rq_refuse(name) < 0)
+        return NULL;
+    if (nargs < 1) {
+        PyErr_Format(PyExc_TypeError, "%s(entry, *args)", name);
+        return NULL;
+    }
+    PyObject *work = rq_start(args, nargs);
+    if (work == NULL || work == Py_None)
+        return work;
+    PyObject *op = rq_workop(work, Py_None);
+    Py_DECREF(work);
+    if (op == NULL || !request)
+        return op;
+    return rq_request(op);
+}
+
+static PyObject *mod_mpi_started(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
+{
+    return rq_started("mpi_started", args, nargs, 1);
+}
+
+static PyObject *mod_mpi_workop_started(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
+{
+    return rq_started("mpi_workop_started", args, nargs, 0);
+}
