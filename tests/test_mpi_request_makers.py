@@ -78,24 +78,82 @@ def test_collcomm_errors_become_mpi_exceptions_with_their_cause(makers, which):
         maker(other)
 
 
-@pytest.mark.skipif(native.core is None, reason=f"native core: {native.reason}")
-def test_native_makers_refuse_classes_without_plain_slots():
-    core = native.core
+@pytest.mark.parametrize("makers", MAKERS)
+@pytest.mark.parametrize("which", [1, 2])
+def test_errors_chain_as_raise_from_does(makers, which):
+    """The translated error's context is the original even inside an ``except`` block;
+    an error translate leaves as it is gets no context of itself; an error translate
+    raises has the original as its context (what ``raise translate(exc) from exc`` in an
+    ``except`` block gives)."""
+    maker = makers[which]
+    err = InvalidArgumentError("bad")
 
-    class Loose:
-        pass
+    def entry() -> Any:
+        raise err
 
     try:
-        assert core.mpi_request_types(Loose, rq.Request, CollcommError, rq.translate) is False
-        with pytest.raises(RuntimeError, match="mpi_request_types"):
-            core.mpi_request(object())
-        with pytest.raises(RuntimeError, match="mpi_request_types"):
-            core.mpi_started(lambda: object())
-        with pytest.raises(TypeError):
-            core.mpi_request_types(rq.WorkOp, rq.Request, CollcommError, 5)
-    finally:
-        assert core.mpi_request_types(rq.WorkOp, rq.Request, CollcommError, rq.translate) is True
-    assert type(core.mpi_request(object())) is rq.Request
+        raise KeyError("outer")
+    except KeyError as outer:
+        with pytest.raises(MPIException) as info:
+            maker(entry)
+        assert info.value.__context__ is err and info.value.__cause__ is err
+        import sys
+        assert sys.exc_info()[1] is outer          # (the caller's handled exception back)
+    mpi_err = rq.translate(InvalidArgumentError("once"))
+
+    def entry_mpi() -> Any:
+        raise mpi_err                               # (translate returns it as it is)
+
+    with pytest.raises(MPIException) as info:
+        maker(entry_mpi)
+    assert info.value is mpi_err and info.value.__context__ is not mpi_err
+
+
+_FRESH = """
+import sys
+from collcomm import native
+from collcomm.errors import CollcommError
+core = native.core
+try:
+    core.mpi_started(lambda: object())
+except RuntimeError as exc:
+    print("refused before:", "mpi_request_types" in str(exc))
+class Big:
+    __slots__ = tuple(f"s{i}" for i in range(4000)) + ("_work", "_finish", "_done", "value", "_op")
+class Small:
+    __slots__ = ()
+for name in ("_work", "_finish", "_done", "value"):
+    setattr(Small, name, getattr(Big, name))
+class Req:
+    __slots__ = ("_op",)
+class Loose:
+    pass
+print("foreign:", core.mpi_request_types(Small, Req, CollcommError, repr))
+print("loose:", core.mpi_request_types(Loose, Req, CollcommError, repr))
+class Op:
+    __slots__ = ("_work", "_finish", "_done", "value")
+print("good:", core.mpi_request_types(Op, Req, CollcommError, repr))
+print("again:", core.mpi_request_types(Op, Req, CollcommError, repr))
+print("other:", core.mpi_request_types(Loose, Req, CollcommError, repr))
+r = core.mpi_request(5)
+print("kept:", type(r).__name__, type(r._op).__name__, r._op._work)
+"""
+
+
+@pytest.mark.skipif(native.core is None, reason=f"native core: {native.reason}")
+def test_native_registration_is_checked_and_kept_once():
+    """In a fresh interpreter (collcomm.MPI registers its classes at import): the makers
+    refuse before a registration; classes whose slots are not their own (a descriptor
+    of another class copied in: Python refuses to use it too) or that have none are
+    refused; a good registration is kept for good: another answers False and changes
+    nothing."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _FRESH], capture_output=True, text=True,
+                         timeout=60, check=True).stdout.split("\n")
+    assert out[:7] == ["refused before: True", "foreign: False", "loose: False", "good: True",
+                       "again: True", "other: False", "kept: Req Op 5"], out
 
 
 def test_the_module_uses_the_native_makers_where_built():

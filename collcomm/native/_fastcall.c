@@ -349,8 +349,14 @@ static Py_ssize_t plain_slot_offset(PyTypeObject *type, PyObject *name)
     PyObject *descr = _PyType_Lookup(type, name);
     if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type))
         return 0;
+    /* a slot of this class or a base (a descriptor of another class copied into its
+     * namespace points at that class's layout: Python refuses it, so do we) */
+    PyTypeObject *owner = ((PyMemberDescrObject *)descr)->d_common.d_type;
+    if (owner == NULL || !PyType_IsSubtype(type, owner))
+        return 0;
     PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
-    return m->type == T_OBJECT_EX && !(m->flags & READONLY) && m->offset > 0 ? m->offset : 0;
+    return m->type == T_OBJECT_EX && !(m->flags & READONLY) && m->offset > 0 &&
+           m->offset + (Py_ssize_t)sizeof(PyObject *) <= owner->tp_basicsize ? m->offset : 0;
 }
 
 /* The arguments after (arena, buf, root, sig) of Core_broadcast's split CMA form

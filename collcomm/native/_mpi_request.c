@@ -11,6 +11,7 @@
  * ``mpi_request_types(workop, request, error, translate)``: the classes, collcomm's error
  * class and the function that turns one into MPI.Exception; False (nothing kept) unless
  * both classes keep those fields in plain slots; the functions below refuse until then.
+ * Kept once for good (a later call answers whether it names the same classes).
  * ``mpi_request(work, finish=None)``: Request(WorkOp(work, finish)) (_coll_impl._request).
  * ``mpi_started(entry, *args)``: ``entry(*args)`` (a fast call's two-part entry); None if
  * it declined, else its Work as mpi_request makes it (_coll._started). An error of
@@ -43,13 +44,24 @@ static PyObject *mod_mpi_request_types(PyObject *m, PyObject *const *args, Py_ss
     }
     if (rq_init_names() < 0)
         return NULL;
-    rq_ready = 0;
-    int ok = slots_of(&rq_op_slots, (PyTypeObject *)args[0], rq_names, 4) &&
-             slots_of(&rq_req_slots, (PyTypeObject *)args[1], rq_names + 4, 1);
+    /* Once kept, kept for good: the makers write slots at these offsets, and Python code
+     * they run (the entry, a finalizer) could otherwise register other classes midway.
+     * Checked on copies, so a refusal changes nothing. */
+    if (rq_ready)
+        return Py_NewRef(rq_op_slots.type == (PyTypeObject *)args[0] &&
+                         rq_req_slots.type == (PyTypeObject *)args[1] ? Py_True : Py_False);
+    SlotsOf op = {NULL, {0}, 0}, req = {NULL, {0}, 0};
+    int ok = slots_of(&op, (PyTypeObject *)args[0], rq_names, 4) &&
+             slots_of(&req, (PyTypeObject *)args[1], rq_names + 4, 1);
     if (ok) {
-        Py_XSETREF(rq_error, Py_NewRef(args[2]));
-        Py_XSETREF(rq_translate, Py_NewRef(args[3]));
+        rq_op_slots = op;             /* (the type references move along) */
+        rq_req_slots = req;
+        rq_error = Py_NewRef(args[2]);
+        rq_translate = Py_NewRef(args[3]);
         rq_ready = 1;
+    } else {
+        Py_XDECREF(op.type);
+        Py_XDECREF(req.type);
     }
     return Py_NewRef(ok ? Py_True : Py_False);
 }
@@ -101,7 +113,10 @@ static PyObject *mod_mpi_request(PyObject *m, PyObject *const *args, Py_ssize_t 
 }
 
 /* entry(*args[1:]) with collcomm's error translated: the Work (new reference), None, or
- * NULL with an exception */
+ * NULL with an exception. The translation runs as ``raise translate(exc) from exc`` in an
+ * ``except`` block does: the error made the exception being handled meanwhile (so the
+ * new one's context is the error, or, if translate raises, that one's), the caller's
+ * handled exception put back afterwards. */
 static PyObject *rq_start(PyObject *const *args, Py_ssize_t nargs)
 {
     PyObject *work = PyObject_Vectorcall(args[0], args + 1, (size_t)(nargs - 1), NULL);
@@ -112,23 +127,21 @@ static PyObject *rq_start(PyObject *const *args, Py_ssize_t nargs)
     PyErr_NormalizeException(&type, &exc, &tb);
     if (tb != NULL)
         PyException_SetTraceback(exc, tb);
-    Py_XDECREF(type);
-    Py_XDECREF(tb);
+    PyObject *saved_t, *saved_v, *saved_tb;
+    PyErr_GetExcInfo(&saved_t, &saved_v, &saved_tb);
+    PyErr_SetExcInfo(type, Py_NewRef(exc), tb);          /* (steals all three) */
     PyObject *mpi = PyObject_CallOneArg(rq_translate, exc);
-    if (mpi == NULL) {
-        Py_DECREF(exc);
-        return NULL;
-    }
-    if (!PyExceptionInstance_Check(mpi)) {
-        Py_DECREF(mpi);
-        Py_DECREF(exc);
+    if (mpi != NULL && !PyExceptionInstance_Check(mpi)) {
+        Py_CLEAR(mpi);
         PyErr_SetString(PyExc_TypeError, "mpi_started: translate did not return an exception");
-        return NULL;
     }
-    PyException_SetContext(mpi, Py_NewRef(exc));
-    PyException_SetCause(mpi, exc);          /* (steals exc; suppresses the context's print) */
-    PyErr_SetObject((PyObject *)Py_TYPE(mpi), mpi);
-    Py_DECREF(mpi);
+    if (mpi != NULL) {
+        PyException_SetCause(mpi, Py_NewRef(exc));  /* (steals; suppresses the context's print) */
+        PyErr_SetObject((PyObject *)Py_TYPE(mpi), mpi);   /* (its context: exc, as handled) */
+        Py_DECREF(mpi);
+    }
+    Py_DECREF(exc);
+    PyErr_SetExcInfo(saved_t, saved_v, saved_tb);
     return NULL;
 }
 
