@@ -99,6 +99,23 @@ def test_errors_chain_as_raise_from_does(makers, which):
         assert info.value.__context__ is err and info.value.__cause__ is err
         import sys
         assert sys.exc_info()[1] is outer          # (the caller's handled exception back)
+    # in a generator resumed from an except block: its own exception state stays its own
+    def gen() -> Any:
+        try:
+            maker(entry)
+        except MPIException:
+            pass
+        yield
+        raise ValueError("later")
+
+    it = gen()
+    try:
+        raise KeyError("driver's")
+    except KeyError:
+        next(it)
+    with pytest.raises(ValueError) as later:
+        next(it)
+    assert later.value.__context__ is None
     mpi_err = rq.translate(InvalidArgumentError("once"))
 
     def entry_mpi() -> Any:

@@ -484,6 +484,15 @@ def _py_started(entry: Any, *args: Any) -> Request | None:
     return r
 
 
+def _raise_translated(exc: CollcommError) -> None:
+    """Raise ``exc`` as the MPI.Exception it stands for, as the Python makers do (called by
+    the C makers with an error of the entry they called)."""
+    try:
+        raise exc
+    except CollcommError as error:
+        raise translate(error) from error
+
+
 def _native_makers() -> tuple[Any, Any, Any]:
     """The three makers in C (native/_mpi_request.c: no Python frame, ~0.8 µs a call less
     on the project's VM), where the core is built and takes these classes."""
@@ -491,7 +500,7 @@ def _native_makers() -> tuple[Any, Any, Any]:
 
     core = native.core
     if core is None or not hasattr(core, "mpi_request_types") \
-            or not core.mpi_request_types(WorkOp, Request, CollcommError, translate):
+            or not core.mpi_request_types(WorkOp, Request, CollcommError, _raise_translated):
         return _py_request, _py_started, _py_workop_started
     return core.mpi_request, core.mpi_started, core.mpi_workop_started
 

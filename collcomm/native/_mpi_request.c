@@ -8,22 +8,21 @@
  * two C parts. Here both are made with tp_alloc and their slots written, no __init__, as
  * Python would leave them:
  *
- * ``mpi_request_types(workop, request, error, translate)``: the classes, collcomm's error
- * class and the function that turns one into MPI.Exception; False (nothing kept) unless
+ * ``mpi_request_types(workop, request, error, reraise)``: the classes, collcomm's error
+ * class and the function that raises one as MPI.Exception; False (nothing kept) unless
  * both classes keep those fields in plain slots; the functions below refuse until then.
  * Kept once for good (a later call answers whether it names the same classes).
  * ``mpi_request(work, finish=None)``: Request(WorkOp(work, finish)) (_coll_impl._request).
  * ``mpi_started(entry, *args)``: ``entry(*args)`` (a fast call's two-part entry); None if
  * it declined, else its Work as mpi_request makes it (_coll._started). An error of
- * collcomm's class is raised as ``translate(error)`` with the error as its cause, as
- * ``raise translate(exc) from exc`` does.
+ * collcomm's class is handed to ``reraise``, which raises ``translate(exc) from exc``.
  * ``mpi_workop_started(entry, *args)``: the same, the WorkOp alone (a persistent
  * collective's Start: _coll_persistent._Prepared).
  */
 
 static PyObject *rq_names[5];          /* WorkOp's _work, _finish, _done, value; Request's _op */
 static SlotsOf rq_op_slots, rq_req_slots;
-static PyObject *rq_error, *rq_translate;  /* strong references, once registered */
+static PyObject *rq_error, *rq_reraise;  /* strong references, once registered */
 static int rq_ready;
 
 static int rq_init_names(void)
@@ -39,7 +38,7 @@ static PyObject *mod_mpi_request_types(PyObject *m, PyObject *const *args, Py_ss
 {
     if (nargs != 4 || !PyType_Check(args[0]) || !PyType_Check(args[1]) || !PyType_Check(args[2]) ||
         !PyCallable_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError, "mpi_request_types(workop, request, error, translate)");
+        PyErr_SetString(PyExc_TypeError, "mpi_request_types(workop, request, error, reraise)");
         return NULL;
     }
     if (rq_init_names() < 0)
@@ -57,7 +56,7 @@ static PyObject *mod_mpi_request_types(PyObject *m, PyObject *const *args, Py_ss
         rq_op_slots = op;             /* (the type references move along) */
         rq_req_slots = req;
         rq_error = Py_NewRef(args[2]);
-        rq_translate = Py_NewRef(args[3]);
+        rq_reraise = Py_NewRef(args[3]);
         rq_ready = 1;
     } else {
         Py_XDECREF(op.type);
@@ -113,10 +112,10 @@ static PyObject *mod_mpi_request(PyObject *m, PyObject *const *args, Py_ssize_t 
 }
 
 /* entry(*args[1:]) with collcomm's error translated: the Work (new reference), None, or
- * NULL with an exception. The translation runs as ``raise translate(exc) from exc`` in an
- * ``except`` block does: the error made the exception being handled meanwhile (so the
- * new one's context is the error, or, if translate raises, that one's), the caller's
- * handled exception put back afterwards. */
+ * NULL with an exception. The translation is the registered Python function's (it raises
+ * ``translate(exc) from exc`` from an ``except`` block of its own), so the new error's
+ * context, the caller's handled exception and a generator's exception state are what
+ * Python makes them; only errors pay for it. */
 static PyObject *rq_start(PyObject *const *args, Py_ssize_t nargs)
 {
     PyObject *work = PyObject_Vectorcall(args[0], args + 1, (size_t)(nargs - 1), NULL);
@@ -127,21 +126,14 @@ static PyObject *rq_start(PyObject *const *args, Py_ssize_t nargs)
     PyErr_NormalizeException(&type, &exc, &tb);
     if (tb != NULL)
         PyException_SetTraceback(exc, tb);
-    PyObject *saved_t, *saved_v, *saved_tb;
-    PyErr_GetExcInfo(&saved_t, &saved_v, &saved_tb);
-    PyErr_SetExcInfo(type, Py_NewRef(exc), tb);          /* (steals all three) */
-    PyObject *mpi = PyObject_CallOneArg(rq_translate, exc);
-    if (mpi != NULL && !PyExceptionInstance_Check(mpi)) {
-        Py_CLEAR(mpi);
-        PyErr_SetString(PyExc_TypeError, "mpi_started: translate did not return an exception");
-    }
-    if (mpi != NULL) {
-        PyException_SetCause(mpi, Py_NewRef(exc));  /* (steals; suppresses the context's print) */
-        PyErr_SetObject((PyObject *)Py_TYPE(mpi), mpi);   /* (its context: exc, as handled) */
-        Py_DECREF(mpi);
-    }
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    PyObject *r = PyObject_CallOneArg(rq_reraise, exc);
     Py_DECREF(exc);
-    PyErr_SetExcInfo(saved_t, saved_v, saved_tb);
+    if (r != NULL) {
+        Py_DECREF(r);
+        PyErr_SetString(PyExc_TypeError, "mpi_started: the translating function returned");
+    }
     return NULL;
 }
 

@@ -225,7 +225,7 @@ static PyMethodDef module_methods[] = {
      "obj_wait(op, native, spare) -> True (collcomm.MPI's object irecv complete) | None "
      "(the Python code goes on); see _p2p_obj_irecv.c"},
     {"mpi_request_types", (PyCFunction)(void (*)(void))mod_mpi_request_types, METH_FASTCALL,
-     "mpi_request_types(workop, request, error, translate) -> whether mpi_request and "
+     "mpi_request_types(workop, request, error, reraise) -> whether mpi_request and "
      "mpi_started can make them; see _mpi_request.c"},
     {"mpi_request", (PyCFunction)(void (*)(void))mod_mpi_request, METH_FASTCALL,
      "mpi_request(work, finish=None) -> Request(WorkOp(work, finish))"},
