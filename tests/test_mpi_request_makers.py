@@ -1,4 +1,4 @@
-"""The makers of a non-blocking collective's request (collcomm/MPI/_request.py
+"""The makers of a non-blocking collective's request (collcomm/MPI/_request_makers.py
 ``request_of``, ``started``, ``workop_started``): in C where the core is built
 (native/_mpi_request.c), in Python otherwise; both must give the same objects and errors.
 In-process (no ranks): the entries are stand-ins that return a Work-like object, None, or
@@ -11,7 +11,8 @@ import pytest
 
 from collcomm import native
 from collcomm.errors import CollcommError, InvalidArgumentError
-from collcomm.MPI import _request as rq
+from collcomm.MPI import _request_makers as rq
+from collcomm.MPI._request import ANY_SOURCE, ANY_TAG, Request, WorkOp
 from collcomm.MPI._errors import Exception as MPIException
 
 MAKERS = [pytest.param((rq._py_request, rq._py_started, rq._py_workop_started), id="python")]
@@ -21,9 +22,9 @@ if native.core is not None:
 
 
 def _fresh_op(op: Any, work: Any, finish: Any) -> None:
-    assert type(op) is rq.WorkOp
+    assert type(op) is WorkOp
     assert op._work is work and op._finish is finish and op._done is False and op.value is None
-    assert (op.source, op.tag, op.nbytes, op.cancelled) == (rq.ANY_SOURCE, rq.ANY_TAG, 0, False)
+    assert (op.source, op.tag, op.nbytes, op.cancelled) == (ANY_SOURCE, ANY_TAG, 0, False)
 
 
 @pytest.mark.parametrize("makers", MAKERS)
@@ -31,7 +32,7 @@ def test_request_of_holds_a_fresh_workop(makers):
     request_of, _, _ = makers
     work, fin = object(), (lambda: 5)
     r = request_of(work)
-    assert type(r) is rq.Request and bool(r)
+    assert type(r) is Request and bool(r)
     _fresh_op(r._op, work, None)
     _fresh_op(request_of(work, fin)._op, work, fin)
     assert request_of(work)._op is not r._op          # a new op every time
@@ -48,10 +49,10 @@ def test_started_passes_the_arguments_and_none(makers):
         return None if args and args[0] == "decline" else work
 
     r = started(entry, 1, "two", None)
-    assert seen[-1] == (1, "two", None) and type(r) is rq.Request
+    assert seen[-1] == (1, "two", None) and type(r) is Request
     _fresh_op(r._op, work, None)
     op = workop_started(entry)
-    assert seen[-1] == () and type(op) is rq.WorkOp
+    assert seen[-1] == () and type(op) is WorkOp
     _fresh_op(op, work, None)
     assert started(entry, "decline") is None and workop_started(entry, "decline") is None
 

@@ -30,7 +30,8 @@ from ._coll_impl import _not_root_in_place, _run  # (_not_root_in_place: read by
 from ._errors import translate
 from ._msg import IN_PLACE
 from ._ops import SUM, Op
-from ._request import Request, started
+from ._request import Request
+from ._request_makers import started
 
 
 def _builtin(op: Any) -> Any:

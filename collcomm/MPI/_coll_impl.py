@@ -30,7 +30,7 @@ from ._errors import ERR_BUFFER, Exception as MPIException, translate
 from ._msg import IN_PLACE, blocks, simple
 from ._staging import Staged, finisher
 from ._ops import core_op, fold
-from ._request import request_of
+from ._request_makers import request_of
 from ._types import Datatype
 
 

@@ -35,7 +35,7 @@ from ._coll import BufferCollectives, _builtin
 from ._msg import IN_PLACE, pinned
 from ._ops import SUM, pinned_op
 from ._prequest import persistent
-from ._request import workop_started
+from ._request_makers import workop_started
 
 
 #: the largest slot of a persistent collective's arena (bytes)

@@ -373,7 +373,7 @@ class ObjectPointToPoint:
             pickled = got
         else:
             pickled = self._fast_send(sendobj, dest, sendtag)
-        if pickled is True:                                          # (in the peer's ring already)
+        if pickled is True:                  # (in the peer's ring already)
             done, obj = _native_recv(g, source, recvtag, status)
             return obj if done else complete(self._orecv(source, recvtag, "sendrecv"), status)
         if pickled is None:      # (pickled before the receive is posted: a failure leaves none behind)
