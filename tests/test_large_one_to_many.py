@@ -209,19 +209,47 @@ def test_mixed_ranks_staged_and_split_broadcast():
 
 def test_cma_failure_errors():
     # what Arena.read_remote raises and the native core raises through (Arena.cma_failed):
-    # a dead peer (ESRCH) is PeerLostError; any other failure names COLLCOMM_CMA=0
+    # a dead peer (ESRCH) is PeerLostError; a peer whose process is gone within the grace
+    # after an EFAULT (it unmapped its buffers on its way out) is too; so is a failure while
+    # another member died without leaving cleanly (the peer left the call because of it:
+    # seen as "could not read ... (Bad address)" in test_faults at 4 ranks); any other
+    # failure names COLLCOMM_CMA=0
     import errno
     import os
+    import subprocess
+    import sys
+    import time
     from types import SimpleNamespace
 
     from collcomm.errors import CollcommError, PeerLostError
     from collcomm.transport.arena import Arena
 
-    fake = SimpleNamespace(pids=[os.getpid(), os.getpid()], global_ranks=[4, 7], rank=0)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    me = os.getpid()
+
+    def fake(pids, left=(0, 0, 0)):
+        return SimpleNamespace(pids=pids, global_ranks=[4, 7, 9], rank=0, n=len(pids),
+                               get=lambda r, word: left[r])
+
     with pytest.raises(PeerLostError, match="rank 7"):
-        Arena.cma_failed(fake, 1, "read", errno.ESRCH)
-    with pytest.raises(CollcommError, match="COLLCOMM_CMA=0"):
-        Arena.cma_failed(fake, 1, "write", errno.EPERM)
+        Arena.cma_failed(fake([me, me, me]), 1, "read", errno.ESRCH)
+    with pytest.raises(CollcommError, match="COLLCOMM_CMA=0") as info:
+        Arena.cma_failed(fake([me, me, me]), 1, "write", errno.EPERM)
+    assert not isinstance(info.value, PeerLostError)
+    with pytest.raises(PeerLostError, match="rank 9 .* died; rank 4 could then not read rank 7") as lost:
+        Arena.cma_failed(fake([me, me, dead.pid]), 1, "read", errno.EFAULT)
+    assert lost.value.peer == 9
+    with pytest.raises(CollcommError, match="COLLCOMM_CMA=0"):     # (rank 9 left cleanly)
+        Arena.cma_failed(fake([me, me, dead.pid], left=(0, 0, 1)), 1, "read", errno.EFAULT)
+    leaving = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.1)"])
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(PeerLostError, match="rank 7 .* died") as gone:
+            Arena.cma_failed(fake([me, leaving.pid, me]), 1, "read", errno.EFAULT)
+        assert gone.value.peer == 7 and time.monotonic() - t0 < 2.0
+    finally:
+        leaving.wait()
 
 
 def test_split_broadcast_choice_at_two_ranks():

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import CollcommError, PeerLostError
+from .arena_layout import LEFT as LEFT_WORD
 from .arena_layout import PROBE_MAGIC
 from .arena_layout import PROBE as PROBE_WORD
 from .cma_move import READV, WRITEV, _IoVec, move
@@ -47,6 +48,22 @@ def _let_peers_read() -> None:
 
 _let_peers_read()
 _READV, _WRITEV = READV, WRITEV
+
+
+#: how long a failed copy (EFAULT) waits for the peer's process to be gone before calling
+#: the failure the copy's own: a rank that raised (a lost peer) and exits has unmapped its
+#: buffers a moment before its pid disappears (seen in test_faults: 4 ranks, one killed)
+EXIT_GRACE = 0.3
+
+
+def _alive_after(pid: int, grace: float) -> bool:
+    """Whether ``pid`` is still alive, looked at for up to ``grace`` seconds."""
+    end = time.monotonic() + grace
+    while pid_alive(pid):
+        if time.monotonic() >= end:
+            return True
+        time.sleep(0.01)
+    return False
 
 
 class CrossMemoryAttach:
@@ -87,17 +104,26 @@ class CrossMemoryAttach:
 
     def cma_failed(self, r: int, what: str, err: int) -> None:
         """Raise what a failed cross-memory ``what`` ("read" / "write") of rank ``r``'s
-        memory means (errno ``err``); also called by the native core."""
-        if err == errno.ESRCH or not pid_alive(self.pids[r]):
-            g = self.global_ranks[r]
-            raise PeerLostError(f"rank {g} (pid {self.pids[r]}, same host) died; rank "
-                                f"{self.global_ranks[self.rank]} was {what.rstrip('e')}ing its memory",
-                                peer=g)
-        raise CollcommError(f"rank {self.global_ranks[self.rank]} could not {what} rank "
-                            f"{self.global_ranks[r]}'s memory ({os.strerror(err)}) although "
-                            "the arena's probe could; COLLCOMM_CMA=0 stages such copies "
-                            "through the arena's slots instead (already reserved: it needs "
-                            "no more /dev/shm)")
+        memory means (errno ``err``); also called by the native core. Rank ``r`` gone, or
+        going within :data:`EXIT_GRACE` (a rank leaving after an error unmaps its buffers
+        before its pid is gone: ``EFAULT``), or another member dead without leaving cleanly
+        (``r`` then most likely left the call because of it): PeerLostError naming that rank.
+        Otherwise the copy itself failed: the error names ``COLLCOMM_CMA=0``."""
+        me, g = self.global_ranks[self.rank], self.global_ranks[r]
+        if err == errno.ESRCH or not _alive_after(self.pids[r], EXIT_GRACE if err == errno.EFAULT else 0.0):
+            raise PeerLostError(f"rank {g} (pid {self.pids[r]}, same host) died; rank {me} was "
+                                f"{what.rstrip('e')}ing its memory", peer=g)
+        dead = next((q for q in range(self.n) if q != self.rank and not pid_alive(self.pids[q])
+                     and not self.get(q, LEFT_WORD)), None)
+        if dead is not None:
+            d = self.global_ranks[dead]
+            raise PeerLostError(f"rank {d} (pid {self.pids[dead]}, same host) died; rank {me} "
+                                f"could then not {what} rank {g}'s memory ({os.strerror(err)}): "
+                                "it left the call too", peer=d)
+        raise CollcommError(f"rank {me} could not {what} rank {g}'s memory ({os.strerror(err)}) "
+                            "although the arena's probe could (or that rank left the call with "
+                            "an error of its own); COLLCOMM_CMA=0 stages such copies through the "
+                            "arena's slots instead (already reserved: it needs no more /dev/shm)")
 
     def _probe_cma(self) -> bool:
         """Can every rank read every other's memory? (All ranks reach the same answer;
