@@ -286,8 +286,53 @@ def _prepared_roots(c: Checker, MPI, comm) -> None:
     c.eq(acc, np.full(3, float(n)), "Allreduce_init IN_PLACE MAX")
 
 
+def _quick_start(c: Checker, MPI, comm) -> None:
+    """Once its group has the fast call, a prepared request's ``Start`` is one C call
+    (``_Persistent.quick``): with ``_Prepared.__call__`` made to fail, later starts still
+    work where the group has a fast call (and take the prepared way, which fails, where it
+    has none: TCP); the values right throughout; after ``Free`` the quick call is dropped."""
+    from collcomm.MPI._coll_persistent import _Prepared
+    r, n = comm.rank, comm.size
+    x, y = np.full(2, float(r + 1)), np.zeros(2)
+    p = comm.Allreduce_init(x, y)
+    for _ in range(2):
+        p.Start()
+        p.Wait()
+    fast = p._persist.comm._h.g.fast
+    c.true((p._persist.quick[0] is not None) == (fast is not None),
+           "a prepared request has its quick start once its group has the fast call")
+    slow = _Prepared.__call__
+
+    def refused(self: Any) -> Any:
+        raise AssertionError("the prepared start ran")
+
+    _Prepared.__call__ = refused           # type: ignore[method-assign]
+    try:
+        for k in range(3):
+            x[:] = r + k
+            try:
+                p.Start()
+                p.Wait()
+                quick = True
+            except AssertionError:
+                quick = False
+            c.eq(quick, fast is not None, f"start {k} through the quick call alone")
+            if quick:
+                c.eq(y, np.full(2, float(sum(range(n)) + n * k)), f"quick start {k}'s values")
+    finally:
+        _Prepared.__call__ = slow          # type: ignore[method-assign]
+    if fast is None:
+        p.Start()
+        p.Wait()
+    persist = p._persist
+    p.Free()
+    c.true(persist.quick is None and persist.start is None, "Free drops the quick start")
+    comm.Barrier()
+
+
 def persistent_order_checks(c: Checker, MPI, comm) -> None:
     _prepared_roots(c, MPI, comm)
+    _quick_start(c, MPI, comm)
     for name, make in _kinds(MPI, comm).items():
         _opposite_orders(c, MPI, comm, name, make)
     _crossed_waits(c, MPI, comm)

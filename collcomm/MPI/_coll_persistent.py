@@ -29,6 +29,7 @@ closes it, and so does dropping the last reference to an inactive request
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 from ._coll import BufferCollectives, _builtin
@@ -74,24 +75,24 @@ class _Prepared:
     """A persistent collective's ``Start`` through the fast call's two-part entry named
     ``entry``, its arguments worked out once at ``…_init`` (the buffers, root and op are
     fixed there): one C call and the op, without the ``I…`` form's frames; where the entry
-    declines (or the group has no fast call), ``general()``, the ``I…`` form itself. The
-    entry is kept bound to the fast call it was found on (``bound``), looked up again only
-    when the group's fast call is another."""
+    declines (or the group has no fast call), ``general()``, the ``I…`` form itself. Once
+    the group has its fast call (built by the first call on it), ``quick[0]`` is that C
+    call bound to its arguments (``workop_started`` over the bound entry), which
+    ``Prequest.Start`` calls first (no Python frame: ~1-1.5 µs a Start on the project's VM,
+    BENCHMARKS.md session 38); a closed group's entry declines, and this runs."""
 
-    __slots__ = ("g", "entry", "args", "general", "bound")
+    __slots__ = ("g", "entry", "args", "general", "quick")
 
     def __init__(self, c: Any, entry: str, args: tuple, general: Callable[[], Any]) -> None:
         self.g, self.entry, self.args, self.general = c._h.g, entry, args, general
-        self.bound: tuple[Any, Any] = (None, None)      # (the fast call, its entry)
+        self.quick: list[Any] = [None]
 
     def __call__(self) -> Any:
         fast = self.g.fast
         if fast is not None:
-            seen, start = self.bound
-            if seen is not fast:
-                start = getattr(fast, self.entry)
-                self.bound = (fast, start)
-            op = workop_started(start, *self.args)
+            start = functools.partial(workop_started, getattr(fast, self.entry), *self.args)
+            self.quick[0] = start
+            op = start()
             if op is not None:
                 return op
         return self.general()

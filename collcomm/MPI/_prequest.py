@@ -18,16 +18,19 @@ from ._request import Request
 class _Persistent:
     """What the copies of one persistent request share: how to start it, and a persistent
     collective's own communicator (freed by Free(), or when the last copy is dropped
-    while the request is inactive: :meth:`__del__`)."""
+    while the request is inactive: :meth:`__del__`). ``quick``: a one-item list shared
+    with ``start`` (a persistent collective's ``_Prepared``), whose item, once set, starts
+    the call in C without a Python frame (None: it declined; ``start`` then runs)."""
 
-    __slots__ = ("start", "comm")
+    __slots__ = ("start", "comm", "quick")
 
     def __init__(self, start: Callable[[], Any] | None, comm: Any = None) -> None:
         self.start = start
         self.comm = comm
+        self.quick: list[Any] | None = getattr(start, "quick", None)
 
     def free(self) -> None:
-        comm, self.comm, self.start = self.comm, None, None
+        comm, self.comm, self.start, self.quick = self.comm, None, None, None
         if comm is not None:
             comm.Free()
 
@@ -73,6 +76,10 @@ class Prequest(Request):
         if self._op is not None:
             raise MPIException(ERR_REQUEST, "Prequest.Start: the request is still active; "
                                             "complete it (Wait/Test) before starting it again")
+        quick = self._persist.quick
+        if quick is not None and (fn := quick[0]) is not None and (op := fn()) is not None:
+            self._op = op
+            return
         self._op = self._persist.start()
 
     start = Start
