@@ -25,13 +25,14 @@ import numpy as np
 
 from ..errors import CollcommError
 from . import _coll_packed as _packed
-from ._coll_impl import BufferCollectivesImpl, _request
+from ._coll_impl import BufferCollectivesImpl
 from ._coll_impl import _not_root_in_place, _run  # (_not_root_in_place: read by _collv)
 from ._errors import translate
 from ._msg import IN_PLACE
 from ._ops import SUM, Op
 from ._request import Request
-from ._request_makers import started
+from ._request_makers import request_of as _request   # Request(WorkOp(work, finish))
+from ._request_makers import started as _started   # (the Request of a two-part start, or None)
 
 
 def _builtin(op: Any) -> Any:
@@ -40,11 +41,6 @@ def _builtin(op: Any) -> Any:
         return None
     o = op._o
     return o.builtin if o is not None else None
-
-
-#: the Request of a call the fast call's entry started in two parts (native/_fastcall_parts.c),
-#: or None: it declined (the regular path runs the call); made in C where the core is built
-_started = started
 
 
 class BufferCollectives(BufferCollectivesImpl):

@@ -30,7 +30,6 @@ from ._errors import ERR_BUFFER, Exception as MPIException, translate
 from ._msg import IN_PLACE, blocks, simple
 from ._staging import Staged, finisher
 from ._ops import core_op, fold
-from ._request_makers import request_of
 from ._types import Datatype
 
 
@@ -39,9 +38,6 @@ def _run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
     except CollcommError as exc:
         raise translate(exc) from exc
-
-
-_request = request_of      # Request(WorkOp(work, finish)) (in C where the core is built)
 
 
 def _not_root_in_place(call: str, what: str) -> MPIException:

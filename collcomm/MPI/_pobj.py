@@ -70,23 +70,6 @@ def _not_an_object(nbytes: int) -> MPIException:
                                    "sent with Send? (receive it with Recv)")
 
 
-def _native_recv(g: Any, source: Any, tag: Any, status: Status | None) -> tuple[bool, Any]:
-    """(True, the object) received from ``source`` natively (and unpickled there:
-    P2P.obj_recv), or (False, None) having received nothing: any source, no native entry,
-    or a message the C call leaves (the regular path then takes it)."""
-    f = p2p.native(g)
-    if f is None or type(source) is not int or not 0 <= source < g.size or source == g.rank:
-        return False, None
-    tm = _native_tag(tag)
-    if tm is None:
-        return False, None
-    try:
-        got = f.obj_recv(source, tm[0], tm[1], _pickle.native)
-    except CollcommError as exc:
-        raise translate(exc) from exc
-    return (False, None) if got is None else (True, _received(g, got, source, status))
-
-
 def _received(g: Any, got: tuple, source: int, status: Status | None) -> Any:
     """The object of a message P2P.obj_recv took from ``source`` (``got``: its result), a
     large object's body received here; ``status`` filled."""
@@ -326,6 +309,12 @@ class ObjectPointToPoint:
     def recv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG,
              status: Status | None = None) -> Any:
         """The next object from ``source`` with ``tag`` (``buf`` is accepted and unused)."""
+        return self._recv(source, tag, status, "recv")
+
+    def _recv(self, source: Any, tag: Any, status: Status | None, call: str) -> Any:
+        """``recv`` (and ``sendrecv``'s receive once its send is out): from a given rank of
+        this host received and unpickled in one C call (P2P.obj_recv) where it can, else
+        the regular way (``call`` names it in errors)."""
         g = self._h.g
         f = None if g is None or g._closed or ORPHANS else p2p.native(g)
         if f is not None and type(source) is int and 0 <= source < g.size and source != g.rank:
@@ -339,7 +328,7 @@ class ObjectPointToPoint:
                     if got[0] is True and status is None and not ORPHANS:
                         return got[1]           # (a small object: _received's common case)
                     return _received(g, got, source, status)
-        return complete(self._orecv(source, tag, "recv"), status)
+        return complete(self._orecv(source, tag, call), status)
 
     def irecv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
         g = self._h.g
@@ -374,8 +363,7 @@ class ObjectPointToPoint:
         else:
             pickled = self._fast_send(sendobj, dest, sendtag)
         if pickled is True:                  # (in the peer's ring already)
-            done, obj = _native_recv(g, source, recvtag, status)
-            return obj if done else complete(self._orecv(source, recvtag, "sendrecv"), status)
+            return self._recv(source, recvtag, status, "sendrecv")
         if pickled is None:      # (pickled before the receive is posted: a failure leaves none behind)
             try:
                 pickled = dumps(sendobj, "sendrecv", _pickle)
