@@ -1,6 +1,6 @@
 """collcomm.MPI's object calls on their short ways: the collectives in one or two calls of
 plain bytes (collcomm/core/pickled_small.py) and the blocking point to point in one C
-call (collcomm/MPI/_pobj.py: ``_fast_send`` and ``_recv``). A section of the shared MPI
+call (collcomm/MPI/_pobj.py: ``_fast_send`` and ``recv``). A section of the shared MPI
 job (tests/mpi_checks.py) at 1-5 ranks and over TCP (no fast call there: the same checks
 on the regular collectives and the Python point to point).
 

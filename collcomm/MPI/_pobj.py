@@ -309,12 +309,6 @@ class ObjectPointToPoint:
     def recv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG,
              status: Status | None = None) -> Any:
         """The next object from ``source`` with ``tag`` (``buf`` is accepted and unused)."""
-        return self._recv(source, tag, status, "recv")
-
-    def _recv(self, source: Any, tag: Any, status: Status | None, call: str) -> Any:
-        """``recv`` (and ``sendrecv``'s receive once its send is out): from a given rank of
-        this host received and unpickled in one C call (P2P.obj_recv) where it can, else
-        the regular way (``call`` names it in errors)."""
         g = self._h.g
         f = None if g is None or g._closed or ORPHANS else p2p.native(g)
         if f is not None and type(source) is int and 0 <= source < g.size and source != g.rank:
@@ -328,7 +322,7 @@ class ObjectPointToPoint:
                     if got[0] is True and status is None and not ORPHANS:
                         return got[1]           # (a small object: _received's common case)
                     return _received(g, got, source, status)
-        return complete(self._orecv(source, tag, call), status)
+        return complete(self._orecv(source, tag, "recv"), status)
 
     def irecv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
         g = self._h.g
@@ -362,8 +356,9 @@ class ObjectPointToPoint:
             pickled = got
         else:
             pickled = self._fast_send(sendobj, dest, sendtag)
-        if pickled is True:                  # (in the peer's ring already)
-            return self._recv(source, recvtag, status, "sendrecv")
+        if pickled is True:     # (in the peer's ring already; the receive C left, or that
+            # its checks refuse, the regular way's: trying C again would decline again)
+            return complete(self._orecv(source, recvtag, "sendrecv"), status)
         if pickled is None:      # (pickled before the receive is posted: a failure leaves none behind)
             try:
                 pickled = dumps(sendobj, "sendrecv", _pickle)
