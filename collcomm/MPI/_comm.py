@@ -54,7 +54,7 @@ class _CommRec:
         self.errhandler = ERRORS_RETURN
         self.info = INFO_NULL
         self.lock = threading.Lock()
-        self.neighbor: list[Any] | None = None   # [twin, plan, calls]: a topology's neighbour calls (_topo)
+        self.neighbor: Any = None   # a topology's neighbour calls (_neighbor_exchange.Neighborhood)
 
     def resolve(self, call: str) -> ProcessGroup:
         if self.kind == "world":
@@ -285,9 +285,9 @@ class Comm(PointToPoint, ObjectPointToPoint, PersistentCollectives, VectorCollec
         if h.kind in ("world", "self") or h.kind == "null":
             raise MPIException(ERR_COMM, f"Free: {h.name or 'MPI_COMM_NULL'} cannot be freed")
         g, h.g, h.kind = h.g, None, "null"
-        twin, h.neighbor = h.neighbor, None
-        if twin is not None:
-            twin[0].Free()
+        nbh, h.neighbor = h.neighbor, None
+        if nbh is not None:
+            nbh.twin.Free()
         if g is not None:
             g.close()
 

@@ -25,7 +25,7 @@ import numpy as np
 from ._collv import _wspec
 from ._errors import ERR_ARG, Exception as MPIException
 from ._msg import IN_PLACE, blocks, pinned, simple, vector
-from ._neighbor_exchange import Plan, exchange
+from ._neighbor_exchange import Neighborhood, exchange, vector_key
 from ._p2p_ops import _request
 from ._pickle import pickle
 from ._prequest import persistent
@@ -34,6 +34,16 @@ from ._staging import Staged
 from ._types import _BY_NUMPY
 
 __all__ = ["NeighborCollectives"]
+
+
+#: the kinds of call the quick path knows (Neighborhood.quick_run)
+_ALLTOALL, _ALLGATHER, _ALLTOALLV = 0, 1, 2
+
+
+def _v_key(sendbuf: Any, recvbuf: Any) -> tuple[Any, ...] | None:
+    """The quick path's key of a Neighbor_alltoallv (None: not spec lists of its form)."""
+    skey, rkey = vector_key(sendbuf), vector_key(recvbuf)
+    return None if skey is None or rkey is None else (_ALLTOALLV, *skey, *rkey)
 
 
 def _check_not_in_place(sendbuf: Any, call: str) -> None:
@@ -59,25 +69,29 @@ class NeighborCollectives:
 
     __slots__ = ()
 
-    _neighbor_plan: Callable[[str], tuple[Any, Plan]]
+    _h: Any
+    _neighbor_plan: Callable[[str], Neighborhood]
     _neighbor_call: Callable[[], int]
 
-    def _go(self, on: tuple[Any, Plan], base: int | None, s_at: Sequence[tuple[int, int]], send: np.ndarray,
-            r_at: Sequence[tuple[int, int]], recv: np.ndarray, aop: bool, call: str, staged: Staged) -> Any:
-        """The exchange, numbered now (the buffers checked) unless a persistent request's ``base``."""
-        return exchange(on[0], on[1], self._neighbor_call() if base is None else base, s_at, send, r_at, recv,
-                        aop, call, staged)
+    def _go(self, on: Neighborhood, base: int | None, s_at: Sequence[tuple[int, int]], send: np.ndarray,
+            r_at: Sequence[tuple[int, int]], recv: np.ndarray, aop: bool, call: str, staged: Staged,
+            key: tuple[Any, ...] | None = None) -> Any:
+        """The exchange, numbered now (the buffers checked) unless a persistent request's
+        ``base``; ``key``: a call on plain arrays, for the quick path (Neighborhood)."""
+        return exchange(on, self._neighbor_call() if base is None else base, s_at, send, r_at, recv,
+                        aop, call, staged, key)
 
     # -- buffers -----------------------------------------------------------------------------
     def _n_allgather(self, sendbuf: Any, recvbuf: Any, aop: bool, call: str, base: int | None = None) -> Any:
         on = self._neighbor_plan(call)
-        nb = on[1].nb
+        nb = on.plan.nb
         indeg = len(nb.sources)
         if (_plain(sendbuf, recvbuf) and indeg and recvbuf.size == sendbuf.size * indeg
                 and sendbuf.ndim == 1):    # (what simple() and blocks() give them, unparsed)
             k = sendbuf.size
             return self._go(on, base, [(0, k)] * len(nb.destinations), sendbuf, _even(k, indeg),
-                            recvbuf.reshape(-1), aop, call, [])
+                            recvbuf.reshape(-1), aop, call, [],
+                            (_ALLGATHER, sendbuf.dtype, sendbuf.shape, recvbuf.dtype, recvbuf.shape))
         _check_not_in_place(sendbuf, call)
         send, _ = simple(sendbuf, call, "sendbuf")
         st: Staged = []
@@ -88,7 +102,7 @@ class NeighborCollectives:
     def _n_allgatherv(self, sendbuf: Any, recvbuf: Any, aop: bool, call: str, base: int | None = None) -> Any:
         _check_not_in_place(sendbuf, call)
         on = self._neighbor_plan(call)
-        nb = on[1].nb
+        nb = on.plan.nb
         send, _ = simple(sendbuf, call, "sendbuf")
         st: Staged = []
         recv, counts, displs, dt = vector(recvbuf, len(nb.sources), call, "recvbuf", writable=True, staged=st)
@@ -98,13 +112,13 @@ class NeighborCollectives:
 
     def _n_alltoall(self, sendbuf: Any, recvbuf: Any, aop: bool, call: str, base: int | None = None) -> Any:
         on = self._neighbor_plan(call)
-        nb = on[1].nb
+        nb = on.plan.nb
         outdeg, indeg = len(nb.destinations), len(nb.sources)
         if (_plain(sendbuf, recvbuf) and outdeg and indeg and not sendbuf.size % outdeg
                 and not recvbuf.size % indeg):     # (what blocks() gives them, without the spec's parse)
             ks, k = sendbuf.size // outdeg, recvbuf.size // indeg
             return self._go(on, base, _even(ks, outdeg), sendbuf.reshape(-1), _even(k, indeg), recvbuf.reshape(-1),
-                            aop, call, [])
+                            aop, call, [], (_ALLTOALL, sendbuf.dtype, sendbuf.shape, recvbuf.dtype, recvbuf.shape))
         _check_not_in_place(sendbuf, call)
         send, ks, sdt = blocks(sendbuf, outdeg, call, "sendbuf")
         st: Staged = []
@@ -115,102 +129,127 @@ class NeighborCollectives:
     def _n_alltoallv(self, sendbuf: Any, recvbuf: Any, aop: bool, call: str, base: int | None = None) -> Any:
         _check_not_in_place(sendbuf, call)
         on = self._neighbor_plan(call)
-        nb = on[1].nb
+        nb = on.plan.nb
         send, scounts, sdispls, sdt = vector(sendbuf, len(nb.destinations), call, "sendbuf")
         st: Staged = []
         recv, rcounts, rdispls, dt = vector(recvbuf, len(nb.sources), call, "recvbuf", writable=True, staged=st)
         sm, m = sdt._t.mult, dt._t.mult
+        # (blocks packed from a type with gaps: not the quick path's bytes)
+        key = None if sdt._t.gaps or dt._t.gaps else _v_key(sendbuf, recvbuf)
         return self._go(on, base, [(d * sm, c * sm) for c, d in zip(scounts, sdispls)], send,
-                        [(d * m, c * m) for c, d in zip(rcounts, rdispls)], recv, aop, call, st)
+                        [(d * m, c * m) for c, d in zip(rcounts, rdispls)], recv, aop, call, st, key)
 
     def _n_alltoallw(self, sendbuf: Any, recvbuf: Any, aop: bool, call: str, base: int | None = None) -> Any:
         _check_not_in_place(sendbuf, call)
         on = self._neighbor_plan(call)
-        nb = on[1].nb
+        nb = on.plan.nb
         st: Staged = []
         rbytes, rcounts, rdispls = _wspec(recvbuf, len(nb.sources), call, "recvbuf", st)
         sbytes, scounts, sdispls = _wspec(sendbuf, len(nb.destinations), call, "sendbuf", None)
         return self._go(on, base, list(zip(sdispls, scounts)), sbytes, list(zip(rdispls, rcounts)), rbytes,
                         aop, call, st)
     def Neighbor_allgather(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
-        self._n_allgather(sendbuf, recvbuf, False, "Neighbor_allgather")
+        nbh = self._h.neighbor
+        if nbh is None or not nbh.quick_run(_ALLGATHER, sendbuf, recvbuf):
+            self._n_allgather(sendbuf, recvbuf, False, "Neighbor_allgather")
 
     def Neighbor_allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
         self._n_allgatherv(sendbuf, recvbuf, False, "Neighbor_allgatherv")
 
     def Neighbor_alltoall(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
-        self._n_alltoall(sendbuf, recvbuf, False, "Neighbor_alltoall")
+        nbh = self._h.neighbor
+        if nbh is None or not nbh.quick_run(_ALLTOALL, sendbuf, recvbuf):
+            self._n_alltoall(sendbuf, recvbuf, False, "Neighbor_alltoall")
 
     def Neighbor_alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
-        self._n_alltoallv(sendbuf, recvbuf, False, "Neighbor_alltoallv")
+        nbh = self._h.neighbor
+        key = None if nbh is None or not nbh.quick else _v_key(sendbuf, recvbuf)
+        if key is None or not nbh.quick_run(_ALLTOALLV, sendbuf[0], recvbuf[0], key):
+            self._n_alltoallv(sendbuf, recvbuf, False, "Neighbor_alltoallv")
 
     def Neighbor_alltoallw(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
         self._n_alltoallw(sendbuf, recvbuf, False, "Neighbor_alltoallw")
 
     def Ineighbor_allgather(self, sendbuf: Any, recvbuf: Any) -> Request:  # noqa: N802
-        return _request(self._n_allgather(sendbuf, recvbuf, True, "Ineighbor_allgather"))
+        nbh = self._h.neighbor
+        op = None if nbh is None else nbh.quick_start(_ALLGATHER, sendbuf, recvbuf)
+        return _request(op if op is not None else self._n_allgather(sendbuf, recvbuf, True, "Ineighbor_allgather"))
 
     def Ineighbor_allgatherv(self, sendbuf: Any, recvbuf: Any) -> Request:  # noqa: N802
         return _request(self._n_allgatherv(sendbuf, recvbuf, True, "Ineighbor_allgatherv"))
 
     def Ineighbor_alltoall(self, sendbuf: Any, recvbuf: Any) -> Request:  # noqa: N802
-        return _request(self._n_alltoall(sendbuf, recvbuf, True, "Ineighbor_alltoall"))
+        nbh = self._h.neighbor
+        op = None if nbh is None else nbh.quick_start(_ALLTOALL, sendbuf, recvbuf)
+        return _request(op if op is not None else self._n_alltoall(sendbuf, recvbuf, True, "Ineighbor_alltoall"))
 
     def Ineighbor_alltoallv(self, sendbuf: Any, recvbuf: Any) -> Request:  # noqa: N802
-        return _request(self._n_alltoallv(sendbuf, recvbuf, True, "Ineighbor_alltoallv"))
+        nbh = self._h.neighbor
+        key = None if nbh is None or not nbh.quick else _v_key(sendbuf, recvbuf)
+        op = None if key is None else nbh.quick_start(_ALLTOALLV, sendbuf[0], recvbuf[0], key)
+        return _request(op if op is not None else self._n_alltoallv(sendbuf, recvbuf, True, "Ineighbor_alltoallv"))
 
     def Ineighbor_alltoallw(self, sendbuf: Any, recvbuf: Any) -> Request:  # noqa: N802
         return _request(self._n_alltoallw(sendbuf, recvbuf, True, "Ineighbor_alltoallw"))
 
-    def _n_init(self, fn: Callable[..., Any], sendbuf: Any, recvbuf: Any, call: str) -> Any:
+    def _n_init(self, fn: Callable[..., Any], sendbuf: Any, recvbuf: Any, call: str, kind: int | None = None) -> Any:
         """A persistent request: its buffers checked and its number taken now, kept for
-        every Start (one Start completes before the next: its messages arrive in order)."""
+        every Start (one Start completes before the next: its messages arrive in order).
+        A ``kind`` the quick path knows starts the quick way once a Start ran natively."""
         _check_not_in_place(sendbuf, call)
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
-        self._neighbor_plan(call)
+        nbh = self._neighbor_plan(call)
         base = self._neighbor_call()
-        return persistent(lambda: fn(sendbuf, recvbuf, True, call, base))
+        key, send, recv = None, sendbuf, recvbuf
+        if kind == _ALLTOALLV:
+            key = _v_key(sendbuf, recvbuf)
+            send, recv = (sendbuf[0], recvbuf[0]) if key is not None else (None, None)
+
+        def start() -> Any:
+            op = None if kind is None else nbh.quick_start(kind, send, recv, key, base)
+            return op if op is not None else fn(sendbuf, recvbuf, True, call, base)
+        return persistent(start)
 
     def Neighbor_allgather_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
-        return self._n_init(self._n_allgather, sendbuf, recvbuf, "Neighbor_allgather_init")
+        return self._n_init(self._n_allgather, sendbuf, recvbuf, "Neighbor_allgather_init", _ALLGATHER)
 
     def Neighbor_allgatherv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
         return self._n_init(self._n_allgatherv, sendbuf, recvbuf, "Neighbor_allgatherv_init")
 
     def Neighbor_alltoall_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
-        return self._n_init(self._n_alltoall, sendbuf, recvbuf, "Neighbor_alltoall_init")
+        return self._n_init(self._n_alltoall, sendbuf, recvbuf, "Neighbor_alltoall_init", _ALLTOALL)
 
     def Neighbor_alltoallv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
-        return self._n_init(self._n_alltoallv, sendbuf, recvbuf, "Neighbor_alltoallv_init")
+        return self._n_init(self._n_alltoallv, sendbuf, recvbuf, "Neighbor_alltoallv_init", _ALLTOALLV)
 
     def Neighbor_alltoallw_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
         return self._n_init(self._n_alltoallw, sendbuf, recvbuf, "Neighbor_alltoallw_init")
 
     # -- objects -----------------------------------------------------------------------------
-    def _n_objects(self, on: tuple[Any, Plan], sendobjs: Sequence[Any]) -> list[Any]:
-        """sendobjs[i] to destination i (pickled, on the twin); the list of what each source
-        sent (None from PROC_NULL)."""
-        twin, plan = on
+    def _n_objects(self, on: Neighborhood, sendobjs: Sequence[Any]) -> list[Any]:
+        """sendobjs[i] to destination i (pickled, on the twin; each written at once where it
+        fits the peer's ring), then each receive in turn; the list of what each source sent
+        (None from PROC_NULL)."""
+        twin, plan = on.twin, on.plan
         base = self._neighbor_call()
         result: list[Any] = [None] * len(plan.nb.sources)
         for i, j in plan.local:           # (a copy, as every object received is)
             result[j] = pickle.loads(pickle.dumps(sendobjs[i]))
         sends = [twin.isend(sendobjs[i], q, base + code) for i, q, code in plan.sends]
-        recvs = [(j, twin.irecv(source=p, tag=base + code)) for j, p, code in plan.recvs]
-        for j, r in recvs:
-            result[j] = r.wait()
+        for j, p, code in plan.recvs:     # (in each peer's order: received and unpickled in C where it can)
+            result[j] = twin.recv(None, p, base + code)
         Request.Waitall(sends)
         return result
 
     def neighbor_allgather(self, sendobj: Any) -> list[Any]:
         """The object of each in-neighbour, in ``inedges`` order (None from PROC_NULL)."""
         on = self._neighbor_plan("neighbor_allgather")
-        return self._n_objects(on, [sendobj] * len(on[1].nb.destinations))
+        return self._n_objects(on, [sendobj] * len(on.plan.nb.destinations))
 
     def neighbor_alltoall(self, sendobj: Sequence[Any]) -> list[Any]:
         """``sendobj[i]`` to out-neighbour i; what each in-neighbour sent, in order."""
         on = self._neighbor_plan("neighbor_alltoall")
-        want = len(on[1].nb.destinations)
+        want = len(on.plan.nb.destinations)
         objs = [None] * want if sendobj is None else list(sendobj)     # (None: None to each, as mpi4py)
         if len(objs) != want:
             raise ValueError(f"neighbor_alltoall: expecting {want} objects (one per out-neighbour), got {len(objs)}")

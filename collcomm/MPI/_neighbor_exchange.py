@@ -7,6 +7,16 @@ into the caller's buffers, on a hidden twin of the communicator (:mod:`._topo` m
 then a wait for all (:class:`Exchange`): what Open MPI's basic component does. An edge
 to itself is a byte copy, done before any message.
 
+Where the twin has native point-to-point (peers on this host) the messages go in one C
+call instead (``P2P.exchange``, native/_p2p_exchange.c: the sends written to the peers'
+rings, then the receives taken in each peer's order), as far as C takes them (a block
+above the inline limit, a full ring, a message the engine holds: the rest the regular
+way, :mod:`._neighbor_ops`); a non-blocking call writes its sends at once and takes its
+receives in its wait (:class:`~._neighbor_ops.Started`). What C took for a call on plain
+arrays (numpy arrays, or ``[array, counts, displs, datatype]`` specs) is kept per
+layout (:class:`Neighborhood`), so the next call of that layout skips the parse: one C
+call from the method (8 B blocks on a ring of 2 ranks: 3.1 µs → 0.7, BENCHMARKS.md).
+
 Tags: the call's number on the communicator (``base``: every rank makes the same calls in
 the same order; a persistent request keeps the number of its ``…_init``) plus a one-bit
 code. Where a peer is a neighbour several times the blocks are paired by *keys*: on a
@@ -18,17 +28,19 @@ direction tells its two blocks apart on a periodic dimension of size 2).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
 from ..core import p2p
 from ..errors import CollcommError
-from ._consts import ANY_SOURCE, ANY_TAG, PROC_NULL
+from ._consts import PROC_NULL
 from ._errors import ERR_TOPOLOGY, ERR_TRUNCATE, Exception as MPIException, translate
+from ._neighbor_ops import Exchange, Started, finish_blocking
 from ._p2p_ops import EXACT
-from ._request import Request
+from ._request import ORPHANS, reap_orphans
 from ._staging import Staged, finisher, unpack_staged
+from ._types import Datatype
 
 #: tag = call number * CODES + code
 CODES = 2
@@ -81,54 +93,107 @@ class Plan:
                                              "than as a source")
 
 
-class Exchange:
-    """A neighbourhood exchange in flight: its receives, then its sends (a large send is
-    lent: its wait lasts until the peer's receive reads it), then ``after`` (the staged
-    unpacks of a receive type with gaps). An error completes it, the other requests ended
-    (no receive left posted to catch a later message), and every later wait raises it
-    again; a timeout leaves it as it was, to be waited for again."""
+class Neighborhood:
+    """A topology communicator's neighbourhood calls (``_CommRec.neighbor``, made on first
+    use by Topocomm._neighbor_plan): the hidden ``twin`` they talk on, this rank's ``plan``,
+    the number of the next call (``calls``) and the quick path of calls on plain arrays
+    (:meth:`quick_run`, :meth:`quick_start`): ``quick`` maps a call's kind and its
+    arrays' dtypes and shapes (and vector specs) to what P2P.exchange takes for them
+    (``flat``: sends, receives, their counts, the copies to itself), kept by the first such
+    call that ran natively; ``f`` the twin's native point-to-point entry."""
 
-    __slots__ = ("_reqs", "_after", "_done", "_exc", "value")
-    source, tag, nbytes, cancelled = ANY_SOURCE, ANY_TAG, 0, False   # (a collective's status)
+    __slots__ = ("twin", "plan", "calls", "quick", "f", "g")
 
-    def __init__(self, reqs: list[Request], after: Callable[[], Any] | None) -> None:
-        self._reqs, self._after, self._done, self._exc, self.value = reqs, after, False, None, None
+    def __init__(self, twin: Any, plan: Plan, g: Any) -> None:
+        self.twin, self.plan, self.calls, self.g = twin, plan, 0, g
+        self.quick: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self.f: Any = None
 
-    def test(self) -> bool:
-        if not self._done and all(r._settled() for r in self._reqs if r):
-            self.wait()
-        elif self._exc is not None:
-            raise self._exc
-        return self._done
+    def take(self) -> int:
+        """The next call's number (its tag base)."""
+        calls = self.calls
+        self.calls = (calls + 1) % (1 << 29)
+        return calls * CODES
 
-    def wait(self) -> None:
-        if self._exc is not None:
-            raise self._exc
-        if self._done:
-            return
-        for r in self._reqs:
-            try:
-                r.Wait()
-            except MPIException as exc:
-                if r:            # still active: a timeout (the rest goes on; wait again)
-                    raise
-                self._fail(exc)
-                raise
-        self._done = True
-        if self._after is not None:
-            self._after()
+    def remember(self, f: Any, key: tuple[Any, ...], flat: tuple[Any, ...]) -> None:
+        """Keep ``flat`` for later calls of ``key``, where the quick path can tell a call C did
+        not start from one it did: some message to move."""
+        if (flat[2] or flat[3]) and len(self.quick) < 64:
+            self.f = f
+            self.quick[key] = flat
 
-    def _fail(self, exc: BaseException) -> None:
-        self._exc, self._done = exc, True
-        for r in self._reqs:
-            try:
-                if r and not r.Test():
-                    r.Cancel()
-            except Exception:  # noqa: BLE001 - the first error is the one to raise
-                pass
+    def _layout(self, kind: int, send: Any, recv: Any, key: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
+        """The kept ``flat`` for a call on ``send`` and ``recv`` (None: none, or not plain arrays)."""
+        if type(send) is not np.ndarray or type(recv) is not np.ndarray:
+            return None
+        try:
+            q = self.quick.get((kind, send.dtype, send.shape, recv.dtype, recv.shape) if key is None else key)
+        except TypeError:     # (a vector spec's count that cannot be hashed: the regular path says what)
+            return None
+        if q is None or self.g._closed:
+            return None
+        if ORPHANS:
+            reap_orphans()
+        return q
 
-    def cancel(self) -> None:
-        return None     # a collective cannot be cancelled (MPI: erroneous); it completes
+    def quick_run(self, kind: int, send: Any, recv: Any, key: tuple[Any, ...] | None = None) -> bool:
+        """A blocking call of ``kind`` on plain arrays like those of an earlier call that ran
+        natively (``key``: its kind, dtypes, shapes and any vector specs, :func:`vector_key`;
+        by default the arrays' dtypes and shapes): its messages in one C call, its number
+        taken only once C started it (True); False having done nothing (the regular path
+        then checks, numbers and moves it)."""
+        q = self._layout(kind, send, recv, key)
+        if q is None:
+            return False
+        base = self.calls * CODES
+        try:    # (the buffers' layout and writability are checked in C: (0, 0), nothing done)
+            i, j = self.f.exchange(send, recv, q[0], q[1], base, EXACT, q[4])
+        except CollcommError as exc:
+            self.take()
+            raise translate(exc) from exc
+        if not (i or j):
+            return False
+        self.take()
+        if i < q[2] or j < q[3]:
+            finish_blocking(self.f, self.twin, base, send, recv, q, i, j)
+        return True
+
+    def quick_start(self, kind: int, send: Any, recv: Any, key: tuple[Any, ...] | None = None,
+                    base: int | None = None) -> Started | None:
+        """The non-blocking form of :meth:`quick_run` (a persistent request's ``base``, else
+        the next number, taken once C wrote a send): its sends written now, its receives
+        left to its wait; None having done nothing. Only layouts with a send to write."""
+        q = self._layout(kind, send, recv, key)
+        if q is None or not q[2]:
+            return None
+        f = self.f
+        number = self.calls * CODES if base is None else base
+        try:
+            i = f.exchange(send, recv, q[0], (), number, EXACT, q[4])[0]
+        except CollcommError as exc:
+            if base is None:
+                self.take()
+            raise translate(exc) from exc
+        if not i:
+            return None
+        if base is None:
+            self.take()
+        return Started(f, self.twin, number, send, recv, q, None, i)
+
+
+def vector_key(spec: Any) -> tuple[Any, ...] | None:
+    """The quick path's key of a vector buffer spec ``[array, counts, displs, datatype]``
+    (what fixes its blocks' bytes: the array's dtype and shape, the counts, displacements
+    and type), or None for a spec of another form."""
+    if (type(spec) is not list and type(spec) is not tuple) or len(spec) != 4:
+        return None
+    arr, counts, displs, dt = spec
+    if type(arr) is not np.ndarray or type(dt) is not Datatype:
+        return None
+    try:       # (items that cannot be hashed: quick_run finds no layout)
+        return arr.dtype, arr.shape, tuple(counts), tuple(displs), dt._t
+    except TypeError:
+        return None
 
 
 def _local_copies(plan: Plan, s_at: Sequence[tuple[int, int]], send: np.ndarray,
@@ -146,43 +211,52 @@ def _local_copies(plan: Plan, s_at: Sequence[tuple[int, int]], send: np.ndarray,
             rb[ro * ri:ro * ri + sl * si] = sb[so * si:(so + sl) * si]
 
 
-def _blocking(f: Any, twin: Any, plan: Plan, base: int, s_at: Sequence[tuple[int, int]], send: np.ndarray,
-              r_at: Sequence[tuple[int, int]], recv: np.ndarray) -> None:
-    """A blocking exchange on the native point-to-point entry ``f`` of the twin's group, as
-    ``Send``/``Recv`` take it: each send done at once in C where it can (else an Isend),
-    each receive received in C in its peer's order (else a Recv), then the sends waited
-    for. Four native calls for a ring instead of four requests: 8 B at n = 2 ~20 -> 12-15 µs."""
-    pending = []
-    for i, q, code in plan.sends:
-        off, length = s_at[i]
-        piece = send[off:off + length]
-        if not f.send(piece, q, base + code, 0):
-            pending.append(twin.Isend(piece, q, base + code))
-    for j, p, code in plan.recvs:
-        off, length = r_at[j]
-        piece = recv[off:off + length]
-        try:
-            got = f.recv(piece, p, base + code, EXACT, 0)
-        except CollcommError as exc:
-            raise translate(exc) from exc
-        if got is None:                   # (C left it to the regular path)
-            twin.Recv(piece, p, base + code)
-    for r in pending:
-        r.Wait()
+def _flat(items: Sequence[tuple[int, int, int]], at: Sequence[tuple[int, int]], itemsize: int) -> tuple[int, ...]:
+    """A plan's ``sends`` or ``recvs`` as P2P.exchange reads them: (byte offset, byte length,
+    peer, code) per block, flat."""
+    out: list[int] = []
+    for k, peer, code in items:
+        off, length = at[k]
+        out += (off * itemsize, length * itemsize, peer, code)
+    return tuple(out)
 
 
-def exchange(twin: Any, plan: Plan, base: int, s_at: Sequence[tuple[int, int]], send: np.ndarray,
-             r_at: Sequence[tuple[int, int]], recv: np.ndarray, aop: bool, call: str, staged: Staged) -> Any:
+def _flats(nbh: Neighborhood, s_at: Sequence[tuple[int, int]], send: np.ndarray, r_at: Sequence[tuple[int, int]],
+           recv: np.ndarray) -> tuple[Any, ...]:
+    """What P2P.exchange takes for these blocks (Neighborhood.quick's values)."""
+    plan = nbh.plan
+    si, ri = send.itemsize, recv.itemsize
+    return (_flat(plan.sends, s_at, si), _flat(plan.recvs, r_at, ri), len(plan.sends), len(plan.recvs),
+            tuple(x for i, j in plan.local for x in (s_at[i][0] * si, r_at[j][0] * ri, s_at[i][1] * si)))
+
+
+def exchange(nbh: Neighborhood, base: int, s_at: Sequence[tuple[int, int]], send: np.ndarray,
+             r_at: Sequence[tuple[int, int]], recv: np.ndarray, aop: bool, call: str, staged: Staged,
+             key: tuple[Any, ...] | None = None) -> Any:
     """Send block i (``send[off:off+len]``, ``s_at[i]``, in elements) to destination i and
     receive the block from source j into ``recv`` at ``r_at[j]`` (then ``staged``) on
-    ``twin`` with tags from ``base``: an :class:`Exchange`, waited for here unless ``aop``."""
+    the twin with tags from ``base``; waited for here unless ``aop`` (then the request's
+    operation: a :class:`Started` where the twin has native point-to-point, else an
+    :class:`Exchange`). Natively the messages go in one C call (P2P.exchange) as far as C
+    takes them, the rest the regular way; ``key`` (plain arrays: :func:`vector_key`,
+    Neighborhood.quick_run) keeps what C took for the quick path of later calls."""
+    twin, plan = nbh.twin, nbh.plan
     _local_copies(plan, s_at, send, r_at, recv, call)
-    if not aop:
-        f = p2p.native(twin._grp(call))
-        if f is not None:
-            _blocking(f, twin, plan, base, s_at, send, r_at, recv)
-            unpack_staged(staged)
-            return None
+    f = p2p.native(twin._grp(call))
+    if f is not None:
+        flat = _flats(nbh, s_at, send, r_at, recv)
+        try:
+            i, j = f.exchange(send, recv, flat[0], () if aop else flat[1], base, EXACT)
+        except CollcommError as exc:
+            raise translate(exc) from exc
+        if key is not None and (i or j):
+            nbh.remember(f, key, flat)
+        if aop:
+            return Started(f, twin, base, send, recv, flat, finisher(staged), i)
+        if i < flat[2] or j < flat[3]:
+            finish_blocking(f, twin, base, send, recv, flat, i, j)
+        unpack_staged(staged)
+        return None
     sends = []
     for i, q, code in plan.sends:
         off, length = s_at[i]

@@ -32,7 +32,7 @@ from ._comm import COMM_NULL, Comm, Intracomm
 from ._consts import CART, PROC_NULL, UNDEFINED
 from ._errors import ERR_ARG, ERR_DIMS, ERR_RANK, ERR_TOPOLOGY, Exception as MPIException
 from ._neighbor import NeighborCollectives
-from ._neighbor_exchange import CODES, Neighbors, Plan
+from ._neighbor_exchange import Neighborhood, Neighbors, Plan
 
 
 def _factors(n: int) -> list[int]:
@@ -166,30 +166,28 @@ class Topocomm(NeighborCollectives, Intracomm):
             raise MPIException(ERR_TOPOLOGY, f"{call}: the communicator has no {self._what}topology")
         return topo
 
-    def _neighbor_plan(self, call: str) -> tuple[Comm, Plan]:
-        """(the hidden twin the neighbourhood collectives talk on, this rank's plan), made on
-        first use: the twin's context derives from this communicator's, so every rank makes
-        the same one without a message (:mod:`._neighbor_exchange`)."""
+    def _neighbor_plan(self, call: str) -> Neighborhood:
+        """This communicator's neighbourhood calls: the hidden twin they talk on and this
+        rank's plan, made on first use (the twin's context derives from this communicator's,
+        so every rank makes the same one without a message: :mod:`._neighbor_exchange`)."""
         g = self._grp(call)
         h = self._h
-        nbr = h.neighbor
-        if nbr is None:
+        nbh = h.neighbor
+        if nbh is None:
             plan = Plan(self._neighbors(call), g.rank, call)
             with h.lock:
                 if h.neighbor is None:
                     twin = Intracomm._wrap(type(h)(g.subgroup(g.ranks, make_ctx("mpi-neighbor", g.ctx),
                                                               f"{g.name}.neighbor"), "derived"))
-                    h.neighbor = [twin, plan, 0]
-                nbr = h.neighbor
-        return nbr[0], nbr[1]
+                    h.neighbor = Neighborhood(twin, plan, g)
+                nbh = h.neighbor
+        return nbh
 
     def _neighbor_call(self) -> int:
         """This call's number on the communicator (after _neighbor_plan), as its tag base."""
         h = self._h
         with h.lock:
-            calls = h.neighbor[2]
-            h.neighbor[2] = (calls + 1) % (1 << 29)
-        return calls * CODES
+            return h.neighbor.take()
 
     def _neighbors(self, call: str) -> Neighbors:
         topo = self._h.topo

@@ -14,6 +14,7 @@
 #include "_p2p_mpi.c"           /* P2P.mpi_irecv: collcomm.MPI Irecv in one call */
 #include "_p2p_obj.c"           /* P2P.obj_send / obj_recv: collcomm.MPI send / recv of objects */
 #include "_p2p_obj_irecv.c"     /* P2P.obj_irecv, obj_wait: collcomm.MPI irecv of an object, its wait */
+#include "_p2p_exchange.c"      /* P2P.exchange: a blocking neighbourhood collective's messages */
 
 /* Pipe(channel, out_view, out_base, out_ring, in_view, in_base, in_ring, eager, peer):
  * the views are writable memoryviews of the two inboxes, the bases the rings' control
@@ -239,6 +240,8 @@ static PyMethodDef P2P_methods[] = {
                        "True (sent; the receive not done) | None | the pickle (not sent)"),
     P2PM(obj_irecv, "obj_irecv(g, first, local, tag, mask, deferred, op, request, init) -> "
                     "collcomm.MPI irecv's Request | None (nothing done); see _p2p_obj_irecv.c"),
+    P2PM(exchange, "exchange(send, recv, sends, recvs, base, mask) -> (i, j): the first i sends and "
+                   "j receives of a neighbourhood exchange done; see _p2p_exchange.c"),
     P2PM(note, "note(recv, peer) -> the 'entered' record of an isend/irecv, or None"),
     P2PM(batch, "batch(ops, p2pop, irecv, ndarray, sigs, sent, received, g, record, lent) -> the "
                 "works of the ops started (all, or those before a send C could not write) | "
@@ -270,6 +273,9 @@ static PyObject *P2P_last_tag(P2P *s, void *unused)
 }
 
 static PyGetSetDef P2P_getset[] = {
+    {"exchanged", (getter)P2P_exchanged, NULL,
+     "(i, j): the sends and receives done by this thread's last exchange (also when it raised)",
+     NULL},
     {"last_tag", (getter)P2P_last_tag, NULL,
      "the wire tag of the last message a native receive took on this thread (its user tag: "
      "& MAX_USER_TAG)", NULL},

@@ -1,0 +1,372 @@
+"""collcomm.MPI's blocking neighbourhood collectives in one C call (``P2P.exchange``,
+native/_p2p_exchange.c) and their quick path (``Neighborhood.quick_run``,
+MPI/_neighbor_exchange.py): a section of the shared MPI job (tests/mpi_checks.py) at 1-5
+ranks and over TCP (no native point-to-point there: the regular path, the same checks).
+
+- repeated ``Neighbor_alltoall``/``Neighbor_allgather``/``Neighbor_alltoallv`` on a ring, a
+  line (``PROC_NULL`` ends: their receive blocks untouched) and a distributed graph with
+  edges to itself, new values every call: the first call of a layout takes the regular
+  path, the next ones the quick path (counted: where the group has native point-to-point
+  the quick path must have run);
+- layouts that alternate (other sizes, dtypes), blocks above the inline limit alone and
+  beside small ones (C stops at the first it cannot take: the rest the regular way);
+- what must leave the quick path to the regular one, raising there on every rank, the next
+  call right: a receive buffer that is read-only or not contiguous in a cached layout, a
+  freed datatype in a cached vector spec, a freed communicator;
+- persistent and non-blocking neighbourhood calls between quick ones (the call numbers
+  stay in step);
+- ``P2P.exchange`` itself: a block outside its buffer or a malformed tuple does nothing.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from collcomm.core import p2p
+from collcomm.MPI._neighbor_exchange import Neighborhood
+from tests.mpi_checks import SIZES, Checker, check, job
+
+BIG = 40_000          # float64 elements: 320 KB, above the native inline limit (256 KiB)
+
+
+class _Counted:
+    """Neighborhood.quick_run and quick_start counted while in a ``with`` (the calls they
+    took: ``runs``, ``starts``)."""
+
+    def __enter__(self) -> "_Counted":
+        self.run, self.start, self.runs, self.starts = Neighborhood.quick_run, Neighborhood.quick_start, 0, 0
+
+        def run(nbh: Neighborhood, *a: Any) -> bool:
+            ok = self.run(nbh, *a)
+            self.runs += ok
+            return ok
+
+        def start(nbh: Neighborhood, *a: Any) -> Any:
+            op = self.start(nbh, *a)
+            self.starts += op is not None
+            return op
+        Neighborhood.quick_run, Neighborhood.quick_start = run, start  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        Neighborhood.quick_run, Neighborhood.quick_start = self.run, self.start  # type: ignore[method-assign]
+
+
+def _native(t: Any) -> bool:
+    """Whether topology communicator ``t``'s neighbour twin has native point-to-point."""
+    nbh = t._neighbor_plan("test")
+    return p2p.native(nbh.twin._grp("test")) is not None and bool(nbh.plan.sends or nbh.plan.recvs)
+
+
+def _ring_checks(c: Checker, MPI: Any, comm: Any, periodic: bool) -> None:
+    r, n = comm.rank, comm.size
+    t = comm.Create_cart([n], [periodic])
+    down, up = t.Shift(0, 1)
+    what = f"{'ring' if periodic else 'line'} n={n}"
+    with _Counted() as k:
+        for it, m in enumerate([1, 1, 3, 1, 3, 3, BIG, BIG, 1]):
+            for dtype in (np.float64, np.int32) if m == 3 else (np.float64,):
+                send = (np.arange(2 * m) + 100 * r + 1000 * it).astype(dtype)
+                recv = np.full(2 * m, -1, dtype)
+                t.Neighbor_alltoall(send, recv)
+                value = lambda p: (np.arange(2 * m) + 100 * p + 1000 * it).astype(dtype)  # noqa: E731
+                c.eq(recv, _a2a_want(MPI, down, up, m, value, dtype),
+                     f"{what}: Neighbor_alltoall call {it} m={m} {np.dtype(dtype)}")
+                mine = (np.arange(m) + 7 * r + it).astype(dtype)
+                got = np.full(2 * m, -1, dtype)
+                t.Neighbor_allgather(mine, got)
+                want = np.full(2 * m, -1, dtype)
+                for slot, p in enumerate((down, up)):
+                    if p != MPI.PROC_NULL:
+                        want[slot * m:(slot + 1) * m] = (np.arange(m) + 7 * p + it).astype(dtype)
+                c.eq(got, want, f"{what}: Neighbor_allgather call {it} m={m} {np.dtype(dtype)}")
+    if _native(t):
+        c.true(k.runs >= 10, f"{what}: the quick path ran ({k.runs} calls)")
+    _refusals(c, MPI, t, what)
+    t.Free()
+
+
+def _a2a_want(MPI: Any, down: int, up: int, m: int, value: Any, dtype: Any) -> np.ndarray:
+    """A ring's Neighbor_alltoall result: slot 0 (from down) the block down sent up (its
+    block 1), slot 1 (from up) up's block 0; -1 from PROC_NULL. value(rank) is a rank's send."""
+    want = np.full(2 * m, -1, dtype)
+    if down != MPI.PROC_NULL:
+        want[:m] = value(down)[m:]
+    if up != MPI.PROC_NULL:
+        want[m:] = value(up)[:m]
+    return want
+
+
+def _refusals(c: Checker, MPI: Any, t: Any, what: str) -> None:
+    """Calls in a cached layout that the quick path must leave to the regular one: refused
+    on every rank (no call number taken), the next call right."""
+    down, up = t.Shift(0, 1)
+    value = lambda p, k=0: np.arange(2.0) + 10 * p + k     # noqa: E731 - rank p's send
+    recv = np.zeros(2)
+    t.Neighbor_alltoall(value(t.rank), recv)        # (the layout cached)
+    ro = np.zeros(2)
+    ro.flags.writeable = False
+    c.raises(lambda: t.Neighbor_alltoall(value(t.rank), ro), BufferError, f"{what}: a read-only receive buffer")
+    strided = np.zeros(4)[::2]
+    c.raises(lambda: t.Neighbor_alltoall(value(t.rank), strided), BufferError, f"{what}: a strided receive buffer")
+    out = np.full(2, -1.0)
+    t.Neighbor_alltoall(value(t.rank, 5), out)
+    c.eq(out, _a2a_want(MPI, down, up, 1, lambda p: value(p, 5), np.float64), f"{what}: the call after the refusals")
+
+
+def _graph_checks(c: Checker, MPI: Any, comm: Any) -> None:
+    """r -> r+1, r+2 (at n = 1 both to itself, at n = 2 one): Neighbor_alltoallv with spec
+    lists, blocks of different sizes, one above the inline limit beside a small one."""
+    r, n = comm.rank, comm.size
+    g = comm.Create_dist_graph_adjacent([(r - 1) % n, (r - 2) % n], [(r + 1) % n, (r + 2) % n])
+    with _Counted() as k:
+        for it, (m0, m1) in enumerate([(1, 2), (1, 2), (1, 2), (3, BIG), (3, BIG), (1, 2), (BIG, 1)]):
+            send = np.arange(m0 + m1, dtype=np.float64) + 1000 * r + 10 * it
+            recv = np.full(m0 + m1 + 4, -1.0)
+            # source (r-1) sent me its block 0 (m0), source (r-2) its block 1 (m1)
+            g.Neighbor_alltoallv([send, [m0, m1], [0, m0], MPI.DOUBLE], [recv, [m0, m1], [2, m0 + 4], MPI.DOUBLE])
+            want = np.full(m0 + m1 + 4, -1.0)
+            want[2:2 + m0] = np.arange(m0) + 1000 * ((r - 1) % n) + 10 * it
+            want[m0 + 4:m0 + 4 + m1] = np.arange(m0, m0 + m1) + 1000 * ((r - 2) % n) + 10 * it
+            c.eq(recv, want, f"graph n={n}: Neighbor_alltoallv call {it} blocks {m0}, {m1}")
+    if _native(g):
+        c.true(k.runs >= 3, f"graph n={n}: the quick path ran ({k.runs} calls)")
+    # a freed datatype in a cached spec: refused on every rank; the next call right
+    dt = MPI.DOUBLE.Create_contiguous(1).Commit()
+    send, recv = np.arange(2.0) + r, np.zeros(2)
+    for _ in range(2):
+        g.Neighbor_alltoallv([send, [1, 1], [0, 1], dt], [recv, [1, 1], [0, 1], dt])
+    dt.Free()
+    c.raises(lambda: g.Neighbor_alltoallv([send, [1, 1], [0, 1], dt], [recv, [1, 1], [0, 1], dt]),
+             MPI.Exception, f"graph n={n}: a freed datatype in a cached layout", MPI.ERR_TYPE)
+    recv[:] = -1
+    g.Neighbor_alltoallv([send, [1, 1], [0, 1], MPI.DOUBLE], [recv, [1, 1], [0, 1], MPI.DOUBLE])
+    c.eq(recv, [(r - 1) % n, (r - 2) % n + 1.0], f"graph n={n}: the call after the freed datatype")
+    # persistent and non-blocking calls between quick ones: the numbers in step
+    ps, pr = np.arange(3.0) + r, np.zeros(3)
+    req = g.Neighbor_alltoallv_init([ps, [1, 2], [0, 1], MPI.DOUBLE], [pr, [1, 2], [0, 1], MPI.DOUBLE])
+    for it in range(3):
+        req.Start()
+        qs, qr = np.arange(3.0) + 10 * r + it, np.zeros(3)
+        g.Neighbor_alltoallv([qs, [1, 2], [0, 1], MPI.DOUBLE], [qr, [1, 2], [0, 1], MPI.DOUBLE])
+        ir = np.zeros(3)
+        ireq = g.Ineighbor_alltoallv([qs * 2, [1, 2], [0, 1], MPI.DOUBLE], [ir, [1, 2], [0, 1], MPI.DOUBLE])
+        req.Wait()
+        ireq.Wait()
+        a, b = (r - 1) % n, (r - 2) % n
+        c.eq(pr, [a, b + 1, b + 2], f"graph n={n}: persistent start {it}")
+        c.eq(qr, [10 * a + it, 10 * b + it + 1, 10 * b + it + 2], f"graph n={n}: quick call {it}")
+        c.eq(ir, [2 * (10 * a + it), 2 * (10 * b + it + 1), 2 * (10 * b + it + 2)], f"graph n={n}: Ineighbor {it}")
+    req.Free()
+    g.Free()
+    c.raises(lambda: g.Neighbor_alltoallv([send, [1, 1], [0, 1], MPI.DOUBLE], [recv, [1, 1], [0, 1], MPI.DOUBLE]),
+             MPI.Exception, f"graph n={n}: a freed communicator", MPI.ERR_COMM)
+
+
+def _nonblocking_checks(c: Checker, MPI: Any, comm: Any) -> None:
+    """Ineighbor_… and persistent requests begun natively (Started), completed by Wait,
+    Test or Testany polling, Waitall, or freed; small and large blocks; a line's PROC_NULL ends."""
+    r, n = comm.rank, comm.size
+    for periodic in (True, False):
+        t = comm.Create_cart([n], [periodic])
+        down, up = t.Shift(0, 1)
+        what = f"{'ring' if periodic else 'line'} n={n}"
+        native = _native(t)
+        k = _Counted().__enter__()
+        for it, m in enumerate([1, 1, 2, BIG, 1, BIG, 2]):
+            value = lambda p, k=it: np.arange(2.0 * m) + 100 * p + 1000 * k    # noqa: E731
+            recv = np.full(2 * m, -1.0)
+            req = t.Ineighbor_alltoall(value(r), recv)
+            how = it % 4
+            if how == 0:
+                req.Wait()
+            elif how == 1:
+                while not req.Test():
+                    pass
+            elif how == 2:
+                other = t.Ineighbor_allgather(value(r)[:m], got := np.full(2 * m, -1.0))
+                MPI.Request.Waitall([other, req])
+                want = np.full(2 * m, -1.0)
+                for slot, p in enumerate((down, up)):
+                    if p != MPI.PROC_NULL:
+                        want[slot * m:(slot + 1) * m] = value(p)[:m]
+                c.eq(got, want, f"{what}: Ineighbor_allgather in a Waitall, call {it}")
+            else:
+                while not MPI.Request.Testany([req])[1]:
+                    pass
+            c.eq(recv, _a2a_want(MPI, down, up, m, value, np.float64), f"{what}: Ineighbor_alltoall call {it} "
+                 f"completed by {['Wait', 'Test', 'Waitall', 'Testany'][how]}")
+        k.__exit__()
+        if native:
+            c.true(k.starts >= 3, f"{what}: Ineighbor_… took the quick path ({k.starts} calls)")
+        # persistent: started again and again, blocking and non-blocking calls between
+        ps, pr = np.arange(4.0) + r, np.full(4, -1.0)
+        pq = t.Neighbor_alltoall_init(ps, pr)
+        k = _Counted().__enter__()
+        for it in range(4):
+            ps[:] = np.arange(4.0) + r + 10 * it
+            pq.Start()
+            mid = np.full(2, -1.0)
+            t.Neighbor_alltoall(np.arange(2.0) + 50 * r, mid)
+            pq.Wait()
+            c.eq(pr, _a2a_want(MPI, down, up, 2, lambda p: np.arange(4.0) + p + 10 * it, np.float64),
+                 f"{what}: persistent Neighbor_alltoall start {it}")
+            c.eq(mid, _a2a_want(MPI, down, up, 1, lambda p: np.arange(2.0) + 50 * p, np.float64),
+                 f"{what}: a blocking call inside persistent start {it}")
+        k.__exit__()
+        if native:
+            c.true(k.starts >= 3, f"{what}: persistent starts took the quick path ({k.starts} starts)")
+        pq.Free()
+        # a freed request completes in the background: filled once a later call read past it
+        recv = np.full(2, -1.0)
+        t.Ineighbor_alltoall(np.arange(2.0) + 7 * r, recv).Free()
+        after = np.full(2, -1.0)
+        t.Neighbor_alltoall(np.arange(2.0) + 9 * r, after)
+        c.eq(after, _a2a_want(MPI, down, up, 1, lambda p: np.arange(2.0) + 9 * p, np.float64),
+             f"{what}: the call after a freed Ineighbor_alltoall")
+        t.Barrier()
+        t.Neighbor_alltoall(np.arange(2.0), np.zeros(2))     # (reads past anything still in a ring)
+        c.eq(recv, _a2a_want(MPI, down, up, 1, lambda p: np.arange(2.0) + 7 * p, np.float64),
+             f"{what}: a freed Ineighbor_alltoall's receive buffer")
+        t.Free()
+
+
+def _exchange_entry(c: Checker, MPI: Any, comm: Any) -> None:
+    """P2P.exchange declines what it cannot read, having done nothing."""
+    t = comm.Create_cart([comm.size], [True])
+    nbh = t._neighbor_plan("test")
+    f = p2p.native(nbh.twin._grp("test"))
+    if f is not None and comm.size > 1:
+        peer = t.Shift(0, 1)[1]      # (the twin's local rank: the same)
+        send, recv = np.zeros(2), np.zeros(2)
+        for sends in ((8, 16, peer, 0), (0, 8, peer), (0, 8, peer, -1), (0, 8.0, peer, 0), (0, 8, 99, 0)):
+            c.eq(f.exchange(send, recv, sends, (), 0, 0), (0, 0), f"exchange of {sends}: nothing done")
+        c.eq(f.exchange(send, recv, (), (), 0, 0, (0, 8, 16)), (0, 0), "a copy past its buffer: nothing done")
+        ro = np.zeros(2)
+        ro.flags.writeable = False
+        c.eq(f.exchange(send, ro, (0, 8, peer, 0), (), 0, 0), (0, 0), "a read-only receive buffer: nothing done")
+        c.raises(lambda: f.exchange(send, recv, [0, 8, peer, 0], (), 0, 0), TypeError, "a list of blocks")
+    t.Free()
+
+
+def neighbor_quick_checks(c: Checker, MPI: Any, comm: Any) -> None:
+    _exchange_entry(c, MPI, comm)
+    _ring_checks(c, MPI, comm, True)
+    _ring_checks(c, MPI, comm, False)
+    _graph_checks(c, MPI, comm)
+    _nonblocking_checks(c, MPI, comm)
+
+
+# ----------------------------------------------------------------- Started, in one process
+
+
+class _Req:
+    """A request of the fake twin: complete once waited for (or at once: ``done``)."""
+
+    def __init__(self, log: list[Any], what: Any, done: bool = False) -> None:
+        self.log, self.what, self.done = log, what, done
+
+    def Wait(self) -> None:  # noqa: N802
+        self.log.append(("wait", self.what))
+        self.done = True
+
+    def Test(self) -> bool:  # noqa: N802
+        return self.done
+
+    def _settled(self) -> bool:
+        return self.done
+
+    def Cancel(self) -> None:  # noqa: N802
+        self.log.append(("cancel", self.what))
+
+    def __bool__(self) -> bool:
+        return not self.done
+
+
+class _Twin:
+    def __init__(self) -> None:
+        self.log: list[Any] = []
+
+    def Irecv(self, buf: Any, source: int, tag: int) -> _Req:  # noqa: N802
+        self.log.append(("irecv", source, tag, buf.nbytes))
+        return _Req(self.log, ("irecv", source, tag))
+
+    def Isend(self, buf: Any, dest: int, tag: int) -> _Req:  # noqa: N802
+        self.log.append(("isend", dest, tag, buf.nbytes))
+        return _Req(self.log, ("isend", dest, tag))
+
+
+class _F:
+    """P2P.exchange's stand-in: every send written; the receive call raises ``exc`` having
+    received ``received`` blocks (``exchanged`` says so), or receives them all."""
+
+    def __init__(self, exc: BaseException | None, received: int) -> None:
+        self.exc, self.received, self.exchanged = exc, received, (0, 0)
+
+    def exchange(self, send: Any, recv: Any, sends: tuple, recvs: tuple, base: int, mask: int, *local: Any):
+        if recvs and self.exc is not None:
+            self.exchanged = (0, self.received)
+            raise self.exc
+        self.exchanged = (len(sends) // 4, len(recvs) // 4)
+        return self.exchanged
+
+    def send(self, *a: Any) -> bool:
+        return False
+
+
+def _started(exc: BaseException | None, received: int, sent: int = 2) -> tuple[Any, _Twin, list[int]]:
+    from collcomm.MPI._neighbor_ops import Started
+    twin, after = _Twin(), []
+    flat = ((0, 8, 1, 0, 8, 8, 2, 1), (0, 8, 1, 1, 8, 16, 2, 0), 2, 2, ())
+    op = Started(_F(exc, received), twin, 40, np.zeros(2), np.zeros(3), flat, lambda: after.append(1), sent)
+    return op, twin, after
+
+
+def test_started_hands_over_after_an_error_in_its_wait():
+    from collcomm import MPI
+    from collcomm.errors import CommTimeoutError, PeerLostError
+    op, twin, after = _started(CommTimeoutError("timed out"), 1)
+    with pytest.raises(MPI.Exception):
+        op.wait()
+    # the receive after the one C took posted as an Irecv (source 2, tag 40, 16 bytes), nothing else
+    assert twin.log == [("irecv", 2, 40, 16)] and not after
+    op.wait()                     # waited for again: the Irecv's wait, then `after` once
+    assert twin.log[1:] == [("wait", ("irecv", 2, 40))] and after == [1]
+    op.wait()
+    assert after == [1] and op.test()
+    op, twin, after = _started(KeyboardInterrupt(), 0, sent=1)
+    assert twin.log == [("isend", 2, 41, 8)]     # (the send C did not write: an Isend)
+    with pytest.raises(KeyboardInterrupt):
+        op.wait()
+    assert twin.log[1:] == [("irecv", 1, 41, 8), ("irecv", 2, 40, 16)]
+    op.wait()
+    assert [e[0] for e in twin.log[3:]] == ["wait"] * 3 and after == [1]
+    op, twin, after = _started(PeerLostError("rank 1 is gone"), 2)
+    with pytest.raises(MPI.Exception):
+        op.wait()
+    assert twin.log == [] and after == []        # (both received: nothing to post)
+
+
+def test_started_test_and_free_post_its_receives():
+    op, twin, after = _started(None, 0)
+    assert op.test() is False           # (a test never blocks: the receives posted)
+    assert twin.log == [("irecv", 1, 41, 8), ("irecv", 2, 40, 16)]
+    op, twin, after = _started(None, 0)
+    op.orphan()
+    assert [e[0] for e in twin.log] == ["irecv", "irecv"]
+    op, twin, after = _started(None, 0)
+    op.wait()                           # all in C: nothing posted, `after` run
+    assert twin.log == [] and after == [1] and op.test()
+
+
+@pytest.mark.timeout(160)
+@pytest.mark.parametrize("n", SIZES)
+def test_neighbor_quick(n):
+    check(job(n), "neighbor_quick")
+
+
+@pytest.mark.timeout(160)
+def test_neighbor_quick_over_tcp():
+    check(job(3, "tcp"), "neighbor_quick")
