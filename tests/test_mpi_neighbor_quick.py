@@ -19,6 +19,7 @@ ranks and over TCP (no native point-to-point there: the regular path, the same c
 """
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -233,6 +234,42 @@ def _nonblocking_checks(c: Checker, MPI: Any, comm: Any) -> None:
         t.Free()
 
 
+def _lent_and_freed_checks(c: Checker, MPI: Any, comm: Any) -> None:
+    """A non-blocking call's large sends are lent (the peer reads them from this rank's
+    memory): its Wait must last until they are read, so the program may reuse the buffer
+    at once (odd ranks wait late; even ranks overwrite their send buffer right after
+    their Wait). A request pending when its communicator is freed still completes."""
+    r, n = comm.rank, comm.size
+    t = comm.Create_cart([n], [True])
+    down, up = t.Shift(0, 1)
+    value = lambda p: np.full(2 * BIG, float(p))     # noqa: E731
+    for form in ("Ineighbor_alltoall", "Neighbor_alltoall_init"):
+        for it in range(3):       # (the first call the regular way, the next ones quick)
+            send, recv = value(r), np.zeros(2 * BIG)
+            req = t.Ineighbor_alltoall(send, recv) if form[0] == "I" else t.Neighbor_alltoall_init(send, recv)
+            if form[0] == "N":
+                req.Start()
+            if r % 2:
+                time.sleep(0.05)
+            req.Wait()
+            send[:] = -999.0
+            c.eq(recv, _a2a_want(MPI, down, up, BIG, value, np.float64), f"{form} n={n} call {it}: lent sends "
+                 "read before the senders' Wait returned")
+            if form[0] == "N":
+                req.Free()
+    for it in range(2):
+        f = comm.Create_cart([n], [True])
+        f.Neighbor_alltoall(np.arange(2.0), np.zeros(2))     # (the layout kept: the second request quick)
+        recv = np.full(2, -1.0)
+        req = f.Ineighbor_alltoall(np.arange(2.0) + 10 * r, recv)
+        f.Free()
+        while not req.Test():
+            pass
+        c.eq(recv, _a2a_want(MPI, down, up, 1, lambda p: np.arange(2.0) + 10 * p, np.float64),
+             f"n={n}: an Ineighbor_alltoall pending when its communicator was freed ({it})")
+    t.Free()
+
+
 def _exchange_entry(c: Checker, MPI: Any, comm: Any) -> None:
     """P2P.exchange declines what it cannot read, having done nothing."""
     t = comm.Create_cart([comm.size], [True])
@@ -257,6 +294,7 @@ def neighbor_quick_checks(c: Checker, MPI: Any, comm: Any) -> None:
     _ring_checks(c, MPI, comm, False)
     _graph_checks(c, MPI, comm)
     _nonblocking_checks(c, MPI, comm)
+    _lent_and_freed_checks(c, MPI, comm)
 
 
 # ----------------------------------------------------------------- Started, in one process
@@ -316,11 +354,15 @@ class _F:
         return False
 
 
+OPEN: set[Any] = set()
+
+
 def _started(exc: BaseException | None, received: int, sent: int = 2) -> tuple[Any, _Twin, list[int]]:
     from collcomm.MPI._neighbor_ops import Started
     twin, after = _Twin(), []
     flat = ((0, 8, 1, 0, 8, 8, 2, 1), (0, 8, 1, 1, 8, 16, 2, 0), 2, 2, ())
-    op = Started(_F(exc, received), twin, 40, np.zeros(2), np.zeros(3), flat, lambda: after.append(1), sent)
+    op = Started(_F(exc, received), twin, 40, np.zeros(2), np.zeros(3), flat, lambda: after.append(1), sent, OPEN)
+    assert op in OPEN
     return op, twin, after
 
 
@@ -347,6 +389,51 @@ def test_started_hands_over_after_an_error_in_its_wait():
     with pytest.raises(MPI.Exception):
         op.wait()
     assert twin.log == [] and after == []        # (both received: nothing to post)
+    op, twin, after = _started(PeerLostError("rank 2 is gone"), 1)
+    with pytest.raises(MPI.Exception):
+        op.wait()
+    # failed: the receive it posted ended (no receive left to catch a later message), and
+    # every later wait raises again
+    assert twin.log == [("irecv", 2, 40, 16), ("cancel", ("irecv", 2, 40))] and after == []
+    with pytest.raises(MPI.Exception):
+        op.wait()
+    assert not OPEN
+
+
+def test_started_waits_for_its_sends_before_it_completes():
+    op, twin, after = _started(None, 0, sent=1)     # (C took both receives; one send an Isend)
+    assert twin.log == [("isend", 2, 41, 8)]
+    op.wait()
+    assert twin.log[1:] == [("wait", ("isend", 2, 41))] and after == [1] and not OPEN
+
+
+class _Interrupted:
+    """P2P.exchange interrupted having moved ``exchanged`` (sends, receives)."""
+
+    def __init__(self, exchanged: tuple[int, int]) -> None:
+        self.exchanged = exchanged
+
+    def exchange(self, *a: Any) -> Any:
+        raise KeyboardInterrupt
+
+
+def test_quick_paths_take_the_number_once_a_message_moved():
+    """An interruption or error inside P2P.exchange: the call's number counted where C moved
+    a message (its peers count it), not where it moved nothing."""
+    from collcomm.MPI._neighbor_exchange import Neighborhood, Plan, Neighbors
+
+    class G:
+        _closed = False
+
+    for exchanged, sends_phase in (((2, 0), False), ((0, 0), False), ((1, 0), True), ((0, 0), True)):
+        nbh = Neighborhood(_Twin(), Plan(Neighbors([1, 2], [1, 2]), 0, "t"), G())
+        nbh.f = _Interrupted(exchanged)
+        send, recv = np.zeros(2), np.zeros(2)
+        nbh.quick[(0, send.dtype, send.shape, recv.dtype, recv.shape)] = ((0, 8, 1, 0, 8, 8, 2, 1),
+                                                                          (0, 8, 1, 1, 8, 8, 2, 0), 2, 2, ())
+        with pytest.raises(KeyboardInterrupt):
+            (nbh.quick_start if sends_phase else nbh.quick_run)(0, send, recv)
+        assert nbh.calls == (1 if any(exchanged) else 0), (exchanged, sends_phase)
 
 
 def test_started_test_and_free_post_its_receives():
@@ -359,6 +446,7 @@ def test_started_test_and_free_post_its_receives():
     op, twin, after = _started(None, 0)
     op.wait()                           # all in C: nothing posted, `after` run
     assert twin.log == [] and after == [1] and op.test()
+    OPEN.clear()
 
 
 @pytest.mark.timeout(160)

@@ -287,7 +287,7 @@ class Comm(PointToPoint, ObjectPointToPoint, PersistentCollectives, VectorCollec
         g, h.g, h.kind = h.g, None, "null"
         nbh, h.neighbor = h.neighbor, None
         if nbh is not None:
-            nbh.twin.Free()
+            nbh.free()
         if g is not None:
             g.close()
 

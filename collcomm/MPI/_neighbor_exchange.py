@@ -28,7 +28,7 @@ direction tells its two blocks apart on a periodic dimension of size 2).
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple, NoReturn, Sequence
 
 import numpy as np
 
@@ -100,14 +100,23 @@ class Neighborhood:
     (:meth:`quick_run`, :meth:`quick_start`): ``quick`` maps a call's kind and its
     arrays' dtypes and shapes (and vector specs) to what P2P.exchange takes for them
     (``flat``: sends, receives, their counts, the copies to itself), kept by the first such
-    call that ran natively; ``f`` the twin's native point-to-point entry."""
+    call that ran natively; ``f`` the twin's native point-to-point entry; ``started`` the
+    non-blocking calls begun in C whose receives are neither taken nor posted yet."""
 
-    __slots__ = ("twin", "plan", "calls", "quick", "f", "g")
+    __slots__ = ("twin", "plan", "calls", "quick", "f", "g", "started")
 
     def __init__(self, twin: Any, plan: Plan, g: Any) -> None:
         self.twin, self.plan, self.calls, self.g = twin, plan, 0, g
         self.quick: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self.f: Any = None
+        self.started: set[Started] = set()
+
+    def free(self) -> None:
+        """The communicator freed: the receives of calls still pending posted (they complete
+        as MPI has them), then the twin freed."""
+        for op in list(self.started):
+            op.orphan()
+        self.twin.Free()
 
     def take(self) -> int:
         """The next call's number (its tag base)."""
@@ -148,9 +157,8 @@ class Neighborhood:
         base = self.calls * CODES
         try:    # (the buffers' layout and writability are checked in C: (0, 0), nothing done)
             i, j = self.f.exchange(send, recv, q[0], q[1], base, EXACT, q[4])
-        except CollcommError as exc:
-            self.take()
-            raise translate(exc) from exc
+        except BaseException as exc:
+            self._raised(exc, None)
         if not (i or j):
             return False
         self.take()
@@ -170,15 +178,22 @@ class Neighborhood:
         number = self.calls * CODES if base is None else base
         try:
             i = f.exchange(send, recv, q[0], (), number, EXACT, q[4])[0]
-        except CollcommError as exc:
-            if base is None:
-                self.take()
-            raise translate(exc) from exc
+        except BaseException as exc:
+            self._raised(exc, base)
         if not i:
             return None
         if base is None:
             self.take()
-        return Started(f, self.twin, number, send, recv, q, None, i)
+        return Started(f, self.twin, number, send, recv, q, None, i, self.started)
+
+    def _raised(self, exc: BaseException, base: int | None) -> NoReturn:
+        """P2P.exchange raised (an error, an interruption): the call's number taken if it
+        moved a message (its peers count it), then the error raised (translated)."""
+        if base is None and any(self.f.exchanged):
+            self.take()
+        if isinstance(exc, CollcommError):
+            raise translate(exc) from exc
+        raise exc
 
 
 def vector_key(spec: Any) -> tuple[Any, ...] | None:
@@ -252,7 +267,7 @@ def exchange(nbh: Neighborhood, base: int, s_at: Sequence[tuple[int, int]], send
         if key is not None and (i or j):
             nbh.remember(f, key, flat)
         if aop:
-            return Started(f, twin, base, send, recv, flat, finisher(staged), i)
+            return Started(f, twin, base, send, recv, flat, finisher(staged), i, nbh.started)
         if i < flat[2] or j < flat[3]:
             finish_blocking(f, twin, base, send, recv, flat, i, j)
         unpack_staged(staged)

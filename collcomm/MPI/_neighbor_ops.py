@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import CollcommError
+from ..errors import CollcommError, CommTimeoutError
 from ._consts import ANY_SOURCE, ANY_TAG
 from ._errors import Exception as MPIException, translate
 from ._p2p_ops import EXACT
@@ -65,16 +65,20 @@ def send_rest(f: Any, twin: Any, base: int, send: np.ndarray, flat: tuple[Any, .
 
 class Started:
     """A non-blocking exchange begun in C (see the module docstring): ``sent`` of its sends
-    written by the caller's ``P2P.exchange``, the rest written or posted here."""
+    written by the caller's ``P2P.exchange``, the rest written or posted here. Until its
+    receives are taken or posted it is in ``open`` (its communicator's
+    ``Neighborhood.started``), so freeing the communicator posts them first
+    (:meth:`orphan`): an operation pending on a freed communicator still completes."""
 
-    __slots__ = ("_f", "_twin", "_base", "_send", "_recv", "_flat", "_pending", "_after", "_ex", "_done")
+    __slots__ = ("_f", "_twin", "_base", "_send", "_recv", "_flat", "_pending", "_after", "_ex", "_done", "_open")
     source, tag, nbytes, cancelled, value = ANY_SOURCE, ANY_TAG, 0, False, None   # (a collective's status)
 
     def __init__(self, f: Any, twin: Any, base: int, send: np.ndarray, recv: np.ndarray, flat: tuple[Any, ...],
-                 after: Callable[[], Any] | None, sent: int) -> None:
+                 after: Callable[[], Any] | None, sent: int, open_ops: set[Any]) -> None:
         self._f, self._twin, self._base, self._send, self._recv, self._flat = f, twin, base, send, recv, flat
-        self._after, self._ex, self._done = after, None, False
+        self._after, self._ex, self._done, self._open = after, None, False, open_ops
         self._pending = send_rest(f, twin, base, send, flat, sent) if sent < flat[2] else []
+        open_ops.add(self)
 
     def wait(self) -> None:
         ex = self._ex
@@ -84,28 +88,31 @@ class Started:
         if self._done:
             return
         flat = self._flat
+        j = 0
         if flat[3]:
             try:
                 j = self._f.exchange(self._send, self._recv, (), flat[1], self._base, EXACT)[1]
             except BaseException as exc:      # (the receives it did are done: the rest posted)
                 self._hand_over(self._f.exchanged[1])
-                if isinstance(exc, CollcommError):
-                    raise translate(exc) from exc
-                raise
-            if j < flat[3]:
-                self._hand_over(j)
-        elif self._pending:
-            self._hand_over(0)
-        if self._ex is not None:
+                if not isinstance(exc, CollcommError):
+                    raise           # (an interruption: waited for again, by the Exchange)
+                err = translate(exc)
+                if not isinstance(exc, CommTimeoutError):
+                    self._ex._fail(err)    # (failed: nothing left posted to catch a later message)
+                raise err from exc
+        if j < flat[3] or self._pending:      # (lent sends: done once their peers read them)
+            self._hand_over(j)
             self._ex.wait()
             return
         self._done = True
+        self._open.discard(self)
         if self._after is not None:
             self._after()
 
     def _hand_over(self, received: int) -> None:
         """Post the receives from ``received`` on as ``Irecv``s; an :class:`Exchange` of
         them and the pending sends takes over (failed at once if posting fails)."""
+        self._open.discard(self)
         recvs = self._flat[1]
         rb = self._recv.reshape(-1).view(np.uint8)
         reqs: list[Request] = []
@@ -128,7 +135,8 @@ class Started:
         return self._ex.test()
 
     def orphan(self) -> None:
-        """Request.Free: the receives posted, so the exchange completes in the background."""
+        """Request.Free, or its communicator freed: the receives posted, so the exchange
+        completes in the background."""
         if self._ex is None and not self._done:
             self._hand_over(0)
 
