@@ -1,7 +1,8 @@
 """Neighbourhood collectives: µs a call of ``Neighbor_alltoall`` / ``Neighbor_allgather`` on a
-periodic ring (2 neighbours a rank) and a ``Neighbor_alltoallv`` on a distributed graph, at
-a small and a large block, against the same exchange written as ``Sendrecv`` calls along
-``Shift``. The same script runs under collcomm.MPI and under mpi4py + Open MPI
+periodic ring (2 neighbours a rank), a ``Neighbor_alltoallv`` on a distributed graph, the
+ring's ``Ineighbor_alltoall`` + ``Wait`` and persistent ``Start`` + ``Wait``, at a small and a
+large block, against the same exchange written as ``Sendrecv`` calls along ``Shift``; and
+the object form ``neighbor_allgather`` of an int. The same script runs under collcomm.MPI and under mpi4py + Open MPI
 (``USE_MPI4PY=1``); rank 0 prints one JSON line (each figure the slower rank's mean over
 the loop, after a warm-up and a barrier)::
 
@@ -9,7 +10,7 @@ the loop, after a warm-up and a barrier)::
     USE_MPI4PY=1 mpiexec --allow-run-as-root --oversubscribe -x USE_MPI4PY -n 4 \\
         python benchmarks/mpi_neighbor.py
 
-(BENCHMARKS.md, session 34.)
+(BENCHMARKS.md, sessions 34 and 39.)
 """
 import argparse
 import json
@@ -57,6 +58,11 @@ for k, size in enumerate(int(x) for x in args.sizes.split(",")):
                                                    ring.Sendrecv(send[m:], up, 1, recv[:m], down, 1)), it)
     timeit(f"graph Neighbor_alltoallv {size} B",
            lambda: graph.Neighbor_alltoallv([send, [m, m], [0, m], MPI.DOUBLE], [recv, [m, m], [0, m], MPI.DOUBLE]), it)
+    timeit(f"ring Ineighbor_alltoall+Wait {size} B", lambda: ring.Ineighbor_alltoall(send, recv).Wait(), it)
+    persistent = ring.Neighbor_alltoall_init(send, recv)
+    timeit(f"ring Neighbor_alltoall_init Start+Wait {size} B", lambda: (persistent.Start(), persistent.Wait()), it)
+    persistent.Free()
+timeit("ring neighbor_allgather (an int)", lambda: ring.neighbor_allgather(r), args.iters)
 if r == 0:
     print(json.dumps({"library": "mpi4py" if os.environ.get("USE_MPI4PY") else "collcomm", "n": n, **res}),
           flush=True)
