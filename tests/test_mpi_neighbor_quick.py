@@ -204,8 +204,8 @@ def _nonblocking_checks(c: Checker, MPI: Any, comm: Any) -> None:
             c.true(k.starts >= 3, f"{what}: Ineighbor_… took the quick path ({k.starts} calls)")
         # persistent: started again and again, blocking and non-blocking calls between
         ps, pr = np.arange(4.0) + r, np.full(4, -1.0)
+        k = _Counted().__enter__()     # (before the request: its Start keeps the bound quick_start)
         pq = t.Neighbor_alltoall_init(ps, pr)
-        k = _Counted().__enter__()
         for it in range(4):
             ps[:] = np.arange(4.0) + r + 10 * it
             pq.Start()

@@ -18,6 +18,7 @@ moves bytes with a datatype per block.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -195,19 +196,24 @@ class NeighborCollectives:
     def _n_init(self, fn: Callable[..., Any], sendbuf: Any, recvbuf: Any, call: str, kind: int | None = None) -> Any:
         """A persistent request: its buffers checked and its number taken now, kept for
         every Start (one Start completes before the next: its messages arrive in order).
-        A ``kind`` the quick path knows starts the quick way once a Start ran natively."""
+        A ``kind`` the quick path knows starts the quick way (``Prequest.Start`` calls the
+        ``quick`` item first: Neighborhood.quick_start, None until a Start ran natively)."""
         _check_not_in_place(sendbuf, call)
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         nbh = self._neighbor_plan(call)
         base = self._neighbor_call()
-        key, send, recv = None, sendbuf, recvbuf
+
+        def start() -> Any:
+            return fn(sendbuf, recvbuf, True, call, base)
+        key = None
         if kind == _ALLTOALLV:
             key = _v_key(sendbuf, recvbuf)
             send, recv = (sendbuf[0], recvbuf[0]) if key is not None else (None, None)
-
-        def start() -> Any:
-            op = None if kind is None else nbh.quick_start(kind, send, recv, key, base)
-            return op if op is not None else fn(sendbuf, recvbuf, True, call, base)
+        elif kind is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
+            send, recv = sendbuf, recvbuf
+            key = (kind, send.dtype, send.shape, recv.dtype, recv.shape)
+        if key is not None:
+            start.quick = [functools.partial(nbh.quick_start, kind, send, recv, key, base)]  # type: ignore[attr-defined]
         return persistent(start)
 
     def Neighbor_allgather_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
