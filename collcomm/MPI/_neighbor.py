@@ -27,7 +27,7 @@ from ._collv import _wspec
 from ._errors import ERR_ARG, Exception as MPIException
 from ._msg import IN_PLACE, blocks, pinned, simple, vector
 from ._neighbor_exchange import Neighborhood, exchange, vector_key
-from ._p2p_ops import _request
+from ._p2p_ops import _request, complete
 from ._pickle import pickle
 from ._prequest import persistent
 from ._request import Request
@@ -232,7 +232,7 @@ class NeighborCollectives:
         return self._n_init(self._n_alltoallw, sendbuf, recvbuf, "Neighbor_alltoallw_init")
 
     # -- objects -----------------------------------------------------------------------------
-    def _n_objects(self, on: Neighborhood, sendobjs: Sequence[Any]) -> list[Any]:
+    def _n_objects(self, on: Neighborhood, sendobjs: Sequence[Any], call: str) -> list[Any]:
         """sendobjs[i] to destination i (pickled, on the twin; each written at once where it
         fits the peer's ring), then each receive in turn; the list of what each source sent
         (None from PROC_NULL)."""
@@ -241,16 +241,22 @@ class NeighborCollectives:
         result: list[Any] = [None] * len(plan.nb.sources)
         for i, j in plan.local:           # (a copy, as every object received is)
             result[j] = pickle.loads(pickle.dumps(sendobjs[i]))
-        sends = [twin.isend(sendobjs[i], q, base + code) for i, q, code in plan.sends]
+        pending = []
+        for i, q, code in plan.sends:     # (as isend: written at once in C, else that pickle the regular way)
+            obj = sendobjs[i]
+            pickled = twin._fast_send(obj, q, base + code)
+            if pickled is not True:
+                pending.append(twin._osend(obj, q, base + code, False, call, pickled))
         for j, p, code in plan.recvs:     # (in each peer's order: received and unpickled in C where it can)
             result[j] = twin.recv(None, p, base + code)
-        Request.Waitall(sends)
+        for op in pending:
+            complete(op)
         return result
 
     def neighbor_allgather(self, sendobj: Any) -> list[Any]:
         """The object of each in-neighbour, in ``inedges`` order (None from PROC_NULL)."""
         on = self._neighbor_plan("neighbor_allgather")
-        return self._n_objects(on, [sendobj] * len(on.plan.nb.destinations))
+        return self._n_objects(on, [sendobj] * len(on.plan.nb.destinations), "neighbor_allgather")
 
     def neighbor_alltoall(self, sendobj: Sequence[Any]) -> list[Any]:
         """``sendobj[i]`` to out-neighbour i; what each in-neighbour sent, in order."""
@@ -259,4 +265,4 @@ class NeighborCollectives:
         objs = [None] * want if sendobj is None else list(sendobj)     # (None: None to each, as mpi4py)
         if len(objs) != want:
             raise ValueError(f"neighbor_alltoall: expecting {want} objects (one per out-neighbour), got {len(objs)}")
-        return self._n_objects(on, objs)
+        return self._n_objects(on, objs, "neighbor_alltoall")
