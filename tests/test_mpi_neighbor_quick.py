@@ -15,7 +15,8 @@ ranks and over TCP (no native point-to-point there: the regular path, the same c
   freed datatype in a cached vector spec, a freed communicator;
 - persistent and non-blocking neighbourhood calls between quick ones (the call numbers
   stay in step);
-- ``P2P.exchange`` itself: a block outside its buffer or a malformed tuple does nothing.
+- ``P2P.exchange`` itself: a block outside its buffer or a malformed tuple does nothing;
+- the object forms with a large object beside a small one.
 """
 from __future__ import annotations
 
@@ -270,6 +271,21 @@ def _lent_and_freed_checks(c: Checker, MPI: Any, comm: Any) -> None:
     t.Free()
 
 
+def _object_checks(c: Checker, MPI: Any, comm: Any) -> None:
+    """The object forms: small objects written in C, a large one (above a ring's inline
+    limit) beside a small one the regular way, with that pickle."""
+    r, n = comm.rank, comm.size
+    t = comm.Create_cart([n], [True])
+    down, up = t.Shift(0, 1)
+    for it in range(3):
+        c.eq(t.neighbor_allgather((r, it)), [(down, it), (up, it)], f"n={n}: neighbor_allgather {it}")
+        big = b"x" * 600_000 + bytes([r])
+        got = t.neighbor_alltoall([(r, "small", it), big])
+        # slot 0 (from down) is what down sent up (its item 1), slot 1 what up sent down (its item 0)
+        c.eq(got, [b"x" * 600_000 + bytes([down]), (up, "small", it)], f"n={n}: neighbor_alltoall with a large object {it}")
+    t.Free()
+
+
 def _exchange_entry(c: Checker, MPI: Any, comm: Any) -> None:
     """P2P.exchange declines what it cannot read, having done nothing."""
     t = comm.Create_cart([comm.size], [True])
@@ -295,6 +311,7 @@ def neighbor_quick_checks(c: Checker, MPI: Any, comm: Any) -> None:
     _graph_checks(c, MPI, comm)
     _nonblocking_checks(c, MPI, comm)
     _lent_and_freed_checks(c, MPI, comm)
+    _object_checks(c, MPI, comm)
 
 
 # ----------------------------------------------------------------- Started, in one process
