@@ -137,7 +137,8 @@ def _opposite_orders(c: Checker, MPI, comm, name: str, make: Callable[[int], Mad
     r = comm.rank
     made = [make(0), make(1)]
     reqs = [m[0] for m in made]
-    for it in range(2):
+    for it in range(3):     # (the first start builds the group's fast call, the second binds the
+        # quick start (_coll_persistent._Prepared), the third runs through it alone)
         for _, fill, _ in made:
             fill(it)
         order = reqs if (r + it) % 2 == 0 else reqs[::-1]

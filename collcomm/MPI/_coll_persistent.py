@@ -1,7 +1,8 @@
 """Persistent buffer collectives (MPI 4): ``Barrier_init``, ``Bcast_init``, ``Gather_init``,
 ``Scatter_init``, ``Allgather_init``, ``Alltoall_init``, ``Reduce_init``, ``Allreduce_init``,
 ``Reduce_scatter_block_init``, ``Reduce_scatter_init`` (the v forms and the scans use
-:func:`private_comm` too, in :mod:`._collv`).
+:func:`private_comm` too, in :mod:`._collv`; the v forms start through :func:`_start` with
+the fast call's own v entries).
 
 Each returns a persistent request (:func:`._prequest.persistent`) whose ``Start()`` runs the
 call as its ``I…`` form would, through the same implementation of

@@ -25,14 +25,14 @@ from ..core import scan as core_scan
 from ..errors import CollcommError
 from ._coll import _builtin, _not_root_in_place, _request, _run
 from . import _collv_fast as _fast
-from ._coll_persistent import private_comm
+from ._coll_persistent import _start, private_comm
 from ._errors import ERR_ROOT, Exception as MPIException, translate
 from ._msg import IN_PLACE, packed, pinned, simple, vector
 from ._staging import Staged, finisher, packed_blocks
 from ._ops import SUM, core_op, pinned_op
 from ._prequest import persistent
 from ._request import Request, WorkOp
-from ._types import as_datatype
+from ._types import Datatype, as_datatype
 
 
 def _a2a(g: Any, send: np.ndarray, *args: Any, **kwargs: Any) -> Any:
@@ -243,27 +243,35 @@ class VectorCollectives:
     def Gatherv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Gatherv_init", sendbuf, recvbuf)
-        return persistent(lambda: c._igatherv(sendbuf, recvbuf, root, "Gatherv_init")._op, c)
+        general = lambda: c._igatherv(sendbuf, recvbuf, root, "Gatherv_init")._op  # noqa: E731
+        return persistent(_start(c, "gatherv", (sendbuf, recvbuf, root, "Gatherv_init", Datatype, True), general), c)
 
     def Scatterv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Scatterv_init", sendbuf, recvbuf)
-        return persistent(lambda: c._iscatterv(sendbuf, recvbuf, root, "Scatterv_init")._op, c)
+        general = lambda: c._iscatterv(sendbuf, recvbuf, root, "Scatterv_init")._op  # noqa: E731
+        return persistent(_start(c, "scatterv", (sendbuf, recvbuf, root, "Scatterv_init", Datatype, True), general),
+                          c)
 
     def Allgatherv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Allgatherv_init", sendbuf, recvbuf)
-        return persistent(lambda: c._iallgatherv(sendbuf, recvbuf, "Allgatherv_init")._op, c)
+        general = lambda: c._iallgatherv(sendbuf, recvbuf, "Allgatherv_init")._op  # noqa: E731
+        return persistent(_start(c, "allgatherv", (sendbuf, recvbuf, "Allgatherv_init", Datatype, True, np.tile),
+                                 general), c)
 
     def Alltoallv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Alltoallv_init", sendbuf, recvbuf)
-        return persistent(lambda: c._ialltoallv(sendbuf, recvbuf, "Alltoallv_init")._op, c)
+        general = lambda: c._ialltoallv(sendbuf, recvbuf, "Alltoallv_init")._op  # noqa: E731
+        return persistent(_start(c, "alltoallv", (sendbuf, recvbuf, "Alltoallv_init", Datatype, True), general), c)
 
     def Alltoallw_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Alltoallw_init", sendbuf, recvbuf)
-        return persistent(lambda: c._ialltoallw(sendbuf, recvbuf, "Alltoallw_init")._op, c)
+        general = lambda: c._ialltoallw(sendbuf, recvbuf, "Alltoallw_init")._op  # noqa: E731
+        return persistent(_start(c, "alltoallw", (sendbuf, recvbuf, "Alltoallw_init", Datatype, True, _fast.UINT8),
+                                 general), c)
 
 
 def _wspec(spec: Any, n: int, call: str, role: str, staged: Staged | None

@@ -135,9 +135,9 @@ def alltoallw(fast: Any, g: Any, sendbuf: Any, recvbuf: Any, call: str, aop: boo
     back from 0; the fast call's ``alltoallw``, native/_fastcall_vw.c, reads the specs):
     True (done) or, with ``aop``, the started call's Work; None if it did nothing."""
     try:
-        return fast.alltoallw(sendbuf, recvbuf, call, Datatype, aop, _UINT8)
+        return fast.alltoallw(sendbuf, recvbuf, call, Datatype, aop, UINT8)
     except CollcommError as exc:
         raise translate(exc) from exc
 
 
-_UINT8 = np.dtype(np.uint8)
+UINT8 = np.dtype(np.uint8)     # (the fast call's alltoallw moves bytes)
