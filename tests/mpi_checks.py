@@ -121,6 +121,7 @@ SECTIONS = {
     "datatypes": "tests.test_mpi_datatypes:datatype_checks",
     "neighbor": "tests.test_mpi_neighbor:neighbor_checks",
     "neighbor_quick": "tests.test_mpi_neighbor_quick:neighbor_quick_checks",
+    "neighbor_random": "tests.test_mpi_neighbor_random:neighbor_random_checks",
     "persistent_order": "tests.test_mpi_persistent_order:persistent_order_checks",
     "collv_fast": "tests.test_mpi_collv_fast:collv_fast_checks",
     "collv_parts": "tests.test_mpi_collv_parts:collv_parts_checks",
