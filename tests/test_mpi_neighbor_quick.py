@@ -258,6 +258,7 @@ def _lent_and_freed_checks(c: Checker, MPI: Any, comm: Any) -> None:
                  "read before the senders' Wait returned")
             if form[0] == "N":
                 req.Free()
+    _free_while_waited(c, MPI, comm)
     for it in range(2):
         f = comm.Create_cart([n], [True])
         f.Neighbor_alltoall(np.arange(2.0), np.zeros(2))     # (the layout kept: the second request quick)
@@ -284,6 +285,39 @@ def _object_checks(c: Checker, MPI: Any, comm: Any) -> None:
         # slot 0 (from down) is what down sent up (its item 1), slot 1 what up sent down (its item 0)
         c.eq(got, [b"x" * 600_000 + bytes([down]), (up, "small", it)], f"n={n}: neighbor_alltoall with a large object {it}")
     t.Free()
+
+
+def _free_while_waited(c: Checker, MPI: Any, comm: Any) -> None:
+    """Rank 0 waits for an Ineighbor_alltoall in a thread (its peers send late) while its
+    main thread frees the communicator: the wait goes on in C and completes, and the free
+    posts no receive beside it (one would stay posted in the engine for good)."""
+    r, n = comm.rank, comm.size
+    if n < 2:
+        return
+    t = comm.Create_cart([n], [True])
+    down, up = t.Shift(0, 1)
+    t.Neighbor_alltoall(np.arange(2.0), np.zeros(2))          # (the layout kept)
+    engine = p2p.transport(t._neighbor_plan("test").twin._grp("test"))
+    before = (len(engine._deferred), len(engine._posted))
+    comm.Barrier()
+    recv = np.full(2, -1.0)
+    if r != 0:
+        time.sleep(0.3)
+    req = t.Ineighbor_alltoall(np.arange(2.0) + 10 * r, recv)
+    if r == 0:
+        import threading
+        waiter = threading.Thread(target=req.Wait)
+        waiter.start()
+        time.sleep(0.1)
+        t.Free()
+        waiter.join(60)
+        c.eq((len(engine._deferred), len(engine._posted)), before, "no receive left posted by a free beside a wait")
+    else:
+        req.Wait()
+        t.Free()
+    c.eq(recv, _a2a_want(MPI, down, up, 1, lambda p: np.arange(2.0) + 10 * p, np.float64),
+         "an Ineighbor_alltoall waited for while its communicator was freed")
+    comm.Barrier()
 
 
 def _exchange_entry(c: Checker, MPI: Any, comm: Any) -> None:
@@ -433,6 +467,9 @@ class _Interrupted:
     def exchange(self, *a: Any) -> Any:
         raise KeyboardInterrupt
 
+    def send(self, *a: Any) -> bool:
+        return False
+
 
 def test_quick_paths_take_the_number_once_a_message_moved():
     """An interruption or error inside P2P.exchange: the call's number counted where C moved
@@ -451,6 +488,35 @@ def test_quick_paths_take_the_number_once_a_message_moved():
         with pytest.raises(KeyboardInterrupt):
             (nbh.quick_start if sends_phase else nbh.quick_run)(0, send, recv)
         assert nbh.calls == (1 if any(exchanged) else 0), (exchanged, sends_phase)
+        if sends_phase:         # started all the same: its receives posted (no request to hold it)
+            log = nbh.twin.log
+            assert [e[0] for e in log] == (["isend", "irecv", "irecv"] if exchanged[0] else []), log
+
+
+def test_an_interrupted_persistent_start_leaves_its_request_active():
+    """A persistent Start interrupted once its sends were written has started: its request
+    is active (a second Start is refused, its Wait completes it), not inactive (a second
+    Start would send that round again: its peers a round behind for good)."""
+    from collcomm.MPI._neighbor_exchange import Neighborhood, Neighbors, Plan
+    from collcomm.MPI._neighbor_ops import Started
+    from collcomm.MPI._prequest import persistent
+
+    class G:
+        _closed = False
+
+    nbh = Neighborhood(_Twin(), Plan(Neighbors([1, 2], [1, 2]), 0, "t"), G())
+    nbh.f = _Interrupted((1, 0))
+    send, recv = np.zeros(2), np.zeros(2)
+    nbh.quick[(0, send.dtype, send.shape, recv.dtype, recv.shape)] = ((0, 8, 1, 0, 8, 8, 2, 1),
+                                                                      (0, 8, 1, 1, 8, 8, 2, 0), 2, 2, ())
+    req = persistent(lambda: None)
+    req._persist.quick = [lambda: nbh.quick_start(0, send, recv, None, 6, req)]
+    with pytest.raises(KeyboardInterrupt):
+        req.Start()
+    assert isinstance(req._op, Started) and nbh.calls == 0      # (a persistent request keeps its number)
+    from collcomm import MPI
+    with pytest.raises(MPI.Exception):
+        req.Start()
 
 
 def test_started_test_and_free_post_its_receives():

@@ -286,10 +286,12 @@ class Comm(PointToPoint, ObjectPointToPoint, PersistentCollectives, VectorCollec
             raise MPIException(ERR_COMM, f"Free: {h.name or 'MPI_COMM_NULL'} cannot be freed")
         g, h.g, h.kind = h.g, None, "null"
         nbh, h.neighbor = h.neighbor, None
-        if nbh is not None:
-            nbh.free()
-        if g is not None:
-            g.close()
+        try:
+            if nbh is not None:
+                nbh.free()
+        finally:
+            if g is not None:
+                g.close()
 
     free = Free
 

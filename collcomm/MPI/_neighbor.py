@@ -212,9 +212,10 @@ class NeighborCollectives:
         elif kind is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
             send, recv = sendbuf, recvbuf
             key = (kind, send.dtype, send.shape, recv.dtype, recv.shape)
-        if key is not None:
-            start.quick = [functools.partial(nbh.quick_start, kind, send, recv, key, base)]  # type: ignore[attr-defined]
-        return persistent(start)
+        request = persistent(start)
+        if key is not None and request._persist is not None:    # (the request: made active if interrupted)
+            request._persist.quick = [functools.partial(nbh.quick_start, kind, send, recv, key, base, request)]
+        return request
 
     def Neighbor_allgather_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
         return self._n_init(self._n_allgather, sendbuf, recvbuf, "Neighbor_allgather_init", _ALLGATHER)

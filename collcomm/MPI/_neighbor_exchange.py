@@ -113,10 +113,12 @@ class Neighborhood:
 
     def free(self) -> None:
         """The communicator freed: the receives of calls still pending posted (they complete
-        as MPI has them), then the twin freed."""
-        for op in list(self.started):
-            op.orphan()
-        self.twin.Free()
+        as MPI has them; not those a thread waits for in C now), then the twin freed."""
+        try:
+            for op in list(self.started):
+                op.orphan()
+        finally:
+            self.twin.Free()
 
     def take(self) -> int:
         """The next call's number (its tag base)."""
@@ -167,10 +169,13 @@ class Neighborhood:
         return True
 
     def quick_start(self, kind: int, send: Any, recv: Any, key: tuple[Any, ...] | None = None,
-                    base: int | None = None) -> Started | None:
+                    base: int | None = None, request: Any = None) -> Started | None:
         """The non-blocking form of :meth:`quick_run` (a persistent request's ``base``, else
         the next number, taken once C wrote a send): its sends written now, its receives
-        left to its wait; None having done nothing. Only layouts with a send to write."""
+        left to its wait; None having done nothing. Only layouts with a send to write.
+        Interrupted (or failed) once its sends were written, the call has started all the
+        same: its op becomes ``request``'s (a persistent request: active, its Wait
+        completes it), or, with no request to hold it, completes in the background."""
         q = self._layout(kind, send, recv, key)
         if q is None or not q[2]:
             return None
@@ -179,6 +184,9 @@ class Neighborhood:
         try:
             i = f.exchange(send, recv, q[0], (), number, EXACT, q[4])[0]
         except BaseException as exc:
+            sent = f.exchanged[0]
+            if sent:
+                started(Started(f, self.twin, number, send, recv, q, None, sent, self.started), request)
             self._raised(exc, base)
         if not i:
             return None
@@ -194,6 +202,16 @@ class Neighborhood:
         if isinstance(exc, CollcommError):
             raise translate(exc) from exc
         raise exc
+
+
+def started(op: Started, request: Any) -> None:
+    """A non-blocking call interrupted (or failed) once its sends were written: ``op``
+    becomes ``request``'s operation (active: its Wait completes it), or, with no request,
+    its receives are posted so it completes in the background (as a freed request)."""
+    if request is not None and request._op is None:
+        request._op = op
+    else:
+        op.orphan()
 
 
 def vector_key(spec: Any) -> tuple[Any, ...] | None:
@@ -262,8 +280,13 @@ def exchange(nbh: Neighborhood, base: int, s_at: Sequence[tuple[int, int]], send
         flat = _flats(nbh, s_at, send, r_at, recv)
         try:
             i, j = f.exchange(send, recv, flat[0], () if aop else flat[1], base, EXACT)
-        except CollcommError as exc:
-            raise translate(exc) from exc
+        except BaseException as exc:
+            if aop and f.exchanged[0]:     # (started all the same: completes in the background)
+                started(Started(f, twin, base, send, recv, flat, finisher(staged), f.exchanged[0], nbh.started),
+                        None)
+            if isinstance(exc, CollcommError):
+                raise translate(exc) from exc
+            raise
         if key is not None and (i or j):
             nbh.remember(f, key, flat)
         if aop:

@@ -70,13 +70,14 @@ class Started:
     ``Neighborhood.started``), so freeing the communicator posts them first
     (:meth:`orphan`): an operation pending on a freed communicator still completes."""
 
-    __slots__ = ("_f", "_twin", "_base", "_send", "_recv", "_flat", "_pending", "_after", "_ex", "_done", "_open")
+    __slots__ = ("_f", "_twin", "_base", "_send", "_recv", "_flat", "_pending", "_after", "_ex", "_done", "_open",
+                 "_in_c")
     source, tag, nbytes, cancelled, value = ANY_SOURCE, ANY_TAG, 0, False, None   # (a collective's status)
 
     def __init__(self, f: Any, twin: Any, base: int, send: np.ndarray, recv: np.ndarray, flat: tuple[Any, ...],
                  after: Callable[[], Any] | None, sent: int, open_ops: set[Any]) -> None:
         self._f, self._twin, self._base, self._send, self._recv, self._flat = f, twin, base, send, recv, flat
-        self._after, self._ex, self._done, self._open = after, None, False, open_ops
+        self._after, self._ex, self._done, self._open, self._in_c = after, None, False, open_ops, False
         self._pending = send_rest(f, twin, base, send, flat, sent) if sent < flat[2] else []
         open_ops.add(self)
 
@@ -87,6 +88,13 @@ class Started:
             return
         if self._done:
             return
+        self._in_c = True    # (a thread freeing the communicator meanwhile leaves this op to us)
+        try:
+            self._finish()
+        finally:
+            self._in_c = False
+
+    def _finish(self) -> None:
         flat = self._flat
         j = 0
         if flat[3]:
@@ -136,8 +144,8 @@ class Started:
 
     def orphan(self) -> None:
         """Request.Free, or its communicator freed: the receives posted, so the exchange
-        completes in the background."""
-        if self._ex is None and not self._done:
+        completes in the background (not while a thread takes them in C: its wait goes on)."""
+        if self._ex is None and not self._done and not self._in_c:
             self._hand_over(0)
 
     def cancel(self) -> None:
