@@ -4,7 +4,7 @@
 Every rank draws the same sequence of calls from a shared seed: the topology (a periodic
 ring, a line with ``PROC_NULL`` ends, random distributed multigraphs with edges to
 itself), the call (``Neighbor_alltoall``, ``Neighbor_allgather``, ``Neighbor_alltoallv``
-with uneven counts and gaps between receive blocks), its form (blocking, ``I…``, a
+and ``Neighbor_allgatherv`` with uneven counts and gaps between receive blocks), its form (blocking, ``I…``, a
 persistent request started again with new values), the block size (empty to above the
 native inline limit) and dtype. Each rank then completes its outstanding requests in its
 own random order and way (``Wait``, ``Test`` polling, ``Waitall``, ``Testany`` polling),
@@ -33,8 +33,9 @@ def _value(call: int, p: int, i: int, m: int, dtype: Any) -> np.ndarray:
 
 
 def _vcount(seed: int, call: int, p: int, i: int) -> int:
-    """Rank p's send count for block i in an alltoallv call (every rank computes it)."""
-    return int(np.random.default_rng([seed, call, p, i]).choice([0, 1, 2, 5, 9]))
+    """Rank p's send count for block i in a v call (every rank computes it): one of two
+    layouts per rank and block, so layouts repeat (the kept-layout ways run)."""
+    return int(np.random.default_rng([seed, call % 2, p, i]).choice([0, 1, 2, 5, 9, 40_000], p=[.2, .2, .2, .2, .15, .05]))
 
 
 class _Topo:
@@ -80,6 +81,31 @@ def _start(MPI: Any, tp: _Topo, seed: int, call: int, what: str, form: str, m: i
             t.Neighbor_alltoallv(sspec, rspec)
             return None, None, recv, want
         return t.Ineighbor_alltoallv(sspec, rspec), None, recv, want
+    if what == "allgatherv":
+        size = _vcount(seed, call, r, 0)
+        rcounts = [2 if p == tp.null else _vcount(seed, call, p, 0) for p, _ in fills]
+        rdispls = [sum(rcounts[:j]) + j for j in range(indeg)]
+        recv = np.full(sum(rcounts) + indeg, 77, dtype)
+        want = recv.copy()
+        for j, (p, _) in enumerate(fills):
+            if p != tp.null:
+                want[rdispls[j]:rdispls[j] + rcounts[j]] = _value(call, p, 0, rcounts[j], dtype)
+        rspec = [recv, rcounts, rdispls, MPI._typedict[np.dtype(dtype).char]]
+        send = _value(call, r, 0, size, dtype)
+        if form == "blocking":
+            t.Neighbor_allgatherv(send, rspec)
+            return None, None, recv, want
+        if form == "I":
+            return t.Ineighbor_allgatherv(send, rspec), None, recv, want
+        key = (id(tp), what, tuple(rcounts), size, np.dtype(dtype).char, call % 2)
+        if key not in persistent:
+            ps, pr = np.zeros_like(send), np.zeros_like(recv)
+            persistent[key] = (t.Neighbor_allgatherv_init(ps, [pr, rcounts, rdispls, rspec[3]]), ps, pr)
+        req, ps, pr = persistent[key]
+        ps[:] = send
+        pr[:] = 77
+        req.Start()
+        return req, None, pr, want
     if what == "alltoall":
         send = np.concatenate([_value(call, r, i, m, dtype) for i in range(outdeg)] + [np.zeros(0, dtype)])
         blocks = [(p, i) for p, i in fills]
@@ -142,21 +168,19 @@ def neighbor_random_checks(c: Checker, MPI: Any, comm: Any) -> None:
         pending: list[Any] = []
         for call in range(120):
             tp = topos[int(shared.integers(0, len(topos)))]
-            what = ("alltoall", "allgather", "alltoallv")[int(shared.integers(0, 3))]
+            what = ("alltoall", "allgather", "alltoallv", "allgatherv")[int(shared.integers(0, 4))]
             form = ("blocking", "I", "persistent")[int(shared.integers(0, 3))]
             if what == "alltoallv" and form == "persistent":
                 form = "I"
             m = SIZES_M[int(shared.integers(0, len(SIZES_M)))]
             dtype = DTYPES[int(shared.integers(0, len(DTYPES)))]
             label = f"seed {seed} call {call}: {form} {what} on the {tp.kind} m={m} {np.dtype(dtype)}"
-            if form == "persistent":        # (a persistent request of this layout may be active)
-                key = (id(tp), what, m, np.dtype(dtype).char)
-                if key in persistent:
-                    active = [p for p in pending if p[0] is persistent[key][0]]
-                    for p in active:
-                        pending.remove(p)
-                        p[0].Wait()
-                        c.eq(p[1], p[2], f"{p[3]} (waited for before its restart)")
+            if form == "persistent":        # (the active persistent requests first: one may be restarted)
+                preqs = {id(preq) for preq, _, _ in persistent.values()}
+                for p in [p for p in pending if id(p[0]) in preqs]:
+                    pending.remove(p)
+                    p[0].Wait()
+                    c.eq(p[1], p[2], f"{p[3]} (waited for before a persistent start)")
             req, _, recv, want = _start(MPI, tp, seed, call, what, form, m, dtype, persistent, r)
             if req is None:
                 c.eq(recv, want, label)

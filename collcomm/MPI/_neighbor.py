@@ -38,13 +38,19 @@ __all__ = ["NeighborCollectives"]
 
 
 #: the kinds of call the quick path knows (Neighborhood.quick_run)
-_ALLTOALL, _ALLGATHER, _ALLTOALLV = 0, 1, 2
+_ALLTOALL, _ALLGATHER, _ALLTOALLV, _ALLGATHERV = 0, 1, 2, 3
 
 
 def _v_key(sendbuf: Any, recvbuf: Any) -> tuple[Any, ...] | None:
     """The quick path's key of a Neighbor_alltoallv (None: not spec lists of its form)."""
     skey, rkey = vector_key(sendbuf), vector_key(recvbuf)
     return None if skey is None or rkey is None else (_ALLTOALLV, *skey, *rkey)
+
+
+def _gv_key(sendbuf: Any, recvbuf: Any) -> tuple[Any, ...] | None:
+    """The quick path's key of a Neighbor_allgatherv: a plain array, a receive spec list."""
+    rkey = vector_key(recvbuf) if type(sendbuf) is np.ndarray else None
+    return None if rkey is None else (_ALLGATHERV, sendbuf.dtype, sendbuf.shape, *rkey)
 
 
 def _check_not_in_place(sendbuf: Any, call: str) -> None:
@@ -109,7 +115,8 @@ class NeighborCollectives:
         recv, counts, displs, dt = vector(recvbuf, len(nb.sources), call, "recvbuf", writable=True, staged=st)
         m = dt._t.mult
         return self._go(on, base, [(0, send.size)] * len(nb.destinations), send,
-                        [(d * m, c * m) for c, d in zip(counts, displs)], recv, aop, call, st)
+                        [(d * m, c * m) for c, d in zip(counts, displs)], recv, aop, call, st,
+                        None if dt._t.gaps else _gv_key(sendbuf, recvbuf))
 
     def _n_alltoall(self, sendbuf: Any, recvbuf: Any, aop: bool, call: str, base: int | None = None) -> Any:
         on = self._neighbor_plan(call)
@@ -155,7 +162,10 @@ class NeighborCollectives:
             self._n_allgather(sendbuf, recvbuf, False, "Neighbor_allgather")
 
     def Neighbor_allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
-        self._n_allgatherv(sendbuf, recvbuf, False, "Neighbor_allgatherv")
+        nbh = self._h.neighbor
+        key = None if nbh is None or not nbh.quick else _gv_key(sendbuf, recvbuf)
+        if key is None or not nbh.quick_run(_ALLGATHERV, sendbuf, recvbuf[0], key):
+            self._n_allgatherv(sendbuf, recvbuf, False, "Neighbor_allgatherv")
 
     def Neighbor_alltoall(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
         nbh = self._h.neighbor
@@ -177,7 +187,10 @@ class NeighborCollectives:
         return _request(op if op is not None else self._n_allgather(sendbuf, recvbuf, True, "Ineighbor_allgather"))
 
     def Ineighbor_allgatherv(self, sendbuf: Any, recvbuf: Any) -> Request:  # noqa: N802
-        return _request(self._n_allgatherv(sendbuf, recvbuf, True, "Ineighbor_allgatherv"))
+        nbh = self._h.neighbor
+        key = None if nbh is None or not nbh.quick else _gv_key(sendbuf, recvbuf)
+        op = None if key is None else nbh.quick_start(_ALLGATHERV, sendbuf, recvbuf[0], key)
+        return _request(op if op is not None else self._n_allgatherv(sendbuf, recvbuf, True, "Ineighbor_allgatherv"))
 
     def Ineighbor_alltoall(self, sendbuf: Any, recvbuf: Any) -> Request:  # noqa: N802
         nbh = self._h.neighbor
@@ -209,6 +222,9 @@ class NeighborCollectives:
         if kind == _ALLTOALLV:
             key = _v_key(sendbuf, recvbuf)
             send, recv = (sendbuf[0], recvbuf[0]) if key is not None else (None, None)
+        elif kind == _ALLGATHERV:
+            key = _gv_key(sendbuf, recvbuf)
+            send, recv = (sendbuf, recvbuf[0]) if key is not None else (None, None)
         elif kind is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
             send, recv = sendbuf, recvbuf
             key = (kind, send.dtype, send.shape, recv.dtype, recv.shape)
@@ -221,7 +237,7 @@ class NeighborCollectives:
         return self._n_init(self._n_allgather, sendbuf, recvbuf, "Neighbor_allgather_init", _ALLGATHER)
 
     def Neighbor_allgatherv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
-        return self._n_init(self._n_allgatherv, sendbuf, recvbuf, "Neighbor_allgatherv_init")
+        return self._n_init(self._n_allgatherv, sendbuf, recvbuf, "Neighbor_allgatherv_init", _ALLGATHERV)
 
     def Neighbor_alltoall_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
         return self._n_init(self._n_alltoall, sendbuf, recvbuf, "Neighbor_alltoall_init", _ALLTOALL)
