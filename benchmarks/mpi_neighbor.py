@@ -54,6 +54,8 @@ for k, size in enumerate(int(x) for x in args.sizes.split(",")):
     it = max(10, args.iters // (8 ** k))
     timeit(f"ring Neighbor_alltoall {size} B", lambda: ring.Neighbor_alltoall(send, recv), it)
     timeit(f"ring Neighbor_allgather {size} B", lambda: ring.Neighbor_allgather(send[:m], recv), it)
+    timeit(f"ring Neighbor_allgatherv {size} B",
+           lambda: ring.Neighbor_allgatherv(send[:m], [recv, [m, m], [0, m], MPI.DOUBLE]), it)
     timeit(f"ring two Sendrecv {size} B", lambda: (ring.Sendrecv(send[:m], down, 0, recv[m:], up, 0),
                                                    ring.Sendrecv(send[m:], up, 1, recv[:m], down, 1)), it)
     timeit(f"graph Neighbor_alltoallv {size} B",
