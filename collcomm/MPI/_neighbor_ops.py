@@ -14,7 +14,7 @@ offset, byte length, peer, tag code per block) over contiguous buffers, moved as
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import numpy as np
 
@@ -88,34 +88,39 @@ class Started:
             return
         if self._done:
             return
-        self._in_c = True    # (a thread freeing the communicator meanwhile leaves this op to us)
-        try:
-            self._finish()
-        finally:
-            self._in_c = False
-
-    def _finish(self) -> None:
         flat = self._flat
         j = 0
-        if flat[3]:
-            try:
-                j = self._f.exchange(self._send, self._recv, (), flat[1], self._base, EXACT)[1]
-            except BaseException as exc:      # (the receives it did are done: the rest posted)
-                self._hand_over(self._f.exchanged[1])
-                if not isinstance(exc, CollcommError):
-                    raise           # (an interruption: waited for again, by the Exchange)
-                err = translate(exc)
-                if not isinstance(exc, CommTimeoutError):
-                    self._ex._fail(err)    # (failed: nothing left posted to catch a later message)
-                raise err from exc
-        if j < flat[3] or self._pending:      # (lent sends: done once their peers read them)
-            self._hand_over(j)
+        self._in_c = True    # (a thread freeing the communicator meanwhile leaves this op to us)
+        try:
+            if flat[3]:
+                try:
+                    j = self._f.exchange(self._send, self._recv, (), flat[1], self._base, EXACT)[1]
+                except BaseException as exc:      # (the receives it did are done: the rest posted)
+                    self._raise(exc)
+            if j < flat[3] or self._pending:      # (lent sends: done once their peers read them)
+                self._hand_over(j)
+            else:
+                self._done = True
+                self._open.discard(self)
+        finally:
+            self._in_c = False
+        if self._ex is not None:
             self._ex.wait()
-            return
-        self._done = True
-        self._open.discard(self)
-        if self._after is not None:
+        elif self._after is not None:
             self._after()
+
+    def _raise(self, exc: BaseException) -> NoReturn:
+        """The C receive raised: the receives it did not take posted, then the error raised
+        (an interruption or a timeout: waited for again, by the Exchange; any other error
+        fails it, so nothing is left posted to catch a later message)."""
+        self._hand_over(self._f.exchanged[1])
+        if not isinstance(exc, CollcommError):
+            raise exc
+        err = translate(exc)
+        if not isinstance(exc, CommTimeoutError):
+            assert self._ex is not None
+            self._ex._fail(err)
+        raise err from exc
 
     def _hand_over(self, received: int) -> None:
         """Post the receives from ``received`` on as ``Irecv``s; an :class:`Exchange` of
