@@ -135,6 +135,26 @@ def _graph_checks(c: Checker, MPI: Any, comm: Any) -> None:
             c.eq(recv, want, f"graph n={n}: Neighbor_alltoallv call {it} blocks {m0}, {m1}")
     if _native(g):
         c.true(k.runs >= 3, f"graph n={n}: the quick path ran ({k.runs} calls)")
+    # counts given as 0-d numpy arrays (valid, read with int()): no layout kept, every form right
+    a0, a1 = np.array(1), np.array(1)
+    for it in range(2):
+        for form in ("blocking", "I", "init"):
+            send, recv = np.arange(2.0) + 10 * r + it, np.full(2, -1.0)
+            specs = ([send, [a0, a1], [0, 1], MPI.DOUBLE], [recv, [a0, a1], [0, 1], MPI.DOUBLE])
+            if form == "blocking":
+                g.Neighbor_alltoallv(*specs)
+                g.Neighbor_allgatherv(send[:1], [recv, [a0, a1], [0, 1], MPI.DOUBLE])
+                recv[:] = -1
+                g.Neighbor_alltoallv(*specs)
+            elif form == "I":
+                g.Ineighbor_alltoallv(*specs).Wait()
+            else:
+                q = g.Neighbor_alltoallv_init(*specs)
+                q.Start()
+                q.Wait()
+                q.Free()
+            c.eq(recv, [10 * ((r - 1) % n) + it, 10 * ((r - 2) % n) + it + 1],
+                 f"graph n={n}: Neighbor_alltoallv ({form}) with 0-d array counts, call {it}")
     # a freed datatype in a cached spec: refused on every rank; the next call right
     dt = MPI.DOUBLE.Create_contiguous(1).Commit()
     send, recv = np.arange(2.0) + r, np.zeros(2)

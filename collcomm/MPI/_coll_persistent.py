@@ -92,10 +92,11 @@ class _Prepared:
         fast = self.g.fast
         if fast is not None:
             start = functools.partial(workop_started, getattr(fast, self.entry), *self.args)
-            self.quick[0] = start
             op = start()
             if op is not None:
+                self.quick[0] = start      # (only where it starts: declined, it is not tried again)
                 return op
+        self.quick[0] = None
         return self.general()
 
 

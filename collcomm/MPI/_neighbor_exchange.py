@@ -130,8 +130,11 @@ class Neighborhood:
         """Keep ``flat`` for later calls of ``key``, where the quick path can tell a call C did
         not start from one it did: some message to move."""
         if (flat[2] or flat[3]) and len(self.quick) < 64:
+            try:
+                self.quick[key] = flat
+            except TypeError:       # (counts that cannot be hashed, 0-d arrays say: not kept)
+                return
             self.f = f
-            self.quick[key] = flat
 
     def _layout(self, kind: int, send: Any, recv: Any, key: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
         """The kept ``flat`` for a call on ``send`` and ``recv`` (None: none, or not plain arrays)."""
@@ -223,7 +226,7 @@ def vector_key(spec: Any) -> tuple[Any, ...] | None:
     arr, counts, displs, dt = spec
     if type(arr) is not np.ndarray or type(dt) is not Datatype:
         return None
-    try:       # (items that cannot be hashed: quick_run finds no layout)
+    try:       # (items that cannot be hashed: never kept, never found)
         return arr.dtype, arr.shape, tuple(counts), tuple(displs), dt._t
     except TypeError:
         return None
