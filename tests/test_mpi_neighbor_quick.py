@@ -537,6 +537,23 @@ def test_an_interrupted_persistent_start_leaves_its_request_active():
     from collcomm import MPI
     with pytest.raises(MPI.Exception):
         req.Start()
+    # the same through the regular way (a request's first Start: no layout kept yet)
+    from collcomm.MPI._neighbor_exchange import exchange
+
+    class Twin(_Twin):
+        def _grp(self, call: str) -> Any:
+            return grp
+
+    class Grp:
+        _p2p_native = _Interrupted((1, 0))
+
+    grp = Grp()
+    nbh = Neighborhood(Twin(), Plan(Neighbors([1, 2], [1, 2]), 0, "t"), G())
+    req = persistent(lambda: None)
+    nbh.starting = req
+    with pytest.raises(KeyboardInterrupt):
+        exchange(nbh, 6, [(0, 1), (1, 1)], send, [(0, 1), (1, 1)], recv, True, "t", [])
+    assert isinstance(req._op, Started) and nbh.twin.log == [("isend", 2, 6, 8)]   # (the send C did not write)
 
 
 def test_started_test_and_free_post_its_receives():

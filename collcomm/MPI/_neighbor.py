@@ -217,7 +217,11 @@ class NeighborCollectives:
         base = self._neighbor_call()
 
         def start() -> Any:
-            return fn(sendbuf, recvbuf, True, call, base)
+            nbh.starting = request      # (interrupted once its sends were written: made active)
+            try:
+                return fn(sendbuf, recvbuf, True, call, base)
+            finally:
+                nbh.starting = None
         key = None
         if kind == _ALLTOALLV:
             key = _v_key(sendbuf, recvbuf)

@@ -103,13 +103,14 @@ class Neighborhood:
     call that ran natively; ``f`` the twin's native point-to-point entry; ``started`` the
     non-blocking calls begun in C whose receives are neither taken nor posted yet."""
 
-    __slots__ = ("twin", "plan", "calls", "quick", "f", "g", "started")
+    __slots__ = ("twin", "plan", "calls", "quick", "f", "g", "started", "starting")
 
     def __init__(self, twin: Any, plan: Plan, g: Any) -> None:
         self.twin, self.plan, self.calls, self.g = twin, plan, 0, g
         self.quick: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self.f: Any = None
         self.started: set[Started] = set()
+        self.starting: Any = None      # the persistent request whose Start runs the regular way now
 
     def free(self) -> None:
         """The communicator freed: the receives of calls still pending posted (they complete
@@ -284,9 +285,9 @@ def exchange(nbh: Neighborhood, base: int, s_at: Sequence[tuple[int, int]], send
         try:
             i, j = f.exchange(send, recv, flat[0], () if aop else flat[1], base, EXACT)
         except BaseException as exc:
-            if aop and f.exchanged[0]:     # (started all the same: completes in the background)
+            if aop and f.exchanged[0]:     # (started all the same: its request's, or in the background)
                 started(Started(f, twin, base, send, recv, flat, finisher(staged), f.exchanged[0], nbh.started),
-                        None)
+                        nbh.starting)
             if isinstance(exc, CollcommError):
                 raise translate(exc) from exc
             raise
