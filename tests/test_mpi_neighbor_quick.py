@@ -56,6 +56,24 @@ class _Counted:
         Neighborhood.quick_run, Neighborhood.quick_start = self.run, self.start  # type: ignore[method-assign]
 
 
+HOW = ("Wait", "Test", "Waitall", "Testany")
+
+
+def complete_by(MPI: Any, req: Any, how: int, others: list[Any] | None = None) -> None:
+    """Complete ``req`` by HOW[how]: its Wait, Test polling, a Waitall with ``others``, or
+    Testany polling."""
+    if how == 0:
+        req.Wait()
+    elif how == 1:
+        while not req.Test():
+            pass
+    elif how == 2:
+        MPI.Request.Waitall([req, *(others or [])])
+    else:
+        while not MPI.Request.Testany([req])[1]:
+            pass
+
+
 def _native(t: Any) -> bool:
     """Whether topology communicator ``t``'s neighbour twin has native point-to-point."""
     nbh = t._neighbor_plan("test")
@@ -202,24 +220,18 @@ def _nonblocking_checks(c: Checker, MPI: Any, comm: Any) -> None:
             recv = np.full(2 * m, -1.0)
             req = t.Ineighbor_alltoall(value(r), recv)
             how = it % 4
-            if how == 0:
-                req.Wait()
-            elif how == 1:
-                while not req.Test():
-                    pass
-            elif how == 2:
+            if how != 2:
+                complete_by(MPI, req, how)
+            else:
                 other = t.Ineighbor_allgather(value(r)[:m], got := np.full(2 * m, -1.0))
-                MPI.Request.Waitall([other, req])
+                complete_by(MPI, req, how, [other])
                 want = np.full(2 * m, -1.0)
                 for slot, p in enumerate((down, up)):
                     if p != MPI.PROC_NULL:
                         want[slot * m:(slot + 1) * m] = value(p)[:m]
                 c.eq(got, want, f"{what}: Ineighbor_allgather in a Waitall, call {it}")
-            else:
-                while not MPI.Request.Testany([req])[1]:
-                    pass
             c.eq(recv, _a2a_want(MPI, down, up, m, value, np.float64), f"{what}: Ineighbor_alltoall call {it} "
-                 f"completed by {['Wait', 'Test', 'Waitall', 'Testany'][how]}")
+                 f"completed by {HOW[how]}")
         k.__exit__()
         if native:
             c.true(k.starts >= 3, f"{what}: Ineighbor_… took the quick path ({k.starts} calls)")

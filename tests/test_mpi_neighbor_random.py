@@ -22,6 +22,7 @@ import pytest
 
 from tests.mpi_checks import SIZES, Checker, check, job
 from tests.test_mpi_neighbor import _pairings
+from tests.test_mpi_neighbor_quick import HOW, complete_by
 
 SIZES_M = (0, 1, 1, 3, 3, 17, 40_000)          # elements a block (40,000 float64: above the inline limit)
 DTYPES = (np.float64, np.int32, np.uint8)
@@ -141,21 +142,12 @@ def _complete(MPI: Any, c: Checker, rng: np.random.Generator, pending: list[Any]
         k = int(rng.integers(0, len(pending)))
         req, recv, want, label = pending.pop(k)
         how = int(rng.integers(0, 4))
-        if how == 0:
-            req.Wait()
-        elif how == 1:
-            while not req.Test():
-                pass
-        elif how == 2:
-            others = [p[0] for p in pending[:int(rng.integers(0, len(pending) + 1))]]
-            MPI.Request.Waitall([req] + others)
-            for p in pending[:len(others)]:
-                c.eq(p[1], p[2], f"{p[3]} (completed by another's Waitall)")
-            del pending[:len(others)]
-        else:
-            while not MPI.Request.Testany([req])[1]:
-                pass
-        c.eq(recv, want, f"{label} completed by {['Wait', 'Test', 'Waitall', 'Testany'][how]}")
+        others = [p[0] for p in pending[:int(rng.integers(0, len(pending) + 1))]] if how == 2 else []
+        complete_by(MPI, req, how, others)
+        for p in pending[:len(others)]:
+            c.eq(p[1], p[2], f"{p[3]} (completed by another's Waitall)")
+        del pending[:len(others)]
+        c.eq(recv, want, f"{label} completed by {HOW[how]}")
 
 
 def neighbor_random_checks(c: Checker, MPI: Any, comm: Any) -> None:

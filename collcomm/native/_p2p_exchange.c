@@ -53,6 +53,20 @@ static uint64_t xchg_tag(P2P *s, long long base, PyObject *code)
     return s->tag_base | (uint64_t)(base + c);
 }
 
+/* Block k of flat tuple t, in a buffer of len bytes: its peer's pipe (*off, *n, *tag set),
+ * or NULL (the block unreadable or outside the buffer, no ring to that peer, a tag out of
+ * range; no exception left). */
+static Pipe *xchg_peer(P2P *s, PyObject *t, Py_ssize_t k, Py_ssize_t len, long long base, Py_ssize_t *off,
+                       Py_ssize_t *n, uint64_t *tag)
+{
+    PyObject *peer, *code;
+    if (!xchg_block(t, k, len, off, n, &peer, &code))
+        return NULL;
+    Pipe *p = p2p_pipe(s, peer);
+    *tag = p == NULL ? 0 : xchg_tag(s, base, code);
+    return *tag == 0 ? NULL : p;
+}
+
 /* One receive into dst[0:cap] from pipe p: 1 received, 0 left to the regular path, -1 error. */
 static int xchg_recv(P2P *s, Pipe *p, uint8_t *dst, uint64_t cap, uint64_t tag, uint64_t mask)
 {
@@ -134,12 +148,9 @@ static PyObject *P2P_exchange(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     int failed = 0;
     for (; i < ns; i++) {
         Py_ssize_t off, n;
-        PyObject *peer, *code;
-        if (!xchg_block(sends, i, sb.len, &off, &n, &peer, &code))
-            break;
-        Pipe *p = p2p_pipe(s, peer);
-        uint64_t tag = p == NULL ? 0 : xchg_tag(s, base, code);
-        if (tag == 0 || !p->has_out)
+        uint64_t tag;
+        Pipe *p = xchg_peer(s, sends, i, sb.len, base, &off, &n, &tag);
+        if (p == NULL || !p->has_out)
             break;
         Py_buffer piece = sb;             /* (only buf and len are read by p2p_write) */
         piece.buf = (char *)sb.buf + off;
@@ -155,12 +166,9 @@ static PyObject *P2P_exchange(P2P *s, PyObject *const *args, Py_ssize_t nargs)
         failed = held < 0;
         for (; !held && j < nr; j++) {
             Py_ssize_t off, n;
-            PyObject *peer, *code;
-            if (!xchg_block(recvs, j, rb.len, &off, &n, &peer, &code))
-                break;
-            Pipe *p = p2p_pipe(s, peer);
-            uint64_t tag = p == NULL ? 0 : xchg_tag(s, base, code);
-            if (tag == 0 || !p->has_in)
+            uint64_t tag;
+            Pipe *p = xchg_peer(s, recvs, j, rb.len, base, &off, &n, &tag);
+            if (p == NULL || !p->has_in)
                 break;
             int got = xchg_recv(s, p, (uint8_t *)rb.buf + off, (uint64_t)n, tag, mask);
             if (got <= 0) {
