@@ -291,6 +291,7 @@ def _lent_and_freed_checks(c: Checker, MPI: Any, comm: Any) -> None:
             if form[0] == "N":
                 req.Free()
     _free_while_waited(c, MPI, comm)
+    _free_while_timing_out(c, MPI, comm)
     for it in range(2):
         f = comm.Create_cart([n], [True])
         f.Neighbor_alltoall(np.arange(2.0), np.zeros(2))     # (the layout kept: the second request quick)
@@ -349,6 +350,53 @@ def _free_while_waited(c: Checker, MPI: Any, comm: Any) -> None:
         t.Free()
     c.eq(recv, _a2a_want(MPI, down, up, 1, lambda p: np.arange(2.0) + 10 * p, np.float64),
          "an Ineighbor_alltoall waited for while its communicator was freed")
+    comm.Barrier()
+
+
+def _free_while_timing_out(c: Checker, MPI: Any, comm: Any) -> None:
+    """Rank 0's waiter thread times out in C (its peers send late) after its main thread
+    freed the communicator: the receives C leaves are posted on the twin, which the last
+    waiter frees (it was freed under the waiter: ERR_COMM, the request failed); waited for
+    again, the request completes."""
+    import threading
+
+    import collcomm
+    r, n = comm.rank, comm.size
+    t = comm.Create_cart([n], [True])
+    if n < 2 or not _native(t):
+        t.Free()
+        return
+    down, up = t.Shift(0, 1)
+    t.Neighbor_alltoall(np.arange(2.0), np.zeros(2))          # (the layout kept)
+    comm.Barrier()
+    recv = np.full(2, -1.0)
+    if r != 0:
+        time.sleep(0.6)
+    req = t.Ineighbor_alltoall(np.arange(2.0) + 10 * r, recv)
+    if r == 0:
+        seen: list[Any] = []
+
+        def waiter() -> None:
+            with collcomm.call_timeout(0.3):
+                try:
+                    req.Wait()
+                    seen.append("completed")
+                except MPI.Exception as exc:
+                    seen.append("timed out" if isinstance(exc, collcomm.CommTimeoutError) else repr(exc))
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        time.sleep(0.1)
+        t.Free()
+        thread.join(60)
+        c.eq(seen, ["timed out"], "a wait timed out under a freed communicator (its timeout, not ERR_COMM)")
+    try:
+        req.Wait()
+    except MPI.Exception as exc:        # (recorded: the ranks stay in step for the next checks)
+        c.true(False, f"the request waited for again after its timeout raised {exc!r}")
+    if r != 0:
+        t.Free()
+    c.eq(recv, _a2a_want(MPI, down, up, 1, lambda p: np.arange(2.0) + 10 * p, np.float64),
+         "the request waited for again after its timeout under a freed communicator")
     comm.Barrier()
 
 
@@ -437,15 +485,27 @@ class _F:
         return False
 
 
-OPEN: set[Any] = set()
+class _Owner:
+    """A Started op's owner (Neighborhood's part of it)."""
+
+    def __init__(self, twin: Any) -> None:
+        self.twin, self.started, self.waiting, self.freeing = twin, set(), set(), False
+
+    def release(self) -> None:
+        self.freeing = False
+
+
+OWNERS: list[_Owner] = []
 
 
 def _started(exc: BaseException | None, received: int, sent: int = 2) -> tuple[Any, _Twin, list[int]]:
     from collcomm.MPI._neighbor_ops import Started
     twin, after = _Twin(), []
+    owner = _Owner(twin)
+    OWNERS.append(owner)
     flat = ((0, 8, 1, 0, 8, 8, 2, 1), (0, 8, 1, 1, 8, 16, 2, 0), 2, 2, ())
-    op = Started(_F(exc, received), twin, 40, np.zeros(2), np.zeros(3), flat, lambda: after.append(1), sent, OPEN)
-    assert op in OPEN
+    op = Started(_F(exc, received), owner, 40, np.zeros(2), np.zeros(3), flat, lambda: after.append(1), sent)
+    assert op in owner.started
     return op, twin, after
 
 
@@ -480,14 +540,15 @@ def test_started_hands_over_after_an_error_in_its_wait():
     assert twin.log == [("irecv", 2, 40, 16), ("cancel", ("irecv", 2, 40))] and after == []
     with pytest.raises(MPI.Exception):
         op.wait()
-    assert not OPEN
+    assert not any(o.started or o.waiting for o in OWNERS)
 
 
 def test_started_waits_for_its_sends_before_it_completes():
     op, twin, after = _started(None, 0, sent=1)     # (C took both receives; one send an Isend)
     assert twin.log == [("isend", 2, 41, 8)]
     op.wait()
-    assert twin.log[1:] == [("wait", ("isend", 2, 41))] and after == [1] and not OPEN
+    assert twin.log[1:] == [("wait", ("isend", 2, 41))] and after == [1]
+    assert not any(o.started or o.waiting for o in OWNERS)
 
 
 class _Interrupted:
@@ -578,7 +639,11 @@ def test_started_test_and_free_post_its_receives():
     op, twin, after = _started(None, 0)
     op.wait()                           # all in C: nothing posted, `after` run
     assert twin.log == [] and after == [1] and op.test()
-    OPEN.clear()
+    op, twin, after = _started(None, 0)
+    assert op._claim() and not op._claim()       # (one claim: as another thread's wait takes it)
+    op.orphan()
+    assert op.test() is False and twin.log == []   # (neither posts what that thread takes)
+    OWNERS.clear()
 
 
 @pytest.mark.timeout(160)

@@ -103,23 +103,34 @@ class Neighborhood:
     call that ran natively; ``f`` the twin's native point-to-point entry; ``started`` the
     non-blocking calls begun in C whose receives are neither taken nor posted yet."""
 
-    __slots__ = ("twin", "plan", "calls", "quick", "f", "g", "started", "starting")
+    __slots__ = ("twin", "plan", "calls", "quick", "f", "g", "started", "starting", "waiting", "freeing")
 
     def __init__(self, twin: Any, plan: Plan, g: Any) -> None:
         self.twin, self.plan, self.calls, self.g = twin, plan, 0, g
         self.quick: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self.f: Any = None
-        self.started: set[Started] = set()
+        self.started: set[Started] = set()   # (Started: its receives unclaimed)
+        self.waiting: set[Started] = set()   # (Started: a thread takes its receives in C)
+        self.freeing = False                 # (freed while waited for: the last waiter frees the twin)
         self.starting: Any = None      # the persistent request whose Start runs the regular way now
 
     def free(self) -> None:
         """The communicator freed: the receives of calls still pending posted (they complete
-        as MPI has them; not those a thread waits for in C now), then the twin freed."""
+        as MPI has them), then the twin freed, or, while a thread takes some in C, by the
+        last such thread (whatever C leaves, it posts on the twin)."""
         try:
             for op in list(self.started):
                 op.orphan()
         finally:
-            self.twin.Free()
+            if self.waiting:
+                self.freeing = True
+            else:
+                self.twin.Free()
+
+    def release(self) -> None:
+        """The last waiter of a freed communicator has left: the twin freed."""
+        self.freeing = False
+        self.twin.Free()
 
     def take(self) -> int:
         """The next call's number (its tag base)."""
@@ -190,13 +201,13 @@ class Neighborhood:
         except BaseException as exc:
             sent = f.exchanged[0]
             if sent:
-                started(Started(f, self.twin, number, send, recv, q, None, sent, self.started), request)
+                started(Started(f, self, number, send, recv, q, None, sent), request)
             self._raised(exc, base)
         if not i:
             return None
         if base is None:
             self.take()
-        return Started(f, self.twin, number, send, recv, q, None, i, self.started)
+        return Started(f, self, number, send, recv, q, None, i)
 
     def _raised(self, exc: BaseException, base: int | None) -> NoReturn:
         """P2P.exchange raised (an error, an interruption): the call's number taken if it
@@ -286,15 +297,14 @@ def exchange(nbh: Neighborhood, base: int, s_at: Sequence[tuple[int, int]], send
             i, j = f.exchange(send, recv, flat[0], () if aop else flat[1], base, EXACT)
         except BaseException as exc:
             if aop and f.exchanged[0]:     # (started all the same: its request's, or in the background)
-                started(Started(f, twin, base, send, recv, flat, finisher(staged), f.exchanged[0], nbh.started),
-                        nbh.starting)
+                started(Started(f, nbh, base, send, recv, flat, finisher(staged), f.exchanged[0]), nbh.starting)
             if isinstance(exc, CollcommError):
                 raise translate(exc) from exc
             raise
         if key is not None and (i or j):
             nbh.remember(f, key, flat)
         if aop:
-            return Started(f, twin, base, send, recv, flat, finisher(staged), i, nbh.started)
+            return Started(f, nbh, base, send, recv, flat, finisher(staged), i)
         if i < flat[2] or j < flat[3]:
             finish_blocking(f, twin, base, send, recv, flat, i, j)
         unpack_staged(staged)

@@ -14,13 +14,14 @@ offset, byte length, peer, tag code per block) over contiguous buffers, moved as
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, NoReturn
 
 import numpy as np
 
 from ..errors import CollcommError, CommTimeoutError
 from ._consts import ANY_SOURCE, ANY_TAG
-from ._errors import Exception as MPIException, translate
+from ._errors import ERR_OTHER, Exception as MPIException, translate
 from ._p2p_ops import EXACT
 from ._request import Request
 
@@ -65,21 +66,31 @@ def send_rest(f: Any, twin: Any, base: int, send: np.ndarray, flat: tuple[Any, .
 
 class Started:
     """A non-blocking exchange begun in C (see the module docstring): ``sent`` of its sends
-    written by the caller's ``P2P.exchange``, the rest written or posted here. Until its
-    receives are taken or posted it is in ``open`` (its communicator's
-    ``Neighborhood.started``), so freeing the communicator posts them first
-    (:meth:`orphan`): an operation pending on a freed communicator still completes."""
+    written by the caller's ``P2P.exchange``, the rest written or posted here. ``owner``
+    (its communicator's :class:`~._neighbor_exchange.Neighborhood`): ``twin``, ``started``
+    (the ops whose receives no thread has claimed yet: whoever removes an op from it takes
+    its receives, in C or as ``Irecv``s; freeing the communicator posts those left,
+    :meth:`orphan`), ``waiting`` (the ops a thread takes in C now: the twin is freed once
+    the last has left, ``freeing``/``release``), so an operation pending on a freed
+    communicator still completes."""
 
-    __slots__ = ("_f", "_twin", "_base", "_send", "_recv", "_flat", "_pending", "_after", "_ex", "_done", "_open",
-                 "_in_c")
+    __slots__ = ("_f", "_owner", "_base", "_send", "_recv", "_flat", "_pending", "_after", "_ex", "_done")
     source, tag, nbytes, cancelled, value = ANY_SOURCE, ANY_TAG, 0, False, None   # (a collective's status)
 
-    def __init__(self, f: Any, twin: Any, base: int, send: np.ndarray, recv: np.ndarray, flat: tuple[Any, ...],
-                 after: Callable[[], Any] | None, sent: int, open_ops: set[Any]) -> None:
-        self._f, self._twin, self._base, self._send, self._recv, self._flat = f, twin, base, send, recv, flat
-        self._after, self._ex, self._done, self._open, self._in_c = after, None, False, open_ops, False
-        self._pending = send_rest(f, twin, base, send, flat, sent) if sent < flat[2] else []
-        open_ops.add(self)
+    def __init__(self, f: Any, owner: Any, base: int, send: np.ndarray, recv: np.ndarray, flat: tuple[Any, ...],
+                 after: Callable[[], Any] | None, sent: int) -> None:
+        self._f, self._owner, self._base, self._send, self._recv, self._flat = f, owner, base, send, recv, flat
+        self._after, self._ex, self._done = after, None, False
+        self._pending = send_rest(f, owner.twin, base, send, flat, sent) if sent < flat[2] else []
+        owner.started.add(self)
+
+    def _claim(self) -> bool:
+        """Whether this thread takes the receives (removed from ``started``: one thread does)."""
+        try:
+            self._owner.started.remove(self)
+        except KeyError:
+            return False
+        return True
 
     def wait(self) -> None:
         ex = self._ex
@@ -88,26 +99,37 @@ class Started:
             return
         if self._done:
             return
-        flat = self._flat
-        j = 0
-        self._in_c = True    # (a thread freeing the communicator meanwhile leaves this op to us)
+        owner = self._owner
+        owner.waiting.add(self)       # (before the claim: a free meanwhile leaves the twin to us)
         try:
-            if flat[3]:
-                try:
-                    j = self._f.exchange(self._send, self._recv, (), flat[1], self._base, EXACT)[1]
-                except BaseException as exc:      # (the receives it did are done: the rest posted)
-                    self._raise(exc)
-            if j < flat[3] or self._pending:      # (lent sends: done once their peers read them)
-                self._hand_over(j)
-            else:
-                self._done = True
-                self._open.discard(self)
+            took = self._claim() and self._take()
         finally:
-            self._in_c = False
+            owner.waiting.discard(self)
+            if owner.freeing and not owner.waiting:
+                owner.release()
+        if took:
+            if self._after is not None:
+                self._after()
+            return
+        while self._ex is None and not self._done:     # (another thread has claimed it)
+            time.sleep(0.0002)
         if self._ex is not None:
             self._ex.wait()
-        elif self._after is not None:
-            self._after()
+
+    def _take(self) -> bool:
+        """The receives in C: True all taken (done), False the rest handed over."""
+        flat = self._flat
+        j = 0
+        if flat[3]:
+            try:
+                j = self._f.exchange(self._send, self._recv, (), flat[1], self._base, EXACT)[1]
+            except BaseException as exc:      # (the receives it did are done: the rest posted)
+                self._raise(exc)
+        if j < flat[3] or self._pending:      # (lent sends: done once their peers read them)
+            self._hand_over(j)
+            return False
+        self._done = True
+        return True
 
     def _raise(self, exc: BaseException) -> NoReturn:
         """The C receive raised: the receives it did not take posted, then the error raised
@@ -123,34 +145,38 @@ class Started:
         raise err from exc
 
     def _hand_over(self, received: int) -> None:
-        """Post the receives from ``received`` on as ``Irecv``s; an :class:`Exchange` of
-        them and the pending sends takes over (failed at once if posting fails)."""
-        self._open.discard(self)
+        """Post the receives from ``received`` on as ``Irecv``s (this thread claimed them); an
+        :class:`Exchange` of them and the pending sends takes over (failed at once if
+        posting fails)."""
         recvs = self._flat[1]
         rb = self._recv.reshape(-1).view(np.uint8)
         reqs: list[Request] = []
+        twin = self._owner.twin
         try:
             for k in range(4 * received, len(recvs), 4):
                 off, length, p, code = recvs[k:k + 4]
-                reqs.append(self._twin.Irecv(rb[off:off + length], p, self._base + code))
-        except MPIException as exc:
-            self._ex = Exchange(reqs + self._pending, self._after)
-            self._ex._fail(exc)
+                reqs.append(twin.Irecv(rb[off:off + length], p, self._base + code))
+        except BaseException as exc:     # (failed, or interrupted, midway: the posted ones ended)
+            ex = Exchange(reqs + self._pending, self._after)
+            ex._fail(exc if isinstance(exc, MPIException) else MPIException(
+                ERR_OTHER, f"a neighbourhood exchange was interrupted ({type(exc).__name__}) while it "
+                           "posted its receives"))
+            self._ex = ex
             raise
         self._ex = Exchange(reqs + self._pending, self._after)
 
     def test(self) -> bool:
         if self._ex is None:
-            if self._done:
-                return True
+            if self._done or not self._claim():
+                return self._done          # (or another thread holds it: not complete yet)
             self._hand_over(0)
         assert self._ex is not None
         return self._ex.test()
 
     def orphan(self) -> None:
         """Request.Free, or its communicator freed: the receives posted, so the exchange
-        completes in the background (not while a thread takes them in C: its wait goes on)."""
-        if self._ex is None and not self._done and not self._in_c:
+        completes in the background (unless a thread has claimed them: its wait goes on)."""
+        if self._claim():
             self._hand_over(0)
 
     def cancel(self) -> None:
