@@ -14,9 +14,10 @@
  * inline limit, a full ring, a busy lock, a message or receive the engine holds, deferred
  * receives, a paused or busy engine, a peer without a ring) and returns ``(i, j)``: sends
  * [0, i) and receives [0, j) done; the caller does the rest the regular way, in the same
- * order (a receive only after every send: j is 0 while i is short). Anything it cannot
- * read (a block outside its buffer, a tuple of another shape, a tag out of range) gives
- * (0, 0) having done nothing. An error (a lost peer, the timeout, Ctrl-C) raises as
+ * order (a receive only after every send: j is 0 while i is short). A block it cannot
+ * read (outside its buffer, not ints, a tag out of range) stops it there as a message it
+ * cannot take does; buffers it cannot use, or flat tuples of another shape, give (0, 0)
+ * having done nothing. An error (a lost peer, the timeout, Ctrl-C) raises as
  * P2P.recv raises it; the messages before it stay done, and ``P2P.exchanged`` (this
  * thread's last exchange: (i, j) as it would have returned them) says which.
  */
