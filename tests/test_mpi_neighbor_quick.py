@@ -458,6 +458,9 @@ class _Twin:
     def __init__(self) -> None:
         self.log: list[Any] = []
 
+    def Free(self) -> None:  # noqa: N802
+        self.log.append(("free",))
+
     def Irecv(self, buf: Any, source: int, tag: int) -> _Req:  # noqa: N802
         self.log.append(("irecv", source, tag, buf.nbytes))
         return _Req(self.log, ("irecv", source, tag))
@@ -485,17 +488,16 @@ class _F:
         return False
 
 
-class _Owner:
-    """A Started op's owner (Neighborhood's part of it)."""
-
-    def __init__(self, twin: Any) -> None:
-        self.twin, self.started, self.waiting, self.freeing = twin, set(), set(), False
-
-    def release(self) -> None:
-        self.freeing = False
+class _G:
+    _closed = False
 
 
-OWNERS: list[_Owner] = []
+def _Owner(twin: Any) -> Any:       # noqa: N802 - a Started op's owner, over a fake twin
+    from collcomm.MPI._neighbor_exchange import Neighborhood, Neighbors, Plan
+    return Neighborhood(twin, Plan(Neighbors([1, 2], [1, 2]), 0, "t"), _G())
+
+
+OWNERS: list[Any] = []
 
 
 def _started(exc: BaseException | None, received: int, sent: int = 2) -> tuple[Any, _Twin, list[int]]:
@@ -540,7 +542,30 @@ def test_started_hands_over_after_an_error_in_its_wait():
     assert twin.log == [("irecv", 2, 40, 16), ("cancel", ("irecv", 2, 40))] and after == []
     with pytest.raises(MPI.Exception):
         op.wait()
-    assert not any(o.started or o.waiting for o in OWNERS)
+    assert not any(o.started or o.claimed for o in OWNERS)
+
+
+class _LateInterrupt(tuple):
+    """A result whose reading raises KeyboardInterrupt: a signal landing just after the C
+    call returned (Python checks signals there), before the wait handed anything over."""
+
+    def __getitem__(self, i: Any) -> Any:
+        raise KeyboardInterrupt
+
+
+def test_an_interruption_just_after_the_c_receive_hands_over_the_rest():
+    op, twin, after = _started(None, 0)
+    f = op._f
+
+    def exchange(send: Any, recv: Any, sends: tuple, recvs: tuple, *a: Any) -> Any:
+        f.exchanged = (0, 1) if recvs else (len(sends) // 4, 0)
+        return _LateInterrupt((0, 1)) if recvs else f.exchanged
+    f.exchange = exchange
+    with pytest.raises(KeyboardInterrupt):
+        op.wait()
+    assert twin.log == [("irecv", 2, 40, 16)] and op._ex is not None   # (the receive C left, posted)
+    op.wait()
+    assert after == [1] and not any(o.started or o.claimed for o in OWNERS)
 
 
 def test_started_waits_for_its_sends_before_it_completes():
@@ -548,7 +573,7 @@ def test_started_waits_for_its_sends_before_it_completes():
     assert twin.log == [("isend", 2, 41, 8)]
     op.wait()
     assert twin.log[1:] == [("wait", ("isend", 2, 41))] and after == [1]
-    assert not any(o.started or o.waiting for o in OWNERS)
+    assert not any(o.started or o.claimed for o in OWNERS)
 
 
 class _Interrupted:
@@ -640,9 +665,17 @@ def test_started_test_and_free_post_its_receives():
     op.wait()                           # all in C: nothing posted, `after` run
     assert twin.log == [] and after == [1] and op.test()
     op, twin, after = _started(None, 0)
-    assert op._claim() and not op._claim()       # (one claim: as another thread's wait takes it)
+    owner = OWNERS[-1]
+    token = owner.claim(op)                        # (as another thread's wait takes it)
+    assert token is not None and owner.claim(op) is None
     op.orphan()
     assert op.test() is False and twin.log == []   # (neither posts what that thread takes)
+    owner.free()                                   # (freed meanwhile: the twin kept for it)
+    assert owner.freeing and twin.log == []
+    owner.settle(token)
+    assert not owner.freeing and twin.log == [("free",)]    # (by the last to settle, once)
+    owner.settle(token)
+    assert twin.log == [("free",)]
     OWNERS.clear()
 
 

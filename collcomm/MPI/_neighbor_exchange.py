@@ -28,6 +28,8 @@ direction tells its two blocks apart on a periodic dimension of size 2).
 """
 from __future__ import annotations
 
+import itertools
+import threading
 from typing import Any, NamedTuple, NoReturn, Sequence
 
 import numpy as np
@@ -44,6 +46,8 @@ from ._types import Datatype
 
 #: tag = call number * CODES + code
 CODES = 2
+#: claims of Started ops' receives (Neighborhood.claim's tokens)
+_CLAIMS = itertools.count()
 
 
 class Neighbors(NamedTuple):
@@ -103,33 +107,57 @@ class Neighborhood:
     call that ran natively; ``f`` the twin's native point-to-point entry; ``started`` the
     non-blocking calls begun in C whose receives are neither taken nor posted yet."""
 
-    __slots__ = ("twin", "plan", "calls", "quick", "f", "g", "started", "starting", "waiting", "freeing")
+    __slots__ = ("twin", "plan", "calls", "quick", "f", "g", "started", "starting", "claimed", "freeing", "lock")
 
     def __init__(self, twin: Any, plan: Plan, g: Any) -> None:
         self.twin, self.plan, self.calls, self.g = twin, plan, 0, g
         self.quick: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self.f: Any = None
         self.started: set[Started] = set()   # (Started: its receives unclaimed)
-        self.waiting: set[Started] = set()   # (Started: a thread takes its receives in C)
-        self.freeing = False                 # (freed while waited for: the last waiter frees the twin)
+        self.claimed: set[tuple[Started, int]] = set()   # (op, claim): its receives being taken
+        self.freeing = False                 # (freed while some are: the last to settle frees the twin)
+        self.lock = threading.Lock()         # (only to free the twin once)
         self.starting: Any = None      # the persistent request whose Start runs the regular way now
 
     def free(self) -> None:
         """The communicator freed: the receives of calls still pending posted (they complete
-        as MPI has them), then the twin freed, or, while a thread takes some in C, by the
-        last such thread (whatever C leaves, it posts on the twin)."""
-        try:
-            for op in list(self.started):
+        as MPI has them), then the twin freed, at once or by the last thread still taking
+        receives (whatever C leaves it, it posts on the twin)."""
+        first: BaseException | None = None
+        for op in list(self.started):
+            try:
                 op.orphan()
-        finally:
-            if self.waiting:
-                self.freeing = True
-            else:
-                self.twin.Free()
+            except BaseException as exc:  # noqa: BLE001 - the others posted all the same
+                first = first or exc
+        self.freeing = True
+        self._release()
+        if first is not None:
+            raise first
 
-    def release(self) -> None:
-        """The last waiter of a freed communicator has left: the twin freed."""
-        self.freeing = False
+    def claim(self, op: Started) -> tuple[Started, int] | None:
+        """This thread takes ``op``'s receives: its token (for :meth:`settle`), or None if
+        another thread has (or they are posted). Marked claimed before it leaves
+        ``started``, so a free never misses it."""
+        token = (op, next(_CLAIMS))         # (unique: an attempt that fails drops its own mark only)
+        self.claimed.add(token)
+        try:
+            self.started.remove(op)
+        except KeyError:
+            self.claimed.discard(token)
+            return None
+        return token
+
+    def settle(self, token: tuple[Started, int]) -> None:
+        """The claimed op handed over or done: a freed communicator's twin freed by the last."""
+        self.claimed.discard(token)
+        if self.freeing:
+            self._release()
+
+    def _release(self) -> None:
+        with self.lock:
+            if not self.freeing or self.claimed:
+                return
+            self.freeing = False
         self.twin.Free()
 
     def take(self) -> int:

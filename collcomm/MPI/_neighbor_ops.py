@@ -14,8 +14,7 @@ offset, byte length, peer, tag code per block) over contiguous buffers, moved as
 """
 from __future__ import annotations
 
-import time
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable
 
 import numpy as np
 
@@ -23,7 +22,7 @@ from ..errors import CollcommError, CommTimeoutError
 from ._consts import ANY_SOURCE, ANY_TAG
 from ._errors import ERR_OTHER, Exception as MPIException, translate
 from ._p2p_ops import EXACT
-from ._request import Request
+from ._request import Request, _poll
 
 
 def finish_blocking(f: Any, twin: Any, base: int, send: np.ndarray, recv: np.ndarray, flat: tuple[Any, ...],
@@ -67,12 +66,11 @@ def send_rest(f: Any, twin: Any, base: int, send: np.ndarray, flat: tuple[Any, .
 class Started:
     """A non-blocking exchange begun in C (see the module docstring): ``sent`` of its sends
     written by the caller's ``P2P.exchange``, the rest written or posted here. ``owner``
-    (its communicator's :class:`~._neighbor_exchange.Neighborhood`): ``twin``, ``started``
-    (the ops whose receives no thread has claimed yet: whoever removes an op from it takes
-    its receives, in C or as ``Irecv``s; freeing the communicator posts those left,
-    :meth:`orphan`), ``waiting`` (the ops a thread takes in C now: the twin is freed once
-    the last has left, ``freeing``/``release``), so an operation pending on a freed
-    communicator still completes."""
+    is its communicator's :class:`~._neighbor_exchange.Neighborhood`: the thread that
+    claims the op there (:meth:`~._neighbor_exchange.Neighborhood.claim`: one does) takes
+    its receives, in C or as ``Irecv``s, and settles it after (``settle``), so a freed
+    communicator keeps its twin until then and an operation pending on it still completes;
+    a claimed op always ends handed over or done, whatever interrupts it."""
 
     __slots__ = ("_f", "_owner", "_base", "_send", "_recv", "_flat", "_pending", "_after", "_ex", "_done")
     source, tag, nbytes, cancelled, value = ANY_SOURCE, ANY_TAG, 0, False, None   # (a collective's status)
@@ -84,14 +82,6 @@ class Started:
         self._pending = send_rest(f, owner.twin, base, send, flat, sent) if sent < flat[2] else []
         owner.started.add(self)
 
-    def _claim(self) -> bool:
-        """Whether this thread takes the receives (removed from ``started``: one thread does)."""
-        try:
-            self._owner.started.remove(self)
-        except KeyError:
-            return False
-        return True
-
     def wait(self) -> None:
         ex = self._ex
         if ex is not None:
@@ -100,84 +90,94 @@ class Started:
         if self._done:
             return
         owner = self._owner
-        owner.waiting.add(self)       # (before the claim: a free meanwhile leaves the twin to us)
-        try:
-            took = self._claim() and self._take()
-        finally:
-            owner.waiting.discard(self)
-            if owner.freeing and not owner.waiting:
-                owner.release()
-        if took:
-            if self._after is not None:
-                self._after()
-            return
-        while self._ex is None and not self._done:     # (another thread has claimed it)
-            time.sleep(0.0002)
+        token = owner.claim(self)
+        if token is not None:
+            try:
+                if self._take():
+                    return
+            finally:
+                owner.settle(token)
+        else:       # (another thread holds it: its outcome, within the timeout)
+            _poll(lambda: self._ex is not None or self._done, "Wait", 1)
         if self._ex is not None:
             self._ex.wait()
 
     def _take(self) -> bool:
-        """The receives in C: True all taken (done), False the rest handed over."""
+        """The receives in C (this thread claimed them): True all taken (done), False the
+        rest handed over. Whatever raises before the hand-over (an error in C, an
+        interruption there or just after), the receives C did not take are posted first."""
         flat = self._flat
-        j = 0
-        if flat[3]:
-            try:
-                j = self._f.exchange(self._send, self._recv, (), flat[1], self._base, EXACT)[1]
-            except BaseException as exc:      # (the receives it did are done: the rest posted)
-                self._raise(exc)
-        if j < flat[3] or self._pending:      # (lent sends: done once their peers read them)
-            self._hand_over(j)
-            return False
-        self._done = True
+        try:
+            j = self._f.exchange(self._send, self._recv, (), flat[1], self._base, EXACT)[1] if flat[3] else 0
+            if j < flat[3] or self._pending:      # (lent sends: done once their peers read them)
+                self._hand_over(j)
+                return False
+        except BaseException as exc:
+            if self._ex is not None:      # (handed over already: its own error)
+                raise
+            fail = None
+            if isinstance(exc, CollcommError):
+                err = translate(exc)
+                fail = None if isinstance(exc, CommTimeoutError) else err   # (a timeout: waited for again)
+            self._hand_over(self._f.exchanged[1] if flat[3] else 0, fail)
+            if isinstance(exc, CollcommError):
+                raise err from exc
+            raise
+        try:
+            if self._after is not None:
+                self._after()           # (before it shows done: the staged unpacks)
+        finally:
+            self._done = True
         return True
 
-    def _raise(self, exc: BaseException) -> NoReturn:
-        """The C receive raised: the receives it did not take posted, then the error raised
-        (an interruption or a timeout: waited for again, by the Exchange; any other error
-        fails it, so nothing is left posted to catch a later message)."""
-        self._hand_over(self._f.exchanged[1])
-        if not isinstance(exc, CollcommError):
-            raise exc
-        err = translate(exc)
-        if not isinstance(exc, CommTimeoutError):
-            assert self._ex is not None
-            self._ex._fail(err)
-        raise err from exc
-
-    def _hand_over(self, received: int) -> None:
+    def _hand_over(self, received: int, fail: MPIException | None = None) -> None:
         """Post the receives from ``received`` on as ``Irecv``s (this thread claimed them); an
-        :class:`Exchange` of them and the pending sends takes over (failed at once if
-        posting fails)."""
+        :class:`Exchange` of them and the pending sends takes over, failed with ``fail``
+        (or with a posting's error: the posted ones ended) before anyone sees it."""
         recvs = self._flat[1]
         rb = self._recv.reshape(-1).view(np.uint8)
         reqs: list[Request] = []
         twin = self._owner.twin
+        raised: BaseException | None = None
         try:
             for k in range(4 * received, len(recvs), 4):
                 off, length, p, code = recvs[k:k + 4]
                 reqs.append(twin.Irecv(rb[off:off + length], p, self._base + code))
-        except BaseException as exc:     # (failed, or interrupted, midway: the posted ones ended)
-            ex = Exchange(reqs + self._pending, self._after)
-            ex._fail(exc if isinstance(exc, MPIException) else MPIException(
+        except BaseException as exc:     # (failed, or interrupted, midway)
+            raised = exc
+            fail = fail or (exc if isinstance(exc, MPIException) else MPIException(
                 ERR_OTHER, f"a neighbourhood exchange was interrupted ({type(exc).__name__}) while it "
                            "posted its receives"))
-            self._ex = ex
-            raise
-        self._ex = Exchange(reqs + self._pending, self._after)
+        ex = Exchange(reqs + self._pending, self._after)
+        if fail is not None:
+            ex._fail(fail)
+        self._ex = ex
+        if raised is not None:
+            raise raised
 
     def test(self) -> bool:
         if self._ex is None:
-            if self._done or not self._claim():
-                return self._done          # (or another thread holds it: not complete yet)
-            self._hand_over(0)
+            if self._done:
+                return True
+            token = self._owner.claim(self)
+            if token is None:
+                return self._done          # (another thread holds it: not complete yet)
+            try:
+                self._hand_over(0)
+            finally:
+                self._owner.settle(token)
         assert self._ex is not None
         return self._ex.test()
 
     def orphan(self) -> None:
         """Request.Free, or its communicator freed: the receives posted, so the exchange
         completes in the background (unless a thread has claimed them: its wait goes on)."""
-        if self._claim():
-            self._hand_over(0)
+        token = self._owner.claim(self)
+        if token is not None:
+            try:
+                self._hand_over(0)
+            finally:
+                self._owner.settle(token)
 
     def cancel(self) -> None:
         return None     # a collective cannot be cancelled (MPI: erroneous); it completes
