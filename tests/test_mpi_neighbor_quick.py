@@ -354,10 +354,13 @@ def _free_while_waited(c: Checker, MPI: Any, comm: Any) -> None:
 
 
 def _free_while_timing_out(c: Checker, MPI: Any, comm: Any) -> None:
-    """Rank 0's waiter thread times out in C (its peers send late) after its main thread
-    freed the communicator: the receives C leaves are posted on the twin, which the last
-    waiter frees (it was freed under the waiter: ERR_COMM, the request failed); waited for
-    again, the request completes."""
+    """Rank 0's thread starts an Ineighbor_alltoall under a 0.6 s call_timeout and times out
+    in C waiting for it (its peers send 0.9 s in) after its main thread freed the
+    communicator: the receives C leaves are posted on the twin (bounded by the request's
+    scope: 0.6 s more), which the last claimer frees (freed under the waiter, posting raised
+    ERR_COMM and failed the request); waited for again, it completes. Then a request
+    started outside any scope and waited for under a short one is bounded by its start's
+    timeout, as an Irecv is: it completes."""
     import threading
 
     import collcomm
@@ -367,19 +370,20 @@ def _free_while_timing_out(c: Checker, MPI: Any, comm: Any) -> None:
         t.Free()
         return
     down, up = t.Shift(0, 1)
+    want = _a2a_want(MPI, down, up, 1, lambda p: np.arange(2.0) + 10 * p, np.float64)
     t.Neighbor_alltoall(np.arange(2.0), np.zeros(2))          # (the layout kept)
+    t2 = comm.Create_cart([n], [True])
+    t2.Neighbor_alltoall(np.arange(2.0), np.zeros(2))
     comm.Barrier()
-    recv = np.full(2, -1.0)
-    if r != 0:
-        time.sleep(0.6)
-    req = t.Ineighbor_alltoall(np.arange(2.0) + 10 * r, recv)
+    recv, held = np.full(2, -1.0), []
     if r == 0:
         seen: list[Any] = []
 
         def waiter() -> None:
-            with collcomm.call_timeout(0.3):
+            with collcomm.call_timeout(0.6):
+                held.append(t.Ineighbor_alltoall(np.arange(2.0) + 10 * r, recv))
                 try:
-                    req.Wait()
+                    held[0].Wait()
                     seen.append("completed")
                 except MPI.Exception as exc:
                     seen.append("timed out" if isinstance(exc, collcomm.CommTimeoutError) else repr(exc))
@@ -389,14 +393,27 @@ def _free_while_timing_out(c: Checker, MPI: Any, comm: Any) -> None:
         t.Free()
         thread.join(60)
         c.eq(seen, ["timed out"], "a wait timed out under a freed communicator (its timeout, not ERR_COMM)")
-    try:
-        req.Wait()
-    except MPI.Exception as exc:        # (recorded: the ranks stay in step for the next checks)
-        c.true(False, f"the request waited for again after its timeout raised {exc!r}")
-    if r != 0:
+        try:
+            held[0].Wait()
+        except MPI.Exception as exc:
+            c.true(False, f"the request waited for again after its timeout raised {exc!r}: {exc}")
+    else:
+        time.sleep(0.9)
+        t.Ineighbor_alltoall(np.arange(2.0) + 10 * r, recv).Wait()
         t.Free()
-    c.eq(recv, _a2a_want(MPI, down, up, 1, lambda p: np.arange(2.0) + 10 * p, np.float64),
-         "the request waited for again after its timeout under a freed communicator")
+    c.eq(recv, want, "the request waited for again after its timeout under a freed communicator")
+    comm.Barrier()
+    recv = np.full(2, -1.0)
+    if r != 0:
+        time.sleep(0.3)
+    req = t2.Ineighbor_alltoall(np.arange(2.0) + 10 * r, recv)
+    try:
+        with collcomm.call_timeout(0.05):
+            req.Wait()
+    except MPI.Exception as exc:
+        c.true(False, f"a request started outside any call_timeout, waited for under a short one, raised {exc}")
+    c.eq(recv, want, "a request waited for under another call_timeout than its start's")
+    t2.Free()
     comm.Barrier()
 
 

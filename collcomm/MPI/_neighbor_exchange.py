@@ -144,6 +144,8 @@ class Neighborhood:
             self.started.remove(op)
         except KeyError:
             self.claimed.discard(token)
+            if self.freeing:            # (a free that saw our mark leaves the twin to us)
+                self._release()
             return None
         return token
 
@@ -203,7 +205,8 @@ class Neighborhood:
         try:    # (the buffers' layout and writability are checked in C: (0, 0), nothing done)
             i, j = self.f.exchange(send, recv, q[0], q[1], base, EXACT, q[4])
         except BaseException as exc:
-            self._raised(exc, None)
+            self._moved(self.f.exchanged, None)
+            _reraise(exc)
         if not (i or j):
             return False
         self.take()
@@ -227,24 +230,28 @@ class Neighborhood:
         try:
             i = f.exchange(send, recv, q[0], (), number, EXACT, q[4])[0]
         except BaseException as exc:
-            sent = f.exchanged[0]
-            if sent:
-                started(Started(f, self, number, send, recv, q, None, sent), request)
-            self._raised(exc, base)
+            moved = f.exchanged
+            self._moved(moved, base)          # (numbered before anything else can raise)
+            if moved[0]:
+                started(Started(f, self, number, send, recv, q, None, moved[0]), request)
+            _reraise(exc)
         if not i:
             return None
         if base is None:
             self.take()
         return Started(f, self, number, send, recv, q, None, i)
 
-    def _raised(self, exc: BaseException, base: int | None) -> NoReturn:
-        """P2P.exchange raised (an error, an interruption): the call's number taken if it
-        moved a message (its peers count it), then the error raised (translated)."""
-        if base is None and any(self.f.exchanged):
+    def _moved(self, moved: tuple[int, int], base: int | None) -> None:
+        """P2P.exchange raised (an error, an interruption) having moved ``moved`` (sends,
+        receives): the call's number taken if it moved a message (its peers count it)."""
+        if base is None and any(moved):
             self.take()
-        if isinstance(exc, CollcommError):
-            raise translate(exc) from exc
-        raise exc
+
+
+def _reraise(exc: BaseException) -> NoReturn:
+    if isinstance(exc, CollcommError):
+        raise translate(exc) from exc
+    raise exc
 
 
 def started(op: Started, request: Any) -> None:

@@ -18,9 +18,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..core.timeouts import scope, started_under
 from ..errors import CollcommError, CommTimeoutError
 from ._consts import ANY_SOURCE, ANY_TAG
-from ._errors import ERR_OTHER, Exception as MPIException, translate
+from ._errors import Exception as MPIException, translate
 from ._p2p_ops import EXACT
 from ._request import Request, _poll
 
@@ -72,13 +73,14 @@ class Started:
     communicator keeps its twin until then and an operation pending on it still completes;
     a claimed op always ends handed over or done, whatever interrupts it."""
 
-    __slots__ = ("_f", "_owner", "_base", "_send", "_recv", "_flat", "_pending", "_after", "_ex", "_done")
+    __slots__ = ("_f", "_owner", "_base", "_send", "_recv", "_flat", "_pending", "_after", "_ex", "_done",
+                 "_scope")
     source, tag, nbytes, cancelled, value = ANY_SOURCE, ANY_TAG, 0, False, None   # (a collective's status)
 
     def __init__(self, f: Any, owner: Any, base: int, send: np.ndarray, recv: np.ndarray, flat: tuple[Any, ...],
                  after: Callable[[], Any] | None, sent: int) -> None:
         self._f, self._owner, self._base, self._send, self._recv, self._flat = f, owner, base, send, recv, flat
-        self._after, self._ex, self._done = after, None, False
+        self._after, self._ex, self._done, self._scope = after, None, False, scope()
         self._pending = send_rest(f, owner.twin, base, send, flat, sent) if sent < flat[2] else []
         owner.started.add(self)
 
@@ -93,7 +95,9 @@ class Started:
         token = owner.claim(self)
         if token is not None:
             try:
-                if self._take():
+                if scope() != self._scope:       # (a wait under another call_timeout than its
+                    self._hand_over(0)           # start's: the regular requests, bounded by that)
+                elif self._take():
                     return
             finally:
                 owner.settle(token)
@@ -140,14 +144,15 @@ class Started:
         twin = self._owner.twin
         raised: BaseException | None = None
         try:
-            for k in range(4 * received, len(recvs), 4):
-                off, length, p, code = recvs[k:k + 4]
-                reqs.append(twin.Irecv(rb[off:off + length], p, self._base + code))
+            with started_under(self._scope):      # (bounded as if posted at its start)
+                for k in range(4 * received, len(recvs), 4):
+                    off, length, p, code = recvs[k:k + 4]
+                    reqs.append(twin.Irecv(rb[off:off + length], p, self._base + code))
         except BaseException as exc:     # (failed, or interrupted, midway)
             raised = exc
-            fail = fail or (exc if isinstance(exc, MPIException) else MPIException(
-                ERR_OTHER, f"a neighbourhood exchange was interrupted ({type(exc).__name__}) while it "
-                           "posted its receives"))
+            fail = fail or (exc if isinstance(exc, MPIException) else translate(CollcommError(
+                f"a neighbourhood exchange was interrupted ({type(exc).__name__}) while it posted its "
+                "receives")))
         ex = Exchange(reqs + self._pending, self._after)
         if fail is not None:
             ex._fail(fail)

@@ -12,7 +12,7 @@ import threading
 from ..errors import InvalidArgumentError
 from . import fastpath
 
-__all__ = ["call_timeout", "current_timeout"]
+__all__ = ["call_timeout", "current_timeout", "scope", "started_under"]
 
 
 class _Local(threading.local):
@@ -48,3 +48,31 @@ def current_timeout(default: float) -> float:
     """The innermost ``call_timeout`` of this thread, else ``default``."""
     value = _local.timeout
     return default if value is None else value
+
+
+def scope() -> float | None:
+    """This thread's innermost ``call_timeout`` (None: none open)."""
+    return _local.timeout
+
+
+class started_under:
+    """``with started_under(seconds):`` runs its block under the scope a call was started
+    under (``scope()`` then), as if that call's thread: requests it makes there are bounded
+    by that scope, or by the group's timeout for None, not by the scope of the thread that
+    finishes the call (a wait handing a neighbourhood exchange's receives to regular
+    requests, collcomm.MPI._neighbor_ops)."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+
+    def __enter__(self) -> "started_under":
+        self._saved = _local.timeout
+        _local.timeout = self.seconds
+        if self.seconds is not None:
+            fastpath.timeout_scope(1)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _local.timeout = self._saved
+        if self.seconds is not None:
+            fastpath.timeout_scope(-1)
