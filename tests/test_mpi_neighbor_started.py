@@ -261,3 +261,29 @@ def test_started_test_and_free_post_its_receives():
     owner.settle(token)
     assert twin.log == [("free",)]
     OWNERS.clear()
+
+
+def test_an_interrupted_posting_fails_the_request_once():
+    """An interruption while a test posts the receives: the test raises it; the request then
+    fails with ERR_OTHER (a collcomm error too, so Wait frees it as MPI frees a failed one),
+    the error not its own cause."""
+    from collcomm import MPI
+    from collcomm.MPI._p2p_ops import _request
+    op, twin, after = _started(None, 0)
+    posted = twin.Irecv
+    calls = []
+
+    def irecv(*a: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return posted(*a)
+    twin.Irecv = irecv
+    req = _request(op)
+    with pytest.raises(KeyboardInterrupt):
+        req.Test()
+    with pytest.raises(MPI.Exception) as info:
+        req.Wait()
+    assert info.value.Get_error_class() == MPI.ERR_OTHER and info.value.__cause__ is not info.value
+    assert req == MPI.REQUEST_NULL and ("cancel", ("irecv", 1, 41)) in twin.log and after == []
+    OWNERS.clear()

@@ -221,7 +221,10 @@ class Request:
             except CollcommError as exc:
                 if not isinstance(exc, CommTimeoutError):
                     self._op = None    # (complete, in error: MPI frees it; a timed-out wait may be retried)
-                raise translate(exc) from exc
+                mpi = translate(exc)
+                if mpi is exc:         # (translated already: raised as it is, not its own cause)
+                    raise
+                raise mpi from exc
             self._op = None    # (_completed: the same in every subclass)
             if ORPHANS:
                 reap_orphans()
