@@ -178,7 +178,10 @@ def _hazards(c: Checker, MPI, comm) -> None:
         comm.send("go", 0, 42)
         for t in waiters:
             t.join()
-        c.eq(out, ["first", "first"], "two threads waiting on one irecv")
+        # (a waiter that comes after the other completed it finds it null: None, as
+        # mpi4py's wait of a completed request gives; never another value, never twice the buffer)
+        c.true(len(out) == 2 and "first" in out and all(x in ("first", None) for x in out),
+               f"two threads waiting on one irecv: {out}")
         q1, q2 = comm.irecv(source=0, tag=43), comm.irecv(source=0, tag=43)
         comm.send("go", 0, 42)
         c.eq((q1.wait(), q2.wait()), (("A", 1), ("B", 2)), "the receives after it")
