@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from collcomm.MPI._neighbor_ops import Layout
+
 
 class _Req:
     """A request of the fake twin: complete once waited for (or at once: ``done``)."""
@@ -89,7 +91,7 @@ def _started(exc: BaseException | None, received: int, sent: int = 2) -> tuple[A
     twin, after = _Twin(), []
     owner = _Owner(twin)
     OWNERS.append(owner)
-    flat = ((0, 8, 1, 0, 8, 8, 2, 1), (0, 8, 1, 1, 8, 16, 2, 0), 2, 2, ())
+    flat = Layout((0, 8, 1, 0, 8, 8, 2, 1), (0, 8, 1, 1, 8, 16, 2, 0), 2, 2, ())
     op = Started(_F(exc, received), owner, 40, np.zeros(2), np.zeros(3), flat, lambda: after.append(1), sent)
     assert op in owner.started
     return op, twin, after
@@ -185,8 +187,8 @@ def test_quick_paths_take_the_number_once_a_message_moved():
         nbh = Neighborhood(_Twin(), Plan(Neighbors([1, 2], [1, 2]), 0, "t"), G())
         nbh.f = _Interrupted(exchanged)
         send, recv = np.zeros(2), np.zeros(2)
-        nbh.quick[(0, send.dtype, send.shape, recv.dtype, recv.shape)] = ((0, 8, 1, 0, 8, 8, 2, 1),
-                                                                          (0, 8, 1, 1, 8, 8, 2, 0), 2, 2, ())
+        nbh.quick[(0, send.dtype, send.shape, recv.dtype, recv.shape)] = Layout((0, 8, 1, 0, 8, 8, 2, 1),
+                                                                           (0, 8, 1, 1, 8, 8, 2, 0), 2, 2, ())
         with pytest.raises(KeyboardInterrupt):
             (nbh.quick_start if sends_phase else nbh.quick_run)(0, send, recv)
         assert nbh.calls == (1 if any(exchanged) else 0), (exchanged, sends_phase)
@@ -209,8 +211,8 @@ def test_an_interrupted_persistent_start_leaves_its_request_active():
     nbh = Neighborhood(_Twin(), Plan(Neighbors([1, 2], [1, 2]), 0, "t"), G())
     nbh.f = _Interrupted((1, 0))
     send, recv = np.zeros(2), np.zeros(2)
-    nbh.quick[(0, send.dtype, send.shape, recv.dtype, recv.shape)] = ((0, 8, 1, 0, 8, 8, 2, 1),
-                                                                      (0, 8, 1, 1, 8, 8, 2, 0), 2, 2, ())
+    nbh.quick[(0, send.dtype, send.shape, recv.dtype, recv.shape)] = Layout((0, 8, 1, 0, 8, 8, 2, 1),
+                                                                       (0, 8, 1, 1, 8, 8, 2, 0), 2, 2, ())
     req = persistent(lambda: None)
     req._persist.quick = [lambda: nbh.quick_start(0, send, recv, None, 6, req)]
     with pytest.raises(KeyboardInterrupt):

@@ -26,7 +26,7 @@ import numpy as np
 from ._collv import _wspec
 from ._errors import ERR_ARG, Exception as MPIException
 from ._msg import IN_PLACE, blocks, pinned, simple, vector
-from ._neighbor_exchange import Neighborhood, exchange, vector_key
+from ._neighbor_exchange import Neighborhood, exchange, plain_key, vector_key
 from ._p2p_ops import _request, complete
 from ._pickle import pickle
 from ._prequest import persistent
@@ -51,6 +51,20 @@ def _gv_key(sendbuf: Any, recvbuf: Any) -> tuple[Any, ...] | None:
     """The quick path's key of a Neighbor_allgatherv: a plain array, a receive spec list."""
     rkey = vector_key(recvbuf) if type(sendbuf) is np.ndarray else None
     return None if rkey is None else (_ALLGATHERV, sendbuf.dtype, sendbuf.shape, *rkey)
+
+
+def _quick_args(kind: int, sendbuf: Any, recvbuf: Any) -> tuple[tuple[Any, ...], Any, Any] | None:
+    """(key, send array, receive array) of a call of ``kind`` the quick path may take (its
+    plain arrays, or the arrays of its spec lists), or None."""
+    if kind == _ALLTOALLV:
+        key = _v_key(sendbuf, recvbuf)
+        return None if key is None else (key, sendbuf[0], recvbuf[0])
+    if kind == _ALLGATHERV:
+        key = _gv_key(sendbuf, recvbuf)
+        return None if key is None else (key, sendbuf, recvbuf[0])
+    if type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
+        return plain_key(kind, sendbuf, recvbuf), sendbuf, recvbuf
+    return None
 
 
 def _check_not_in_place(sendbuf: Any, call: str) -> None:
@@ -97,8 +111,7 @@ class NeighborCollectives:
                 and sendbuf.ndim == 1):    # (what simple() and blocks() give them, unparsed)
             k = sendbuf.size
             return self._go(on, base, [(0, k)] * len(nb.destinations), sendbuf, _even(k, indeg),
-                            recvbuf.reshape(-1), aop, call, [],
-                            (_ALLGATHER, sendbuf.dtype, sendbuf.shape, recvbuf.dtype, recvbuf.shape))
+                            recvbuf.reshape(-1), aop, call, [], plain_key(_ALLGATHER, sendbuf, recvbuf))
         _check_not_in_place(sendbuf, call)
         send, _ = simple(sendbuf, call, "sendbuf")
         st: Staged = []
@@ -126,7 +139,7 @@ class NeighborCollectives:
                 and not recvbuf.size % indeg):     # (what blocks() gives them, without the spec's parse)
             ks, k = sendbuf.size // outdeg, recvbuf.size // indeg
             return self._go(on, base, _even(ks, outdeg), sendbuf.reshape(-1), _even(k, indeg), recvbuf.reshape(-1),
-                            aop, call, [], (_ALLTOALL, sendbuf.dtype, sendbuf.shape, recvbuf.dtype, recvbuf.shape))
+                            aop, call, [], plain_key(_ALLTOALL, sendbuf, recvbuf))
         _check_not_in_place(sendbuf, call)
         send, ks, sdt = blocks(sendbuf, outdeg, call, "sendbuf")
         st: Staged = []
@@ -222,18 +235,10 @@ class NeighborCollectives:
                 return fn(sendbuf, recvbuf, True, call, base)
             finally:
                 nbh.starting = None
-        key = None
-        if kind == _ALLTOALLV:
-            key = _v_key(sendbuf, recvbuf)
-            send, recv = (sendbuf[0], recvbuf[0]) if key is not None else (None, None)
-        elif kind == _ALLGATHERV:
-            key = _gv_key(sendbuf, recvbuf)
-            send, recv = (sendbuf, recvbuf[0]) if key is not None else (None, None)
-        elif kind is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
-            send, recv = sendbuf, recvbuf
-            key = (kind, send.dtype, send.shape, recv.dtype, recv.shape)
         request = persistent(start)
-        if key is not None and request._persist is not None:    # (the request: made active if interrupted)
+        quick = None if kind is None else _quick_args(kind, sendbuf, recvbuf)
+        if quick is not None and request._persist is not None:    # (the request: made active if interrupted)
+            key, send, recv = quick
             request._persist.quick = [functools.partial(nbh.quick_start, kind, send, recv, key, base, request)]
         return request
 

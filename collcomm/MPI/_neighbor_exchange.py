@@ -38,7 +38,7 @@ from ..core import p2p
 from ..errors import CollcommError
 from ._consts import PROC_NULL
 from ._errors import ERR_TOPOLOGY, ERR_TRUNCATE, Exception as MPIException, translate
-from ._neighbor_ops import Exchange, Started, finish_blocking
+from ._neighbor_ops import Exchange, Layout, Started, finish_blocking
 from ._p2p_ops import EXACT
 from ._request import ORPHANS, reap_orphans
 from ._staging import Staged, finisher, unpack_staged
@@ -103,7 +103,7 @@ class Neighborhood:
     the number of the next call (``calls``) and the quick path of calls on plain arrays
     (:meth:`quick_run`, :meth:`quick_start`): ``quick`` maps a call's kind and its
     arrays' dtypes and shapes (and vector specs) to what P2P.exchange takes for them
-    (``flat``: sends, receives, their counts, the copies to itself), kept by the first such
+    (a :class:`~._neighbor_ops.Layout`), kept by the first such
     call that ran natively; ``f`` the twin's native point-to-point entry; ``started`` the
     non-blocking calls begun in C whose receives are neither taken nor posted yet."""
 
@@ -111,7 +111,7 @@ class Neighborhood:
 
     def __init__(self, twin: Any, plan: Plan, g: Any) -> None:
         self.twin, self.plan, self.calls, self.g = twin, plan, 0, g
-        self.quick: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self.quick: dict[tuple[Any, ...], Layout] = {}
         self.f: Any = None
         self.started: set[Started] = set()   # (Started: its receives unclaimed)
         self.claimed: set[tuple[Started, int]] = set()   # (op, claim): its receives being taken
@@ -168,22 +168,22 @@ class Neighborhood:
         self.calls = (calls + 1) % (1 << 29)
         return calls * CODES
 
-    def remember(self, f: Any, key: tuple[Any, ...], flat: tuple[Any, ...]) -> None:
+    def remember(self, f: Any, key: tuple[Any, ...], flat: Layout) -> None:
         """Keep ``flat`` for later calls of ``key``, where the quick path can tell a call C did
         not start from one it did: some message to move."""
-        if (flat[2] or flat[3]) and len(self.quick) < 64:
+        if (flat.nsends or flat.nrecvs) and len(self.quick) < 64:
             try:
                 self.quick[key] = flat
             except TypeError:       # (counts that cannot be hashed, 0-d arrays say: not kept)
                 return
             self.f = f
 
-    def _layout(self, kind: int, send: Any, recv: Any, key: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
-        """The kept ``flat`` for a call on ``send`` and ``recv`` (None: none, or not plain arrays)."""
+    def _layout(self, kind: int, send: Any, recv: Any, key: tuple[Any, ...] | None) -> Layout | None:
+        """The kept layout for a call on ``send`` and ``recv`` (None: none, or not plain arrays)."""
         if type(send) is not np.ndarray or type(recv) is not np.ndarray:
             return None
         try:
-            q = self.quick.get((kind, send.dtype, send.shape, recv.dtype, recv.shape) if key is None else key)
+            q = self.quick.get(plain_key(kind, send, recv) if key is None else key)
         except TypeError:     # (a vector spec's count that cannot be hashed: the regular path says what)
             return None
         if q is None or self.g._closed:
@@ -203,14 +203,14 @@ class Neighborhood:
             return False
         base = self.calls * CODES
         try:    # (the buffers' layout and writability are checked in C: (0, 0), nothing done)
-            i, j = self.f.exchange(send, recv, q[0], q[1], base, EXACT, q[4])
+            i, j = self.f.exchange(send, recv, q.sends, q.recvs, base, EXACT, q.local)
         except BaseException as exc:
             self._moved(self.f.exchanged, None)
             _reraise(exc)
         if not (i or j):
             return False
         self.take()
-        if i < q[2] or j < q[3]:
+        if i < q.nsends or j < q.nrecvs:
             finish_blocking(self.f, self.twin, base, send, recv, q, i, j)
         return True
 
@@ -223,17 +223,17 @@ class Neighborhood:
         same: its op becomes ``request``'s (a persistent request: active, its Wait
         completes it), or, with no request to hold it, completes in the background."""
         q = self._layout(kind, send, recv, key)
-        if q is None or not q[2]:
+        if q is None or not q.nsends:
             return None
         f = self.f
         number = self.calls * CODES if base is None else base
         try:
-            i = f.exchange(send, recv, q[0], (), number, EXACT, q[4])[0]
+            i = f.exchange(send, recv, q.sends, (), number, EXACT, q.local)[0]
         except BaseException as exc:
             moved = f.exchanged
             self._moved(moved, base)          # (numbered before anything else can raise)
             if moved[0]:
-                started(Started(f, self, number, send, recv, q, None, moved[0]), request)
+                _begun(Started(f, self, number, send, recv, q, None, moved[0]), request)
             _reraise(exc)
         if not i:
             return None
@@ -254,7 +254,12 @@ def _reraise(exc: BaseException) -> NoReturn:
     raise exc
 
 
-def started(op: Started, request: Any) -> None:
+def plain_key(kind: int, send: np.ndarray, recv: np.ndarray) -> tuple[Any, ...]:
+    """The quick path's key of a call of ``kind`` on plain arrays: their dtypes and shapes."""
+    return kind, send.dtype, send.shape, recv.dtype, recv.shape
+
+
+def _begun(op: Started, request: Any) -> None:
     """A non-blocking call interrupted (or failed) once its sends were written: ``op``
     becomes ``request``'s operation (active: its Wait completes it), or, with no request,
     its receives are posted so it completes in the background (as a freed request)."""
@@ -305,12 +310,12 @@ def _flat(items: Sequence[tuple[int, int, int]], at: Sequence[tuple[int, int]], 
 
 
 def _flats(nbh: Neighborhood, s_at: Sequence[tuple[int, int]], send: np.ndarray, r_at: Sequence[tuple[int, int]],
-           recv: np.ndarray) -> tuple[Any, ...]:
+           recv: np.ndarray) -> Layout:
     """What P2P.exchange takes for these blocks (Neighborhood.quick's values)."""
     plan = nbh.plan
     si, ri = send.itemsize, recv.itemsize
-    return (_flat(plan.sends, s_at, si), _flat(plan.recvs, r_at, ri), len(plan.sends), len(plan.recvs),
-            tuple(x for i, j in plan.local for x in (s_at[i][0] * si, r_at[j][0] * ri, s_at[i][1] * si)))
+    return Layout(_flat(plan.sends, s_at, si), _flat(plan.recvs, r_at, ri), len(plan.sends), len(plan.recvs),
+                  tuple(x for i, j in plan.local for x in (s_at[i][0] * si, r_at[j][0] * ri, s_at[i][1] * si)))
 
 
 def exchange(nbh: Neighborhood, base: int, s_at: Sequence[tuple[int, int]], send: np.ndarray,
@@ -329,18 +334,16 @@ def exchange(nbh: Neighborhood, base: int, s_at: Sequence[tuple[int, int]], send
     if f is not None:
         flat = _flats(nbh, s_at, send, r_at, recv)
         try:
-            i, j = f.exchange(send, recv, flat[0], () if aop else flat[1], base, EXACT)
+            i, j = f.exchange(send, recv, flat.sends, () if aop else flat.recvs, base, EXACT)
         except BaseException as exc:
             if aop and f.exchanged[0]:     # (started all the same: its request's, or in the background)
-                started(Started(f, nbh, base, send, recv, flat, finisher(staged), f.exchanged[0]), nbh.starting)
-            if isinstance(exc, CollcommError):
-                raise translate(exc) from exc
-            raise
+                _begun(Started(f, nbh, base, send, recv, flat, finisher(staged), f.exchanged[0]), nbh.starting)
+            _reraise(exc)
         if key is not None and (i or j):
             nbh.remember(f, key, flat)
         if aop:
             return Started(f, nbh, base, send, recv, flat, finisher(staged), i)
-        if i < flat[2] or j < flat[3]:
+        if i < flat.nsends or j < flat.nrecvs:
             finish_blocking(f, twin, base, send, recv, flat, i, j)
         unpack_staged(staged)
         return None

@@ -9,12 +9,12 @@ more ``P2P.exchange``; anything else before that wait ends (a test, a free, an e
 interruption in the wait) posts the receives still to come as ``Irecv``s and leaves the
 rest to an :class:`Exchange`, so a test never blocks, a freed request completes in the
 background and a timed-out one can be waited for again. :func:`finish_blocking` is the
-rest of a blocking exchange C left. Blocks are ``flat`` tuples (``P2P.exchange``'s: byte
-offset, byte length, peer, tag code per block) over contiguous buffers, moved as bytes.
+rest of a blocking exchange C left. Blocks are a :class:`Layout` (``P2P.exchange``'s flat
+tuples) over contiguous buffers, moved as bytes.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -26,7 +26,19 @@ from ._p2p_ops import EXACT
 from ._request import Request, _poll
 
 
-def finish_blocking(f: Any, twin: Any, base: int, send: np.ndarray, recv: np.ndarray, flat: tuple[Any, ...],
+class Layout(NamedTuple):
+    """What ``P2P.exchange`` takes for a call's blocks: ``sends`` and ``recvs`` flat
+    (byte offset, byte length, peer, tag code per block), their counts, and ``local`` flat
+    (send offset, receive offset, byte length per edge to itself)."""
+
+    sends: tuple[int, ...]
+    recvs: tuple[int, ...]
+    nsends: int
+    nrecvs: int
+    local: tuple[int, ...]
+
+
+def finish_blocking(f: Any, twin: Any, base: int, send: np.ndarray, recv: np.ndarray, flat: Layout,
                     first_send: int, first_recv: int) -> None:
     """The rest of a blocking exchange that P2P.exchange left (from send ``first_send`` and
     receive ``first_recv`` of ``flat`` on; ``send`` and ``recv`` contiguous), on the native
@@ -34,7 +46,7 @@ def finish_blocking(f: Any, twin: Any, base: int, send: np.ndarray, recv: np.nda
     done at once in C where it can (else an Isend), each receive received in C in its
     peer's order (else a Recv), then the sends waited for. The blocks travel as bytes, as
     P2P.exchange moves them."""
-    recvs = flat[1]
+    recvs = flat.recvs
     rb = recv.reshape(-1).view(np.uint8)
     pending = send_rest(f, twin, base, send, flat, first_send)
     for k in range(4 * first_recv, len(recvs), 4):
@@ -50,10 +62,10 @@ def finish_blocking(f: Any, twin: Any, base: int, send: np.ndarray, recv: np.nda
         r.Wait()
 
 
-def send_rest(f: Any, twin: Any, base: int, send: np.ndarray, flat: tuple[Any, ...], first: int) -> list[Request]:
+def send_rest(f: Any, twin: Any, base: int, send: np.ndarray, flat: Layout, first: int) -> list[Request]:
     """The sends of ``flat`` from ``first`` on: each written at once in C where it can, else
     an ``Isend`` (its request returned, in order)."""
-    sends = flat[0]
+    sends = flat.sends
     sb = send.reshape(-1).view(np.uint8)
     pending = []
     for k in range(4 * first, len(sends), 4):
@@ -77,11 +89,11 @@ class Started:
                  "_scope")
     source, tag, nbytes, cancelled, value = ANY_SOURCE, ANY_TAG, 0, False, None   # (a collective's status)
 
-    def __init__(self, f: Any, owner: Any, base: int, send: np.ndarray, recv: np.ndarray, flat: tuple[Any, ...],
+    def __init__(self, f: Any, owner: Any, base: int, send: np.ndarray, recv: np.ndarray, flat: Layout,
                  after: Callable[[], Any] | None, sent: int) -> None:
         self._f, self._owner, self._base, self._send, self._recv, self._flat = f, owner, base, send, recv, flat
         self._after, self._ex, self._done, self._scope = after, None, False, scope()
-        self._pending = send_rest(f, owner.twin, base, send, flat, sent) if sent < flat[2] else []
+        self._pending = send_rest(f, owner.twin, base, send, flat, sent) if sent < flat.nsends else []
         owner.started.add(self)
 
     def wait(self) -> None:
@@ -112,8 +124,8 @@ class Started:
         interruption there or just after), the receives C did not take are posted first."""
         flat = self._flat
         try:
-            j = self._f.exchange(self._send, self._recv, (), flat[1], self._base, EXACT)[1] if flat[3] else 0
-            if j < flat[3] or self._pending:      # (lent sends: done once their peers read them)
+            j = self._f.exchange(self._send, self._recv, (), flat.recvs, self._base, EXACT)[1] if flat.nrecvs else 0
+            if j < flat.nrecvs or self._pending:      # (lent sends: done once their peers read them)
                 self._hand_over(j)
                 return False
         except BaseException as exc:
@@ -123,7 +135,7 @@ class Started:
             if isinstance(exc, CollcommError):
                 err = translate(exc)
                 fail = None if isinstance(exc, CommTimeoutError) else err   # (a timeout: waited for again)
-            self._hand_over(self._f.exchanged[1] if flat[3] else 0, fail)
+            self._hand_over(self._f.exchanged[1] if flat.nrecvs else 0, fail)
             if isinstance(exc, CollcommError):
                 raise err from exc
             raise
@@ -138,7 +150,7 @@ class Started:
         """Post the receives from ``received`` on as ``Irecv``s (this thread claimed them); an
         :class:`Exchange` of them and the pending sends takes over, failed with ``fail``
         (or with a posting's error: the posted ones ended) before anyone sees it."""
-        recvs = self._flat[1]
+        recvs = self._flat.recvs
         rb = self._recv.reshape(-1).view(np.uint8)
         reqs: list[Request] = []
         twin = self._owner.twin

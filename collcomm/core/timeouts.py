@@ -23,44 +23,13 @@ class _Local(threading.local):
 _local = _Local()
 
 
-class call_timeout:
-    """``with collcomm.call_timeout(5.0): ...`` bounds every wait of the collectives and
-    point-to-point calls started in the block (this thread), overriding the group's and
-    the job's timeout."""
-
-    def __init__(self, seconds: float) -> None:
-        if not seconds > 0:
-            raise InvalidArgumentError(f"call_timeout: seconds must be > 0, got {seconds!r}")
-        self.seconds = float(seconds)
-
-    def __enter__(self) -> "call_timeout":
-        self._saved = _local.timeout
-        _local.timeout = self.seconds
-        fastpath.timeout_scope(1)   # fast calls cannot see this thread's timeout: off meanwhile
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        _local.timeout = self._saved
-        fastpath.timeout_scope(-1)
-
-
-def current_timeout(default: float) -> float:
-    """The innermost ``call_timeout`` of this thread, else ``default``."""
-    value = _local.timeout
-    return default if value is None else value
-
-
-def scope() -> float | None:
-    """This thread's innermost ``call_timeout`` (None: none open)."""
-    return _local.timeout
-
-
 class started_under:
     """``with started_under(seconds):`` runs its block under the scope a call was started
     under (``scope()`` then), as if that call's thread: requests it makes there are bounded
     by that scope, or by the group's timeout for None, not by the scope of the thread that
     finishes the call (a wait handing a neighbourhood exchange's receives to regular
-    requests, collcomm.MPI._neighbor_ops)."""
+    requests, collcomm.MPI._neighbor_ops). :class:`call_timeout` is this with a scope the
+    program chooses."""
 
     def __init__(self, seconds: float | None) -> None:
         self.seconds = seconds
@@ -76,3 +45,28 @@ class started_under:
         _local.timeout = self._saved
         if self.seconds is not None:
             fastpath.timeout_scope(-1)
+
+
+class call_timeout(started_under):
+    """``with collcomm.call_timeout(5.0): ...`` bounds every wait of the collectives and
+    point-to-point calls started in the block (this thread), overriding the group's and
+    the job's timeout (fast calls, which cannot see this thread's timeout, are off
+    meanwhile)."""
+
+    def __init__(self, seconds: float) -> None:
+        if not seconds > 0:
+            raise InvalidArgumentError(f"call_timeout: seconds must be > 0, got {seconds!r}")
+        super().__init__(float(seconds))
+
+
+def current_timeout(default: float) -> float:
+    """The innermost ``call_timeout`` of this thread, else ``default``."""
+    value = _local.timeout
+    return default if value is None else value
+
+
+def scope() -> float | None:
+    """This thread's innermost ``call_timeout`` (None: none open)."""
+    return _local.timeout
+
+
