@@ -130,6 +130,7 @@ SECTIONS = {
     "scan_paths": "tests.test_mpi_scan_paths:scan_paths_checks",
     "obj_irecv": "tests.test_mpi_obj_irecv:obj_irecv_checks",
     "random_nb": "tests.test_mpi_random_nb:random_nb_checks",
+    "wait_native": "tests.test_mpi_wait_native:wait_native_checks",
 }
 USE_TORCH: list[bool] = [False]
 SIZES = [1, 2, 3, 4, 5]

@@ -30,7 +30,7 @@ from ._errors import translate
 from ._msg import gapped, pinned, simple
 from ._staging import Receiving, unpack_staged
 from ._p2p_ops import (
-    ACK, SYNC, TAG_BITS, _EMPTY, _LentSend, _NativeRecv, _Pair, _Recv, _Send, _SENT, _dest, _native_tag,
+    ACK, EXACT, SYNC, TAG_BITS, WILD, _EMPTY, _LentSend, _NativeRecv, _Pair, _Recv, _Send, _SENT, _dest, _native_tag,
     _null_status, _request, _rtag, _source, _stag, complete, Unpacked,
 )
 from ._types import _BY_NUMPY
@@ -38,6 +38,9 @@ from ..core.p2p_loans import patience_ns
 from ..transport.shm_lent import LEND_FROM
 from ._prequest import persistent
 from ._request import ORPHANS, Done, Request, Status, reap_orphans
+
+#: (module constants: the quick paths' arguments without attribute look-ups)
+_NDARRAY, _DEFERRED = np.ndarray, p2p.Deferred
 
 
 # ----------------------------------------------------------------------------- the mixin
@@ -90,8 +93,11 @@ class PointToPoint:
     def Send(self, buf: Any, dest: int, tag: int = 0) -> None:  # noqa: N802
         # sent at once in one C call (native/_p2p.c), else (nothing done) the regular way;
         # the group's native entry is made by a first regular call
-        f = getattr(self._grp("Send"), "_p2p_native", None)
-        if not (f is not None and type(buf) is np.ndarray and type(tag) is int
+        g = self._h.g              # (_grp without its frame: the common call)
+        if g is None or g._closed or ORPHANS:
+            g = self._grp("Send")
+        f = getattr(g, "_p2p_native", None)
+        if not (f is not None and type(buf) is _NDARRAY and type(tag) is int
                 and tag <= TAG_BITS and f.send(buf, dest, tag, 0)):
             if gapped(buf):        # packed, then sent as an array (the fast path above)
                 return self.Send(simple(buf, "Send", "buf")[0], dest, tag)
@@ -103,13 +109,15 @@ class PointToPoint:
     Bsend = Rsend = Send
 
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:  # noqa: N802
-        g = self._grp("Isend")
+        g = self._h.g              # (_grp without its frame: the common call)
+        if g is None or g._closed or ORPHANS:
+            g = self._grp("Isend")
         f = getattr(g, "_p2p_native", None)   # (made by a first general call)
         if f is not None and type(tag) is int and tag <= TAG_BITS:
-            if (type(buf) is np.ndarray and 0 < f.lend_from <= buf.nbytes and type(dest) is int
+            if (type(buf) is _NDARRAY and 0 < f.lend_from <= buf.nbytes and type(dest) is int
                     and (loan := f.lend(buf, dest, tag, 0)) is not None):
                 return _request(_LentSend(f, g, dest, loan, buf))   # lent: read by the receiver
-            r = f.mpi_isend(buf, dest, tag, np.ndarray, Request, _SENT)   # sent at once, or None
+            r = f.mpi_isend(buf, dest, tag, _NDARRAY, Request, _SENT)   # sent at once, or None
             if r is not None:
                 return r
         if gapped(buf):
@@ -123,11 +131,14 @@ class PointToPoint:
 
     def Recv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG,  # noqa: N802
              status: Status | None = None) -> None:
-        f = getattr(self._grp("Recv"), "_p2p_native", None)   # (made by a first regular call)
-        tm = _native_tag(tag) if f is not None and type(buf) is np.ndarray else None
-        if tm is not None:
-            try:
-                n = f.recv(buf, source, tm[0], tm[1], 0)     # a specific source only
+        g = self._h.g              # (_grp without its frame: the common call)
+        if g is None or g._closed or ORPHANS:
+            g = self._grp("Recv")
+        f = getattr(g, "_p2p_native", None)   # (made by a first regular call)
+        if (f is not None and type(buf) is _NDARRAY and type(tag) is int
+                and (0 <= tag <= TAG_BITS or tag == ANY_TAG)):    # (_native_tag's, inline)
+            try:                   # a specific source only
+                n = (f.recv(buf, source, tag, EXACT, 0) if tag >= 0 else f.recv(buf, source, 0, WILD, 0))
             except CollcommError as exc:
                 raise translate(exc) from exc
             if n is not None:
@@ -146,17 +157,19 @@ class PointToPoint:
         self._complete(self._irecv(buf, source, tag, "Recv"), status)
 
     def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:  # noqa: N802
-        g = self._grp("Irecv")
+        g = self._h.g              # (_grp without its frame: the common call)
+        if g is None or g._closed or ORPHANS:
+            g = self._grp("Irecv")
         f = getattr(g, "_p2p_native", None)   # (made by a first general call)
         if (f is not None and type(source) is int and type(tag) is int
                 and 0 <= source < g.size and source != g.rank):
             # _irecv's native start, its Request and op made in C (native/_p2p_mpi.c checks
             # the array: a plain 1-D C-contiguous writable numeric ndarray), without the
-            # argument conversions; None: the general way
-            tm = _native_tag(tag)
-            if tm is not None:
-                r = f.mpi_irecv(g, buf, source, tm[0], tm[1], np.ndarray, p2p.Deferred,
-                                _NativeRecv, Request)
+            # argument conversions (_native_tag's, inline); None: the general way
+            if 0 <= tag <= TAG_BITS or tag == ANY_TAG:
+                r = (f.mpi_irecv(g, buf, source, tag, EXACT, _NDARRAY, _DEFERRED, _NativeRecv, Request)
+                     if tag >= 0 else
+                     f.mpi_irecv(g, buf, source, 0, WILD, _NDARRAY, _DEFERRED, _NativeRecv, Request))
                 if r is not None:
                     return r
         if gapped(buf):

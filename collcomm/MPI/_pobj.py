@@ -43,13 +43,14 @@ from ..errors import CollcommError
 from ._consts import ANY_SOURCE, ANY_TAG, PROC_NULL
 from ._errors import ERR_OTHER, Exception as MPIException, translate
 from ._p2p_ops import (
-    ACK, BODY, SYNC, TAG_BITS, _EMPTY, _SENT, _Send, _dest, _native_tag, _request, _rtag, _source, _stag,
+    ACK, BODY, EXACT, SYNC, TAG_BITS, WILD, _EMPTY, _SENT, _Send, _dest, _native_tag, _request, _rtag, _source, _stag,
     complete,
 )
 from ._request import ORPHANS, Done, Request, Status, reap_orphans
+from ._obj_spare import EAGER, SPARE as _SPARE, SPARE_MAX as _SPARE_MAX, first_buffer as _first_buffer
 
-EAGER = 64 * 1024
 _LENGTH = struct.Struct("<q")
+_DEFERRED = p2p.Deferred
 _body_ids = itertools.count(1)
 
 
@@ -91,17 +92,6 @@ def _received(g: Any, got: tuple, source: int, status: Status | None) -> Any:
 
 
 _POSTING = threading.Lock()
-#: first-part buffers of completed receives, for the next ones (np.empty of 64 KiB costs
-#: about a microsecond here; list append/pop are atomic)
-_SPARE: list[np.ndarray] = []
-_SPARE_MAX = 8
-
-
-def _first_buffer() -> np.ndarray:
-    try:
-        return _SPARE.pop()
-    except IndexError:
-        return np.empty(EAGER, dtype=np.uint8)
 
 
 class _ObjRecv:
@@ -286,7 +276,15 @@ class ObjectPointToPoint:
             raise translate(exc) from exc
 
     def send(self, obj: Any, dest: int, tag: int = 0) -> None:
-        pickled = self._fast_send(obj, dest, tag)
+        g = self._h.g              # (_fast_send without its frames: the common call)
+        f = None if g is None or g._closed or ORPHANS else getattr(g, "_p2p_native", None)
+        if f is not None and type(tag) is int and 0 <= tag <= TAG_BITS:
+            try:
+                pickled = f.obj_send(obj, dest, tag, _pickle.native)
+            except CollcommError as exc:
+                raise translate(exc) from exc
+        else:
+            pickled = self._fast_send(obj, dest, tag)
         if pickled is not True:
             complete(self._osend(obj, dest, tag, False, "send", pickled))
 
@@ -326,13 +324,19 @@ class ObjectPointToPoint:
 
     def irecv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
         g = self._h.g
-        f = None if g is None or g._closed or ORPHANS or type(source) is not int \
-            or not 0 <= source < g.size or source == g.rank else p2p.native(g)
-        tm = None if f is None else _native_tag(tag)
-        if tm is not None:     # (_orecv's native way, its request made in C: the common call)
-            first = _first_buffer()
+        f = None if g is None or g._closed or ORPHANS or type(source) is not int or type(tag) is not int \
+            or not 0 <= source < g.size or source == g.rank else getattr(g, "_p2p_native", None)
+        if f is not None and (0 <= tag <= TAG_BITS or tag == ANY_TAG):
+            # (_orecv's native way, its request made in C: the common call; _native_tag's
+            # and _first_buffer's work inline)
             try:
-                r = f.obj_irecv(g, first, source, tm[0], tm[1], p2p.Deferred, _ObjRecv, Request, _OBJ_INIT)
+                first = _SPARE.pop()
+            except IndexError:
+                first = np.empty(EAGER, dtype=np.uint8)
+            try:
+                r = (f.obj_irecv(g, first, source, tag, EXACT, _DEFERRED, _ObjRecv, Request, _OBJ_INIT)
+                     if tag >= 0 else
+                     f.obj_irecv(g, first, source, 0, WILD, _DEFERRED, _ObjRecv, Request, _OBJ_INIT))
             except CollcommError as exc:
                 raise translate(exc) from exc
             if r is not None:

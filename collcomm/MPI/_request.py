@@ -21,8 +21,10 @@ import threading
 from typing import Any, Callable, Sequence
 
 from ..errors import ClosedError, CollcommError, CommTimeoutError, PeerLostError
-from ._consts import ANY_SOURCE, ANY_TAG, UNDEFINED
+from ._consts import ANY_SOURCE, ANY_TAG, TAG_UB_VALUE, UNDEFINED
 from ._errors import ERR_IN_STATUS, Exception as MPIException, translate
+from ._obj_spare import SPARE
+from ._pickle import pickle as _pickle
 from ._status import Status
 
 
@@ -75,6 +77,20 @@ class WorkOp:
 
     def cancel(self) -> None:
         return None     # a collective cannot be cancelled (MPI: erroneous); it completes
+
+
+def _wait_native_entry() -> Callable[..., Any] | None:
+    """The native core's ``mpi_wait_native`` (native/_mpi_wait.c: requests of native
+    receives and sends done, completed in one call), or None without the core."""
+    from .. import native
+
+    return getattr(native.core, "mpi_wait_native", None) if native.core is not None else None
+
+
+#: mpi_wait_native(requests, Done, TAG_UB_VALUE, the serializer's native, SPARE) -> how
+#: many it completed (Waitall), or with one Request, whether it did (Wait); None: the
+#: Python code does it all
+_wait_native = _wait_native_entry()
 
 
 #: Freed receives still to be unpacked (derived types with gaps: _p2p_ops.Unpacked).
@@ -208,6 +224,11 @@ class Request:
     def Wait(self, status: Status | None = None) -> bool:  # noqa: N802
         op = self._op
         if op is not None:
+            if status is None and _wait_native is not None and _wait_native(self, Done, TAG_UB_VALUE,
+                                                                            _pickle.native, SPARE):
+                if ORPHANS:        # (a native receive's or a send's, completed in C)
+                    reap_orphans()
+                return True
             try:       # (what _wait_op does, frames less: the common call)
                 if type(op) is WorkOp and op._finish is None and op._work is not None:
                     work = op._work        # (WorkOp.wait and Work.wait without their frames:
@@ -253,11 +274,16 @@ class Request:
 
     def wait(self, status: Status | None = None) -> Any:
         op = self._op
-        if type(op) is Done and status is None:     # (a send done at once: Wait, frames less)
-            self._op = None
-            if ORPHANS:
-                reap_orphans()
-            return op.value
+        if status is None and op is not None:
+            if type(op) is Done:       # (a send done at once: Wait, frames less)
+                self._op = None
+                if ORPHANS:
+                    reap_orphans()
+                return op.value
+            if _wait_native is not None and _wait_native(self, Done, TAG_UB_VALUE, _pickle.native, SPARE):
+                if ORPHANS:            # (an object irecv's or a native receive's, in C)
+                    reap_orphans()
+                return op.value
         self.Wait(status)
         return None if op is None else op.value
 
@@ -292,8 +318,14 @@ class Request:
         if statuses is not None:
             _complete_each(requests, range(len(requests)), statuses, "Waitall")
             return True
-        failed = None
-        for i, r in enumerate(requests):        # (Wait without a status, inline)
+        failed, first = None, 0
+        if _wait_native is not None and (type(requests) is list or type(requests) is tuple):
+            first = _wait_native(requests, Done, TAG_UB_VALUE, _pickle.native, SPARE)   # (the common ones, in C)
+            if first == len(requests):
+                if ORPHANS:
+                    reap_orphans()
+                return True
+        for i, r in enumerate(requests[first:] if first else requests, first):   # (Wait without a status, inline)
             op = r._op
             if op is not None:
                 if type(op) is not Done:      # (complete from the start: nothing to wait)

@@ -122,6 +122,7 @@ static PyTypeObject CoreType = {
 #include "_p2p_calls.c"         /* P2P.send, P2P.recv, P2P.note */
 #include "_p2p_type.c"          /* the two types: init, gc, methods, module init */
 #include "_mpi_request.c"       /* collcomm.MPI's requests of I-forms made in C: mpi_started */
+#include "_mpi_wait.c"          /* collcomm.MPI's Waitall of native receives and sends in C */
 
 /* ------------------------------------------------------------------ module functions */
 /* combine(code, acc, other): acc ⊕= other elementwise (the kernels, for tests) */
@@ -231,6 +232,9 @@ static PyMethodDef module_methods[] = {
      "mpi_request(work, finish=None) -> Request(WorkOp(work, finish))"},
     {"mpi_started", (PyCFunction)(void (*)(void))mod_mpi_started, METH_FASTCALL,
      "mpi_started(entry, *args) -> the Request of entry(*args)'s Work, or None (declined)"},
+    {"mpi_wait_native", (PyCFunction)(void (*)(void))mod_mpi_wait_native, METH_FASTCALL,
+     "mpi_wait_native(requests, done, tag_bits) -> how many requests it completed in order "
+     "(native receives, sends done); see _mpi_wait.c"},
     {"mpi_workop_started", (PyCFunction)(void (*)(void))mod_mpi_workop_started, METH_FASTCALL,
      "mpi_workop_started(entry, *args) -> the WorkOp of entry(*args)'s Work, or None"},
     {NULL, NULL, 0, NULL},
