@@ -32,6 +32,7 @@ from ._staging import Staged, finisher, packed_blocks
 from ._ops import SUM, core_op, pinned_op
 from ._prequest import persistent
 from ._request import Request, WorkOp
+from ._request_makers import started as _started   # (the Request of a two-part start, or None)
 from ._types import Datatype, as_datatype
 
 
@@ -175,13 +176,24 @@ class VectorCollectives:
         g = self._h.g
         return (g.fast, g) if g is not None and g.fast is not None else (None, g)
 
+    # (the public forms call the fast call's entry themselves, without the helpers' frames:
+    # its C reads the specs, an error of it is translated, None: the regular path)
     def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
-        fast, _ = self._fast_call()
-        if fast is None or _fast.rooted_v(fast.gatherv, sendbuf, recvbuf, root, "Gatherv", False) is None:
-            self._gatherv(sendbuf, recvbuf, root, False, "Gatherv")
+        g = self._h.g
+        if g is not None and (fast := g.fast) is not None:
+            try:
+                if fast.gatherv(sendbuf, recvbuf, root, "Gatherv", Datatype, False) is not None:
+                    return
+            except CollcommError as exc:
+                raise translate(exc) from exc
+        self._gatherv(sendbuf, recvbuf, root, False, "Gatherv")
 
     def Igatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:  # noqa: N802
-        return self._igatherv(sendbuf, recvbuf, root, "Igatherv")
+        g = self._h.g
+        if g is not None and (fast := g.fast) is not None \
+                and (r := _started(fast.gatherv, sendbuf, recvbuf, root, "Igatherv", Datatype, True)) is not None:
+            return r
+        return _request(self._gatherv(sendbuf, recvbuf, root, True, "Igatherv"))
 
     def _igatherv(self, sendbuf: Any, recvbuf: Any, root: int, call: str) -> Request:
         fast, _ = self._fast_call()
@@ -189,12 +201,21 @@ class VectorCollectives:
         return _request(self._gatherv(sendbuf, recvbuf, root, True, call) if work is None else work)
 
     def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
-        fast, _ = self._fast_call()
-        if fast is None or _fast.rooted_v(fast.scatterv, sendbuf, recvbuf, root, "Scatterv", False) is None:
-            self._scatterv(sendbuf, recvbuf, root, False, "Scatterv")
+        g = self._h.g
+        if g is not None and (fast := g.fast) is not None:
+            try:
+                if fast.scatterv(sendbuf, recvbuf, root, "Scatterv", Datatype, False) is not None:
+                    return
+            except CollcommError as exc:
+                raise translate(exc) from exc
+        self._scatterv(sendbuf, recvbuf, root, False, "Scatterv")
 
     def Iscatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:  # noqa: N802
-        return self._iscatterv(sendbuf, recvbuf, root, "Iscatterv")
+        g = self._h.g
+        if g is not None and (fast := g.fast) is not None \
+                and (r := _started(fast.scatterv, sendbuf, recvbuf, root, "Iscatterv", Datatype, True)) is not None:
+            return r
+        return _request(self._scatterv(sendbuf, recvbuf, root, True, "Iscatterv"))
 
     def _iscatterv(self, sendbuf: Any, recvbuf: Any, root: int, call: str) -> Request:
         fast, _ = self._fast_call()
@@ -215,12 +236,21 @@ class VectorCollectives:
         return _request(self._allgatherv(sendbuf, recvbuf, True, call) if work is None else work)
 
     def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
-        fast, _ = self._fast_call()
-        if fast is None or _fast.alltoallv(fast, sendbuf, recvbuf, "Alltoallv") is None:
-            self._alltoallv(sendbuf, recvbuf, False, "Alltoallv")
+        g = self._h.g
+        if g is not None and (fast := g.fast) is not None:
+            try:
+                if fast.alltoallv(sendbuf, recvbuf, "Alltoallv", Datatype, False) is not None:
+                    return
+            except CollcommError as exc:
+                raise translate(exc) from exc
+        self._alltoallv(sendbuf, recvbuf, False, "Alltoallv")
 
     def Ialltoallv(self, sendbuf: Any, recvbuf: Any) -> Request:  # noqa: N802
-        return self._ialltoallv(sendbuf, recvbuf, "Ialltoallv")
+        g = self._h.g
+        if g is not None and (fast := g.fast) is not None \
+                and (r := _started(fast.alltoallv, sendbuf, recvbuf, "Ialltoallv", Datatype, True)) is not None:
+            return r
+        return _request(self._alltoallv(sendbuf, recvbuf, True, "Ialltoallv"))
 
     def _ialltoallv(self, sendbuf: Any, recvbuf: Any, call: str) -> Request:
         fast, _ = self._fast_call()
@@ -228,12 +258,21 @@ class VectorCollectives:
         return _request(self._alltoallv(sendbuf, recvbuf, True, call) if work is None else work)
 
     def Alltoallw(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
-        fast, g = self._fast_call()
-        if fast is None or _fast.alltoallw(fast, g, sendbuf, recvbuf, "Alltoallw") is None:
-            self._alltoallw(sendbuf, recvbuf, False, "Alltoallw")
+        g = self._h.g
+        if g is not None and (fast := g.fast) is not None:
+            try:
+                if fast.alltoallw(sendbuf, recvbuf, "Alltoallw", Datatype, False, _fast.UINT8) is not None:
+                    return
+            except CollcommError as exc:
+                raise translate(exc) from exc
+        self._alltoallw(sendbuf, recvbuf, False, "Alltoallw")
 
     def Ialltoallw(self, sendbuf: Any, recvbuf: Any) -> Request:  # noqa: N802
-        return self._ialltoallw(sendbuf, recvbuf, "Ialltoallw")
+        g = self._h.g
+        if g is not None and (fast := g.fast) is not None and (r := _started(
+                fast.alltoallw, sendbuf, recvbuf, "Ialltoallw", Datatype, True, _fast.UINT8)) is not None:
+            return r
+        return _request(self._alltoallw(sendbuf, recvbuf, True, "Ialltoallw"))
 
     def _ialltoallw(self, sendbuf: Any, recvbuf: Any, call: str) -> Request:
         fast, g = self._fast_call()

@@ -224,8 +224,8 @@ class Request:
     def Wait(self, status: Status | None = None) -> bool:  # noqa: N802
         op = self._op
         if op is not None:
-            if status is None and _wait_native is not None and _wait_native(self, Done, TAG_UB_VALUE,
-                                                                            _pickle.native, SPARE):
+            if (status is None and type(op) is not WorkOp and _wait_native is not None
+                    and _wait_native(self, Done, TAG_UB_VALUE, _pickle.native, SPARE)):
                 if ORPHANS:        # (a native receive's or a send's, completed in C)
                     reap_orphans()
                 return True
@@ -280,7 +280,8 @@ class Request:
                 if ORPHANS:
                     reap_orphans()
                 return op.value
-            if _wait_native is not None and _wait_native(self, Done, TAG_UB_VALUE, _pickle.native, SPARE):
+            if type(op) is not WorkOp and _wait_native is not None \
+                    and _wait_native(self, Done, TAG_UB_VALUE, _pickle.native, SPARE):
                 if ORPHANS:            # (an object irecv's or a native receive's, in C)
                     reap_orphans()
                 return op.value
