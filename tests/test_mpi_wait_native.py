@@ -30,8 +30,9 @@ def _mix(c: Checker, MPI: Any, comm: Any) -> None:
     nxt, prv = (r + 1) % n, (r - 1) % n
     a, b = np.zeros(3), np.zeros(2, dtype=np.int32)
     bc = np.arange(4.0) if r == 0 else np.zeros(4)
-    done_before = comm.Isend(np.ones(1), nxt, 30)
-    MPI.Request.Waitall([done_before, comm.Irecv(np.zeros(1), prv, 30)])
+    done_before, z = comm.Isend(np.full(1, 3.0), nxt, 30), np.zeros(1)
+    MPI.Request.Waitall([done_before, comm.Irecv(z, prv, 30)])
+    c.eq(z[0], 3.0, "Waitall of a send and a receive")
     reqs = [comm.Irecv(a, prv, 31), comm.Isend(np.full(3, float(r)), nxt, 31),
             comm.irecv(source=prv, tag=32), comm.isend({"r": r}, nxt, 32),
             comm.Irecv(b, prv, MPI.ANY_TAG), comm.Isend(np.array([r, -r], dtype=np.int32), nxt, 33),
@@ -77,13 +78,16 @@ def _one(c: Checker, MPI: Any, comm: Any) -> None:
 
 def _where_c_stops(c: Checker, MPI: Any, comm: Any) -> None:
     """What the C call itself completes, where the group has the native entry (shared
-    memory, two ranks or more): the requests before the first it cannot take."""
+    memory, two ranks or more): the requests before the first it cannot take; that
+    Waitall, Wait and wait go through it; the tag and count it gives a receive."""
+    from collcomm import native
     from collcomm.MPI import _request
-    from collcomm.MPI._consts import TAG_UB_VALUE
     from collcomm.MPI._obj_spare import SPARE
     from collcomm.MPI._pickle import pickle as own
+    from collcomm.core.tags import MPI_TAG_BITS
     r, n = comm.rank, comm.size
     nxt, prv = (r + 1) % n, (r - 1) % n
+    c.eq(_request._wait_native is not None, native.core is not None, "the native wait where the core is built")
     g = comm._h.g
     if _request._wait_native is None or n == 1 or getattr(g, "_p2p_native", None) is None:
         return
@@ -94,7 +98,7 @@ def _where_c_stops(c: Checker, MPI: Any, comm: Any) -> None:
     p.Start()
     reqs = [first, comm.Isend(np.ones(1), nxt, 50), comm.Ibarrier(), p, comm.Isend(np.ones(1), nxt, 51)]
     op = reqs[2]._op
-    c.eq(wait(reqs, _request.Done, TAG_UB_VALUE, own.native, SPARE), 2,
+    c.eq(wait(reqs, _request.Done, MPI_TAG_BITS, own.native, SPARE), 2,
          "C completes the two before the collective")
     c.true(not reqs[0] and not reqs[1] and reqs[2]._op is op, "... and leaves the collective as it was")
     MPI.Request.Waitall(reqs)
@@ -103,12 +107,40 @@ def _where_c_stops(c: Checker, MPI: Any, comm: Any) -> None:
     p.Free()
     q = comm.irecv(source=prv, tag=52)
     comm.send("o", nxt, 52)
-    c.true(wait(q, _request.Done, TAG_UB_VALUE, own.native, SPARE) is True, "one object irecv in C")
+    c.true(wait(q, _request.Done, MPI_TAG_BITS, own.native, SPARE) is True, "one object irecv in C")
     c.true(not q and q._op is None, "... its request null")
     q = comm.irecv(source=prv, tag=53)
     comm.send("p", nxt, 53)
-    c.true(wait(q, _request.Done, TAG_UB_VALUE) is False, "an object irecv without the serializer: not in C")
+    c.true(wait(q, _request.Done, MPI_TAG_BITS) is False, "an object irecv without the serializer: not in C")
     c.eq(q.wait(), "p", "... then the Python way")
+    # the front ends go through it (a recorder around the C call)
+    seen: list[Any] = []
+
+    def recorder(*args: Any) -> Any:
+        got = wait(*args)
+        seen.append(got)
+        return got
+
+    b = np.zeros(3, dtype=np.int16)
+    _request._wait_native = recorder
+    try:
+        q = comm.Irecv(b, prv, MPI.ANY_TAG)
+        copy = MPI.Request(q)            # (shares the op: its status after C completed it)
+        MPI.Request.Waitall([q, comm.Isend(np.array([r, 2, 3], dtype=np.int16), nxt, 54)])
+        q = comm.Irecv(x, prv, 55)
+        comm.Send(np.full(1, 9.0), nxt, 55)
+        q.Wait()
+        q = comm.irecv(source=prv, tag=56)
+        comm.send(("w", r), nxt, 56)
+        got = q.wait()
+    finally:
+        _request._wait_native = wait
+    c.eq(seen, [2, True, True], "Waitall, Wait and wait completed in C")
+    st = MPI.Status()
+    copy.Wait(st)
+    c.eq((st.Get_source(), st.Get_tag(), st.Get_count(MPI.INT16_T)), (prv, 54, 3),
+         "the status of an ANY_TAG receive C completed")
+    c.eq((b.tolist(), x[0], got), ([prv, 2, 3], 9.0, ("w", prv)), "the data of those three")
 
 
 def _left_to_python(c: Checker, MPI: Any, comm: Any) -> None:

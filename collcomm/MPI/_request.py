@@ -21,7 +21,8 @@ import threading
 from typing import Any, Callable, Sequence
 
 from ..errors import ClosedError, CollcommError, CommTimeoutError, PeerLostError
-from ._consts import ANY_SOURCE, ANY_TAG, TAG_UB_VALUE, UNDEFINED
+from ..core.tags import MPI_TAG_BITS
+from ._consts import ANY_SOURCE, ANY_TAG, UNDEFINED
 from ._errors import ERR_IN_STATUS, Exception as MPIException, translate
 from ._obj_spare import SPARE
 from ._pickle import pickle as _pickle
@@ -87,7 +88,7 @@ def _wait_native_entry() -> Callable[..., Any] | None:
     return getattr(native.core, "mpi_wait_native", None) if native.core is not None else None
 
 
-#: mpi_wait_native(requests, Done, TAG_UB_VALUE, the serializer's native, SPARE) -> how
+#: mpi_wait_native(requests, Done, MPI_TAG_BITS, the serializer's native, SPARE) -> how
 #: many it completed (Waitall), or with one Request, whether it did (Wait); None: the
 #: Python code does it all
 _wait_native = _wait_native_entry()
@@ -225,7 +226,7 @@ class Request:
         op = self._op
         if op is not None:
             if (status is None and type(op) is not WorkOp and _wait_native is not None
-                    and _wait_native(self, Done, TAG_UB_VALUE, _pickle.native, SPARE)):
+                    and _wait_native(self, Done, MPI_TAG_BITS, _pickle.native, SPARE)):
                 if ORPHANS:        # (a native receive's or a send's, completed in C)
                     reap_orphans()
                 return True
@@ -281,7 +282,7 @@ class Request:
                     reap_orphans()
                 return op.value
             if type(op) is not WorkOp and _wait_native is not None \
-                    and _wait_native(self, Done, TAG_UB_VALUE, _pickle.native, SPARE):
+                    and _wait_native(self, Done, MPI_TAG_BITS, _pickle.native, SPARE):
                 if ORPHANS:            # (an object irecv's or a native receive's, in C)
                     reap_orphans()
                 return op.value
@@ -321,7 +322,7 @@ class Request:
             return True
         failed, first = None, 0
         if _wait_native is not None and (type(requests) is list or type(requests) is tuple):
-            first = _wait_native(requests, Done, TAG_UB_VALUE, _pickle.native, SPARE)   # (the common ones, in C)
+            first = _wait_native(requests, Done, MPI_TAG_BITS, _pickle.native, SPARE)   # (the common ones, in C)
             if first == len(requests):
                 if ORPHANS:
                     reap_orphans()

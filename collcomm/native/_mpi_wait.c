@@ -22,10 +22,10 @@
 
 static PyObject *s_mw_tag, *s_mw_nbytes;
 
-/* `op`'s slot at index i of m_op_slots set to `v` (a new reference, stolen) */
-static void mw_set(PyObject *op, int i, PyObject *v)
+/* `op`'s slot at byte offset `off` set to `v` (a new reference, stolen) */
+static void mw_set(PyObject *op, Py_ssize_t off, PyObject *v)
 {
-    PyObject **at = &SLOT_AT(op, m_op_slots.at[i]);
+    PyObject **at = &SLOT_AT(op, off);
     PyObject *old = *at;
     *at = v;
     Py_XDECREF(old);
@@ -60,12 +60,16 @@ static int mw_one(PyObject *r, PyObject *done, PyObject *tag_bits, PyObject *nat
         Py_DECREF(op);
         return rc;
     }
-    if (m_op_slots.type == NULL || Py_TYPE(op) != m_op_slots.type)
+    if (m_op_slots.type == NULL || !m_op_slots.ok || Py_TYPE(op) != m_op_slots.type)
         return 0;
-    Py_INCREF(op);                       /* (the receive may run Python code: ours held) */
+    /* the op, and its slots' offsets, held: the receive may let the GIL go and run Python
+     * code (another mpi_irecv could register another class meanwhile) */
+    Py_ssize_t at_h = m_op_slots.at[1], at_done = m_op_slots.at[2], at_tag = m_op_slots.at[4],
+               at_nbytes = m_op_slots.at[5];
+    Py_INCREF(op);
     int rc = 0;
-    if (SLOT_AT(op, m_op_slots.at[2]) != Py_True) {      /* not _done */
-        PyObject *h = SLOT_AT(op, m_op_slots.at[1]);
+    if (SLOT_AT(op, at_done) != Py_True) {      /* not _done */
+        PyObject *h = SLOT_AT(op, at_h);
         int work = h == NULL || !PyObject_TypeCheck(h, &DeferredType) ? 1 : d_is_work((Deferred *)h);
         if (work != 0) {                 /* (the Python code's way, whatever it finds) */
             rc = work < 0 ? -1 : 0;
@@ -88,9 +92,9 @@ static int mw_one(PyObject *r, PyObject *done, PyObject *tag_bits, PyObject *nat
             rc = -1;
             goto out;
         }
-        mw_set(op, 4, masked);
-        mw_set(op, 5, nbytes);
-        mw_set(op, 2, Py_NewRef(Py_True));
+        mw_set(op, at_tag, masked);
+        mw_set(op, at_nbytes, nbytes);
+        mw_set(op, at_done, Py_NewRef(Py_True));
     }
     slot = &SLOT_AT(r, rq_req_slots.at[0]);   /* (read again: Python code may have run) */
     if (*slot == op) {
@@ -110,17 +114,20 @@ static PyObject *mod_mpi_wait_native(PyObject *m, PyObject *const *args, Py_ssiz
         PyErr_SetString(PyExc_TypeError, "mpi_wait_native(requests, done, tag_bits[, native, spare])");
         return NULL;
     }
-    if (s_mw_tag == NULL && ((s_mw_tag = PyUnicode_InternFromString("tag")) == NULL ||
-                             (s_mw_nbytes = PyUnicode_InternFromString("nbytes")) == NULL))
-        return NULL;
+    if (s_mw_nbytes == NULL) {           /* (both names, or neither: tried again) */
+        if (s_mw_tag == NULL && (s_mw_tag = PyUnicode_InternFromString("tag")) == NULL)
+            return NULL;
+        if ((s_mw_nbytes = PyUnicode_InternFromString("nbytes")) == NULL)
+            return NULL;
+    }
     PyObject *reqs = args[0], *native = nargs == 5 ? args[3] : NULL, *spare = nargs == 5 ? args[4] : NULL;
     int list = PyList_CheckExact(reqs);
-    if (!rq_ready || (!list && !PyTuple_CheckExact(reqs))) {
-        if (!rq_ready || Py_TYPE(reqs) != rq_req_slots.type)
-            return PyLong_FromLong(0);
-        int rc = mw_one(reqs, args[1], args[2], native, spare);
+    if (!list && !PyTuple_CheckExact(reqs)) {       /* one Request: True or False */
+        int rc = rq_ready ? mw_one(reqs, args[1], args[2], native, spare) : 0;
         return rc < 0 ? NULL : Py_NewRef(rc ? Py_True : Py_False);
     }
+    if (!rq_ready)
+        return PyLong_FromLong(0);
     Py_ssize_t i = 0;
     Py_INCREF(reqs);
     for (;; i++) {                       /* (a list may change while a receive runs) */

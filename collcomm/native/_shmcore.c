@@ -233,8 +233,9 @@ static PyMethodDef module_methods[] = {
     {"mpi_started", (PyCFunction)(void (*)(void))mod_mpi_started, METH_FASTCALL,
      "mpi_started(entry, *args) -> the Request of entry(*args)'s Work, or None (declined)"},
     {"mpi_wait_native", (PyCFunction)(void (*)(void))mod_mpi_wait_native, METH_FASTCALL,
-     "mpi_wait_native(requests, done, tag_bits) -> how many requests it completed in order "
-     "(native receives, sends done); see _mpi_wait.c"},
+     "mpi_wait_native(requests, done, tag_bits[, native, spare]) -> how many requests it "
+     "completed in order (native receives, sends done, object irecvs), or for one Request "
+     "whether it did; see _mpi_wait.c"},
     {"mpi_workop_started", (PyCFunction)(void (*)(void))mod_mpi_workop_started, METH_FASTCALL,
      "mpi_workop_started(entry, *args) -> the WorkOp of entry(*args)'s Work, or None"},
     {NULL, NULL, 0, NULL},
