@@ -12,8 +12,9 @@ the Python way: the same checks, the results must not differ).
 - ``Wait`` and ``wait`` of one request (a native receive, an object's); with a status,
   the Python way's status;
 - what C leaves to the Python code, each right: a truncated message (``Waitall``:
-  ``ERR_IN_STATUS`` naming ``ERR_TRUNCATE``; ``Wait``: ``ERR_TRUNCATE``), a receive waited
-  for under another ``call_timeout`` scope than its start's.
+  ``ERR_IN_STATUS`` naming ``ERR_TRUNCATE``, every failure counted, also of a generator;
+  ``Wait``: ``ERR_TRUNCATE``), a receive waited for under another ``call_timeout`` scope
+  than its start's.
 """
 from __future__ import annotations
 
@@ -157,6 +158,15 @@ def _left_to_python(c: Checker, MPI: Any, comm: Any) -> None:
         c.eq(exc.Get_error_class(), MPI.ERR_IN_STATUS, "Waitall of a truncated message")
         c.true("MPI_ERR_TRUNCATE" in str(exc), f"... naming the truncation: {exc}")
     c.true(not q, "the failed receive null")
+    q1, q2 = comm.Irecv(small, prv, 64), comm.Irecv(np.zeros(1), prv, 65)
+    comm.Send(np.ones(5), nxt, 64)
+    comm.Send(np.ones(4), nxt, 65)
+    try:                                 # (two failures, of a generator: both counted)
+        MPI.Request.Waitall(q for q in [q1, comm.Isend(np.ones(1), nxt, 66), q2, comm.Irecv(np.zeros(1), prv, 66)])
+        c.true(False, "Waitall of two truncated messages raised nothing")
+    except MPI.Exception as exc:
+        c.eq(exc.Get_error_class(), MPI.ERR_IN_STATUS, "Waitall of a generator, two truncated")
+        c.true("2 of 4 requests failed" in str(exc), f"... both counted: {exc}")
     q = comm.Irecv(small, prv, 62)
     comm.Send(np.ones(5), nxt, 62)
     c.raises(q.Wait, MPI.Exception, "Wait of a truncated message", MPI.ERR_TRUNCATE)

@@ -320,14 +320,16 @@ class Request:
         if statuses is not None:
             _complete_each(requests, range(len(requests)), statuses, "Waitall")
             return True
-        failed, first = None, 0
+        failed: list[tuple[int, Any]] = []
+        first = count = 0
         if _wait_native is not None and (type(requests) is list or type(requests) is tuple):
-            first = _wait_native(requests, Done, MPI_TAG_BITS, _pickle.native, SPARE)   # (the common ones, in C)
+            first = count = _wait_native(requests, Done, MPI_TAG_BITS, _pickle.native, SPARE)   # (the common ones, in C)
             if first == len(requests):
                 if ORPHANS:
                     reap_orphans()
                 return True
         for i, r in enumerate(requests[first:] if first else requests, first):   # (Wait without a status, inline)
+            count = i + 1
             op = r._op
             if op is not None:
                 if type(op) is not Done:      # (complete from the start: nothing to wait)
@@ -336,15 +338,15 @@ class Request:
                     except CollcommError as exc:      # (the others are still waited for)
                         if isinstance(exc, _FATAL):
                             raise translate(exc) from exc
-                        failed = failed or (i, translate(exc))
+                        failed.append((i, translate(exc)))
                 if type(r) is Request:
                     r._op = None              # (Request._completed, without its frame)
                 else:
                     r._completed()
         if ORPHANS:
             reap_orphans()
-        if failed is not None:
-            _in_status("Waitall", len(requests), [failed])
+        if failed:                            # (every failure counted; a generator has no len)
+            _in_status("Waitall", count, failed)
         return True
 
     @classmethod
