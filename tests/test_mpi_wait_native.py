@@ -11,6 +11,9 @@ the Python way: the same checks, the results must not differ).
   complete, leaving that one as it was: a collective's, a persistent request's);
 - ``Wait`` and ``wait`` of one request (a native receive, an object's); with a status,
   the Python way's status;
+- ``Test``, ``Testall``, ``Testany``, ``Testsome``, ``Waitany``, ``Waitsome`` (``mpi_test_native``):
+  before and after the messages, beside requests C does not take (a persistent one, a
+  collective's), statuses and data; each way in C on messages already in the ring;
 - what C leaves to the Python code, each right: a truncated message (``Waitall``:
   ``ERR_IN_STATUS`` naming ``ERR_TRUNCATE``, every failure counted, also of a generator;
   ``Wait``: ``ERR_TRUNCATE``), a receive waited for under another ``call_timeout`` scope
@@ -179,11 +182,109 @@ def _left_to_python(c: Checker, MPI: Any, comm: Any) -> None:
     comm.Barrier()
 
 
+def _tests(c: Checker, MPI: Any, comm: Any) -> None:
+    """Test, Testall, Testany, Testsome, Waitany and Waitsome (in C where the group has
+    the native entry: a recorder around the C call checks they use it)."""
+    from collcomm import native
+    from collcomm.MPI import _request
+    r, n = comm.rank, comm.size
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    g = comm._h.g
+    in_c = native.core is not None and n > 1 and getattr(g, "_p2p_native", None) is not None
+    test = _request._test_native
+    seen: list[Any] = []
+
+    def recorder(*args: Any) -> Any:
+        got = test(*args)
+        seen.append(got)
+        return got
+
+    _request._test_native = recorder if test is not None else None
+    try:
+        a, b, x = np.zeros(2), np.zeros(2), np.zeros(1)
+        qa, qb = comm.Irecv(a, prv, 70), comm.Irecv(b, prv, 71)
+        c.eq((qa.Test(), MPI.Request.Testall([qa, qb])), (False, False), "Test, Testall before the messages")
+        comm.Barrier()
+        comm.Send(np.full(2, 1.0 + r), nxt, 71)
+        for _ in range(100000):
+            if MPI.Request.Testany([qa, qb])[1]:
+                break
+        c.true(not qb and bool(qa), "Testany: the request whose message came, null; the other active")
+        c.true(not MPI.Request.Testall([qa, qb]), "Testall: not while one is pending")
+        comm.Barrier()                   # (nobody sends 70 before every rank looked)
+        comm.Send(np.full(2, 2.0 + r), nxt, 70)
+        st = MPI.Status()
+        while not qa.Test(st):
+            pass
+        c.eq((st.Get_source(), st.Get_tag(), st.Get_count(MPI.DOUBLE)), (prv, 70, 2), "Test with a status")
+        c.eq((a.tolist(), b.tolist()), ([2.0 + prv] * 2, [1.0 + prv] * 2), "Test/Testany: the data")
+        p = comm.Recv_init(x, prv, 72)
+        p.Start()
+        qc = comm.Irecv(a, prv, 73)
+        comm.Send(np.full(2, 3.0 + r), nxt, 73)
+        st = MPI.Status()
+        c.eq(MPI.Request.Waitany([p, qc], st), 1, "Waitany beside a persistent receive")
+        c.eq((st.Get_source(), st.Get_tag(), a[0]), (prv, 73, 3.0 + prv), "Waitany: status and data")
+        comm.Barrier()                   # (nobody sends 72 before every Waitany returned)
+        comm.Send(np.full(1, 4.0 + r), nxt, 72)
+        c.eq(MPI.Request.Waitany([p, qc]), 0, "Waitany: then the persistent one")
+        p.Free()
+        q3 = [comm.Irecv(a, prv, 74), comm.Isend(np.ones(1), nxt, 75), comm.Irecv(b, prv, 76), comm.Ibarrier()]
+        comm.Send(np.full(2, 5.0 + r), nxt, 74)
+        comm.Send(np.full(2, 6.0 + r), nxt, 76)
+        got: list[int] = []
+        sts = [MPI.Status() for _ in q3]
+        while len(got) < 4:
+            some = MPI.Request.Waitsome(q3, sts) or []
+            got += some
+            for k, i in enumerate(some):
+                if i in (0, 2):
+                    c.eq((sts[k].Get_tag(), sts[k].Get_count(MPI.DOUBLE)), (74 + i, 2), f"Waitsome: {i}'s status")
+        c.eq(sorted(got), [0, 1, 2, 3], "Waitsome: every request, once")
+        c.eq((a[0], b[0]), (5.0 + prv, 6.0 + prv), "Waitsome: the data")
+        comm.Recv(np.zeros(1), prv, 75)
+        qs = [comm.Irecv(x, prv, 78)]
+        c.eq(MPI.Request.Testsome(qs), [], "Testsome before the message")
+        comm.Barrier()
+        comm.Send(np.full(1, 7.0 + r), nxt, 78)
+        for _ in range(100000):
+            done = MPI.Request.Testsome(qs)
+            if done:
+                break
+        c.eq((done, x[0], bool(qs[0])), ([0], 7.0 + prv, False), "Testsome after it")
+        qt = comm.Irecv(np.zeros(1), prv, 77)
+        comm.Send(np.ones(3), nxt, 77)
+        c.raises(lambda: MPI.Request.Waitany([qt]), MPI.Exception, "Waitany of a truncated message",
+                 MPI.ERR_TRUNCATE)
+        c.true(not qt, "... the request null")
+        # each way once more, on messages in the ring before their receives (a blocking
+        # call with receives deferred may hand them to the engine: then not C's)
+        comm.Barrier()                   # (every rank past its polls above: nothing drains them)
+        for k in range(6):
+            comm.Send(np.full(1, 10.0 * k + r), nxt, 80 + k)
+        comm.Barrier()
+        ys = [np.zeros(1) for _ in range(6)]
+        qs = [comm.Irecv(ys[k], prv, 80 + k) for k in range(6)]
+        del seen[:]
+        ok = [qs[0].Test(), MPI.Request.Testall(qs[1:2]), MPI.Request.Testany(qs[2:3]),
+              MPI.Request.Testsome(qs[3:4]), MPI.Request.Waitany(qs[4:5]), MPI.Request.Waitsome(qs[5:6])]
+        c.eq(ok, [True, True, (0, True), [0], 0, [0]], "each way, its message there")
+        c.eq([y[0] for y in ys], [10.0 * k + prv for k in range(6)], "each way: the data")
+        c.true(not any(qs), "each way: every request null")
+    finally:
+        _request._test_native = test
+    if in_c:
+        c.eq([type(v[0]).__name__ if type(v) is tuple else v for v in seen],
+             [True, True, "int", "list", "int", "list"], "each way in C")
+    comm.Barrier()
+
+
 def wait_native_checks(c: Checker, MPI: Any, comm: Any) -> None:
     _mix(c, MPI, comm)
     _one(c, MPI, comm)
     _where_c_stops(c, MPI, comm)
     _left_to_python(c, MPI, comm)
+    _tests(c, MPI, comm)
     comm.Barrier()
 
 

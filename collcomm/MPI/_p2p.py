@@ -273,9 +273,36 @@ class PointToPoint:
         except CollcommError as exc:
             raise translate(exc) from exc
 
+    def _quick_probe(self, source: Any, tag: Any, block: bool, status: Status | None) -> Any:
+        """A probe of a message from one rank of this host in one C call (P2P.probe,
+        native/_p2p_probe.c: the message stays in the ring for the receive that follows):
+        True (found: ``status`` set); False (``block`` False: none yet, and this rank has
+        nothing else the engine's progress would move: MPI's Iprobe must progress, and the
+        general way does, where there is); None (the general way's)."""
+        g = self._h.g
+        if g is None or g._closed or ORPHANS or type(source) is not int or type(tag) is not int \
+                or not 0 <= source < g.size or source == g.rank:
+            return None
+        f = getattr(g, "_p2p_native", None)
+        if f is None or not (0 <= tag <= TAG_BITS or tag == ANY_TAG):
+            return None
+        try:
+            n = f.probe(source, tag, EXACT, block) if tag >= 0 else f.probe(source, 0, WILD, block)
+        except CollcommError as exc:
+            raise translate(exc) from exc
+        if n is None:
+            return None
+        if n is False:
+            return None if p2p.transport(g).outstanding() else False
+        if status is not None:
+            status._set(source, f.last_tag & TAG_BITS, n)
+        return True
+
     def Probe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> bool:  # noqa: N802
         if source == PROC_NULL:
             _null_status(status)
+            return True
+        if self._quick_probe(source, tag, True, status):
             return True
         _, m = self._probe(source, tag, True, False, "Probe")
         if status is not None:
@@ -286,6 +313,9 @@ class PointToPoint:
         if source == PROC_NULL:
             _null_status(status)
             return True
+        found = self._quick_probe(source, tag, False, status)
+        if found is not None:
+            return found
         _, m = self._probe(source, tag, False, False, "Iprobe")
         if m is not None and status is not None:
             status._set(m.source, m.tag & TAG_BITS, m.nbytes)

@@ -16,6 +16,7 @@ a hang.
 """
 from __future__ import annotations
 
+import os
 import time
 import threading
 from typing import Any, Callable, Sequence
@@ -80,18 +81,21 @@ class WorkOp:
         return None     # a collective cannot be cancelled (MPI: erroneous); it completes
 
 
-def _wait_native_entry() -> Callable[..., Any] | None:
-    """The native core's ``mpi_wait_native`` (native/_mpi_wait.c: requests of native
-    receives and sends done, completed in one call), or None without the core."""
+def _native_entry(name: str) -> Callable[..., Any] | None:
+    """The native core's ``name`` (native/_mpi_wait.c: requests of native receives, sends
+    done and object receives completed in one call), or None without the core."""
     from .. import native
 
-    return getattr(native.core, "mpi_wait_native", None) if native.core is not None else None
+    return getattr(native.core, name, None) if native.core is not None else None
 
 
 #: mpi_wait_native(requests, Done, MPI_TAG_BITS, the serializer's native, SPARE) -> how
 #: many it completed (Waitall), or with one Request, whether it did (Wait); None: the
 #: Python code does it all
-_wait_native = _wait_native_entry()
+_wait_native = _native_entry("mpi_wait_native")
+#: mpi_test_native(request(s), Done, MPI_TAG_BITS) -> True (complete, null), False (not
+#: yet), None (the Python code decides): Test, Testall
+_test_native = _native_entry("mpi_test_native")
 
 
 #: Freed receives still to be unpacked (derived types with gaps: _p2p_ops.Unpacked).
@@ -127,11 +131,14 @@ def _fill(status: Status | None, op: Any) -> None:
 
 #: how often a poll of several requests checks the peers (as a wait on one does)
 LIVENESS_PERIOD = 0.1
+#: how long it yields its CPU between tests before it sleeps (as a native receive does:
+#: P2P_YIELD_NS; a test of the common requests takes well under a microsecond in C)
+YIELD_FOR = 2e-3
 
 
 def _poll(done: Callable[[], bool], call: str, count: int) -> None:
     """Wait until ``done()`` (which makes progress: the requests' tests), spinning briefly,
-    then sleeping. Tests check no peer, so every ``LIVENESS_PERIOD`` the peers are checked
+    then yielding the CPU between tests for ``YIELD_FOR``, then sleeping. Tests check no peer, so every ``LIVENESS_PERIOD`` the peers are checked
     (a lost one fails the requests pending with it, which ``done()`` then finds), and past
     the world's timeout ``call`` raises, as a wait on one request does: a ``Waitany`` on
     requests of a rank that died used to poll forever (a random kill, session 28)."""
@@ -141,14 +148,17 @@ def _poll(done: Callable[[], bool], call: str, count: int) -> None:
         rounds += 1
         if rounds <= 100:
             continue
-        time.sleep(sleep)
-        sleep = min(sleep * 2, 1e-3)
         now = time.monotonic()
         if not start:
             start, next_check = now, now + LIVENESS_PERIOD
         elif now >= next_check:
             next_check = now + LIVENESS_PERIOD
             _check(call, count, now - start)
+        if now - start < YIELD_FOR:     # (the CPU to whoever needs it, else on at once)
+            os.sched_yield()
+            continue
+        time.sleep(sleep)
+        sleep = min(sleep * 2, 1e-3)
 
 
 def _check(call: str, count: int, waited: float) -> None:
@@ -225,10 +235,12 @@ class Request:
     def Wait(self, status: Status | None = None) -> bool:  # noqa: N802
         op = self._op
         if op is not None:
-            if (status is None and type(op) is not WorkOp and _wait_native is not None
+            if (type(op) is not WorkOp and _wait_native is not None
                     and _wait_native(self, Done, MPI_TAG_BITS, _pickle.native, SPARE)):
                 if ORPHANS:        # (a native receive's or a send's, completed in C)
                     reap_orphans()
+                if status is not None:
+                    _fill(status, op)
                 return True
             try:       # (what _wait_op does, frames less: the common call)
                 if type(op) is WorkOp and op._finish is None and op._work is not None:
@@ -257,6 +269,15 @@ class Request:
     def Test(self, status: Status | None = None) -> bool:  # noqa: N802
         op = self._op
         if op is not None:
+            if type(op) is not WorkOp and _test_native is not None:
+                done = _tested(self, 0)     # (in C: the common ones)
+                if done is not None:
+                    if not done:
+                        return False
+                    if ORPHANS:
+                        reap_orphans()
+                    _fill(status, op)
+                    return True
             if not self._test_op():
                 return False
             self._completed()
@@ -351,6 +372,12 @@ class Request:
 
     @classmethod
     def Testall(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> bool:  # noqa: N802
+        if statuses is None and _test_native is not None and (type(requests) is list or type(requests) is tuple):
+            done = _tested(requests, 0)     # (in C: the common ones)
+            if done is not None:
+                if done and ORPHANS:
+                    reap_orphans()
+                return done
         if not all(r._op is None or r._settled() for r in requests):
             return False
         cls.Waitall(requests, statuses)
@@ -358,53 +385,98 @@ class Request:
 
     @classmethod
     def Waitany(cls, requests: Sequence["Request"], status: Status | None = None) -> int:  # noqa: N802
+        seq = _test_native is not None and (type(requests) is list or type(requests) is tuple)
+        got = _tested(requests, 1) if seq else None   # (in C: the common ones)
+        if got:
+            _completed_quick(got[1], status)
+            return got[0]
         if all(r._op is None for r in requests):
             _fill(status, None)
             return UNDEFINED
-        found: list[int] = []
+        found: list[tuple[int, Any]] = []
 
         def any_done() -> bool:
-            for i, r in enumerate(requests):
-                if r._op is not None and r._settled():
-                    found.append(i)
+            if seq:
+                got = _tested(requests, 1)
+                if got is not None:
+                    if got is False:
+                        return False
+                    found.append(got)
                     return True
+            for i, r in enumerate(requests):
+                if r._op is not None:
+                    op = _test_quick(r)
+                    if op is not None:
+                        if op is False:
+                            continue
+                        found.append((i, op))   # (complete in C, the request null)
+                        return True
+                    if r._settled():
+                        found.append((i, None))
+                        return True
             return False
 
         _poll(any_done, "Waitany", len(requests))
-        requests[found[0]].Wait(status)
-        return found[0]
+        i, op = found[0]
+        _completed_quick(op, status) if op is not None else requests[i].Wait(status)
+        return i
 
     @classmethod
     def Testany(cls, requests: Sequence["Request"], status: Status | None = None) -> tuple[int, bool]:  # noqa: N802
+        if _test_native is not None and (type(requests) is list or type(requests) is tuple):
+            got = _tested(requests, 1)    # (in C: the common ones)
+            if got:
+                _completed_quick(got[1], status)
+                return got[0], True
+            if got is False and not all(r._op is None for r in requests):
+                return UNDEFINED, False
         if all(r._op is None for r in requests):
             _fill(status, None)
             return UNDEFINED, True
         for i, r in enumerate(requests):
-            if r._op is not None and r._settled():
-                r.Wait(status)
-                return i, True
+            if r._op is not None:
+                op = _test_quick(r)
+                if op is not None:
+                    if op is not False:
+                        _completed_quick(op, status)
+                        return i, True
+                elif r._settled():
+                    r.Wait(status)
+                    return i, True
         return UNDEFINED, False
 
     @classmethod
     def Waitsome(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> list[int] | None:  # noqa: N802
+        if _test_native is not None and (type(requests) is list or type(requests) is tuple):
+            got = _tested(requests, 2)    # (in C: the common ones)
+            pairs = got[0] if got is not None else None
+            if pairs:                  # (those complete now: MPI's "some")
+                for k, (_, op) in enumerate(pairs):
+                    _fill(_nth(statuses, k), op)
+                if ORPHANS:
+                    reap_orphans()
+                return [i for i, _ in pairs]
         if all(r._op is None for r in requests):
             return None
         done: list[int] = []
+        quick: dict[int, Any] = {}
 
         def some_done() -> bool:
-            done[:] = [i for i, r in enumerate(requests) if r._op is not None and r._settled()]
+            _settled_some(requests, done, quick)
             return bool(done)
 
         _poll(some_done, "Waitsome", len(requests))
-        _complete_each(requests, done, statuses, "Waitsome")
+        _complete_each(requests, done, statuses, "Waitsome", quick)
         return done
 
     @classmethod
     def Testsome(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> list[int] | None:  # noqa: N802
         if all(r._op is None for r in requests):
             return None
-        done = [i for i, r in enumerate(requests) if r._op is not None and r._settled()]
-        _complete_each(requests, done, statuses, "Testsome")
+        done: list[int] = []
+        quick: dict[int, Any] = {}
+        _settled_some(requests, done, quick)
+        _complete_each(requests, done, statuses, "Testsome", quick)
         return done
 
     Get_status_all = Testall
@@ -450,14 +522,67 @@ class Request:
 _FATAL = (PeerLostError, CommTimeoutError, ClosedError)
 
 
+def _tested(requests: Any, how: int) -> Any:
+    """``mpi_test_native(requests, Done, MPI_TAG_BITS, how)``; None where it raised one of
+    collcomm's errors (the receive's: the Python way then tests again and raises or
+    settles it as always, translated)."""
+    try:
+        return _test_native(requests, Done, MPI_TAG_BITS, how)   # type: ignore[misc]
+    except CollcommError:
+        return None
+
+
+def _test_quick(r: "Request") -> Any:
+    """``r`` (its op not null) tested in C (native/_mpi_wait.c mpi_test_native): its op,
+    complete, the request left null; False, nothing yet; None, the Python way's."""
+    op = r._op
+    if _test_native is None or type(op) is WorkOp:
+        return None
+    done = _tested(r, 0)
+    return op if done else done
+
+
+def _completed_quick(op: Any, status: Status | None) -> None:
+    """What Wait does after a request's op completed in C: the orphans, the status."""
+    if ORPHANS:
+        reap_orphans()
+    _fill(status, op)
+
+
+def _settled_some(requests: Sequence["Request"], done: list[int], quick: dict[int, Any]) -> None:
+    """Add to ``done`` the index of every request complete or failed now; those C
+    completed (their requests null) also to ``quick``, with their op."""
+    if _test_native is not None and (type(requests) is list or type(requests) is tuple):
+        got = _tested(requests, 2)    # (in C: the common ones)
+        for i, op in got[0] if got is not None else ():
+            done.append(i)
+            quick[i] = op
+        if got is not None and got[1]:
+            return
+    for i, r in enumerate(requests):
+        if r._op is not None:
+            op = _test_quick(r)
+            if op is None:
+                if r._settled():
+                    done.append(i)
+            elif op is not False:
+                done.append(i)
+                quick[i] = op
+    done.sort()                         # (in the requests' order, C's and Python's together)
+
+
 def _complete_each(requests: Sequence["Request"], which: Sequence[int], statuses: list[Status] | None,
-                   call: str) -> None:
+                   call: str, quick: dict[int, Any] | None = None) -> None:
     """Complete ``requests[i]`` for each i of ``which`` (status k for the k-th), every one
     even when some fail (MPI): then ``ERR_IN_STATUS``, each status's error field saying
-    which (the failed requests are complete, as MPI leaves them)."""
+    which (the failed requests are complete, as MPI leaves them). ``quick``: the ops of
+    those C completed already (their requests null), by index."""
     failed: list[tuple[int, Any]] = []
     for k, i in enumerate(which):
         st = _nth(statuses, k)
+        if quick and i in quick:
+            _completed_quick(quick[i], st)
+            continue
         try:
             requests[i].Wait(st)
         except MPIException as exc:

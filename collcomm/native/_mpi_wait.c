@@ -1,7 +1,7 @@
-/* collcomm.MPI's Waitall (and Wait) of the common requests in one call (included by
- * _shmcore.c after _mpi_request.c, which registers the Request class, and _p2p_type.c,
- * whose _p2p_mpi.c registers the op of a native Irecv and _p2p_obj_irecv.c that of an
- * object irecv).
+/* collcomm.MPI's Waitall, Wait, Test and Testall of the common requests in one call
+ * (included by _shmcore.c after _mpi_request.c, which registers the Request class, and
+ * _p2p_type.c, whose _p2p_mpi.c registers the op of a native Irecv and _p2p_obj_irecv.c
+ * that of an object irecv).
  *
  * ``mpi_wait_native(requests, done, tag_bits[, native, spare]) -> n``: ``requests`` a list
  * or tuple; it completes them in order, as MPI/_request.py's Waitall does without
@@ -18,6 +18,9 @@
  * there, raising what it raises. A single Request instead of a sequence: True
  * (completed) or False. An exception only from the receive or ``loads`` itself (anything
  * but collcomm's errors, which the Python code raises with their context).
+ *
+ * ``mpi_test_native`` (at the end) is the same without waiting: a native receive whose
+ * message is there is taken as Deferred.test takes it (own_test, _p2p_own.c).
  */
 
 static PyObject *s_mw_tag, *s_mw_nbytes;
@@ -31,33 +34,36 @@ static void mw_set(PyObject *op, Py_ssize_t off, PyObject *v)
     Py_XDECREF(old);
 }
 
-/* Complete request `r` the quick way: 1 done, 0 not this way (nothing done), -1 error. */
-static int mw_one(PyObject *r, PyObject *done, PyObject *tag_bits, PyObject *native,
-                  PyObject *spare)
+enum { MW_WAIT, MW_TEST };
+
+/* Request `r`'s op settled the quick way (``mode`` MW_WAIT: waited for; MW_TEST: only if
+ * its message is there, as Deferred.test tries it, own_test), the request itself left as
+ * it is: 1 its op complete (or no op: *held NULL), 2 (MW_TEST) not yet, 0 not this way
+ * (nothing done), -1 with an exception. *held: a new reference to the op settled (the
+ * caller nulls the request if it still holds it: mw_null). */
+static int mw_settle(PyObject *r, int mode, PyObject *done, PyObject *tag_bits, PyObject *native,
+                     PyObject *spare, PyObject **held)
 {
+    *held = NULL;
     if (Py_TYPE(r) != rq_req_slots.type)
         return 0;
-    PyObject **slot = &SLOT_AT(r, rq_req_slots.at[0]);
-    PyObject *op = *slot;
+    PyObject *op = SLOT_AT(r, rq_req_slots.at[0]);
     if (op == NULL || op == Py_None)
         return 1;
     if ((PyObject *)Py_TYPE(op) == done) {
-        *slot = Py_NewRef(Py_None);
-        Py_DECREF(op);
+        *held = Py_NewRef(op);
         return 1;
     }
-    if (native != NULL && os_slots.ok && Py_TYPE(op) == os_slots.type) {   /* an object irecv */
-        Py_INCREF(op);
+    if (mode == MW_WAIT && native != NULL && os_slots.ok && Py_TYPE(op) == os_slots.type) {
+        Py_INCREF(op);                  /* (an object irecv: loads runs Python code) */
         PyObject *call[3] = {op, native, spare};
         PyObject *got = mod_obj_wait(NULL, call, 3);
         int rc = got == NULL ? -1 : got == Py_True;
         Py_XDECREF(got);
-        PyObject **at = &SLOT_AT(r, rq_req_slots.at[0]);
-        if (rc == 1 && *at == op) {
-            *at = Py_NewRef(Py_None);
+        if (rc == 1)
+            *held = op;
+        else
             Py_DECREF(op);
-        }
-        Py_DECREF(op);
         return rc;
     }
     if (m_op_slots.type == NULL || !m_op_slots.ok || Py_TYPE(op) != m_op_slots.type)
@@ -67,7 +73,7 @@ static int mw_one(PyObject *r, PyObject *done, PyObject *tag_bits, PyObject *nat
     Py_ssize_t at_h = m_op_slots.at[1], at_done = m_op_slots.at[2], at_tag = m_op_slots.at[4],
                at_nbytes = m_op_slots.at[5];
     Py_INCREF(op);
-    int rc = 0;
+    int rc = 1;
     if (SLOT_AT(op, at_done) != Py_True) {      /* not _done */
         PyObject *h = SLOT_AT(op, at_h);
         int work = h == NULL || !PyObject_TypeCheck(h, &DeferredType) ? 1 : d_is_work((Deferred *)h);
@@ -75,9 +81,15 @@ static int mw_one(PyObject *r, PyObject *done, PyObject *tag_bits, PyObject *nat
             rc = work < 0 ? -1 : 0;
             goto out;
         }
-        Py_INCREF(h);
-        PyObject *st = d_fast((Deferred *)h);
-        Py_DECREF(h);
+        Deferred *d = (Deferred *)Py_NewRef(h);
+        if (mode == MW_TEST && d_none(d->status)) {       /* nothing received yet: try */
+            int t = d->f != NULL && Py_TYPE(d->f) == &P2PType ? own_test((P2P *)d->f, d) : 2;
+            rc = t < 0 ? -1 : t == 0 ? 2 : t == 2 || d_none(d->status) ? 0 : 1;
+        }                                /* (1: received; posted, or not C's: Python's) */
+        PyObject *st = rc == 1 ? d_fast(d) : NULL;
+        Py_DECREF(d);
+        if (rc != 1)
+            goto out;
         if (st == NULL) {
             rc = PyErr_Occurred() ? -1 : 0;
             goto out;
@@ -96,14 +108,35 @@ static int mw_one(PyObject *r, PyObject *done, PyObject *tag_bits, PyObject *nat
         mw_set(op, at_nbytes, nbytes);
         mw_set(op, at_done, Py_NewRef(Py_True));
     }
-    slot = &SLOT_AT(r, rq_req_slots.at[0]);   /* (read again: Python code may have run) */
+out:
+    if (rc == 1)
+        *held = op;
+    else
+        Py_DECREF(op);
+    return rc;
+}
+
+/* Request `r` left null if it still holds `op` (the reference mw_settle gave, dropped) */
+static void mw_null(PyObject *r, PyObject *op)
+{
+    if (op == NULL)
+        return;
+    PyObject **slot = &SLOT_AT(r, rq_req_slots.at[0]);
     if (*slot == op) {
         *slot = Py_NewRef(Py_None);
         Py_DECREF(op);                   /* (the request's reference) */
     }
-    rc = 1;
-out:
     Py_DECREF(op);
+}
+
+/* Complete request `r` the quick way: 1 done, 0 not this way (nothing done), -1 error. */
+static int mw_one(PyObject *r, PyObject *done, PyObject *tag_bits, PyObject *native,
+                  PyObject *spare)
+{
+    PyObject *held;
+    int rc = mw_settle(r, MW_WAIT, done, tag_bits, native, spare, &held);
+    if (rc == 1)
+        mw_null(r, held);
     return rc;
 }
 
@@ -147,4 +180,125 @@ static PyObject *mod_mpi_wait_native(PyObject *m, PyObject *const *args, Py_ssiz
     }
     Py_DECREF(reqs);
     return PyLong_FromSsize_t(i);
+}
+
+/* Testany / Waitany's test of a list or tuple (``some`` 0): (i, op) for the first request
+ * C completes (left null), else False (every active one is C's and has nothing yet) or
+ * None (some are not C's: the Python code tests them all). Testsome / Waitsome's
+ * (``some`` 1): ([(i, op) for every request C completed now, left null], whether every
+ * active one was C's: if not, the Python code tests the others, still active). */
+static PyObject *mw_test_any(PyObject *reqs, int list, PyObject *done, PyObject *tag_bits, int some)
+{
+    PyObject *result = Py_False, *held, *pairs = some ? PyList_New(0) : NULL;
+    if (some && pairs == NULL)
+        return NULL;
+    Py_INCREF(reqs);
+    for (Py_ssize_t i = 0;; i++) {
+        Py_ssize_t n = list ? PyList_GET_SIZE(reqs) : PyTuple_GET_SIZE(reqs);
+        if (i >= n)
+            break;
+        PyObject *r = Py_NewRef(list ? PyList_GET_ITEM(reqs, i) : PyTuple_GET_ITEM(reqs, i));
+        int rc = mw_settle(r, MW_TEST, done, tag_bits, NULL, NULL, &held);
+        if (rc == 1 && held != NULL) {           /* (a null request is not one completed) */
+            PyObject *pair = Py_BuildValue("nO", i, held);
+            mw_null(r, held);
+            if (pair == NULL || !some || PyList_Append(pairs, pair) < 0) {
+                Py_DECREF(r);
+                Py_DECREF(reqs);
+                if (pair != NULL && some)
+                    Py_DECREF(pair);
+                Py_XDECREF(pairs);
+                return some && pair != NULL ? NULL : pair;
+            }
+            Py_DECREF(pair);
+        }
+        Py_DECREF(r);
+        if (rc < 0 && some && PyList_GET_SIZE(pairs) > 0 && rq_error != NULL &&
+            PyErr_ExceptionMatches(rq_error)) {
+            /* (those completed already are reported, not lost: the Python code tests the
+             * rest, this one among them, and raises or settles its error as always) */
+            PyErr_Clear();
+            result = Py_None;
+            break;
+        }
+        if (rc < 0) {
+            Py_DECREF(reqs);
+            Py_XDECREF(pairs);
+            return NULL;
+        }
+        if (rc == 0)
+            result = Py_None;
+    }
+    Py_DECREF(reqs);
+    if (!some)
+        return Py_NewRef(result);
+    PyObject *out = Py_BuildValue("NO", pairs, result == Py_None ? Py_False : Py_True);
+    return out;
+}
+
+/* ``mpi_test_native(requests, done, tag_bits[, how]) -> True | False | None``: Test (one
+ * Request) or Testall (a list or tuple) of the same requests without waiting: True, every
+ * one complete and left null; False, one has nothing yet (the native receives whose
+ * message came are complete in their ops, as Deferred.test leaves them, their requests
+ * still active); None, one is not C's (an object irecv, a collective's, a receive the
+ * engine holds, another class...): the Python code decides, from the ops' states.
+ * ``how`` (a list or tuple): 0 that (Testall), 1 Testany's test, 2 Testsome's (mw_test_any). */
+static PyObject *mod_mpi_test_native(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
+{
+    if ((nargs != 3 && nargs != 4) || !PyType_Check(args[1]) || !PyLong_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "mpi_test_native(requests, done, tag_bits[, how])");
+        return NULL;
+    }
+    if (s_mw_nbytes == NULL) {
+        if (s_mw_tag == NULL && (s_mw_tag = PyUnicode_InternFromString("tag")) == NULL)
+            return NULL;
+        if ((s_mw_nbytes = PyUnicode_InternFromString("nbytes")) == NULL)
+            return NULL;
+    }
+    PyObject *reqs = args[0], *held;
+    if (!rq_ready)
+        Py_RETURN_NONE;
+    int list = PyList_CheckExact(reqs);
+    if (!list && !PyTuple_CheckExact(reqs)) {
+        int rc = mw_settle(reqs, MW_TEST, args[1], args[2], NULL, NULL, &held);
+        if (rc == 1)
+            mw_null(reqs, held);
+        return rc < 0 ? NULL : Py_NewRef(rc == 1 ? Py_True : rc == 2 ? Py_False : Py_None);
+    }
+    long how = nargs == 4 ? PyLong_AsLong(args[3]) : 0;      /* 0 all, 1 any, 2 some */
+    if (how == -1 && PyErr_Occurred())
+        return NULL;
+    if (how == 1 || how == 2)
+        return mw_test_any(reqs, list, args[1], args[2], how == 2);
+    Py_INCREF(reqs);
+    PyObject *result = Py_True;
+    for (Py_ssize_t i = 0;; i++) {       /* every op settled first (a list may change) */
+        Py_ssize_t n = list ? PyList_GET_SIZE(reqs) : PyTuple_GET_SIZE(reqs);
+        if (i >= n)
+            break;
+        PyObject *r = Py_NewRef(list ? PyList_GET_ITEM(reqs, i) : PyTuple_GET_ITEM(reqs, i));
+        int rc = mw_settle(r, MW_TEST, args[1], args[2], NULL, NULL, &held);
+        Py_XDECREF(held);
+        Py_DECREF(r);
+        if (rc != 1) {
+            result = rc < 0 ? NULL : rc == 2 ? Py_False : Py_None;
+            break;
+        }
+    }
+    for (Py_ssize_t i = 0; result == Py_True; i++) {   /* all complete: every request null */
+        Py_ssize_t n = list ? PyList_GET_SIZE(reqs) : PyTuple_GET_SIZE(reqs);
+        if (i >= n)
+            break;
+        PyObject *r = list ? PyList_GET_ITEM(reqs, i) : PyTuple_GET_ITEM(reqs, i);
+        if (Py_TYPE(r) != rq_req_slots.type)
+            continue;                    /* (changed meanwhile: left to its own wait) */
+        PyObject **slot = &SLOT_AT(r, rq_req_slots.at[0]);
+        PyObject *op = *slot;
+        if (op != NULL && op != Py_None) {
+            *slot = Py_NewRef(Py_None);
+            Py_DECREF(op);
+        }
+    }
+    Py_DECREF(reqs);
+    return result == NULL ? NULL : Py_NewRef(result);
 }

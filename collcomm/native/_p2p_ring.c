@@ -81,7 +81,10 @@ static int pipe_read_lent(Pipe *p, uint8_t *rec, uint64_t nbytes, uint8_t *dst)
 }
 
 /* Receive from the ring (poll_lock held, GIL held on entry and return): the byte count,
- * -2 to leave it to Python, -1 with an exception. */
+ * -2 to leave it to Python, -1 with an exception. `dst` NULL: a probe (P2P.probe): the
+ * first record it matches, if it could take it, is left in the ring (its tag in
+ * p2p_last_tag, its byte count returned); the records before it go to the engine all the
+ * same, as the Python probe's poll hands them over. */
 static long long pipe_recv(P2P *s, Pipe *p, uint8_t *dst, uint64_t cap, uint64_t tag,
                            uint64_t mask, uint64_t sig, int block)
 {
@@ -109,6 +112,11 @@ static long long pipe_recv(P2P *s, Pipe *p, uint8_t *dst, uint64_t cap, uint64_t
                     (sig && rsig && sig != rsig)) {
                     gil_take(&gil);
                     return -2;                             /* left in the ring for Python */
+                }
+                if (dst == NULL) {                         /* a probe: it stays there */
+                    p2p_last_tag = rtag;
+                    gil_take(&gil);
+                    return (long long)nbytes;
                 }
                 if (lent) {
                     if (nbytes > 65536)

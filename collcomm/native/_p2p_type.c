@@ -12,6 +12,7 @@
 #include "_p2p_one.c"           /* P2P.one, P2P.start: one isend / irecv in one call */
 #include "_p2p_entry.c"         /* BatchCall: batch_isend_irecv itself in C */
 #include "_p2p_mpi.c"           /* P2P.mpi_irecv: collcomm.MPI Irecv in one call */
+#include "_p2p_probe.c"         /* P2P.probe: collcomm.MPI Probe / Iprobe in one call */
 #include "_p2p_obj.c"           /* P2P.obj_send / obj_recv: collcomm.MPI send / recv of objects */
 #include "_p2p_obj_irecv.c"     /* P2P.obj_irecv, obj_wait: collcomm.MPI irecv of an object, its wait */
 #include "_p2p_exchange.c"      /* P2P.exchange: a blocking neighbourhood collective's messages */
@@ -253,6 +254,9 @@ static PyMethodDef P2P_methods[] = {
                 "written at once or of an irecv deferred | None (nothing done); see _p2p_batch.c"),
     P2PM(mpi_isend, "mpi_isend(buf, dst, tag, ndarray, request, op) -> collcomm.MPI Isend's "
                     "Request (sent) | None (nothing done); see _p2p_mpi.c"),
+    P2PM(probe, "probe(src, tag, mask, block) -> the byte count of the first message a receive "
+                "would match, left in the ring (last_tag: its tag) | False (none yet) | None "
+                "(the Python probe's); see _p2p_probe.c"),
     P2PM(mpi_irecv, "mpi_irecv(g, arr, local, tag, mask, ndarray, deferred, op, request) -> "
                     "collcomm.MPI Irecv's Request | None (nothing done); see _p2p_mpi.c"),
     P2PM(lend, "lend(buf, dst, tag, sig) -> (ident, start): a LENT record written | None "

@@ -104,12 +104,18 @@ class EngineWaiting:
             return None
 
         def progress() -> None:
-            if self._posted or self._deferred or self._acks or self._backlogged:
+            if self.outstanding():
                 try:
                     self.progress()
                 except CollcommError:
                     pass
         return progress
+
+    def outstanding(self) -> bool:
+        """Whether this rank has point-to-point work that :meth:`progress` would move
+        (receives posted or deferred, acknowledgements owed, sends queued behind full
+        rings); without it, polling could only copy early messages aside."""
+        return bool(self._posted or self._deferred or self._acks or self._backlogged)
 
     def _post_for_prompt(self) -> None:
         """A message with ``prompt_bits`` (a synchronous send's) waits unexpected while
