@@ -182,10 +182,14 @@ class PointToPoint:
 
     def Sendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,  # noqa: N802
                  source: int = ANY_SOURCE, recvtag: int = ANY_TAG, status: Status | None = None) -> None:
-        g = self._grp("Sendrecv")
-        f = p2p.native(g)
-        tm = _native_tag(recvtag)
-        if (f is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray
+        g = self._h.g              # (_grp without its frame: the common call)
+        if g is None or g._closed or ORPHANS:
+            g = self._grp("Sendrecv")
+        f = getattr(g, "_p2p_native", None)
+        if f is None:
+            f = p2p.native(g)      # (made by the first call)
+        tm = (recvtag, EXACT) if type(recvtag) is int and 0 <= recvtag <= TAG_BITS else _native_tag(recvtag)
+        if (f is not None and type(sendbuf) is _NDARRAY and type(recvbuf) is _NDARRAY
                 and type(sendtag) is int and sendtag <= TAG_BITS and tm is not None
                 and type(source) is int and 0 <= source < g.size
                 and recvbuf.dtype in _BY_NUMPY and recvbuf.flags.writeable
@@ -236,7 +240,8 @@ class PointToPoint:
 
     def Sendrecv_replace(self, buf: Any, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,  # noqa: N802
                          recvtag: int = ANY_TAG, status: Status | None = None) -> None:
-        arr, _ = simple(buf, "Sendrecv_replace", "buf")    # (packed, for a derived type)
+        arr = buf if type(buf) is _NDARRAY and buf.flags.c_contiguous \
+            else simple(buf, "Sendrecv_replace", "buf")[0]    # (packed, for a derived type)
         self.Sendrecv(arr.copy(), dest, sendtag, buf, source, recvtag, status)
 
     def Isendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,  # noqa: N802
