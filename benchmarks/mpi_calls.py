@@ -1,5 +1,6 @@
-"""mpi4py programs' everyday small calls: objects (lower case), the vector collectives, the
-``I…`` forms and persistent collectives, µs a call. The same script runs under
+"""mpi4py programs' everyday small calls: objects (lower case), point to point with probes,
+tests and waits on many requests, the vector collectives, the ``I…`` forms and persistent
+collectives, µs a call. The same script runs under
 collcomm.MPI and under mpi4py + Open MPI (``USE_MPI4PY=1``)::
 
     collcomm run -n 2 --no-prefix python benchmarks/mpi_calls.py [--blocks 5 --iters 2000 --only int,Wait]
@@ -54,6 +55,13 @@ def rows(comm: Any) -> list[tuple[str, Callable[[], Any]]]:
         ("isend+recv int", lambda: (comm.isend(5, nxt, 1), comm.recv(None, prv, 1))[0].wait()),
         ("irecv+send int", lambda: _irecv_send(comm, nxt, prv)),
         ("Isend+Irecv+Waitall", lambda: MPI.Request.Waitall([comm.Irecv(o1, prv, 2), comm.Isend(one, nxt, 2)])),
+        ("Send+Probe+Recv", lambda: _probe_recv(comm, MPI, one, o1, nxt, prv, False)),
+        ("Send+Iprobe loop+Recv", lambda: _probe_recv(comm, MPI, one, o1, nxt, prv, True)),
+        ("Irecv+Send+Test loop", lambda: _test_loop(comm, one, o1, nxt, prv)),
+        ("Irecv+Isend+Testall loop", lambda: _testall_loop(comm, MPI, one, o1, nxt, prv)),
+        ("Irecv+Isend+Waitany x2", lambda: _waitany(comm, MPI, one, o1, nxt, prv)),
+        ("Irecv+Isend+Waitsome", lambda: _waitsome(comm, MPI, one, o1, nxt, prv)),
+        ("Sendrecv_replace", lambda: comm.Sendrecv_replace(o1, nxt, 9, prv, 9)),
         ("Gatherv", lambda: comm.Gatherv(one, [out, cnt, dis, MPI.DOUBLE], 0)),
         ("Scatterv", lambda: comm.Scatterv([nn, cnt, dis, MPI.DOUBLE], o1, 0)),
         ("Allgatherv", lambda: comm.Allgatherv(one, [out, cnt, dis, MPI.DOUBLE])),
@@ -78,6 +86,43 @@ def rows(comm: Any) -> list[tuple[str, Callable[[], Any]]]:
         ("Bcast", lambda: comm.Bcast(o1, 0)),
         ("Allreduce", lambda: comm.Allreduce(one, o1)),
     ]
+
+
+def _probe_recv(comm: Any, MPI: Any, one: Any, o1: Any, nxt: int, prv: int, spin: bool) -> None:
+    st = MPI.Status()
+    comm.Send(one, nxt, 4)
+    if spin:
+        while not comm.Iprobe(prv, 4, st):
+            pass
+    else:
+        comm.Probe(prv, 4, st)
+    comm.Recv(o1, st.Get_source(), st.Get_tag())
+
+
+def _test_loop(comm: Any, one: Any, o1: Any, nxt: int, prv: int) -> None:
+    q = comm.Irecv(o1, prv, 5)
+    comm.Send(one, nxt, 5)
+    while not q.Test():
+        pass
+
+
+def _testall_loop(comm: Any, MPI: Any, one: Any, o1: Any, nxt: int, prv: int) -> None:
+    reqs = [comm.Irecv(o1, prv, 6), comm.Isend(one, nxt, 6)]
+    while not MPI.Request.Testall(reqs):
+        pass
+
+
+def _waitany(comm: Any, MPI: Any, one: Any, o1: Any, nxt: int, prv: int) -> None:
+    reqs = [comm.Irecv(o1, prv, 7), comm.Isend(one, nxt, 7)]
+    MPI.Request.Waitany(reqs)
+    MPI.Request.Waitany(reqs)
+
+
+def _waitsome(comm: Any, MPI: Any, one: Any, o1: Any, nxt: int, prv: int) -> None:
+    reqs = [comm.Irecv(o1, prv, 8), comm.Isend(one, nxt, 8)]
+    done = 0
+    while done < 2:
+        done += len(MPI.Request.Waitsome(reqs) or [])
 
 
 def _irecv_send(comm: Any, nxt: int, prv: int) -> None:

@@ -131,6 +131,7 @@ SECTIONS = {
     "obj_irecv": "tests.test_mpi_obj_irecv:obj_irecv_checks",
     "random_nb": "tests.test_mpi_random_nb:random_nb_checks",
     "wait_native": "tests.test_mpi_wait_native:wait_native_checks",
+    "probe_native": "tests.test_mpi_probe_native:probe_native_checks",
 }
 USE_TORCH: list[bool] = [False]
 SIZES = [1, 2, 3, 4, 5]

@@ -186,7 +186,10 @@ static PyObject *mod_mpi_wait_native(PyObject *m, PyObject *const *args, Py_ssiz
  * C completes (left null), else False (every active one is C's and has nothing yet) or
  * None (some are not C's: the Python code tests them all). Testsome / Waitsome's
  * (``some`` 1): ([(i, op) for every request C completed now, left null], whether every
- * active one was C's: if not, the Python code tests the others, still active). */
+ * active one was C's: if not, the Python code tests the others, still active); the
+ * requests are left null only once the whole scan went through: an exception midway
+ * (the receive's, or Ctrl-C in Python code it ran) leaves every request active, the ops
+ * C completed complete in themselves, as a test leaves them (nothing lost). */
 static PyObject *mw_test_any(PyObject *reqs, int list, PyObject *done, PyObject *tag_bits, int some)
 {
     PyObject *result = Py_False, *held, *pairs = some ? PyList_New(0) : NULL;
@@ -200,27 +203,26 @@ static PyObject *mw_test_any(PyObject *reqs, int list, PyObject *done, PyObject 
         PyObject *r = Py_NewRef(list ? PyList_GET_ITEM(reqs, i) : PyTuple_GET_ITEM(reqs, i));
         int rc = mw_settle(r, MW_TEST, done, tag_bits, NULL, NULL, &held);
         if (rc == 1 && held != NULL) {           /* (a null request is not one completed) */
-            PyObject *pair = Py_BuildValue("nO", i, held);
-            mw_null(r, held);
-            if (pair == NULL || !some || PyList_Append(pairs, pair) < 0) {
+            PyObject *pair = Py_BuildValue("nOO", i, held, r);   /* (the request: nulled after) */
+            if (!some || pair == NULL || PyList_Append(pairs, pair) < 0) {
+                if (!some && pair != NULL) {
+                    mw_null(r, held);
+                    Py_SETREF(pair, Py_BuildValue("nO", i, PyTuple_GET_ITEM(pair, 1)));
+                } else
+                    Py_DECREF(held);
                 Py_DECREF(r);
                 Py_DECREF(reqs);
-                if (pair != NULL && some)
-                    Py_DECREF(pair);
-                Py_XDECREF(pairs);
-                return some && pair != NULL ? NULL : pair;
+                if (some) {
+                    Py_XDECREF(pair);
+                    Py_DECREF(pairs);
+                    return NULL;
+                }
+                return pair;
             }
             Py_DECREF(pair);
+            Py_DECREF(held);
         }
         Py_DECREF(r);
-        if (rc < 0 && some && PyList_GET_SIZE(pairs) > 0 && rq_error != NULL &&
-            PyErr_ExceptionMatches(rq_error)) {
-            /* (those completed already are reported, not lost: the Python code tests the
-             * rest, this one among them, and raises or settles its error as always) */
-            PyErr_Clear();
-            result = Py_None;
-            break;
-        }
         if (rc < 0) {
             Py_DECREF(reqs);
             Py_XDECREF(pairs);
@@ -232,8 +234,19 @@ static PyObject *mw_test_any(PyObject *reqs, int list, PyObject *done, PyObject 
     Py_DECREF(reqs);
     if (!some)
         return Py_NewRef(result);
-    PyObject *out = Py_BuildValue("NO", pairs, result == Py_None ? Py_False : Py_True);
-    return out;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(pairs); k++) {   /* the scan went through: */
+        PyObject *t = PyList_GET_ITEM(pairs, k);              /* each request left null, */
+        PyObject *op = PyTuple_GET_ITEM(t, 1), *r = PyTuple_GET_ITEM(t, 2);   /* as (i, op) */
+        mw_null(r, Py_NewRef(op));
+        PyObject *pair = PyTuple_Pack(2, PyTuple_GET_ITEM(t, 0), op);
+        if (pair == NULL) {
+            Py_DECREF(pairs);
+            return NULL;
+        }
+        PyList_SET_ITEM(pairs, k, pair);      /* (the old triple dropped) */
+        Py_DECREF(t);
+    }
+    return Py_BuildValue("NO", pairs, result == Py_None ? Py_False : Py_True);
 }
 
 /* ``mpi_test_native(requests, done, tag_bits[, how]) -> True | False | None``: Test (one
@@ -268,37 +281,38 @@ static PyObject *mod_mpi_test_native(PyObject *m, PyObject *const *args, Py_ssiz
     long how = nargs == 4 ? PyLong_AsLong(args[3]) : 0;      /* 0 all, 1 any, 2 some */
     if (how == -1 && PyErr_Occurred())
         return NULL;
+    if (how < 0 || how > 2) {
+        PyErr_SetString(PyExc_ValueError, "mpi_test_native: how must be 0 (all), 1 (any) or 2 (some)");
+        return NULL;
+    }
     if (how == 1 || how == 2)
         return mw_test_any(reqs, list, args[1], args[2], how == 2);
     Py_INCREF(reqs);
-    PyObject *result = Py_True;
-    for (Py_ssize_t i = 0;; i++) {       /* every op settled first (a list may change) */
+    PyObject *result = Py_True, *settled = PyList_New(0);   /* [(request, op)] */
+    if (settled == NULL)
+        result = NULL;
+    for (Py_ssize_t i = 0; result == Py_True; i++) {   /* every op settled first (a list may change) */
         Py_ssize_t n = list ? PyList_GET_SIZE(reqs) : PyTuple_GET_SIZE(reqs);
         if (i >= n)
             break;
         PyObject *r = Py_NewRef(list ? PyList_GET_ITEM(reqs, i) : PyTuple_GET_ITEM(reqs, i));
         int rc = mw_settle(r, MW_TEST, args[1], args[2], NULL, NULL, &held);
+        if (rc == 1 && held != NULL) {
+            PyObject *t = PyTuple_Pack(2, r, held);
+            if (t == NULL || PyList_Append(settled, t) < 0)
+                rc = -1;
+            Py_XDECREF(t);
+        }
         Py_XDECREF(held);
         Py_DECREF(r);
-        if (rc != 1) {
+        if (rc != 1)
             result = rc < 0 ? NULL : rc == 2 ? Py_False : Py_None;
-            break;
-        }
     }
-    for (Py_ssize_t i = 0; result == Py_True; i++) {   /* all complete: every request null */
-        Py_ssize_t n = list ? PyList_GET_SIZE(reqs) : PyTuple_GET_SIZE(reqs);
-        if (i >= n)
-            break;
-        PyObject *r = list ? PyList_GET_ITEM(reqs, i) : PyTuple_GET_ITEM(reqs, i);
-        if (Py_TYPE(r) != rq_req_slots.type)
-            continue;                    /* (changed meanwhile: left to its own wait) */
-        PyObject **slot = &SLOT_AT(r, rq_req_slots.at[0]);
-        PyObject *op = *slot;
-        if (op != NULL && op != Py_None) {
-            *slot = Py_NewRef(Py_None);
-            Py_DECREF(op);
-        }
+    for (Py_ssize_t k = 0; result == Py_True && k < PyList_GET_SIZE(settled); k++) {
+        PyObject *t = PyList_GET_ITEM(settled, k);      /* all complete: each request null */
+        mw_null(PyTuple_GET_ITEM(t, 0), Py_NewRef(PyTuple_GET_ITEM(t, 1)));  /* (if it still holds that op) */
     }
+    Py_XDECREF(settled);
     Py_DECREF(reqs);
     return result == NULL ? NULL : Py_NewRef(result);
 }

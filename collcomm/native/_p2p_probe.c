@@ -13,8 +13,13 @@
  * aborted call's, of another exact tag than a wildcard receive's bits allow). Records
  * before it that it does not match go to the engine as the Python probe's poll hands
  * them over. Waiting (``block``) spins, yields and sleeps as P2P.recv does, with the
- * same checks every 100 ms (Ctrl-C, the peer's liveness, the timeout).
+ * same checks every 100 ms (Ctrl-C, the peer's liveness, the timeout: the check hook
+ * is given the byte count PROBE_NBYTES, for a probe's text); a message found is
+ * reported only if no receive deferred or posted meanwhile by another thread would take
+ * it (pipe_recv checks again, holding the GIL), else None.
  */
+
+#define PROBE_NBYTES UINT64_MAX     /* transport/engine_wait.py NATIVE_PROBE */
 
 static PyObject *P2P_probe(P2P *s, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -42,7 +47,7 @@ static PyObject *P2P_probe(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     if (got <= 0)
         return got < 0 ? NULL : Py_NewRef(Py_None);
     int claim = p2p_engine_claims(s, p->peer, tag, mask);
-    long long n = claim < 0 ? -1 : claim ? -2 : pipe_recv(s, p, NULL, UINT64_MAX, tag, mask, 0, block);
+    long long n = claim < 0 ? -1 : claim ? -2 : pipe_recv(s, p, NULL, PROBE_NBYTES, tag, mask, 0, block);
     p2p_release(p->poll_release);
     if (n == -1)
         return NULL;

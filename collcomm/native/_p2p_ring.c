@@ -83,8 +83,10 @@ static int pipe_read_lent(Pipe *p, uint8_t *rec, uint64_t nbytes, uint8_t *dst)
 /* Receive from the ring (poll_lock held, GIL held on entry and return): the byte count,
  * -2 to leave it to Python, -1 with an exception. `dst` NULL: a probe (P2P.probe): the
  * first record it matches, if it could take it, is left in the ring (its tag in
- * p2p_last_tag, its byte count returned); the records before it go to the engine all the
- * same, as the Python probe's poll hands them over. */
+ * p2p_last_tag, its byte count returned), checked first, holding the GIL, that no receive
+ * deferred or posted since the probe began (another thread) would take it (else -2); the
+ * records before it go to the engine all the same, as the Python probe's poll hands them
+ * over. */
 static long long pipe_recv(P2P *s, Pipe *p, uint8_t *dst, uint64_t cap, uint64_t tag,
                            uint64_t mask, uint64_t sig, int block)
 {
@@ -114,8 +116,15 @@ static long long pipe_recv(P2P *s, Pipe *p, uint8_t *dst, uint64_t cap, uint64_t
                     return -2;                             /* left in the ring for Python */
                 }
                 if (dst == NULL) {                         /* a probe: it stays there */
-                    p2p_last_tag = rtag;
                     gil_take(&gil);
+                    /* unless a receive posted meanwhile (another thread, while this one
+                     * waited or handed records over) would take it: the Python probe's */
+                    int held = p2p_engine_deferred(s);
+                    if (held == 0)
+                        held = p2p_engine_claims(s, p->peer, tag, mask);
+                    if (held != 0)
+                        return held < 0 ? -1 : -2;
+                    p2p_last_tag = rtag;
                     return (long long)nbytes;
                 }
                 if (lent) {

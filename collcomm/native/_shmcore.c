@@ -237,8 +237,9 @@ static PyMethodDef module_methods[] = {
      "completed in order (native receives, sends done, object irecvs), or for one Request "
      "whether it did; see _mpi_wait.c"},
     {"mpi_test_native", (PyCFunction)(void (*)(void))mod_mpi_test_native, METH_FASTCALL,
-     "mpi_test_native(requests, done, tag_bits) -> True (all complete, left null) | False "
-     "(one not yet) | None (the Python code decides); see _mpi_wait.c"},
+     "mpi_test_native(requests, done, tag_bits[, how]) -> True (all complete, left null) | "
+     "False (one not yet) | None (the Python code decides); how 1 (any): (i, op) | False | "
+     "None; how 2 (some): ([(i, op)...], all C's); see _mpi_wait.c"},
     {"mpi_workop_started", (PyCFunction)(void (*)(void))mod_mpi_workop_started, METH_FASTCALL,
      "mpi_workop_started(entry, *args) -> the WorkOp of entry(*args)'s Work, or None"},
     {NULL, NULL, 0, NULL},

@@ -47,6 +47,9 @@ LIVENESS_PERIOD = 0.1
 #: waits for TCP's I/O thread, which then reads it while the caller is busy elsewhere.
 DRIVE_MAX = 256 << 10
 _NOTHING = memoryview(b"")
+#: the byte count a native probe's waits give :meth:`EngineWaiting.native_check`
+#: (native/_p2p_probe.c PROBE_NBYTES): its timeout then reads as a probe's
+NATIVE_PROBE = (1 << 64) - 1
 
 
 class EngineWaiting:
@@ -307,7 +310,8 @@ class EngineWaiting:
             peer=who)
 
     def native_check(self, peer: int, nbytes: int, tag: int, elapsed: float, limit: float) -> None:
-        """A native receive (native/_p2p.c) of ``nbytes`` from ``peer`` has waited
+        """A native receive (native/_p2p.c) of ``nbytes`` (``NATIVE_PROBE``: a probe's,
+        native/_p2p_probe.c) from ``peer`` has waited
         ``elapsed`` s (called every ``LIVENESS_PERIOD``, holding the channel's poll_lock):
         raise what :meth:`wait` would fail its request with: the engine aborted or closed,
         the peer lost (its liveness checked here), the timeout ``limit`` passed. Other
@@ -323,6 +327,10 @@ class EngineWaiting:
         if peer in self.lost:
             raise self.lost[peer]
         if elapsed > limit:
+            if nbytes == NATIVE_PROBE:
+                raise CommTimeoutError(
+                    f"rank {self.rank} timed out after {limit:g} s probing for a message from "
+                    f"rank {peer} (tag {tag:#x}); none was sent", peer=peer)
             raise self._timeout_error("recv", nbytes, peer, tag, limit)
 
     # -- probing (MPI_Probe / MPI_Mprobe; not part of the base contract) --------------------
