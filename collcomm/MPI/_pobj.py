@@ -296,7 +296,15 @@ class ObjectPointToPoint:
     def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
         # written to the peer's ring at once if it can (complete: MPI lets a buffered
         # send complete before its receive), else the regular way with that pickle
-        pickled = self._fast_send(obj, dest, tag)
+        g = self._h.g              # (_fast_send without its frames: the common call)
+        f = None if g is None or g._closed or ORPHANS else getattr(g, "_p2p_native", None)
+        if f is not None and type(tag) is int and 0 <= tag <= TAG_BITS:
+            try:
+                pickled = f.obj_send(obj, dest, tag, _pickle.native)
+            except CollcommError as exc:
+                raise translate(exc) from exc
+        else:
+            pickled = self._fast_send(obj, dest, tag)
         return _request(_SENT if pickled is True else self._osend(obj, dest, tag, False, "isend", pickled))
 
     ibsend = isend
@@ -308,9 +316,10 @@ class ObjectPointToPoint:
              status: Status | None = None) -> Any:
         """The next object from ``source`` with ``tag`` (``buf`` is accepted and unused)."""
         g = self._h.g
-        f = None if g is None or g._closed or ORPHANS else p2p.native(g)
+        f = None if g is None or g._closed or ORPHANS else getattr(g, "_p2p_native", None) or p2p.native(g)
         if f is not None and type(source) is int and 0 <= source < g.size and source != g.rank:
-            tm = _native_tag(tag)
+            # (_native_tag's work inline)
+            tm = (tag, EXACT) if type(tag) is int and 0 <= tag <= TAG_BITS else _native_tag(tag)
             if tm is not None:      # (received and unpickled in one C call: P2P.obj_recv)
                 try:
                     got = f.obj_recv(source, tm[0], tm[1], _pickle.native)
