@@ -267,7 +267,7 @@ class ObjectPointToPoint:
         regular path pickles it again and reports or sends it) and its pickle, or None, for
         the regular path to send."""
         g = self._h.g
-        f = None if g is None or g._closed or ORPHANS else p2p.native(g)
+        f = None if g is None or g._closed or ORPHANS else getattr(g, "_p2p_native", None) or p2p.native(g)
         if f is None or type(tag) is not int or not 0 <= tag <= TAG_BITS:
             return None
         try:
@@ -276,15 +276,7 @@ class ObjectPointToPoint:
             raise translate(exc) from exc
 
     def send(self, obj: Any, dest: int, tag: int = 0) -> None:
-        g = self._h.g              # (_fast_send without its frames: the common call)
-        f = None if g is None or g._closed or ORPHANS else getattr(g, "_p2p_native", None)
-        if f is not None and type(tag) is int and 0 <= tag <= TAG_BITS:
-            try:
-                pickled = f.obj_send(obj, dest, tag, _pickle.native)
-            except CollcommError as exc:
-                raise translate(exc) from exc
-        else:
-            pickled = self._fast_send(obj, dest, tag)
+        pickled = self._fast_send(obj, dest, tag)
         if pickled is not True:
             complete(self._osend(obj, dest, tag, False, "send", pickled))
 
@@ -296,15 +288,7 @@ class ObjectPointToPoint:
     def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
         # written to the peer's ring at once if it can (complete: MPI lets a buffered
         # send complete before its receive), else the regular way with that pickle
-        g = self._h.g              # (_fast_send without its frames: the common call)
-        f = None if g is None or g._closed or ORPHANS else getattr(g, "_p2p_native", None)
-        if f is not None and type(tag) is int and 0 <= tag <= TAG_BITS:
-            try:
-                pickled = f.obj_send(obj, dest, tag, _pickle.native)
-            except CollcommError as exc:
-                raise translate(exc) from exc
-        else:
-            pickled = self._fast_send(obj, dest, tag)
+        pickled = self._fast_send(obj, dest, tag)
         return _request(_SENT if pickled is True else self._osend(obj, dest, tag, False, "isend", pickled))
 
     ibsend = isend
