@@ -240,7 +240,7 @@ class PointToPoint:
 
     def Sendrecv_replace(self, buf: Any, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,  # noqa: N802
                          recvtag: int = ANY_TAG, status: Status | None = None) -> None:
-        arr = buf if type(buf) is _NDARRAY and buf.flags.c_contiguous \
+        arr = buf if type(buf) is _NDARRAY and buf.flags.c_contiguous and buf.dtype in _BY_NUMPY \
             else simple(buf, "Sendrecv_replace", "buf")[0]    # (packed, for a derived type)
         self.Sendrecv(arr.copy(), dest, sendtag, buf, source, recvtag, status)
 

@@ -104,19 +104,22 @@ class ManyRequests:
 
     @classmethod
     def Waitsome(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> list[int] | None:  # noqa: N802
+        done: list[int] = []
+        quick: dict[int, Any] = {}
         if _test_native is not None and (type(requests) is list or type(requests) is tuple):
             got = _tested(requests, 2)    # (in C: the common ones)
-            pairs = got[0] if got is not None else None
-            if pairs:                  # (those complete now: MPI's "some")
-                for k, (_, op) in enumerate(pairs):
+            if got is not None and got[0] and got[1]:   # (every active one C's: those complete now)
+                for k, (_, op) in enumerate(got[0]):
                     _fill(_nth(statuses, k), op)
                 if ORPHANS:
                     reap_orphans()
-                return [i for i, _ in pairs]
+                return [i for i, _ in got[0]]
+            if got is not None and got[0]:   # (and the others tested the Python way too)
+                _settled_some(requests, done, quick, got)
+                _complete_each(requests, done, statuses, "Waitsome", quick)
+                return done
         if all(r._op is None for r in requests):
             return None
-        done: list[int] = []
-        quick: dict[int, Any] = {}
 
         def some_done() -> bool:
             _settled_some(requests, done, quick)
@@ -203,15 +206,18 @@ def _completed_quick(op: Any, status: Status | None) -> None:
     _fill(status, op)
 
 
-def _settled_some(requests: Sequence["Request"], done: list[int], quick: dict[int, Any]) -> None:
+def _settled_some(requests: Sequence["Request"], done: list[int], quick: dict[int, Any],
+                  got: Any = None) -> None:
     """Add to ``done`` the index of every request complete or failed now; those C
-    completed (their requests null) also to ``quick``, with their op."""
-    if _test_native is not None and (type(requests) is list or type(requests) is tuple):
+    completed (their requests null) also to ``quick``, with their op (``got``: C's answer
+    already asked for, its requests null: the others are tested here)."""
+    if got is None and _test_native is not None and (type(requests) is list or type(requests) is tuple):
         got = _tested(requests, 2)    # (in C: the common ones)
-        for i, op in got[0] if got is not None else ():
+    if got is not None:
+        for i, op in got[0]:
             done.append(i)
             quick[i] = op
-        if got is not None and got[1]:
+        if got[1]:
             return
     for i, r in enumerate(requests):
         if r._op is not None:

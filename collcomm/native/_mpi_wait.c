@@ -234,18 +234,26 @@ static PyObject *mw_test_any(PyObject *reqs, int list, PyObject *done, PyObject 
     Py_DECREF(reqs);
     if (!some)
         return Py_NewRef(result);
-    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(pairs); k++) {   /* the scan went through: */
-        PyObject *t = PyList_GET_ITEM(pairs, k);              /* each request left null, */
-        PyObject *op = PyTuple_GET_ITEM(t, 1), *r = PyTuple_GET_ITEM(t, 2);   /* as (i, op) */
-        mw_null(r, Py_NewRef(op));
-        PyObject *pair = PyTuple_Pack(2, PyTuple_GET_ITEM(t, 0), op);
-        if (pair == NULL) {
-            Py_DECREF(pairs);
-            return NULL;
-        }
-        PyList_SET_ITEM(pairs, k, pair);      /* (the old triple dropped) */
-        Py_DECREF(t);
+    /* the scan went through: the answer [(i, op)] made first, then each request left
+     * null (an out-of-memory failure nulls nothing: nothing lost) */
+    Py_ssize_t count = PyList_GET_SIZE(pairs);
+    PyObject *out = PyList_New(count);
+    for (Py_ssize_t k = 0; out != NULL && k < count; k++) {
+        PyObject *t = PyList_GET_ITEM(pairs, k);
+        PyObject *pair = PyTuple_Pack(2, PyTuple_GET_ITEM(t, 0), PyTuple_GET_ITEM(t, 1));
+        if (pair == NULL)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, k, pair);
     }
+    for (Py_ssize_t k = 0; out != NULL && k < count; k++) {
+        PyObject *t = PyList_GET_ITEM(pairs, k);
+        mw_null(PyTuple_GET_ITEM(t, 2), Py_NewRef(PyTuple_GET_ITEM(t, 1)));
+    }
+    Py_DECREF(pairs);
+    if (out == NULL)
+        return NULL;
+    pairs = out;
     return Py_BuildValue("NO", pairs, result == Py_None ? Py_False : Py_True);
 }
 

@@ -14,12 +14,13 @@
  * before it that it does not match go to the engine as the Python probe's poll hands
  * them over. Waiting (``block``) spins, yields and sleeps as P2P.recv does, with the
  * same checks every 100 ms (Ctrl-C, the peer's liveness, the timeout: the check hook
- * is given the byte count PROBE_NBYTES, for a probe's text); a message found is
+ * is given the byte count PROBE_NBYTES or PROBE_ANY_NBYTES, for a probe's text); a message found is
  * reported only if no receive deferred or posted meanwhile by another thread would take
  * it (pipe_recv checks again, holding the GIL), else None.
  */
 
-#define PROBE_NBYTES UINT64_MAX     /* transport/engine_wait.py NATIVE_PROBE */
+#define PROBE_NBYTES UINT64_MAX     /* transport/engine_wait.py NATIVE_PROBE (a tag) */
+#define PROBE_ANY_NBYTES (UINT64_MAX - 1)   /* ... NATIVE_PROBE_ANY (ANY_TAG) */
 
 static PyObject *P2P_probe(P2P *s, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -47,7 +48,7 @@ static PyObject *P2P_probe(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     if (got <= 0)
         return got < 0 ? NULL : Py_NewRef(Py_None);
     int claim = p2p_engine_claims(s, p->peer, tag, mask);
-    long long n = claim < 0 ? -1 : claim ? -2 : pipe_recv(s, p, NULL, PROBE_NBYTES, tag, mask, 0, block);
+    long long n = claim < 0 ? -1 : claim ? -2 : pipe_recv(s, p, NULL, (mask & P2P_WILD_BITS) ? PROBE_NBYTES : PROBE_ANY_NBYTES, tag, mask, 0, block);
     p2p_release(p->poll_release);
     if (n == -1)
         return NULL;

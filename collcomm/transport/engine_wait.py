@@ -50,6 +50,7 @@ _NOTHING = memoryview(b"")
 #: the byte count a native probe's waits give :meth:`EngineWaiting.native_check`
 #: (native/_p2p_probe.c PROBE_NBYTES): its timeout then reads as a probe's
 NATIVE_PROBE = (1 << 64) - 1
+NATIVE_PROBE_ANY = (1 << 64) - 2     # (one of ANY_TAG)
 
 
 class EngineWaiting:
@@ -327,10 +328,11 @@ class EngineWaiting:
         if peer in self.lost:
             raise self.lost[peer]
         if elapsed > limit:
-            if nbytes == NATIVE_PROBE:
+            if nbytes in (NATIVE_PROBE, NATIVE_PROBE_ANY):
+                which = f"tag {tag:#x}" if nbytes == NATIVE_PROBE else f"any tag, context {tag:#x}"
                 raise CommTimeoutError(
                     f"rank {self.rank} timed out after {limit:g} s probing for a message from "
-                    f"rank {peer} (tag {tag:#x}); none was sent", peer=peer)
+                    f"rank {peer} ({which}); none was sent", peer=peer)
             raise self._timeout_error("recv", nbytes, peer, tag, limit)
 
     # -- probing (MPI_Probe / MPI_Mprobe; not part of the base contract) --------------------
