@@ -26,7 +26,7 @@ from ._consts import ANY_SOURCE, ANY_TAG, UNDEFINED  # noqa: F401 - (re-exported
 from ._errors import Exception as MPIException, translate
 from ._obj_spare import SPARE
 from ._pickle import pickle as _pickle
-from ._request_many import ManyRequests, _complete_each, _tested
+from ._request_many import ManyRequests, _complete_each
 from ._request_ops import (  # noqa: F401 - (Done, WorkOp, ORPHANS, reap_orphans, _poll: re-exported)
     _FATAL, ORPHANS, Done, WorkOp, _fill, _in_status, _poll, _test_native, _wait_native, reap_orphans,
 )
@@ -125,13 +125,17 @@ class Request(ManyRequests):
         op = self._op
         if op is not None:
             if type(op) is not WorkOp and _test_native is not None:
-                done = _tested(self, 0)     # (in C: the common ones)
+                try:                        # (in C: the common ones; _tested without its frame)
+                    done = _test_native(self, Done, MPI_TAG_BITS)
+                except CollcommError:       # (the Python way tests again, and raises it)
+                    done = None
                 if done is not None:
                     if not done:
                         return False
                     if ORPHANS:
                         reap_orphans()
-                    _fill(status, op)
+                    if status is not None:
+                        _fill(status, op)
                     return True
             if not self._test_op():
                 return False

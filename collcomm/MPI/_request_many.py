@@ -30,7 +30,10 @@ class ManyRequests:
     @classmethod
     def Testall(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> bool:  # noqa: N802
         if statuses is None and _test_native is not None and (type(requests) is list or type(requests) is tuple):
-            done = _tested(requests, 0)     # (in C: the common ones)
+            try:                   # (in C: the common ones; _tested without its frame)
+                done = _test_native(requests, Done, MPI_TAG_BITS, 0)
+            except CollcommError:  # (the Python way tests again, and raises it)
+                done = None
             if done is not None:
                 if done and ORPHANS:
                     reap_orphans()
@@ -43,10 +46,17 @@ class ManyRequests:
     @classmethod
     def Waitany(cls, requests: Sequence["Request"], status: Status | None = None) -> int:  # noqa: N802
         seq = _test_native is not None and (type(requests) is list or type(requests) is tuple)
-        got = _tested(requests, 1) if seq else None   # (in C: the common ones)
-        if got:
-            _completed_quick(got[1], status)
-            return got[0]
+        if seq:                    # (in C: the common ones; _tested without its frame)
+            try:
+                got = _test_native(requests, Done, MPI_TAG_BITS, 1)
+            except CollcommError:  # (the Python way tests again, and raises it)
+                got = None
+            if got:
+                if ORPHANS:
+                    reap_orphans()
+                if status is not None:
+                    _fill(status, got[1])
+                return got[0]
         if all(r._op is None for r in requests):
             _fill(status, None)
             return UNDEFINED
@@ -107,10 +117,14 @@ class ManyRequests:
         done: list[int] = []
         quick: dict[int, Any] = {}
         if _test_native is not None and (type(requests) is list or type(requests) is tuple):
-            got = _tested(requests, 2)    # (in C: the common ones)
+            try:                   # (in C: the common ones; _tested without its frame)
+                got = _test_native(requests, Done, MPI_TAG_BITS, 2)
+            except CollcommError:  # (the Python way tests again, and raises it)
+                got = None
             if got is not None and got[0] and got[1]:   # (every active one C's: those complete now)
-                for k, (_, op) in enumerate(got[0]):
-                    _fill(_nth(statuses, k), op)
+                if statuses is not None:
+                    for k, (_, op) in enumerate(got[0]):
+                        _fill(_nth(statuses, k), op)
                 if ORPHANS:
                     reap_orphans()
                 return [i for i, _ in got[0]]
