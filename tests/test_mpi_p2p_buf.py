@@ -102,6 +102,17 @@ def p2p_buf(c: Checker, MPI, comm) -> None:
     y = np.full(3, float(r))
     comm.Sendrecv_replace(y, nxt, 13, prv, 13)
     c.eq(y, np.full(3, float(prv)), "Sendrecv_replace")
+    # (a small array is written into the peer's ring, then received in place; a large one,
+    # lent, goes through a copy): statuses, ANY_TAG, 1 MiB, an int16 array
+    st3 = MPI.Status()
+    y = np.arange(5, dtype=np.int16) + r
+    comm.Sendrecv_replace(y, nxt, 16, prv, MPI.ANY_TAG, st3)
+    c.eq((y.tolist(), st3.Get_source(), st3.Get_tag(), st3.Get_count(MPI.SHORT)),
+         ((np.arange(5) + prv).tolist(), prv, 16, 5), "Sendrecv_replace: ANY_TAG, status")
+    big = np.full(1 << 17, float(r))
+    comm.Sendrecv_replace(big, nxt, 17, prv, 17, st3)
+    c.eq((float(big[0]), float(big[-1]), st3.Get_count(MPI.DOUBLE)), (float(prv), float(prv), 1 << 17),
+         "Sendrecv_replace of 1 MiB")
     out = np.zeros(2)
     comm.Isendrecv(np.full(2, r * 2.0), nxt, 14, out, prv, 14).Wait(st2)
     c.eq(out, np.full(2, prv * 2.0), "Isendrecv data")

@@ -240,8 +240,18 @@ class PointToPoint:
 
     def Sendrecv_replace(self, buf: Any, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,  # noqa: N802
                          recvtag: int = ANY_TAG, status: Status | None = None) -> None:
-        arr = buf if type(buf) is _NDARRAY and buf.flags.c_contiguous and buf.dtype in _BY_NUMPY \
-            else simple(buf, "Sendrecv_replace", "buf")[0]    # (packed, for a derived type)
+        plain = type(buf) is _NDARRAY and buf.flags.c_contiguous and buf.dtype in _BY_NUMPY
+        g = self._h.g
+        f = None if g is None or g._closed or ORPHANS or not plain else getattr(g, "_p2p_native", None)
+        if (f is not None and buf.flags.writeable and buf.nbytes < LEND_FROM
+                and type(source) is int and 0 <= source < g.size
+                and type(recvtag) is int and (0 <= recvtag <= TAG_BITS or recvtag == ANY_TAG)
+                and type(sendtag) is int and sendtag <= TAG_BITS and f.send(buf, dest, sendtag, 0)):
+            # written into the peer's ring at once (a copy): the buffer is free for the
+            # receive, whose arguments were checked (its errors name no call)
+            self.Recv(buf, source, recvtag, status)
+            return
+        arr = buf if plain else simple(buf, "Sendrecv_replace", "buf")[0]    # (packed, for a derived type)
         self.Sendrecv(arr.copy(), dest, sendtag, buf, source, recvtag, status)
 
     def Isendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,  # noqa: N802
