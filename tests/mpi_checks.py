@@ -132,6 +132,7 @@ SECTIONS = {
     "random_nb": "tests.test_mpi_random_nb:random_nb_checks",
     "wait_native": "tests.test_mpi_wait_native:wait_native_checks",
     "probe_native": "tests.test_mpi_probe_native:probe_native_checks",
+    "persistent_p2p": "tests.test_mpi_persistent_p2p:persistent_p2p_checks",
 }
 USE_TORCH: list[bool] = [False]
 SIZES = [1, 2, 3, 4, 5]

@@ -38,8 +38,8 @@ def _in_order(c: Checker, MPI: Any, comm: Any) -> None:
     comm.Barrier()
     # where C can probe (shared memory, nothing outstanding that would drain the rings),
     # a probed message must stay in the ring: the engine's early messages from prv none
-    in_c = (native.core is not None and n > 1 and getattr(g, "_p2p_native", None) is not None
-            and g.link == "shm" and not eng.outstanding())
+    in_c = (native.core is not None and n > 1 and g.link == "shm" and p2p.native(g) is not None
+            and not eng.outstanding())
     source = g.ranks[prv]
 
     def early() -> int:

@@ -19,6 +19,7 @@ receive that nothing matched yet withdraws it (``Status.Is_cancelled()``).
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Callable
 
 import numpy as np
@@ -267,7 +268,10 @@ class PointToPoint:
     # -- persistent ------------------------------------------------------------------------------
     def Send_init(self, buf: Any, dest: int, tag: int = 0) -> Any:  # noqa: N802
         buf = pinned(buf)
-        return persistent(lambda: self._isend(buf, dest, tag, False, "Send_init"))
+        p = persistent(lambda: self._isend(buf, dest, tag, False, "Send_init"))
+        if p._persist is not None and type(buf) is _NDARRAY:     # (Start's quick way)
+            p._persist.quick = [partial(_quick_send_start, self._h, buf, dest, tag)]
+        return p
 
     Bsend_init = Rsend_init = Send_init
 
@@ -277,7 +281,12 @@ class PointToPoint:
 
     def Recv_init(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Any:  # noqa: N802
         buf = pinned(buf)
-        return persistent(lambda: self._irecv(buf, source, tag, "Recv_init"))
+        p = persistent(lambda: self._irecv(buf, source, tag, "Recv_init"))
+        if (p._persist is not None and type(buf) is _NDARRAY and type(source) is int and source >= 0
+                and type(tag) is int and (0 <= tag <= TAG_BITS or tag == ANY_TAG)):   # (Start's quick way)
+            p._persist.quick = [partial(_quick_recv_start, self._h, buf, source, max(tag, 0),
+                                        EXACT if tag >= 0 else WILD)]
+        return p
 
     # -- probes ----------------------------------------------------------------------------------
     def _probe(self, source: int, tag: int, block: bool, take: bool, call: str) -> Any:
@@ -359,3 +368,26 @@ class PointToPoint:
 
     mprobe = Mprobe
     improbe = Improbe
+
+
+def _quick_send_start(h: Any, buf: Any, dest: Any, tag: int) -> Any:
+    """A persistent ``Send_init``'s ``Start`` in one C call (``Prequest.Start``'s quick way):
+    the array written into the peer's ring at once (a copy), the op a send done (``_SENT``);
+    None, nothing done: the general start (a lent or queued send, an error to raise)."""
+    g = h.g
+    f = None if g is None or g._closed or ORPHANS else getattr(g, "_p2p_native", None)
+    if f is not None and tag <= TAG_BITS and f.send(buf, dest, tag, 0):
+        return _SENT
+    return None
+
+
+def _quick_recv_start(h: Any, buf: Any, source: int, tag: int, mask: int) -> Any:
+    """A persistent ``Recv_init``'s ``Start`` as ``Irecv``'s native start (``P2P.mpi_irecv``:
+    a deferred receive in the engine's line, its op a ``_NativeRecv``); None, nothing done:
+    the general start."""
+    g = h.g
+    if g is None or g._closed or ORPHANS or source >= g.size or source == g.rank:
+        return None
+    f = getattr(g, "_p2p_native", None)
+    r = None if f is None else f.mpi_irecv(g, buf, source, tag, mask, _NDARRAY, _DEFERRED, _NativeRecv, Request)
+    return None if r is None else r._op

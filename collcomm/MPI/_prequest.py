@@ -86,8 +86,13 @@ class Prequest(Request):
 
     @classmethod
     def Startall(cls, requests: Sequence["Prequest"]) -> None:  # noqa: N802
-        for r in requests:
-            r.Start()
+        for r in requests:         # (Start's quick way inline, else Start itself)
+            p = r._persist
+            if (r._op is None and p is not None and p.start is not None and (quick := p.quick) is not None
+                    and (fn := quick[0]) is not None and (op := fn()) is not None):
+                r._op = op
+            else:
+                r.Start()
 
     startall = Startall
 
@@ -107,6 +112,20 @@ class Prequest(Request):
             persist.free()
 
     free = Free
+
+
+def _native_waits() -> bool:
+    """Let the native waits and tests (native/_mpi_wait.c) complete Prequests as they do
+    Requests (``_completed`` leaves ``_op`` None in both); False without the core."""
+    from .. import native
+    from . import _request_makers  # noqa: F401 - (registers Request with the core first)
+
+    register = getattr(native.core, "mpi_wait_types", None) if native.core is not None else None
+    return bool(register is not None and register(Prequest))
+
+
+#: whether the native waits and tests take Prequests too
+NATIVE_WAITS = _native_waits()
 
 
 def persistent(start: Callable[[], Any], comm: Any = None) -> Prequest:

@@ -24,6 +24,23 @@
  */
 
 static PyObject *s_mw_tag, *s_mw_nbytes;
+static PyTypeObject *mw_prequest;      /* Prequest (mpi_wait_types): completed as a Request */
+
+/* mpi_wait_types(prequest) -> whether C completes the persistent requests too: the class
+ * MPI/_prequest.py registers once, kept if its ``_op`` is Request's slot (its
+ * ``_completed`` leaves ``_op`` None, as Request's does: inactive, not null). */
+static PyObject *mod_mpi_wait_types(PyObject *m, PyObject *cls)
+{
+    if (!rq_ready || !PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, rq_req_slots.type))
+        Py_RETURN_FALSE;
+    PyObject *name = PyUnicode_InternFromString("_op");
+    Py_ssize_t at = name == NULL ? 0 : plain_slot_offset((PyTypeObject *)cls, name);
+    Py_XDECREF(name);
+    if (at != rq_req_slots.at[0])
+        Py_RETURN_FALSE;
+    Py_XSETREF(mw_prequest, (PyTypeObject *)Py_NewRef(cls));
+    Py_RETURN_TRUE;
+}
 
 /* `op`'s slot at byte offset `off` set to `v` (a new reference, stolen) */
 static void mw_set(PyObject *op, Py_ssize_t off, PyObject *v)
@@ -45,7 +62,7 @@ static int mw_settle(PyObject *r, int mode, PyObject *done, PyObject *tag_bits, 
                      PyObject *spare, PyObject **held)
 {
     *held = NULL;
-    if (Py_TYPE(r) != rq_req_slots.type)
+    if (Py_TYPE(r) != rq_req_slots.type && (mw_prequest == NULL || Py_TYPE(r) != mw_prequest))
         return 0;
     PyObject *op = SLOT_AT(r, rq_req_slots.at[0]);
     if (op == NULL || op == Py_None)

@@ -236,6 +236,9 @@ static PyMethodDef module_methods[] = {
      "mpi_wait_native(requests, done, tag_bits[, native, spare]) -> how many requests it "
      "completed in order (native receives, sends done, object irecvs), or for one Request "
      "whether it did; see _mpi_wait.c"},
+    {"mpi_wait_types", (PyCFunction)mod_mpi_wait_types, METH_O,
+     "mpi_wait_types(prequest) -> whether mpi_wait_native / mpi_test_native complete its "
+     "requests too; see _mpi_wait.c"},
     {"mpi_test_native", (PyCFunction)(void (*)(void))mod_mpi_test_native, METH_FASTCALL,
      "mpi_test_native(requests, done, tag_bits[, how]) -> True (all complete, left null) | "
      "False (one not yet) | None (the Python code decides); how 1 (any): (i, op) | False | "
