@@ -62,6 +62,7 @@ def rows(comm: Any) -> list[tuple[str, Callable[[], Any]]]:
         ("Irecv+Isend+Waitany x2", lambda: _waitany(comm, MPI, one, o1, nxt, prv)),
         ("Irecv+Isend+Waitsome", lambda: _waitsome(comm, MPI, one, o1, nxt, prv)),
         ("Sendrecv_replace", lambda: comm.Sendrecv_replace(o1, nxt, 9, prv, 9)),
+        ("Recv_init+Send_init Startall+Waitall", _persistent_pair(comm, MPI, one, o1, nxt, prv)),
         ("Gatherv", lambda: comm.Gatherv(one, [out, cnt, dis, MPI.DOUBLE], 0)),
         ("Scatterv", lambda: comm.Scatterv([nn, cnt, dis, MPI.DOUBLE], o1, 0)),
         ("Allgatherv", lambda: comm.Allgatherv(one, [out, cnt, dis, MPI.DOUBLE])),
@@ -123,6 +124,15 @@ def _waitsome(comm: Any, MPI: Any, one: Any, o1: Any, nxt: int, prv: int) -> Non
     done = 0
     while done < 2:
         done += len(MPI.Request.Waitsome(reqs) or [])
+
+
+def _persistent_pair(comm: Any, MPI: Any, one: Any, o1: Any, nxt: int, prv: int) -> Callable[[], None]:
+    reqs = [comm.Recv_init(o1, prv, 10), comm.Send_init(one, nxt, 10)]
+
+    def go() -> None:
+        MPI.Prequest.Startall(reqs)
+        MPI.Request.Waitall(reqs)
+    return go
 
 
 def _irecv_send(comm: Any, nxt: int, prv: int) -> None:
