@@ -11,7 +11,8 @@ the general way: the same checks, the results must not differ).
   (``ANY_TAG``, counts), the requests inactive (not null) after each completion;
 - where the quick ways run (shared memory, the core built): the ops they make;
 - a receive from ``PROC_NULL``, a send above the inline limit (lent: the general start);
-  ``Free`` of inactive requests.
+  errors at ``Start`` (a bad rank, a bad tag), a cancelled receive started again,
+  ``Startall`` beside a ``Bcast_init``; ``Free`` of inactive requests.
 """
 from __future__ import annotations
 
@@ -94,6 +95,26 @@ def _general_starts(c: Checker, MPI: Any, comm: Any) -> None:
         MPI.Request.Waitall(reqs)
         c.eq((big_in[0], big_in[-1]), (1000.0 * k + prv, float((1 << 17) - 1 + prv)), f"1 MiB, round {k}")
     for q in reqs + [nothing]:
+        q.Free()
+    # errors at Start, as before the quick ways; a cancelled receive started again; a
+    # persistent collective started beside them
+    bad = [comm.Recv_init(np.zeros(1), n + 3, 0), comm.Send_init(np.zeros(1), nxt, -3)]
+    c.raises(bad[0].Start, MPI.Exception, "Recv_init from a rank out of range: at Start", MPI.ERR_RANK)
+    c.raises(bad[1].Start, MPI.Exception, "Send_init with a negative tag: at Start", MPI.ERR_TAG)
+    x = np.zeros(1)
+    q = comm.Recv_init(x, prv, 43)
+    q.Start()
+    q.Cancel()
+    st = MPI.Status()
+    q.Wait(st)
+    c.true(st.Is_cancelled() and bool(q), "a cancelled persistent receive: inactive")
+    comm.Barrier()                       # (nobody sends tag 43 before every rank cancelled)
+    b = np.full(2, 9.0) if r == 0 else np.zeros(2)
+    mix = [q, comm.Send_init(np.full(1, 5.0 + r), nxt, 43), comm.Bcast_init(b, 0)]
+    MPI.Prequest.Startall(mix)
+    MPI.Request.Waitall(mix)
+    c.eq((x[0], b.tolist()), (5.0 + prv, [9.0, 9.0]), "Startall beside a Bcast_init, then Waitall")
+    for q in mix + bad:
         q.Free()
     comm.Barrier()
 

@@ -76,10 +76,11 @@ def _probe_beside_a_receive(c: Checker, MPI: Any, comm: Any) -> None:
     """Rank 1 probes (any tag, from rank 0) in a thread while its main thread posts a
     receive for tag 6; only then does rank 0 send tag 6, then tag 4."""
     r, n = comm.rank, comm.size
-    if n < 2 or r > 1:
+    side = comm.Dup()                    # (the go signal, apart from the probed messages;
+    if n < 2 or r > 1:                   # Dup is collective: every rank makes it)
+        side.Free()
         comm.Barrier()
         return
-    side = comm.Dup()                    # (the go signal, apart from the probed messages)
     if r == 0:
         side.Recv(np.zeros(1), 1, 0)
         comm.Send(np.full(4, 6.0), 1, 6)

@@ -375,7 +375,7 @@ def _quick_send_start(h: Any, buf: Any, dest: Any, tag: int) -> Any:
     the array written into the peer's ring at once (a copy), the op a send done (``_SENT``);
     None, nothing done: the general start (a lent or queued send, an error to raise)."""
     g = h.g
-    f = None if g is None or g._closed or ORPHANS else getattr(g, "_p2p_native", None)
+    f = None if g is None or g._closed or ORPHANS else getattr(g, "_p2p_native", None) or p2p.native(g)
     if f is not None and tag <= TAG_BITS and f.send(buf, dest, tag, 0):
         return _SENT
     return None
@@ -388,6 +388,6 @@ def _quick_recv_start(h: Any, buf: Any, source: int, tag: int, mask: int) -> Any
     g = h.g
     if g is None or g._closed or ORPHANS or source >= g.size or source == g.rank:
         return None
-    f = getattr(g, "_p2p_native", None)
+    f = getattr(g, "_p2p_native", None) or p2p.native(g)     # (made by the first start)
     r = None if f is None else f.mpi_irecv(g, buf, source, tag, mask, _NDARRAY, _DEFERRED, _NativeRecv, Request)
     return None if r is None else r._op
