@@ -138,8 +138,11 @@ class PointToPoint:
         f = getattr(g, "_p2p_native", None)   # (made by a first regular call)
         if (f is not None and type(buf) is _NDARRAY and type(tag) is int
                 and (0 <= tag <= TAG_BITS or tag == ANY_TAG)):    # (_native_tag's, inline)
+            t, mask = tag, EXACT
+            if tag < 0:
+                t, mask = 0, WILD
             try:                   # a specific source only
-                n = (f.recv(buf, source, tag, EXACT, 0) if tag >= 0 else f.recv(buf, source, 0, WILD, 0))
+                n = f.recv(buf, source, t, mask, 0)
             except CollcommError as exc:
                 raise translate(exc) from exc
             if n is not None:
@@ -168,9 +171,10 @@ class PointToPoint:
             # the array: a plain 1-D C-contiguous writable numeric ndarray), without the
             # argument conversions (_native_tag's, inline); None: the general way
             if 0 <= tag <= TAG_BITS or tag == ANY_TAG:
-                r = (f.mpi_irecv(g, buf, source, tag, EXACT, _NDARRAY, _DEFERRED, _NativeRecv, Request)
-                     if tag >= 0 else
-                     f.mpi_irecv(g, buf, source, 0, WILD, _NDARRAY, _DEFERRED, _NativeRecv, Request))
+                t, mask = tag, EXACT
+                if tag < 0:
+                    t, mask = 0, WILD
+                r = f.mpi_irecv(g, buf, source, t, mask, _NDARRAY, _DEFERRED, _NativeRecv, Request)
                 if r is not None:
                     return r
         if gapped(buf):
@@ -186,9 +190,7 @@ class PointToPoint:
         g = self._h.g              # (_grp without its frame: the common call)
         if g is None or g._closed or ORPHANS:
             g = self._grp("Sendrecv")
-        f = getattr(g, "_p2p_native", None)
-        if f is None:
-            f = p2p.native(g)      # (made by the first call)
+        f = getattr(g, "_p2p_native", None) or p2p.native(g)     # (made by the first call)
         tm = (recvtag, EXACT) if type(recvtag) is int and 0 <= recvtag <= TAG_BITS else _native_tag(recvtag)
         if (f is not None and type(sendbuf) is _NDARRAY and type(recvbuf) is _NDARRAY
                 and type(sendtag) is int and sendtag <= TAG_BITS and tm is not None
@@ -310,8 +312,11 @@ class PointToPoint:
         f = getattr(g, "_p2p_native", None)
         if f is None or not (0 <= tag <= TAG_BITS or tag == ANY_TAG):
             return None
+        t, mask = tag, EXACT
+        if tag < 0:
+            t, mask = 0, WILD
         try:
-            n = f.probe(source, tag, EXACT, block) if tag >= 0 else f.probe(source, 0, WILD, block)
+            n = f.probe(source, t, mask, block)
         except CollcommError as exc:
             raise translate(exc) from exc
         if n is None:

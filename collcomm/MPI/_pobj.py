@@ -326,10 +326,11 @@ class ObjectPointToPoint:
                 first = _SPARE.pop()
             except IndexError:
                 first = np.empty(EAGER, dtype=np.uint8)
+            t, mask = tag, EXACT
+            if tag < 0:
+                t, mask = 0, WILD
             try:
-                r = (f.obj_irecv(g, first, source, tag, EXACT, _DEFERRED, _ObjRecv, Request, _OBJ_INIT)
-                     if tag >= 0 else
-                     f.obj_irecv(g, first, source, 0, WILD, _DEFERRED, _ObjRecv, Request, _OBJ_INIT))
+                r = f.obj_irecv(g, first, source, t, mask, _DEFERRED, _ObjRecv, Request, _OBJ_INIT)
             except CollcommError as exc:
                 raise translate(exc) from exc
             if r is not None:

@@ -90,31 +90,27 @@ class Request(ManyRequests):
     def Wait(self, status: Status | None = None) -> bool:  # noqa: N802
         op = self._op
         if op is not None:
-            if (type(op) is not WorkOp and _wait_native is not None
-                    and _wait_native(self, Done, MPI_TAG_BITS, _pickle.native, SPARE)):
-                if ORPHANS:        # (a native receive's or a send's, completed in C)
-                    reap_orphans()
-                if status is not None:
-                    _fill(status, op)
-                return True
-            try:       # (what _wait_op does, frames less: the common call)
-                if type(op) is WorkOp and op._finish is None and op._work is not None:
-                    work = op._work        # (WorkOp.wait and Work.wait without their frames:
-                    g = work._group        # a call started in two parts finished here in C)
-                    fast = None if g is None or work.done else g.fast
-                    if fast is None or not fast.wait_part(work) or work._exc is not None:
-                        work.wait()        # (done or not, its error raised there)
-                    op._done = True
-                else:
-                    op.wait()
-            except CollcommError as exc:
-                if not isinstance(exc, CommTimeoutError):
-                    self._op = None    # (complete, in error: MPI frees it; a timed-out wait may be retried)
-                mpi = translate(exc)
-                if mpi is exc:         # (translated already: raised as it is, not its own cause)
-                    raise
-                raise mpi from exc
-            self._op = None    # (_completed: the same in every subclass)
+            # a native receive's, an object irecv's or a send's op completed in C, else:
+            if (type(op) is WorkOp or _wait_native is None
+                    or not _wait_native(self, Done, MPI_TAG_BITS, _pickle.native, SPARE)):
+                try:       # (what _wait_op does, frames less: the common call)
+                    if type(op) is WorkOp and op._finish is None and op._work is not None:
+                        work = op._work        # (WorkOp.wait and Work.wait without their frames:
+                        g = work._group        # a call started in two parts finished here in C)
+                        fast = None if g is None or work.done else g.fast
+                        if fast is None or not fast.wait_part(work) or work._exc is not None:
+                            work.wait()        # (done or not, its error raised there)
+                        op._done = True
+                    else:
+                        op.wait()
+                except CollcommError as exc:
+                    if not isinstance(exc, CommTimeoutError):
+                        self._op = None    # (complete, in error: MPI frees it; a timed-out wait may be retried)
+                    mpi = translate(exc)
+                    if mpi is exc:         # (translated already: raised as it is, not its own cause)
+                        raise
+                    raise mpi from exc
+                self._op = None    # (_completed: the same in every subclass)
             if ORPHANS:
                 reap_orphans()
         if status is not None:
@@ -129,7 +125,7 @@ class Request(ManyRequests):
                     done = _test_native(self, Done, MPI_TAG_BITS)
                 except CollcommError:       # (the Python way tests again, and raises it)
                     done = None
-                if done is not None:
+                if done is not None:        # (the C answer's end, as below, frames less)
                     if not done:
                         return False
                     if ORPHANS:

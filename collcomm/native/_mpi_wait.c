@@ -219,25 +219,27 @@ static PyObject *mw_test_any(PyObject *reqs, int list, PyObject *done, PyObject 
             break;
         PyObject *r = Py_NewRef(list ? PyList_GET_ITEM(reqs, i) : PyTuple_GET_ITEM(reqs, i));
         int rc = mw_settle(r, MW_TEST, done, tag_bits, NULL, NULL, &held);
+        if (rc == 1 && held != NULL && !some) {  /* Testany: this one, left null now */
+            PyObject *pair = Py_BuildValue("nO", i, held);
+            if (pair != NULL)
+                mw_null(r, held);
+            else
+                Py_DECREF(held);
+            Py_DECREF(r);
+            Py_DECREF(reqs);
+            return pair;
+        }
         if (rc == 1 && held != NULL) {           /* (a null request is not one completed) */
-            PyObject *pair = Py_BuildValue("nOO", i, held, r);   /* (the request: nulled after) */
-            if (!some || pair == NULL || PyList_Append(pairs, pair) < 0) {
-                if (!some && pair != NULL) {
-                    mw_null(r, held);
-                    Py_SETREF(pair, Py_BuildValue("nO", i, PyTuple_GET_ITEM(pair, 1)));
-                } else
-                    Py_DECREF(held);
+            PyObject *t = Py_BuildValue("nOO", i, held, r);   /* (the request: nulled after) */
+            Py_DECREF(held);
+            if (t == NULL || PyList_Append(pairs, t) < 0) {
+                Py_XDECREF(t);
                 Py_DECREF(r);
                 Py_DECREF(reqs);
-                if (some) {
-                    Py_XDECREF(pair);
-                    Py_DECREF(pairs);
-                    return NULL;
-                }
-                return pair;
+                Py_DECREF(pairs);
+                return NULL;
             }
-            Py_DECREF(pair);
-            Py_DECREF(held);
+            Py_DECREF(t);
         }
         Py_DECREF(r);
         if (rc < 0) {
