@@ -81,12 +81,23 @@ def rows(comm: Any) -> list[tuple[str, Callable[[], Any]]]:
         ("Alltoallv_init Start+Wait", start_wait(comm.Alltoallv_init([nn, cnt, dis, MPI.DOUBLE],
                                                                      [out, cnt, dis, MPI.DOUBLE]))),
         ("Iallreduce+Wait", lambda: comm.Iallreduce(one, o1).Wait()),
+        ("Iallreduce+Test loop", lambda: _test_until(comm.Iallreduce(one, o1))),
+        ("Iallreduce+Irecv+Isend Waitall", lambda: MPI.Request.Waitall(
+            [comm.Iallreduce(one, o1), comm.Irecv(o1, prv, 3), comm.Isend(one, nxt, 3)])),
         ("Scan", lambda: comm.Scan(one, o1)),
         ("Exscan", lambda: comm.Exscan(one, o1)),
         ("Barrier", lambda: comm.Barrier()),
         ("Bcast", lambda: comm.Bcast(o1, 0)),
+        ("Gather", lambda: comm.Gather(one, out, 0)),
+        ("Reduce", lambda: comm.Reduce(one, o1, MPI.SUM, 0)),
+        ("Scatter", lambda: comm.Scatter(nn, o1, 0)),
         ("Allreduce", lambda: comm.Allreduce(one, o1)),
     ]
+
+
+def _test_until(req: Any) -> None:
+    while not req.Test():
+        pass
 
 
 def _probe_recv(comm: Any, MPI: Any, one: Any, o1: Any, nxt: int, prv: int, spin: bool) -> None:

@@ -90,9 +90,9 @@ class Request(ManyRequests):
     def Wait(self, status: Status | None = None) -> bool:  # noqa: N802
         op = self._op
         if op is not None:
-            # a native receive's, an object irecv's or a send's op completed in C, else:
-            if (type(op) is WorkOp or _wait_native is None
-                    or not _wait_native(self, Done, MPI_TAG_BITS, _pickle.native, SPARE)):
+            # a native receive's, an object irecv's, a send's or a collective's op completed
+            # in C (the last: its call started in two parts, native/_mpi_wait.c mw_workop), else:
+            if _wait_native is None or not _wait_native(self, Done, MPI_TAG_BITS, _pickle.native, SPARE):
                 try:       # (what _wait_op does, frames less: the common call)
                     if type(op) is WorkOp and op._finish is None and op._work is not None:
                         work = op._work        # (WorkOp.wait and Work.wait without their frames:
@@ -120,7 +120,7 @@ class Request(ManyRequests):
     def Test(self, status: Status | None = None) -> bool:  # noqa: N802
         op = self._op
         if op is not None:
-            if type(op) is not WorkOp and _test_native is not None:
+            if _test_native is not None:
                 try:                        # (in C: the common ones; _tested without its frame)
                     done = _test_native(self, Done, MPI_TAG_BITS)
                 except CollcommError:       # (the Python way tests again, and raises it)
@@ -133,8 +133,16 @@ class Request(ManyRequests):
                     if status is not None:
                         _fill(status, op)
                     return True
-            if not self._test_op():
-                return False
+            try:
+                if not op.test():
+                    return False
+            except CollcommError as exc:
+                if not isinstance(exc, CommTimeoutError):
+                    self._op = None        # (complete, in error: freed, as Wait frees it)
+                mpi = translate(exc)
+                if mpi is exc:
+                    raise
+                raise mpi from exc
             self._completed()
             if ORPHANS:
                 reap_orphans()
@@ -157,8 +165,7 @@ class Request(ManyRequests):
                 if ORPHANS:
                     reap_orphans()
                 return op.value
-            if type(op) is not WorkOp and _wait_native is not None \
-                    and _wait_native(self, Done, MPI_TAG_BITS, _pickle.native, SPARE):
+            if _wait_native is not None and _wait_native(self, Done, MPI_TAG_BITS, _pickle.native, SPARE):
                 if ORPHANS:            # (an object irecv's or a native receive's, in C)
                     reap_orphans()
                 return op.value

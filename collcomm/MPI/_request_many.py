@@ -207,7 +207,7 @@ def _test_quick(r: "Request") -> Any:
     """``r`` (its op not null) tested in C (native/_mpi_wait.c mpi_test_native): its op,
     complete, the request left null; False, nothing yet; None, the Python way's."""
     op = r._op
-    if _test_native is None or type(op) is WorkOp:
+    if _test_native is None:
         return None
     done = _tested(r, 0)
     return op if done else done

@@ -27,6 +27,12 @@ static const char *const work_slot_names[W_N] = {"name", "_group", "_tag", "_sta
 /* Work `w`'s slot i (a W_ index) */
 #define WORK_SLOT(s, w, i) (*(PyObject **)((char *)(w) + (s)->work_at[i]))
 
+/* The Work class the first set_async named, and its _group slot's offset: how the MPI
+ * waits and tests (_mpi_wait.c, mw_workop) find a Work's group, and so its Fast, without
+ * an attribute look-up (NULL until then; every group names the same class) */
+static PyTypeObject *fc_work_type;
+static Py_ssize_t fc_work_group_at;
+
 static PyObject *s_append, *s_pending, *s_finish_part, *s_acquire, *s_release, *s_popleft,
     *s_watch_part, *s_sleeping, *s_worker, *s_locked;
 
@@ -339,6 +345,10 @@ static PyObject *Fast_set_async(Fast *s, PyObject *const *args, Py_ssize_t nargs
     Py_XSETREF(s->finish_bound, finish);
     s->worker_at = plain_slot_offset(Py_TYPE(args[5]), s_worker);
     s->sleeping_at = plain_slot_offset(Py_TYPE(args[5]), s_sleeping);
+    if (fc_work_type == NULL) {
+        fc_work_type = (PyTypeObject *)Py_NewRef(args[0]);
+        fc_work_group_at = s->work_at[W_GROUP];
+    }
     Py_XSETREF(s->work_type, Py_NewRef(args[0]));
     Py_XSETREF(s->lock_type, Py_NewRef(args[1]));
     Py_XSETREF(s->async_items, Py_NewRef(args[2]));
