@@ -55,55 +55,6 @@ static void mw_set(PyObject *op, Py_ssize_t off, PyObject *v)
 
 enum { MW_WAIT, MW_TEST };
 
-/* WorkOp `op` (a non-blocking or persistent collective's), its call started in two parts
- * by the fast call (_fastcall_parts.c), settled as Request.Wait (``mode`` MW_WAIT) or
- * Work.is_completed (MW_TEST) settle it, without their frames: its second part run here
- * (part_finish_here; testing, only once every rank has arrived), the op then marked done.
- * 1 complete (done before, or now, without an error), 2 (MW_TEST) not yet, 0 the Python
- * code's (a `finish` to run, another kind of Work, the call still queued behind another
- * or failed: Work.wait raises its error), -1 an exception (Ctrl-C in the wait). */
-static PyObject *s_mw_fast;
-
-static int mw_workop(PyObject *op, int mode)
-{
-    if (SLOT_AT(op, rq_op_slots.at[2]) == Py_True)           /* _done */
-        return 1;
-    PyObject *work = SLOT_AT(op, rq_op_slots.at[0]);
-    if (SLOT_AT(op, rq_op_slots.at[1]) != Py_None || fc_work_type == NULL || work == NULL ||
-        Py_TYPE(work) != fc_work_type)
-        return 0;
-    PyObject *group = *(PyObject **)((char *)work + fc_work_group_at);
-    if (group == NULL || group == Py_None)
-        return 0;
-    if (s_mw_fast == NULL && (s_mw_fast = PyUnicode_InternFromString("fast")) == NULL)
-        return -1;
-    Py_INCREF(op);                /* (the second part lets the GIL go and may run Python code) */
-    Py_INCREF(work);
-    PyObject *fast = PyObject_GetAttr(group, s_mw_fast);
-    int rc = fast == NULL ? -1 : 0;
-    if (fast != NULL && Py_TYPE(fast) == &FastType &&
-        ((Fast *)fast)->work_type == (PyObject *)fc_work_type) {
-        Fast *s = (Fast *)fast;
-        int finished = 1;
-        if (WORK_SLOT(s, work, W_DONE) != Py_True) {
-            finished = s->part_work != work ? 0 : part_finish_here(s, work, mode == MW_TEST);
-            if (finished == 0 && mode == MW_TEST && s->part_work == work)
-                rc = 2;           /* (Fast.test_part's False: nothing to run for it meanwhile) */
-        }
-        if (finished < 0)
-            rc = -1;
-        else if (finished > 0 && WORK_SLOT(s, work, W_DONE) == Py_True &&
-                 WORK_SLOT(s, work, W_EXC) == Py_None) {
-            mw_set(op, rq_op_slots.at[2], Py_NewRef(Py_True));
-            rc = 1;
-        }
-    }
-    Py_XDECREF(fast);
-    Py_DECREF(work);
-    Py_DECREF(op);
-    return rc;
-}
-
 /* Request `r`'s op settled the quick way (``mode`` MW_WAIT: waited for; MW_TEST: only if
  * its message is there, as Deferred.test tries it, own_test), the request itself left as
  * it is: 1 its op complete (or no op: *held NULL), 2 (MW_TEST) not yet, 0 not this way
@@ -124,7 +75,7 @@ static int mw_settle(PyObject *r, int mode, PyObject *done, PyObject *tag_bits, 
     }
     if (Py_TYPE(op) == rq_op_slots.type) {      /* a collective's (rq_ready: r is a Request) */
         Py_INCREF(op);
-        int rc = mw_workop(op, mode);
+        int rc = mw_workop(op, mode == MW_TEST);
         if (rc == 1)
             *held = op;
         else

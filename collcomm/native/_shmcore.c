@@ -122,6 +122,7 @@ static PyTypeObject CoreType = {
 #include "_p2p_calls.c"         /* P2P.send, P2P.recv, P2P.note */
 #include "_p2p_type.c"          /* the two types: init, gc, methods, module init */
 #include "_mpi_request.c"       /* collcomm.MPI's requests of I-forms made in C: mpi_started */
+#include "_mpi_wait_collective.c" /* ... a collective's request among them (mw_workop) */
 #include "_mpi_wait.c"          /* collcomm.MPI's Waitall of native receives and sends in C */
 
 /* ------------------------------------------------------------------ module functions */
