@@ -15,6 +15,8 @@ the same checks, the results must not differ).
 - where the group has the native entry (and no more ranks than CPUs): a recorder around the C calls checks that the
   collective's request is completed in C (``Wait`` answers True, ``Waitall`` counts it,
   a ``Test`` loop ends on True);
+- a call's Work is made again for the next call only when nobody else holds it (the
+  program, or a weak reference: those stay as they ended);
 - what C leaves to the Python code: a collective queued behind another; a call whose
   ranks disagree (``Iallreduce`` of 1 element on rank 0, 2 elsewhere) raises
   ``MPI.Exception`` from ``Wait`` and from a ``Test`` loop on every rank, the request
@@ -23,6 +25,7 @@ the same checks, the results must not differ).
 from __future__ import annotations
 
 import os
+import weakref
 from typing import Any
 
 import numpy as np
@@ -215,8 +218,35 @@ def _left_to_python(c: Checker, MPI: Any, comm: Any) -> None:
     comm.Barrier()
 
 
+def _works_kept(c: Checker, MPI: Any, comm: Any) -> None:
+    """The Work of a call finished is made again for the next call only when nobody else
+    holds it (native/_fastcall_parts.c part_work): one the program holds, or refers to
+    weakly, stays as it ended."""
+    n = comm.size
+    z = np.zeros(1)
+    q = comm.Iallreduce(np.ones(1), z)
+    held = q._op._work
+    q.Wait()
+    q2 = comm.Iallreduce(np.full(1, 2.0), z)
+    c.true(q2._op._work is not held and held.done and held._exc is None,
+           "a Work the program holds is not made again")
+    q2.Wait()
+    c.eq(z[0], 2.0 * n, "... the next call's result")
+    q3 = comm.Iallreduce(np.ones(1), z)
+    weak = weakref.ref(q3._op._work)
+    q3.Wait()
+    q4 = comm.Iallreduce(np.full(1, 3.0), z)
+    kept = weak()                          # (None where nothing kept it: the Python way)
+    c.true(kept is None or (q4._op._work is not kept and kept.done), "nor one referred to weakly")
+    del kept
+    q4.Wait()
+    c.eq((z[0], held.is_completed()), (3.0 * n, True), "... the result; the held Work still complete")
+    comm.Barrier()
+
+
 def wait_collective_checks(c: Checker, MPI: Any, comm: Any) -> None:
     _nonblocking(c, MPI, comm)
+    _works_kept(c, MPI, comm)
     _persistent(c, MPI, comm)
     _left_to_python(c, MPI, comm)
     comm.Barrier()

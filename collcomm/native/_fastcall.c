@@ -79,6 +79,8 @@ typedef struct Fast {
     Py_ssize_t worker_at, sleeping_at;   /* AsyncCalls._worker/_sleeping's slots (0: none) */
     PyObject *finish_bound;     /* self.finish_part, made once (what the queue's items hold) */
     PyObject *part_work;        /* the Work of the call started and not finished (NULL: none) */
+    PyObject *spare_work;       /* the Work of the last call finished here, made again for the
+                                 * next call if nobody else holds it by then (part_work) */
     PyObject *scan_parts;       /* the small scan's gathered blocks, kept for the next (NULL: none) */
     PyObject *(*part_run)(struct Fast *, PyObject *const *, Py_ssize_t, int);  /* its entry */
     PyObject *part_args;        /* ... the arguments it was given (a tuple) */

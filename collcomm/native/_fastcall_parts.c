@@ -123,15 +123,47 @@ static PyObject *fast_run_part(Fast *s, int part, int fc, PyObject *name, uint64
 static int part_done(Fast *s, PyObject *work, PyObject *exc);
 static int part_finish_here(Fast *s, PyObject *work, int test);
 
+/* Can the spare Work `w` be made again? Only this Fast holds it and its lock (so nobody
+ * waits on it, holds its lock or can see it change), nobody refers to it weakly, and it
+ * ended as part_done leaves a call that nobody waited on (no event, no callbacks). */
+static int spare_free(Fast *s, PyObject *w)
+{
+    PyTypeObject *t = Py_TYPE(w);
+    if (Py_REFCNT(w) != 1 || t != (PyTypeObject *)s->work_type ||
+        (t->tp_weaklistoffset > 0 && *(PyObject **)((char *)w + t->tp_weaklistoffset) != NULL))
+        return 0;
+    PyObject *lock = WORK_SLOT(s, w, W_LOCK);
+    return lock != NULL && Py_REFCNT(lock) == 1 && WORK_SLOT(s, w, W_DONE) == Py_True &&
+           WORK_SLOT(s, w, W_EVENT) == Py_None && WORK_SLOT(s, w, W_CALLBACKS) == Py_None;
+}
+
 /* A Work of work_type as Work.__init__(name, group) leaves it (_started True: its first
- * part runs now), its tag None until set; only C code runs. */
+ * part runs now), its tag None until set; only C code runs. The spare Work (the last one
+ * finished here, s->spare_work) is made again when nobody else holds it: a loop of
+ * non-blocking or persistent calls, each waited for, allocates no Work nor lock. */
 static PyObject *part_work(Fast *s, PyObject *name)
 {
+    PyObject *w = s->spare_work;
+    if (w != NULL && spare_free(s, w)) {
+        s->spare_work = NULL;                /* (its reference is the caller's now) */
+        PyObject *v[W_N] = {name, s->group, Py_None, Py_True, NULL, Py_False, Py_None, Py_None,
+                            Py_None, Py_None};
+        PyObject *old[W_N] = {NULL};
+        for (int i = 0; i < W_N; i++) {
+            if (i == W_LOCK)
+                continue;
+            old[i] = WORK_SLOT(s, w, i);
+            WORK_SLOT(s, w, i) = Py_NewRef(v[i]);
+        }
+        for (int i = 0; i < W_N; i++)          /* (only now: a dealloc may run Python code) */
+            Py_XDECREF(old[i]);
+        return w;
+    }
     PyObject *lock = PyObject_CallNoArgs(s->lock_type);
     if (lock == NULL)
         return NULL;
     PyTypeObject *t = (PyTypeObject *)s->work_type;
-    PyObject *w = t->tp_alloc(t, 0);
+    w = t->tp_alloc(t, 0);
     if (w == NULL) {
         Py_DECREF(lock);
         return NULL;
@@ -368,6 +400,7 @@ static int parts_traverse(Fast *s, visitproc visit, void *arg)
     Py_VISIT(s->async_calls);
     Py_VISIT(s->finish_bound);
     Py_VISIT(s->part_work);
+    Py_VISIT(s->spare_work);
     Py_VISIT(s->part_args);
     Py_VISIT(s->part_tag);
     Py_VISIT(s->part_rec);
@@ -384,6 +417,7 @@ static void parts_clear(Fast *s)
     Py_CLEAR(s->async_calls);
     Py_CLEAR(s->finish_bound);
     Py_CLEAR(s->part_work);
+    Py_CLEAR(s->spare_work);
     Py_CLEAR(s->part_args);
     Py_CLEAR(s->part_tag);
     Py_CLEAR(s->part_rec);

@@ -90,6 +90,8 @@ static int part_finish_here(Fast *s, PyObject *work, int test)
     }
     Py_XDECREF(r);
     int plain = part_done(s, work, exc);
+    if (plain > 0 && exc == NULL && s->work_type != NULL)
+        Py_XSETREF(s->spare_work, Py_NewRef(work));   /* (made again by the next call if free) */
     if (plain == 0) {              /* a waiter or callbacks: Work._finish(None, exc) */
         PyObject *fin = PyObject_CallMethod(work, "_finish", "OO", Py_None, exc != NULL ? exc : Py_None);
         plain = fin == NULL ? -1 : 1;
