@@ -28,11 +28,17 @@ from . import _coll_packed as _packed
 from ._coll_impl import BufferCollectivesImpl
 from ._coll_impl import _not_root_in_place, _run  # (_not_root_in_place: read by _collv)
 from ._errors import translate
-from ._msg import IN_PLACE
+from ._msg import IN_PLACE, plain_pair
+from ._types import PLAIN
 from ._ops import SUM, Op
 from ._request import Request
 from ._request_makers import request_of as _request   # Request(WorkOp(work, finish))
 from ._request_makers import started as _started   # (the Request of a two-part start, or None)
+
+
+#: spec -> the array it stands for as it is (``[x, MPI.DOUBLE]``: x), else the spec; run on
+#: a method's buffers that are not arrays before its fast path (native/_mpi_plain.c)
+_plain = PLAIN if PLAIN is not None else (lambda spec, per, writable: spec)
 
 
 def _builtin(op: Any) -> Any:
@@ -75,12 +81,16 @@ class BufferCollectives(BufferCollectivesImpl):
     def Bcast(self, buf: Any, root: int = 0) -> None:  # noqa: N802
         g = self._h.g
         fast = g.fast if g is not None else None
+        if fast is not None and type(buf) is not np.ndarray:   # (a spec of an array: the array)
+            buf = _plain(buf, 1, False)
         if fast is not None and type(buf) is np.ndarray:
             try:
                 if fast.broadcast(buf, root, "Bcast"):
                     return
             except CollcommError as exc:
                 raise translate(exc) from exc
+        elif fast is not None and (arrays := plain_pair(buf, None, "Bcast", 0, 0, g.rank != root)) is not None:
+            return self.Bcast(arrays[0], root)     # (a spec of an array: the call on the array)
         if not _packed.bcast(self, buf, root):
             self._bcast(buf, root, False, "Bcast")
 
@@ -90,15 +100,23 @@ class BufferCollectives(BufferCollectivesImpl):
     def _ibcast(self, buf: Any, root: int, call: str) -> Request:
         g = self._h.g
         fast = g.fast if g is not None else None
+        if fast is not None and type(buf) is not np.ndarray:   # (a spec of an array: the array)
+            buf = _plain(buf, 1, False)
         if fast is not None and type(buf) is np.ndarray:
             started = _started(fast.broadcast_async, buf, root, call)
             if started is not None:
                 return started
+        elif fast is not None and (arrays := plain_pair(buf, None, call, 0, 0, g.rank != root)) is not None:
+            return self._ibcast(arrays[0], root, call)
         return _request(self._bcast(buf, root, True, call))
 
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
         g = self._h.g
         fast = g.fast if g is not None else None
+        if fast is not None and type(sendbuf) is not np.ndarray:   # (a spec of an array: the array)
+            sendbuf = _plain(sendbuf, 1, False)
+        if fast is not None and type(recvbuf) is not np.ndarray:
+            recvbuf = _plain(recvbuf, g.size, True)
         if fast is not None and type(sendbuf) is np.ndarray:
             recv = recvbuf if g.rank == root else None
             if recv is None or type(recv) is np.ndarray:
@@ -107,6 +125,9 @@ class BufferCollectives(BufferCollectivesImpl):
                         return
                 except CollcommError as exc:
                     raise translate(exc) from exc
+        if fast is not None and (arrays := plain_pair(sendbuf, recvbuf if g.rank == root else None, "Gather",
+                                                       0, g.size)) is not None:
+            return self.Gather(arrays[0], arrays[1], root)   # (specs of arrays: the call on the arrays)
         if not _packed.gather(self, sendbuf, recvbuf, root):
             self._gather(sendbuf, recvbuf, root, False, "Gather")
 
@@ -116,17 +137,28 @@ class BufferCollectives(BufferCollectivesImpl):
     def _igather(self, sendbuf: Any, recvbuf: Any, root: int, call: str) -> Request:
         g = self._h.g
         fast = g.fast if g is not None else None
+        if fast is not None and type(sendbuf) is not np.ndarray:   # (a spec of an array: the array)
+            sendbuf = _plain(sendbuf, 1, False)
+        if fast is not None and type(recvbuf) is not np.ndarray:
+            recvbuf = _plain(recvbuf, g.size, True)
         if fast is not None and type(sendbuf) is np.ndarray:
             recv = recvbuf if g.rank == root else None
             if recv is None or type(recv) is np.ndarray:
                 started = _started(fast.gather_async, sendbuf, recv, root, call)
                 if started is not None:
                     return started
+        if fast is not None and (arrays := plain_pair(sendbuf, recvbuf if g.rank == root else None, call,
+                                                       0, g.size)) is not None:
+            return self._igather(arrays[0], arrays[1], root, call)
         return _request(self._gather(sendbuf, recvbuf, root, True, call))
 
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
         g = self._h.g
         fast = g.fast if g is not None else None
+        if fast is not None and type(sendbuf) is not np.ndarray:   # (a spec of an array: the array)
+            sendbuf = _plain(sendbuf, g.size, False)
+        if fast is not None and type(recvbuf) is not np.ndarray:
+            recvbuf = _plain(recvbuf, 1, True)
         if fast is not None and type(recvbuf) is np.ndarray:
             send = sendbuf if g.rank == root else None
             if send is None or type(send) is np.ndarray:
@@ -135,6 +167,9 @@ class BufferCollectives(BufferCollectivesImpl):
                         return
                 except CollcommError as exc:
                     raise translate(exc) from exc
+        if fast is not None and (arrays := plain_pair(sendbuf if g.rank == root else None, recvbuf, "Scatter",
+                                                       g.size, 0)) is not None:
+            return self.Scatter(arrays[0], arrays[1], root)
         if not _packed.scatter(self, sendbuf, recvbuf, root):
             self._scatter(sendbuf, recvbuf, root, False, "Scatter")
 
@@ -144,23 +179,37 @@ class BufferCollectives(BufferCollectivesImpl):
     def _iscatter(self, sendbuf: Any, recvbuf: Any, root: int, call: str) -> Request:
         g = self._h.g
         fast = g.fast if g is not None else None
+        if fast is not None and type(sendbuf) is not np.ndarray:   # (a spec of an array: the array)
+            sendbuf = _plain(sendbuf, g.size, False)
+        if fast is not None and type(recvbuf) is not np.ndarray:
+            recvbuf = _plain(recvbuf, 1, True)
         if fast is not None and type(recvbuf) is np.ndarray:
             send = sendbuf if g.rank == root else None
             if send is None or type(send) is np.ndarray:
                 started = _started(fast.scatter_async, send, recvbuf, root, call)
                 if started is not None:
                     return started
+        if fast is not None and (arrays := plain_pair(sendbuf if g.rank == root else None, recvbuf, call,
+                                                       g.size, 0)) is not None:
+            return self._iscatter(arrays[0], arrays[1], root, call)
         return _request(self._scatter(sendbuf, recvbuf, root, True, call))
 
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
         g = self._h.g
         fast = g.fast if g is not None else None
+        if fast is not None and type(sendbuf) is not np.ndarray:   # (a spec of an array: the array)
+            sendbuf = _plain(sendbuf, 1, False)
+        if fast is not None and type(recvbuf) is not np.ndarray:
+            recvbuf = _plain(recvbuf, g.size, True)
         if fast is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
             try:
                 if fast.all_gather(sendbuf, recvbuf, "Allgather"):
                     return
             except CollcommError as exc:
                 raise translate(exc) from exc
+        elif fast is not None and sendbuf is not IN_PLACE and \
+                (arrays := plain_pair(sendbuf, recvbuf, "Allgather", 0, g.size)) is not None:
+            return self.Allgather(arrays[0], arrays[1])
         if not _packed.allgather(self, sendbuf, recvbuf):
             self._allgather(sendbuf, recvbuf, False, "Allgather")
 
@@ -170,21 +219,35 @@ class BufferCollectives(BufferCollectivesImpl):
     def _iallgather(self, sendbuf: Any, recvbuf: Any, call: str) -> Request:
         g = self._h.g
         fast = g.fast if g is not None else None
+        if fast is not None and type(sendbuf) is not np.ndarray:   # (a spec of an array: the array)
+            sendbuf = _plain(sendbuf, 1, False)
+        if fast is not None and type(recvbuf) is not np.ndarray:
+            recvbuf = _plain(recvbuf, g.size, True)
         if fast is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
             started = _started(fast.all_gather_async, sendbuf, recvbuf, call)
             if started is not None:
                 return started
+        elif fast is not None and sendbuf is not IN_PLACE and \
+                (arrays := plain_pair(sendbuf, recvbuf, call, 0, g.size)) is not None:
+            return self._iallgather(arrays[0], arrays[1], call)
         return _request(self._allgather(sendbuf, recvbuf, True, call))
 
     def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
         g = self._h.g
         fast = g.fast if g is not None else None
+        if fast is not None and type(sendbuf) is not np.ndarray:   # (a spec of an array: the array)
+            sendbuf = _plain(sendbuf, g.size, False)
+        if fast is not None and type(recvbuf) is not np.ndarray:
+            recvbuf = _plain(recvbuf, g.size, True)
         if fast is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
             try:
                 if fast.all_to_all(sendbuf, recvbuf, "Alltoall"):
                     return
             except CollcommError as exc:
                 raise translate(exc) from exc
+        elif fast is not None and sendbuf is not IN_PLACE and \
+                (arrays := plain_pair(sendbuf, recvbuf, "Alltoall", g.size, g.size)) is not None:
+            return self.Alltoall(arrays[0], arrays[1])
         if not _packed.alltoall(self, sendbuf, recvbuf):
             self._alltoall(sendbuf, recvbuf, False, "Alltoall")
 
@@ -194,15 +257,26 @@ class BufferCollectives(BufferCollectivesImpl):
     def _ialltoall(self, sendbuf: Any, recvbuf: Any, call: str) -> Request:
         g = self._h.g
         fast = g.fast if g is not None else None
+        if fast is not None and type(sendbuf) is not np.ndarray:   # (a spec of an array: the array)
+            sendbuf = _plain(sendbuf, g.size, False)
+        if fast is not None and type(recvbuf) is not np.ndarray:
+            recvbuf = _plain(recvbuf, g.size, True)
         if fast is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
             started = _started(fast.all_to_all_async, sendbuf, recvbuf, call)
             if started is not None:
                 return started
+        elif fast is not None and sendbuf is not IN_PLACE and \
+                (arrays := plain_pair(sendbuf, recvbuf, call, g.size, g.size)) is not None:
+            return self._ialltoall(arrays[0], arrays[1], call)
         return _request(self._alltoall(sendbuf, recvbuf, True, call))
 
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0) -> None:  # noqa: N802
         g = self._h.g
         fast = g.fast if g is not None else None
+        if fast is not None and type(sendbuf) is not np.ndarray and _builtin(op) is not None:   # (a spec of an array)
+            sendbuf = _plain(sendbuf, 1, False)
+        if fast is not None and type(recvbuf) is not np.ndarray and _builtin(op) is not None:
+            recvbuf = _plain(recvbuf, 1, True)
         builtin = _builtin(op) if fast is not None else None
         if builtin is not None:
             recv = recvbuf if g.rank == root else None
@@ -213,6 +287,8 @@ class BufferCollectives(BufferCollectivesImpl):
                         return
                 except CollcommError as exc:
                     raise translate(exc) from exc
+            elif (arrays := plain_pair(sendbuf, recv, "Reduce", reduction=True)) is not None:
+                return self.Reduce(arrays[0], arrays[1], op, root)   # (specs of arrays: on the arrays)
         if _builtin(op) is None or not _packed.reduce(self, sendbuf, recvbuf, op, root):
             self._reduce(sendbuf, recvbuf, op, root, False, "Reduce")
 
@@ -222,6 +298,10 @@ class BufferCollectives(BufferCollectivesImpl):
     def _ireduce(self, sendbuf: Any, recvbuf: Any, op: Any, root: int, call: str) -> Request:
         g = self._h.g
         fast = g.fast if g is not None else None
+        if fast is not None and type(sendbuf) is not np.ndarray and _builtin(op) is not None:   # (a spec of an array)
+            sendbuf = _plain(sendbuf, 1, False)
+        if fast is not None and type(recvbuf) is not np.ndarray and _builtin(op) is not None:
+            recvbuf = _plain(recvbuf, 1, True)
         builtin = _builtin(op) if fast is not None else None
         if builtin is not None:
             recv = recvbuf if g.rank == root else None
@@ -230,11 +310,17 @@ class BufferCollectives(BufferCollectivesImpl):
                 started = _started(fast.reduce_async, send, recv, builtin, root, call)
                 if started is not None:
                     return started
+            elif (arrays := plain_pair(sendbuf, recv, call, reduction=True)) is not None:
+                return self._ireduce(arrays[0], arrays[1], op, root, call)
         return _request(self._reduce(sendbuf, recvbuf, op, root, True, call))
 
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
         g = self._h.g
         fast = g.fast if g is not None else None
+        if fast is not None and type(sendbuf) is not np.ndarray and _builtin(op) is not None:   # (a spec of an array)
+            sendbuf = _plain(sendbuf, 1, False)
+        if fast is not None and type(recvbuf) is not np.ndarray and _builtin(op) is not None:
+            recvbuf = _plain(recvbuf, 1, True)
         builtin = _builtin(op) if fast is not None and type(recvbuf) is np.ndarray else None
         if builtin is not None:
             send = recvbuf if sendbuf is IN_PLACE else sendbuf
@@ -243,6 +329,9 @@ class BufferCollectives(BufferCollectivesImpl):
                     return
             except CollcommError as exc:
                 raise translate(exc) from exc
+        elif fast is not None and _builtin(op) is not None and \
+                (arrays := plain_pair(sendbuf, recvbuf, "Allreduce", reduction=True)) is not None:
+            return self.Allreduce(arrays[0], arrays[1], op)     # (specs of arrays: on the arrays)
         if _builtin(op) is None or not _packed.allreduce(self, sendbuf, recvbuf, op):
             self._allreduce(sendbuf, recvbuf, op, False, "Allreduce")
 
@@ -252,17 +341,28 @@ class BufferCollectives(BufferCollectivesImpl):
     def _iallreduce(self, sendbuf: Any, recvbuf: Any, op: Any, call: str) -> Request:
         g = self._h.g
         fast = g.fast if g is not None else None
+        if fast is not None and type(sendbuf) is not np.ndarray and _builtin(op) is not None:   # (a spec of an array)
+            sendbuf = _plain(sendbuf, 1, False)
+        if fast is not None and type(recvbuf) is not np.ndarray and _builtin(op) is not None:
+            recvbuf = _plain(recvbuf, 1, True)
         builtin = _builtin(op) if fast is not None and type(recvbuf) is np.ndarray else None
         if builtin is not None:
             send = recvbuf if sendbuf is IN_PLACE else sendbuf
             started = _started(fast.all_reduce_async, send, recvbuf, builtin, call)
             if started is not None:
                 return started
+        elif fast is not None and _builtin(op) is not None and \
+                (arrays := plain_pair(sendbuf, recvbuf, call, reduction=True)) is not None:
+            return self._iallreduce(arrays[0], arrays[1], op, call)
         return _request(self._allreduce(sendbuf, recvbuf, op, True, call))
 
     def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
         g = self._h.g
         fast = g.fast if g is not None else None
+        if fast is not None and type(sendbuf) is not np.ndarray and _builtin(op) is not None:   # (a spec of an array)
+            sendbuf = _plain(sendbuf, g.size, False)
+        if fast is not None and type(recvbuf) is not np.ndarray and _builtin(op) is not None:
+            recvbuf = _plain(recvbuf, 1, True)
         builtin = _builtin(op) if fast is not None else None
         if builtin is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
             try:
@@ -270,6 +370,9 @@ class BufferCollectives(BufferCollectivesImpl):
                     return
             except CollcommError as exc:
                 raise translate(exc) from exc
+        elif builtin is not None and sendbuf is not IN_PLACE and \
+                (arrays := plain_pair(sendbuf, recvbuf, "Reduce_scatter_block", g.size, 0, reduction=True)) is not None:
+            return self.Reduce_scatter_block(arrays[0], arrays[1], op)
         self._reduce_scatter_block(sendbuf, recvbuf, op, False, "Reduce_scatter_block")
 
     def Ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:  # noqa: N802
@@ -278,11 +381,18 @@ class BufferCollectives(BufferCollectivesImpl):
     def _ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any, call: str) -> Request:
         g = self._h.g
         fast = g.fast if g is not None else None
+        if fast is not None and type(sendbuf) is not np.ndarray and _builtin(op) is not None:   # (a spec of an array)
+            sendbuf = _plain(sendbuf, g.size, False)
+        if fast is not None and type(recvbuf) is not np.ndarray and _builtin(op) is not None:
+            recvbuf = _plain(recvbuf, 1, True)
         builtin = _builtin(op) if fast is not None else None
         if builtin is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
             started = _started(fast.reduce_scatter_async, sendbuf, recvbuf, builtin, call)
             if started is not None:
                 return started
+        elif builtin is not None and sendbuf is not IN_PLACE and \
+                (arrays := plain_pair(sendbuf, recvbuf, call, g.size, 0, reduction=True)) is not None:
+            return self._ireduce_scatter_block(arrays[0], arrays[1], op, call)
         return _request(self._reduce_scatter_block(sendbuf, recvbuf, op, True, call))
 
     def Reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM) -> None:  # noqa: N802

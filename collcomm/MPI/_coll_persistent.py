@@ -34,7 +34,7 @@ import functools
 from typing import Any, Callable
 
 from ._coll import BufferCollectives, _builtin
-from ._msg import IN_PLACE, pinned
+from ._msg import IN_PLACE, _reducible, as_array, pinned
 from ._ops import SUM, pinned_op
 from ._prequest import persistent
 from ._request_makers import workop_started
@@ -100,6 +100,17 @@ class _Prepared:
         return self.general()
 
 
+def _fast(spec: Any, call: str, role: str, writable: bool = False, per: int = 0, reduction: bool = False) -> Any:
+    """What the fast call's entry is given for a buffer spec: the array the spec stands
+    for (``[x, MPI.DOUBLE]``: x; :func:`._msg.as_array`), else the spec (which it declines:
+    the ``I…`` form then runs). ``reduction``: only a spec of a predefined datatype that
+    is no value-index pair (:func:`._msg.plain_pair`)."""
+    if reduction and not _reducible(spec):
+        return spec
+    a = as_array(spec, call, role, writable, per)
+    return spec if a is None else a
+
+
 def _start(c: Any, entry: str, args: tuple | None, general: Callable[[], Any]) -> Callable[[], Any]:
     """What ``Start`` calls: the prepared fast start when ``args`` are given, else ``general``."""
     return general if args is None else _Prepared(c, entry, args, general)
@@ -119,41 +130,50 @@ class PersistentCollectives(BufferCollectives):
         buf = pinned(buf)
         c = private_comm(self, "Bcast_init", buf)
         general = lambda: c._ibcast(buf, root, "Bcast_init")._op  # noqa: E731
-        return persistent(_start(c, "broadcast_async", (buf, root, "Bcast_init"), general), c)
+        fast = _fast(buf, "Bcast_init", "buf", c.rank != root)
+        return persistent(_start(c, "broadcast_async", (fast, root, "Bcast_init"), general), c)
 
     def Gather_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Gather_init", sendbuf, recvbuf)
         general = lambda: c._igather(sendbuf, recvbuf, root, "Gather_init")._op  # noqa: E731
-        recv = recvbuf if c.rank == root else None
-        return persistent(_start(c, "gather_async", (sendbuf, recv, root, "Gather_init"), general), c)
+        recv = _fast(recvbuf, "Gather_init", "recvbuf", True, c.size) if c.rank == root else None
+        send = _fast(sendbuf, "Gather_init", "sendbuf")
+        return persistent(_start(c, "gather_async", (send, recv, root, "Gather_init"), general), c)
 
     def Scatter_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Scatter_init", sendbuf, recvbuf)
         general = lambda: c._iscatter(sendbuf, recvbuf, root, "Scatter_init")._op  # noqa: E731
-        send = sendbuf if c.rank == root else None
-        return persistent(_start(c, "scatter_async", (send, recvbuf, root, "Scatter_init"), general), c)
+        send = _fast(sendbuf, "Scatter_init", "sendbuf", False, c.size) if c.rank == root else None
+        recv = _fast(recvbuf, "Scatter_init", "recvbuf", True)
+        return persistent(_start(c, "scatter_async", (send, recv, root, "Scatter_init"), general), c)
 
     def Allgather_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Allgather_init", sendbuf, recvbuf)
         general = lambda: c._iallgather(sendbuf, recvbuf, "Allgather_init")._op  # noqa: E731
-        return persistent(_start(c, "all_gather_async", (sendbuf, recvbuf, "Allgather_init"), general), c)
+        args = (_fast(sendbuf, "Allgather_init", "sendbuf"), _fast(recvbuf, "Allgather_init", "recvbuf", True, c.size),
+                "Allgather_init")
+        return persistent(_start(c, "all_gather_async", args, general), c)
 
     def Alltoall_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Alltoall_init", sendbuf, recvbuf)
         general = lambda: c._ialltoall(sendbuf, recvbuf, "Alltoall_init")._op  # noqa: E731
-        return persistent(_start(c, "all_to_all_async", (sendbuf, recvbuf, "Alltoall_init"), general), c)
+        args = (_fast(sendbuf, "Alltoall_init", "sendbuf", False, c.size),
+                _fast(recvbuf, "Alltoall_init", "recvbuf", True, c.size), "Alltoall_init")
+        return persistent(_start(c, "all_to_all_async", args, general), c)
 
     def Reduce_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0, info: Any = None) -> Any:  # noqa: N802
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         op = pinned_op(op)
         c = private_comm(self, "Reduce_init", sendbuf, recvbuf)
         general = lambda: c._ireduce(sendbuf, recvbuf, op, root, "Reduce_init")._op  # noqa: E731
-        builtin, recv = _builtin(op), recvbuf if c.rank == root else None
-        args = (recv if sendbuf is IN_PLACE else sendbuf, recv, builtin, root, "Reduce_init")
+        builtin = _builtin(op)
+        recv = _fast(recvbuf, "Reduce_init", "recvbuf", True, 0, True) if c.rank == root else None
+        args = (recv if sendbuf is IN_PLACE else _fast(sendbuf, "Reduce_init", "sendbuf", False, 0, True), recv, builtin, root,
+                "Reduce_init")
         return persistent(_start(c, "reduce_async", args if builtin is not None else None, general), c)
 
     def Allreduce_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Any:  # noqa: N802
@@ -162,7 +182,9 @@ class PersistentCollectives(BufferCollectives):
         c = private_comm(self, "Allreduce_init", sendbuf, recvbuf)
         general = lambda: c._iallreduce(sendbuf, recvbuf, op, "Allreduce_init")._op  # noqa: E731
         builtin = _builtin(op)
-        args = (recvbuf if sendbuf is IN_PLACE else sendbuf, recvbuf, builtin, "Allreduce_init")
+        recv = _fast(recvbuf, "Allreduce_init", "recvbuf", True, 0, True)
+        args = (recv if sendbuf is IN_PLACE else _fast(sendbuf, "Allreduce_init", "sendbuf", False, 0, True), recv, builtin,
+                "Allreduce_init")
         return persistent(_start(c, "all_reduce_async", args if builtin is not None else None, general), c)
 
     def Reduce_scatter_block_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Any:  # noqa: N802
@@ -172,7 +194,8 @@ class PersistentCollectives(BufferCollectives):
         call = "Reduce_scatter_block_init"
         general = lambda: c._ireduce_scatter_block(sendbuf, recvbuf, op, call)._op  # noqa: E731
         builtin = _builtin(op)
-        args = (sendbuf, recvbuf, builtin, call) if builtin is not None else None
+        args = (_fast(sendbuf, call, "sendbuf", False, c.size, True), _fast(recvbuf, call, "recvbuf", True, 0, True), builtin,
+                call) if builtin is not None else None
         return persistent(_start(c, "reduce_scatter_async", args, general), c)
 
     def Reduce_scatter_init(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM,  # noqa: N802

@@ -28,13 +28,13 @@ from ..core import p2p
 from ..errors import CollcommError
 from ._consts import ANY_SOURCE, ANY_TAG, PROC_NULL
 from ._errors import translate
-from ._msg import gapped, pinned, simple
+from ._msg import as_array, gapped, pinned, plain_pair, simple
 from ._staging import Receiving, unpack_staged
 from ._p2p_ops import (
     ACK, EXACT, SYNC, TAG_BITS, WILD, _EMPTY, _LentSend, _NativeRecv, _Pair, _Recv, _Send, _SENT, _dest, _native_tag,
     _null_status, _request, _rtag, _source, _stag, complete, Unpacked,
 )
-from ._types import _BY_NUMPY
+from ._types import _BY_NUMPY, PLAIN
 from ..core.p2p_loans import patience_ns
 from ..transport.shm_lent import LEND_FROM
 from ._prequest import persistent
@@ -94,12 +94,16 @@ class PointToPoint:
     def Send(self, buf: Any, dest: int, tag: int = 0) -> None:  # noqa: N802
         # sent at once in one C call (native/_p2p.c), else (nothing done) the regular way;
         # the group's native entry is made by a first regular call
+        if type(buf) is not _NDARRAY and PLAIN is not None:
+            buf = PLAIN(buf, 1, False)     # ([x, MPI.INT] and the like: x itself; _mpi_plain.c)
         g = self._h.g              # (_grp without its frame: the common call)
         if g is None or g._closed or ORPHANS:
             g = self._grp("Send")
         f = getattr(g, "_p2p_native", None)
         if not (f is not None and type(buf) is _NDARRAY and type(tag) is int
                 and tag <= TAG_BITS and f.send(buf, dest, tag, 0)):
+            if f is not None and type(buf) is not _NDARRAY and (a := as_array(buf, "Send", "buf")) is not None:
+                return self.Send(a, dest, tag)   # (a spec of an array, [x, MPI.INT]: on the array)
             if gapped(buf):        # packed, then sent as an array (the fast path above)
                 return self.Send(simple(buf, "Send", "buf")[0], dest, tag)
             self._complete(self._isend(buf, dest, tag, False, "Send"))
@@ -110,6 +114,8 @@ class PointToPoint:
     Bsend = Rsend = Send
 
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:  # noqa: N802
+        if type(buf) is not _NDARRAY and PLAIN is not None:
+            buf = PLAIN(buf, 1, False)     # ([x, MPI.INT] and the like: x itself)
         g = self._h.g              # (_grp without its frame: the common call)
         if g is None or g._closed or ORPHANS:
             g = self._grp("Isend")
@@ -121,6 +127,8 @@ class PointToPoint:
             r = f.mpi_isend(buf, dest, tag, _NDARRAY, Request, _SENT)   # sent at once, or None
             if r is not None:
                 return r
+            if type(buf) is not _NDARRAY and (a := as_array(buf, "Isend", "buf")) is not None:
+                return self.Isend(a, dest, tag)   # (a spec of an array: on the array)
         if gapped(buf):
             return self.Isend(simple(buf, "Isend", "buf")[0], dest, tag)
         return _request(self._isend(buf, dest, tag, False, "Isend"))
@@ -132,6 +140,8 @@ class PointToPoint:
 
     def Recv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG,  # noqa: N802
              status: Status | None = None) -> None:
+        if type(buf) is not _NDARRAY and PLAIN is not None:
+            buf = PLAIN(buf, 1, True)      # ([x, MPI.INT] and the like: x itself)
         g = self._h.g              # (_grp without its frame: the common call)
         if g is None or g._closed or ORPHANS:
             g = self._grp("Recv")
@@ -151,6 +161,8 @@ class PointToPoint:
                 if ORPHANS:
                     reap_orphans()
                 return
+        if f is not None and type(buf) is not _NDARRAY and (a := as_array(buf, "Recv", "buf", True)) is not None:
+            return self.Recv(a, source, tag, status)   # (a spec of an array: into the array)
         if gapped(buf):            # into a packed temporary (the fast path), then unpacked
             st = Receiving()
             arr = simple(buf, "Recv", "buf", writable=True, staged=st)[0]
@@ -161,6 +173,8 @@ class PointToPoint:
         self._complete(self._irecv(buf, source, tag, "Recv"), status)
 
     def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:  # noqa: N802
+        if type(buf) is not _NDARRAY and PLAIN is not None:
+            buf = PLAIN(buf, 1, True)      # ([x, MPI.INT] and the like: x itself)
         g = self._h.g              # (_grp without its frame: the common call)
         if g is None or g._closed or ORPHANS:
             g = self._grp("Irecv")
@@ -177,6 +191,8 @@ class PointToPoint:
                 r = f.mpi_irecv(g, buf, source, t, mask, _NDARRAY, _DEFERRED, _NativeRecv, Request)
                 if r is not None:
                     return r
+                if type(buf) is not _NDARRAY and (a := as_array(buf, "Irecv", "buf", True)) is not None:
+                    return self.Irecv(a, source, tag)   # (a spec of an array: into the array)
         if gapped(buf):
             st = Receiving()
             r = self.Irecv(simple(buf, "Irecv", "buf", writable=True, staged=st)[0], source, tag)
@@ -227,6 +243,9 @@ class PointToPoint:
                 except CollcommError as exc:
                     raise translate(exc) from exc
             return
+        if f is not None and (type(sendbuf) is not _NDARRAY or type(recvbuf) is not _NDARRAY) and \
+                (arrays := plain_pair(sendbuf, recvbuf, "Sendrecv")) is not None:
+            return self.Sendrecv(arrays[0], dest, sendtag, arrays[1], source, recvtag, status)
         if gapped(sendbuf) or gapped(recvbuf):     # as arrays (the fast path above), then unpacked
             st = Receiving()
             rb = simple(recvbuf, "Sendrecv", "recvbuf", writable=True, staged=st)[0] if gapped(recvbuf) else recvbuf
@@ -271,8 +290,9 @@ class PointToPoint:
     def Send_init(self, buf: Any, dest: int, tag: int = 0) -> Any:  # noqa: N802
         buf = pinned(buf)
         p = persistent(lambda: self._isend(buf, dest, tag, False, "Send_init"))
-        if p._persist is not None and type(buf) is _NDARRAY:     # (Start's quick way)
-            p._persist.quick = [partial(_quick_send_start, self._h, buf, dest, tag)]
+        arr = buf if type(buf) is _NDARRAY else as_array(buf, "Send_init", "buf")   # (a spec's array)
+        if p._persist is not None and arr is not None:     # (Start's quick way)
+            p._persist.quick = [partial(_quick_send_start, self._h, arr, dest, tag)]
         return p
 
     Bsend_init = Rsend_init = Send_init
@@ -284,9 +304,10 @@ class PointToPoint:
     def Recv_init(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Any:  # noqa: N802
         buf = pinned(buf)
         p = persistent(lambda: self._irecv(buf, source, tag, "Recv_init"))
-        if (p._persist is not None and type(buf) is _NDARRAY and type(source) is int and source >= 0
+        arr = buf if type(buf) is _NDARRAY else as_array(buf, "Recv_init", "buf", True)   # (a spec's array)
+        if (p._persist is not None and arr is not None and type(source) is int and source >= 0
                 and type(tag) is int and (0 <= tag <= TAG_BITS or tag == ANY_TAG)):   # (Start's quick way)
-            p._persist.quick = [partial(_quick_recv_start, self._h, buf, source, max(tag, 0),
+            p._persist.quick = [partial(_quick_recv_start, self._h, arr, source, max(tag, 0),
                                         EXACT if tag >= 0 else WILD)]
         return p
 

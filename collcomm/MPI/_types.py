@@ -279,6 +279,26 @@ for _alias, _of in (("UNSIGNED_INT", "UNSIGNED"), ("SIGNED_SHORT", "SHORT"), ("S
 #: What the module exports (``MPI.INT`` …).
 PREDEFINED: dict[str, Datatype] = dict(_BY_NAME)
 
+
+def _plain_types() -> Any:
+    """The native core's ``mpi_plain`` (native/_mpi_plain.c: a buffer spec that stands
+    for its array as it is, e.g. ``[x, MPI.DOUBLE]`` of a float64 array, given as that
+    array) once it knows the predefined datatypes whose element is one numpy scalar;
+    None without the core."""
+    from .. import native
+    core = native.core
+    if core is None or not hasattr(core, "mpi_plain_types"):
+        return None
+    pairs = [(d._t, d._t.base) for d in _BY_NAME.values()
+             if d._t is not None and not d._t.pair and d._t.mult == 1 and not d._t.gaps
+             and d._t.base.kind in "biufc"]
+    unique = list({id(t): (t, base) for t, base in pairs}.values())
+    return core.mpi_plain if core.mpi_plain_types(Datatype, unique) else None
+
+
+#: mpi_plain(spec, per, writable) -> the array, or the spec itself (None: no core)
+PLAIN = _plain_types()
+
 # typecodes: numpy / array / memoryview characters and mpi4py's longer codes
 _CODES: dict[str, Datatype] = {}
 for _name in ("C_BOOL", "SIGNED_CHAR", "SHORT", "INT", "LONG", "LONG_LONG", "UNSIGNED_CHAR",

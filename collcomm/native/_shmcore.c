@@ -124,6 +124,7 @@ static PyTypeObject CoreType = {
 #include "_mpi_request.c"       /* collcomm.MPI's requests of I-forms made in C: mpi_started */
 #include "_mpi_wait_collective.c" /* ... a collective's request among them (mw_workop) */
 #include "_mpi_wait.c"          /* collcomm.MPI's Waitall of native receives and sends in C */
+#include "_mpi_plain.c"         /* collcomm.MPI's buffer specs that stand for their array */
 
 /* ------------------------------------------------------------------ module functions */
 /* combine(code, acc, other): acc ⊕= other elementwise (the kernels, for tests) */
@@ -244,6 +245,11 @@ static PyMethodDef module_methods[] = {
      "mpi_test_native(requests, done, tag_bits[, how]) -> True (all complete, left null) | "
      "False (one not yet) | None (the Python code decides); how 1 (any): (i, op) | False | "
      "None; how 2 (some): ([(i, op)...], all C's); see _mpi_wait.c"},
+    {"mpi_plain_types", (PyCFunction)(void (*)(void))mod_mpi_plain_types, METH_FASTCALL,
+     "mpi_plain_types(datatype_class, [(type, dtype), ...]) -> whether mpi_plain knows them"},
+    {"mpi_plain", (PyCFunction)(void (*)(void))mod_mpi_plain, METH_FASTCALL,
+     "mpi_plain(spec, per, writable) -> the array a buffer spec stands for as it is, else "
+     "the spec; see _mpi_plain.c"},
     {"mpi_workop_started", (PyCFunction)(void (*)(void))mod_mpi_workop_started, METH_FASTCALL,
      "mpi_workop_started(entry, *args) -> the WorkOp of entry(*args)'s Work, or None"},
     {NULL, NULL, 0, NULL},

@@ -1,0 +1,42 @@
+"""native/_mpi_plain.c ``mpi_plain``: which buffer specs stand for their array as it is
+(collcomm.MPI then gives the fast calls the array itself), in one process."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from collcomm import MPI
+from collcomm.MPI._types import PLAIN
+
+pytestmark = pytest.mark.skipif(PLAIN is None, reason="the native core is not built")
+
+
+def test_specs_that_are_their_array() -> None:
+    x = np.arange(6.0)
+    for spec in ([x, MPI.DOUBLE], (x, MPI.DOUBLE), [x, 6, MPI.DOUBLE], [x, None, MPI.DOUBLE],
+                 [x, (6, 0), MPI.DOUBLE], [x, (6, None), MPI.DOUBLE], [x, 6, 0, MPI.DOUBLE],
+                 [x, MPI.DOUBLE_PRECISION], [x, MPI.Datatype(MPI.DOUBLE)]):
+        assert PLAIN(spec, 1, True) is x, spec
+    grid = np.zeros((2, 3), dtype=np.int32)
+    assert PLAIN([grid, MPI.INT], 1, False) is grid          # (any C-contiguous shape)
+    assert PLAIN([x, 2, MPI.DOUBLE], 3, True) is x           # (2 a rank, 3 ranks: 6)
+    assert PLAIN([x, MPI.DOUBLE], 3, True) is x
+
+
+def test_specs_that_are_not() -> None:
+    x = np.arange(6.0)
+    ro = np.arange(6.0)
+    ro.flags.writeable = False
+    for spec, per, writable in (([x, 5, MPI.DOUBLE], 1, False), ([x, (6, 1), MPI.DOUBLE], 1, False),
+                                ([x, 6, 1, MPI.DOUBLE], 1, False), ([x, MPI.INT64_T], 1, False),
+                                ([x, MPI.FLOAT], 1, False), ([x, 3, MPI.DOUBLE], 3, False),
+                                ([x, MPI.DOUBLE], 4, False), ([ro, MPI.DOUBLE], 1, True),
+                                ([x[::2], MPI.DOUBLE], 1, False), ([x, 6.0, MPI.DOUBLE], 1, False),
+                                ([x, MPI.DOUBLE_INT], 1, False), ([x, MPI.DATATYPE_NULL], 1, False),
+                                ([bytearray(8), MPI.BYTE], 1, False), ([x, "d"], 1, False),
+                                ([x], 1, False), ([x, 6, 0, 0, MPI.DOUBLE], 1, False), (x, 1, False)):
+        assert PLAIN(spec, per, writable) is spec, spec
+    assert PLAIN([ro, MPI.DOUBLE], 1, False) is ro           # (read only: fine for a send)
+    vec = MPI.DOUBLE.Create_vector(2, 1, 2).Commit()
+    assert PLAIN([x, 1, vec], 1, False)[0] is x              # (a derived type: the spec)
+    vec.Free()
