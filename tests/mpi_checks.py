@@ -135,6 +135,7 @@ SECTIONS = {
     "persistent_p2p": "tests.test_mpi_persistent_p2p:persistent_p2p_checks",
     "wait_collective": "tests.test_mpi_wait_collective:wait_collective_checks",
     "spec_fast": "tests.test_mpi_spec_fast:spec_fast_checks",
+    "demo_idioms": "tests.test_mpi_demo_idioms:demo_idiom_checks",
 }
 USE_TORCH: list[bool] = [False]
 SIZES = [1, 2, 3, 4, 5]

@@ -208,3 +208,17 @@ def test_world_of_one_warns_once_under_a_launcher():
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=20)
     assert res.returncode == 0 and "Warning" not in res.stderr
+
+
+@pytest.mark.timeout(60)
+def test_rank_0_reads_the_launchers_stdin(tmp_path):
+    # as under mpiexec: `echo 42 | collcomm run -n 2 prog.py` (mpi4py's demo/compute-pi
+    # reads n at rank 0 so); the other ranks read an empty stream
+    prog = write_prog(tmp_path, """
+        import os, sys
+        print(f"rank {os.environ['RANK']} read {sys.stdin.readline()!r}", flush=True)
+    """)
+    res = subprocess.run([sys.executable, "-m", "collcomm", "run", "-n", "2", "--no-prefix", prog],
+                         input="42\n", env=_env(), capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert sorted(res.stdout.splitlines()) == ["rank 0 read '42\\n'", "rank 1 read ''"]

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from collcomm.tools.rootcause import RankState, root_cause, settled
-from tests.test_launcher import ROOT, _env, run, write_prog
+from tests.test_launcher import NO_SETTLE, ROOT, _env, run, write_prog
 
 _spec = importlib.util.spec_from_file_location("fault_matrix",
                                                os.path.join(ROOT, "tools", "fault_matrix.py"))
@@ -45,6 +45,34 @@ def test_verdict_launcher_signals_are_not_causes():
               RankState(3, 103, returncode=-15, exit_t=6.0, signalled=True)]
     v = root_cause(states)
     assert v is not None and v.rank == 3 and "never made the call" in v.how and v.code == 1
+
+
+def test_verdict_abort_ended_ranks_are_not_causes():
+    # every rank raised; rank 1's uncaught-exception hook (collcomm.MPI's Abort) sent rank 0
+    # SIGTERM before rank 0 got to its own report: rank 0's death is seen first
+    states = [RankState(0, 100, returncode=-15, exit_t=1.00),
+              RankState(1, 101, returncode=1, exit_t=1.02, report={"t": 1.01, "type": "RuntimeError"}),
+              RankState(2, 102, returncode=1, exit_t=1.03, report={"t": 1.015, "type": "RuntimeError"})]
+    v = root_cause(states)
+    assert v is not None and v.rank == 1 and v.code == 1 and "RuntimeError" in v.how
+    # ... but a rank killed by SIGTERM from outside, the others' errors reactions to it, is
+    alone = [RankState(0, 100, returncode=-15, exit_t=1.00), _reaction(1, 0, 1.1), _reaction(2, 0, 1.1)]
+    v = root_cause(alone)
+    assert v is not None and v.rank == 0 and v.code == 143
+
+
+@pytest.mark.timeout(90)
+def test_every_rank_raising_under_mpi_exits_1(tmp_path):
+    prog = write_prog(tmp_path, """
+        from collcomm import MPI
+        MPI.COMM_WORLD.Barrier()
+        raise RuntimeError("the same error on every rank")
+    """)
+    for _ in range(3):               # (which rank's hook ends the others first varies)
+        res = run(["-n", "3", "--grace", "1", prog], env=NO_SETTLE)
+        assert res.returncode == 1, res.stderr[-2000:]
+        first = [ln for ln in res.stderr.splitlines() if "failed first" in ln]
+        assert first and "RuntimeError" in first[0] and "SIGTERM" not in first[0], res.stderr[-2000:]
 
 
 def test_verdict_stopped_rank():

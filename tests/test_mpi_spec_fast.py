@@ -15,7 +15,7 @@ not differ).
   ``Allreduce``, ``Bcast``, ``Gather`` and ``Send``/``Recv`` take it (its call and send
   counters move as for arrays);
 - bad specs still raise the general path's errors (a count past the buffer, a read-only
-  receive buffer, a bare ``None``).
+  receive buffer, a bare ``None``); ``[None, datatype]`` is an empty message (mpi4py's).
 """
 from __future__ import annotations
 
@@ -209,7 +209,17 @@ def _errors(c: Checker, MPI: Any, comm: Any) -> None:
     ro = np.zeros(2)
     ro.flags.writeable = False
     c.raises(lambda: comm.Allreduce([x, MPI.DOUBLE], [ro, MPI.DOUBLE]), BufferError, "a read-only receive buffer")
-    c.raises(lambda: comm.Bcast([None, MPI.DOUBLE], 0), TypeError, "a None buffer")
+    c.raises(lambda: comm.Bcast(None, 0), TypeError, "a bare None buffer")
+    c.raises(lambda: comm.Bcast([None, 2, MPI.DOUBLE], 0), ValueError, "a None buffer of 2 elements")
+    comm.Bcast([None, MPI.DOUBLE], 0)           # (mpi4py: no buffer, an empty message)
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    st = MPI.Status()
+    q = comm.Irecv([None, MPI.INT], prv, 9)
+    comm.Send([None, 0, MPI.INT], nxt, 9)
+    q.Wait(st)
+    c.eq((st.Get_source(), st.Get_tag(), st.Get_count(MPI.INT)), (prv, 9, 0), "Send/Irecv of [None, INT]")
+    comm.Sendrecv([None, "B"], nxt, 10, [None, "B"], prv, 10, st)
+    c.eq(st.Get_count(MPI.BYTE), 0, "Sendrecv of [None, 'B']")
     after = np.zeros(2)
     comm.Allreduce([x, MPI.DOUBLE], [after, MPI.DOUBLE])
     c.eq(after.tolist(), [float(n)] * 2, "the ranks in step after the errors")

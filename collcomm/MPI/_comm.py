@@ -86,6 +86,13 @@ class Comm(PointToPoint, ObjectPointToPoint, PersistentCollectives, VectorCollec
 
     __slots__ = ("_h",)
 
+    def __new__(cls, comm: Any = None) -> Any:
+        # (made as mpi4py makes its handles, by __new__: a subclass's __new__(cls, comm)
+        # that passes comm on gets the copy; __init__ then does it again)
+        self = object.__new__(cls)
+        Comm.__init__(self, comm)
+        return self
+
     def __init__(self, comm: "Comm | None" = None) -> None:
         self._h: _CommRec = _NULL_REC if comm is None else comm._h
 

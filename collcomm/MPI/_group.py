@@ -29,6 +29,13 @@ class Group:
 
     __slots__ = ("_r",)
 
+    def __new__(cls, group: Any = None) -> Any:
+        # (made as mpi4py makes its handles, by __new__: a subclass's __new__(cls, group)
+        # that passes group on gets the copy; __init__ then does it again)
+        self = object.__new__(cls)
+        Group.__init__(self, group)
+        return self
+
     def __init__(self, group: "Group | None" = None) -> None:
         self._r: _GroupRec | None = None if group is None else group._r
 

@@ -25,6 +25,13 @@ class Message:
 
     __slots__ = ("_g", "_m", "_noproc")
 
+    def __new__(cls, message: Any = None) -> Any:
+        # (made as mpi4py makes its handles, by __new__: a subclass's __new__(cls, message)
+        # that passes message on gets the copy; __init__ then does it again)
+        self = object.__new__(cls)
+        Message.__init__(self, message)
+        return self
+
     def __init__(self, message: "Message | None" = None) -> None:
         self._g = None if message is None else message._g
         self._m = None if message is None else message._m

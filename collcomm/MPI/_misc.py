@@ -16,6 +16,13 @@ class Info:
 
     __slots__ = ("_d",)
 
+    def __new__(cls, info: Any = None) -> Any:
+        # (made as mpi4py makes its handles, by __new__: a subclass's __new__(cls, info)
+        # that passes info on gets the copy; __init__ then does it again)
+        self = object.__new__(cls)
+        Info.__init__(self, info)
+        return self
+
     def __init__(self, info: "Info | None" = None) -> None:
         self._d: dict[str, str] | None = None if info is None else info._d
 
@@ -122,6 +129,13 @@ class Errhandler:
     """An error handler handle; collcomm.MPI raises MPI.Exception whatever is set."""
 
     __slots__ = ("_name",)
+
+    def __new__(cls, errhandler: Any = None) -> Any:
+        # (made as mpi4py makes its handles, by __new__: a subclass's __new__(cls, errhandler)
+        # that passes errhandler on gets the copy; __init__ then does it again)
+        self = object.__new__(cls)
+        Errhandler.__init__(self, errhandler)
+        return self
 
     def __init__(self, errhandler: "Errhandler | None" = None) -> None:
         self._name = None if errhandler is None else errhandler._name

@@ -300,8 +300,8 @@ def _parse(spec: Any, call: str, role: str, writable: bool, per: int, staged: St
         if not 2 <= len(spec) <= 4:
             raise ValueError(f"{call}: {role}: a buffer spec has 2 to 4 items, got {len(spec)}")
         obj, rest = spec[0], list(spec[1:])
-        if obj is BOTTOM or obj is None:
-            raise _bottom(call) if obj is BOTTOM else TypeError(f"{call}: {role}: the buffer is None")
+        if obj is BOTTOM:
+            raise _bottom(call)
         count: Any = None
         displ = 0
         dt: Datatype | None = None
@@ -321,6 +321,14 @@ def _parse(spec: Any, call: str, role: str, writable: bool, per: int, staged: St
                 count, displ = c[0], int(c[1] or 0)
             elif c is not None:
                 count = int(c)
+        if obj is None:           # no buffer: an empty message (mpi4py's [None, datatype])
+            if count not in (None, 0) or displ:
+                raise ValueError(f"{call}: {role}: a None buffer holds no elements; got count {count}, "
+                                 f"displacement {displ}")
+            if dt is None:
+                raise TypeError(f"{call}: {role}: the buffer is None and no datatype is given")
+            t = dt._valid(call)
+            return np.empty(0, dtype=t.base), dt, None if count is None else 0
         flat, natural = _memory(obj, call, role, writable)
         if count is not None and int(count) < 0:
             raise ValueError(f"{call}: {role}: negative count {count}")

@@ -74,6 +74,13 @@ class Op:
 
     __slots__ = ("_o",)
 
+    def __new__(cls, op: Any = None) -> Any:
+        # (made as mpi4py makes its handles, by __new__: a subclass's __new__(cls, op)
+        # that passes op on gets the copy; __init__ then does it again)
+        self = object.__new__(cls)
+        Op.__init__(self, op)
+        return self
+
     def __init__(self, op: "Op | None" = None) -> None:
         self._o: _OpRec | None = None if op is None else op._o
 

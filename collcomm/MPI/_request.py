@@ -38,6 +38,13 @@ class Request(ManyRequests):
 
     __slots__ = ("_op",)
 
+    def __new__(cls, request: Any = None) -> Any:
+        # (made as mpi4py makes its handles, by __new__: a subclass's __new__(cls, request)
+        # that passes request on gets the copy; __init__ then does it again)
+        self = object.__new__(cls)
+        Request.__init__(self, request)
+        return self
+
     def __init__(self, request: "Request | None" = None) -> None:
         self._op: Any = None if request is None else request._op
 

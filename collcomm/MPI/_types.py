@@ -34,6 +34,13 @@ class Datatype(TypeContents):
 
     __slots__ = ("_t",)
 
+    def __new__(cls, datatype: Any = None) -> Any:
+        # (made as mpi4py makes its handles, by __new__: a subclass's __new__(cls, datatype)
+        # that passes datatype on gets the copy; __init__ then does it again)
+        self = object.__new__(cls)
+        Datatype.__init__(self, datatype)
+        return self
+
     def __init__(self, datatype: "Datatype | None" = None) -> None:
         self._t: _Type | None = None if datatype is None else datatype._t
 

@@ -51,6 +51,7 @@ from .call_comm import GroupComm
 from .recorder_records import family_of
 from .timeouts import current_timeout
 from .work import Work
+from ..helper_thread import HelperThread
 
 if TYPE_CHECKING:
     from .group import ProcessGroup
@@ -120,14 +121,12 @@ class AsyncCalls:
                 # started before it is published: close() (another thread) joins only a
                 # started runner (two made at once by two threads both run the queue under
                 # _exec, and the unpublished one is gone IDLE seconds later)
-                runner = threading.Thread(target=self._run_when_woken, daemon=True,
-                                          name=f"collcomm-{self._name}")
+                runner = HelperThread(self._run_when_woken, f"collcomm-{self._name}")
                 runner.start()
                 self._runner = runner
             return
         if self._worker is None:
-            self._worker = threading.Thread(target=self._loop, daemon=True,
-                                            name=f"collcomm-{self._name}")
+            self._worker = HelperThread(self._loop, f"collcomm-{self._name}")
             self._worker.start()
 
     def run_through(self, work: Work | None = None) -> None:
@@ -185,7 +184,7 @@ class AsyncCalls:
         if thread is not None:
             self._wake.set()
             if thread is not threading.current_thread():
-                thread.join(timeout=5)
+                thread.end(timeout=5)
 
     def _run_when_woken(self) -> None:
         """A watched group's runner: run what is queued each time it is handed over; gone

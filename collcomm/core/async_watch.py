@@ -22,6 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from typing import TYPE_CHECKING, Any
+from ..helper_thread import HelperThread
 
 if TYPE_CHECKING:
     from .async_calls import AsyncCalls
@@ -46,8 +47,7 @@ class Watcher:
             if calls not in self._queues:
                 self._queues[calls] = [None, time.monotonic()]
             if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, daemon=True,
-                                                name=f"collcomm-watch-{self._name}")
+                self._thread = HelperThread(self._loop, f"collcomm-watch-{self._name}")
                 self._thread.start()
             if self._idle:
                 self._idle = False

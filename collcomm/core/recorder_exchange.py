@@ -19,6 +19,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CommTimeoutError
+from ..helper_thread import HelperThread
 
 if TYPE_CHECKING:
     from .recorder import Recorder
@@ -45,8 +46,7 @@ class Exchange:
         self._conn: Any = None
         self._thread: threading.Thread | None = None
         if self.store is not None:
-            self._thread = threading.Thread(target=self._watch, daemon=True,
-                                            name="collcomm-fr-watcher")
+            self._thread = HelperThread(self._watch, "collcomm-fr-watcher")
             self._thread.start()
 
     def _connect(self) -> Any:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from .recorder_exchange import Exchange, gather_from
 from .recorder_records import ENTERED, R_GROUP, R_OP, R_PEER, R_SEQ, R_T0, _SEQ_MASK, state_of
 from .recorder_report import missing_report
+from ..helper_thread import HelperThread
 
 if TYPE_CHECKING:
     from .recorder import Recorder
@@ -123,4 +124,4 @@ def start_stall_monitor(rec: Recorder, warn: float) -> None:
                                     "the others: %s)", rec.rank, cur[R_OP], cur[R_SEQ] & _SEQ_MASK, obs.name,
                                     now - cur[R_T0], exc)
 
-    threading.Thread(target=loop, daemon=True, name="collcomm-stall-monitor").start()
+    HelperThread(loop, "collcomm-stall-monitor").start()

@@ -15,7 +15,6 @@ import collections
 import selectors
 import socket
 import struct
-import threading
 import time
 from collections.abc import Iterable
 
@@ -24,6 +23,7 @@ from ..errors import CollcommError
 from .base import _INTERNAL
 from .handshake import Responder, accept_some
 from .protocol import _ADD, _CAS, _CHECK, _DELETE, _ERROR, _F64, _GET, _NUM_KEYS, _OK, _ProtocolError, _SET, _TIMEOUT, _WAIT, _encode, _try_decode
+from ..helper_thread import HelperThread
 
 
 class _Conn:
@@ -83,8 +83,7 @@ class TCPStoreServer:
         self._sel.register(self._listener, selectors.EVENT_READ, "listen")
         self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
         self._closing = False
-        self._thread = threading.Thread(target=self._serve, name=f"collcomm-store:{self.port}",
-                                        daemon=True)
+        self._thread = HelperThread(self._serve, f"collcomm-store:{self.port}")
         self._thread.start()
 
     @property
@@ -98,7 +97,7 @@ class TCPStoreServer:
             return
         self._closing = True
         self._wake()
-        self._thread.join(timeout=10)
+        self._thread.end(timeout=10)
 
     def __enter__(self) -> TCPStoreServer:
         return self

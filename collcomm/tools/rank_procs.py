@@ -88,8 +88,11 @@ def _pump(pipe: BinaryIO, out: TextIO, prefix: bytes, output: Output,
 
 def start_rank(argv: list[str], local_rank: int, env: dict[str, str], prefix: bool,
                 output: Output, wake: threading.Event) -> Rank:
+    # rank 0 reads the launcher's standard input, as under mpiexec (`echo 10 | collcomm run
+    # -n 4 prog.py`, a prompt answered at the terminal); the other ranks read nothing
+    stdin = None if env.get("RANK") == "0" else subprocess.DEVNULL
     try:
-        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(argv, env=env, stdin=stdin,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True)
     except OSError as exc:

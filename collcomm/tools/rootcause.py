@@ -14,7 +14,10 @@ of this node.
 1. A *genuine* failure is a death by signal or a non-zero exit that the launcher did not
    cause and that is not a *reaction* (a report of a collcomm error about another rank:
    PeerLostError, CommTimeoutError, ClosedError, MismatchError). The earliest genuine
-   failure is the root cause, unless a rank was stopped before it.
+   failure is the root cause, unless a rank was stopped before it. A rank ended by
+   SIGTERM that left no report is not counted beside one that left a report: the rank
+   that raised ended it (``MPI.Abort``, and collcomm.MPI's hook on an uncaught exception,
+   send SIGTERM to the ranks of their host before exiting).
 2. Else a rank that was stopped (SIGSTOP) when the job failed is the root cause.
 3. Else, when ranks disagree (a MismatchError was reported), the one rank whose failing
    call differs from the call every other reporting rank failed in (a mismatch names both
@@ -164,6 +167,10 @@ def root_cause(states: list[RankState]) -> Verdict | None:
     fallback_code = exit_code(first_failed.returncode or 1)
 
     genuine = [s for s in states if s.failed and not s.signalled and not s.reaction]
+    if any(s.report for s in genuine):
+        # a rank ended by SIGTERM, silent, beside one that raised: the one that raised ended
+        # it (MPI.Abort and collcomm.MPI's uncaught-exception hook end this host's ranks so)
+        genuine = [s for s in genuine if s.report or s.returncode != -signal.SIGTERM]
     stopped = [s for s in states if s.stopped_since is not None]
     g = min(genuine, key=lambda s: s.event_t, default=None)
     st = min(stopped, key=lambda s: s.stopped_since or 0.0, default=None)

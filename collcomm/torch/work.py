@@ -31,6 +31,7 @@ from ..core.work import Work as CoreWork
 from ..errors import CollcommError, CommTimeoutError
 from ..transport.base import Handle
 from .errors import translate
+from ..helper_thread import HelperThread
 
 __all__ = ["CollWork", "DoneWork", "P2PWork", "done", "gathered", "seconds"]
 
@@ -253,4 +254,4 @@ class P2PWork(_Work):
             else:
                 self._settle(fut, None)
 
-        threading.Thread(target=waiter, daemon=True, name=f"collcomm-{self._name}").start()
+        HelperThread(waiter, f"collcomm-{self._name}").start()

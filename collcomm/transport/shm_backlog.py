@@ -41,6 +41,7 @@ from ..errors import CommTimeoutError
 from .peer_process import pid_alive
 from .shm_ring import INLINE, LEFT, LENT, PRIVATE, PRIVATE_ID
 from .shm_segments import warn_once
+from ..helper_thread import HelperThread
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -271,8 +272,7 @@ class BacklogWriter:
             if channel not in self.channels:
                 self.channels.append(channel)
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, daemon=True,
-                                                name=f"collcomm-backlog-{self.engine.rank}")
+                self._thread = HelperThread(self._run, f"collcomm-backlog-{self.engine.rank}")
                 self._thread.start()
 
     def flush(self) -> bool:

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Callable
 from ..errors import ClosedError
 from .tcp_channel import BYE, FRAME, ChannelFailure, TcpChannel
 from .tcp_setup import TcpSetup, advertised_host
+from ..helper_thread import HelperThread
 
 __all__ = ["ASIDE", "TcpHub", "advertised_host"]
 
@@ -104,7 +105,7 @@ class TcpHub(TcpSetup):
             self.sel.register(ch.sock, selectors.EVENT_READ, ch)
         self.sel.register(self.wake_r, selectors.EVENT_READ, None)
         self.running = True
-        self.thread = threading.Thread(target=self._loop, name="collcomm-tcp", daemon=True)
+        self.thread = HelperThread(self._loop, "collcomm-tcp")
         self.thread.start()
 
     # -- the I/O thread --------------------------------------------------------------------
@@ -291,7 +292,7 @@ class TcpHub(TcpSetup):
         self.running = False
         self._wake()
         if self.thread is not None and self.thread is not threading.current_thread():
-            self.thread.join(timeout=2)
+            self.thread.end(timeout=2)
         self.thread = None
         # a caller driving the selector lets go after its step (the wake above ends it)
         held = self.owner != threading.get_ident() and self.io.acquire(timeout=2)

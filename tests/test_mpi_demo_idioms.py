@@ -1,0 +1,93 @@
+"""Idioms of mpi4py's own demo programs (demo/reductions, demo/threads/issue784.py,
+demo/sequential) that collcomm.MPI must take as mpi4py does, a section of the shared MPI
+job (tests/mpi_checks.py) at 1-5 ranks and over TCP:
+
+- a communicator subclass made by ``__new__(cls, comm)`` passing the communicator on
+  (mpi4py's handles are made by ``__new__``), and the other handles' ``X.__new__(X, x)``
+  copies (``Datatype``, ``Op``, ``Group``, ``Info``, ``Request``, ``Errhandler``);
+- a program that joins every other thread (``threading.enumerate()``) ends: collcomm's own
+  threads return from ``join()`` at once (collcomm/helper_thread.py), still running;
+- a token passed around the ranks in order with empty messages ``[None, 'B']``.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from tests.mpi_checks import SIZES, Checker, check, job
+
+
+def _subclasses(c: Checker, MPI: Any, comm: Any) -> None:
+    class Intracomm(MPI.Intracomm):
+        def __new__(cls, comm: Any = None) -> Any:
+            return super().__new__(cls, comm)
+
+    mine = Intracomm(comm)
+    c.eq((type(mine).__name__, mine.Get_size(), mine.allreduce(1)), ("Intracomm", comm.size, comm.size),
+         "a communicator subclass made by __new__(cls, comm)")
+    c.true(mine == comm and Intracomm() == MPI.COMM_NULL, "... the same communicator; none: COMM_NULL")
+    for cls, handle in ((MPI.Datatype, MPI.INT), (MPI.Op, MPI.SUM), (MPI.Group, comm.Get_group()),
+                        (MPI.Info, MPI.INFO_ENV), (MPI.Errhandler, MPI.ERRORS_RETURN)):
+        copy = cls.__new__(cls, handle)
+        c.true(copy == handle, f"{cls.__name__}.__new__({cls.__name__}, x) is a copy of x")
+    c.eq(MPI.Datatype.__new__(MPI.Datatype, MPI.DOUBLE).Get_size(), 8, "... usable at once")
+    q = comm.Isend(b"", comm.rank, 1)
+    copy = MPI.Request.__new__(MPI.Request, q)
+    comm.Recv(bytearray(0), comm.rank, 1)
+    c.true(copy.Wait() and bool(MPI.Request.__new__(MPI.Request)) is False, "Request.__new__ copies")
+    q.Wait()
+
+
+def _threads_joined(c: Checker, MPI: Any, comm: Any) -> None:
+    comm.Iallreduce(MPI.IN_PLACE, [bytearray(4), MPI.INT]).Wait()    # (the group's worker, if any)
+    mine = threading.Thread(target=lambda: comm.Get_rank(), name="the program's")
+    mine.start()
+    done = threading.Event()
+
+    def join_all() -> None:
+        for t in threading.enumerate():
+            if t is not threading.current_thread() and t is not threading.main_thread():
+                t.join()
+        done.set()
+
+    joiner = threading.Thread(target=join_all, daemon=True)
+    joiner.start()
+    c.true(done.wait(10.0), "joining every other thread ends (collcomm's return at once)")
+    c.true(not mine.is_alive(), "... after the program's own thread ended")
+    ours = [t for t in threading.enumerate() if t.name.startswith("collcomm-")]
+    c.true(all(t.daemon for t in ours), "collcomm's threads are daemons")
+    comm.Barrier()
+
+
+def _token_ring(c: Checker, MPI: Any, comm: Any) -> None:
+    r, n = comm.rank, comm.size
+    order: list[int] = []
+    if r > 0:
+        comm.Recv([None, "B"], r - 1, 5)
+    order.append(r)
+    if r < n - 1:
+        comm.Send([None, "B"], r + 1, 5)
+    got = comm.gather(order, root=n - 1)
+    if r == n - 1:
+        c.eq([x for part in got for x in part], list(range(n)), "a token passed in rank order with [None, 'B']")
+    comm.Barrier()
+
+
+def demo_idiom_checks(c: Checker, MPI: Any, comm: Any) -> None:
+    _subclasses(c, MPI, comm)
+    _threads_joined(c, MPI, comm)
+    _token_ring(c, MPI, comm)
+    comm.Barrier()
+
+
+@pytest.mark.timeout(160)
+@pytest.mark.parametrize("n", SIZES)
+def test_demo_idioms(n):
+    check(job(n), "demo_idioms")
+
+
+@pytest.mark.timeout(160)
+def test_demo_idioms_over_tcp():
+    check(job(3, "tcp"), "demo_idioms")
