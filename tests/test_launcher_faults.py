@@ -55,6 +55,10 @@ def test_verdict_abort_ended_ranks_are_not_causes():
               RankState(2, 102, returncode=1, exit_t=1.03, report={"t": 1.015, "type": "RuntimeError"})]
     v = root_cause(states)
     assert v is not None and v.rank == 1 and v.code == 1 and "RuntimeError" in v.how
+    # every rank raised, and the first to do so was ended by another's abort while exiting
+    states[0] = RankState(0, 100, returncode=-15, exit_t=1.00, report={"t": 0.99, "type": "RuntimeError"})
+    v = root_cause(states)
+    assert v is not None and v.rank == 0 and v.code == 1 and v.how == "exit code 1 (RuntimeError)"
     # ... but a rank killed by SIGTERM from outside, the others' errors reactions to it, is
     alone = [RankState(0, 100, returncode=-15, exit_t=1.00), _reaction(1, 0, 1.1), _reaction(2, 0, 1.1)]
     v = root_cause(alone)

@@ -112,14 +112,15 @@ def summary(verdict: Verdict, ranks: list[Rank], states: list[RankState]) -> str
             key = (str(s.report.get("type", "an error")), tuple(s.report.get("peers") or []))
             reactions[key].append(s.rank)
         elif s.signalled and s.returncode is not None:
-            others["were stopped by the launcher"].append(s.rank)
+            others["stopped by the launcher"].append(s.rank)
         elif s.failed:
             others[f"failed too ({describe_exit(s.returncode or 1)})"].append(s.rank)
     for (etype, peers), who in sorted(reactions.items(), key=lambda kv: min(kv[1])):
         naming = f" naming {_ranks_text(list(peers))}" if peers else ""
         lines.append(f"collcomm run: {_ranks_text(who)} raised {etype}{naming}")
     for what, who in sorted(others.items(), key=lambda kv: min(kv[1])):
-        lines.append(f"collcomm run: {_ranks_text(who)} {what}")
+        verb = "was" if len(who) == 1 else "were"
+        lines.append(f"collcomm run: {_ranks_text(who)} {verb + ' ' if what.startswith('stopped') else ''}{what}")
     # what the ranks of other nodes named here said, in their words
     named_here = {p for s in states if s.local and s.report for p in s.report.get("peers") or []}
     for s in states:

@@ -167,10 +167,13 @@ def root_cause(states: list[RankState]) -> Verdict | None:
     fallback_code = exit_code(first_failed.returncode or 1)
 
     genuine = [s for s in states if s.failed and not s.signalled and not s.reaction]
-    if any(s.report for s in genuine):
-        # a rank ended by SIGTERM, silent, beside one that raised: the one that raised ended
+    raised = [s for s in states if s.report and not s.reaction]
+    if raised:
+        # a rank ended by SIGTERM, silent, beside one that raised (its report written, even
+        # if it is still exiting, or the launcher ended it after): the one that raised ended
         # it (MPI.Abort and collcomm.MPI's uncaught-exception hook end this host's ranks so)
         genuine = [s for s in genuine if s.report or s.returncode != -signal.SIGTERM]
+        genuine += [s for s in raised if s not in genuine]
     stopped = [s for s in states if s.stopped_since is not None]
     g = min(genuine, key=lambda s: s.event_t, default=None)
     st = min(stopped, key=lambda s: s.stopped_since or 0.0, default=None)
@@ -189,10 +192,13 @@ def root_cause(states: list[RankState]) -> Verdict | None:
             first_named.setdefault(target, s.event_t)
 
     if g is not None and (st is None or g.event_t <= (st.stopped_since or 0.0)):
-        how = describe_exit(g.returncode or 1)
+        rc = g.returncode or 1
+        if g.report and rc == -signal.SIGTERM:   # it raised, then a peer's abort ended it while
+            rc = 1                                # it exited: its own exit, 1 (MPI.Abort's hook)
+        how = describe_exit(rc)
         if g.report:
             how += f" ({g.report.get('type', 'an exception')})"
-        return Verdict(g.rank, True, how, exit_code(g.returncode or 1), "genuine", dict(named_by))
+        return Verdict(g.rank, True, how, exit_code(rc), "genuine", dict(named_by))
     if st is not None:
         how = "stopped (state T, e.g. SIGSTOP): it could not take part in the collectives"
         voters = [r for r in named_by.get(st.rank, [])]
