@@ -30,7 +30,8 @@ from __future__ import annotations
 from ._consts import *  # noqa: F401,F403 - the integer constants
 from ._consts import TAG_UB_VALUE as _TAG_UB_VALUE  # noqa: F401
 from ._errors import (  # noqa: F401
-    SUCCESS, ERR_LASTCODE, Exception, Get_error_class, Get_error_string, _CLASSES,
+    SUCCESS, ERR_LASTCODE, Add_error_class, Add_error_code, Add_error_string, Exception, Get_error_class,
+    Get_error_string, Remove_error_class, Remove_error_code, Remove_error_string, _CLASSES,
 )
 from ._types import PREDEFINED as _TYPES, Datatype
 from ._derived import COMBINERS as _COMBINERS
@@ -38,7 +39,7 @@ from ._types import TYPEDICT as _typedict, TYPEDICT_C as _typedict_c, TYPEDICT_F
 from ._types import typecode as _typecode  # noqa: F401
 from ._pickle import Pickle, pickle  # noqa: F401
 from ._ops import PREDEFINED as _OPS, Op
-from ._msg import BOTTOM, BUFFER_AUTOMATIC, IN_PLACE
+from ._msg import BOTTOM, BUFFER_AUTOMATIC, IN_PLACE, BottomType, BufferAutomaticType, InPlaceType
 from ._prequest import Prequest
 from ._request import REQUEST_NULL, Request, Status
 from ._group import GROUP_EMPTY, GROUP_NULL, Group
@@ -49,7 +50,10 @@ from ._comm import COMM_NULL, COMM_SELF, COMM_WORLD, Comm, Intracomm
 from ._message import MESSAGE_NO_PROC, MESSAGE_NULL, Message
 from ._topo import Cartcomm, Compute_dims, Topocomm
 from ._graph import Distgraphcomm, Graphcomm
-from ._absent import FILE_NULL, SESSION_NULL, WIN_NULL, File, Grequest, Intercomm, Session, Win
+from ._absent import (  # noqa: F401
+    FILE_NULL, SESSION_NULL, WIN_NULL, File, Get_abi_fortran_info, Get_abi_info, Get_abi_version,
+    Get_hw_resource_info, Grequest, Intercomm, Session, Win,
+)
 from ._env import (
     Aint_add, Aint_diff, Alloc_mem, Attach_buffer, Close_port, Detach_buffer, Finalize, Flush_buffer,
     Free_mem, Get_address, Get_library_version, Get_processor_name, Get_version, Iflush_buffer, Init,
@@ -62,5 +66,9 @@ for _name, _code, _text in _CLASSES:
 globals().update(_TYPES)
 globals().update(_OPS)
 globals()["2INT"] = _TYPES["TWOINT"]
+# Fortran types Open MPI leaves out here (no 128-bit integer, no 2-byte complex) or that
+# numpy cannot hold (IEEE quad precision): MPI.DATATYPE_NULL, as Open MPI's missing ones
+for _missing in ("INTEGER16", "LOGICAL16", "COMPLEX4", "REAL16", "COMPLEX32"):
+    globals()[_missing] = Datatype()
 globals().update({f"COMBINER_{_k}": _v for _k, _v in _COMBINERS.items()})
 del _name, _code, _text

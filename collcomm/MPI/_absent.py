@@ -98,3 +98,45 @@ class Intercomm(Comm):
 WIN_NULL = Win()
 FILE_NULL = File()
 SESSION_NULL = Session()
+
+
+def _absent_method(cls_name: str, name: str, why: str) -> Any:
+    def f(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise not_implemented(f"{cls_name}.{name}", why)
+    f.__name__ = name
+    return f
+
+
+def _absent_function(name: str, why: str) -> Any:
+    def f(*args: Any, **kwargs: Any) -> Any:
+        raise not_implemented(name, why)
+    f.__name__ = name
+    return f
+
+
+_ULFM = "fault-tolerant MPI (ULFM: agree, shrink, revoke) is out of scope; a lost peer raises PeerLostError"
+_PARTITIONED = "partitioned point to point (MPI 4) is out of scope"
+for _name in ("Agree", "Iagree", "Shrink", "Ishrink", "Revoke", "Is_revoked", "Ack_failed", "Get_failed"):
+    setattr(Comm, _name, _absent_method("Comm", _name, _ULFM))
+for _name in ("Psend_init", "Precv_init"):
+    setattr(Comm, _name, _absent_method("Comm", _name, _PARTITIONED))
+
+
+def _absent_on_prequest() -> None:
+    from ._group import Group
+    from ._prequest import Prequest
+    from ._status import Status
+    for name in ("Pready", "Pready_list", "Pready_range", "Parrived"):
+        setattr(Prequest, name, _absent_method("Prequest", name, _PARTITIONED))
+    Status.tomemory = _absent_method("Status", "tomemory",  # type: ignore[attr-defined]
+                                     "a status is a Python object here, not MPI_Status memory")
+    Group.Create_from_session_pset = _absent_classmethod("Group", "Create_from_session_pset",  # type: ignore[attr-defined]
+                                                         _SESSION)
+
+
+_absent_on_prequest()
+_ABI = "collcomm.MPI is no MPI library: it has no ABI and no hardware resource info"
+Get_abi_version = _absent_function("Get_abi_version", _ABI)
+Get_abi_info = _absent_function("Get_abi_info", _ABI)
+Get_abi_fortran_info = _absent_function("Get_abi_fortran_info", _ABI)
+Get_hw_resource_info = _absent_function("Get_hw_resource_info", _ABI)

@@ -14,7 +14,7 @@ from . import _env
 from ._consts import (
     ANY_SOURCE, APPNUM, HOST, IO, LASTUSEDCODE, PROC_NULL, TAG_UB, TAG_UB_VALUE, UNIVERSE_SIZE, WTIME_IS_GLOBAL,
 )
-from ._errors import ERR_KEYVAL, ERR_LASTCODE, Exception as MPIException
+from ._errors import ERR_KEYVAL, Exception as MPIException, last_used_code
 from ._misc import Errhandler, Info
 
 _KEYVALS: dict[int, tuple[Callable[..., Any] | None, Callable[..., Any] | None]] = {}
@@ -32,7 +32,7 @@ class Attributes:
         g = self._grp("Get_attr")
         builtin = {TAG_UB: TAG_UB_VALUE, HOST: PROC_NULL, IO: ANY_SOURCE, WTIME_IS_GLOBAL: 0,
                    UNIVERSE_SIZE: _env.world_group("Get_attr").size, APPNUM: 0,
-                   LASTUSEDCODE: ERR_LASTCODE}
+                   LASTUSEDCODE: last_used_code()}
         if keyval in builtin and keyval not in _KEYVALS:
             return builtin[keyval]
         del g
@@ -92,3 +92,7 @@ class Attributes:
 
     def Flush_buffer(self) -> None:  # noqa: N802
         return None
+
+    def Iflush_buffer(self) -> Any:  # noqa: N802
+        """A request complete at once (sends are eager: nothing waits in a buffer)."""
+        return _env.Iflush_buffer()

@@ -25,6 +25,7 @@ from ..core.group import ProcessGroup
 from ..core.tags import make_ctx
 from ..errors import CollcommError
 from . import _env
+from ._handles import HandleInts
 from ._attrs import _KEYVALS, Attributes
 from ._request import ORPHANS, reap_orphans
 from ._cobj import ObjectCollectives
@@ -81,10 +82,19 @@ _NAMED: dict[str, "Comm"] = {}
 
 
 class Comm(PointToPoint, ObjectPointToPoint, PersistentCollectives, VectorCollectives, ObjectCollectives,
-           Attributes):
+           Attributes, HandleInts):
     """A communicator (see the module docstring)."""
 
     __slots__ = ("_h",)
+    _REC = "_h"
+
+    @classmethod
+    def _null_rec(cls) -> Any:
+        return _NULL_REC
+
+    @classmethod
+    def _fixed(cls) -> dict[int, Any]:
+        return {0: COMM_WORLD._h, 1: COMM_SELF._h, 2: _NULL_REC}    # (Open MPI's numbers)
 
     def __new__(cls, comm: Any = None) -> Any:
         # (made as mpi4py makes its handles, by __new__: a subclass's __new__(cls, comm)
@@ -160,10 +170,6 @@ class Comm(PointToPoint, ObjectPointToPoint, PersistentCollectives, VectorCollec
                 return (_named, (name,))
         raise ValueError(f"cannot serialize the communicator {self!r} (only COMM_WORLD, COMM_SELF "
                          "and COMM_NULL pickle)")
-
-    @property
-    def handle(self) -> int:
-        return 0 if self._h.kind == "null" else id(self._h)
 
     # -- size, rank, group, name ---------------------------------------------------------------
     def Get_size(self) -> int:  # noqa: N802

@@ -39,7 +39,7 @@ COMBINERS = {"NAMED": 0, "DUP": 1, "CONTIGUOUS": 2, "VECTOR": 3, "HVECTOR": 5, "
 
 class _Type:
     __slots__ = ("name", "np", "base", "mult", "core", "code", "predefined", "pair", "size",
-                 "layout", "gaps", "mixed", "nbasic", "committed", "recipe")
+                 "layout", "gaps", "mixed", "nbasic", "committed", "recipe", "attrs")
 
     def __init__(self, name: str, npdt: Any, code: str, *, base: Any = None, mult: int = 1,
                  core: Any = None, predefined: bool = True, pair: bool = False) -> None:

@@ -196,9 +196,33 @@ class buffer(bytearray):  # noqa: N801 - mpi4py's name (MPI.buffer / MPI.memory)
     readonly = property(lambda self: False)
     format = property(lambda self: "B")
     itemsize = property(lambda self: 1)
+    obj = property(lambda self: None, doc="the object whose memory it is (None: its own)")
 
     def release(self) -> None:
         return None
+
+    def tobytes(self, order: Any = None) -> bytes:
+        return bytes(self)
+
+    def toreadonly(self) -> memoryview:
+        """A read-only view of the same memory."""
+        return memoryview(self).toreadonly()
+
+    def cast(self, format: str, shape: Any = None) -> memoryview:  # noqa: A002 - mpi4py's name
+        """A view of the same memory as ``format`` items (``memoryview.cast``)."""
+        view = memoryview(self)
+        return view.cast(format) if shape is None else view.cast(format, shape)
+
+    @staticmethod
+    def frombuffer(obj: Any, readonly: bool = False) -> Any:
+        raise NotImplementedError("MPI.buffer.frombuffer is not implemented by collcomm.MPI: its buffer "
+                                  "owns its memory (a bytearray); pass the object itself, or a memoryview "
+                                  "or numpy.frombuffer of it, as the buffer")
+
+    @staticmethod
+    def fromaddress(address: int, nbytes: int, readonly: bool = False) -> Any:
+        raise NotImplementedError("MPI.buffer.fromaddress is not implemented by collcomm.MPI: memory by "
+                                  "absolute address (as MPI.BOTTOM) is not supported")
 
 
 memory = buffer

@@ -11,6 +11,7 @@ both work; the message keeps collcomm's text (call, group, ranks, expected vs ac
 from __future__ import annotations
 
 import builtins
+from typing import Any
 
 from ..errors import (
     ClosedError, CollcommError, CommTimeoutError, InvalidArgumentError, MismatchError,
@@ -75,18 +76,86 @@ ERR_IN_STATUS = _CODE["ERR_IN_STATUS"]
 
 
 def Get_error_string(errorcode: int) -> str:  # noqa: N802 - MPI's name
-    """``"MPI_ERR_RANK: invalid rank"`` for an error class or code."""
-    text = _TEXT.get(int(errorcode))
+    """``"MPI_ERR_RANK: invalid rank"`` for an error class or code; a class or code the
+    program added, the string it set (empty until it sets one)."""
+    code = int(errorcode)
+    if code in _ADDED:
+        return _ADDED[code][1]
+    text = _TEXT.get(code)
     if text is None:
         raise Exception(ERR_ARG, f"Get_error_string: unknown error code {errorcode}")
-    return f"MPI_{_NAMES[int(errorcode)]}: {text}"
+    return f"MPI_{_NAMES[code]}: {text}"
 
 
 def Get_error_class(errorcode: int) -> int:  # noqa: N802
-    """The class of an error code (collcomm's codes are their classes)."""
-    if int(errorcode) not in _TEXT:
+    """The class of an error code (collcomm's codes are their classes; a code the program
+    added, the class it was added to)."""
+    code = int(errorcode)
+    if code in _ADDED:
+        return _ADDED[code][0]
+    if code not in _TEXT:
         raise Exception(ERR_ARG, f"Get_error_class: unknown error code {errorcode}")
-    return int(errorcode)
+    return code
+
+
+#: the error classes and codes the program added (Add_error_class / Add_error_code):
+#: code -> [its class (itself for a class), its string]; numbered from ERR_LASTCODE + 1
+_ADDED: dict[int, list[Any]] = {}
+
+
+def last_used_code() -> int:
+    """The largest error code or class in use (the ``LASTUSEDCODE`` attribute)."""
+    return max([ERR_LASTCODE, *_ADDED])
+
+
+def Add_error_class() -> int:  # noqa: N802
+    """A new error class (``Exception(errorclass)`` raises it, ``Get_error_string`` gives
+    the string ``Add_error_string`` set)."""
+    code = last_used_code() + 1
+    _ADDED[code] = [code, ""]
+    return code
+
+
+def Add_error_code(errorclass: int) -> int:  # noqa: N802
+    """A new error code of ``errorclass`` (a predefined class or one added)."""
+    cls = int(errorclass)
+    if cls not in _TEXT and (cls not in _ADDED or _ADDED[cls][0] != cls):
+        raise Exception(ERR_ARG, f"Add_error_code: {errorclass} is no error class")
+    code = last_used_code() + 1
+    _ADDED[code] = [cls, ""]
+    return code
+
+
+def Add_error_string(errorcode: int, string: str) -> None:  # noqa: N802
+    """The string of an error class or code the program added."""
+    code = int(errorcode)
+    if code not in _ADDED:
+        raise Exception(ERR_ARG, f"Add_error_string: {errorcode} was not added by Add_error_class "
+                                 "or Add_error_code (a predefined one's string is fixed)")
+    _ADDED[code][1] = str(string)
+
+
+def Remove_error_string(errorcode: int) -> None:  # noqa: N802
+    code = int(errorcode)
+    if code not in _ADDED:
+        raise Exception(ERR_ARG, f"Remove_error_string: {errorcode} was not added")
+    _ADDED[code][1] = ""
+
+
+def Remove_error_code(errorcode: int) -> None:  # noqa: N802
+    code = int(errorcode)
+    if code not in _ADDED or _ADDED[code][0] == code:
+        raise Exception(ERR_ARG, f"Remove_error_code: {errorcode} is no error code that was added")
+    del _ADDED[code]
+
+
+def Remove_error_class(errorclass: int) -> None:  # noqa: N802
+    cls = int(errorclass)
+    if cls not in _ADDED or _ADDED[cls][0] != cls:
+        raise Exception(ERR_ARG, f"Remove_error_class: {errorclass} is no error class that was added")
+    if any(v[0] == cls and k != cls for k, v in _ADDED.items()):
+        raise Exception(ERR_ARG, f"Remove_error_class: error class {errorclass} still has codes")
+    del _ADDED[cls]
 
 
 class Exception(RuntimeError):  # noqa: A001 - mpi4py's name (MPI.Exception)
@@ -99,7 +168,7 @@ class Exception(RuntimeError):  # noqa: A001 - mpi4py's name (MPI.Exception)
         super().__init__(self.ierr)
 
     def __str__(self) -> str:
-        head = Get_error_string(self.ierr) if self.ierr in _TEXT else f"MPI error {self.ierr}"
+        head = Get_error_string(self.ierr) if self.ierr in _TEXT or self.ierr in _ADDED else f"MPI error {self.ierr}"
         return head if not self.message else f"{head}: {self.message}"
 
     def __repr__(self) -> str:
@@ -137,7 +206,7 @@ class Exception(RuntimeError):  # noqa: A001 - mpi4py's name (MPI.Exception)
         return self.ierr
 
     def Get_error_class(self) -> int:  # noqa: N802
-        return self.ierr
+        return _ADDED[self.ierr][0] if self.ierr in _ADDED else self.ierr
 
     def Get_error_string(self) -> str:  # noqa: N802
         return Get_error_string(self.ierr)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from ._handles import HandleInts
 from ._consts import IDENT, PROC_NULL, SIMILAR, UNDEFINED, UNEQUAL
 from ._errors import ERR_ARG, ERR_GROUP, ERR_RANK, Exception as MPIException
 
@@ -24,10 +25,11 @@ class _GroupRec:
         self.index = {m: i for i, m in enumerate(self.members)}
 
 
-class Group:
+class Group(HandleInts):
     """A group of processes (see the module docstring). ``Group(g)`` refers to the same group."""
 
     __slots__ = ("_r",)
+    _REC = "_r"
 
     def __new__(cls, group: Any = None) -> Any:
         # (made as mpi4py makes its handles, by __new__: a subclass's __new__(cls, group)

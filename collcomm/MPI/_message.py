@@ -11,7 +11,7 @@ import numpy as np
 from ..core import p2p
 from ..errors import CollcommError
 from ._consts import ANY_SOURCE, ANY_TAG
-from ._errors import Exception as MPIException, translate
+from ._errors import ERR_ARG, Exception as MPIException, translate
 from ._msg import simple
 from ._p2p_ops import TAG_BITS, _Recv, _done_request, _request, Unpacked
 from ._pobj import _ObjRecv
@@ -62,6 +62,36 @@ class Message:
         g, m, self._m = self._g, self._m, None
         return g, m
 
+    # -- integer handles (as _handles.py's: this process's own numbers) -------------------
+    def py2f(self) -> int:
+        if self._m is None:
+            return 1 if self._noproc else 0         # (MESSAGE_NULL, MESSAGE_NO_PROC)
+        n = _NUMBERS.get(id(self._m))
+        if n is None:
+            n = _NUMBERS[id(self._m)] = 2 + len(_MESSAGES)
+            _MESSAGES[n] = Message(self)
+        return n
+
+    toint = py2f
+    handle = property(py2f)
+
+    @classmethod
+    def f2py(cls, arg: int) -> "Message":
+        n = int(arg)
+        if n in (0, 1):
+            m = cls()
+            m._noproc = n == 1
+            return m
+        if n not in _MESSAGES:
+            raise MPIException(ERR_ARG, f"Message.f2py: {n} is no handle of this process")
+        return cls(_MESSAGES[n])
+
+    fromint = fromhandle = f2py
+
+    def free(self) -> None:
+        """Does nothing (as mpi4py's: a message is freed by the receive that takes it)."""
+        return None
+
     def Irecv(self, buf: Any) -> Request:  # noqa: N802
         st = Receiving()
         if self._m is not None:   # (checked first: a bad buffer leaves the message claimable)
@@ -108,6 +138,9 @@ class Message:
     iprobe = Iprobe
 
 
+#: the messages numbered by py2f (number -> a copy; id of its claimed message -> number)
+_MESSAGES: dict[int, Message] = {}
+_NUMBERS: dict[int, int] = {}
 MESSAGE_NULL = Message()
 MESSAGE_NO_PROC = Message()
 MESSAGE_NO_PROC._noproc = True

@@ -10,11 +10,14 @@ import os
 import sys
 from typing import Any, Iterable, Iterator, Mapping
 
+from ._handles import HandleInts
 
-class Info:
+
+class Info(HandleInts):
     """A dictionary of hints (``Info.Create({...})``, ``info["key"]``, ``Get``/``Set``)."""
 
     __slots__ = ("_d",)
+    _REC = "_d"
 
     def __new__(cls, info: Any = None) -> Any:
         # (made as mpi4py makes its handles, by __new__: a subclass's __new__(cls, info)
@@ -112,6 +115,10 @@ class Info:
     def pop(self, key: str, *default: str) -> str:
         return self._v().pop(key, *default)
 
+    def popitem(self) -> tuple[str, str]:
+        """Remove and return the last (key, value) set (``KeyError`` when empty)."""
+        return self._v().popitem()
+
     def copy(self) -> "Info":
         return self.Dup()
 
@@ -125,10 +132,11 @@ INFO_NULL = Info()
 INFO_ENV = Info.Create({"maxprocs": os.environ.get("WORLD_SIZE", "1")})
 
 
-class Errhandler:
+class Errhandler(HandleInts):
     """An error handler handle; collcomm.MPI raises MPI.Exception whatever is set."""
 
     __slots__ = ("_name",)
+    _REC = "_name"
 
     def __new__(cls, errhandler: Any = None) -> Any:
         # (made as mpi4py makes its handles, by __new__: a subclass's __new__(cls, errhandler)

@@ -56,9 +56,24 @@ class _Sentinel:
         return False
 
 
-IN_PLACE: Any = _Sentinel("IN_PLACE")
-BOTTOM: Any = _Sentinel("BOTTOM")
-BUFFER_AUTOMATIC: Any = _Sentinel("BUFFER_AUTOMATIC")
+class InPlaceType(_Sentinel):
+    """The type of ``MPI.IN_PLACE`` (mpi4py's name)."""
+    __slots__ = ()
+
+
+class BottomType(_Sentinel):
+    """The type of ``MPI.BOTTOM`` (mpi4py's name)."""
+    __slots__ = ()
+
+
+class BufferAutomaticType(_Sentinel):
+    """The type of ``MPI.BUFFER_AUTOMATIC`` (mpi4py's name)."""
+    __slots__ = ()
+
+
+IN_PLACE: Any = InPlaceType("IN_PLACE")
+BOTTOM: Any = BottomType("BOTTOM")
+BUFFER_AUTOMATIC: Any = BufferAutomaticType("BUFFER_AUTOMATIC")
 
 
 def _bottom(call: str) -> NotImplementedError:

@@ -27,6 +27,7 @@ import numpy as np
 from .. import ops as core_ops
 from . import _staging, _typemap
 from ..ops import ReduceOp
+from ._handles import HandleInts
 from ._errors import ERR_OP, Exception as MPIException
 from ._types import Datatype
 
@@ -69,10 +70,11 @@ class _OpRec:
         self.cache: dict[Any, ReduceOp] = {}
 
 
-class Op:
+class Op(HandleInts):
     """A reduction operation (see the module docstring). ``Op(op)`` refers to the same op."""
 
     __slots__ = ("_o",)
+    _REC = "_o"
 
     def __new__(cls, op: Any = None) -> Any:
         # (made as mpi4py makes its handles, by __new__: a subclass's __new__(cls, op)

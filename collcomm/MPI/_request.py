@@ -22,6 +22,7 @@ from typing import Any, Sequence
 
 from ..core.tags import MPI_TAG_BITS
 from ..errors import CollcommError, CommTimeoutError
+from ._handles import HandleInts
 from ._consts import ANY_SOURCE, ANY_TAG, UNDEFINED  # noqa: F401 - (re-exported)
 from ._errors import Exception as MPIException, translate
 from ._obj_spare import SPARE
@@ -33,10 +34,11 @@ from ._request_ops import (  # noqa: F401 - (Done, WorkOp, ORPHANS, reap_orphans
 from ._status import Status
 
 
-class Request(ManyRequests):
+class Request(ManyRequests, HandleInts):
     """A pending operation; see the module docstring."""
 
     __slots__ = ("_op",)
+    _REC = "_op"
 
     def __new__(cls, request: Any = None) -> Any:
         # (made as mpi4py makes its handles, by __new__: a subclass's __new__(cls, request)

@@ -153,9 +153,48 @@ class ManyRequests:
         _complete_each(requests, done, statuses, "Testsome", quick)
         return done
 
-    Get_status_all = Testall
-    Get_status_any = Testany
-    Get_status_some = Testsome
+    # -- non-destructive: MPI 4.1's get_status calls (the requests stay as they are) -------------
+    @classmethod
+    def Get_status_all(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> bool:  # noqa: N802
+        """Whether every active request is complete (a failed one counts); then the
+        statuses are filled (an empty one for a null or inactive request). Nothing is
+        freed or made inactive: a Wait or Test still completes each."""
+        if not all(r._op is None or r._settled() for r in requests):
+            return False
+        for i, r in enumerate(requests):
+            _fill(_nth(statuses, i), r._op)
+        return True
+
+    @classmethod
+    def Get_status_any(cls, requests: Sequence["Request"], status: Status | None = None) -> tuple[int, bool]:  # noqa: N802
+        """(index, True) of the first active request complete, its status filled;
+        (UNDEFINED, True) when none is active; (UNDEFINED, False) when none is complete.
+        Nothing is freed."""
+        active = False
+        for i, r in enumerate(requests):
+            if r._op is not None:
+                active = True
+                if r._settled():
+                    _fill(status, r._op)
+                    return i, True
+        if not active:
+            _fill(status, None)
+        return UNDEFINED, not active
+
+    @classmethod
+    def Get_status_some(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> list[int] | None:  # noqa: N802
+        """The indices of the active requests complete now (their statuses filled in that
+        order), None when none is active. Nothing is freed."""
+        if all(r._op is None for r in requests):
+            return None
+        done = [i for i, r in enumerate(requests) if r._op is not None and r._settled()]
+        for k, i in enumerate(done):
+            _fill(_nth(statuses, k), requests[i]._op)
+        return done
+
+    get_status_all = Get_status_all
+    get_status_any = Get_status_any
+    get_status_some = Get_status_some
 
     @classmethod
     def waitall(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> list[Any]:

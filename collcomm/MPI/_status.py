@@ -27,6 +27,22 @@ class Status:
             self.source, self.tag, self.error = status.source, status.tag, status.error
             self.count, self.cancelled = status.count, status.cancelled
 
+    def py2f(self) -> list[int]:
+        """The status as Open MPI's Fortran array of F_STATUS_SIZE integers: source, tag,
+        error (F_SOURCE, F_TAG, F_ERROR), then the byte count (low, high 32 bits) and the
+        cancelled flag."""
+        return [self.source, self.tag, self.error, self.count & 0xFFFFFFFF, self.count >> 32, int(self.cancelled)]
+
+    @classmethod
+    def f2py(cls, arg: Any) -> "Status":
+        """A status from such an array (``py2f``'s)."""
+        f = [int(x) for x in arg]
+        st = cls()
+        st.source, st.tag, st.error = f[0], f[1], f[2]
+        if len(f) >= 6:
+            st.count, st.cancelled = f[3] | (f[4] << 32), bool(f[5])
+        return st
+
     def _set(self, source: int, tag: int, nbytes: int, cancelled: bool = False) -> None:
         self.source, self.tag, self.error, self.count, self.cancelled = source, tag, SUCCESS, nbytes, cancelled
 

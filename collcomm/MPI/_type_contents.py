@@ -68,6 +68,8 @@ class TypeContents:
             return [len(p["sizes"])] + p["sizes"] + p["subsizes"] + p["starts"] + [p["order"]], [], olds
         if name == "RESIZED":
             return [], [p["lb"], p["extent"]], olds
+        if name in ("F90_REAL", "F90_COMPLEX", "F90_INTEGER"):
+            return ([p["p"], p["r"]] if "p" in p else [p["r"]]), [], []
         return [], [], olds         # DUP
 
     # -- packing (MPI_Pack) ---------------------------------------------------------------------

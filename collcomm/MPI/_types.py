@@ -24,15 +24,18 @@ from typing import Any
 import numpy as np
 
 from . import _derived
+from ._type_extras import TypeExtras
+from ._handles import HandleInts
 from ._derived import _Type
 from ._type_contents import TypeContents
 from ._errors import ERR_TYPE, Exception as MPIException, not_implemented
 
 
-class Datatype(TypeContents):
+class Datatype(TypeContents, TypeExtras, HandleInts):
     """An MPI datatype (see the module docstring). ``Datatype(t)`` refers to the same type."""
 
     __slots__ = ("_t",)
+    _REC = "_t"
 
     def __new__(cls, datatype: Any = None) -> Any:
         # (made as mpi4py makes its handles, by __new__: a subclass's __new__(cls, datatype)
