@@ -3,7 +3,8 @@
 ``Barrier``; each also as ``I…`` (a :class:`Request`); the ``…_init`` (persistent) forms
 are in :mod:`._coll_persistent`.
 
-The public methods are here; what each does (buffer specs, ``IN_PLACE``, block specs,
+The public methods are here (the reducing ones in :mod:`._coll_reduce`); what each does
+(buffer specs, ``IN_PLACE``, block specs,
 unequal ``recvcounts``, non-commutative user ops) is in :mod:`._coll_impl`, whose
 :class:`~._coll_impl.BufferCollectivesImpl` :class:`BufferCollectives` extends.
 
@@ -15,7 +16,8 @@ so do their ``I…`` forms (and the persistent forms, which start as their ``I�
 :mod:`._coll_persistent`), through the fast call's entries in two parts; so does
 ``Reduce_scatter`` (and ``Ireduce_scatter``) with equal ``recvcounts``.
 With a derived datatype with gaps the blocking forms pack and call themselves on the
-arrays (:mod:`._coll_packed`).
+arrays (:mod:`._coll_packed`). A buffer spec that stands for an array (``[x, MPI.DOUBLE]``,
+``[x, count, dt]``...) is given to the fast call as that array (:mod:`._msg_plain`).
 """
 from __future__ import annotations
 
@@ -26,30 +28,18 @@ import numpy as np
 from ..errors import CollcommError
 from . import _coll_packed as _packed
 from ._coll_impl import BufferCollectivesImpl
+from ._coll_reduce import ReducingCollectives, _builtin, _plain  # noqa: F401 - (_builtin: read by _collv)
 from ._coll_impl import _not_root_in_place, _run  # (_not_root_in_place: read by _collv)
 from ._errors import translate
-from ._msg import IN_PLACE, plain_pair
+from ._msg import IN_PLACE
+from ._msg_plain import plain_pair
 from ._types import PLAIN
-from ._ops import SUM, Op
 from ._request import Request
 from ._request_makers import request_of as _request   # Request(WorkOp(work, finish))
 from ._request_makers import started as _started   # (the Request of a two-part start, or None)
 
 
-#: spec -> the array it stands for as it is (``[x, MPI.DOUBLE]``: x), else the spec; run on
-#: a method's buffers that are not arrays before its fast path (native/_mpi_plain.c)
-_plain = PLAIN if PLAIN is not None else (lambda spec, per, writable: spec)
-
-
-def _builtin(op: Any) -> Any:
-    """The core's op for a built-in MPI op (the fast call's key), else None."""
-    if type(op) is not Op:
-        return None
-    o = op._o
-    return o.builtin if o is not None else None
-
-
-class BufferCollectives(BufferCollectivesImpl):
+class BufferCollectives(ReducingCollectives, BufferCollectivesImpl):
     """The equal-block buffer collectives of a communicator (``self._grp(call)`` gives its group)."""
 
     __slots__ = ()
@@ -269,163 +259,3 @@ class BufferCollectives(BufferCollectivesImpl):
                 (arrays := plain_pair(sendbuf, recvbuf, call, g.size, g.size)) is not None:
             return self._ialltoall(arrays[0], arrays[1], call)
         return _request(self._alltoall(sendbuf, recvbuf, True, call))
-
-    def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0) -> None:  # noqa: N802
-        g = self._h.g
-        fast = g.fast if g is not None else None
-        if fast is not None and type(sendbuf) is not np.ndarray and _builtin(op) is not None:   # (a spec of an array)
-            sendbuf = _plain(sendbuf, 1, False)
-        if fast is not None and type(recvbuf) is not np.ndarray and _builtin(op) is not None:
-            recvbuf = _plain(recvbuf, 1, True)
-        builtin = _builtin(op) if fast is not None else None
-        if builtin is not None:
-            recv = recvbuf if g.rank == root else None
-            send = recv if sendbuf is IN_PLACE else sendbuf
-            if type(send) is np.ndarray and (recv is None or type(recv) is np.ndarray):
-                try:
-                    if fast.reduce(send, recv, builtin, root, "Reduce"):
-                        return
-                except CollcommError as exc:
-                    raise translate(exc) from exc
-            elif (arrays := plain_pair(sendbuf, recv, "Reduce", reduction=True)) is not None:
-                return self.Reduce(arrays[0], arrays[1], op, root)   # (specs of arrays: on the arrays)
-        if _builtin(op) is None or not _packed.reduce(self, sendbuf, recvbuf, op, root):
-            self._reduce(sendbuf, recvbuf, op, root, False, "Reduce")
-
-    def Ireduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0) -> Request:  # noqa: N802
-        return self._ireduce(sendbuf, recvbuf, op, root, "Ireduce")
-
-    def _ireduce(self, sendbuf: Any, recvbuf: Any, op: Any, root: int, call: str) -> Request:
-        g = self._h.g
-        fast = g.fast if g is not None else None
-        if fast is not None and type(sendbuf) is not np.ndarray and _builtin(op) is not None:   # (a spec of an array)
-            sendbuf = _plain(sendbuf, 1, False)
-        if fast is not None and type(recvbuf) is not np.ndarray and _builtin(op) is not None:
-            recvbuf = _plain(recvbuf, 1, True)
-        builtin = _builtin(op) if fast is not None else None
-        if builtin is not None:
-            recv = recvbuf if g.rank == root else None
-            send = recv if sendbuf is IN_PLACE else sendbuf
-            if type(send) is np.ndarray and (recv is None or type(recv) is np.ndarray):
-                started = _started(fast.reduce_async, send, recv, builtin, root, call)
-                if started is not None:
-                    return started
-            elif (arrays := plain_pair(sendbuf, recv, call, reduction=True)) is not None:
-                return self._ireduce(arrays[0], arrays[1], op, root, call)
-        return _request(self._reduce(sendbuf, recvbuf, op, root, True, call))
-
-    def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
-        g = self._h.g
-        fast = g.fast if g is not None else None
-        if fast is not None and type(sendbuf) is not np.ndarray and _builtin(op) is not None:   # (a spec of an array)
-            sendbuf = _plain(sendbuf, 1, False)
-        if fast is not None and type(recvbuf) is not np.ndarray and _builtin(op) is not None:
-            recvbuf = _plain(recvbuf, 1, True)
-        builtin = _builtin(op) if fast is not None and type(recvbuf) is np.ndarray else None
-        if builtin is not None:
-            send = recvbuf if sendbuf is IN_PLACE else sendbuf
-            try:
-                if fast.all_reduce(send, recvbuf, builtin, "Allreduce"):
-                    return
-            except CollcommError as exc:
-                raise translate(exc) from exc
-        elif fast is not None and _builtin(op) is not None and \
-                (arrays := plain_pair(sendbuf, recvbuf, "Allreduce", reduction=True)) is not None:
-            return self.Allreduce(arrays[0], arrays[1], op)     # (specs of arrays: on the arrays)
-        if _builtin(op) is None or not _packed.allreduce(self, sendbuf, recvbuf, op):
-            self._allreduce(sendbuf, recvbuf, op, False, "Allreduce")
-
-    def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:  # noqa: N802
-        return self._iallreduce(sendbuf, recvbuf, op, "Iallreduce")
-
-    def _iallreduce(self, sendbuf: Any, recvbuf: Any, op: Any, call: str) -> Request:
-        g = self._h.g
-        fast = g.fast if g is not None else None
-        if fast is not None and type(sendbuf) is not np.ndarray and _builtin(op) is not None:   # (a spec of an array)
-            sendbuf = _plain(sendbuf, 1, False)
-        if fast is not None and type(recvbuf) is not np.ndarray and _builtin(op) is not None:
-            recvbuf = _plain(recvbuf, 1, True)
-        builtin = _builtin(op) if fast is not None and type(recvbuf) is np.ndarray else None
-        if builtin is not None:
-            send = recvbuf if sendbuf is IN_PLACE else sendbuf
-            started = _started(fast.all_reduce_async, send, recvbuf, builtin, call)
-            if started is not None:
-                return started
-        elif fast is not None and _builtin(op) is not None and \
-                (arrays := plain_pair(sendbuf, recvbuf, call, reduction=True)) is not None:
-            return self._iallreduce(arrays[0], arrays[1], op, call)
-        return _request(self._allreduce(sendbuf, recvbuf, op, True, call))
-
-    def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
-        g = self._h.g
-        fast = g.fast if g is not None else None
-        if fast is not None and type(sendbuf) is not np.ndarray and _builtin(op) is not None:   # (a spec of an array)
-            sendbuf = _plain(sendbuf, g.size, False)
-        if fast is not None and type(recvbuf) is not np.ndarray and _builtin(op) is not None:
-            recvbuf = _plain(recvbuf, 1, True)
-        builtin = _builtin(op) if fast is not None else None
-        if builtin is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
-            try:
-                if fast.reduce_scatter(sendbuf, recvbuf, builtin, "Reduce_scatter_block"):
-                    return
-            except CollcommError as exc:
-                raise translate(exc) from exc
-        elif builtin is not None and sendbuf is not IN_PLACE and \
-                (arrays := plain_pair(sendbuf, recvbuf, "Reduce_scatter_block", g.size, 0, reduction=True)) is not None:
-            return self.Reduce_scatter_block(arrays[0], arrays[1], op)
-        self._reduce_scatter_block(sendbuf, recvbuf, op, False, "Reduce_scatter_block")
-
-    def Ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:  # noqa: N802
-        return self._ireduce_scatter_block(sendbuf, recvbuf, op, "Ireduce_scatter_block")
-
-    def _ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any, call: str) -> Request:
-        g = self._h.g
-        fast = g.fast if g is not None else None
-        if fast is not None and type(sendbuf) is not np.ndarray and _builtin(op) is not None:   # (a spec of an array)
-            sendbuf = _plain(sendbuf, g.size, False)
-        if fast is not None and type(recvbuf) is not np.ndarray and _builtin(op) is not None:
-            recvbuf = _plain(recvbuf, 1, True)
-        builtin = _builtin(op) if fast is not None else None
-        if builtin is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
-            started = _started(fast.reduce_scatter_async, sendbuf, recvbuf, builtin, call)
-            if started is not None:
-                return started
-        elif builtin is not None and sendbuf is not IN_PLACE and \
-                (arrays := plain_pair(sendbuf, recvbuf, call, g.size, 0, reduction=True)) is not None:
-            return self._ireduce_scatter_block(arrays[0], arrays[1], op, call)
-        return _request(self._reduce_scatter_block(sendbuf, recvbuf, op, True, call))
-
-    def Reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM) -> None:  # noqa: N802
-        if self._equal_counts(sendbuf, recvbuf, recvcounts, op, False, "Reduce_scatter") is None:
-            self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, False, "Reduce_scatter")
-
-    def Ireduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM) -> Request:  # noqa: N802
-        return self._ireduce_scatter(sendbuf, recvbuf, recvcounts, op, "Ireduce_scatter")
-
-    def _ireduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any, op: Any, call: str) -> Request:
-        work = self._equal_counts(sendbuf, recvbuf, recvcounts, op, True, call)
-        return _request(self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, True, call) if work is None
-                        else work)
-
-    def _equal_counts(self, sendbuf: Any, recvbuf: Any, recvcounts: Any, op: Any, aop: bool,
-                      call: str) -> Any:
-        """Reduce_scatter with n equal ``recvcounts`` (ints, in a list or tuple) of numpy
-        arrays and a built-in op through the fast call, as the regular path puts it (a
-        reduce_scatter of sendbuf, exactly n x count elements, into the first count of
-        recvbuf; other sizes go the regular way, which says what is wrong):
-        True (done) or, with ``aop``, the started call's Work; None having done nothing."""
-        g = self._h.g
-        fast = g.fast if g is not None else None
-        builtin = _builtin(op) if fast is not None else None
-        kind = type(recvcounts)
-        if builtin is None or (kind is not list and kind is not tuple) or len(recvcounts) != g.size \
-                or type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray:
-            return None
-        c = recvcounts[0] if recvcounts else 0
-        if type(c) is not int or recvcounts.count(c) != g.size or sendbuf.size != c * g.size \
-                or recvbuf.size < c or not recvbuf.flags.c_contiguous:
-            return None
-        recv = recvbuf if recvbuf.size == c else recvbuf.reshape(-1)[:c]
-        if aop:
-            return _run(fast.reduce_scatter_async, sendbuf, recv, builtin, call)
-        return _run(fast.reduce_scatter, sendbuf, recv, builtin, call)

@@ -34,7 +34,8 @@ import functools
 from typing import Any, Callable
 
 from ._coll import BufferCollectives, _builtin
-from ._msg import IN_PLACE, _reducible, as_array, pinned
+from ._msg import IN_PLACE, pinned
+from ._msg_plain import as_array, reducible
 from ._ops import SUM, pinned_op
 from ._prequest import persistent
 from ._request_makers import workop_started
@@ -105,7 +106,7 @@ def _fast(spec: Any, call: str, role: str, writable: bool = False, per: int = 0,
     for (``[x, MPI.DOUBLE]``: x; :func:`._msg.as_array`), else the spec (which it declines:
     the ``I…`` form then runs). ``reduction``: only a spec of a predefined datatype that
     is no value-index pair (:func:`._msg.plain_pair`)."""
-    if reduction and not _reducible(spec):
+    if reduction and not reducible(spec):
         return spec
     a = as_array(spec, call, role, writable, per)
     return spec if a is None else a

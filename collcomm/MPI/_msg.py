@@ -37,7 +37,7 @@ import numpy as np
 from ..tensor_memory import tensor_array
 from ._derived import check_committed
 from ._staging import Staged, pack_elements, type_name, packed_blocks
-from ._types import PLAIN, Datatype, _BY_NUMPY, as_datatype, from_code, from_numpy
+from ._types import Datatype, _BY_NUMPY, as_datatype, from_code, from_numpy
 
 
 class _Sentinel:
@@ -177,69 +177,6 @@ def _typed(flat: np.ndarray, natural: Datatype | None, dt: Datatype | None, coun
         raise ValueError(f"{call}: {role}: {count} {type_name(dt)} elements at displacement {displ} "
                          f"need {stop} bytes; the buffer has {raw.size}")
     return raw[start:stop].view(t.base), dt
-
-
-def as_array(spec: Any, call: str, role: str, writable: bool = False, per: int = 0) -> Any:
-    """The numpy array a buffer spec stands for, for the fast calls, which take arrays:
-    the spec's own array where the spec means it as it is (``[x, MPI.DOUBLE]`` of a
-    float64 array: native/_mpi_plain.c), else a view of the message's elements (the
-    spec parsed as the general path parses it: a count, a displacement, a datatype read
-    over another dtype's bytes, a ``bytearray``, an ``array.array``, a torch tensor);
-    ``None`` when neither applies (a derived type with gaps, ``MPI.BOTTOM``, ``None``,
-    ``IN_PLACE``, a spec the parse refuses: the general path raises its error). ``per``:
-    a block spec of ``per`` blocks (a count is one rank's: :func:`blocks`), 0 a message
-    (:func:`simple`)."""
-    if type(spec) is np.ndarray or spec is None or spec is IN_PLACE:
-        return None
-    if PLAIN is not None:
-        a = PLAIN(spec, per or 1, writable)
-        if type(a) is np.ndarray:
-            return a
-    if gapped(spec):
-        return None
-    try:
-        a = blocks(spec, per, call, role, writable)[0] if per else simple(spec, call, role, writable)[0]
-    except Exception:  # noqa: BLE001 - (the general path parses it again and raises)
-        return None
-    return a if type(a) is np.ndarray and a.flags.c_contiguous else None
-
-
-def plain_pair(send: Any, recv: Any, call: str, send_per: int = 0, recv_per: int = 0,
-               send_writable: bool = False, reduction: bool = False) -> tuple[Any, Any] | None:
-    """``(send, recv)`` as arrays (:func:`as_array`; ``None`` and ``IN_PLACE`` as they are)
-    when at least one of them is a spec or another buffer that stands for an array and
-    neither is one that cannot: the caller then makes its call again on the arrays, which
-    its fast path takes; else None (the general path goes on with the specs).
-    ``reduction`` (a reduction with a built-in op, which the caller checked): only specs of
-    predefined datatypes that are no value-index pairs (an array's dtype stands for the
-    datatype's arithmetic; a derived or pair type's error or meaning stays the general
-    path's)."""
-    if reduction and not (_reducible(send) and _reducible(recv)):
-        return None
-    if PLAIN is not None:            # (the common case, in C: [x, MPI.DOUBLE] and the like)
-        s, r = PLAIN(send, send_per or 1, send_writable), PLAIN(recv, recv_per or 1, True)
-        if (s is not send or r is not recv) and (type(s) is np.ndarray or s is None or s is IN_PLACE) \
-                and (type(r) is np.ndarray or r is None):
-            return s, r
-    out = []
-    for spec, per, writable, role in ((send, send_per, send_writable, "sendbuf"), (recv, recv_per, True, "recvbuf")):
-        if type(spec) is np.ndarray or spec is None or spec is IN_PLACE:
-            out.append(spec)
-            continue
-        a = as_array(spec, call, role, writable, per)
-        if a is None:
-            return None
-        out.append(a)
-    return (out[0], out[1]) if out[0] is not send or out[1] is not recv else None
-
-
-def _reducible(spec: Any) -> bool:
-    """Does a buffer spec's datatype reduce as its array's dtype does (a predefined one,
-    no value-index pair)?"""
-    if (type(spec) is not list and type(spec) is not tuple) or not spec:
-        return True
-    dt = spec[-1]
-    return not isinstance(dt, Datatype) or (dt._t is not None and dt._t.predefined and not dt._t.pair)
 
 
 def gapped(spec: Any) -> bool:
