@@ -2,6 +2,8 @@
 (collcomm.MPI then gives the fast calls the array itself), in one process."""
 from __future__ import annotations
 
+import array
+
 import numpy as np
 import pytest
 
@@ -33,10 +35,34 @@ def test_specs_that_are_not() -> None:
                                 ([x, MPI.DOUBLE], 4, False), ([ro, MPI.DOUBLE], 1, True),
                                 ([x[::2], MPI.DOUBLE], 1, False), ([x, 6.0, MPI.DOUBLE], 1, False),
                                 ([x, MPI.DOUBLE_INT], 1, False), ([x, MPI.DATATYPE_NULL], 1, False),
-                                ([bytearray(8), MPI.BYTE], 1, False), ([x, "d"], 1, False),
+                                ([x, "d"], 1, False),
                                 ([x], 1, False), ([x, 6, 0, 0, MPI.DOUBLE], 1, False), (x, 1, False)):
         assert PLAIN(spec, per, writable) is spec, spec
     assert PLAIN([ro, MPI.DOUBLE], 1, False) is ro           # (read only: fine for a send)
     vec = MPI.DOUBLE.Create_vector(2, 1, 2).Commit()
     assert PLAIN([x, 1, vec], 1, False)[0] is x              # (a derived type: the spec)
     vec.Free()
+
+
+def test_buffers_that_are_no_arrays() -> None:
+    raw = bytearray(range(16))
+    a = PLAIN(raw, 1, True)
+    assert a.dtype == np.uint8 and a.size == 16
+    a[0] = 99
+    assert raw[0] == 99                                       # (the same memory: no copy)
+    doubles = array.array("d", [1.0, 2.0, 3.0])
+    view = PLAIN([doubles, (1, 1), MPI.DOUBLE], 1, True)
+    view[0] = 7.0
+    assert doubles.tolist() == [1.0, 7.0, 3.0]
+    mem = MPI.Alloc_mem(64)
+    assert PLAIN([mem, 8, MPI.BYTE], 1, False).size == 8
+    assert PLAIN([mem, 4, MPI.INT], 4, True).size == 16       # (4 a rank, 4 ranks)
+    assert PLAIN([memoryview(raw)[2:6], MPI.BYTE], 1, True).tolist() == [2, 3, 4, 5]
+    for spec, writable in (([raw, 3, MPI.DOUBLE], False), ([raw, 2, 1, MPI.DOUBLE], False),
+                           ([bytes(16), MPI.DOUBLE], True), ([raw, MPI.DOUBLE_INT], False),
+                           ([raw, (1, -1), MPI.DOUBLE], False), ([bytearray(7), MPI.DOUBLE], False)):
+        assert PLAIN(spec, 1, writable) is spec, spec
+    assert PLAIN([bytes(16), MPI.DOUBLE], 1, False).size == 2            # (read only: a send)
+    scalar = np.float64(3.0)                 # (numpy.asarray would copy it: not taken)
+    assert PLAIN(scalar, 1, True) is scalar and PLAIN(scalar, 1, False) is scalar
+    assert PLAIN(bytes(4), 1, True) == bytes(4)                          # (read only: refused)

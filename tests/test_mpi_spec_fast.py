@@ -190,7 +190,10 @@ def _on_the_fast_calls(c: Checker, MPI: Any, comm: Any) -> None:
     comm.Allreduce([x, MPI.DOUBLE], [y, MPI.DOUBLE])
     comm.Bcast([y, 1, MPI.DOUBLE], root=0)                # (a view of the first element)
     comm.Gather([x, MPI.DOUBLE], [np.zeros(2 * n), MPI.DOUBLE] if r == 0 else None, 0)
-    c.eq(g.fast.calls - before, 3, "Allreduce, Bcast, Gather of specs: three fast calls")
+    raw, out = bytearray(16), MPI.Alloc_mem(16)
+    comm.Allreduce([raw, MPI.DOUBLE], [out, 2, MPI.DOUBLE])           # (numpy views of the memory)
+    comm.Bcast(array.array("i", [1, 2]), 0)
+    c.eq(g.fast.calls - before, 5, "Allreduce, Bcast, Gather of specs, of a bytearray, an array.array: fast calls")
     f = g._p2p_native
     if f is None:
         return

@@ -299,11 +299,11 @@ def _plain_types() -> Any:
     core = native.core
     if core is None or not hasattr(core, "mpi_plain_types"):
         return None
-    pairs = [(d._t, d._t.base) for d in _BY_NAME.values()
-             if d._t is not None and not d._t.pair and d._t.mult == 1 and not d._t.gaps
-             and d._t.base.kind in "biufc"]
-    unique = list({id(t): (t, base) for t, base in pairs}.values())
-    return core.mpi_plain if core.mpi_plain_types(Datatype, unique) else None
+    triples = [(d._t, d._t.base, d._t.base.itemsize) for d in _BY_NAME.values()
+               if d._t is not None and not d._t.pair and d._t.mult == 1 and not d._t.gaps
+               and d._t.base.kind in "biufc"]
+    unique = list({id(t[0]): t for t in triples}.values())
+    return core.mpi_plain if core.mpi_plain_types(Datatype, unique, np.frombuffer, np.asarray) else None
 
 
 #: mpi_plain(spec, per, writable) -> the array, or the spec itself (None: no core)

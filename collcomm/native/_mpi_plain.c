@@ -9,12 +9,17 @@
  * call took the general path: an ``Allreduce([x, MPI.DOUBLE], [y, MPI.DOUBLE])`` of
  * 8 bytes cost 12 µs on the project's VM against 0.4 for ``Allreduce(x, y)``).
  *
- * ``mpi_plain_types(datatype_class, pairs)``: the Datatype class (its ``_t`` slot) and, for
- * each predefined datatype whose element is one numpy scalar, ``(its _Type, the numpy
- * dtype of its elements)``; kept once for good (a later call answers whether it names
- * the same class). ``mpi_plain(spec, per, writable)``: the array ``spec`` stands for as
- * it is, else ``spec`` itself (any other form, buffer or datatype; nothing raised for
- * them: the Python code parses and judges them). ``per``: the count is per rank (a block
+ * ``mpi_plain_types(datatype_class, triples, frombuffer, asarray)``: the Datatype class
+ * (its ``_t`` slot) and, for each predefined datatype whose element is one numpy scalar,
+ * ``(its _Type, the numpy dtype of its elements, that dtype's item size)``, and numpy's
+ * frombuffer and asarray; kept once for good (a later call answers whether it names the
+ * same class). ``mpi_plain(spec, per, writable)``: the array ``spec`` stands for as it is,
+ * else ``spec`` itself (any other form, buffer or datatype; nothing raised for them: the
+ * Python code parses and judges them). Buffers that are no numpy array (a ``bytearray``,
+ * an ``array.array``, ``MPI.buffer``, a ``memoryview``), alone or in such a spec of a
+ * registered datatype (a count, a displacement), give the array over the message's
+ * elements made by numpy.asarray / numpy.frombuffer (no copy): the OSU benchmarks of
+ * mpi4py's demos send ``[buf, size, MPI.BYTE]`` of ``MPI.Alloc_mem`` memory. ``per``: the count is per rank (a block
  * spec of ``per`` blocks: ``Gather``'s receive buffer) and must cover the array ``per``
  * times; ``writable``: the call writes the buffer (a read-only array is not taken).
  */
@@ -24,12 +29,16 @@ static PyTypeObject *pl_dt_class;       /* collcomm.MPI.Datatype (strong), NULL 
 static Py_ssize_t pl_t_at;              /* ... the byte offset of its _t slot */
 static PyObject *pl_types[PLAIN_MAX];   /* the predefined _Type objects (strong) */
 static PyObject *pl_descrs[PLAIN_MAX];  /* ... and their elements' numpy dtypes (strong) */
+static Py_ssize_t pl_sizes[PLAIN_MAX];  /* ... and those dtypes' item sizes */
 static int pl_count;
+static PyObject *pl_frombuffer, *pl_asarray;   /* numpy.frombuffer, numpy.asarray (strong) */
 
 static PyObject *mod_mpi_plain_types(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 || !PyType_Check(args[0]) || !PyList_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "mpi_plain_types(datatype_class, [(type, dtype), ...])");
+    if (nargs != 4 || !PyType_Check(args[0]) || !PyList_Check(args[1]) || !PyCallable_Check(args[2]) ||
+        !PyCallable_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "mpi_plain_types(datatype_class, [(type, dtype, itemsize), ...], "
+                        "numpy.frombuffer, numpy.asarray)");
         return NULL;
     }
     if (pl_dt_class != NULL)
@@ -42,14 +51,17 @@ static PyObject *mod_mpi_plain_types(PyObject *m, PyObject *const *args, Py_ssiz
         Py_RETURN_FALSE;
     for (Py_ssize_t i = 0; i < k; i++) {
         PyObject *pair = PyList_GET_ITEM(args[1], i);
-        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2)
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 3 || !PyLong_Check(PyTuple_GET_ITEM(pair, 2)))
             Py_RETURN_FALSE;
     }
     for (Py_ssize_t i = 0; i < k; i++) {
         PyObject *pair = PyList_GET_ITEM(args[1], i);
         pl_types[i] = Py_NewRef(PyTuple_GET_ITEM(pair, 0));
         pl_descrs[i] = Py_NewRef(PyTuple_GET_ITEM(pair, 1));
+        pl_sizes[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 2));
     }
+    pl_frombuffer = Py_NewRef(args[2]);
+    pl_asarray = Py_NewRef(args[3]);
     pl_count = (int)k;
     pl_t_at = at;
     pl_dt_class = (PyTypeObject *)Py_NewRef(args[0]);
@@ -77,6 +89,74 @@ static int pl_zero(PyObject *d)
     return pl_count_is(d, 0);
 }
 
+/* A count item as a number of elements: >= 0, -1 None (the whole buffer), -2 neither */
+static Py_ssize_t pl_count_of(PyObject *c)
+{
+    if (c == Py_None)
+        return -1;
+    if (!PyLong_CheckExact(c))
+        return -2;
+    Py_ssize_t v = PyLong_AsSsize_t(c);
+    if (v < 0) {
+        PyErr_Clear();
+        return -2;
+    }
+    return v;
+}
+
+/* ``[obj, ..., dt]`` of a buffer that is no numpy array (a bytearray, an array.array, a
+ * memoryview, MPI.buffer...): numpy.frombuffer over the message's elements (the count, per
+ * rank `per` times, from the displacement on), or NULL with nothing raised when it does
+ * not apply (the Python code parses it and says what is wrong). */
+static PyObject *pl_raw_view(PyObject *const *item, Py_ssize_t k, PyObject *descr, Py_ssize_t isz,
+                             Py_ssize_t per, int writable)
+{
+    Py_ssize_t count = -1, displ = 0;
+    if (k == 3) {
+        PyObject *c = item[1];
+        if (PyTuple_CheckExact(c) || PyList_CheckExact(c)) {
+            if (PySequence_Fast_GET_SIZE(c) != 2)
+                return NULL;
+            count = pl_count_of(PySequence_Fast_ITEMS(c)[0]);
+            displ = pl_count_of(PySequence_Fast_ITEMS(c)[1]);
+        } else {
+            count = pl_count_of(c);
+        }
+    } else if (k == 4) {
+        count = pl_count_of(item[1]);
+        displ = pl_count_of(item[2]);
+    }
+    if (displ == -1)
+        displ = 0;
+    if (count < -1 || displ < 0 || isz <= 0)
+        return NULL;
+    Py_buffer v;
+    if (PyObject_GetBuffer(item[0], &v, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    Py_ssize_t len = v.len;
+    PyBuffer_Release(&v);
+    Py_ssize_t avail = len - displ * isz, total;
+    if (count < 0) {
+        if (avail < 0 || avail % isz)
+            return NULL;
+        total = avail / isz;
+    } else {
+        total = count * per;
+    }
+    if (displ * isz + total * isz > len)
+        return NULL;
+    PyObject *n = PyLong_FromSsize_t(total), *off = PyLong_FromSsize_t(displ * isz);
+    PyObject *call[4] = {item[0], descr, n, off};
+    PyObject *a = n == NULL || off == NULL ? NULL : PyObject_Vectorcall(pl_frombuffer, call, 4, NULL);
+    Py_XDECREF(n);
+    Py_XDECREF(off);
+    if (a == NULL)
+        PyErr_Clear();
+    return a;
+}
+
 static PyObject *mod_mpi_plain(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 3) {
@@ -85,8 +165,40 @@ static PyObject *mod_mpi_plain(PyObject *m, PyObject *const *args, Py_ssize_t na
     }
     PyObject *spec = args[0];
     int list = PyList_CheckExact(spec);
-    if (pl_dt_class == NULL || (!list && !PyTuple_CheckExact(spec)))
+    if (pl_dt_class == NULL)
         return Py_NewRef(spec);
+    if (!list && !PyTuple_CheckExact(spec)) {
+        /* a buffer that is no numpy array (bytearray, array.array, memoryview...): the
+         * array over it, of the dtype its format says (numpy.asarray: no copy) */
+        if (Py_TYPE(spec) == nd_type || !PyObject_CheckBuffer(spec))
+            return Py_NewRef(spec);
+        int flags = PyBUF_C_CONTIGUOUS | (args[2] == Py_True ? PyBUF_WRITABLE : 0);
+        Py_buffer own, v;
+        if (PyObject_GetBuffer(spec, &own, flags) < 0) {    /* (read only where written: the
+                                                             * Python code says so) */
+            PyErr_Clear();
+            return Py_NewRef(spec);
+        }
+        void *at = own.buf;
+        Py_ssize_t len = own.len;
+        PyBuffer_Release(&own);
+        PyObject *a = PyObject_CallOneArg(pl_asarray, spec);
+        if (a == NULL) {
+            PyErr_Clear();
+            return Py_NewRef(spec);
+        }
+        /* the same memory, not a copy (numpy.asarray copies a numpy scalar) */
+        int ok = Py_TYPE(a) == nd_type && nd_direct(a, &v, flags);
+        if (ok) {
+            ok = v.buf == at && v.len == len;
+            PyBuffer_Release(&v);
+        }
+        if (!ok) {
+            Py_DECREF(a);
+            return Py_NewRef(spec);
+        }
+        return a;
+    }
     Py_ssize_t k = list ? PyList_GET_SIZE(spec) : PyTuple_GET_SIZE(spec);
     PyObject *const *item = list ? ((PyListObject *)spec)->ob_item : ((PyTupleObject *)spec)->ob_item;
     if (k < 2 || k > 4 || !PyObject_TypeCheck(item[k - 1], pl_dt_class))
@@ -99,14 +211,22 @@ static PyObject *mod_mpi_plain(PyObject *m, PyObject *const *args, Py_ssize_t na
     }
     PyObject *t = *(PyObject **)((char *)item[k - 1] + pl_t_at);
     PyObject *descr = NULL;
+    Py_ssize_t isz = 0;
     for (int i = 0; i < pl_count && t != NULL; i++)
         if (pl_types[i] == t) {
             descr = pl_descrs[i];
+            isz = pl_sizes[i];
             break;
         }
+    if (descr == NULL)
+        return Py_NewRef(spec);
+    if (Py_TYPE(item[0]) != nd_type && PyObject_CheckBuffer(item[0])) {
+        PyObject *a = pl_raw_view(item, k, descr, isz, per, args[2] == Py_True);
+        return a != NULL ? a : Py_NewRef(spec);
+    }
     Py_buffer v;
     int flags = PyBUF_C_CONTIGUOUS | (args[2] == Py_True ? PyBUF_WRITABLE : 0);
-    if (descr == NULL || !nd_direct(item[0], &v, flags))
+    if (!nd_direct(item[0], &v, flags))
         return Py_NewRef(spec);
     PyObject *array = (PyObject *)v.obj;       /* (item[0]; the view's reference dropped below) */
     int same = ((NdFields *)array)->descr == descr && v.itemsize > 0 && v.len % (v.itemsize * per) == 0;
