@@ -35,6 +35,8 @@ def rows(comm: Any) -> list[tuple[str, Callable[[], Any]]]:
     cnt, dis = [1] * n, list(range(n))
     bdis, dts = [8 * i for i in range(n)], [MPI.DOUBLE] * n
     d = {"step": 3, "loss": 0.25, "names": ["a", "b"]}
+    raw, raw_in = np.zeros(64, dtype=np.uint8), np.zeros(64, dtype=np.uint8)   # (specs of part of a buffer)
+    ba, bb = bytearray(8), bytearray(8)
 
     def start_wait(p: Any) -> Callable[[], None]:
         def go() -> None:
@@ -88,6 +90,11 @@ def rows(comm: Any) -> list[tuple[str, Callable[[], Any]]]:
         ("Exscan", lambda: comm.Exscan(one, o1)),
         ("Barrier", lambda: comm.Barrier()),
         ("Bcast", lambda: comm.Bcast(o1, 0)),
+        ("Allreduce [x, DOUBLE]", lambda: comm.Allreduce([one, MPI.DOUBLE], [o1, MPI.DOUBLE])),
+        ("Bcast [x, DOUBLE]", lambda: comm.Bcast([o1, MPI.DOUBLE], 0)),
+        ("Gather [x, DOUBLE]", lambda: comm.Gather([one, MPI.DOUBLE], [out, MPI.DOUBLE], 0)),
+        ("Sendrecv [buf, 8, BYTE]", lambda: comm.Sendrecv([raw, 8, MPI.BYTE], nxt, 4, [raw_in, 8, MPI.BYTE], prv, 4)),
+        ("Allreduce [bytearray, DOUBLE]", lambda: comm.Allreduce([ba, MPI.DOUBLE], [bb, MPI.DOUBLE])),
         ("Gather", lambda: comm.Gather(one, out, 0)),
         ("Reduce", lambda: comm.Reduce(one, o1, MPI.SUM, 0)),
         ("Scatter", lambda: comm.Scatter(nn, o1, 0)),

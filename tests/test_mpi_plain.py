@@ -29,10 +29,9 @@ def test_specs_that_are_not() -> None:
     x = np.arange(6.0)
     ro = np.arange(6.0)
     ro.flags.writeable = False
-    for spec, per, writable in (([x, 5, MPI.DOUBLE], 1, False), ([x, (6, 1), MPI.DOUBLE], 1, False),
-                                ([x, 6, 1, MPI.DOUBLE], 1, False), ([x, MPI.INT64_T], 1, False),
-                                ([x, MPI.FLOAT], 1, False), ([x, 3, MPI.DOUBLE], 3, False),
-                                ([x, MPI.DOUBLE], 4, False), ([ro, MPI.DOUBLE], 1, True),
+    for spec, per, writable in (([x, (6, 1), MPI.DOUBLE], 1, False), ([x, 6, 1, MPI.DOUBLE], 1, False),
+                                ([x, 3, MPI.DOUBLE], 3, False), ([x, MPI.DOUBLE], 4, False),
+                                ([ro, MPI.DOUBLE], 1, True), ([x, (2, -1), MPI.DOUBLE], 1, False),
                                 ([x[::2], MPI.DOUBLE], 1, False), ([x, 6.0, MPI.DOUBLE], 1, False),
                                 ([x, MPI.DOUBLE_INT], 1, False), ([x, MPI.DATATYPE_NULL], 1, False),
                                 ([x, "d"], 1, False),
@@ -42,6 +41,21 @@ def test_specs_that_are_not() -> None:
     vec = MPI.DOUBLE.Create_vector(2, 1, 2).Commit()
     assert PLAIN([x, 1, vec], 1, False)[0] is x              # (a derived type: the spec)
     vec.Free()
+
+
+def test_parts_of_arrays_are_views() -> None:
+    x = np.arange(6.0)
+    part = PLAIN([x, 5, MPI.DOUBLE], 1, True)
+    assert part.size == 5 and np.shares_memory(part, x)
+    mid = PLAIN([x, (2, 3), MPI.DOUBLE], 1, True)
+    mid[:] = -1
+    assert x.tolist() == [0.0, 1.0, 2.0, -1.0, -1.0, 5.0]
+    assert PLAIN([x, 1, 5, MPI.DOUBLE], 1, False).tolist() == [5.0]
+    bits = PLAIN([x, MPI.INT64_T], 1, False)
+    assert bits.dtype == np.int64 and bits.tobytes() == x.tobytes()
+    assert PLAIN([x, MPI.FLOAT], 1, False).size == 12
+    assert PLAIN([x, 1, MPI.DOUBLE], 3, True).size == 3          # (one a rank, 3 ranks)
+    assert PLAIN([x, MPI.DOUBLE], 3, True).size == 6
 
 
 def test_buffers_that_are_no_arrays() -> None:

@@ -205,6 +205,8 @@ class PointToPoint(Probes):
 
     def Sendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,  # noqa: N802
                  source: int = ANY_SOURCE, recvtag: int = ANY_TAG, status: Status | None = None) -> None:
+        if PLAIN is not None and (type(sendbuf) is not _NDARRAY or type(recvbuf) is not _NDARRAY):
+            sendbuf, recvbuf = PLAIN(sendbuf, 1, False), PLAIN(recvbuf, 1, True)   # (specs' arrays)
         g = self._h.g              # (_grp without its frame: the common call)
         if g is None or g._closed or ORPHANS:
             g = self._grp("Sendrecv")

@@ -19,7 +19,9 @@
  * an ``array.array``, ``MPI.buffer``, a ``memoryview``), alone or in such a spec of a
  * registered datatype (a count, a displacement), give the array over the message's
  * elements made by numpy.asarray / numpy.frombuffer (no copy): the OSU benchmarks of
- * mpi4py's demos send ``[buf, size, MPI.BYTE]`` of ``MPI.Alloc_mem`` memory. ``per``: the count is per rank (a block
+ * mpi4py's demos send ``[buf, size, MPI.BYTE]`` of ``MPI.Alloc_mem`` memory. So do specs
+ * of part of a numpy array (a count, a displacement) or of its bytes read as another
+ * datatype (``[x, MPI.INT64_T]`` of a float64 array). ``per``: the count is per rank (a block
  * spec of ``per`` blocks: ``Gather``'s receive buffer) and must cover the array ``per``
  * times; ``writable``: the call writes the buffer (a read-only array is not taken).
  */
@@ -138,8 +140,8 @@ static PyObject *pl_raw_view(PyObject *const *item, Py_ssize_t k, PyObject *desc
     Py_ssize_t len = v.len;
     PyBuffer_Release(&v);
     Py_ssize_t avail = len - displ * isz, total;
-    if (count < 0) {
-        if (avail < 0 || avail % isz)
+    if (count < 0) {                 /* (the whole buffer: in `per` equal blocks) */
+        if (avail < 0 || avail % isz || (avail / isz) % per)
             return NULL;
         total = avail / isz;
     } else {
@@ -244,5 +246,9 @@ static PyObject *mod_mpi_plain(PyObject *m, PyObject *const *args, Py_ssize_t na
     } else if (same && k == 4) {
         same = pl_count_is(item[1], count) && pl_zero(item[2]);
     }
-    return Py_NewRef(same ? item[0] : spec);
+    if (same)
+        return Py_NewRef(item[0]);
+    /* part of the array, or its bytes read as another dtype: a view made by frombuffer */
+    PyObject *a = pl_raw_view(item, k, descr, isz, per, args[2] == Py_True);
+    return a != NULL ? a : Py_NewRef(spec);
 }
