@@ -37,6 +37,14 @@ def test_integer_handles_round_trip() -> None:
     assert pair.py2f() == MPI.Datatype(pair).py2f() != MPI.INT.py2f()
     with pytest.raises(MPI.Exception):
         MPI.Datatype.f2py(10 ** 9)
+    dup = MPI.COMM_SELF.Dup()
+    dup.Free()
+    assert dup.py2f() == MPI.COMM_NULL.py2f() == 2        # (a freed communicator is COMM_NULL)
+    p = MPI.COMM_SELF.Recv_init(bytearray(1), 0, 1)
+    copy = MPI.Prequest.f2py(p.py2f())
+    assert p.py2f() != MPI.REQUEST_NULL.py2f() and type(copy) is MPI.Prequest and bool(copy)
+    p.Free()
+    assert p.py2f() == 0
     st = MPI.Status()
     st.source, st.tag, st.count = 3, 4, (1 << 33) + 5
     back = MPI.Status.f2py(st.py2f())

@@ -126,6 +126,16 @@ def _collectives(c: Checker, MPI: Any, comm: Any) -> None:
     comm.Allreduce([x, 1, two], [y, 1, two])
     two.Free()
     c.eq(y.tolist(), [total] * 2 + [-1.0], "Allreduce of one contiguous pair of doubles")
+    one_bf16 = np.full(4, 0x3F80, dtype=np.uint16)                 # (1.0 as bfloat16 bits)
+    want_bf16 = int(np.float32(n).view(np.uint32) >> 16)
+    for spec_dt in (MPI.BFLOAT16_T, "bf16", MPI.BFLOAT16_T):       # (the third: after the first built it all)
+        got_bf16 = np.zeros(4, dtype=np.uint16)
+        comm.Allreduce([one_bf16, spec_dt], [got_bf16, spec_dt])
+        c.eq(got_bf16.tolist(), [want_bf16] * 4, f"Allreduce of bfloat16 bits ({spec_dt!r}): bfloat16 sums")
+    if n > 1:
+        blocks_in = np.ones(2 * n)
+        c.raises(lambda: comm.Reduce_scatter_block(MPI.IN_PLACE, [blocks_in, 2 * n, D]), ValueError,
+                 "Reduce_scatter_block(IN_PLACE, [buf, count, dt]): the count is a rank's (n blocks)")
     p = comm.Allreduce_init([x, D], [y, D])
     ok = True
     for k in range(5):

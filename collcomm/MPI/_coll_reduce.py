@@ -136,7 +136,7 @@ class ReducingCollectives:
         if fast is not None and type(sendbuf) is not np.ndarray and _builtin(op) is not None:   # (a spec of an array)
             sendbuf = _plain(sendbuf, g.size, False)
         if fast is not None and type(recvbuf) is not np.ndarray and _builtin(op) is not None:
-            recvbuf = _plain(recvbuf, 1, True)
+            recvbuf = _plain(recvbuf, g.size if sendbuf is IN_PLACE else 1, True)   # (IN_PLACE: n blocks)
         builtin = _builtin(op) if fast is not None else None
         if builtin is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
             try:
@@ -158,7 +158,7 @@ class ReducingCollectives:
         if fast is not None and type(sendbuf) is not np.ndarray and _builtin(op) is not None:   # (a spec of an array)
             sendbuf = _plain(sendbuf, g.size, False)
         if fast is not None and type(recvbuf) is not np.ndarray and _builtin(op) is not None:
-            recvbuf = _plain(recvbuf, 1, True)
+            recvbuf = _plain(recvbuf, g.size if sendbuf is IN_PLACE else 1, True)   # (IN_PLACE: n blocks)
         builtin = _builtin(op) if fast is not None else None
         if builtin is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
             started = _started(fast.reduce_scatter_async, sendbuf, recvbuf, builtin, call)

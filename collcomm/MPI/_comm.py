@@ -96,6 +96,9 @@ class Comm(PointToPoint, ObjectPointToPoint, PersistentCollectives, VectorCollec
     def _fixed(cls) -> dict[int, Any]:
         return {0: COMM_WORLD._h, 1: COMM_SELF._h, 2: _NULL_REC}    # (Open MPI's numbers)
 
+    def _record(self) -> Any:
+        return _NULL_REC if self._h.kind == "null" else self._h    # (freed: COMM_NULL's)
+
     def __new__(cls, comm: Any = None) -> Any:
         # (made as mpi4py makes its handles, by __new__: a subclass's __new__(cls, comm)
         # that passes comm on gets the copy; __init__ then does it again)

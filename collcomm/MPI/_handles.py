@@ -66,6 +66,17 @@ class HandleInts:
     def _fixed(cls) -> dict[int, Any] | None:
         return None
 
+    def _record(self) -> Any:
+        """What is numbered: the record every copy of the handle shares (the null record
+        for a handle freed since)."""
+        return getattr(self, self._REC)
+
+    @classmethod
+    def _from_record(cls, rec: Any) -> Any:
+        obj = cls.__new__(cls)
+        object.__setattr__(obj, cls._REC, rec)
+        return obj
+
     @classmethod
     def _kind(cls) -> str:
         for base in cls.__mro__:             # (the handle class that defines _REC)
@@ -74,7 +85,7 @@ class HandleInts:
         return cls.__name__
 
     def py2f(self) -> int:
-        return number(self._kind(), getattr(self, self._REC), self._null_rec(), self._fixed(),
+        return number(self._kind(), self._record(), self._null_rec(), self._fixed(),
                       3 if self._fixed() else 1)
 
     toint = py2f
@@ -86,9 +97,7 @@ class HandleInts:
 
     @classmethod
     def f2py(cls, arg: int) -> Any:
-        obj = cls.__new__(cls)
-        object.__setattr__(obj, cls._REC, record(cls._kind(), arg, cls._null_rec(), cls._fixed()))
-        return obj
+        return cls._from_record(record(cls._kind(), arg, cls._null_rec(), cls._fixed()))
 
     fromint = f2py
     fromhandle = f2py

@@ -14,27 +14,31 @@ from ._msg import IN_PLACE, blocks, gapped, simple
 from ._types import PLAIN, Datatype
 
 
-def as_array(spec: Any, call: str, role: str, writable: bool = False, per: int = 0) -> Any:
+def as_array(spec: Any, call: str, role: str, writable: bool = False, per: int = 0,
+             reduction: bool = False) -> Any:
     """The numpy array a buffer spec stands for, for the fast calls, which take arrays:
     the spec's own array where the spec means it as it is (``[x, MPI.DOUBLE]`` of a
-    float64 array: native/_mpi_plain.c), else a view of the message's elements (the
-    spec parsed as the general path parses it: a count, a displacement, a datatype read
-    over another dtype's bytes, a ``bytearray``, an ``array.array``, a torch tensor);
-    ``None`` when neither applies (a derived type with gaps, ``MPI.BOTTOM``, ``None``,
-    ``IN_PLACE``, a spec the parse refuses: the general path raises its error). ``per``:
-    a block spec of ``per`` blocks (a count is one rank's: :func:`blocks`), 0 a message
-    (:func:`simple`)."""
+    float64 array), or a view of the message's elements made in C (a count, a
+    displacement, a datatype read over another dtype's bytes, a ``bytearray``, an
+    ``array.array``: native/_mpi_plain.c), else the spec parsed as the general path parses
+    it (a typecode, a torch tensor, a Fortran-ordered array); ``None`` when neither applies
+    (a derived type with gaps, ``MPI.BOTTOM``, ``None``, ``IN_PLACE``, a spec the parse
+    refuses: the general path raises its error). ``per``: a block spec of ``per`` blocks (a
+    count is one rank's: :func:`blocks`), 0 a message (:func:`simple`). ``reduction``: only
+    where the datatype reduces as the array's dtype does (:func:`reducible_type`)."""
     if type(spec) is np.ndarray or spec is None or spec is IN_PLACE:
         return None
     if PLAIN is not None:
-        a = PLAIN(spec, per or 1, writable)
+        a = PLAIN(spec, per or 1, writable)     # (its datatypes all reduce as their dtypes)
         if type(a) is np.ndarray:
             return a
     if gapped(spec):
         return None
     try:
-        a = blocks(spec, per, call, role, writable)[0] if per else simple(spec, call, role, writable)[0]
+        a, dt = blocks(spec, per, call, role, writable)[::2] if per else simple(spec, call, role, writable)
     except Exception:  # noqa: BLE001 - (the general path parses it again and raises)
+        return None
+    if reduction and not reducible_type(dt):
         return None
     return a if type(a) is np.ndarray and a.flags.c_contiguous else None
 
@@ -61,17 +65,33 @@ def plain_pair(send: Any, recv: Any, call: str, send_per: int = 0, recv_per: int
         if type(spec) is np.ndarray or spec is None or spec is IN_PLACE:
             out.append(spec)
             continue
-        a = as_array(spec, call, role, writable, per)
+        a = as_array(spec, call, role, writable, per, reduction)
         if a is None:
             return None
         out.append(a)
     return (out[0], out[1]) if out[0] is not send or out[1] is not recv else None
 
 
+def bound_at_init(spec: Any) -> bool:
+    """May a persistent request turn this spec into its array once, at ``…_init``? Not a
+    torch tensor's: its storage may be swapped or resized between ``Start``s (FSDP frees
+    and remakes it), and a lazily conjugated one is read at each ``Start``; the general
+    path, which reads the tensor anew at each ``Start``, stays."""
+    obj = spec[0] if (type(spec) is list or type(spec) is tuple) and spec else spec
+    return not type(obj).__module__.startswith("torch")
+
+
 def reducible(spec: Any) -> bool:
-    """Does a buffer spec's datatype reduce as its array's dtype does (a predefined one,
-    no value-index pair)?"""
+    """Does a buffer spec's datatype (as far as the spec says it) reduce as its array's
+    dtype does? (:func:`reducible_type` of a Datatype item; other specs: the parse says.)"""
     if (type(spec) is not list and type(spec) is not tuple) or not spec:
         return True
     dt = spec[-1]
-    return not isinstance(dt, Datatype) or (dt._t is not None and dt._t.predefined and not dt._t.pair)
+    return not isinstance(dt, Datatype) or reducible_type(dt)
+
+
+def reducible_type(dt: Any) -> bool:
+    """A predefined datatype that is no value-index pair and whose elements the core
+    reduces as their numpy dtype (not ``BFLOAT16_T``: uint16 elements reduced as bfloat16)."""
+    t = getattr(dt, "_t", None)
+    return t is not None and t.predefined and not t.pair and t.core is t.base

@@ -29,7 +29,7 @@ from ..errors import CollcommError
 from ._consts import ANY_SOURCE, ANY_TAG, PROC_NULL
 from ._errors import translate
 from ._msg import gapped, pinned, simple
-from ._msg_plain import as_array, plain_pair
+from ._msg_plain import as_array, bound_at_init, plain_pair
 from ._staging import Receiving, unpack_staged
 from ._p2p_ops import (
     ACK, EXACT, SYNC, TAG_BITS, WILD, _EMPTY, _LentSend, _NativeRecv, _Pair, _Recv, _Send, _SENT, _dest, _native_tag,
@@ -294,7 +294,7 @@ class PointToPoint(Probes):
     def Send_init(self, buf: Any, dest: int, tag: int = 0) -> Any:  # noqa: N802
         buf = pinned(buf)
         p = persistent(lambda: self._isend(buf, dest, tag, False, "Send_init"))
-        arr = buf if type(buf) is _NDARRAY else as_array(buf, "Send_init", "buf")   # (a spec's array)
+        arr = buf if type(buf) is _NDARRAY else as_array(buf, "Send_init", "buf") if bound_at_init(buf) else None
         if p._persist is not None and arr is not None:     # (Start's quick way)
             p._persist.quick = [partial(_quick_send_start, self._h, arr, dest, tag)]
         return p
@@ -308,7 +308,7 @@ class PointToPoint(Probes):
     def Recv_init(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Any:  # noqa: N802
         buf = pinned(buf)
         p = persistent(lambda: self._irecv(buf, source, tag, "Recv_init"))
-        arr = buf if type(buf) is _NDARRAY else as_array(buf, "Recv_init", "buf", True)   # (a spec's array)
+        arr = buf if type(buf) is _NDARRAY else as_array(buf, "Recv_init", "buf", True) if bound_at_init(buf) else None
         if (p._persist is not None and arr is not None and type(source) is int and source >= 0
                 and type(tag) is int and (0 <= tag <= TAG_BITS or tag == ANY_TAG)):   # (Start's quick way)
             p._persist.quick = [partial(_quick_recv_start, self._h, arr, source, max(tag, 0),

@@ -40,6 +40,15 @@ class Request(ManyRequests, HandleInts):
     __slots__ = ("_op",)
     _REC = "_op"
 
+    def _record(self) -> Any:
+        # the request itself (an inactive persistent one is no null request); f2py gives a
+        # copy of it (its op, and a persistent one's start)
+        return None if self._key() is None else self
+
+    @classmethod
+    def _from_record(cls, rec: Any) -> Any:
+        return cls() if rec is None else type(rec)(rec)
+
     def __new__(cls, request: Any = None) -> Any:
         # (made as mpi4py makes its handles, by __new__: a subclass's __new__(cls, request)
         # that passes request on gets the copy; __init__ then does it again)

@@ -128,8 +128,18 @@ static int part_finish_here(Fast *s, PyObject *work, int test);
  * ended as part_done leaves a call that nobody waited on (no event, no callbacks). */
 static int spare_free(Fast *s, PyObject *w)
 {
+#ifdef Py_GIL_DISABLED
+    return 0;        /* (no GIL: a reference count of 1 proves nothing without it) */
+#endif
     PyTypeObject *t = Py_TYPE(w);
-    if (Py_REFCNT(w) != 1 || t != (PyTypeObject *)s->work_type ||
+    /* weak references: a list at tp_weaklistoffset (read: none); from Python 3.12 a class
+     * may keep them where only the interpreter looks (a negative offset, or managed): never
+     * made again then */
+#ifdef Py_TPFLAGS_MANAGED_WEAKREF
+    if (t->tp_flags & Py_TPFLAGS_MANAGED_WEAKREF)
+        return 0;
+#endif
+    if (Py_REFCNT(w) != 1 || t != (PyTypeObject *)s->work_type || t->tp_weaklistoffset < 0 ||
         (t->tp_weaklistoffset > 0 && *(PyObject **)((char *)w + t->tp_weaklistoffset) != NULL))
         return 0;
     PyObject *lock = WORK_SLOT(s, w, W_LOCK);

@@ -26,7 +26,7 @@
  * times; ``writable``: the call writes the buffer (a read-only array is not taken).
  */
 
-#define PLAIN_MAX 64
+#define PLAIN_MAX 128
 static PyTypeObject *pl_dt_class;       /* collcomm.MPI.Datatype (strong), NULL until set */
 static Py_ssize_t pl_t_at;              /* ... the byte offset of its _t slot */
 static PyObject *pl_types[PLAIN_MAX];   /* the predefined _Type objects (strong) */
