@@ -107,3 +107,17 @@ def _nothing_left_behind():
         os.unlink(path)
     assert not children, f"processes left running after the suite: {[c.pid for c in children]}"
     assert not leaked, f"shared-memory segments left after the suite: {sorted(leaked)}"
+
+
+@pytest.fixture(scope="module")
+def world_of_one_left_closed(request):
+    """For a test file that uses ``collcomm.MPI`` in the pytest process itself (a world of
+    one, joined on first use): the world is closed again after the file, so the worker's
+    next files find nothing initialized (as they expect)."""
+    import collcomm
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"):
+        assert var not in os.environ, f"{var} is set in the test process"
+    was = collcomm.is_initialized()
+    yield
+    if collcomm.is_initialized() and not was:
+        collcomm.destroy_process_group()

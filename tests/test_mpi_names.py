@@ -12,6 +12,8 @@ CLASSES = ["Comm", "Intracomm", "Cartcomm", "Graphcomm", "Distgraphcomm", "Topoc
            "buffer"]     # (Win, File, Session, Intercomm, Grequest: names only, every call unsupported)
 
 
+pytestmark = pytest.mark.usefixtures("world_of_one_left_closed")
+
 def test_every_name_of_mpi4py() -> None:
     mpi4py = pytest.importorskip("mpi4py")
     mpi4py.rc.initialize = False

@@ -11,6 +11,8 @@ from collcomm import MPI
 torch = pytest.importorskip("torch")
 
 
+pytestmark = pytest.mark.usefixtures("world_of_one_left_closed")
+
 def test_storage_remade_between_starts() -> None:
     send, recv = torch.ones(4), torch.zeros(4)
     p = MPI.COMM_SELF.Allreduce_init(send, recv)

@@ -10,7 +10,8 @@ import pytest
 from collcomm import MPI
 from collcomm.MPI._types import PLAIN
 
-pytestmark = pytest.mark.skipif(PLAIN is None, reason="the native core is not built")
+pytestmark = [pytest.mark.skipif(PLAIN is None, reason="the native core is not built"),
+              pytest.mark.usefixtures("world_of_one_left_closed")]
 
 
 def test_specs_that_are_their_array() -> None:
@@ -56,6 +57,11 @@ def test_parts_of_arrays_are_views() -> None:
     assert PLAIN([x, MPI.FLOAT], 1, False).size == 12
     assert PLAIN([x, 1, MPI.DOUBLE], 3, True).size == 3          # (one a rank, 3 ranks)
     assert PLAIN([x, MPI.DOUBLE], 3, True).size == 6
+    raw = bytearray(16)
+    for spec, per in (([raw, (1, 2 ** 62), MPI.INT], 1), ([x, (1, 2 ** 61), MPI.DOUBLE], 1),
+                      ([raw, 2 ** 62 + 1, MPI.BYTE], 4), ([x, 2 ** 61 + 1, MPI.DOUBLE], 4),
+                      ([raw, None, 2 ** 62, MPI.INT], 1), ([x, MPI.INT], 2 ** 62)):
+        assert PLAIN(spec, per, True) is spec, spec        # (no product wraps into a small view)
 
 
 def test_buffers_that_are_no_arrays() -> None:

@@ -72,7 +72,7 @@ class BufferCollectives(ReducingCollectives, BufferCollectivesImpl):
         g = self._h.g
         fast = g.fast if g is not None else None
         if fast is not None and type(buf) is not np.ndarray:   # (a spec of an array: the array)
-            buf = _plain(buf, 1, False)
+            buf = _plain(buf, 1, g.rank != root)
         if fast is not None and type(buf) is np.ndarray:
             try:
                 if fast.broadcast(buf, root, "Bcast"):
@@ -91,7 +91,7 @@ class BufferCollectives(ReducingCollectives, BufferCollectivesImpl):
         g = self._h.g
         fast = g.fast if g is not None else None
         if fast is not None and type(buf) is not np.ndarray:   # (a spec of an array: the array)
-            buf = _plain(buf, 1, False)
+            buf = _plain(buf, 1, g.rank != root)
         if fast is not None and type(buf) is np.ndarray:
             started = _started(fast.broadcast_async, buf, root, call)
             if started is not None:

@@ -70,6 +70,16 @@ static PyObject *mod_mpi_plain_types(PyObject *m, PyObject *const *args, Py_ssiz
     Py_RETURN_TRUE;
 }
 
+/* An error met while trying: cleared if it is an ordinary one (the Python code meets it
+ * again and says what is wrong); 1 when one that must go on remains (KeyboardInterrupt,
+ * SystemExit raised by a buffer's own code), 0 else. */
+static int pl_clear(void)
+{
+    if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_Exception))
+        PyErr_Clear();
+    return PyErr_Occurred() != NULL;
+}
+
 /* A count item: 1 it is `want` (an int, or None: the whole buffer), 0 not */
 static int pl_count_is(PyObject *c, Py_ssize_t want)
 {
@@ -79,7 +89,7 @@ static int pl_count_is(PyObject *c, Py_ssize_t want)
         return 0;
     Py_ssize_t v = PyLong_AsSsize_t(c);
     if (v == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
+        PyErr_Clear();         /* (an int too large: an OverflowError) */
         return 0;
     }
     return v == want;
@@ -106,12 +116,14 @@ static Py_ssize_t pl_count_of(PyObject *c)
     return v;
 }
 
-/* ``[obj, ..., dt]`` of a buffer that is no numpy array (a bytearray, an array.array, a
- * memoryview, MPI.buffer...): numpy.frombuffer over the message's elements (the count, per
- * rank `per` times, from the displacement on), or NULL with nothing raised when it does
- * not apply (the Python code parses it and says what is wrong). */
-static PyObject *pl_raw_view(PyObject *const *item, Py_ssize_t k, PyObject *descr, Py_ssize_t isz,
-                             Py_ssize_t per, int writable)
+/* ``[obj, ..., dt]`` (`obj` the spec's first item, held by the caller: its getbuffer may
+ * run code that changes the list) of memory numpy.frombuffer can view: a numpy array, a
+ * bytearray, an array.array, a memoryview, MPI.buffer...: the view over the message's
+ * elements (the count, per rank `per` times, from the displacement on), checked to be
+ * that memory; or NULL, with nothing raised when it does not apply (the Python code parses
+ * it and says what is wrong), or with an error that must go on (pl_clear). */
+static PyObject *pl_raw_view(PyObject *obj, PyObject *const *item, Py_ssize_t k, PyObject *descr,
+                             Py_ssize_t isz, Py_ssize_t per, int writable)
 {
     Py_ssize_t count = -1, displ = 0;
     if (k == 3) {
@@ -130,32 +142,50 @@ static PyObject *pl_raw_view(PyObject *const *item, Py_ssize_t k, PyObject *desc
     }
     if (displ == -1)
         displ = 0;
-    if (count < -1 || displ < 0 || isz <= 0)
+    if (count < -1 || displ < 0 || isz <= 0 || per < 1)
         return NULL;
     Py_buffer v;
-    if (PyObject_GetBuffer(item[0], &v, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0) {
-        PyErr_Clear();
+    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, &v, flags) < 0) {
+        pl_clear();
         return NULL;
     }
+    char *base = v.buf;
     Py_ssize_t len = v.len;
     PyBuffer_Release(&v);
-    Py_ssize_t avail = len - displ * isz, total;
+    /* bounded by division first: no product below can overflow (a count or displacement
+     * near 2**63 must not wrap into a view of the start of the buffer) */
+    Py_ssize_t cap = len / isz, total;
+    if (displ > cap)
+        return NULL;
+    Py_ssize_t room = cap - displ;
     if (count < 0) {                 /* (the whole buffer: in `per` equal blocks) */
-        if (avail < 0 || avail % isz || (avail / isz) % per)
+        if ((len - displ * isz) % isz || room % per)
             return NULL;
-        total = avail / isz;
+        total = room;
     } else {
+        if (count > room / per)
+            return NULL;
         total = count * per;
     }
-    if (displ * isz + total * isz > len)
-        return NULL;
     PyObject *n = PyLong_FromSsize_t(total), *off = PyLong_FromSsize_t(displ * isz);
-    PyObject *call[4] = {item[0], descr, n, off};
+    PyObject *call[4] = {obj, descr, n, off};
     PyObject *a = n == NULL || off == NULL ? NULL : PyObject_Vectorcall(pl_frombuffer, call, 4, NULL);
     Py_XDECREF(n);
     Py_XDECREF(off);
-    if (a == NULL)
-        PyErr_Clear();
+    if (a == NULL) {
+        pl_clear();
+        return NULL;
+    }
+    /* that memory, not a copy (numpy.frombuffer wrapped by something else?) */
+    Py_buffer got;
+    int ok = Py_TYPE(a) == nd_type && nd_direct(a, &got, flags);
+    if (ok) {
+        ok = got.buf == base + displ * isz && got.len == total * isz && ((NdFields *)a)->descr == descr;
+        PyBuffer_Release(&got);
+    }
+    if (!ok)
+        Py_CLEAR(a);
     return a;
 }
 
@@ -178,17 +208,14 @@ static PyObject *mod_mpi_plain(PyObject *m, PyObject *const *args, Py_ssize_t na
         Py_buffer own, v;
         if (PyObject_GetBuffer(spec, &own, flags) < 0) {    /* (read only where written: the
                                                              * Python code says so) */
-            PyErr_Clear();
-            return Py_NewRef(spec);
+            return pl_clear() ? NULL : Py_NewRef(spec);
         }
         void *at = own.buf;
         Py_ssize_t len = own.len;
         PyBuffer_Release(&own);
         PyObject *a = PyObject_CallOneArg(pl_asarray, spec);
-        if (a == NULL) {
-            PyErr_Clear();
-            return Py_NewRef(spec);
-        }
+        if (a == NULL)
+            return pl_clear() ? NULL : Py_NewRef(spec);
         /* the same memory, not a copy (numpy.asarray copies a numpy scalar) */
         int ok = Py_TYPE(a) == nd_type && nd_direct(a, &v, flags);
         if (ok) {
@@ -223,15 +250,18 @@ static PyObject *mod_mpi_plain(PyObject *m, PyObject *const *args, Py_ssize_t na
     if (descr == NULL)
         return Py_NewRef(spec);
     if (Py_TYPE(item[0]) != nd_type && PyObject_CheckBuffer(item[0])) {
-        PyObject *a = pl_raw_view(item, k, descr, isz, per, args[2] == Py_True);
-        return a != NULL ? a : Py_NewRef(spec);
+        PyObject *obj = Py_NewRef(item[0]);     /* (its getbuffer may run code that changes the list) */
+        PyObject *a = pl_raw_view(obj, item, k, descr, isz, per, args[2] == Py_True);
+        Py_DECREF(obj);
+        return a != NULL || PyErr_Occurred() ? a : Py_NewRef(spec);
     }
     Py_buffer v;
     int flags = PyBUF_C_CONTIGUOUS | (args[2] == Py_True ? PyBUF_WRITABLE : 0);
     if (!nd_direct(item[0], &v, flags))
         return Py_NewRef(spec);
     PyObject *array = (PyObject *)v.obj;       /* (item[0]; the view's reference dropped below) */
-    int same = ((NdFields *)array)->descr == descr && v.itemsize > 0 && v.len % (v.itemsize * per) == 0;
+    int same = ((NdFields *)array)->descr == descr && v.itemsize > 0 && v.len % v.itemsize == 0 &&
+               (v.len / v.itemsize) % per == 0;
     Py_ssize_t count = same ? v.len / v.itemsize / per : 0;
     PyBuffer_Release(&v);
     if (same && k == 3) {
@@ -249,6 +279,8 @@ static PyObject *mod_mpi_plain(PyObject *m, PyObject *const *args, Py_ssize_t na
     if (same)
         return Py_NewRef(item[0]);
     /* part of the array, or its bytes read as another dtype: a view made by frombuffer */
-    PyObject *a = pl_raw_view(item, k, descr, isz, per, args[2] == Py_True);
-    return a != NULL ? a : Py_NewRef(spec);
+    PyObject *obj = Py_NewRef(item[0]);
+    PyObject *a = pl_raw_view(obj, item, k, descr, isz, per, args[2] == Py_True);
+    Py_DECREF(obj);
+    return a != NULL || PyErr_Occurred() ? a : Py_NewRef(spec);
 }
