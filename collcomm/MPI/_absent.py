@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._comm import Comm
+from ._env import _absent as _absent_fn
 from ._errors import not_implemented
 from ._request import Request
 
@@ -107,13 +108,6 @@ def _absent_method(cls_name: str, name: str, why: str) -> Any:
     return f
 
 
-def _absent_function(name: str, why: str) -> Any:
-    def f(*args: Any, **kwargs: Any) -> Any:
-        raise not_implemented(name, why)
-    f.__name__ = name
-    return f
-
-
 _ULFM = "fault-tolerant MPI (ULFM: agree, shrink, revoke) is out of scope; a lost peer raises PeerLostError"
 _PARTITIONED = "partitioned point to point (MPI 4) is out of scope"
 for _name in ("Agree", "Iagree", "Shrink", "Ishrink", "Revoke", "Is_revoked", "Ack_failed", "Get_failed"):
@@ -136,7 +130,7 @@ def _absent_on_prequest() -> None:
 
 _absent_on_prequest()
 _ABI = "collcomm.MPI is no MPI library: it has no ABI and no hardware resource info"
-Get_abi_version = _absent_function("Get_abi_version", _ABI)
-Get_abi_info = _absent_function("Get_abi_info", _ABI)
-Get_abi_fortran_info = _absent_function("Get_abi_fortran_info", _ABI)
-Get_hw_resource_info = _absent_function("Get_hw_resource_info", _ABI)
+Get_abi_version = _absent_fn("Get_abi_version", _ABI)
+Get_abi_info = _absent_fn("Get_abi_info", _ABI)
+Get_abi_fortran_info = _absent_fn("Get_abi_fortran_info", _ABI)
+Get_hw_resource_info = _absent_fn("Get_hw_resource_info", _ABI)

@@ -28,7 +28,7 @@ import numpy as np
 from ..errors import CollcommError
 from . import _coll_packed as _packed
 from ._coll_impl import BufferCollectivesImpl
-from ._coll_reduce import ReducingCollectives, _builtin, _plain  # noqa: F401 - (_builtin: read by _collv)
+from ._coll_reduce import ReducingCollectives, _builtin, _plain, _plain2  # noqa: F401 - (_builtin: read by _collv)
 from ._coll_impl import _not_root_in_place, _run  # (_not_root_in_place: read by _collv)
 from ._errors import translate
 from ._msg import IN_PLACE
@@ -103,10 +103,8 @@ class BufferCollectives(ReducingCollectives, BufferCollectivesImpl):
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
         g = self._h.g
         fast = g.fast if g is not None else None
-        if fast is not None and type(sendbuf) is not np.ndarray:   # (a spec of an array: the array)
-            sendbuf = _plain(sendbuf, 1, False)
-        if fast is not None and type(recvbuf) is not np.ndarray:
-            recvbuf = _plain(recvbuf, g.size, True)
+        if fast is not None and (type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray):
+            sendbuf, recvbuf = _plain2(sendbuf, recvbuf, 1, g.size)   # (specs' arrays)
         if fast is not None and type(sendbuf) is np.ndarray:
             recv = recvbuf if g.rank == root else None
             if recv is None or type(recv) is np.ndarray:
@@ -127,10 +125,8 @@ class BufferCollectives(ReducingCollectives, BufferCollectivesImpl):
     def _igather(self, sendbuf: Any, recvbuf: Any, root: int, call: str) -> Request:
         g = self._h.g
         fast = g.fast if g is not None else None
-        if fast is not None and type(sendbuf) is not np.ndarray:   # (a spec of an array: the array)
-            sendbuf = _plain(sendbuf, 1, False)
-        if fast is not None and type(recvbuf) is not np.ndarray:
-            recvbuf = _plain(recvbuf, g.size, True)
+        if fast is not None and (type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray):
+            sendbuf, recvbuf = _plain2(sendbuf, recvbuf, 1, g.size)   # (specs' arrays)
         if fast is not None and type(sendbuf) is np.ndarray:
             recv = recvbuf if g.rank == root else None
             if recv is None or type(recv) is np.ndarray:
@@ -145,10 +141,8 @@ class BufferCollectives(ReducingCollectives, BufferCollectivesImpl):
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
         g = self._h.g
         fast = g.fast if g is not None else None
-        if fast is not None and type(sendbuf) is not np.ndarray:   # (a spec of an array: the array)
-            sendbuf = _plain(sendbuf, g.size, False)
-        if fast is not None and type(recvbuf) is not np.ndarray:
-            recvbuf = _plain(recvbuf, 1, True)
+        if fast is not None and (type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray):
+            sendbuf, recvbuf = _plain2(sendbuf, recvbuf, g.size, 1)   # (specs' arrays)
         if fast is not None and type(recvbuf) is np.ndarray:
             send = sendbuf if g.rank == root else None
             if send is None or type(send) is np.ndarray:
@@ -169,10 +163,8 @@ class BufferCollectives(ReducingCollectives, BufferCollectivesImpl):
     def _iscatter(self, sendbuf: Any, recvbuf: Any, root: int, call: str) -> Request:
         g = self._h.g
         fast = g.fast if g is not None else None
-        if fast is not None and type(sendbuf) is not np.ndarray:   # (a spec of an array: the array)
-            sendbuf = _plain(sendbuf, g.size, False)
-        if fast is not None and type(recvbuf) is not np.ndarray:
-            recvbuf = _plain(recvbuf, 1, True)
+        if fast is not None and (type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray):
+            sendbuf, recvbuf = _plain2(sendbuf, recvbuf, g.size, 1)   # (specs' arrays)
         if fast is not None and type(recvbuf) is np.ndarray:
             send = sendbuf if g.rank == root else None
             if send is None or type(send) is np.ndarray:
@@ -187,10 +179,8 @@ class BufferCollectives(ReducingCollectives, BufferCollectivesImpl):
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
         g = self._h.g
         fast = g.fast if g is not None else None
-        if fast is not None and type(sendbuf) is not np.ndarray:   # (a spec of an array: the array)
-            sendbuf = _plain(sendbuf, 1, False)
-        if fast is not None and type(recvbuf) is not np.ndarray:
-            recvbuf = _plain(recvbuf, g.size, True)
+        if fast is not None and (type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray):
+            sendbuf, recvbuf = _plain2(sendbuf, recvbuf, 1, g.size)   # (specs' arrays)
         if fast is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
             try:
                 if fast.all_gather(sendbuf, recvbuf, "Allgather"):
@@ -209,10 +199,8 @@ class BufferCollectives(ReducingCollectives, BufferCollectivesImpl):
     def _iallgather(self, sendbuf: Any, recvbuf: Any, call: str) -> Request:
         g = self._h.g
         fast = g.fast if g is not None else None
-        if fast is not None and type(sendbuf) is not np.ndarray:   # (a spec of an array: the array)
-            sendbuf = _plain(sendbuf, 1, False)
-        if fast is not None and type(recvbuf) is not np.ndarray:
-            recvbuf = _plain(recvbuf, g.size, True)
+        if fast is not None and (type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray):
+            sendbuf, recvbuf = _plain2(sendbuf, recvbuf, 1, g.size)   # (specs' arrays)
         if fast is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
             started = _started(fast.all_gather_async, sendbuf, recvbuf, call)
             if started is not None:
@@ -225,10 +213,8 @@ class BufferCollectives(ReducingCollectives, BufferCollectivesImpl):
     def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
         g = self._h.g
         fast = g.fast if g is not None else None
-        if fast is not None and type(sendbuf) is not np.ndarray:   # (a spec of an array: the array)
-            sendbuf = _plain(sendbuf, g.size, False)
-        if fast is not None and type(recvbuf) is not np.ndarray:
-            recvbuf = _plain(recvbuf, g.size, True)
+        if fast is not None and (type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray):
+            sendbuf, recvbuf = _plain2(sendbuf, recvbuf, g.size, g.size)   # (specs' arrays)
         if fast is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
             try:
                 if fast.all_to_all(sendbuf, recvbuf, "Alltoall"):
@@ -247,10 +233,8 @@ class BufferCollectives(ReducingCollectives, BufferCollectivesImpl):
     def _ialltoall(self, sendbuf: Any, recvbuf: Any, call: str) -> Request:
         g = self._h.g
         fast = g.fast if g is not None else None
-        if fast is not None and type(sendbuf) is not np.ndarray:   # (a spec of an array: the array)
-            sendbuf = _plain(sendbuf, g.size, False)
-        if fast is not None and type(recvbuf) is not np.ndarray:
-            recvbuf = _plain(recvbuf, g.size, True)
+        if fast is not None and (type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray):
+            sendbuf, recvbuf = _plain2(sendbuf, recvbuf, g.size, g.size)   # (specs' arrays)
         if fast is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
             started = _started(fast.all_to_all_async, sendbuf, recvbuf, call)
             if started is not None:

@@ -173,8 +173,8 @@ class PersistentCollectives(BufferCollectives):
         general = lambda: c._ireduce(sendbuf, recvbuf, op, root, "Reduce_init")._op  # noqa: E731
         builtin = _builtin(op)
         recv = _fast(recvbuf, "Reduce_init", "recvbuf", True, 0, True) if c.rank == root else None
-        args = (recv if sendbuf is IN_PLACE else _fast(sendbuf, "Reduce_init", "sendbuf", False, 0, True), recv, builtin, root,
-                "Reduce_init")
+        send = recv if sendbuf is IN_PLACE else _fast(sendbuf, "Reduce_init", "sendbuf", False, 0, True)
+        args = (send, recv, builtin, root, "Reduce_init")
         return persistent(_start(c, "reduce_async", args if builtin is not None else None, general), c)
 
     def Allreduce_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Any:  # noqa: N802
@@ -184,8 +184,8 @@ class PersistentCollectives(BufferCollectives):
         general = lambda: c._iallreduce(sendbuf, recvbuf, op, "Allreduce_init")._op  # noqa: E731
         builtin = _builtin(op)
         recv = _fast(recvbuf, "Allreduce_init", "recvbuf", True, 0, True)
-        args = (recv if sendbuf is IN_PLACE else _fast(sendbuf, "Allreduce_init", "sendbuf", False, 0, True), recv, builtin,
-                "Allreduce_init")
+        send = recv if sendbuf is IN_PLACE else _fast(sendbuf, "Allreduce_init", "sendbuf", False, 0, True)
+        args = (send, recv, builtin, "Allreduce_init")
         return persistent(_start(c, "all_reduce_async", args if builtin is not None else None, general), c)
 
     def Reduce_scatter_block_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Any:  # noqa: N802
@@ -195,8 +195,8 @@ class PersistentCollectives(BufferCollectives):
         call = "Reduce_scatter_block_init"
         general = lambda: c._ireduce_scatter_block(sendbuf, recvbuf, op, call)._op  # noqa: E731
         builtin = _builtin(op)
-        args = (_fast(sendbuf, call, "sendbuf", False, c.size, True), _fast(recvbuf, call, "recvbuf", True, 0, True), builtin,
-                call) if builtin is not None else None
+        send, recv = _fast(sendbuf, call, "sendbuf", False, c.size, True), _fast(recvbuf, call, "recvbuf", True, 0, True)
+        args = (send, recv, builtin, call) if builtin is not None else None
         return persistent(_start(c, "reduce_scatter_async", args, general), c)
 
     def Reduce_scatter_init(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM,  # noqa: N802

@@ -26,6 +26,12 @@ from ._types import PLAIN
 _plain = PLAIN if PLAIN is not None else (lambda spec, per, writable: spec)
 
 
+def _plain2(sendbuf: Any, recvbuf: Any, send_per: Any, recv_per: Any) -> tuple[Any, Any]:
+    """Both buffers through ``_plain`` (the receive buffer as written): what a method runs
+    on its buffers before its fast path when one is not an array."""
+    return _plain(sendbuf, send_per, False), _plain(recvbuf, recv_per, True)
+
+
 def _builtin(op: Any) -> Any:
     """The core's op for a built-in MPI op (the fast call's key), else None."""
     if type(op) is not Op:
@@ -47,10 +53,9 @@ class ReducingCollectives:
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0) -> None:  # noqa: N802
         g = self._h.g
         fast = g.fast if g is not None else None
-        if fast is not None and type(sendbuf) is not np.ndarray and _builtin(op) is not None:   # (a spec of an array)
-            sendbuf = _plain(sendbuf, 1, False)
-        if fast is not None and type(recvbuf) is not np.ndarray and _builtin(op) is not None:
-            recvbuf = _plain(recvbuf, 1, True)
+        if fast is not None and (type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray) \
+                and _builtin(op) is not None:
+            sendbuf, recvbuf = _plain2(sendbuf, recvbuf, 1, 1)   # (specs' arrays)
         builtin = _builtin(op) if fast is not None else None
         if builtin is not None:
             recv = recvbuf if g.rank == root else None
@@ -72,10 +77,9 @@ class ReducingCollectives:
     def _ireduce(self, sendbuf: Any, recvbuf: Any, op: Any, root: int, call: str) -> Request:
         g = self._h.g
         fast = g.fast if g is not None else None
-        if fast is not None and type(sendbuf) is not np.ndarray and _builtin(op) is not None:   # (a spec of an array)
-            sendbuf = _plain(sendbuf, 1, False)
-        if fast is not None and type(recvbuf) is not np.ndarray and _builtin(op) is not None:
-            recvbuf = _plain(recvbuf, 1, True)
+        if fast is not None and (type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray) \
+                and _builtin(op) is not None:
+            sendbuf, recvbuf = _plain2(sendbuf, recvbuf, 1, 1)   # (specs' arrays)
         builtin = _builtin(op) if fast is not None else None
         if builtin is not None:
             recv = recvbuf if g.rank == root else None
@@ -91,10 +95,9 @@ class ReducingCollectives:
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
         g = self._h.g
         fast = g.fast if g is not None else None
-        if fast is not None and type(sendbuf) is not np.ndarray and _builtin(op) is not None:   # (a spec of an array)
-            sendbuf = _plain(sendbuf, 1, False)
-        if fast is not None and type(recvbuf) is not np.ndarray and _builtin(op) is not None:
-            recvbuf = _plain(recvbuf, 1, True)
+        if fast is not None and (type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray) \
+                and _builtin(op) is not None:
+            sendbuf, recvbuf = _plain2(sendbuf, recvbuf, 1, 1)   # (specs' arrays)
         builtin = _builtin(op) if fast is not None and type(recvbuf) is np.ndarray else None
         if builtin is not None:
             send = recvbuf if sendbuf is IN_PLACE else sendbuf
@@ -115,10 +118,9 @@ class ReducingCollectives:
     def _iallreduce(self, sendbuf: Any, recvbuf: Any, op: Any, call: str) -> Request:
         g = self._h.g
         fast = g.fast if g is not None else None
-        if fast is not None and type(sendbuf) is not np.ndarray and _builtin(op) is not None:   # (a spec of an array)
-            sendbuf = _plain(sendbuf, 1, False)
-        if fast is not None and type(recvbuf) is not np.ndarray and _builtin(op) is not None:
-            recvbuf = _plain(recvbuf, 1, True)
+        if fast is not None and (type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray) \
+                and _builtin(op) is not None:
+            sendbuf, recvbuf = _plain2(sendbuf, recvbuf, 1, 1)   # (specs' arrays)
         builtin = _builtin(op) if fast is not None and type(recvbuf) is np.ndarray else None
         if builtin is not None:
             send = recvbuf if sendbuf is IN_PLACE else sendbuf
@@ -133,10 +135,10 @@ class ReducingCollectives:
     def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
         g = self._h.g
         fast = g.fast if g is not None else None
-        if fast is not None and type(sendbuf) is not np.ndarray and _builtin(op) is not None:   # (a spec of an array)
-            sendbuf = _plain(sendbuf, g.size, False)
-        if fast is not None and type(recvbuf) is not np.ndarray and _builtin(op) is not None:
-            recvbuf = _plain(recvbuf, g.size if sendbuf is IN_PLACE else 1, True)   # (IN_PLACE: n blocks)
+        if fast is not None and (type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray) \
+                and _builtin(op) is not None:
+            # (specs' arrays; with IN_PLACE the receive buffer holds the n blocks)
+            sendbuf, recvbuf = _plain2(sendbuf, recvbuf, g.size, g.size if sendbuf is IN_PLACE else 1)
         builtin = _builtin(op) if fast is not None else None
         if builtin is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
             try:
@@ -155,10 +157,10 @@ class ReducingCollectives:
     def _ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any, call: str) -> Request:
         g = self._h.g
         fast = g.fast if g is not None else None
-        if fast is not None and type(sendbuf) is not np.ndarray and _builtin(op) is not None:   # (a spec of an array)
-            sendbuf = _plain(sendbuf, g.size, False)
-        if fast is not None and type(recvbuf) is not np.ndarray and _builtin(op) is not None:
-            recvbuf = _plain(recvbuf, g.size if sendbuf is IN_PLACE else 1, True)   # (IN_PLACE: n blocks)
+        if fast is not None and (type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray) \
+                and _builtin(op) is not None:
+            # (specs' arrays; with IN_PLACE the receive buffer holds the n blocks)
+            sendbuf, recvbuf = _plain2(sendbuf, recvbuf, g.size, g.size if sendbuf is IN_PLACE else 1)
         builtin = _builtin(op) if fast is not None else None
         if builtin is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
             started = _started(fast.reduce_scatter_async, sendbuf, recvbuf, builtin, call)
