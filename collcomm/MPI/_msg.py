@@ -95,8 +95,11 @@ def _memory(obj: Any, call: str, role: str, writable: bool) -> tuple[np.ndarray,
         try:
             mv = memoryview(obj)
         except TypeError:
+            if hasattr(obj, "__cuda_array_interface__"):
+                raise BufferError(f"{call}: {role} ({type(obj).__name__}) is device memory "
+                                  "(__cuda_array_interface__); collcomm.MPI moves host memory") from None
             raise TypeError(f"{call}: {role} must be a buffer (numpy array, bytearray, array.array, "
-                            f"memoryview, torch CPU tensor) or a list/tuple spec, got "
+                            f"memoryview, torch CPU tensor) or a list/tuple spec (DLPack is not taken), got "
                             f"{type(obj).__name__}") from None
         if writable and mv.readonly:
             raise BufferError(f"{call}: {role} ({type(obj).__name__}) is read-only; the call writes it")
