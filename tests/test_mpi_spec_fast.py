@@ -233,6 +233,12 @@ def _errors(c: Checker, MPI: Any, comm: Any) -> None:
     c.eq((st.Get_source(), st.Get_tag(), st.Get_count(MPI.INT)), (prv, 9, 0), "Send/Irecv of [None, INT]")
     comm.Sendrecv([None, "B"], nxt, 10, [None, "B"], prv, 10, st)
     c.eq(st.Get_count(MPI.BYTE), 0, "Sendrecv of [None, 'B']")
+    for call in (comm.Sendrecv, comm.Isendrecv):       # (a wrong send leaves no receive posted)
+        c.raises(lambda: call([bytearray(5), -1, "i"], nxt, 11, bytearray(3), prv, 11), ValueError,
+                 f"{call.__name__} of a send spec with a negative count")
+    got = bytearray(3)
+    comm.Sendrecv(bytearray(b"abc"), nxt, 11, got, prv, 11)
+    c.eq(bytes(got), b"abc", "... the next Sendrecv of that tag gets its own message")
     after = np.zeros(2)
     comm.Allreduce([x, MPI.DOUBLE], [after, MPI.DOUBLE])
     c.eq(after.tolist(), [float(n)] * 2, "the ranks in step after the errors")

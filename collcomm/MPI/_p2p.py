@@ -259,10 +259,20 @@ class PointToPoint(Probes):
             if st:
                 unpack_staged(st, got.count)
             return
+        self._check_send(sendbuf, dest, sendtag, "Sendrecv")   # (before the receive is posted)
         r = self._irecv(recvbuf, source, recvtag, "Sendrecv")
         s = self._isend(sendbuf, dest, sendtag, False, "Sendrecv")
         self._complete(s)
         self._complete(r, status)
+
+    def _check_send(self, buf: Any, dest: int, tag: int, call: str) -> None:
+        """Raise what ``_isend`` would raise for its arguments (the destination, the tag,
+        the buffer spec), sending nothing: a Sendrecv whose send is wrong must not leave its
+        receive posted (it would take the next call's message)."""
+        g = self._grp(call)
+        if _dest(g, dest, call) is not None:
+            _stag(tag, call)
+            simple(buf, call, "buf")
 
     def Sendrecv_replace(self, buf: Any, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,  # noqa: N802
                          recvtag: int = ANY_TAG, status: Status | None = None) -> None:
@@ -282,6 +292,7 @@ class PointToPoint(Probes):
 
     def Isendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,  # noqa: N802
                   source: int = ANY_SOURCE, recvtag: int = ANY_TAG) -> Request:
+        self._check_send(sendbuf, dest, sendtag, "Isendrecv")   # (before the receive is posted)
         r = self._irecv(recvbuf, source, recvtag, "Isendrecv")
         return _request(_Pair(self._isend(sendbuf, dest, sendtag, False, "Isendrecv"), r))
 
