@@ -7,7 +7,9 @@ job (tests/mpi_checks.py) at 1-5 ranks and over TCP:
   copies (``Datatype``, ``Op``, ``Group``, ``Info``, ``Request``, ``Errhandler``);
 - a program that joins every other thread (``threading.enumerate()``) ends: collcomm's own
   threads return from ``join()`` at once (collcomm/helper_thread.py), still running;
-- a token passed around the ranks in order with empty messages ``[None, 'B']``.
+- a token passed around the ranks in order with empty messages ``[None, 'B']``;
+- ``None`` where ``IN_PLACE`` may stand (a send buffer; ``Scatter``'s receive buffer at
+  the root), as mpi4py takes it.
 """
 from __future__ import annotations
 
@@ -75,10 +77,36 @@ def _token_ring(c: Checker, MPI: Any, comm: Any) -> None:
     comm.Barrier()
 
 
+def _none_is_in_place(c: Checker, MPI: Any, comm: Any) -> None:
+    """mpi4py takes ``None`` where ``IN_PLACE`` may stand (its test suite does)."""
+    import numpy as np
+    r, n = comm.rank, comm.size
+    every = np.full(n, -1, dtype="i")
+    every[r] = r
+    comm.Allgather(None, every)
+    c.eq(every.tolist(), list(range(n)), "Allgather(None, buf)")
+    total = np.full(2, r + 1.0)
+    comm.Allreduce(None, total)
+    c.eq(total.tolist(), [n * (n + 1) / 2] * 2, "Allreduce(None, buf)")
+    part = np.full(1, r + 1.0)
+    comm.Scan(None, part)
+    c.eq(part[0], (r + 1) * (r + 2) / 2, "Scan(None, buf)")
+    red = np.full(1, 2.0)
+    comm.Reduce(None if r == 0 else red, red if r == 0 else None, op=MPI.SUM, root=0)
+    if r == 0:
+        c.eq(red[0], 2.0 * n, "Reduce(None, buf) at the root")
+    whole = np.arange(n, dtype="d") if r == 0 else None
+    mine = np.zeros(1)
+    comm.Scatter(whole, None if r == 0 else mine, root=0)
+    c.eq((whole[0] if r == 0 else mine[0]), float(r), "Scatter(buf, None) at the root")
+    comm.Barrier()
+
+
 def demo_idiom_checks(c: Checker, MPI: Any, comm: Any) -> None:
     _subclasses(c, MPI, comm)
     _threads_joined(c, MPI, comm)
     _token_ring(c, MPI, comm)
+    _none_is_in_place(c, MPI, comm)
     comm.Barrier()
 
 

@@ -101,9 +101,12 @@ class BufferCollectives(ReducingCollectives, BufferCollectivesImpl):
         return _request(self._bcast(buf, root, True, call))
 
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         g = self._h.g
         fast = g.fast if g is not None else None
-        if fast is not None and (type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray):
+        if fast is not None and (type(sendbuf) is not np.ndarray and sendbuf is not None
+                                 or type(recvbuf) is not np.ndarray and recvbuf is not None):
             sendbuf, recvbuf = _plain2(sendbuf, recvbuf, 1, g.size)   # (specs' arrays)
         if fast is not None and type(sendbuf) is np.ndarray:
             recv = recvbuf if g.rank == root else None
@@ -120,12 +123,15 @@ class BufferCollectives(ReducingCollectives, BufferCollectivesImpl):
             self._gather(sendbuf, recvbuf, root, False, "Gather")
 
     def Igather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         return self._igather(sendbuf, recvbuf, root, "Igather")
 
     def _igather(self, sendbuf: Any, recvbuf: Any, root: int, call: str) -> Request:
         g = self._h.g
         fast = g.fast if g is not None else None
-        if fast is not None and (type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray):
+        if fast is not None and (type(sendbuf) is not np.ndarray and sendbuf is not None
+                                 or type(recvbuf) is not np.ndarray and recvbuf is not None):
             sendbuf, recvbuf = _plain2(sendbuf, recvbuf, 1, g.size)   # (specs' arrays)
         if fast is not None and type(sendbuf) is np.ndarray:
             recv = recvbuf if g.rank == root else None
@@ -139,9 +145,12 @@ class BufferCollectives(ReducingCollectives, BufferCollectivesImpl):
         return _request(self._gather(sendbuf, recvbuf, root, True, call))
 
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
+        if recvbuf is None:            # (mpi4py: None is IN_PLACE)
+            recvbuf = IN_PLACE
         g = self._h.g
         fast = g.fast if g is not None else None
-        if fast is not None and (type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray):
+        if fast is not None and (type(sendbuf) is not np.ndarray and sendbuf is not None
+                                 or type(recvbuf) is not np.ndarray and recvbuf is not None):
             sendbuf, recvbuf = _plain2(sendbuf, recvbuf, g.size, 1)   # (specs' arrays)
         if fast is not None and type(recvbuf) is np.ndarray:
             send = sendbuf if g.rank == root else None
@@ -158,12 +167,15 @@ class BufferCollectives(ReducingCollectives, BufferCollectivesImpl):
             self._scatter(sendbuf, recvbuf, root, False, "Scatter")
 
     def Iscatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:  # noqa: N802
+        if recvbuf is None:            # (mpi4py: None is IN_PLACE)
+            recvbuf = IN_PLACE
         return self._iscatter(sendbuf, recvbuf, root, "Iscatter")
 
     def _iscatter(self, sendbuf: Any, recvbuf: Any, root: int, call: str) -> Request:
         g = self._h.g
         fast = g.fast if g is not None else None
-        if fast is not None and (type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray):
+        if fast is not None and (type(sendbuf) is not np.ndarray and sendbuf is not None
+                                 or type(recvbuf) is not np.ndarray and recvbuf is not None):
             sendbuf, recvbuf = _plain2(sendbuf, recvbuf, g.size, 1)   # (specs' arrays)
         if fast is not None and type(recvbuf) is np.ndarray:
             send = sendbuf if g.rank == root else None
@@ -177,9 +189,12 @@ class BufferCollectives(ReducingCollectives, BufferCollectivesImpl):
         return _request(self._scatter(sendbuf, recvbuf, root, True, call))
 
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         g = self._h.g
         fast = g.fast if g is not None else None
-        if fast is not None and (type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray):
+        if fast is not None and (type(sendbuf) is not np.ndarray and sendbuf is not None
+                                 or type(recvbuf) is not np.ndarray and recvbuf is not None):
             sendbuf, recvbuf = _plain2(sendbuf, recvbuf, 1, g.size)   # (specs' arrays)
         if fast is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
             try:
@@ -194,12 +209,15 @@ class BufferCollectives(ReducingCollectives, BufferCollectivesImpl):
             self._allgather(sendbuf, recvbuf, False, "Allgather")
 
     def Iallgather(self, sendbuf: Any, recvbuf: Any) -> Request:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         return self._iallgather(sendbuf, recvbuf, "Iallgather")
 
     def _iallgather(self, sendbuf: Any, recvbuf: Any, call: str) -> Request:
         g = self._h.g
         fast = g.fast if g is not None else None
-        if fast is not None and (type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray):
+        if fast is not None and (type(sendbuf) is not np.ndarray and sendbuf is not None
+                                 or type(recvbuf) is not np.ndarray and recvbuf is not None):
             sendbuf, recvbuf = _plain2(sendbuf, recvbuf, 1, g.size)   # (specs' arrays)
         if fast is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
             started = _started(fast.all_gather_async, sendbuf, recvbuf, call)
@@ -211,9 +229,12 @@ class BufferCollectives(ReducingCollectives, BufferCollectivesImpl):
         return _request(self._allgather(sendbuf, recvbuf, True, call))
 
     def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         g = self._h.g
         fast = g.fast if g is not None else None
-        if fast is not None and (type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray):
+        if fast is not None and (type(sendbuf) is not np.ndarray and sendbuf is not None
+                                 or type(recvbuf) is not np.ndarray and recvbuf is not None):
             sendbuf, recvbuf = _plain2(sendbuf, recvbuf, g.size, g.size)   # (specs' arrays)
         if fast is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
             try:
@@ -228,12 +249,15 @@ class BufferCollectives(ReducingCollectives, BufferCollectivesImpl):
             self._alltoall(sendbuf, recvbuf, False, "Alltoall")
 
     def Ialltoall(self, sendbuf: Any, recvbuf: Any) -> Request:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         return self._ialltoall(sendbuf, recvbuf, "Ialltoall")
 
     def _ialltoall(self, sendbuf: Any, recvbuf: Any, call: str) -> Request:
         g = self._h.g
         fast = g.fast if g is not None else None
-        if fast is not None and (type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray):
+        if fast is not None and (type(sendbuf) is not np.ndarray and sendbuf is not None
+                                 or type(recvbuf) is not np.ndarray and recvbuf is not None):
             sendbuf, recvbuf = _plain2(sendbuf, recvbuf, g.size, g.size)   # (specs' arrays)
         if fast is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
             started = _started(fast.all_to_all_async, sendbuf, recvbuf, call)

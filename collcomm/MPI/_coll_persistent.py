@@ -135,6 +135,8 @@ class PersistentCollectives(BufferCollectives):
         return persistent(_start(c, "broadcast_async", (fast, root, "Bcast_init"), general), c)
 
     def Gather_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Gather_init", sendbuf, recvbuf)
         general = lambda: c._igather(sendbuf, recvbuf, root, "Gather_init")._op  # noqa: E731
@@ -143,6 +145,8 @@ class PersistentCollectives(BufferCollectives):
         return persistent(_start(c, "gather_async", (send, recv, root, "Gather_init"), general), c)
 
     def Scatter_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:  # noqa: N802
+        if recvbuf is None:            # (mpi4py: None is IN_PLACE)
+            recvbuf = IN_PLACE
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Scatter_init", sendbuf, recvbuf)
         general = lambda: c._iscatter(sendbuf, recvbuf, root, "Scatter_init")._op  # noqa: E731
@@ -151,6 +155,8 @@ class PersistentCollectives(BufferCollectives):
         return persistent(_start(c, "scatter_async", (send, recv, root, "Scatter_init"), general), c)
 
     def Allgather_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Allgather_init", sendbuf, recvbuf)
         general = lambda: c._iallgather(sendbuf, recvbuf, "Allgather_init")._op  # noqa: E731
@@ -159,6 +165,8 @@ class PersistentCollectives(BufferCollectives):
         return persistent(_start(c, "all_gather_async", args, general), c)
 
     def Alltoall_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Alltoall_init", sendbuf, recvbuf)
         general = lambda: c._ialltoall(sendbuf, recvbuf, "Alltoall_init")._op  # noqa: E731
@@ -167,6 +175,8 @@ class PersistentCollectives(BufferCollectives):
         return persistent(_start(c, "all_to_all_async", args, general), c)
 
     def Reduce_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0, info: Any = None) -> Any:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         op = pinned_op(op)
         c = private_comm(self, "Reduce_init", sendbuf, recvbuf)
@@ -178,6 +188,8 @@ class PersistentCollectives(BufferCollectives):
         return persistent(_start(c, "reduce_async", args if builtin is not None else None, general), c)
 
     def Allreduce_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Any:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         op = pinned_op(op)
         c = private_comm(self, "Allreduce_init", sendbuf, recvbuf)
@@ -189,6 +201,8 @@ class PersistentCollectives(BufferCollectives):
         return persistent(_start(c, "all_reduce_async", args if builtin is not None else None, general), c)
 
     def Reduce_scatter_block_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Any:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         op = pinned_op(op)
         c = private_comm(self, "Reduce_scatter_block_init", sendbuf, recvbuf)
@@ -201,6 +215,8 @@ class PersistentCollectives(BufferCollectives):
 
     def Reduce_scatter_init(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM,  # noqa: N802
                             info: Any = None) -> Any:
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         op = pinned_op(op)
         c = private_comm(self, "Reduce_scatter_init", sendbuf, recvbuf)

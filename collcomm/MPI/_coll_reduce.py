@@ -51,9 +51,12 @@ class ReducingCollectives:
     _reduce_scatter: Any
 
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0) -> None:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         g = self._h.g
         fast = g.fast if g is not None else None
-        if fast is not None and (type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray) \
+        if fast is not None and (type(sendbuf) is not np.ndarray and sendbuf is not None
+                                 or type(recvbuf) is not np.ndarray and recvbuf is not None) \
                 and _builtin(op) is not None:
             sendbuf, recvbuf = _plain2(sendbuf, recvbuf, 1, 1)   # (specs' arrays)
         builtin = _builtin(op) if fast is not None else None
@@ -72,12 +75,15 @@ class ReducingCollectives:
             self._reduce(sendbuf, recvbuf, op, root, False, "Reduce")
 
     def Ireduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0) -> Request:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         return self._ireduce(sendbuf, recvbuf, op, root, "Ireduce")
 
     def _ireduce(self, sendbuf: Any, recvbuf: Any, op: Any, root: int, call: str) -> Request:
         g = self._h.g
         fast = g.fast if g is not None else None
-        if fast is not None and (type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray) \
+        if fast is not None and (type(sendbuf) is not np.ndarray and sendbuf is not None
+                                 or type(recvbuf) is not np.ndarray and recvbuf is not None) \
                 and _builtin(op) is not None:
             sendbuf, recvbuf = _plain2(sendbuf, recvbuf, 1, 1)   # (specs' arrays)
         builtin = _builtin(op) if fast is not None else None
@@ -93,9 +99,12 @@ class ReducingCollectives:
         return _request(self._reduce(sendbuf, recvbuf, op, root, True, call))
 
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         g = self._h.g
         fast = g.fast if g is not None else None
-        if fast is not None and (type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray) \
+        if fast is not None and (type(sendbuf) is not np.ndarray and sendbuf is not None
+                                 or type(recvbuf) is not np.ndarray and recvbuf is not None) \
                 and _builtin(op) is not None:
             sendbuf, recvbuf = _plain2(sendbuf, recvbuf, 1, 1)   # (specs' arrays)
         builtin = _builtin(op) if fast is not None and type(recvbuf) is np.ndarray else None
@@ -113,12 +122,15 @@ class ReducingCollectives:
             self._allreduce(sendbuf, recvbuf, op, False, "Allreduce")
 
     def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         return self._iallreduce(sendbuf, recvbuf, op, "Iallreduce")
 
     def _iallreduce(self, sendbuf: Any, recvbuf: Any, op: Any, call: str) -> Request:
         g = self._h.g
         fast = g.fast if g is not None else None
-        if fast is not None and (type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray) \
+        if fast is not None and (type(sendbuf) is not np.ndarray and sendbuf is not None
+                                 or type(recvbuf) is not np.ndarray and recvbuf is not None) \
                 and _builtin(op) is not None:
             sendbuf, recvbuf = _plain2(sendbuf, recvbuf, 1, 1)   # (specs' arrays)
         builtin = _builtin(op) if fast is not None and type(recvbuf) is np.ndarray else None
@@ -133,9 +145,12 @@ class ReducingCollectives:
         return _request(self._allreduce(sendbuf, recvbuf, op, True, call))
 
     def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         g = self._h.g
         fast = g.fast if g is not None else None
-        if fast is not None and (type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray) \
+        if fast is not None and (type(sendbuf) is not np.ndarray and sendbuf is not None
+                                 or type(recvbuf) is not np.ndarray and recvbuf is not None) \
                 and _builtin(op) is not None:
             # (specs' arrays; with IN_PLACE the receive buffer holds the n blocks)
             sendbuf, recvbuf = _plain2(sendbuf, recvbuf, g.size, g.size if sendbuf is IN_PLACE else 1)
@@ -152,12 +167,15 @@ class ReducingCollectives:
         self._reduce_scatter_block(sendbuf, recvbuf, op, False, "Reduce_scatter_block")
 
     def Ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         return self._ireduce_scatter_block(sendbuf, recvbuf, op, "Ireduce_scatter_block")
 
     def _ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any, call: str) -> Request:
         g = self._h.g
         fast = g.fast if g is not None else None
-        if fast is not None and (type(sendbuf) is not np.ndarray or type(recvbuf) is not np.ndarray) \
+        if fast is not None and (type(sendbuf) is not np.ndarray and sendbuf is not None
+                                 or type(recvbuf) is not np.ndarray and recvbuf is not None) \
                 and _builtin(op) is not None:
             # (specs' arrays; with IN_PLACE the receive buffer holds the n blocks)
             sendbuf, recvbuf = _plain2(sendbuf, recvbuf, g.size, g.size if sendbuf is IN_PLACE else 1)
@@ -172,10 +190,14 @@ class ReducingCollectives:
         return _request(self._reduce_scatter_block(sendbuf, recvbuf, op, True, call))
 
     def Reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM) -> None:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         if self._equal_counts(sendbuf, recvbuf, recvcounts, op, False, "Reduce_scatter") is None:
             self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, False, "Reduce_scatter")
 
     def Ireduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM) -> Request:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         return self._ireduce_scatter(sendbuf, recvbuf, recvcounts, op, "Ireduce_scatter")
 
     def _ireduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any, op: Any, call: str) -> Request:

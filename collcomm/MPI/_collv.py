@@ -179,6 +179,8 @@ class VectorCollectives:
     # (the public forms call the fast call's entry themselves, without the helpers' frames:
     # its C reads the specs, an error of it is translated, None: the regular path)
     def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         g = self._h.g
         if g is not None and (fast := g.fast) is not None:
             try:
@@ -189,6 +191,8 @@ class VectorCollectives:
         self._gatherv(sendbuf, recvbuf, root, False, "Gatherv")
 
     def Igatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         g = self._h.g
         if g is not None and (fast := g.fast) is not None \
                 and (r := _started(fast.gatherv, sendbuf, recvbuf, root, "Igatherv", Datatype, True)) is not None:
@@ -201,6 +205,8 @@ class VectorCollectives:
         return _request(self._gatherv(sendbuf, recvbuf, root, True, call) if work is None else work)
 
     def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
+        if recvbuf is None:            # (mpi4py: None is IN_PLACE)
+            recvbuf = IN_PLACE
         g = self._h.g
         if g is not None and (fast := g.fast) is not None:
             try:
@@ -211,6 +217,8 @@ class VectorCollectives:
         self._scatterv(sendbuf, recvbuf, root, False, "Scatterv")
 
     def Iscatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:  # noqa: N802
+        if recvbuf is None:            # (mpi4py: None is IN_PLACE)
+            recvbuf = IN_PLACE
         g = self._h.g
         if g is not None and (fast := g.fast) is not None \
                 and (r := _started(fast.scatterv, sendbuf, recvbuf, root, "Iscatterv", Datatype, True)) is not None:
@@ -223,11 +231,15 @@ class VectorCollectives:
         return _request(self._scatterv(sendbuf, recvbuf, root, True, call) if work is None else work)
 
     def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         fast, g = self._fast_call()
         if fast is None or _fast.allgatherv(fast, g, sendbuf, recvbuf, "Allgatherv") is None:
             self._allgatherv(sendbuf, recvbuf, False, "Allgatherv")
 
     def Iallgatherv(self, sendbuf: Any, recvbuf: Any) -> Request:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         return self._iallgatherv(sendbuf, recvbuf, "Iallgatherv")
 
     def _iallgatherv(self, sendbuf: Any, recvbuf: Any, call: str) -> Request:
@@ -236,6 +248,8 @@ class VectorCollectives:
         return _request(self._allgatherv(sendbuf, recvbuf, True, call) if work is None else work)
 
     def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         g = self._h.g
         if g is not None and (fast := g.fast) is not None:
             try:
@@ -246,6 +260,8 @@ class VectorCollectives:
         self._alltoallv(sendbuf, recvbuf, False, "Alltoallv")
 
     def Ialltoallv(self, sendbuf: Any, recvbuf: Any) -> Request:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         g = self._h.g
         if g is not None and (fast := g.fast) is not None \
                 and (r := _started(fast.alltoallv, sendbuf, recvbuf, "Ialltoallv", Datatype, True)) is not None:
@@ -258,6 +274,8 @@ class VectorCollectives:
         return _request(self._alltoallv(sendbuf, recvbuf, True, call) if work is None else work)
 
     def Alltoallw(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         g = self._h.g
         if g is not None and (fast := g.fast) is not None:
             try:
@@ -268,6 +286,8 @@ class VectorCollectives:
         self._alltoallw(sendbuf, recvbuf, False, "Alltoallw")
 
     def Ialltoallw(self, sendbuf: Any, recvbuf: Any) -> Request:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         g = self._h.g
         if g is not None and (fast := g.fast) is not None and (r := _started(
                 fast.alltoallw, sendbuf, recvbuf, "Ialltoallw", Datatype, True, _fast.UINT8)) is not None:
@@ -280,12 +300,16 @@ class VectorCollectives:
         return _request(self._alltoallw(sendbuf, recvbuf, True, call) if work is None else work)
 
     def Gatherv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Gatherv_init", sendbuf, recvbuf)
         general = lambda: c._igatherv(sendbuf, recvbuf, root, "Gatherv_init")._op  # noqa: E731
         return persistent(_start(c, "gatherv", (sendbuf, recvbuf, root, "Gatherv_init", Datatype, True), general), c)
 
     def Scatterv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:  # noqa: N802
+        if recvbuf is None:            # (mpi4py: None is IN_PLACE)
+            recvbuf = IN_PLACE
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Scatterv_init", sendbuf, recvbuf)
         general = lambda: c._iscatterv(sendbuf, recvbuf, root, "Scatterv_init")._op  # noqa: E731
@@ -293,6 +317,8 @@ class VectorCollectives:
                           c)
 
     def Allgatherv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Allgatherv_init", sendbuf, recvbuf)
         general = lambda: c._iallgatherv(sendbuf, recvbuf, "Allgatherv_init")._op  # noqa: E731
@@ -300,12 +326,16 @@ class VectorCollectives:
                                  general), c)
 
     def Alltoallv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Alltoallv_init", sendbuf, recvbuf)
         general = lambda: c._ialltoallv(sendbuf, recvbuf, "Alltoallv_init")._op  # noqa: E731
         return persistent(_start(c, "alltoallv", (sendbuf, recvbuf, "Alltoallv_init", Datatype, True), general), c)
 
     def Alltoallw_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Alltoallw_init", sendbuf, recvbuf)
         general = lambda: c._ialltoallw(sendbuf, recvbuf, "Alltoallw_init")._op  # noqa: E731
@@ -360,10 +390,14 @@ class ScanCollectives:
                     after=finisher(st))
 
     def Scan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         if not self._fast_scan(sendbuf, recvbuf, op, False, "Scan"):
             self._scan(sendbuf, recvbuf, op, False, False, "Scan")
 
     def Exscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         if not self._fast_scan(sendbuf, recvbuf, op, True, "Exscan"):
             self._scan(sendbuf, recvbuf, op, True, False, "Exscan")
 
@@ -388,18 +422,26 @@ class ScanCollectives:
             raise translate(exc) from exc
 
     def Iscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         return _request(self._scan(sendbuf, recvbuf, op, False, True, "Iscan"))
 
     def Iexscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         return _request(self._scan(sendbuf, recvbuf, op, True, True, "Iexscan"))
 
     def Scan_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Any:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         op = pinned_op(op)
         c = private_comm(self, "Scan_init", sendbuf, recvbuf)
         return persistent(lambda: WorkOp(c._scan(sendbuf, recvbuf, op, False, True, "Scan_init")), c)
 
     def Exscan_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Any:  # noqa: N802
+        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
+            sendbuf = IN_PLACE
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         op = pinned_op(op)
         c = private_comm(self, "Exscan_init", sendbuf, recvbuf)
