@@ -8,6 +8,9 @@ job (tests/mpi_checks.py) at 1-5 ranks and over TCP:
 - a program that joins every other thread (``threading.enumerate()``) ends: collcomm's own
   threads return from ``join()`` at once (collcomm/helper_thread.py), still running;
 - a token passed around the ranks in order with empty messages ``[None, 'B']``;
+- what mpi4py's own test suite found (a message of no bytes received as an object,
+  ``Create_cart`` with one period, ``Comm.fromint`` of a Cartesian communicator,
+  ``Create_dist_graph_adjacent(None, None)``, statuses given as a tuple, ``Status(123)``);
 - ``None`` where ``IN_PLACE`` may stand (a send buffer; ``Scatter``'s receive buffer at
   the root), as mpi4py takes it.
 """
@@ -102,11 +105,39 @@ def _none_is_in_place(c: Checker, MPI: Any, comm: Any) -> None:
     comm.Barrier()
 
 
+def _suite_cases(c: Checker, MPI: Any, comm: Any) -> None:
+    """What mpi4py 4.1.2's own test suite found different (its test files under collcomm)."""
+    r, n = comm.rank, comm.size
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    q = comm.irecv(None, prv, 40)
+    comm.Send([None, 0, "B"], nxt, 40)
+    got = q.wait()
+    comm.Send([None, 0, "B"], nxt, 41)
+    c.eq((got, comm.recv(None, prv, 41)), (None, None), "a message of no bytes received as an object: None")
+    cart = comm.Create_cart([n], True)
+    c.eq((cart.Get_topo()[1], type(MPI.Comm.fromint(cart.toint())).__name__), ([True], "Cartcomm"),
+         "Create_cart with one period for all; fromint gives a Cartcomm")
+    cart.Free()
+    dist = comm.Create_dist_graph_adjacent(None, None)
+    c.eq(dist.Get_dist_neighbors()[:2], ([], []), "Create_dist_graph_adjacent(None, None): no neighbours")
+    dist.Free()
+    reqs = [MPI.REQUEST_NULL] * 3
+    statuses = [MPI.Status() for _ in range(3)]
+    for given in (tuple(statuses), (statuses[0],), ()):
+        MPI.Request.Waitall(reqs, given)          # (a tuple is filled as far as it goes)
+    grown: list[Any] = []
+    MPI.Request.Waitall(reqs, grown)
+    c.eq(len(grown), 3, "Waitall: a shorter list of statuses grows")
+    c.raises(lambda: MPI.Status(123), TypeError, "Status(123)")
+    comm.Barrier()
+
+
 def demo_idiom_checks(c: Checker, MPI: Any, comm: Any) -> None:
     _subclasses(c, MPI, comm)
     _threads_joined(c, MPI, comm)
     _token_ring(c, MPI, comm)
     _none_is_in_place(c, MPI, comm)
+    _suite_cases(c, MPI, comm)
     comm.Barrier()
 
 

@@ -99,6 +99,20 @@ class Comm(PointToPoint, ObjectPointToPoint, PersistentCollectives, VectorCollec
     def _record(self) -> Any:
         return _NULL_REC if self._h.kind == "null" else self._h    # (freed: COMM_NULL's)
 
+    @classmethod
+    def _from_record(cls, rec: Any) -> Any:
+        """A handle of the communicator's own class (a Cartesian one's: Cartcomm…), as
+        mpi4py's fromhandle gives it."""
+        from ._graph import Distgraphcomm, Graphcomm
+        from ._topo import Cartcomm
+        kind = getattr(rec.topo, "kind", None) if rec is not None and rec.kind != "null" else None
+        target = {CART: Cartcomm, GRAPH: Graphcomm, DIST_GRAPH: Distgraphcomm}.get(kind)  # type: ignore[arg-type]
+        if target is None:
+            target = cls if rec is None or rec.kind == "null" or cls is not Comm else Intracomm
+        obj = target.__new__(target)
+        obj._h = rec
+        return obj
+
     def __new__(cls, comm: Any = None) -> Any:
         # (made as mpi4py makes its handles, by __new__: a subclass's __new__(cls, comm)
         # that passes comm on gets the copy; __init__ then does it again)

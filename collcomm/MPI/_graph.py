@@ -119,7 +119,8 @@ def create_dist_graph_adjacent(comm: Comm, sources: Sequence[int], destinations:
     call = "Create_dist_graph_adjacent"
     g = comm._grp(call)
     ctx = comm._h.next_ctx("dist_graph")    # (first: a rank refused below stays in step)
-    src, dst = _ranks(sources, g.size, call, "sources"), _ranks(destinations, g.size, call, "destinations")
+    src = _ranks([] if sources is None else sources, g.size, call, "sources")           # (None: none,
+    dst = _ranks([] if destinations is None else destinations, g.size, call, "destinations")  # as mpi4py)
     sw, dw = _weights(sourceweights, len(src), call, "sourceweights"), _weights(destweights, len(dst), call,
                                                                                  "destweights")
     if (sw is None) != (dw is None):   # (an unweighted side without edges: the other's weighted)

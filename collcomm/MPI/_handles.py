@@ -78,14 +78,14 @@ class HandleInts:
         return obj
 
     @classmethod
-    def _kind(cls) -> str:
+    def _handle_kind(cls) -> str:
         for base in cls.__mro__:             # (the handle class that defines _REC)
             if "_REC" in base.__dict__:
                 return base.__name__
         return cls.__name__
 
     def py2f(self) -> int:
-        return number(self._kind(), self._record(), self._null_rec(), self._fixed(),
+        return number(self._handle_kind(), self._record(), self._null_rec(), self._fixed(),
                       3 if self._fixed() else 1)
 
     toint = py2f
@@ -97,7 +97,7 @@ class HandleInts:
 
     @classmethod
     def f2py(cls, arg: int) -> Any:
-        return cls._from_record(record(cls._kind(), arg, cls._null_rec(), cls._fixed()))
+        return cls._from_record(record(cls._handle_kind(), arg, cls._null_rec(), cls._fixed()))
 
     fromint = f2py
     fromhandle = f2py

@@ -57,6 +57,8 @@ _body_ids = itertools.count(1)
 def _body(first: np.ndarray, nbytes: int) -> tuple[int, int | None]:
     """(pickle length, body id) of a received first part; the id is None for a small object
     (its pickle follows the length in the same message: ``nbytes == 8 + length``)."""
+    if nbytes == 0:                     # (no bytes, a buffer send of [None, 0, 'B']: None)
+        return 0, None
     size = _LENGTH.unpack_from(first)[0] if nbytes >= 8 else -8
     if nbytes == 8 + size:
         return size, None
@@ -76,7 +78,9 @@ def _received(g: Any, got: tuple, source: int, status: Status | None) -> Any:
     large object's body received here; ``status`` filled."""
     small, obj, got_tag, size = got
     try:
-        if small is None:               # (obj: the byte count of a message C could not read)
+        if small is None and obj == 0:  # (a message of no bytes is None, as mpi4py's)
+            small, obj, size = True, None, 0
+        elif small is None:             # (obj: the byte count of a message C could not read)
             raise _not_an_object(obj)
         if not small:                   # a large object: its body follows (obj: its id)
             data = np.empty(size, dtype=np.uint8)
@@ -160,7 +164,8 @@ class _ObjRecv:
                 return False
             self._body.wait()
         assert self._data is not None
-        value = _pickle.loads(self._data)
+        # (a message of no bytes, a buffer send of [None, 0, 'B'], is None: mpi4py's)
+        value = _pickle.loads(self._data) if len(self._data) else None
         with _POSTING:                  # (once, whichever thread gets here first)
             if self._done:
                 return True

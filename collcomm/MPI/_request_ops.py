@@ -181,8 +181,12 @@ def _in_status(call: str, n: int, failed: list[tuple[int, Any]]) -> None:
 
 
 def _nth(statuses: list[Status] | None, i: int) -> Status | None:
+    """Status ``i`` of a statuses argument: a list shorter than the requests grows (as
+    mpi4py's), a tuple (or other sequence) gives what it has (None past its end)."""
     if statuses is None:
         return None
-    while len(statuses) <= i:
-        statuses.append(Status())
-    return statuses[i]
+    if type(statuses) is list or isinstance(statuses, list):
+        while len(statuses) <= i:
+            statuses.append(Status())
+        return statuses[i]
+    return statuses[i] if i < len(statuses) else None

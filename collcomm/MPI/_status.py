@@ -21,6 +21,8 @@ class Status:
     __slots__ = ("source", "tag", "error", "count", "cancelled")
 
     def __init__(self, status: "Status | None" = None) -> None:
+        if status is not None and not isinstance(status, Status):
+            raise TypeError(f"Status: expected a Status to copy, got {type(status).__name__}")
         if status is None:
             self.source, self.tag, self.error, self.count, self.cancelled = ANY_SOURCE, ANY_TAG, SUCCESS, 0, False
         else:

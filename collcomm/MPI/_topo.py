@@ -126,7 +126,9 @@ def _size(dims: Sequence[int]) -> int:
 def create_cart(comm: Comm, dims: Sequence[int], periods: Sequence[bool] | None, reorder: bool) -> Comm:
     g = comm._grp("Create_cart")
     dims = [int(d) for d in dims]
-    periods = [False] * len(dims) if periods is None else list(periods)
+    if periods is None or isinstance(periods, (bool, int)):    # (one for every dimension, as mpi4py)
+        periods = [bool(periods)] * len(dims)
+    periods = list(periods)
     if any(d <= 0 for d in dims) or len(periods) != len(dims):
         raise MPIException(ERR_ARG, f"Create_cart: dims must be positive with one period each, got {dims}, {periods}")
     n = _size(dims)
