@@ -71,9 +71,6 @@ class BufferAutomaticType(_Sentinel):
     __slots__ = ()
 
 
-#: a dtype's byteorder character when it is not this machine's
-_SWAPPED = ">" if sys.byteorder == "little" else "<"
-
 IN_PLACE: Any = InPlaceType("IN_PLACE")
 BOTTOM: Any = BottomType("BOTTOM")
 BUFFER_AUTOMATIC: Any = BufferAutomaticType("BUFFER_AUTOMATIC")
@@ -158,9 +155,6 @@ def _typed(flat: np.ndarray, natural: Datatype | None, dt: Datatype | None, coun
         if natural is None:
             raise KeyError(f"{call}: cannot tell the datatype of {role} ({flat.dtype}); "
                            "pass [buf, datatype]")
-        if flat.dtype.byteorder == _SWAPPED:     # (its values are not a native datatype's: as mpi4py)
-            raise BufferError(f"{call}: {role} ({flat.dtype}) is in non-native byte order; pass "
-                              "[buf, datatype] to move its bytes as they are, or convert it")
         dt = natural
     t = dt._t
     assert t is not None
