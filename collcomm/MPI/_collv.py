@@ -1,5 +1,6 @@
 """Vector collectives (``Gatherv``, ``Scatterv``, ``Allgatherv``, ``Alltoallv``,
-``Alltoallw``) and the prefix reductions (``Scan``, ``Exscan``), with ``I…`` and ``…_init``.
+``Alltoallw``), with ``I…`` and ``…_init`` (the prefix reductions ``Scan``/``Exscan``:
+:mod:`._coll_scan`).
 
 Every vector collective is one :func:`collcomm.core.collectives.all_to_all` call with
 per-rank counts (the core's v-variant): Gatherv sends one block to the root only,
@@ -10,8 +11,6 @@ work. ``Alltoallw`` moves bytes: its displacements are in bytes and each rank's 
 have its own datatype. All five, blocking, ``I…`` and ``…_init``, on numpy arrays first
 offer the same call to the group's fast call (:mod:`._collv_fast`).
 
-``Scan``/``Exscan`` call :mod:`collcomm.core.scan` (recursive doubling in rank order, so
-a non-commutative user op is fine). Exscan leaves rank 0's ``recvbuf`` as it was.
 """
 from __future__ import annotations
 
@@ -21,7 +20,6 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..core import collectives as core
-from ..core import scan as core_scan
 from ..errors import CollcommError
 from ._coll import _builtin, _not_root_in_place, _request, _run
 from . import _collv_fast as _fast
@@ -29,9 +27,8 @@ from ._coll_persistent import _start, private_comm
 from ._errors import ERR_ROOT, Exception as MPIException, translate
 from ._msg import IN_PLACE, packed, pinned, simple, vector
 from ._staging import Staged, finisher, packed_blocks
-from ._ops import SUM, core_op, pinned_op
 from ._prequest import persistent
-from ._request import Request, WorkOp
+from ._request import Request
 from ._request_makers import started as _started   # (the Request of a two-part start, or None)
 from ._types import Datatype, as_datatype
 
@@ -370,79 +367,3 @@ def _wspec(spec: Any, n: int, call: str, role: str, staged: Staged | None
         if d < 0 or d + c > raw.size:
             raise ValueError(f"{call}: {role}: a block of {c} bytes at byte {d} does not fit in {raw.size} bytes")
     return raw, bcounts, bdispls
-
-
-class ScanCollectives:
-    """Scan and Exscan (an Intracomm's)."""
-
-    __slots__ = ()
-
-    _grp: Callable[..., Any]      # the communicator's group, from Comm
-
-    def _scan(self, sendbuf: Any, recvbuf: Any, op: Any, exclusive: bool, aop: bool, call: str) -> Any:
-        g = self._grp(call)
-        st: Staged = []
-        recv, dt = simple(recvbuf, call, "recvbuf", writable=True, staged=st)
-        send = recv if sendbuf is IN_PLACE else simple(sendbuf, call, "sendbuf")[0]
-        rop, _ = core_op(op, dt, call, keeps_order=True)
-        fn = core_scan.exscan if exclusive else core_scan.scan
-        return _run(fn, g, send, recv, rop, dtype=dt._t.core, async_op=aop, name=call,
-                    after=finisher(st))
-
-    def Scan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
-        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
-            sendbuf = IN_PLACE
-        if not self._fast_scan(sendbuf, recvbuf, op, False, "Scan"):
-            self._scan(sendbuf, recvbuf, op, False, False, "Scan")
-
-    def Exscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
-        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
-            sendbuf = IN_PLACE
-        if not self._fast_scan(sendbuf, recvbuf, op, True, "Exscan"):
-            self._scan(sendbuf, recvbuf, op, True, False, "Exscan")
-
-    def _fast_scan(self, sendbuf: Any, recvbuf: Any, op: Any, exclusive: bool, call: str) -> bool:
-        """A small Scan/Exscan of numpy arrays with a built-in op in one C call (the fast
-        call's ``scan``: the all_gather and fold of collcomm/core/scan.py); False, nothing
-        done, for anything it does not take."""
-        g = self._h.g
-        fast = g.fast if g is not None else None
-        if fast is None or type(recvbuf) is not np.ndarray:
-            return False
-        if sendbuf is IN_PLACE:
-            sendbuf = recvbuf
-        elif type(sendbuf) is not np.ndarray:
-            return False
-        builtin = _builtin(op)
-        if builtin is None:
-            return False
-        try:
-            return fast.scan(sendbuf, recvbuf, builtin, exclusive, call) is True
-        except CollcommError as exc:
-            raise translate(exc) from exc
-
-    def Iscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:  # noqa: N802
-        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
-            sendbuf = IN_PLACE
-        return _request(self._scan(sendbuf, recvbuf, op, False, True, "Iscan"))
-
-    def Iexscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:  # noqa: N802
-        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
-            sendbuf = IN_PLACE
-        return _request(self._scan(sendbuf, recvbuf, op, True, True, "Iexscan"))
-
-    def Scan_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Any:  # noqa: N802
-        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
-            sendbuf = IN_PLACE
-        sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
-        op = pinned_op(op)
-        c = private_comm(self, "Scan_init", sendbuf, recvbuf)
-        return persistent(lambda: WorkOp(c._scan(sendbuf, recvbuf, op, False, True, "Scan_init")), c)
-
-    def Exscan_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Any:  # noqa: N802
-        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
-            sendbuf = IN_PLACE
-        sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
-        op = pinned_op(op)
-        c = private_comm(self, "Exscan_init", sendbuf, recvbuf)
-        return persistent(lambda: WorkOp(c._scan(sendbuf, recvbuf, op, True, True, "Exscan_init")), c)

@@ -25,12 +25,13 @@ from ..core.group import ProcessGroup
 from ..core.tags import make_ctx
 from ..errors import CollcommError
 from . import _env
-from ._handles import HandleInts
+from ._handles import CommHandleInts
 from ._attrs import _KEYVALS, Attributes
 from ._request import ORPHANS, reap_orphans
 from ._cobj import ObjectCollectives
 from ._coll_persistent import PersistentCollectives
-from ._collv import ScanCollectives, VectorCollectives
+from ._coll_scan import ScanCollectives
+from ._collv import VectorCollectives
 from ._consts import CART, CONGRUENT, DIST_GRAPH, GRAPH, IDENT, SIMILAR, UNDEFINED, UNEQUAL
 from ._errors import ERR_ARG, ERR_COMM, ERR_GROUP, Exception as MPIException, not_implemented, translate
 from ._group import Group
@@ -82,37 +83,10 @@ _NAMED: dict[str, "Comm"] = {}
 
 
 class Comm(PointToPoint, ObjectPointToPoint, PersistentCollectives, VectorCollectives, ObjectCollectives,
-           Attributes, HandleInts):
+           Attributes, CommHandleInts):
     """A communicator (see the module docstring)."""
 
     __slots__ = ("_h",)
-    _REC = "_h"
-
-    @classmethod
-    def _null_rec(cls) -> Any:
-        return _NULL_REC
-
-    @classmethod
-    def _fixed(cls) -> dict[int, Any]:
-        return {0: COMM_WORLD._h, 1: COMM_SELF._h, 2: _NULL_REC}    # (Open MPI's numbers)
-
-    def _record(self) -> Any:
-        return _NULL_REC if self._h.kind == "null" else self._h    # (freed: COMM_NULL's)
-
-    @classmethod
-    def _from_record(cls, rec: Any) -> Any:
-        """A handle of the communicator's own class (a Cartesian one's: Cartcomm…), as
-        mpi4py's fromhandle gives it."""
-        from ._graph import Distgraphcomm, Graphcomm
-        from ._topo import Cartcomm
-        kind = getattr(rec.topo, "kind", None) if rec is not None and rec.kind != "null" else None
-        target = {CART: Cartcomm, GRAPH: Graphcomm, DIST_GRAPH: Distgraphcomm}.get(kind)  # type: ignore[arg-type]
-        if target is None:
-            target = cls if rec is None or rec.kind == "null" or cls is not Comm else Intracomm
-        obj = target.__new__(target)
-        obj._h = rec
-        return obj
-
     def __new__(cls, comm: Any = None) -> Any:
         # (made as mpi4py makes its handles, by __new__: a subclass's __new__(cls, comm)
         # that passes comm on gets the copy; __init__ then does it again)

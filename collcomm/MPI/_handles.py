@@ -101,3 +101,41 @@ class HandleInts:
 
     fromint = f2py
     fromhandle = f2py
+
+
+class CommHandleInts(HandleInts):
+    """A communicator's integer handles: ``COMM_WORLD`` 0, ``COMM_SELF`` 1, ``COMM_NULL``
+    (and any communicator freed since) 2, as Open MPI numbers them; ``f2py``/``fromint``
+    give the communicator's own class (a Cartesian one's: ``Cartcomm``…), as mpi4py's
+    fromhandle does."""
+
+    __slots__ = ()
+    _REC = "_h"
+
+    @classmethod
+    def _null_rec(cls) -> Any:
+        from ._comm import _NULL_REC
+        return _NULL_REC
+
+    @classmethod
+    def _fixed(cls) -> dict[int, Any]:
+        from ._comm import _NULL_REC, COMM_SELF, COMM_WORLD
+        return {0: COMM_WORLD._h, 1: COMM_SELF._h, 2: _NULL_REC}
+
+    def _record(self) -> Any:
+        rec = getattr(self, "_h")
+        return self._null_rec() if rec.kind == "null" else rec
+
+    @classmethod
+    def _from_record(cls, rec: Any) -> Any:
+        from ._comm import Comm, Intracomm
+        from ._consts import CART, DIST_GRAPH, GRAPH
+        from ._graph import Distgraphcomm, Graphcomm
+        from ._topo import Cartcomm
+        kind = getattr(rec.topo, "kind", None) if rec is not None and rec.kind != "null" else None
+        target: Any = {CART: Cartcomm, GRAPH: Graphcomm, DIST_GRAPH: Distgraphcomm}.get(kind)  # type: ignore[arg-type]
+        if target is None:
+            target = cls if rec is None or rec.kind == "null" or cls is not Comm else Intracomm
+        obj = target.__new__(target)
+        obj._h = rec
+        return obj

@@ -389,4 +389,5 @@ static int fast_bcast_cma_args(Fast *s, Py_ssize_t itemsize, PyObject **tail)
 #include "_fastcall_obj.c"         /* objects (pickled_small's calls) */
 #include "_fastcall_scan.c"        /* small scan / exscan */
 #include "_fastcall_parts_end.c"   /* their second part: wait_part, test_part */
+#include "_fastcall_parts_setup.c" /* ... what set_async gives them; their references */
 #include "_fastcall_type.c"
