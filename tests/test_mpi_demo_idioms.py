@@ -129,6 +129,20 @@ def _suite_cases(c: Checker, MPI: Any, comm: Any) -> None:
     MPI.Request.Waitall(reqs, grown)
     c.eq(len(grown), 3, "Waitall: a shorter list of statuses grows")
     c.raises(lambda: MPI.Status(123), TypeError, "Status(123)")
+    st = MPI.Status()
+    comm.Sendrecv_replace(None, MPI.PROC_NULL, 0, MPI.PROC_NULL, 0, st)
+    c.eq(st.Get_source(), MPI.PROC_NULL, "Sendrecv_replace(None, PROC_NULL, …, PROC_NULL): nothing moved")
+
+    class Mine(MPI.Intracomm):
+        pass
+
+    mine = Mine(comm)
+    dup, clone = mine.Dup(), mine.Clone()
+    c.eq((type(dup).__name__, type(clone).__name__, type(comm.Dup()).__name__), ("Mine", "Mine", "Intracomm"),
+         "a communicator subclass's Dup and Clone are of its class")
+    c.eq(dup.allreduce(1), comm.size, "... and work")
+    for x in (dup, clone):
+        x.Free()
     comm.Barrier()
 
 

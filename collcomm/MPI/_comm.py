@@ -221,7 +221,13 @@ class Comm(PointToPoint, ObjectPointToPoint, PersistentCollectives, VectorCollec
     # -- new communicators -----------------------------------------------------------------------
     def Dup(self, info: Info | None = None) -> "Comm":  # noqa: N802
         g = self._grp("Dup")
-        return self._derive(g.subgroup(g.ranks, self._h.next_ctx("dup"), f"{g.name}.dup"), "", self._h.topo)
+        new = self._derive(g.subgroup(g.ranks, self._h.next_ctx("dup"), f"{g.name}.dup"), "", self._h.topo)
+        cls = type(self)
+        if cls is not type(new) and isinstance(self, type(new)):   # (a subclass's Dup is of its
+            copy = cls.__new__(cls)                                  # class, as mpi4py's)
+            copy._h = new._h
+            return copy
+        return new
 
     def Clone(self) -> "Comm":  # noqa: N802
         return self.Dup()

@@ -33,7 +33,7 @@ from ._msg_plain import as_array, bound_at_init, plain_pair
 from ._staging import Receiving, unpack_staged
 from ._p2p_ops import (
     ACK, EXACT, SYNC, TAG_BITS, WILD, _EMPTY, _LentSend, _NativeRecv, _Pair, _Recv, _Send, _SENT, _dest, _native_tag,
-    _request, _rtag, _source, _stag, complete, Unpacked,
+    _null_status, _request, _rtag, _source, _stag, complete, Unpacked,
 )
 from ._types import _BY_NUMPY, PLAIN
 from ..core.p2p_loans import patience_ns
@@ -276,6 +276,9 @@ class PointToPoint(Probes):
 
     def Sendrecv_replace(self, buf: Any, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,  # noqa: N802
                          recvtag: int = ANY_TAG, status: Status | None = None) -> None:
+        if buf is None and dest == PROC_NULL and source == PROC_NULL:   # (nothing moves: as mpi4py)
+            _null_status(status)
+            return
         plain = type(buf) is _NDARRAY and buf.flags.c_contiguous and buf.dtype in _BY_NUMPY
         g = self._h.g
         f = None if g is None or g._closed or ORPHANS or not plain else getattr(g, "_p2p_native", None)
