@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 from ._coll import BufferCollectives, _builtin
 from ._msg import IN_PLACE, pinned
-from ._msg_plain import as_array, bound_at_init, reducible
+from ._msg_plain import as_array, bound_at_init
 from ._ops import SUM, pinned_op
 from ._prequest import persistent
 from ._request_makers import workop_started
@@ -104,9 +104,9 @@ class _Prepared:
 def _fast(spec: Any, call: str, role: str, writable: bool = False, per: int = 0, reduction: bool = False) -> Any:
     """What the fast call's entry is given for a buffer spec: the array the spec stands
     for (``[x, MPI.DOUBLE]``: x; :func:`._msg.as_array`), else the spec (which it declines:
-    the ``I…`` form then runs). ``reduction``: only a spec of a predefined datatype that
-    is no value-index pair (:func:`._msg.plain_pair`)."""
-    if (reduction and not reducible(spec)) or not bound_at_init(spec):
+    the ``I…`` form then runs). ``reduction``: only a spec whose datatype reduces as its
+    array's dtype (:func:`._msg_plain.reducible_type`)."""
+    if not bound_at_init(spec):
         return spec
     a = as_array(spec, call, role, writable, per, reduction)
     return spec if a is None else a

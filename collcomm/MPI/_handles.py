@@ -123,19 +123,14 @@ class CommHandleInts(HandleInts):
         return {0: COMM_WORLD._h, 1: COMM_SELF._h, 2: _NULL_REC}
 
     def _record(self) -> Any:
-        rec = getattr(self, "_h")
+        rec = self._h  # type: ignore[attr-defined]
         return self._null_rec() if rec.kind == "null" else rec
 
     @classmethod
     def _from_record(cls, rec: Any) -> Any:
-        from ._comm import Comm, Intracomm
-        from ._consts import CART, DIST_GRAPH, GRAPH
-        from ._graph import Distgraphcomm, Graphcomm
-        from ._topo import Cartcomm
-        kind = getattr(rec.topo, "kind", None) if rec is not None and rec.kind != "null" else None
-        target: Any = {CART: Cartcomm, GRAPH: Graphcomm, DIST_GRAPH: Distgraphcomm}.get(kind)  # type: ignore[arg-type]
-        if target is None:
-            target = cls if rec is None or rec.kind == "null" or cls is not Comm else Intracomm
-        obj = target.__new__(target)
+        from ._comm import Comm
+        if rec.kind != "null" and (rec.topo is not None or cls is Comm):
+            return Comm._wrap(rec)          # (the topology's class, or Intracomm)
+        obj = cls.__new__(cls)
         obj._h = rec
         return obj

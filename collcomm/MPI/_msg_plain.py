@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ._msg import IN_PLACE, blocks, gapped, simple
-from ._types import PLAIN, Datatype
+from ._types import PLAIN
 
 
 def as_array(spec: Any, call: str, role: str, writable: bool = False, per: int = 0,
@@ -49,12 +49,9 @@ def plain_pair(send: Any, recv: Any, call: str, send_per: int = 0, recv_per: int
     when at least one of them is a spec or another buffer that stands for an array and
     neither is one that cannot: the caller then makes its call again on the arrays, which
     its fast path takes; else None (the general path goes on with the specs).
-    ``reduction`` (a reduction with a built-in op, which the caller checked): only specs of
-    predefined datatypes that are no value-index pairs (an array's dtype stands for the
-    datatype's arithmetic; a derived or pair type's error or meaning stays the general
-    path's)."""
-    if reduction and not (reducible(send) and reducible(recv)):
-        return None
+    ``reduction`` (a reduction with a built-in op, which the caller checked): only specs
+    whose datatype reduces as their array's dtype (:func:`reducible_type`: a derived or
+    pair type's error or meaning stays the general path's; ``PLAIN`` takes no other)."""
     if PLAIN is not None:            # (the common case, in C: [x, MPI.DOUBLE] and the like)
         s, r = PLAIN(send, send_per or 1, send_writable), PLAIN(recv, recv_per or 1, True)
         if (s is not send or r is not recv) and (type(s) is np.ndarray or s is None or s is IN_PLACE) \
@@ -79,15 +76,6 @@ def bound_at_init(spec: Any) -> bool:
     path, which reads the tensor anew at each ``Start``, stays."""
     obj = spec[0] if (type(spec) is list or type(spec) is tuple) and spec else spec
     return not type(obj).__module__.startswith("torch")
-
-
-def reducible(spec: Any) -> bool:
-    """Does a buffer spec's datatype (as far as the spec says it) reduce as its array's
-    dtype does? (:func:`reducible_type` of a Datatype item; other specs: the parse says.)"""
-    if (type(spec) is not list and type(spec) is not tuple) or not spec:
-        return True
-    dt = spec[-1]
-    return not isinstance(dt, Datatype) or reducible_type(dt)
 
 
 def reducible_type(dt: Any) -> bool:
