@@ -18,10 +18,12 @@ After ``ceil(log2 n)`` rounds every rank has its prefix. Cost: ``ceil(log2 n)`` 
 one send and one receive of k elements, and up to two combines and two copies of k
 elements per round (the copies keep the operand order with an in-place ``fn``).
 
-:func:`scan_gathered`, for small messages on one host: every rank's ``send`` all-gathered
-(the group's all_gather family: in the shared-memory arena, one sync), then each rank folds
-the blocks below it in rank order, ``((x0 ∘ x1) ∘ x2) ∘ …``: one sync instead of
-``ceil(log2 n)`` rounds of messages, and up to ``n - 1`` combines of k elements.
+:func:`scan_gathered`, for small messages on any transport: every rank's ``send``
+all-gathered (the group's all_gather family: in the shared-memory arena, one sync), then
+each rank folds the blocks below it in rank order, ``((x0 ∘ x1) ∘ x2) ∘ …``: one sync
+instead of ``ceil(log2 n)`` rounds of messages, up to ``n - 1`` combines of k elements,
+and the same floating-point result over shared memory and TCP (recursive doubling
+associates differently from rank 3 on).
 """
 from __future__ import annotations
 

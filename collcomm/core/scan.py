@@ -7,8 +7,10 @@ combiner through the group's call plan, sign the call, run it in program order t
 :meth:`ProcessGroup.run` (inline, or on the group's worker with ``async_op``).
 
 The op keeps rank order (:mod:`collcomm.algorithms.scan`: recursive doubling, or for
-messages up to GATHERED_MAX bytes on one host an all_gather and a fold), so a
-non-commutative user function gives MPI's result. AVG is refused: a running mean is not
+messages up to GATHERED_MAX bytes an all_gather and a fold), so a non-commutative user
+function gives MPI's result. The way depends on the size alone, never on the transport: a
+small scan folds ``((x0 ∘ x1) ∘ x2) ∘ …`` over shared memory and over TCP alike, so its
+floating-point result is the same bit for bit whichever way the ranks are linked. AVG is refused: a running mean is not
 what MPI_Scan computes.
 """
 from __future__ import annotations
@@ -27,7 +29,7 @@ from .work import Work
 
 __all__ = ["exscan", "scan"]
 
-#: the largest message (bytes a rank) a one-host group scans by all_gather and fold
+#: the largest message (bytes a rank) scanned by all_gather and fold (any transport)
 GATHERED_MAX = 4096
 
 
@@ -50,9 +52,10 @@ def _prefix(g: ProcessGroup, send: np.ndarray, recv: np.ndarray, op: Any, exclus
         send = send.copy()
     sig = signature.make("exscan" if exclusive else "scan", dtype, send.size, None, op_name)
 
-    # small messages on one host: all-gathered and folded (one sync); the choice depends
-    # on the group and the size (sizes that differ between ranks: see sign_in below)
-    gathered = g.can_share_memory and send.nbytes <= GATHERED_MAX
+    # small messages: all-gathered and folded in rank order (on one host one sync); the
+    # choice depends on the size alone (sizes that differ between ranks: see sign_in below;
+    # over TCP every message carries the signature, so the first one refuses the call)
+    gathered = send.nbytes <= GATHERED_MAX
     fast = g.fast if gathered and not async_op else None
     if fast is not None:      # the all_gather in one C call, signed as this call
         parts = np.empty(g.size * send.size, dtype=send.dtype)
