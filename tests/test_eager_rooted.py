@@ -136,6 +136,38 @@ def test_a_reduce_leaves_the_others_and_the_next_call_settles() -> None:
     assert [r[0] for r in off] == [0, 0, 0], off
 
 
+def _reduces_after_a_mismatch(root: int) -> list[str]:
+    """Twelve reduces to ``root``, the first with another count on the last rank: what
+    each call did here (a rank that abandoned a step, having raised the call before's
+    mismatch there, is no new mismatch for a rank that left that step early)."""
+    import collcomm as dist
+
+    me, n = dist.get_rank(), dist.get_world_size()
+    seen = []
+    for i in range(12):
+        t = np.full(3 if (i == 0 and me == n - 1) else 2, me + 1.0)
+        try:
+            dist.reduce(t, dst=root)
+            seen.append("ok" if me != root or (t == n * (n + 1) / 2).all() else "WRONG")
+        except dist.MismatchError:
+            seen.append("MM")
+    return seen
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n,root", [(3, 1), (3, 0), (4, 2)])
+def test_a_reduce_mismatch_is_raised_once_and_not_echoed(n: int, root: int) -> None:
+    out = run_ranks(_reduces_after_a_mismatch, n, root, timeout=60, env=EAGER)
+    for rank, seen in enumerate(out):
+        assert "MM" in seen[:2] and seen[2:] == ["ok"] * 10, (rank, out)
+
+
+def test_the_native_abandoned_word_is_the_python_one() -> None:
+    native = pytest.importorskip("collcomm.native._shmcore")
+    from collcomm.algorithms import signature
+    assert native.SIG_ABANDONED == signature.ABANDONED
+
+
 @pytest.mark.timeout(120)
 def test_the_root_leaves_and_the_next_call_settles() -> None:
     from collcomm import native
