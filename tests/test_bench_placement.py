@@ -73,6 +73,7 @@ def test_backends_place_their_buffers() -> None:
 
 @pytest.mark.timeout(120)
 def test_smoke_placed_and_checked() -> None:
+    pytest.importorskip("mpi4py")        # (--compare mpi: the last column checks both libraries)
     p = _bench("-n", "2", "--op", "all_gather,sendrecv", "-b", "4K", "-e", "4K", "--iters", "2",
                "--warmup", "1", "--rounds", "1", "--compare", "mpi", "--offset", "16", "--skew",
                "16", "--check", timeout=110)

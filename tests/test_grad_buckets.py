@@ -101,5 +101,6 @@ def rank_body() -> list[str]:
 
 @pytest.mark.timeout(90)
 def test_three_ranks() -> None:
+    pytest.importorskip("torch")
     res = run_ranks(rank_body, 3, timeout=80, preload=TORCH)
     assert not [b for r in res for b in r], res

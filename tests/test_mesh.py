@@ -196,6 +196,7 @@ def torch_rank() -> dict:
 
 @pytest.mark.timeout(90)
 def test_torch_groups_either_backend_and_device_mesh() -> None:
+    pytest.importorskip("torch.distributed")
     res = run_ranks(torch_rank, 4, init=False, timeout=80, preload=TORCH)
     grid = Grid(tp=2, pp=2)
     for r, got in enumerate(res):
