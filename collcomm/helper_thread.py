@@ -11,6 +11,7 @@ timeout passed: ``is_alive()`` says so); collcomm's own code ends its threads wi
 from __future__ import annotations
 
 import threading
+from typing import Callable
 
 
 class HelperThread(threading.Thread):
@@ -27,3 +28,20 @@ class HelperThread(threading.Thread):
     def end(self, timeout: float | None = None) -> None:
         """Wait for the thread to end (``threading.Thread.join``), at most ``timeout`` s."""
         threading.Thread.join(self, timeout)
+
+
+def run_with_patience(target: Callable[[], None], name: str, patience: float) -> bool:
+    """Run ``target`` on a daemon thread named ``name`` and wait for it ``patience`` seconds
+    at most (a store that stops answering then costs that, not its client's socket
+    timeout); True when it finished. Where Python starts no thread, ``target`` runs here
+    instead: at interpreter exit Python 3.12 refuses new threads ("can't create new thread
+    at interpreter shutdown"), and a program's exit is where a rank that never called
+    destroy_process_group leaves the job (an atexit hook)."""
+    t = threading.Thread(target=target, daemon=True, name=name)
+    try:
+        t.start()
+    except RuntimeError:
+        target()
+        return True
+    t.join(patience)
+    return not t.is_alive()

@@ -69,3 +69,42 @@ def test_await_others_returns_when_everyone_joined():
     t0 = time.monotonic()
     assert bootstrap._await_others(Counter(), size=3, patience=5.0)
     assert time.monotonic() - t0 < 1.0
+
+
+NO_THREADS_AT_EXIT = """
+import atexit, threading
+import numpy as np
+import collcomm as dist
+
+dist.init_process_group()
+x = np.ones(2)
+dist.all_reduce(x)
+
+
+def no_threads() -> None:   # as Python 3.12 at exit (the program never calls destroy)
+    def refuse(self):
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+    threading.Thread.start = refuse
+
+
+atexit.register(no_threads)   # (atexit: last in, first out: before collcomm's own hook)
+"""
+
+
+@pytest.mark.timeout(90)
+def test_leaving_at_exit_where_python_starts_no_thread(tmp_path):
+    """A rank that leaves the job at exit (collcomm's atexit hook) where Python refuses new
+    threads, as 3.12 does then: the store's host still waits for the others, the flight
+    recorder's final state and the trace are still written: every rank's trace, merged by
+    the launcher, and a clean exit."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "leave.py"
+    script.write_text(NO_THREADS_AT_EXIT)
+    run = subprocess.run([sys.executable, "-m", "collcomm", "run", "-n", "3", "--trace",
+                          str(tmp_path / "trace"), str(script)], capture_output=True, text=True,
+                         timeout=80)
+    assert run.returncode == 0, run.stderr
+    assert sorted(p.name for p in (tmp_path / "trace").iterdir()) == [
+        "trace-rank0.json", "trace-rank1.json", "trace-rank2.json", "trace.json"], run.stderr

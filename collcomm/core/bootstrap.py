@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from ..errors import ClosedError, PeerLostError
+from ..helper_thread import run_with_patience
 from ..rendezvous import PrefixStore, store_from_url
 from ..rendezvous.auth import job_id, job_token
 from ..transport.shm_segments import warn_once
@@ -55,7 +56,10 @@ class Job:
         self.extras.clear()
         if self.store is not None:
             if self.store_stuck:  # a request still holds its lock: close in the background
-                threading.Thread(target=self.store.close, daemon=True).start()
+                try:
+                    threading.Thread(target=self.store.close, daemon=True).start()
+                except RuntimeError:   # (at exit, Python 3.12+: left to the process's end)
+                    pass
             else:
                 self.store.close()
             self.store = None
@@ -150,7 +154,4 @@ def _await_others(kv: Any, size: int, patience: float = 10.0) -> bool:
                 return
             time.sleep(0.01)
 
-    waiter = threading.Thread(target=poll, daemon=True, name="collcomm-await-others")
-    waiter.start()
-    waiter.join(max(0.0, deadline - time.monotonic()))
-    return not waiter.is_alive()
+    return run_with_patience(poll, "collcomm-await-others", max(0.0, deadline - time.monotonic()))

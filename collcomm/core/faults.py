@@ -17,12 +17,12 @@ import json
 import os
 import re
 import sys
-import threading
 import time
 import traceback
 from typing import Any
 
 from ..errors import ClosedError, CollcommError, CommTimeoutError, MismatchError, PeerLostError
+from ..helper_thread import run_with_patience
 from ..rendezvous.auth import job_token
 
 REPORT_ENV = "COLLCOMM_REPORT"
@@ -144,9 +144,7 @@ def _publish_report(report: dict[str, Any], wait: float = 0.5) -> None:
         except Exception:  # noqa: BLE001 - best effort
             pass
 
-    sender = threading.Thread(target=send, daemon=True, name="collcomm-fault-report")
-    sender.start()
-    sender.join(wait)
+    run_with_patience(send, "collcomm-fault-report", wait)
 
 
 def install_fault_report(rank: int) -> None:

@@ -19,7 +19,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CommTimeoutError
-from ..helper_thread import HelperThread
+from ..helper_thread import HelperThread, run_with_patience
 
 if TYPE_CHECKING:
     from .recorder import Recorder
@@ -129,9 +129,7 @@ class Exchange:
                 except Exception:  # noqa: BLE001 - the store may be gone already
                     pass
 
-            t = threading.Thread(target=publish, daemon=True, name="collcomm-fr-final")
-            t.start()
-            t.join(0.5)
+            run_with_patience(publish, "collcomm-fr-final", 0.5)
         self._stop = True
         conn = self._conn
         sock = getattr(conn, "_sock", None)
@@ -156,9 +154,7 @@ def gather_from(rec: Recorder, patience: float = GATHER_SECONDS + 1.0) -> dict[i
         except BaseException as exc:  # noqa: BLE001 - handed to the caller
             box.append(exc)
 
-    t = threading.Thread(target=ask, daemon=True, name="collcomm-fr-gather")
-    t.start()
-    t.join(patience)
+    run_with_patience(ask, "collcomm-fr-gather", patience)
     if not box:
         raise RuntimeError(f"the rendezvous store did not answer within {patience:g} s")
     if isinstance(box[0], BaseException):

@@ -149,6 +149,7 @@ static void p2p_release_calling(PyObject *obj, PyObject *name)
         PyErr_WriteUnraisable(obj);
 }
 
+#if PY_VERSION_HEX < 0x030D0000   /* (3.13's _thread.lock is another struct: p2p_lock_init) */
 static int p2p_lock_locked(PyObject *lock)   /* its locked(): 1, 0, -1 error */
 {
     PyObject *r = PyObject_CallMethod(lock, "locked", NULL);
@@ -156,6 +157,7 @@ static int p2p_lock_locked(PyObject *lock)   /* its locked(): 1, 0, -1 error */
     Py_XDECREF(r);
     return v;
 }
+#endif
 
 static int p2p_lock_init(void)
 {
