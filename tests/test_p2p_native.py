@@ -286,3 +286,15 @@ def test_a_record_made_in_c_reads_as_the_list() -> None:
                        "peer": (1 - me, 1 - me), "entered": True, "t": ("float", True, 0.0),
                        "in_ring": True, "repr": True, "ended": (True, True),
                        "refused": ["TypeError", "ValueError", "IndexError"]}, out
+
+
+def test_locks_are_taken_directly_where_the_layout_allows():
+    """CPython 3.10-3.13 (not free-threaded): the channels' threading.Locks are tried in C
+    without their methods (native/_p2p.c, p2p_lock_init's probe on a fresh lock); 3.14 and
+    free-threaded builds take the methods."""
+    import sys
+    import sysconfig
+
+    native = pytest.importorskip("collcomm.native._shmcore")
+    direct = sys.version_info < (3, 14) and not sysconfig.get_config_var("Py_GIL_DISABLED")
+    assert native.P2P_DIRECT_LOCKS == int(direct)

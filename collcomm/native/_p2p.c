@@ -93,7 +93,7 @@ static PyTypeObject PipeType, P2PType;
 
 /* -------------------------------------------------------------- the locks */
 /* A threading.Lock (``_thread.lock``) is tried and released here without calling its
- * methods when it has the layout of CPython 3.10-3.12 (below): ``acquire`` parses its
+ * methods when it has the layout of CPython 3.10-3.13 (below): ``acquire`` parses its
  * arguments, ~100 ns of a ~1.3 us native exchange per call. ``p2p_lock_type`` is that type
  * once p2p_lock_init has checked the layout on a fresh lock (taken and released here, its
  * ``locked()`` seen to follow); else NULL and every lock goes through its methods. Both
@@ -149,7 +149,13 @@ static void p2p_release_calling(PyObject *obj, PyObject *name)
         PyErr_WriteUnraisable(obj);
 }
 
-#if PY_VERSION_HEX < 0x030D0000   /* (3.13's _thread.lock is another struct: p2p_lock_init) */
+/* CPython 3.10-3.13 (3.13.0's lock objects measured to keep the layout; 3.13's lock_lock is
+ * a PyMutex behind the same PyThread_* calls); 3.14 and free-threaded builds: methods */
+#if PY_VERSION_HEX < 0x030E0000 && !defined(Py_GIL_DISABLED)
+#define P2P_DIRECT_LOCKS 1
+#endif
+
+#ifdef P2P_DIRECT_LOCKS
 static int p2p_lock_locked(PyObject *lock)   /* its locked(): 1, 0, -1 error */
 {
     PyObject *r = PyObject_CallMethod(lock, "locked", NULL);
@@ -166,7 +172,7 @@ static int p2p_lock_init(void)
     Py_XDECREF(mod);
     if (lock == NULL)
         return -1;
-#if PY_VERSION_HEX < 0x030D0000
+#ifdef P2P_DIRECT_LOCKS
     P2PLock *l = (P2PLock *)lock;
     if (Py_TYPE(lock)->tp_basicsize == sizeof(P2PLock) && l->locked == 0 && l->lock_lock != NULL &&
         strcmp(Py_TYPE(lock)->tp_name, "_thread.lock") == 0 &&
