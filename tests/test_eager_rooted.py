@@ -1,7 +1,6 @@
 """Eager rooted calls (native/_arena_sync.c ``enter``, COLLCOMM_EAGER_ROOTED): a one-step
 broadcast's or scatter's root leaves without waiting for the others, its receivers wait
-for the root alone; a one-step reduce's ranks but the root (their data staged) wait for the
-root alone and leave; the rest of the call's check (everybody's arrival, every
+for the root alone, and the rest of the call's check (everybody's arrival, every
 signature) is settled by the rank's next use of the group's arena, or when it closes.
 
 Here: results against numpy with the mode forced on, every root, several dtypes and
@@ -58,22 +57,12 @@ def _results() -> int:
                 out = np.zeros(count, dtype=dtype)      # (collcomm.MPI: one flat buffer)
                 MPI.COMM_WORLD.Scatter(big if me == root else None, out, root=root)
                 assert np.array_equal(out, big[me * count:(me + 1) * count]), (dtype, count, root)
-                part = (np.arange(count) % 5 + me).astype(dtype)   # a reduce: the others leave
-                dist.reduce(part, dst=root)
-                want = (n * (np.arange(count) % 5) + n * (n - 1) // 2).astype(dtype)
-                assert me != root or np.array_equal(part, want), (dtype, count, root)
                 done += 1
-    # a burst of broadcasts from one root, nothing between them (one step of slack); of
-    # reduces to one root, and to roots in turn
+    # a burst of broadcasts from one root, nothing between them (one step of slack)
     for i in range(200):
         v = np.full(4, i if me == 0 else -1, dtype=np.int64)
         dist.broadcast(v, src=0)
         assert v.tolist() == [i] * 4
-    for i in range(400):
-        v = np.full(4, i + me, dtype=np.int64)
-        root = 0 if i < 200 else i % n
-        dist.reduce(v, dst=root)
-        assert me != root or v.tolist() == [n * i + n * (n - 1) // 2] * 4, (i, v)
     dist.barrier()
     return done
 
@@ -107,59 +96,6 @@ def _taken() -> list[int]:
     pending = core.lag_target
     dist.all_reduce(buf)
     return [int(bool(pending)), int(bool(core.lag_target))]
-
-
-def _taken_reduce() -> list[int]:
-    """A one-step reduce: every rank but the root leaves it pending; the next call settles."""
-    import collcomm as dist
-
-    buf = np.ones(8, dtype=np.float32)
-    dist.barrier()
-    core = _core()
-    if core is None:
-        return []
-    dist.reduce(buf, dst=1)
-    pending = core.lag_target
-    dist.all_reduce(buf)
-    return [int(bool(pending)), int(bool(core.lag_target))]
-
-
-@pytest.mark.timeout(120)
-def test_a_reduce_leaves_the_others_and_the_next_call_settles() -> None:
-    from collcomm import native
-
-    if native.core is None:
-        pytest.skip(f"native core: {native.reason}")
-    on = run_ranks(_taken_reduce, 3, timeout=60, env=EAGER)
-    assert on == [[1, 0], [0, 0], [1, 0]], on
-    off = run_ranks(_taken_reduce, 3, timeout=60, env={"COLLCOMM_EAGER_ROOTED": "0"})
-    assert [r[0] for r in off] == [0, 0, 0], off
-
-
-def _reduces_after_a_mismatch(root: int) -> list[str]:
-    """Twelve reduces to ``root``, the first with another count on the last rank: what
-    each call did here (a rank that abandoned a step, having raised the call before's
-    mismatch there, is no new mismatch for a rank that left that step early)."""
-    import collcomm as dist
-
-    me, n = dist.get_rank(), dist.get_world_size()
-    seen = []
-    for i in range(12):
-        t = np.full(3 if (i == 0 and me == n - 1) else 2, me + 1.0)
-        try:
-            dist.reduce(t, dst=root)
-            seen.append("ok" if me != root or (t == n * (n + 1) / 2).all() else "WRONG")
-        except dist.MismatchError:
-            seen.append("MM")
-    return seen
-
-
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize("n,root", [(3, 1), (3, 0), (4, 2)])
-def test_a_reduce_mismatch_is_raised_once_and_not_echoed(n: int, root: int) -> None:
-    out = run_ranks(_reduces_after_a_mismatch, n, root, timeout=60, env=EAGER)
-    for rank, seen in enumerate(out):
-        assert "MM" in seen[:2] and seen[2:] == ["ok"] * 10, (rank, out)
 
 
 def test_the_native_abandoned_word_is_the_python_one() -> None:
@@ -344,7 +280,7 @@ def _random_sequence(seed: int, steps: int) -> int:
     rng = random.Random(seed)
     me, n = dist.get_rank(), dist.get_world_size()
     kinds = ("bcast", "bcast", "bcast_heap", "scatter", "scatter_flat", "all_reduce", "gather",
-             "barrier", "all_to_all", "empty", "reduce", "reduce")
+             "barrier", "all_to_all", "empty")
     for step in range(steps):
         kind, root = rng.choice(kinds), rng.randrange(n)
         count, dt = rng.choice((1, 3, 64, 1000, 70_000, 300_000)), rng.choice(DTYPES[:3])
@@ -373,10 +309,6 @@ def _random_sequence(seed: int, steps: int) -> int:
                 outs = [np.zeros(c, dt) for _ in range(n)] if me == root else None
                 dist.gather(np.full(c, me, dt), outs, dst=root)
                 assert outs is None or all((outs[i] == i).all() for i in range(n)), (step, kind)
-            elif kind == "reduce":
-                t = np.full(count, me + 1.0)
-                dist.reduce(t, dst=root)
-                assert me != root or (t == n * (n + 1) / 2).all(), (step, kind)
             elif kind == "barrier":
                 dist.barrier()
             elif kind == "all_to_all":

@@ -234,9 +234,8 @@ static int wait_one(Core *c, PyObject *arena, int r, uint64_t target, Gil *gil)
  * we arrive once more, so the words compared are the call's.
  *
  * An eager rooted call (c->eager_wait, consumed here; whole one-step broadcasts and
- * scatters, and one-step reduces' ranks but the root): the root, its data staged,
- * publishes and arrives and goes on; a receiver (a reduce's non-root, its data staged)
- * waits for the root alone and compares its signature with the root's. The rest
+ * scatters only): the root, its data staged, publishes and arrives and goes on; a
+ * receiver waits for the root alone and compares its signature with the root's. The rest
  * (everybody's arrival, every signature) is left to `settle`, which our next use of the
  * arena runs first (core_call, the list calls, GroupComm.arena in Python, the group's
  * close), so the arena's rule holds: nobody writes a phase before everybody has arrived at

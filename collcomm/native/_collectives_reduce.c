@@ -270,13 +270,6 @@ static PyObject *Core_reduce(Core *c, PyObject *const *args, Py_ssize_t nargs)
                                                      : stage(&k, phase, send, nbytes, 0);
     if (mine == NULL)
         return call_end(&k, -1);
-    if (one_step && part != PART_FINISH && me == root)
-        put(c, c->w_shared + phase, 0);     /* nobody reads a one-step root's block */
-    /* one step, eager (enter): a rank that is not the root needs nobody's data, its own
-     * staged (the Python path's one-step reduce stages too, and neither has a closing
-     * sync): it waits for the root alone (the signature compared) and leaves */
-    if (c->eager && one_step && part == PART_WHOLE && me != root)
-        c->eager_wait = (int)root;
     int e = enter(c, k.arena, phase, sig, &k.gil);
     if (e == 2)
         return call_end(&k, ST_STARTED);

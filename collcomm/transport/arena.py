@@ -116,8 +116,7 @@ def poll_seconds(n: int, cores: int) -> float:
 
 def eager_rooted(n: int, cores: int) -> bool:
     """Whether a rank that needs nobody's data leaves a one-step broadcast or scatter
-    without waiting for the others (the root; the receivers wait for the root alone), and
-    a one-step reduce's ranks but the root after waiting for the root alone, the
+    without waiting for the others (the root; the receivers wait for the root alone), the
     full signature check settled by its next call (native/_arena_sync.c, enter):
     COLLCOMM_EAGER_ROOTED=1 always, 0 never, unset or ``auto`` when the group has more
     ranks than CPUs (there waiting for every rank costs context switches: an 8-byte
