@@ -98,12 +98,6 @@ def _taken() -> list[int]:
     return [int(bool(pending)), int(bool(core.lag_target))]
 
 
-def test_the_native_abandoned_word_is_the_python_one() -> None:
-    native = pytest.importorskip("collcomm.native._shmcore")
-    from collcomm.algorithms import signature
-    assert native.SIG_ABANDONED == signature.ABANDONED
-
-
 @pytest.mark.timeout(120)
 def test_the_root_leaves_and_the_next_call_settles() -> None:
     from collcomm import native

@@ -61,9 +61,9 @@ def raise_mismatch(arena: Arena, mine: int) -> None:
 
 #: what a mismatch found by :func:`settle_early` adds to its message
 EARLY_NOTE = ("(found when this rank's next call on the group began: with more ranks than "
-              "CPUs a broadcast's or scatter's root leaves without waiting for the others, "
-              "its receivers and a reduce's ranks but the root wait for the root alone; "
-              "COLLCOMM_EAGER_ROOTED=0 checks every rank within the call)")
+              "CPUs a broadcast's or scatter's root leaves without waiting for the others and "
+              "its receivers wait for the root alone; COLLCOMM_EAGER_ROOTED=0 checks every rank "
+              "within the call)")
 
 
 def settle_early(arena: Arena, closing: bool = False) -> None:

@@ -302,30 +302,9 @@ static int enter_last(Core *c, PyObject *arena, int phase, uint64_t sig, Gil *gi
     return !all_signed(c, w, sig);
 }
 
-/* The word of a step a rank took instead of a call, having raised there the mismatch of
- * the call before, found late (signature.ABANDONED; shm_stage.settle_early). */
-#define SIG_ABANDONED ((0xEULL << 60) | 1)
-
-/* Did every rank write `sig` in header word `w`, or ABANDONED? A rank that abandoned the
- * step raised already (the call before's mismatch, as its own call); a rank that left
- * this step early had its own part done (a receiver: the root's signature equal to ours;
- * a root or a reduce's other rank: its data staged), so the step is settled for it. (Raising
- * here would take another ABANDONED step, which a rank leaving that step early would in
- * turn raise at: two ranks echoing the error through every later eager call.) */
-static int all_signed_or_abandoned(Core *c, int w, uint64_t sig)
-{
-    for (int r = 0; r < c->n; r++) {
-        uint64_t v = get(c, r, w);
-        if (v != sig && v != SIG_ABANDONED)
-            return 0;
-    }
-    return 1;
-}
-
 /* Settle a call left early (see enter): wait for everybody's arrival at it and compare
- * every rank's signature with ours (ABANDONED passes: all_signed_or_abandoned). 0:
- * nothing pending, or settled; 1: a rank differs (still pending: the Python code raises
- * the mismatch, Core.settle); -1: exception.
+ * every rank's signature with ours. 0: nothing pending, or settled; 1: a rank differs
+ * (still pending: the Python code raises the mismatch, Core.settle); -1: exception.
  * `block` 0 (the group closing): no wait; a rank not there yet settles it (0). */
 static int settle(Core *c, PyObject *arena, Gil *gil, int block)
 {
@@ -337,7 +316,7 @@ static int settle(Core *c, PyObject *arena, Gil *gil, int block)
     }
     if (wait_all(c, arena, c->lag_target, gil) < 0)
         return -1;
-    if (!all_signed_or_abandoned(c, c->w_signature + c->lag_phase, c->lag_sig))
+    if (!all_signed(c, c->w_signature + c->lag_phase, c->lag_sig))
         return 1;
     c->lag_target = 0;
     return 0;

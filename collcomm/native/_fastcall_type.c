@@ -269,10 +269,5 @@ static int fast_module_init(PyObject *m)
         PyModule_AddIntConstant(m, "SIG_SCAN", SIG_SCAN) < 0 ||
         PyModule_AddIntConstant(m, "SIG_EXSCAN", SIG_EXSCAN) < 0)
         return -1;
-    PyObject *abandoned = PyLong_FromUnsignedLongLong(SIG_ABANDONED);
-    int bad = abandoned == NULL || PyModule_AddObjectRef(m, "SIG_ABANDONED", abandoned) < 0;
-    Py_XDECREF(abandoned);
-    if (bad)
-        return -1;
     return add_type(m, "Fast", &FastType);
 }
