@@ -234,6 +234,22 @@ def _identity_rank() -> dict[str, Any]:
     return {"results": out, "calls": calls, "native": None if core is None else (core.done, core.finished)}
 
 
+def _nan_encoding_only(key: str, want: bytes, got: bytes) -> bool:
+    """A result of SUM, PRODUCT or AVG that differs from the Python path's only in which
+    NaN it holds where two meet: ``inf - inf`` or ``0 * inf`` makes the CPU's default NaN
+    (sign set), the data's NaN has it clear, and IEEE 754 leaves open which of two NaN
+    operands an operation returns; numpy 2.2 returns the other one than numpy 2.4-2.5 and
+    the core (found running the suite on Python 3.10, whose newest numpy is 2.2.6). Every
+    other bit must still agree."""
+    op, dtype, _ = key.split(" ", 1)[1].split("/")
+    if op not in ARITHMETIC or dtype not in ("float16", "float32", "float64", "complex64",
+                                             "complex128", "bfloat16"):
+        return False
+    store = _storage(dtype)
+    return _same_but_nan_encoding(np.frombuffer(want, store), np.frombuffer(got, store),
+                                  dtype == "bfloat16")
+
+
 def _mode_env(mode: str, n: int) -> dict[int, dict[str, str]] | None:
     if mode == "native":
         return None
@@ -259,7 +275,7 @@ def test_native_and_python_paths_agree_bit_for_bit(n: int) -> None:
         for mode in ("native", "mixed"):
             got = jobs[mode][r]["results"]
             assert got.keys() == ref.keys()
-            bad = [k for k in ref if got[k] != ref[k]]
+            bad = [k for k in ref if got[k] != ref[k] and not _nan_encoding_only(k, ref[k], got[k])]
             assert not bad, f"rank {r}, {mode} vs python: {len(bad)} results differ: {bad[:10]}"
     # all_reduce: the same bits on every rank
     for key, value in jobs["native"][0]["results"].items():
