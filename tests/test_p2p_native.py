@@ -289,12 +289,15 @@ def test_a_record_made_in_c_reads_as_the_list() -> None:
 
 
 def test_locks_are_taken_directly_where_the_layout_allows():
-    """CPython 3.10-3.13 (not free-threaded): the channels' threading.Locks are tried in C
-    without their methods (native/_p2p.c, p2p_lock_init's probe on a fresh lock); 3.14 and
+    """CPython 3.10-3.13.0 (not free-threaded): the channels' threading.Locks are tried in C
+    without their methods (native/_p2p.c, p2p_lock_init's probe on a fresh lock); from
+    3.13.1 a lock is another struct (a PyMutex: 24 bytes, not 40), and 3.14 and
     free-threaded builds take the methods."""
     import sys
     import sysconfig
+    import threading
 
     native = pytest.importorskip("collcomm.native._shmcore")
-    direct = sys.version_info < (3, 14) and not sysconfig.get_config_var("Py_GIL_DISABLED")
+    direct = (sys.version_info < (3, 14) and not sysconfig.get_config_var("Py_GIL_DISABLED")
+              and type(threading.Lock()).__basicsize__ == 40)
     assert native.P2P_DIRECT_LOCKS == int(direct)

@@ -93,7 +93,7 @@ static PyTypeObject PipeType, P2PType;
 
 /* -------------------------------------------------------------- the locks */
 /* A threading.Lock (``_thread.lock``) is tried and released here without calling its
- * methods when it has the layout of CPython 3.10-3.13 (below): ``acquire`` parses its
+ * methods when it has the layout of CPython 3.10-3.13.0 (below): ``acquire`` parses its
  * arguments, ~100 ns of a ~1.3 us native exchange per call. ``p2p_lock_type`` is that type
  * once p2p_lock_init has checked the layout on a fresh lock (taken and released here, its
  * ``locked()`` seen to follow); else NULL and every lock goes through its methods. Both
@@ -149,8 +149,10 @@ static void p2p_release_calling(PyObject *obj, PyObject *name)
         PyErr_WriteUnraisable(obj);
 }
 
-/* CPython 3.10-3.13 (3.13.0's lock objects measured to keep the layout; 3.13's lock_lock is
- * a PyMutex behind the same PyThread_* calls); 3.14 and free-threaded builds: methods */
+/* CPython 3.10-3.13: 3.13.0's lock objects keep 3.12's layout (read with ctypes); from
+ * 3.13.1 on a lock is {PyObject_HEAD; PyMutex} (CPython gh-117721), which the probe's size
+ * check turns down before reading anything else: methods there, as on 3.14 and
+ * free-threaded builds (compiled out) */
 #if PY_VERSION_HEX < 0x030E0000 && !defined(Py_GIL_DISABLED)
 #define P2P_DIRECT_LOCKS 1
 #endif
