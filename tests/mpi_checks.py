@@ -136,6 +136,7 @@ SECTIONS = {
     "wait_collective": "tests.test_mpi_wait_collective:wait_collective_checks",
     "spec_fast": "tests.test_mpi_spec_fast:spec_fast_checks",
     "demo_idioms": "tests.test_mpi_demo_idioms:demo_idiom_checks",
+    "prequest_start": "tests.test_mpi_prequest_start:prequest_start_checks",
 }
 USE_TORCH: list[bool] = [False]
 SIZES = [1, 2, 3, 4, 5]

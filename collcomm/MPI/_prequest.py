@@ -128,6 +128,24 @@ def _native_waits() -> bool:
 NATIVE_WAITS = _native_waits()
 
 
+def _native_start() -> bool:
+    """``Prequest.Start`` (and ``start``) made the native core's (native/_mpi_prequest.c:
+    the same steps without a Python frame on the common way, this class's method for the
+    rest); False without the core."""
+    from .. import native
+
+    make = getattr(native.core, "mpi_prequest_start", None) if native.core is not None else None
+    descr = make(Prequest, _Persistent, Prequest.Start) if make is not None else None
+    if descr is None:
+        return False
+    Prequest.Start = Prequest.start = descr   # type: ignore[method-assign]
+    return True
+
+
+#: whether Prequest.Start is the native core's
+NATIVE_START = _native_start()
+
+
 def persistent(start: Callable[[], Any], comm: Any = None) -> Prequest:
     """An inactive Prequest whose Start() calls ``start()`` for a new operation; ``comm``:
     the communicator it runs on if its own (freed by Free())."""

@@ -122,6 +122,7 @@ static PyTypeObject CoreType = {
 #include "_p2p_calls.c"         /* P2P.send, P2P.recv, P2P.note */
 #include "_p2p_type.c"          /* the two types: init, gc, methods, module init */
 #include "_mpi_request.c"       /* collcomm.MPI's requests of I-forms made in C: mpi_started */
+#include "_mpi_prequest.c"      /* ... and a persistent request's Start: mpi_prequest_start */
 #include "_mpi_wait_collective.c" /* ... a collective's request among them (mw_workop) */
 #include "_mpi_wait.c"          /* collcomm.MPI's Waitall of native receives and sends in C */
 #include "_mpi_plain.c"         /* collcomm.MPI's buffer specs that stand for their array */
@@ -252,6 +253,9 @@ static PyMethodDef module_methods[] = {
      "the spec; see _mpi_plain.c"},
     {"mpi_workop_started", (PyCFunction)(void (*)(void))mod_mpi_workop_started, METH_FASTCALL,
      "mpi_workop_started(entry, *args) -> the WorkOp of entry(*args)'s Work, or None"},
+    {"mpi_prequest_start", (PyCFunction)(void (*)(void))mod_mpi_prequest_start, METH_FASTCALL,
+     "mpi_prequest_start(prequest, persistent, start) -> Prequest.Start in C (a method "
+     "descriptor of prequest), or None; see _mpi_prequest.c"},
     {NULL, NULL, 0, NULL},
 };
 
