@@ -119,9 +119,14 @@ def _where_c_stops(c: Checker, MPI: Any, comm: Any) -> None:
             comm.Isend(np.ones(1), nxt, 51)]
     op = gaps._op
     c.true(two_part, "the Ibarrier started in two parts")
-    c.eq(wait(reqs, _request.Done, MPI_TAG_BITS, own.native, SPARE), 3 if two_part else 2,
+    got = wait(reqs, _request.Done, MPI_TAG_BITS, own.native, SPARE)
+    # (the Ibarrier's second part is the group worker's once it has waited PART_GRACE,
+    # 2 ms, as when the receive before it is slow, many ranks sharing two CPUs: then C
+    # leaves it, no longer the fast call's pending part, to the Python way)
+    handed = two_part and got == 2 and bool(started) and g.fast.part_age() < 0
+    c.eq(got, 3 if two_part and not handed else 2,
          "C completes the three before the receive of a type with gaps")
-    c.true(not reqs[0] and not reqs[1] and not started and gaps._op is op,
+    c.true(not reqs[0] and not reqs[1] and (handed or not started) and gaps._op is op,
            "... and leaves that receive as it was")
     MPI.Request.Waitall(reqs)
     every_other.Free()
