@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from ..errors import ClosedError, PeerLostError
-from ..helper_thread import run_with_patience
+from ..helper_thread import run_with_patience, standby
 from ..rendezvous import PrefixStore, store_from_url
 from ..rendezvous.auth import job_id, job_token
 from ..transport.shm_segments import warn_once
@@ -74,6 +74,7 @@ def join(init_method: str | None, world_size: int, rank: int, store: Any, timeou
     env = os.environ
     ident = identify(env, rank, world_size)
     install_fault_report(ident.rank)
+    standby()     # (the thread that runs the leaving steps where Python starts none: at exit)
     if ident.size == 1 and store is None and init_method is None:
         return Job(0, 1, ident)
     token = job_token(env)
