@@ -60,6 +60,8 @@ def _threads_joined(c: Checker, MPI: Any, comm: Any) -> None:
     joiner = threading.Thread(target=join_all, daemon=True)
     joiner.start()
     c.true(done.wait(10.0), "joining every other thread ends (collcomm's return at once)")
+    mine.join(5.0)   # (3.13: a thread that has just ended leaves threading.enumerate()
+    #                  before is_alive() turns False, so the joiner may not have joined it)
     c.true(not mine.is_alive(), "... after the program's own thread ended")
     ours = [t for t in threading.enumerate() if t.name.startswith("collcomm-")]
     c.true(all(t.daemon for t in ours), "collcomm's threads are daemons")
