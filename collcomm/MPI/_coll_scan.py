@@ -82,17 +82,15 @@ class ScanCollectives:
         return _request(self._scan(sendbuf, recvbuf, op, True, True, "Iexscan"))
 
     def Scan_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Any:  # noqa: N802
-        if sendbuf is None:            # (mpi4py: None is IN_PLACE)
-            sendbuf = IN_PLACE
-        sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
-        op = pinned_op(op)
-        c = private_comm(self, "Scan_init", sendbuf, recvbuf)
-        return persistent(lambda: WorkOp(c._scan(sendbuf, recvbuf, op, False, True, "Scan_init")), c)
+        return self._scan_init(sendbuf, recvbuf, op, False, "Scan_init")
 
     def Exscan_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Any:  # noqa: N802
+        return self._scan_init(sendbuf, recvbuf, op, True, "Exscan_init")
+
+    def _scan_init(self, sendbuf: Any, recvbuf: Any, op: Any, exclusive: bool, call: str) -> Any:
         if sendbuf is None:            # (mpi4py: None is IN_PLACE)
             sendbuf = IN_PLACE
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         op = pinned_op(op)
-        c = private_comm(self, "Exscan_init", sendbuf, recvbuf)
-        return persistent(lambda: WorkOp(c._scan(sendbuf, recvbuf, op, True, True, "Exscan_init")), c)
+        c = private_comm(self, call, sendbuf, recvbuf)
+        return persistent(lambda: WorkOp(c._scan(sendbuf, recvbuf, op, exclusive, True, call)), c)

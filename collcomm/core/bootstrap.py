@@ -10,7 +10,6 @@ die of an uncaught exception (:mod:`.faults`).
 from __future__ import annotations
 
 import os
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -56,10 +55,7 @@ class Job:
         self.extras.clear()
         if self.store is not None:
             if self.store_stuck:  # a request still holds its lock: close in the background
-                try:
-                    threading.Thread(target=self.store.close, daemon=True).start()
-                except RuntimeError:   # (at exit, Python 3.12+: left to the process's end)
-                    pass
+                run_with_patience(self.store.close, "collcomm-store-close", 0.0)
             else:
                 self.store.close()
             self.store = None
