@@ -5,10 +5,11 @@ the general path does is in :mod:`._coll_impl`).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
+from .. import native as _native
 from ..errors import CollcommError
 from . import _coll_packed as _packed
 from ._coll_impl import _run
@@ -26,10 +27,16 @@ from ._types import PLAIN
 _plain = PLAIN if PLAIN is not None else (lambda spec, per, writable: spec)
 
 
-def _plain2(sendbuf: Any, recvbuf: Any, send_per: Any, recv_per: Any) -> tuple[Any, Any]:
+def _plain2_py(sendbuf: Any, recvbuf: Any, send_per: Any, recv_per: Any) -> tuple[Any, Any]:
     """Both buffers through ``_plain`` (the receive buffer as written): what a method runs
     on its buffers before its fast path when one is not an array."""
     return _plain(sendbuf, send_per, False), _plain(recvbuf, recv_per, True)
+
+
+#: _plain2_py in one C call where the core has it (native/_mpi_plain.c: mpi_plain2)
+_plain2: Callable[[Any, Any, Any, Any], tuple[Any, Any]] = (
+    getattr(_native.core, "mpi_plain2", None) if PLAIN is not None and _native.core is not None
+    else None) or _plain2_py
 
 
 def _builtin(op: Any) -> Any:
@@ -103,19 +110,18 @@ class ReducingCollectives:
             sendbuf = IN_PLACE
         g = self._h.g
         fast = g.fast if g is not None else None
-        if fast is not None and (type(sendbuf) is not np.ndarray and sendbuf is not None
-                                 or type(recvbuf) is not np.ndarray and recvbuf is not None) \
-                and _builtin(op) is not None:
+        op_key = _builtin(op) if fast is not None else None
+        if op_key is not None and (type(sendbuf) is not np.ndarray and sendbuf is not None
+                                   or type(recvbuf) is not np.ndarray and recvbuf is not None):
             sendbuf, recvbuf = _plain2(sendbuf, recvbuf, 1, 1)   # (specs' arrays)
-        builtin = _builtin(op) if fast is not None and type(recvbuf) is np.ndarray else None
-        if builtin is not None:
+        if op_key is not None and type(recvbuf) is np.ndarray:
             send = recvbuf if sendbuf is IN_PLACE else sendbuf
             try:
-                if fast.all_reduce(send, recvbuf, builtin, "Allreduce"):
+                if fast.all_reduce(send, recvbuf, op_key, "Allreduce"):
                     return
             except CollcommError as exc:
                 raise translate(exc) from exc
-        elif fast is not None and _builtin(op) is not None and \
+        elif op_key is not None and \
                 (arrays := plain_pair(sendbuf, recvbuf, "Allreduce", reduction=True)) is not None:
             return self.Allreduce(arrays[0], arrays[1], op)     # (specs of arrays: on the arrays)
         if _builtin(op) is None or not _packed.allreduce(self, sendbuf, recvbuf, op):

@@ -121,6 +121,7 @@ static PyObject *fast_run_part(Fast *s, int part, int fc, PyObject *name, uint64
 }
 
 static int part_done(Fast *s, PyObject *work, PyObject *exc);
+static int set_pending(Fast *s, PyObject *group, PyObject *value);
 static int part_finish_here(Fast *s, PyObject *work, int test);
 
 /* Can the spare Work `w` be made again? Only this Fast holds it and its lock (so nobody
@@ -272,7 +273,7 @@ static PyObject *part_start(Fast *s, part_fn run, PyObject *const *args, Py_ssiz
     PyObject *item = PyTuple_Pack(2, work, s->finish_bound);
     PyObject *ok = item == NULL ? NULL : cmethod_call(&s->items_append, s->async_items, item);
     Py_XDECREF(item);
-    int bad = ok == NULL || PyObject_SetAttr(s->group, s_pending, Py_True) < 0;
+    int bad = ok == NULL || set_pending(s, s->group, Py_True) < 0;
     Py_XDECREF(ok);
     /* the worker, as the safety net: it finishes a second part nobody else runs within
      * PART_GRACE (a peer publishing in place needs more syncs from this rank); started

@@ -4,9 +4,16 @@
  * nobody waits on it and it has no callback (part_done; else Work._finish does it).
  */
 
-/* lock.acquire(False) (`acquire`: the lock's, see _cmethod.c): 1 taken, 0 busy, -1 error */
+/* lock.acquire(False) (`acquire`: the lock's, see _cmethod.c; directly where it is a plain
+ * RLock or Lock: _thread_locks.c): 1 taken, 0 busy, -1 error */
 static int try_lock(CMethod *acquire, PyObject *lock)
 {
+    TRLock *rl = rlock_direct(lock);
+    if (rl != NULL)
+        return rlock_take(rl);
+    TLock *tl = tlock_direct(lock);
+    if (tl != NULL)
+        return tlock_take(tl);
     PyObject *r = cmethod_call(acquire, lock, Py_False);
     if (r == NULL)
         return -1;
@@ -15,8 +22,38 @@ static int try_lock(CMethod *acquire, PyObject *lock)
     return got;
 }
 
+/* lock.locked() (`locked`: its method; read directly from a plain Lock): 1, 0, -1 error */
+static int lock_held(CMethod *locked, PyObject *lock)
+{
+    int held = tlock_held(lock);
+    if (held != -2)
+        return held;
+    PyObject *r = cmethod_call(locked, lock, NULL);
+    if (r == NULL)
+        return -1;
+    held = r != Py_False;
+    Py_DECREF(r);
+    return held;
+}
+
+/* group._pending = value: straight into its __dict__ where set_async found one to use */
+static int set_pending(Fast *s, PyObject *group, PyObject *value)
+{
+    if (s->group_dict != NULL && group == s->group)
+        return PyDict_SetItem(s->group_dict, s_pending, value);
+    return PyObject_SetAttr(group, s_pending, value);
+}
+
 static int unlock(CMethod *release, PyObject *lock)
 {
+    TRLock *rl = rlock_direct(lock);
+    if (rl != NULL)
+        return rlock_give(rl);
+    TLock *tl = tlock_direct(lock);
+    if (tl != NULL && tl->locked) {
+        tlock_give(tl);
+        return 0;
+    }
     PyObject *r = cmethod_call(release, lock, NULL);
     Py_XDECREF(r);
     return r == NULL ? -1 : 0;
@@ -30,11 +67,9 @@ static int unlock(CMethod *release, PyObject *lock)
  * meanwhile (taking and releasing it cost ~1.2k instructions a call). */
 static int part_done(Fast *s, PyObject *work, PyObject *exc)
 {
-    PyObject *held = cmethod_call(&s->work_locked, WORK_SLOT(s, work, W_LOCK), NULL);
-    if (held == NULL)
+    int busy = lock_held(&s->work_locked, WORK_SLOT(s, work, W_LOCK));
+    if (busy < 0)
         return -1;
-    int busy = held != Py_False;
-    Py_DECREF(held);
     if (busy)
         return 0;
     int plain = WORK_SLOT(s, work, W_CALLBACKS) == Py_None && WORK_SLOT(s, work, W_EVENT) == Py_None;
@@ -103,16 +138,15 @@ static int part_finish_here(Fast *s, PyObject *work, int test)
      * thread holds the GIL from that look to the last store and runs no Python code in
      * between (a plain attribute), so nobody is inside a `with group._lock` block meanwhile */
     if (plain > 0 && PyObject_Length(items) == 0) {
-        PyObject *held = cmethod_call(&s->group_locked, group_lock, NULL);
-        if (held == NULL) {
+        int held = lock_held(&s->group_locked, group_lock);
+        if (held < 0) {
             plain = -1;
-        } else if (held == Py_False && PyObject_Length(items) == 0 && s->work_type != NULL) {
-            if (PyObject_SetAttr(group, s_pending, Py_False) == 0)
+        } else if (!held && PyObject_Length(items) == 0 && s->work_type != NULL) {
+            if (set_pending(s, group, Py_False) == 0)
                 s->paused = 0;
             else
                 plain = -1;
         }
-        Py_XDECREF(held);
     }
     if (plain < 0 && !PyErr_Occurred())
         PyErr_SetString(PyExc_RuntimeError, "collcomm fast call: finishing a call failed");

@@ -58,6 +58,19 @@ static PyObject *Fast_set_async(Fast *s, PyObject *const *args, Py_ssize_t nargs
     Py_XSETREF(s->exec_lock, Py_NewRef(args[3]));
     Py_XSETREF(s->group_lock, Py_NewRef(args[4]));
     Py_XSETREF(s->async_calls, Py_NewRef(args[5]));
+    Py_CLEAR(s->group_dict);
+    /* the group's _pending stored straight into its __dict__ (no setattr's look-ups) where
+     * that is all a setattr does: the generic one, no class attribute of that name */
+    PyTypeObject *gt = Py_TYPE(s->group);
+    if (gt->tp_setattro == PyObject_GenericSetAttr && gt->tp_dictoffset != 0) {
+        int shadowed = PyObject_HasAttr((PyObject *)gt, s_pending);
+        PyObject *d = shadowed ? NULL : PyObject_GenericGetDict(s->group, NULL);
+        if (d != NULL && PyDict_CheckExact(d))
+            s->group_dict = d;
+        else
+            Py_XDECREF(d);
+        PyErr_Clear();
+    }
     Py_RETURN_NONE;
 }
 
@@ -69,6 +82,7 @@ static int parts_traverse(Fast *s, visitproc visit, void *arg)
     Py_VISIT(s->exec_lock);
     Py_VISIT(s->group_lock);
     Py_VISIT(s->async_calls);
+    Py_VISIT(s->group_dict);
     Py_VISIT(s->finish_bound);
     Py_VISIT(s->part_work);
     Py_VISIT(s->spare_work);
@@ -86,6 +100,7 @@ static void parts_clear(Fast *s)
     Py_CLEAR(s->exec_lock);
     Py_CLEAR(s->group_lock);
     Py_CLEAR(s->async_calls);
+    Py_CLEAR(s->group_dict);
     Py_CLEAR(s->finish_bound);
     Py_CLEAR(s->part_work);
     Py_CLEAR(s->spare_work);

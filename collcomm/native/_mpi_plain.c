@@ -284,3 +284,27 @@ static PyObject *mod_mpi_plain(PyObject *m, PyObject *const *args, Py_ssize_t na
     Py_DECREF(obj);
     return a != NULL || PyErr_Occurred() ? a : Py_NewRef(spec);
 }
+
+/* mpi_plain2(sendbuf, recvbuf, send_per, recv_per) -> (mpi_plain(sendbuf, send_per, False),
+ * mpi_plain(recvbuf, recv_per, True)): what a method runs on its two buffers before its
+ * fast path when one is not an array (collcomm/MPI/_coll_reduce.py _plain2), in one call */
+static PyObject *mod_mpi_plain2(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "mpi_plain2(sendbuf, recvbuf, send_per, recv_per)");
+        return NULL;
+    }
+    PyObject *send_args[3] = {args[0], args[2], Py_False}, *recv_args[3] = {args[1], args[3], Py_True};
+    PyObject *send = mod_mpi_plain(m, send_args, 3);
+    if (send == NULL)
+        return NULL;
+    PyObject *recv = mod_mpi_plain(m, recv_args, 3);
+    if (recv == NULL) {
+        Py_DECREF(send);
+        return NULL;
+    }
+    PyObject *pair = PyTuple_Pack(2, send, recv);
+    Py_DECREF(send);
+    Py_DECREF(recv);
+    return pair;
+}

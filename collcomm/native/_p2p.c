@@ -92,48 +92,7 @@ static PyTypeObject PipeType, P2PType;
 #include "_p2p_engine.c"
 
 /* -------------------------------------------------------------- the locks */
-/* A threading.Lock (``_thread.lock``) is tried and released here without calling its
- * methods when it has the layout of CPython 3.10-3.13.0 (below): ``acquire`` parses its
- * arguments, ~100 ns of a ~1.3 us native exchange per call. ``p2p_lock_type`` is that type
- * once p2p_lock_init has checked the layout on a fresh lock (taken and released here, its
- * ``locked()`` seen to follow); else NULL and every lock goes through its methods. Both
- * ways run holding the GIL and do what the methods do: a try that never blocks, then
- * ``locked`` set; ``locked`` cleared, then the release. */
-typedef struct {
-    PyObject_HEAD
-    PyThread_type_lock lock_lock;
-    PyObject *in_weakreflist;
-    char locked;
-} P2PLock;
-
-static PyTypeObject *p2p_lock_type;
-
-static P2PLock *p2p_direct(PyObject *lock)   /* the lock if it is taken here directly */
-{
-    return p2p_lock_type != NULL && Py_TYPE(lock) == p2p_lock_type ? (P2PLock *)lock : NULL;
-}
-
-static P2PLock *p2p_lock_of(PyObject *method)   /* the same, by its bound acquire/release */
-{
-    if (!PyCFunction_Check(method))
-        return NULL;
-    PyObject *self = PyCFunction_GET_SELF(method);
-    return self == NULL ? NULL : p2p_direct(self);
-}
-
-static int p2p_take(P2PLock *l)   /* acquire(False) of a direct lock: 1 taken, 0 busy */
-{
-    if (!PyThread_acquire_lock(l->lock_lock, NOWAIT_LOCK))
-        return 0;
-    l->locked = 1;
-    return 1;
-}
-
-static void p2p_give(P2PLock *l)   /* release() of a direct lock this thread took */
-{
-    l->locked = 0;
-    PyThread_release_lock(l->lock_lock);
-}
+/* (_thread.lock and _thread.RLock taken directly where their layout allows: _thread_locks.c) */
 
 /* A lock's release through its method: ``obj`` the bound release (``name`` NULL) or the
  * lock (``name`` the method's name); a pending exception is kept. */
@@ -149,50 +108,6 @@ static void p2p_release_calling(PyObject *obj, PyObject *name)
         PyErr_WriteUnraisable(obj);
 }
 
-/* CPython 3.10-3.13: 3.13.0's lock objects keep 3.12's layout (read with ctypes); from
- * 3.13.1 on a lock is {PyObject_HEAD; PyMutex} (CPython gh-117721), which the probe's size
- * check turns down before reading anything else: methods there, as on 3.14 and
- * free-threaded builds (compiled out) */
-#if PY_VERSION_HEX < 0x030E0000 && !defined(Py_GIL_DISABLED)
-#define P2P_DIRECT_LOCKS 1
-#endif
-
-#ifdef P2P_DIRECT_LOCKS
-static int p2p_lock_locked(PyObject *lock)   /* its locked(): 1, 0, -1 error */
-{
-    PyObject *r = PyObject_CallMethod(lock, "locked", NULL);
-    int v = r == NULL ? -1 : PyObject_IsTrue(r);
-    Py_XDECREF(r);
-    return v;
-}
-#endif
-
-static int p2p_lock_init(void)
-{
-    PyObject *mod = PyImport_ImportModule("_thread");
-    PyObject *lock = mod == NULL ? NULL : PyObject_CallMethod(mod, "allocate_lock", NULL);
-    Py_XDECREF(mod);
-    if (lock == NULL)
-        return -1;
-#ifdef P2P_DIRECT_LOCKS
-    P2PLock *l = (P2PLock *)lock;
-    if (Py_TYPE(lock)->tp_basicsize == sizeof(P2PLock) && l->locked == 0 && l->lock_lock != NULL &&
-        strcmp(Py_TYPE(lock)->tp_name, "_thread.lock") == 0 &&
-        PyThread_acquire_lock(l->lock_lock, NOWAIT_LOCK)) {
-        l->locked = 1;
-        int held = p2p_lock_locked(lock);
-        int twice = PyThread_acquire_lock(l->lock_lock, NOWAIT_LOCK);
-        l->locked = 0;
-        PyThread_release_lock(l->lock_lock);
-        if (held == 1 && !twice && p2p_lock_locked(lock) == 0)
-            p2p_lock_type = Py_TYPE(lock);
-    }
-#endif
-    PyErr_Clear();
-    Py_DECREF(lock);
-    return 0;
-}
-
 static int p2p_try(PyObject *acquire)   /* 1: taken, 0: busy, -1: error */
 {
     GilLock *g = gil_lock_of(acquire);    /* (the GIL is held: a plain load and store) */
@@ -202,9 +117,9 @@ static int p2p_try(PyObject *acquire)   /* 1: taken, 0: busy, -1: error */
         g->locked = 1;
         return 1;
     }
-    P2PLock *l = p2p_lock_of(acquire);
+    TLock *l = tlock_of(acquire);
     if (l != NULL)
-        return p2p_take(l);
+        return tlock_take(l);
     PyObject *r = PyObject_CallOneArg(acquire, Py_False);
     if (r == NULL)
         return -1;
@@ -220,9 +135,9 @@ static void p2p_release(PyObject *release)   /* keeps a pending exception */
         g->locked = 0;
         return;
     }
-    P2PLock *l = p2p_lock_of(release);
+    TLock *l = tlock_of(release);
     if (l != NULL && l->locked)
-        p2p_give(l);
+        tlock_give(l);
     else
         p2p_release_calling(release, NULL);
 }

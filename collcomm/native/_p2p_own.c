@@ -64,9 +64,9 @@ static PyObject *d_recv(P2P *s, Deferred *d, int own, int block)
  * p2p_try in _p2p.c), else through its methods. */
 static int own_try(PyObject *mutex)
 {
-    P2PLock *l = p2p_direct(mutex);
+    TLock *l = tlock_direct(mutex);
     if (l != NULL)
-        return p2p_take(l);
+        return tlock_take(l);
     PyObject *got = PyObject_CallMethodOneArg(mutex, s_own_acquire, Py_False);
     int v = got == NULL ? -1 : PyObject_IsTrue(got);
     Py_XDECREF(got);
@@ -85,9 +85,9 @@ static int own_acquire(PyObject *mutex)
 
 static void own_release(PyObject *mutex)
 {
-    P2PLock *l = p2p_direct(mutex);
+    TLock *l = tlock_direct(mutex);
     if (l != NULL && l->locked)
-        p2p_give(l);
+        tlock_give(l);
     else
         p2p_release_calling(mutex, s_own_release);
 }

@@ -330,8 +330,8 @@ static int p2p_module_init(PyObject *m)
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL)
             return -1;
-    if (own_names() < 0 || batch_names() < 0 || mpi_names() < 0 || obj_irecv_names() < 0 || lend_names() < 0 || deferred_module_init(m) < 0 || sent_module_init(m) < 0 || lent_module_init(m) < 0 || rec_p2p_module_init(m) < 0 || entry_module_init(m) < 0 || p2p_lock_init() < 0 ||
-        PyModule_AddIntConstant(m, "P2P_DIRECT_LOCKS", p2p_lock_type != NULL) < 0)
+    if (own_names() < 0 || batch_names() < 0 || mpi_names() < 0 || obj_irecv_names() < 0 || lend_names() < 0 || deferred_module_init(m) < 0 || sent_module_init(m) < 0 || lent_module_init(m) < 0 || rec_p2p_module_init(m) < 0 || entry_module_init(m) < 0 ||
+        PyModule_AddIntConstant(m, "P2P_DIRECT_LOCKS", tlock_type != NULL) < 0)
         return -1;
     return add_type(m, "Pipe", &PipeType) < 0 ? -1 : add_type(m, "P2P", &P2PType);
 }

@@ -115,6 +115,7 @@ static PyTypeObject CoreType = {
 #include "_record_ring.c"       /* ... the ring that holds them: Ring */
 #include "_record.c"            /* ... written from C: the writer, collectives' records */
 #include "_record_p2p.c"        /* ... point-to-point records */
+#include "_thread_locks.c"     /* threading.Lock / RLock taken without their methods */
 #include "_fastcall.c"
 #include "_gil_lock.c"          /* GilLock: send_lock / poll_lock of the shm channels */
 #include "_p2p.c"               /* native point-to-point: Pipe, P2P; locks, helpers */
@@ -251,6 +252,9 @@ static PyMethodDef module_methods[] = {
     {"mpi_plain", (PyCFunction)(void (*)(void))mod_mpi_plain, METH_FASTCALL,
      "mpi_plain(spec, per, writable) -> the array a buffer spec stands for as it is, else "
      "the spec; see _mpi_plain.c"},
+    {"mpi_plain2", (PyCFunction)(void (*)(void))mod_mpi_plain2, METH_FASTCALL,
+     "mpi_plain2(sendbuf, recvbuf, send_per, recv_per) -> both buffers through mpi_plain "
+     "(the receive buffer as written)"},
     {"mpi_workop_started", (PyCFunction)(void (*)(void))mod_mpi_workop_started, METH_FASTCALL,
      "mpi_workop_started(entry, *args) -> the WorkOp of entry(*args)'s Work, or None"},
     {"mpi_prequest_start", (PyCFunction)(void (*)(void))mod_mpi_prequest_start, METH_FASTCALL,
@@ -274,7 +278,8 @@ PyMODINIT_FUNC PyInit__shmcore(void)
         return NULL;
     s_check = PyUnicode_InternFromString("_check");
     s_timeout = PyUnicode_InternFromString("timeout");
-    if (s_check == NULL || s_timeout == NULL || fast_module_init(m) < 0 ||
+    if (s_check == NULL || s_timeout == NULL || thread_locks_init() < 0 ||
+        PyModule_AddIntConstant(m, "RLOCK_DIRECT", rlock_type != NULL) < 0 || fast_module_init(m) < 0 ||
         p2p_module_init(m) < 0 || gil_lock_module_init(m) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -1,0 +1,188 @@
+/* threading.Lock and threading.RLock taken here without calling their methods, where the
+ * interpreter's objects have the layout of CPython 3.10-3.13.0 (included by _shmcore.c
+ * before _fastcall.c; used by the point-to-point channels, _p2p.c / _p2p_own.c, and by the
+ * second part of a call started in two parts, _fastcall_parts_end.c).
+ *
+ * Why: a lock's ``acquire`` parses its arguments (PyArg_ParseTupleAndKeywords), and a
+ * call through its method costs a dispatch: ~100 ns of a ~1.3 us native exchange per call
+ * (a _thread.lock), and the runner's re-entrant lock taken and given back in every
+ * ``Wait`` of a call in two parts (an RLock: ~10% of a persistent Bcast's Start + Wait,
+ * perf, 2-vCPU VM, session 43).
+ *
+ * ``tlock_type`` / ``rlock_type`` are the two types once thread_locks_init has checked
+ * their layout on fresh objects (taken and released here and through their methods, each
+ * seen to follow the other); else NULL and every lock goes through its methods. Both
+ * ways run holding the GIL and do what the methods do: a try that never blocks, then the
+ * lock's fields set; the fields cleared, then the release. From 3.13.1 a lock is
+ * {PyObject_HEAD; PyMutex} (CPython gh-117721: the size check turns it down before
+ * anything else is read), and 3.14's RLock holds a _PyRecursiveMutex, whose first word
+ * is 0 on a fresh lock (turned down: a PyThread_type_lock is a pointer); free-threaded
+ * builds compile this out.
+ */
+
+typedef struct {                 /* _thread.lock */
+    PyObject_HEAD
+    PyThread_type_lock lock_lock;
+    PyObject *in_weakreflist;
+    char locked;
+} TLock;
+
+typedef struct {                 /* _thread.RLock */
+    PyObject_HEAD
+    PyThread_type_lock rlock_lock;
+    unsigned long rlock_owner;
+    unsigned long rlock_count;
+    PyObject *in_weakreflist;
+} TRLock;
+
+static PyTypeObject *tlock_type, *rlock_type;
+
+#if PY_VERSION_HEX < 0x030E0000 && !defined(Py_GIL_DISABLED)
+#define DIRECT_LOCKS 1
+#endif
+
+static TLock *tlock_direct(PyObject *lock)   /* the lock if it is taken here directly */
+{
+    return tlock_type != NULL && Py_TYPE(lock) == tlock_type ? (TLock *)lock : NULL;
+}
+
+static TLock *tlock_of(PyObject *method)     /* the same, by its bound acquire/release */
+{
+    if (!PyCFunction_Check(method))
+        return NULL;
+    PyObject *self = PyCFunction_GET_SELF(method);
+    return self == NULL ? NULL : tlock_direct(self);
+}
+
+static int tlock_take(TLock *l)   /* acquire(False) of a direct lock: 1 taken, 0 busy */
+{
+    if (!PyThread_acquire_lock(l->lock_lock, NOWAIT_LOCK))
+        return 0;
+    l->locked = 1;
+    return 1;
+}
+
+static void tlock_give(TLock *l)  /* release() of a direct lock this thread took */
+{
+    l->locked = 0;
+    PyThread_release_lock(l->lock_lock);
+}
+
+/* lock.locked() of a direct _thread.lock: 1 / 0; -2 not such a lock (call the method) */
+static int tlock_held(PyObject *lock)
+{
+    TLock *l = tlock_direct(lock);
+    return l == NULL ? -2 : l->locked != 0;
+}
+
+static TRLock *rlock_direct(PyObject *lock)
+{
+    return rlock_type != NULL && Py_TYPE(lock) == rlock_type ? (TRLock *)lock : NULL;
+}
+
+/* rlock.acquire(False) of a direct RLock: 1 taken (again, if this thread holds it), 0 busy */
+static int rlock_take(TRLock *l)
+{
+    unsigned long me = PyThread_get_thread_ident();
+    if (l->rlock_count > 0 && l->rlock_owner == me) {
+        if (l->rlock_count + 1 == 0)          /* (the method raises there: never here) */
+            return 0;
+        l->rlock_count++;
+        return 1;
+    }
+    if (!PyThread_acquire_lock(l->rlock_lock, NOWAIT_LOCK))
+        return 0;
+    l->rlock_owner = me;
+    l->rlock_count = 1;
+    return 1;
+}
+
+/* rlock.release() of a direct RLock: 0, or -1 (not held by this thread: the method's error) */
+static int rlock_give(TRLock *l)
+{
+    if (l->rlock_count == 0 || l->rlock_owner != PyThread_get_thread_ident()) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot release un-acquired lock");
+        return -1;
+    }
+    if (--l->rlock_count == 0) {
+        l->rlock_owner = 0;
+        PyThread_release_lock(l->rlock_lock);
+    }
+    return 0;
+}
+
+#ifdef DIRECT_LOCKS
+static int call_truth(PyObject *obj, const char *method, PyObject *arg)   /* 1, 0, -1 error */
+{
+    PyObject *r = arg == NULL ? PyObject_CallMethod(obj, method, NULL)
+                              : PyObject_CallMethod(obj, method, "O", arg);
+    int v = r == NULL ? -1 : PyObject_IsTrue(r);
+    Py_XDECREF(r);
+    return v;
+}
+
+static void tlock_probe(PyObject *lock)
+{
+    TLock *l = (TLock *)lock;
+    if (Py_TYPE(lock)->tp_basicsize == sizeof(TLock) && l->locked == 0 && l->lock_lock != NULL &&
+        strcmp(Py_TYPE(lock)->tp_name, "_thread.lock") == 0 &&
+        PyThread_acquire_lock(l->lock_lock, NOWAIT_LOCK)) {
+        l->locked = 1;
+        int held = call_truth(lock, "locked", NULL);
+        int twice = PyThread_acquire_lock(l->lock_lock, NOWAIT_LOCK);
+        l->locked = 0;
+        PyThread_release_lock(l->lock_lock);
+        if (held == 1 && !twice && call_truth(lock, "locked", NULL) == 0)
+            tlock_type = Py_TYPE(lock);
+    }
+}
+
+static void rlock_probe(PyObject *lock)
+{
+    TRLock *l = (TRLock *)lock;
+    unsigned long me = PyThread_get_thread_ident();
+    if (Py_TYPE(lock)->tp_basicsize != sizeof(TRLock) || l->rlock_lock == NULL ||
+        l->rlock_owner != 0 || l->rlock_count != 0 || strcmp(Py_TYPE(lock)->tp_name, "_thread.RLock") != 0)
+        return;
+    /* its methods seen in the fields ... */
+    int ok = call_truth(lock, "acquire", Py_False) == 1 && call_truth(lock, "acquire", Py_False) == 1 &&
+             l->rlock_owner == me && l->rlock_count == 2;
+    PyObject *r1 = PyObject_CallMethod(lock, "release", NULL);
+    PyObject *r2 = r1 == NULL ? NULL : PyObject_CallMethod(lock, "release", NULL);
+    ok = ok && r2 != NULL && l->rlock_owner == 0 && l->rlock_count == 0;
+    Py_XDECREF(r1);
+    Py_XDECREF(r2);
+    if (!ok || PyErr_Occurred())
+        return;
+    /* ... and the fields in its methods: taken here, owned there; free again after */
+    rlock_type = Py_TYPE(lock);
+    ok = rlock_take(l) == 1 && rlock_take(l) == 1 && call_truth(lock, "_is_owned", NULL) == 1;
+    int given = rlock_give(l) == 0 && rlock_give(l) == 0;
+    ok = ok && given && call_truth(lock, "_is_owned", NULL) == 0 && call_truth(lock, "acquire", Py_False) == 1;
+    PyObject *r3 = ok ? PyObject_CallMethod(lock, "release", NULL) : NULL;
+    if (r3 == NULL)
+        rlock_type = NULL;
+    Py_XDECREF(r3);
+}
+#endif
+
+static int thread_locks_init(void)
+{
+    PyObject *mod = PyImport_ImportModule("_thread");
+    PyObject *lock = mod == NULL ? NULL : PyObject_CallMethod(mod, "allocate_lock", NULL);
+    PyObject *rlock = mod == NULL ? NULL : PyObject_CallMethod(mod, "RLock", NULL);
+    Py_XDECREF(mod);
+    if (lock == NULL || rlock == NULL) {
+        Py_XDECREF(lock);
+        Py_XDECREF(rlock);
+        return -1;
+    }
+#ifdef DIRECT_LOCKS
+    tlock_probe(lock);
+    rlock_probe(rlock);
+#endif
+    PyErr_Clear();
+    Py_DECREF(lock);
+    Py_DECREF(rlock);
+    return 0;
+}
