@@ -1,8 +1,8 @@
 """The runner's lock of a group's queue (``AsyncCalls._exec``, a ``threading.RLock``) as the
 second part of a call started in two parts takes it (native/_fastcall_parts_end.c,
 ``try_lock``): straight from the lock's fields where the interpreter's RLock has the layout
-of CPython 3.10-3.13.0 (native/_thread_locks.c, ``RLOCK_DIRECT``), else through its
-methods. Either way it must behave as the methods do:
+of CPython 3.10-3.13 (native/_thread_locks.c, ``RLOCK_DIRECT``; 3.14 and free-threaded
+builds: its methods), else through its methods. Either way it must behave as the methods do:
 
 * held by another thread, the lock is busy: the wait leaves the call to the queue's way
   (``AsyncCalls.run_through``), which waits for that thread, and the call still ends right;
@@ -100,3 +100,26 @@ def _waits_around_the_lock() -> list[Any]:
 def test_the_runners_lock_as_its_methods_would() -> None:
     for out in run_ranks(_waits_around_the_lock, 2, transport="shm", timeout=90):
         assert out == [True, True, True, ("busy", True, True), True, ("mine", True, True, True), True], out
+
+
+def test_set_async_on_a_fast_call_without_a_group() -> None:
+    """``set_async`` reads the group's class (where ``_pending`` is a slot it stores
+    straight into); a fast call never given a group (made without ``__init__``) has none:
+    no crash, and nothing to store into (review of session 43: it read a NULL group)."""
+    from collcomm.core.async_calls import AsyncCalls
+    from collcomm.core.work import Work
+
+    fast_type = native.core.Fast
+    calls = AsyncCalls("test-set-async")
+    fast = fast_type.__new__(fast_type)
+    assert fast.set_async(Work, threading.Lock, calls.items, calls.exec_lock, threading.Lock(), calls) is None
+    calls.close()
+
+
+def test_the_group_s_pending_is_a_slot() -> None:
+    """ProcessGroup keeps ``_pending`` in a plain slot (the C code stores it straight) and
+    everything else in its ``__dict__``."""
+    from collcomm.core.group import ProcessGroup
+
+    assert "_pending" in ProcessGroup.__slots__ and "__dict__" in ProcessGroup.__slots__
+    assert type(ProcessGroup.__dict__["_pending"]).__name__ == "member_descriptor"

@@ -290,7 +290,7 @@ def test_a_record_made_in_c_reads_as_the_list() -> None:
 
 def test_locks_are_taken_directly_where_the_layout_allows():
     """CPython 3.10-3.13.0 (not free-threaded): the channels' threading.Locks are tried in C
-    without their methods (native/_p2p.c, p2p_lock_init's probe on a fresh lock); from
+    without their methods (native/_thread_locks.c, thread_locks_init's probe on a fresh lock); from
     3.13.1 a lock is another struct (a PyMutex: 24 bytes, not 40), and 3.14 and
     free-threaded builds take the methods."""
     import sys

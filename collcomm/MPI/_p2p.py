@@ -310,7 +310,10 @@ class PointToPoint(Probes):
         p = persistent(lambda: self._isend(buf, dest, tag, False, "Send_init"))
         arr = buf if type(buf) is _NDARRAY else as_array(buf, "Send_init", "buf") if bound_at_init(buf) else None
         if p._persist is not None and arr is not None:     # (Start's quick way)
-            p._persist.quick = [partial(_quick_send_start, self._h, arr, dest, tag)]
+            g = self._h.g
+            p._persist.quick = [partial(_QUICK_SEND, self._h, g, arr, dest, tag)
+                                if _QUICK_SEND is not None and g is not None and type(tag) is int and 0 <= tag <= TAG_BITS
+                                else partial(_quick_send_start, self._h, arr, dest, tag)]
         return p
 
     Bsend_init = Rsend_init = Send_init
@@ -325,8 +328,11 @@ class PointToPoint(Probes):
         arr = buf if type(buf) is _NDARRAY else as_array(buf, "Recv_init", "buf", True) if bound_at_init(buf) else None
         if (p._persist is not None and arr is not None and type(source) is int and source >= 0
                 and type(tag) is int and (0 <= tag <= TAG_BITS or tag == ANY_TAG)):   # (Start's quick way)
-            p._persist.quick = [partial(_quick_recv_start, self._h, arr, source, max(tag, 0),
-                                        EXACT if tag >= 0 else WILD)]
+            g = self._h.g
+            mask = EXACT if tag >= 0 else WILD
+            p._persist.quick = [partial(_QUICK_RECV, self._h, g, arr, source, max(tag, 0), mask)
+                                if _QUICK_RECV is not None and g is not None and source < g.size and source != g.rank
+                                else partial(_quick_recv_start, self._h, arr, source, max(tag, 0), mask)]
         return p
 
 
@@ -351,3 +357,20 @@ def _quick_recv_start(h: Any, buf: Any, source: int, tag: int, mask: int) -> Any
     f = getattr(g, "_p2p_native", None) or p2p.native(g)     # (made by the first start)
     r = None if f is None else f.mpi_irecv(g, buf, source, tag, mask, _NDARRAY, _DEFERRED, _NativeRecv, Request)
     return None if r is None else r._op
+
+
+def _quick_in_c() -> tuple[Any, Any]:
+    """The native core's persistent send and receive starts (native/_mpi_pstart.c: the two
+    functions above in one C call where the communicator is live and its native entry made,
+    else these functions), or (None, None) without the core."""
+    from .. import native
+
+    core = native.core
+    setup = getattr(core, "mpi_quick_setup", None) if core is not None else None
+    if setup is None:
+        return None, None
+    setup(_quick_send_start, _quick_recv_start, ORPHANS, _SENT, _NDARRAY, _DEFERRED, _NativeRecv, Request)
+    return core.mpi_quick_send, core.mpi_quick_recv
+
+
+_QUICK_SEND, _QUICK_RECV = _quick_in_c()

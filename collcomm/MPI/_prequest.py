@@ -131,7 +131,7 @@ NATIVE_WAITS = _native_waits()
 def _native_start() -> bool:
     """``Prequest.Start`` (and ``start``) made the native core's (native/_mpi_prequest.c:
     the same steps without a Python frame on the common way, this class's method for the
-    rest); False without the core."""
+    rest), and ``Startall`` (``startall``) a C loop over them; False without the core."""
     from .. import native
 
     make = getattr(native.core, "mpi_prequest_start", None) if native.core is not None else None
@@ -139,6 +139,9 @@ def _native_start() -> bool:
     if descr is None:
         return False
     Prequest.Start = Prequest.start = descr   # type: ignore[method-assign]
+    startall = getattr(native.core, "mpi_prequest_startall", None)
+    if startall is not None:    # (each Start in order, the C one for a Prequest: _mpi_pstart.c)
+        Prequest.Startall = Prequest.startall = classmethod(startall)   # type: ignore[method-assign,assignment]
     return True
 
 

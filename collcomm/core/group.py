@@ -54,6 +54,10 @@ NON_GROUP_MEMBER: Any = _NonGroupMember()
 class ProcessGroup:
     """A group of ranks (see module docstring). Build them with ``new_group``/``split``."""
 
+    # _pending a plain slot: the native core's calls in two parts set and clear it
+    # straight (native/_fastcall_parts_end.c, set_pending); everything else in __dict__
+    __slots__ = ("_pending", "__dict__", "__weakref__")
+
     def __init__(self, transport: Transport | None, ranks: Sequence[int], global_rank: int,
                  ctx: int, name: str, timeout: float, arena_slot: int = 0,
                  watcher: Watcher | None = None) -> None:

@@ -74,8 +74,9 @@ typedef struct Fast {
     PyObject *exec_lock;        /* ... the lock of the thread running it (AsyncCalls._exec) */
     PyObject *group_lock;       /* ... the group's lock (ProcessGroup._lock) */
     PyObject *async_calls;      /* ... its owner (core/async_calls.py AsyncCalls) */
-    PyObject *group_dict;       /* the group's __dict__, where its _pending is stored straight
-                                 * (NULL: through setattr; Fast_set_async) */
+    PyObject *pending_type;     /* the class whose plain slot _pending is at pending_at: a
+                                 * group of it has it stored straight (NULL: by setattr) */
+    Py_ssize_t pending_at;
     CMethod exec_acquire, exec_release, group_locked;   /* their methods, */
     CMethod items_append, items_popleft, work_locked;   /* called straight (_cmethod.c) */
     Py_ssize_t worker_at, sleeping_at;   /* AsyncCalls._worker/_sleeping's slots (0: none) */

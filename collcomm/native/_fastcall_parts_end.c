@@ -36,12 +36,17 @@ static int lock_held(CMethod *locked, PyObject *lock)
     return held;
 }
 
-/* group._pending = value: straight into its __dict__ where set_async found one to use */
+/* group._pending = value: straight into its slot where its class is the one set_async
+ * found the slot of (ProcessGroup's __slots__), else by setattr */
 static int set_pending(Fast *s, PyObject *group, PyObject *value)
 {
-    if (s->group_dict != NULL && group == s->group)
-        return PyDict_SetItem(s->group_dict, s_pending, value);
-    return PyObject_SetAttr(group, s_pending, value);
+    if (s->pending_at <= 0 || (PyObject *)Py_TYPE(group) != s->pending_type)
+        return PyObject_SetAttr(group, s_pending, value);
+    PyObject **at = (PyObject **)((char *)group + s->pending_at);
+    PyObject *old = *at;
+    *at = Py_NewRef(value);
+    Py_XDECREF(old);
+    return 0;
 }
 
 static int unlock(CMethod *release, PyObject *lock)

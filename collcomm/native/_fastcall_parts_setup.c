@@ -58,19 +58,14 @@ static PyObject *Fast_set_async(Fast *s, PyObject *const *args, Py_ssize_t nargs
     Py_XSETREF(s->exec_lock, Py_NewRef(args[3]));
     Py_XSETREF(s->group_lock, Py_NewRef(args[4]));
     Py_XSETREF(s->async_calls, Py_NewRef(args[5]));
-    Py_CLEAR(s->group_dict);
-    /* the group's _pending stored straight into its __dict__ (no setattr's look-ups) where
-     * that is all a setattr does: the generic one, no class attribute of that name */
-    PyTypeObject *gt = Py_TYPE(s->group);
-    if (gt->tp_setattro == PyObject_GenericSetAttr && gt->tp_dictoffset != 0) {
-        int shadowed = PyObject_HasAttr((PyObject *)gt, s_pending);
-        PyObject *d = shadowed ? NULL : PyObject_GenericGetDict(s->group, NULL);
-        if (d != NULL && PyDict_CheckExact(d))
-            s->group_dict = d;
-        else
-            Py_XDECREF(d);
-        PyErr_Clear();
-    }
+    /* the group's _pending stored straight into its slot (no setattr's look-ups) where
+     * that is all a setattr does: the generic one, a plain slot */
+    Py_CLEAR(s->pending_type);
+    s->pending_at = 0;
+    if (s->group != NULL && s->group != Py_None &&
+        Py_TYPE(s->group)->tp_setattro == PyObject_GenericSetAttr &&
+        (s->pending_at = plain_slot_offset(Py_TYPE(s->group), s_pending)) > 0)
+        s->pending_type = Py_NewRef((PyObject *)Py_TYPE(s->group));
     Py_RETURN_NONE;
 }
 
@@ -82,7 +77,7 @@ static int parts_traverse(Fast *s, visitproc visit, void *arg)
     Py_VISIT(s->exec_lock);
     Py_VISIT(s->group_lock);
     Py_VISIT(s->async_calls);
-    Py_VISIT(s->group_dict);
+    Py_VISIT(s->pending_type);
     Py_VISIT(s->finish_bound);
     Py_VISIT(s->part_work);
     Py_VISIT(s->spare_work);
@@ -100,7 +95,8 @@ static void parts_clear(Fast *s)
     Py_CLEAR(s->exec_lock);
     Py_CLEAR(s->group_lock);
     Py_CLEAR(s->async_calls);
-    Py_CLEAR(s->group_dict);
+    Py_CLEAR(s->pending_type);
+    s->pending_at = 0;
     Py_CLEAR(s->finish_bound);
     Py_CLEAR(s->part_work);
     Py_CLEAR(s->spare_work);

@@ -124,6 +124,7 @@ static PyTypeObject CoreType = {
 #include "_p2p_type.c"          /* the two types: init, gc, methods, module init */
 #include "_mpi_request.c"       /* collcomm.MPI's requests of I-forms made in C: mpi_started */
 #include "_mpi_prequest.c"      /* ... and a persistent request's Start: mpi_prequest_start */
+#include "_mpi_pstart.c"        /* ... persistent sends' and receives' starts, Startall */
 #include "_mpi_wait_collective.c" /* ... a collective's request among them (mw_workop) */
 #include "_mpi_wait.c"          /* collcomm.MPI's Waitall of native receives and sends in C */
 #include "_mpi_plain.c"         /* collcomm.MPI's buffer specs that stand for their array */
@@ -252,6 +253,15 @@ static PyMethodDef module_methods[] = {
     {"mpi_plain", (PyCFunction)(void (*)(void))mod_mpi_plain, METH_FASTCALL,
      "mpi_plain(spec, per, writable) -> the array a buffer spec stands for as it is, else "
      "the spec; see _mpi_plain.c"},
+    {"mpi_quick_setup", (PyCFunction)(void (*)(void))mod_mpi_quick_setup, METH_FASTCALL,
+     "mpi_quick_setup(py_send, py_recv, orphans, sent, ndarray, deferred, native_recv, request); "
+     "see _mpi_pstart.c"},
+    {"mpi_quick_send", (PyCFunction)(void (*)(void))mod_mpi_quick_send, METH_FASTCALL,
+     "mpi_quick_send(h, g0, buf, dest, tag) -> a persistent send's start: its op, or None"},
+    {"mpi_quick_recv", (PyCFunction)(void (*)(void))mod_mpi_quick_recv, METH_FASTCALL,
+     "mpi_quick_recv(h, g0, buf, source, tag, mask) -> a persistent receive's start: its op, or None"},
+    {"mpi_prequest_startall", (PyCFunction)(void (*)(void))mod_mpi_prequest_startall, METH_FASTCALL,
+     "mpi_prequest_startall(cls, requests): each request's Start, in order"},
     {"mpi_plain2", (PyCFunction)(void (*)(void))mod_mpi_plain2, METH_FASTCALL,
      "mpi_plain2(sendbuf, recvbuf, send_per, recv_per) -> both buffers through mpi_plain "
      "(the receive buffer as written)"},

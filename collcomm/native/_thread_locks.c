@@ -1,5 +1,6 @@
 /* threading.Lock and threading.RLock taken here without calling their methods, where the
- * interpreter's objects have the layout of CPython 3.10-3.13.0 (included by _shmcore.c
+ * interpreter's objects have the layout of CPython 3.10-3.13.0 (a Lock) or 3.10-3.13 (an
+ * RLock) (included by _shmcore.c
  * before _fastcall.c; used by the point-to-point channels, _p2p.c / _p2p_own.c, and by the
  * second part of a call started in two parts, _fastcall_parts_end.c).
  *
@@ -13,11 +14,13 @@
  * their layout on fresh objects (taken and released here and through their methods, each
  * seen to follow the other); else NULL and every lock goes through its methods. Both
  * ways run holding the GIL and do what the methods do: a try that never blocks, then the
- * lock's fields set; the fields cleared, then the release. From 3.13.1 a lock is
- * {PyObject_HEAD; PyMutex} (CPython gh-117721: the size check turns it down before
- * anything else is read), and 3.14's RLock holds a _PyRecursiveMutex, whose first word
- * is 0 on a fresh lock (turned down: a PyThread_type_lock is a pointer); free-threaded
- * builds compile this out.
+ * lock's fields set; the fields cleared, then the release. From 3.13.1 a Lock is
+ * {PyObject_HEAD; PyMutex} (CPython gh-117721, backported: the size check turns it down
+ * before anything else is read); an RLock keeps its PyThread_type_lock through 3.13.x (its
+ * owner a PyThread_ident_t there: an unsigned long's size and value on Linux) and holds a
+ * _PyRecursiveMutex from 3.14 (gh-125144), compiled out as free-threaded builds are (its
+ * first word, 0 on a fresh lock, would be turned down too: a PyThread_type_lock is a
+ * pointer).
  */
 
 typedef struct {                 /* _thread.lock */
@@ -147,6 +150,8 @@ static void rlock_probe(PyObject *lock)
     /* its methods seen in the fields ... */
     int ok = call_truth(lock, "acquire", Py_False) == 1 && call_truth(lock, "acquire", Py_False) == 1 &&
              l->rlock_owner == me && l->rlock_count == 2;
+    if (PyErr_Occurred())            /* (an acquire raised: nothing to give back, not used) */
+        return;
     PyObject *r1 = PyObject_CallMethod(lock, "release", NULL);
     PyObject *r2 = r1 == NULL ? NULL : PyObject_CallMethod(lock, "release", NULL);
     ok = ok && r2 != NULL && l->rlock_owner == 0 && l->rlock_count == 0;

@@ -1,0 +1,140 @@
+"""Persistent sends' and receives' starts and ``Prequest.Startall`` in C
+(native/_mpi_pstart.c), against what the Python functions they stand for do
+(``_quick_send_start`` / ``_quick_recv_start`` in collcomm/MPI/_p2p.py, the Python
+``Startall`` loop). In one process, on stand-ins for the communicator's handle, its group
+and the group's native entry, so every condition is set directly: the group still the one
+``…_init`` checked against, closed, orphaned receives waiting, no entry; and ``Startall``
+over Prequests, other requests and a Start that raises. The real exchanges are
+tests/test_mpi_persistent_p2p.py (a section of the MPI job at 1-5 ranks and TCP).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from collcomm import native
+
+pytestmark = pytest.mark.skipif(native.core is None, reason=f"native core: {native.reason}")
+
+
+class _Entry:
+    """A group's native entry that records what it was asked."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer, self.calls = answer, []
+
+    def send(self, *args: Any) -> Any:
+        self.calls.append(("send",) + args)
+        return self.answer
+
+    def mpi_irecv(self, *args: Any) -> Any:
+        self.calls.append(("mpi_irecv",) + args)
+        return self.answer
+
+
+class _Group:
+    def __init__(self, entry: Any, closed: bool = False) -> None:
+        self._closed = closed
+        if entry is not _ABSENT:
+            self._p2p_native = entry
+
+
+class _Handle:
+    def __init__(self, g: Any) -> None:
+        self.g = g
+
+
+_ABSENT = object()
+
+
+class _Op:
+    def __init__(self) -> None:
+        self._op = object()
+
+
+def test_quick_starts_are_the_core_s_where_it_has_them() -> None:
+    from collcomm.MPI import _p2p
+
+    assert _p2p._QUICK_SEND is native.core.mpi_quick_send
+    assert _p2p._QUICK_RECV is native.core.mpi_quick_recv
+
+
+def test_a_send_start_in_c_as_the_python_function() -> None:
+    from collcomm.MPI import _p2p
+    from collcomm.MPI._request_ops import ORPHANS
+
+    buf = np.ones(2)
+    send = native.core.mpi_quick_send
+    for answer, want in ((True, _p2p._SENT), (False, None)):
+        e = _Entry(answer)
+        g = _Group(e)
+        assert send(_Handle(g), g, buf, 1, 7) is want
+        assert e.calls == [("send", buf, 1, 7, 0)]
+        e.calls.clear()          # another group than the one checked at init: the Python way
+        assert send(_Handle(g), _Group(e), buf, 1, 7) is _p2p._quick_send_start(_Handle(g), buf, 1, 7)
+        assert [c[:4] for c in e.calls] == [("send", buf, 1, 7)] * 2
+    e = _Entry(True)
+    g = _Group(e, closed=True)        # closed: nothing sent, None
+    assert send(_Handle(g), g, buf, 1, 7) is None and e.calls == []
+    g = _Group(None)                  # no native entry for the group: None
+    assert send(_Handle(g), g, buf, 1, 7) is None
+    g = _Group(e)
+    ORPHANS.append(object())          # receives to unpack first: the general start
+    try:
+        assert send(_Handle(g), g, buf, 1, 7) is None and e.calls == []
+    finally:
+        ORPHANS.pop()
+    assert send(_Handle(None), g, buf, 1, 7) is None and e.calls == []   # (freed: h.g None)
+
+
+def test_a_receive_start_in_c_as_the_python_function() -> None:
+    from collcomm.MPI import _p2p
+
+    buf = np.zeros(2)
+    recv = native.core.mpi_quick_recv
+    op = _Op()
+    e = _Entry(op)
+    g = _Group(e)
+    assert recv(_Handle(g), g, buf, 1, 5, 3) is op._op
+    assert e.calls == [("mpi_irecv", g, buf, 1, 5, 3, np.ndarray, _p2p._DEFERRED, _p2p._NativeRecv, _p2p.Request)]
+    e = _Entry(None)                  # declined: None, the general start
+    g = _Group(e)
+    assert recv(_Handle(g), g, buf, 1, 5, 3) is None and len(e.calls) == 1
+    g = _Group(_Entry(op), closed=True)
+    assert recv(_Handle(g), g, buf, 1, 5, 3) is None
+    e = _Entry(op)
+    g = _Group(e)                     # another group: the Python function (its own checks)
+    g.size, g.rank = 4, 0
+    assert recv(_Handle(g), _Group(e), buf, 1, 5, 3) is op._op
+    assert recv(_Handle(g), _Group(e), buf, 0, 5, 3) is None          # (its own rank)
+
+
+def test_startall_starts_each_in_order_and_stops_at_an_error() -> None:
+    from collcomm.MPI._errors import Exception as MPIException
+    from collcomm.MPI._prequest import Prequest, persistent
+
+    assert Prequest.Startall.__func__ is native.core.mpi_prequest_startall
+    order: list[str] = []
+
+    class Other:
+        def Start(self) -> None:   # noqa: N802
+            order.append("other")
+
+    def start(name: str) -> Any:
+        def go() -> Any:
+            order.append(name)
+            return _Op()
+        return go
+
+    a, b = persistent(start("a")), persistent(start("b"))
+    Prequest.Startall((a, Other(), b))
+    assert order == ["a", "other", "b"] and a._op is not None and b._op is not None
+    order.clear()
+    c = persistent(start("c"))
+    with pytest.raises(MPIException, match="still active"):
+        Prequest.Startall([c, a, b])      # a is active: raises there, b is not started
+    assert order == ["c"]
+    with pytest.raises(TypeError):
+        Prequest.Startall(5)
