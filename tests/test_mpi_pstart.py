@@ -138,3 +138,35 @@ def test_startall_starts_each_in_order_and_stops_at_an_error() -> None:
     assert order == ["c"]
     with pytest.raises(TypeError):
         Prequest.Startall(5)
+
+
+def test_a_collective_s_tuple_quick_start_in_c_and_in_python() -> None:
+    """A persistent collective's quick start is ``(entry, *args)`` (_coll_persistent.
+    _Prepared): the C ``Start`` calls ``entry(*args)`` through mpi_workop_started without a
+    partial, and the Python ``Start`` (a subclass of Prequest: the C one leaves it to the
+    method) through ``quick_call``; an entry that declines (None) leaves the start to the
+    general way, in both."""
+    from collcomm.MPI._prequest import Prequest, persistent, quick_call
+
+    seen: list[Any] = []
+
+    def entry(*args: Any) -> None:
+        seen.append(("entry",) + args)
+        return None                   # declined: the general start runs
+
+    def general() -> Any:
+        seen.append("general")
+        return _Op()
+
+    class Sub(Prequest):
+        __slots__ = ()
+
+    assert quick_call((entry, 1, "x")) is None and seen == [("entry", 1, "x")]
+    for cls in (Prequest, Sub):
+        seen.clear()
+        p = persistent(general)
+        if cls is Sub:
+            p.__class__ = Sub
+        p._persist.quick = [(entry, 7, "Bcast_init")]
+        p.Start()
+        assert seen == [("entry", 7, "Bcast_init"), "general"] and p._op is not None, (cls, seen)

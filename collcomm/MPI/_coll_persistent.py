@@ -30,7 +30,6 @@ closes it, and so does dropping the last reference to an inactive request
 """
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable
 
 from ._coll import BufferCollectives, _builtin
@@ -79,9 +78,11 @@ class _Prepared:
     fixed there): one C call and the op, without the ``I…`` form's frames; where the entry
     declines (or the group has no fast call), ``general()``, the ``I…`` form itself. Once
     the group has its fast call (built by the first call on it), ``quick[0]`` is that C
-    call bound to its arguments (``workop_started`` over the bound entry), which
-    ``Prequest.Start`` calls first (no Python frame: ~1-1.5 µs a Start on the project's VM,
-    BENCHMARKS.md session 38); a closed group's entry declines, and this runs."""
+    call bound to its arguments, ``(entry, *args)`` for ``workop_started(entry, *args)``
+    (a tuple: the C ``Start`` makes that call without a ``partial``; :func:`._prequest.
+    quick_call` where Python starts it), which ``Prequest.Start`` makes first (no Python
+    frame: ~1-1.5 µs a Start on the project's VM, BENCHMARKS.md session 38); a closed
+    group's entry declines, and this runs."""
 
     __slots__ = ("g", "entry", "args", "general", "quick")
 
@@ -92,8 +93,8 @@ class _Prepared:
     def __call__(self) -> Any:
         fast = self.g.fast
         if fast is not None:
-            start = functools.partial(workop_started, getattr(fast, self.entry), *self.args)
-            op = start()
+            start = (getattr(fast, self.entry),) + self.args
+            op = workop_started(*start)
             if op is not None:
                 self.quick[0] = start      # (only where it starts: declined, it is not tried again)
                 return op

@@ -15,6 +15,15 @@ from ._errors import ERR_REQUEST, Exception as MPIException
 from ._request import Request
 
 
+def quick_call(fn: Any) -> Any:
+    """A quick start made: ``fn()``, or for a tuple ``(entry, *args)`` (a persistent
+    collective's, :class:`._coll_persistent._Prepared`) ``workop_started(entry, *args)``."""
+    if type(fn) is tuple:
+        from ._request_makers import workop_started
+        return workop_started(*fn)
+    return fn()
+
+
 class _Persistent:
     """What the copies of one persistent request share: how to start it, and a persistent
     collective's own communicator (freed by Free(), or when the last copy is dropped
@@ -77,7 +86,7 @@ class Prequest(Request):
             raise MPIException(ERR_REQUEST, "Prequest.Start: the request is still active; "
                                             "complete it (Wait/Test) before starting it again")
         quick = self._persist.quick
-        if quick is not None and (fn := quick[0]) is not None and (op := fn()) is not None:
+        if quick is not None and (fn := quick[0]) is not None and (op := quick_call(fn)) is not None:
             self._op = op
             return
         self._op = self._persist.start()
@@ -89,7 +98,7 @@ class Prequest(Request):
         for r in requests:         # (Start's quick way inline, else Start itself)
             p = r._persist
             if (r._op is None and p is not None and p.start is not None and (quick := p.quick) is not None
-                    and (fn := quick[0]) is not None and (op := fn()) is not None):
+                    and (fn := quick[0]) is not None and (op := quick_call(fn)) is not None):
                 r._op = op
             else:
                 r.Start()

@@ -9,8 +9,10 @@
  * Python ``start`` does on the common way, in C:
  *
  * - the request live (its ``_persist`` a ``persistent`` whose ``start`` is set), inactive
- *   (``_op`` None) and its quick start set: ``_op = quick[0]()``; where that declines
- *   (None), ``_op = _persist.start()`` (the ``I…`` form), as the Python method does;
+ *   (``_op`` None) and its quick start set: ``_op = quick[0]()``, or, for a tuple
+ *   ``(entry, *args)`` (a persistent collective's, _coll_persistent._Prepared),
+ *   ``mpi_workop_started(entry, *args)`` without the call through a partial; where that
+ *   declines (None), ``_op = _persist.start()`` (the ``I…`` form), as the Python method does;
  * - anything else (freed, still active, no quick start, slots it cannot read): the Python
  *   ``start`` itself, which raises or takes its regular way.
  *
@@ -31,11 +33,13 @@ static PyObject *pq_start(PyObject *self, PyObject *unused)
     PyObject *start = SLOT_AT(persist, pq_persist_slots.at[0]);
     PyObject *quick = SLOT_AT(persist, pq_persist_slots.at[1]);
     if (start == NULL || start == Py_None || quick == NULL || !PyList_CheckExact(quick) ||
-        PyList_GET_SIZE(quick) < 1 || PyList_GET_ITEM(quick, 0) == Py_None)
+        PyList_GET_SIZE(quick) < 1 || PyList_GET_ITEM(quick, 0) == Py_None ||
+        (PyTuple_CheckExact(PyList_GET_ITEM(quick, 0)) && !rq_ready))
         return PyObject_CallOneArg(pq_python_start, self);
     PyObject *fn = Py_NewRef(PyList_GET_ITEM(quick, 0));
     Py_INCREF(persist);                 /* (the call may run Python code: keep what we read) */
-    PyObject *r = PyObject_CallNoArgs(fn);
+    PyObject *r = PyTuple_CheckExact(fn) ? rq_started("Start", &PyTuple_GET_ITEM(fn, 0), PyTuple_GET_SIZE(fn), 0)
+                                         : PyObject_CallNoArgs(fn);
     Py_DECREF(fn);
     if (r == Py_None) {                 /* declined: the I… form, as the Python method */
         Py_DECREF(r);
