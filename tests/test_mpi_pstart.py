@@ -89,6 +89,31 @@ def test_a_send_start_in_c_as_the_python_function() -> None:
     assert send(_Handle(None), g, buf, 1, 7) is None and e.calls == []   # (freed: h.g None)
 
 
+def test_the_first_start_before_the_group_has_its_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ``_p2p_native`` on the group yet: the Python function, which makes it
+    (``p2p.native``), starts the call."""
+    from collcomm.MPI import _p2p
+
+    e = _Entry(True)
+    made: list[Any] = []
+
+    def native(g: Any) -> Any:
+        made.append(g)
+        g._p2p_native = e
+        return e
+
+    monkeypatch.setattr(_p2p.p2p, "native", native)
+    g = _Group(_ABSENT)
+    buf = np.ones(1)
+    assert native_send(_Handle(g), g, buf, 1, 3) is _p2p._SENT and made == [g]
+    assert native_send(_Handle(g), g, buf, 1, 3) is _p2p._SENT and made == [g]   # (made once)
+    assert [c[:4] for c in e.calls] == [("send", buf, 1, 3)] * 2
+
+
+def native_send(*args: Any) -> Any:
+    return native.core.mpi_quick_send(*args)
+
+
 def test_a_receive_start_in_c_as_the_python_function() -> None:
     from collcomm.MPI import _p2p
 
@@ -118,8 +143,8 @@ def test_startall_starts_each_in_order_and_stops_at_an_error() -> None:
     assert Prequest.Startall.__func__ is native.core.mpi_prequest_startall
     order: list[str] = []
 
-    class Other:
-        def Start(self) -> None:   # noqa: N802
+    class Other:                     # (not a Prequest: its Start is called; the Python
+        def Start(self) -> None:     # loop read its _persist first and raised) # noqa: N802
             order.append("other")
 
     def start(name: str) -> Any:
@@ -138,15 +163,18 @@ def test_startall_starts_each_in_order_and_stops_at_an_error() -> None:
     assert order == ["c"]
     with pytest.raises(TypeError):
         Prequest.Startall(5)
+    d = persistent(start("d"))
+    Prequest.Startall(requests=[d])      # (by keyword, as the Python classmethod took it)
+    assert order == ["c", "d"] and d._op is not None
 
 
 def test_a_collective_s_tuple_quick_start_in_c_and_in_python() -> None:
     """A persistent collective's quick start is ``(entry, *args)`` (_coll_persistent.
     _Prepared): the C ``Start`` calls ``entry(*args)`` through mpi_workop_started without a
-    partial, and the Python ``Start`` (a subclass of Prequest: the C one leaves it to the
-    method) through ``quick_call``; an entry that declines (None) leaves the start to the
-    general way, in both."""
-    from collcomm.MPI._prequest import Prequest, persistent, quick_call
+    partial, the Python ``Start`` and ``Startall`` (what runs without the C ones) through
+    ``quick_call``; an entry that declines (None) leaves the start to the general way, in
+    all three."""
+    from collcomm.MPI._prequest import PY_START, PY_STARTALL, Prequest, persistent, quick_call
 
     seen: list[Any] = []
 
@@ -158,15 +186,17 @@ def test_a_collective_s_tuple_quick_start_in_c_and_in_python() -> None:
         seen.append("general")
         return _Op()
 
-    class Sub(Prequest):
-        __slots__ = ()
-
     assert quick_call((entry, 1, "x")) is None and seen == [("entry", 1, "x")]
-    for cls in (Prequest, Sub):
+    assert Prequest.Start is not PY_START       # (the C Start installed)
+    for way in ("C Start", "Python Start", "Python Startall"):
         seen.clear()
         p = persistent(general)
-        if cls is Sub:
-            p.__class__ = Sub
         p._persist.quick = [(entry, 7, "Bcast_init")]
-        p.Start()
-        assert seen == [("entry", 7, "Bcast_init"), "general"] and p._op is not None, (cls, seen)
+        if way == "C Start":
+            p.Start()
+        elif way == "Python Start":
+            PY_START(p)
+        else:
+            PY_STARTALL([p])          # (declined, it calls Start, which tries the entry again)
+            seen = seen[1:]
+        assert seen == [("entry", 7, "Bcast_init"), "general"] and p._op is not None, (way, seen)

@@ -13,13 +13,13 @@ from typing import Any, Callable, Sequence
 
 from ._errors import ERR_REQUEST, Exception as MPIException
 from ._request import Request
+from ._request_makers import workop_started
 
 
 def quick_call(fn: Any) -> Any:
     """A quick start made: ``fn()``, or for a tuple ``(entry, *args)`` (a persistent
     collective's, :class:`._coll_persistent._Prepared`) ``workop_started(entry, *args)``."""
     if type(fn) is tuple:
-        from ._request_makers import workop_started
         return workop_started(*fn)
     return fn()
 
@@ -153,6 +153,10 @@ def _native_start() -> bool:
         Prequest.Startall = Prequest.startall = classmethod(startall)   # type: ignore[method-assign,assignment]
     return True
 
+
+#: the Python Start and Startall (the C ones, where installed, fall back to the first; the
+#: tests run both ways)
+PY_START, PY_STARTALL = Prequest.Start, Prequest.Startall
 
 #: whether Prequest.Start is the native core's
 NATIVE_START = _native_start()

@@ -88,8 +88,7 @@ typedef struct Fast {
     PyObject *(*part_run)(struct Fast *, PyObject *const *, Py_ssize_t, int);  /* its entry */
     PyObject *part_args;        /* ... the arguments it was given (a tuple) */
     PyObject *part_tag, *part_rec;   /* ... its tag and record */
-    long long part_since;       /* ... when the worker first looked at it (CLOCK_MONOTONIC ns;
-                                 * 0: not yet: Fast_part_age) */
+    long long part_since;       /* ... when it started (CLOCK_MONOTONIC ns) */
     int n_ops;
     FastOp ops[FAST_OPS];
     unsigned long long calls;   /* calls run here (tests check the path) */

@@ -268,7 +268,7 @@ static PyObject *part_start(Fast *s, part_fn run, PyObject *const *args, Py_ssiz
     Py_SETREF(WORK_SLOT(s, work, W_TAG), Py_NewRef(s->part_tag));
     s->part_work = Py_NewRef(work);
     s->part_run = run;
-    s->part_since = 0;            /* (the clock read when the worker first looks: part_age) */
+    s->part_since = now_ns();
     Py_XSETREF(s->part_args, kept);
     PyObject *item = PyTuple_Pack(2, work, s->finish_bound);
     PyObject *ok = item == NULL ? NULL : cmethod_call(&s->items_append, s->async_items, item);

@@ -191,17 +191,12 @@ static PyObject *Fast_test_part(Fast *s, PyObject *work)
     return done < 0 ? NULL : Py_NewRef(done ? Py_True : Py_False);
 }
 
-/* part_age() -> seconds since the worker first looked at the pending call in two parts
- * (0.0 that first time), or -1.0: none. The worker leaves such a call to its caller for a
- * while (core/async_calls.py PART_GRACE); timed from its first look, not from the start,
- * so that a start reads no clock (a clock read was ~4% of a persistent Bcast's Start +
- * Wait): the safety net comes at most one worker poll (POLL, 0.5 ms) later. */
+/* part_age() -> seconds since the pending call in two parts started, or -1.0: none
+ * (the worker leaves it to its caller for a while: core/async_calls.py PART_GRACE).
+ * (Tried, session 43: timing it from the worker's first look, to spare the start its
+ * clock read; an idle worker polls every 4 ms and a watcher looks twice first, so the
+ * safety net came up to ~4 ms later: reverted.) */
 static PyObject *Fast_part_age(Fast *s, PyObject *unused)
 {
-    if (s->part_work == NULL)
-        return PyFloat_FromDouble(-1.0);
-    long long now = now_ns();
-    if (s->part_since == 0)
-        s->part_since = now;
-    return PyFloat_FromDouble((double)(now - s->part_since) / 1e9);
+    return PyFloat_FromDouble(s->part_work == NULL ? -1.0 : (double)(now_ns() - s->part_since) / 1e9);
 }

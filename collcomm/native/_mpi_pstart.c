@@ -117,9 +117,14 @@ static PyObject *mod_mpi_quick_recv(PyObject *m, PyObject *const *args, Py_ssize
     return op;
 }
 
-static PyObject *mod_mpi_prequest_startall(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *mod_mpi_prequest_startall(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
+                                           PyObject *kwnames)
 {
-    if (nargs != 2) {
+    /* (cls, requests), requests also by keyword, as the Python classmethod took it */
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (nargs + nkw != 2 || nargs < 1 ||
+        (nkw == 1 && !PyUnicode_Check(PyTuple_GET_ITEM(kwnames, 0))) ||
+        (nkw == 1 && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "requests") != 0)) {
         PyErr_SetString(PyExc_TypeError, "Startall(requests)");
         return NULL;
     }

@@ -260,7 +260,7 @@ static PyMethodDef module_methods[] = {
      "mpi_quick_send(h, g0, buf, dest, tag) -> a persistent send's start: its op, or None"},
     {"mpi_quick_recv", (PyCFunction)(void (*)(void))mod_mpi_quick_recv, METH_FASTCALL,
      "mpi_quick_recv(h, g0, buf, source, tag, mask) -> a persistent receive's start: its op, or None"},
-    {"mpi_prequest_startall", (PyCFunction)(void (*)(void))mod_mpi_prequest_startall, METH_FASTCALL,
+    {"mpi_prequest_startall", (PyCFunction)(void (*)(void))mod_mpi_prequest_startall, METH_FASTCALL | METH_KEYWORDS,
      "mpi_prequest_startall(cls, requests): each request's Start, in order"},
     {"mpi_plain2", (PyCFunction)(void (*)(void))mod_mpi_plain2, METH_FASTCALL,
      "mpi_plain2(sendbuf, recvbuf, send_per, recv_per) -> both buffers through mpi_plain "
