@@ -132,6 +132,15 @@ def _taken(c: Checker, MPI, comm) -> None:
         c.eq(fast.scatterv([want, counts, MPI.DOUBLE] if r == 0 else None, got, 0, "Scatterv", MPI.Datatype,
                            False), True, "fast.scatterv, done in C")
         c.eq(got, mine, "fast.scatterv")
+        # a registered datatype that is not the array's own dtype (its bytes read as int64;
+        # native/_fastcall_vroot.c vr_type_fits, whose quick answer is for the array's own
+        # dtype only): declined by the entry, done right by the method's general way
+        mine_f, got_f = np.arange(n, dtype=np.float64) + 10 * r, np.zeros(n)
+        spec_s, spec_r = [mine_f, [1] * n, None, MPI.INT64_T], [got_f, [1] * n, None, MPI.INT64_T]
+        c.eq(fast.alltoallv(spec_s, spec_r, "Alltoallv", MPI.Datatype, False), None,
+             "fast.alltoallv of float64 arrays as INT64_T declined")
+        comm.Alltoallv(spec_s, spec_r)
+        c.eq(got_f, np.arange(n, dtype=np.float64) * 10 + r, "Alltoallv of float64 arrays as INT64_T: the bytes")
         send, out = np.arange(n, dtype=np.int32) + 10 * r, np.zeros(n, dtype=np.int32)
         c.eq(fast.alltoallv([send, ([1] * n, list(range(n))), MPI.INT], [out, [1] * n], "Alltoallv",
                             MPI.Datatype, False), True, "fast.alltoallv (the pair form; no displacements), done in C")

@@ -30,9 +30,14 @@ static int vroot_names(void)
 }
 
 /* Is Datatype `t` one item of `arr`'s dtype without gaps (its ``_t``: not None, ``mult``
- * 1, no ``gaps``, ``core`` the dtype)? 1, 0, -1 with an exception. */
+ * 1, no ``gaps``, ``core`` the dtype)? 1, 0, -1 with an exception. A predefined datatype
+ * the core knows (pl_descr_of: one of those by construction) whose dtype is the array's
+ * own answers without the five attribute look-ups (~15% of an 8-byte Alltoallv, perf). */
 static int vr_type_fits(PyObject *t, PyObject *arr)
 {
+    PyObject *known = pl_descr_of(t);
+    if (known != NULL && known == ((NdFields *)arr)->descr)
+        return 1;
     PyObject *tt = PyObject_GetAttr(t, s_vr_t);
     if (tt == NULL || tt == Py_None) {
         Py_XDECREF(tt);

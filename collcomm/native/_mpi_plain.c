@@ -26,13 +26,7 @@
  * times; ``writable``: the call writes the buffer (a read-only array is not taken).
  */
 
-#define PLAIN_MAX 128
-static PyTypeObject *pl_dt_class;       /* collcomm.MPI.Datatype (strong), NULL until set */
-static Py_ssize_t pl_t_at;              /* ... the byte offset of its _t slot */
-static PyObject *pl_types[PLAIN_MAX];   /* the predefined _Type objects (strong) */
-static PyObject *pl_descrs[PLAIN_MAX];  /* ... and their elements' numpy dtypes (strong) */
-static Py_ssize_t pl_sizes[PLAIN_MAX];  /* ... and those dtypes' item sizes */
-static int pl_count;
+/* (the registered datatypes themselves: _mpi_plain_types.c) */
 static PyObject *pl_frombuffer, *pl_asarray;   /* numpy.frombuffer, numpy.asarray (strong) */
 
 static PyObject *mod_mpi_plain_types(PyObject *m, PyObject *const *args, Py_ssize_t nargs)

@@ -115,6 +115,7 @@ static PyTypeObject CoreType = {
 #include "_record_ring.c"       /* ... the ring that holds them: Ring */
 #include "_record.c"            /* ... written from C: the writer, collectives' records */
 #include "_record_p2p.c"        /* ... point-to-point records */
+#include "_mpi_plain_types.c"   /* the registered MPI datatypes (mpi_plain_types) */
 #include "_thread_locks.c"     /* threading.Lock / RLock taken without their methods */
 #include "_fastcall.c"
 #include "_gil_lock.c"          /* GilLock: send_lock / poll_lock of the shm channels */
