@@ -52,6 +52,15 @@ def test_parts_of_arrays_are_views() -> None:
     mid[:] = -1
     assert x.tolist() == [0.0, 1.0, 2.0, -1.0, -1.0, 5.0]
     assert PLAIN([x, 1, 5, MPI.DOUBLE], 1, False).tolist() == [5.0]
+    assert PLAIN([x, (2, 3), MPI.DOUBLE], 1, True).base is x      # (1-D, its own dtype: a slice)
+    grid = np.arange(6.0).reshape(2, 3)                            # (2-D: numpy.frombuffer's view)
+    corner = PLAIN([grid, (2, 1), MPI.DOUBLE], 1, True)
+    assert corner.tolist() == [1.0, 2.0] and np.shares_memory(corner, grid)
+    ro = np.arange(4.0)
+    ro.flags.writeable = False
+    assert PLAIN([ro, 2, MPI.DOUBLE], 1, False).tolist() == [0.0, 1.0]
+    spec = [ro, 2, MPI.DOUBLE]
+    assert PLAIN(spec, 1, True) is spec                            # (read only, written: refused)
     bits = PLAIN([x, MPI.INT64_T], 1, False)
     assert bits.dtype == np.int64 and bits.tobytes() == x.tobytes()
     assert PLAIN([x, MPI.FLOAT], 1, False).size == 12

@@ -162,11 +162,23 @@ static PyObject *pl_raw_view(PyObject *obj, PyObject *const *item, Py_ssize_t k,
             return NULL;
         total = count * per;
     }
-    PyObject *n = PyLong_FromSsize_t(total), *off = PyLong_FromSsize_t(displ * isz);
-    PyObject *call[4] = {obj, descr, n, off};
-    PyObject *a = n == NULL || off == NULL ? NULL : PyObject_Vectorcall(pl_frombuffer, call, 4, NULL);
-    Py_XDECREF(n);
-    Py_XDECREF(off);
+    PyObject *a;
+    if (Py_TYPE(obj) == nd_type && ((NdFields *)obj)->nd == 1 && ((NdFields *)obj)->descr == descr) {
+        /* part of a 1-D array of the datatype's own dtype: the slice (a view, as
+         * frombuffer's; ~55 ns less a spec: `Sendrecv([buf, 8, MPI.BYTE], ...)`) */
+        PyObject *lo = PyLong_FromSsize_t(displ), *hi = PyLong_FromSsize_t(displ + total);
+        PyObject *sl = lo == NULL || hi == NULL ? NULL : PySlice_New(lo, hi, NULL);
+        a = sl == NULL ? NULL : PyObject_GetItem(obj, sl);
+        Py_XDECREF(lo);
+        Py_XDECREF(hi);
+        Py_XDECREF(sl);
+    } else {
+        PyObject *n = PyLong_FromSsize_t(total), *off = PyLong_FromSsize_t(displ * isz);
+        PyObject *call[4] = {obj, descr, n, off};
+        a = n == NULL || off == NULL ? NULL : PyObject_Vectorcall(pl_frombuffer, call, 4, NULL);
+        Py_XDECREF(n);
+        Py_XDECREF(off);
+    }
     if (a == NULL) {
         pl_clear();
         return NULL;
