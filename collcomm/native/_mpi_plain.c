@@ -166,12 +166,7 @@ static PyObject *pl_raw_view(PyObject *obj, PyObject *const *item, Py_ssize_t k,
     if (Py_TYPE(obj) == nd_type && ((NdFields *)obj)->nd == 1 && ((NdFields *)obj)->descr == descr) {
         /* part of a 1-D array of the datatype's own dtype: the slice (a view, as
          * frombuffer's; ~55 ns less a spec: `Sendrecv([buf, 8, MPI.BYTE], ...)`) */
-        PyObject *lo = PyLong_FromSsize_t(displ), *hi = PyLong_FromSsize_t(displ + total);
-        PyObject *sl = lo == NULL || hi == NULL ? NULL : PySlice_New(lo, hi, NULL);
-        a = sl == NULL ? NULL : PyObject_GetItem(obj, sl);
-        Py_XDECREF(lo);
-        Py_XDECREF(hi);
-        Py_XDECREF(sl);
+        a = PySequence_GetSlice(obj, displ, displ + total);
     } else {
         PyObject *n = PyLong_FromSsize_t(total), *off = PyLong_FromSsize_t(displ * isz);
         PyObject *call[4] = {obj, descr, n, off};

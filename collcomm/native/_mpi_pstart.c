@@ -84,7 +84,7 @@ static PyObject *mod_mpi_quick_send(PyObject *m, PyObject *const *args, Py_ssize
     if (f == Py_None)
         return f;
     PyObject *call[5] = {f, args[2], args[3], args[4], qs_zero};
-    PyObject *r = PyObject_VectorcallMethod(qs_s_send, call, 5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    PyObject *r = PyObject_VectorcallMethod(qs_s_send, call, 5, NULL);   /* (no slot before call[0]) */
     Py_DECREF(f);
     if (r == NULL)
         return NULL;
@@ -108,7 +108,7 @@ static PyObject *mod_mpi_quick_recv(PyObject *m, PyObject *const *args, Py_ssize
         return f;
     PyObject *call[10] = {f, args[1], args[2], args[3], args[4], args[5], qs_ndarray, qs_deferred,
                           qs_native_recv, qs_request};
-    PyObject *r = PyObject_VectorcallMethod(qs_s_irecv, call, 10 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    PyObject *r = PyObject_VectorcallMethod(qs_s_irecv, call, 10, NULL);
     Py_DECREF(f);
     if (r == NULL || r == Py_None)
         return r;
