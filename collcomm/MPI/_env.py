@@ -77,6 +77,9 @@ def abort(errorcode: int) -> None:
         except Exception:  # noqa: BLE001 - exiting anyway
             pass
     job = runtime._job
+    # the rendezvous file first: once the others get SIGTERM, the launcher may stop this
+    # process too (mpiexec ends the job when a rank dies), before a later step could run
+    _remove_rendezvous_file(job)
     channels = getattr(getattr(job, "transport", None), "channels", {}) or {}
     for ch in list(channels.values()):
         pid = getattr(ch, "peer_pid", None)
@@ -85,7 +88,6 @@ def abort(errorcode: int) -> None:
                 os.kill(pid, signal.SIGTERM)
             except OSError:
                 pass
-    _remove_rendezvous_file(job)
     code = int(errorcode) & 0xFF
     os._exit(code if code else 1)
 
