@@ -40,8 +40,10 @@ static PyObject *mod_mpi_plain_types(PyObject *m, PyObject *const *args, Py_ssiz
     if (pl_dt_class != NULL)
         return Py_NewRef(pl_dt_class == (PyTypeObject *)args[0] ? Py_True : Py_False);
     PyObject *name = PyUnicode_InternFromString("_t");
-    Py_ssize_t at = name == NULL ? 0 : plain_slot_offset((PyTypeObject *)args[0], name);
-    Py_XDECREF(name);
+    if (name == NULL)
+        return NULL;
+    Py_ssize_t at = plain_slot_offset((PyTypeObject *)args[0], name);
+    Py_DECREF(name);
     Py_ssize_t k = PyList_GET_SIZE(args[1]);
     if (at <= 0 || k > PLAIN_MAX)
         Py_RETURN_FALSE;
@@ -49,6 +51,11 @@ static PyObject *mod_mpi_plain_types(PyObject *m, PyObject *const *args, Py_ssiz
         PyObject *pair = PyList_GET_ITEM(args[1], i);
         if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 3 || !PyLong_Check(PyTuple_GET_ITEM(pair, 2)))
             Py_RETURN_FALSE;
+        Py_ssize_t size = PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 2));
+        if (size <= 0) {             /* (an item size out of range: not kept) */
+            PyErr_Clear();
+            Py_RETURN_FALSE;
+        }
     }
     for (Py_ssize_t i = 0; i < k; i++) {
         PyObject *pair = PyList_GET_ITEM(args[1], i);

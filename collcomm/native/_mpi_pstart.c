@@ -52,12 +52,14 @@ static PyObject *mod_mpi_quick_setup(PyObject *m, PyObject *const *args, Py_ssiz
 }
 
 /* The native entry of handle h's group where the quick start applies (a new reference;
- * None: no entry, the start is None), or NULL without an exception: the Python way. */
+ * None: no entry, the start is None), or NULL without an exception: the Python way (NULL
+ * with one: an error other than a missing attribute, MemoryError..., which goes on). */
 static PyObject *qs_entry(PyObject *h, PyObject *g0)
 {
     PyObject *g = PyObject_GetAttr(h, qs_s_g);
     if (g == NULL) {
-        PyErr_Clear();
+        if (PyErr_ExceptionMatches(PyExc_AttributeError))
+            PyErr_Clear();
         return NULL;
     }
     int live = g == g0 && PyList_GET_SIZE(qs_orphans) == 0;
@@ -65,7 +67,7 @@ static PyObject *qs_entry(PyObject *h, PyObject *g0)
     PyObject *f = closed == Py_False ? PyObject_GetAttr(g, qs_s_native) : NULL;
     Py_XDECREF(closed);
     Py_DECREF(g);
-    if (f == NULL)
+    if (f == NULL && (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_AttributeError)))
         PyErr_Clear();             /* (no entry made yet: the Python way makes it) */
     return f;
 }
@@ -77,6 +79,8 @@ static PyObject *mod_mpi_quick_send(PyObject *m, PyObject *const *args, Py_ssize
         return NULL;
     }
     PyObject *f = qs_entry(args[0], args[1]);
+    if (f == NULL && PyErr_Occurred())
+        return NULL;
     if (f == NULL) {
         PyObject *py_args[4] = {args[0], args[2], args[3], args[4]};
         return PyObject_Vectorcall(qs_py_send, py_args, 4, NULL);
@@ -100,6 +104,8 @@ static PyObject *mod_mpi_quick_recv(PyObject *m, PyObject *const *args, Py_ssize
         return NULL;
     }
     PyObject *f = qs_entry(args[0], args[1]);
+    if (f == NULL && PyErr_Occurred())
+        return NULL;
     if (f == NULL) {
         PyObject *py_args[5] = {args[0], args[2], args[3], args[4], args[5]};
         return PyObject_Vectorcall(qs_py_recv, py_args, 5, NULL);

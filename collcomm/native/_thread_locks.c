@@ -136,7 +136,7 @@ static void tlock_probe(PyObject *lock)
         l->locked = 0;
         PyThread_release_lock(l->lock_lock);
         if (held == 1 && !twice && call_truth(lock, "locked", NULL) == 0)
-            tlock_type = Py_TYPE(lock);
+            tlock_type = (PyTypeObject *)Py_NewRef(Py_TYPE(lock));   /* (kept: a heap type) */
     }
 }
 
@@ -167,6 +167,8 @@ static void rlock_probe(PyObject *lock)
     PyObject *r3 = ok ? PyObject_CallMethod(lock, "release", NULL) : NULL;
     if (r3 == NULL)
         rlock_type = NULL;
+    else                     /* (kept: a heap type of _thread's, which the probe's lock drops) */
+        Py_INCREF(rlock_type);
     Py_XDECREF(r3);
 }
 #endif
