@@ -137,6 +137,7 @@ SECTIONS = {
     "spec_fast": "tests.test_mpi_spec_fast:spec_fast_checks",
     "demo_idioms": "tests.test_mpi_demo_idioms:demo_idiom_checks",
     "prequest_start": "tests.test_mpi_prequest_start:prequest_start_checks",
+    "obj_quick": "tests.test_obj_quick:obj_quick_checks",
 }
 USE_TORCH: list[bool] = [False]
 SIZES = [1, 2, 3, 4, 5]

@@ -32,6 +32,8 @@ static PyMethodDef obj_in_band_def = {"in_band", (PyCFunction)obj_in_band, METH_
 
 static PyObject *obj_std_loads;                    /* pickle.loads */
 
+#include "_obj_quick.c"                            /* scalars without the pickle module */
+
 static int obj_names(void)
 {
     PyObject *kw = PyUnicode_InternFromString("buffer_callback");
@@ -39,8 +41,9 @@ static int obj_names(void)
     Py_XDECREF(kw);
     PyObject *pickle = s_buffer_callback_kw == NULL ? NULL : PyImport_ImportModule("pickle");
     obj_std_loads = pickle == NULL ? NULL : PyObject_GetAttrString(pickle, "loads");
+    obj_std_dumps = obj_std_loads == NULL ? NULL : PyObject_GetAttrString(pickle, "dumps");
     Py_XDECREF(pickle);
-    return obj_std_loads == NULL ? -1 : 0;
+    return obj_std_dumps == NULL ? -1 : 0;
 }
 
 /* `obj` pickled in band as the serializer `native` says: 1 (*out: the bytes), 0 declined
@@ -49,6 +52,16 @@ static int obj_dumps(PyObject *obj, PyObject *native, PyObject **out)
 {
     PyObject *dumps = PyTuple_GET_ITEM(native, 0), *protocol = PyTuple_GET_ITEM(native, 2);
     PyObject *r;
+    if (dumps == obj_std_dumps && PyLong_CheckExact(protocol)) {   /* (a scalar: no Pickler) */
+        long proto = PyLong_AsLong(protocol);
+        r = proto == 4 || proto == 5 ? quick_dumps(obj, proto) : NULL;
+        if (r != NULL) {
+            *out = r;
+            return 1;
+        }
+        if (PyErr_Occurred())
+            return PyErr_ExceptionMatches(PyExc_Exception) ? (PyErr_Clear(), 0) : -1;
+    }
     if (PyTuple_GET_ITEM(native, 3) == Py_True) {
         PyObject *cb = PyCFunction_New(&obj_in_band_def, PyTuple_GET_ITEM(native, 4));
         PyObject *args[3] = {obj, protocol, cb};
@@ -104,8 +117,13 @@ static inline int64_t obj_word(const char *p)
  * pickle.loads the bytes (the same result, without the view). */
 static PyObject *obj_loads(PyObject *native, const char *p, Py_ssize_t len)
 {
-    PyObject *b = PyBytes_FromStringAndSize(p, len);
     PyObject *loads = PyTuple_GET_ITEM(native, 1);
+    if (loads == obj_std_loads) {
+        PyObject *q = quick_loads(p, len);
+        if (q != NULL || PyErr_Occurred())
+            return q;
+    }
+    PyObject *b = PyBytes_FromStringAndSize(p, len);
     if (b != NULL && loads != obj_std_loads)
         Py_SETREF(b, PyMemoryView_FromObject(b));
     if (b == NULL)

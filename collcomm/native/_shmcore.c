@@ -249,6 +249,10 @@ static PyMethodDef module_methods[] = {
      "mpi_test_native(requests, done, tag_bits[, how]) -> True (all complete, left null) | "
      "False (one not yet) | None (the Python code decides); how 1 (any): (i, op) | False | "
      "None; how 2 (some): ([(i, op)...], all C's); see _mpi_wait.c"},
+    {"quick_dumps", (PyCFunction)(void (*)(void))mod_quick_dumps, METH_FASTCALL,
+     "quick_dumps(obj, protocol) -> pickle.dumps(obj, protocol) for a scalar, else None; see _obj_quick.c"},
+    {"quick_loads", (PyCFunction)mod_quick_loads, METH_O,
+     "quick_loads(data) -> (obj,) for a pickle quick_dumps writes, else None"},
     {"mpi_plain_types", (PyCFunction)(void (*)(void))mod_mpi_plain_types, METH_FASTCALL,
      "mpi_plain_types(datatype_class, [(type, dtype), ...]) -> whether mpi_plain knows them"},
     {"mpi_plain", (PyCFunction)(void (*)(void))mod_mpi_plain, METH_FASTCALL,

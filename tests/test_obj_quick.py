@@ -1,0 +1,171 @@
+"""Scalars pickled and unpickled in C without the pickle module (native/_obj_quick.c).
+
+- ``quick_dumps`` writes exactly the bytes ``pickle.dumps`` writes (protocols 4 and 5) for
+  None, bools, ints within 32 bits, floats (every special value), str and bytes under 256
+  bytes, over their boundary values and random ones; it declines everything else (a
+  subclass, a wider int, a longer str, a lone surrogate, a tuple);
+- ``quick_loads`` reads those pickles back (and the same forms at protocols 2 and 3, but
+  str and bytes, which those memoize with BINPUT: pickle's) to
+  what ``pickle.loads`` gives, with the exact type, and leaves anything else to
+  ``pickle.loads``: other pickles, a wrong frame length, a truncated or padded pickle;
+- a section of the shared MPI job (tests/mpi_checks.py, 1-5 ranks and TCP): the scalars
+  through every object call, and between a rank with a serializer of its own (the pickle
+  module's functions wrapped: never the quick way) and ranks on the quick way.
+"""
+from __future__ import annotations
+
+import math
+import pickle
+import random
+import struct
+from typing import Any
+
+import pytest
+
+from tests.mpi_checks import SIZES, Checker, check, job
+
+INTS = [0, 1, 5, 127, 128, 254, 255, 256, 257, 32767, 32768, 65534, 65535, 65536, 65537, 2**24, 2**31 - 2,
+        2**31 - 1, -1, -2, -128, -129, -255, -256, -257, -65535, -65536, -65537, -2**31 + 1, -2**31]
+FLOATS = [0.0, -0.0, 1.5, -2.25, 1e300, -1e-300, 5e-324, float("inf"), float("-inf"), float("nan"),
+          struct.unpack("<d", struct.pack("<Q", 0x7FF8_0000_0000_0001))[0], math.pi]
+TEXTS = ["", "a", "abc", "é" * 3, "日本語", "x" * 255, "€" * 85, "\x00\x01"]
+BYTES = [b"", b"ab", bytes(range(256))[:255], b"\x80\x05."]
+SCALARS: list[Any] = [None, True, False, *INTS, *FLOATS, *TEXTS, *BYTES]
+DECLINED: list[Any] = [2**31, -2**31 - 1, 2**70, "x" * 256, "€" * 86, b"y" * 256, "\ud800", (1,), [1], {"a": 1},
+                       1j, bytearray(b"ab")]
+
+
+class MyInt(int):
+    pass
+
+
+class MyStr(str):
+    pass
+
+
+def _core() -> Any:
+    from collcomm import native
+
+    if native.core is None or not hasattr(native.core, "quick_dumps"):
+        pytest.skip("the native core is not built")
+    return native.core
+
+
+def _key(v: Any) -> tuple:
+    """Type and bits: NaN payloads and the sign of zero count."""
+    return type(v), pickle.dumps(v, 5)
+
+
+@pytest.mark.parametrize("protocol", [4, 5])
+def test_quick_dumps_writes_pickles_bytes(protocol):
+    core = _core()
+    rng = random.Random(44)
+    values = SCALARS + [rng.randint(-2**31, 2**31 - 1) for _ in range(2000)] + \
+        [struct.unpack("<d", rng.getrandbits(64).to_bytes(8, "little"))[0] for _ in range(2000)] + \
+        ["".join(chr(rng.choice([rng.randint(32, 126), rng.randint(0xA0, 0xD7FF)])) for _ in range(rng.randint(0, 80)))
+         for _ in range(500)]
+    for v in values:
+        got = core.quick_dumps(v, protocol)
+        want = pickle.dumps(v, protocol)
+        if got is None:    # (only a str whose UTF-8 is over 255 bytes, among the random ones)
+            assert isinstance(v, str) and len(v.encode("utf-8", "surrogatepass")) > 255, repr(v)
+            continue
+        assert got == want, (v, got, want)
+
+
+def test_quick_dumps_declines_the_rest():
+    core = _core()
+    for v in DECLINED + [MyInt(3), MyStr("s")]:
+        assert core.quick_dumps(v, 5) is None, repr(v)
+    with pytest.raises(TypeError):
+        core.quick_dumps(1, 3)          # (only the framed protocols)
+
+
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+def test_quick_loads_reads_them_back(protocol):
+    core = _core()
+    for v in SCALARS:
+        if protocol < 4 and isinstance(v, (bytes, str)):
+            assert core.quick_loads(pickle.dumps(v, protocol)) is None   # (other opcodes, BINPUT: pickle's)
+            continue
+        got = core.quick_loads(pickle.dumps(v, protocol))
+        assert got is not None and _key(got[0]) == _key(v), (v, got)
+    for v in DECLINED:
+        try:
+            data = pickle.dumps(v, protocol)
+        except pickle.PicklingError:
+            continue
+        assert core.quick_loads(data) is None or _key(core.quick_loads(data)[0]) == _key(v), repr(v)
+
+
+def test_quick_loads_leaves_malformed_pickles_to_pickle():
+    core = _core()
+    for v in [5, 300, 70000, -1, 1.5, "abc", b"ab", None, True]:
+        data = pickle.dumps(v, 5)
+        bad = [data[:-1], data + b".", data[:-1] + b"x", data[:2] + data[3:], b"\x80\x06" + data[2:],
+               b"\x80\x01" + data[2:], data.replace(b"\x94", b"\x95") if b"\x94" in data else data[:1]]
+        if b"\x95" in data[:3]:      # a frame: its length one off either way
+            n = int.from_bytes(data[3:11], "little")
+            bad += [data[:3] + (n + d).to_bytes(8, "little") + data[11:] for d in (-1, 1)]
+        for b in bad:
+            assert core.quick_loads(b) is None, (v, b)
+    assert core.quick_loads(b"\x80\x05\x8c\x01\xff\x94.") is None      # (invalid UTF-8: pickle raises)
+    assert core.quick_loads(b"") is None and core.quick_loads(b"\x80\x05") is None
+
+
+# ----------------------------------------------------------------------------- through a job
+def _all_calls(c: Checker, comm: Any, what: str) -> None:
+    r, n = comm.rank, comm.size
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    for i in range(0, len(SCALARS), 7):
+        vals = [SCALARS[(i + j) % len(SCALARS)] for j in range(n)]
+        mine = vals[r]
+        keys = [_key(v) for v in vals]
+        c.eq(_key(comm.bcast(mine, n - 1)), keys[n - 1], f"{what}: bcast {vals[n - 1]!r:.30}")
+        got = comm.gather(mine, 0)
+        c.eq([_key(v) for v in got] if r == 0 else got, keys if r == 0 else None, f"{what}: gather")
+        c.eq([_key(v) for v in comm.allgather(mine)], keys, f"{what}: allgather")
+        c.eq(_key(comm.scatter(vals if r == 0 else None, 0)), keys[r], f"{what}: scatter")
+        c.eq([_key(v) for v in comm.alltoall([mine] * n)], keys, f"{what}: alltoall")
+        c.eq(_key(comm.sendrecv(mine, nxt, 5, None, prv, 5)), keys[prv], f"{what}: sendrecv")
+        req = comm.irecv(source=prv, tag=6)
+        comm.send(mine, nxt, 6)
+        c.eq(_key(req.wait()), keys[prv], f"{what}: irecv + send")
+        sreq = comm.isend(mine, nxt, 7)
+        c.eq(_key(comm.recv(None, prv, 7)), keys[prv], f"{what}: isend + recv")
+        sreq.wait()
+    c.eq(comm.allreduce(r + 0.5), sum(j + 0.5 for j in range(n)), f"{what}: allreduce of floats")
+    c.eq(comm.allreduce(2**31 - 1 - r), sum(2**31 - 1 - j for j in range(n)), f"{what}: allreduce past 32 bits")
+
+
+def obj_quick_checks(c: Checker, MPI, comm) -> None:
+    _all_calls(c, comm, "standard pickle")
+    calls = [0]
+
+    def dumps(obj, *protocol):
+        calls[0] += 1
+        return pickle.dumps(obj, *protocol)
+
+    def loads(data, *rest):
+        calls[0] += 1
+        return pickle.loads(data, *rest)
+
+    if comm.rank == 0:               # (rank 0's own functions; the others the quick way)
+        MPI.pickle.__init__(dumps, loads)
+    try:
+        _all_calls(c, comm, "rank 0's own serializer")
+    finally:
+        MPI.pickle.__init__()
+    c.true(comm.rank != 0 or calls[0] > 0, "rank 0's own serializer was called")
+    comm.barrier()
+
+
+@pytest.mark.timeout(160)
+@pytest.mark.parametrize("n", SIZES)
+def test_obj_quick(n):
+    check(job(n), "obj_quick")
+
+
+@pytest.mark.timeout(160)
+def test_obj_quick_over_tcp():
+    check(job(3, "tcp"), "obj_quick")
