@@ -249,6 +249,9 @@ static PyMethodDef module_methods[] = {
      "mpi_test_native(requests, done, tag_bits[, how]) -> True (all complete, left null) | "
      "False (one not yet) | None (the Python code decides); how 1 (any): (i, op) | False | "
      "None; how 2 (some): ([(i, op)...], all C's); see _mpi_wait.c"},
+    {"lock_take", (PyCFunction)mod_lock_take, METH_O,
+     "lock_take(lock) -> taken: a threading.Lock/RLock's acquire(False) the core's direct way (tests)"},
+    {"lock_give", (PyCFunction)mod_lock_give, METH_O, "lock_give(lock): its release, the same way (tests)"},
     {"quick_dumps", (PyCFunction)(void (*)(void))mod_quick_dumps, METH_FASTCALL,
      "quick_dumps(obj, protocol) -> pickle.dumps(obj, protocol) for a scalar, else None; see _obj_quick.c"},
     {"quick_loads", (PyCFunction)mod_quick_loads, METH_O,
@@ -294,7 +297,8 @@ PyMODINIT_FUNC PyInit__shmcore(void)
     s_check = PyUnicode_InternFromString("_check");
     s_timeout = PyUnicode_InternFromString("timeout");
     if (s_check == NULL || s_timeout == NULL || thread_locks_init() < 0 ||
-        PyModule_AddIntConstant(m, "RLOCK_DIRECT", rlock_type != NULL) < 0 || fast_module_init(m) < 0 ||
+        PyModule_AddIntConstant(m, "RLOCK_DIRECT", rlock_type != NULL) < 0 ||
+        PyModule_AddIntConstant(m, "SEM_DIRECT", sem_direct) < 0 || fast_module_init(m) < 0 ||
         p2p_module_init(m) < 0 || gil_lock_module_init(m) < 0) {
         Py_DECREF(m);
         return NULL;
