@@ -1,13 +1,15 @@
-"""Scalars pickled and unpickled in C without the pickle module (native/_obj_quick.c).
+"""Small objects pickled and unpickled in C without the pickle module (native/_obj_quick.c).
 
 - ``quick_dumps`` writes exactly the bytes ``pickle.dumps`` writes (protocols 4 and 5) for
   None, bools, ints within 32 bits, floats (every special value), str and bytes under 256
-  bytes, over their boundary values and random ones; it declines everything else (a
-  subclass, a wider int, a longer str, a lone surrogate, a tuple);
-- ``quick_loads`` reads those pickles back (and the same forms at protocols 2 and 3, but
+  bytes, and tuples, lists and dicts of them (nested, shared, a list holding itself), over
+  boundary values and random structures; it declines everything else (a subclass, a wider
+  int, a longer str, a lone surrogate, a tuple inside itself, a pickle over 1 KiB);
+- ``quick_loads`` reads those pickles back (shared objects shared again) (and the same forms at protocols 2 and 3, but
   str and bytes, which those memoize with BINPUT: pickle's) to
   what ``pickle.loads`` gives, with the exact type, and leaves anything else to
-  ``pickle.loads``: other pickles, a wrong frame length, a truncated or padded pickle;
+  ``pickle.loads``: other pickles, a wrong frame length, a truncated or padded pickle,
+  an opcode reaching below a MARK, an unhashable key;
 - a section of the shared MPI job (tests/mpi_checks.py, 1-5 ranks and TCP): the scalars
   through every object call, and between a rank with a serializer of its own (the pickle
   module's functions wrapped: never the quick way) and ranks on the quick way.
@@ -31,8 +33,8 @@ FLOATS = [0.0, -0.0, 1.5, -2.25, 1e300, -1e-300, 5e-324, float("inf"), float("-i
 TEXTS = ["", "a", "abc", "é" * 3, "日本語", "x" * 255, "€" * 85, "\x00\x01"]
 BYTES = [b"", b"ab", bytes(range(256))[:255], b"\x80\x05."]
 SCALARS: list[Any] = [None, True, False, *INTS, *FLOATS, *TEXTS, *BYTES]
-DECLINED: list[Any] = [2**31, -2**31 - 1, 2**70, "x" * 256, "€" * 86, b"y" * 256, "\ud800", (1,), [1], {"a": 1},
-                       1j, bytearray(b"ab")]
+DECLINED: list[Any] = [2**31, -2**31 - 1, 2**70, "x" * 256, "€" * 86, b"y" * 256, "\ud800", 1j, bytearray(b"ab"),
+                       (1, 2**40), [1, {"a": 1j}], {"k": [None, "\udc80"]}, list(range(600)), {1, 2}, frozenset()]
 
 
 class MyInt(int):
@@ -41,6 +43,30 @@ class MyInt(int):
 
 class MyStr(str):
     pass
+
+
+def _structure(rng: random.Random, depth: int = 0) -> Any:
+    """A random nest of tuples, lists and dicts of scalars, some of its parts shared."""
+    pool: list[Any] = []
+
+    def one(d: int) -> Any:
+        pick = rng.random()
+        if d > 3 or pick < 0.45:
+            v = rng.choice(SCALARS)
+        elif pool and pick < 0.55:
+            return rng.choice(pool)              # (the same object again: BINGET)
+        elif pick < 0.7:
+            v = tuple(one(d + 1) for _ in range(rng.randint(0, 5)))
+        elif pick < 0.85:
+            v = [one(d + 1) for _ in range(rng.randint(0, 5))]
+        else:
+            keys = [rng.choice([rng.randint(-300, 300), rng.choice(TEXTS), None, 1.5, (1, "k")]) for _ in range(4)]
+            v = {k: one(d + 1) for k in keys[: rng.randint(0, 4)]}
+        if not isinstance(v, (int, float, bool)) and v is not None:
+            pool.append(v)
+        return v
+
+    return one(depth)
 
 
 def _core() -> Any:
@@ -73,10 +99,37 @@ def test_quick_dumps_writes_pickles_bytes(protocol):
         assert got == want, (v, got, want)
 
 
-def test_quick_dumps_declines_the_rest():
+def test_quick_dumps_writes_pickles_bytes_for_containers():
     core = _core()
-    for v in DECLINED + [MyInt(3), MyStr("s")]:
-        assert core.quick_dumps(v, 5) is None, repr(v)
+    rng = random.Random(4)
+    looped: list[Any] = [1, "a"]
+    looped.append(looped)
+    looped_dict: dict[str, Any] = {"x": (1, 2)}
+    looped_dict["self"] = [looped_dict]
+    for v in [(), (1,), (1, 2), (1, 2, 3), (1, 2, 3, 4), [], [1], {}, {"a": 1}, {"step": 3, "loss": 0.25},
+              ((), ()), ([],), list(range(300)), looped, looped_dict] + [_structure(rng) for _ in range(3000)]:
+        for protocol in (4, 5):
+            got = core.quick_dumps(v, protocol)
+            want = pickle.dumps(v, protocol)
+            assert got is None or got == want, (v, got, want)
+            if got is None:       # (only over 1 KiB, or nested deeper than 16)
+                assert len(want) > 1000 or repr(v).count("[") + repr(v).count("(") > 16, repr(v)
+
+
+def test_quick_dumps_declines_the_rest():
+    from collections import OrderedDict, defaultdict, namedtuple
+
+    core = _core()
+    inner: list[Any] = []
+    loop = (1, inner)
+    inner.append(loop)          # (a tuple inside itself: pickle's recursive form)
+    deep: Any = 1
+    for _ in range(20):
+        deep = [deep]
+    point = namedtuple("point", "x y")
+    for v in DECLINED + [MyInt(3), MyStr("s"), [MyInt(1)], OrderedDict(a=1), defaultdict(int), point(1, 2),
+                         loop, deep, ["x" * 200] * 1 + ["y" * 200, "z" * 200, "w" * 200, "v" * 200, "u" * 200]]:
+        assert core.quick_dumps(v, 5) is None, repr(v)[:80]
     with pytest.raises(TypeError):
         core.quick_dumps(1, 3)          # (only the framed protocols)
 
@@ -111,14 +164,43 @@ def test_quick_loads_leaves_malformed_pickles_to_pickle():
             assert core.quick_loads(b) is None, (v, b)
     assert core.quick_loads(b"\x80\x05\x8c\x01\xff\x94.") is None      # (invalid UTF-8: pickle raises)
     assert core.quick_loads(b"") is None and core.quick_loads(b"\x80\x05") is None
+    for bad in [b"\x80\x05](K\x01K\x02e0.", b"\x80\x05](K\x01a.", b"\x80\x05K\x01(\x85.", b"\x80\x05(\x94).",
+                b"\x80\x05}](K\x01s.", b"\x80\x05}]K\x01s.", b"\x80\x05K\x01K\x02.", b"\x80\x05(K\x01.",
+                b"\x80\x05h\x00.", b"\x80\x05K\x01e.", b"\x80\x05)K\x01a.", b"\x80\x05]\x94K\x01h\x01a."]:
+        assert core.quick_loads(bad) is None, bad    # (pickle raises, or takes the top of its stack)
+    # a dict of one list key: pickle raises TypeError; the quick way hands it over
+    bad = b"\x80\x05}\x94]\x94K\x01s."
+    assert core.quick_loads(bad) is None
+    with pytest.raises(TypeError):
+        pickle.loads(bad)
+
+
+def test_quick_loads_keeps_what_is_shared():
+    core = _core()
+    rng = random.Random(5)
+    shared = [1, 2]
+    looped: list[Any] = [shared, shared]
+    looped.append(looped)
+    got = core.quick_loads(pickle.dumps(looped, 5))[0]
+    assert got[0] is got[1] and got[2] is got and got[0] == [1, 2]
+    for _ in range(3000):
+        v = _structure(rng)
+        data = pickle.dumps(v, 5)
+        got = core.quick_loads(data)
+        if got is None:
+            assert len(data) > 1000, repr(v)[:80]
+            continue
+        assert pickle.dumps(got[0], 5) == data, repr(v)[:80]
 
 
 # ----------------------------------------------------------------------------- through a job
 def _all_calls(c: Checker, comm: Any, what: str) -> None:
     r, n = comm.rank, comm.size
     nxt, prv = (r + 1) % n, (r - 1) % n
-    for i in range(0, len(SCALARS), 7):
-        vals = [SCALARS[(i + j) % len(SCALARS)] for j in range(n)]
+    rng = random.Random(8)
+    objs = SCALARS + [_structure(rng) for _ in range(40)]
+    for i in range(0, len(objs), 7):
+        vals = [objs[(i + j) % len(objs)] for j in range(n)]
         mine = vals[r]
         keys = [_key(v) for v in vals]
         c.eq(_key(comm.bcast(mine, n - 1)), keys[n - 1], f"{what}: bcast {vals[n - 1]!r:.30}")
