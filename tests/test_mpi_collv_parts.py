@@ -16,7 +16,8 @@ same checks on the regular path).
 - split sizes that do not pair up, started in two parts: raised by ``Wait`` on every rank
   in shared memory, the next call fine;
 - ``Alltoallw`` with a gapped datatype on some ranks (the regular path) beside fast ones;
-- the program's lists of counts reused between an ``I…`` call and its ``Wait``.
+- the program's lists of counts reused between an ``I…`` call and its ``Wait``, and changed after
+  ``Alltoallv_init`` (bound there, as mpi4py binds them).
 """
 from __future__ import annotations
 
@@ -217,8 +218,36 @@ def _counts_reused(c: Checker, MPI, comm) -> None:
         c.eq(out, np.concatenate([np.arange(n), np.full(4, -1)]), "Igatherv with its counts reused")
 
 
+def _init_bound(c: Checker, MPI, comm) -> None:
+    """A persistent Alltoallv's counts and displacements are bound at ``Alltoallv_init``
+    (mpi4py copies them there): the program's lists changed afterwards change nothing, on
+    the fast call's prepared start (its counts worked out at ``…_init``) and on the regular
+    path (TCP) alike; counts in a numpy array (the spec read at each start by the fast
+    call's ``alltoallv`` entry) work too."""
+    r, n = comm.rank, comm.size
+    send = np.arange(4 * n, dtype=np.int64) + 100 * r
+    whole = np.full(n + 8, -1, dtype=np.int64)
+    sc, sd, rc = [1] * n, list(range(n)), [1] * n
+    req = comm.Alltoallv_init([send, sc, sd, MPI.INT64_T], [whole[:n], rc, MPI.INT64_T])
+    sc[:], sd[:], rc[:] = [4] * n, [4 * j for j in range(n)], [4] * n
+    for it in range(2):
+        req.Start()
+        req.Wait()
+        c.eq(whole[:n], np.array([100 * j + r for j in range(n)]), f"Alltoallv_init round {it}, its lists changed")
+        c.eq(whole[n:], np.full(8, -1), "Alltoallv_init: nothing written past the receive buffer")
+    req.Free()
+    out = np.zeros(2 * n, dtype=np.int64)
+    counts = np.full(n, 2, dtype=np.int32)
+    req = comm.Alltoallv_init([np.repeat(send[:n], 2), counts], [out, counts])
+    req.Start()
+    req.Wait()
+    c.eq(out, np.repeat(np.array([100 * j + r for j in range(n)]), 2), "Alltoallv_init with counts in an array")
+    req.Free()
+
+
 def collv_parts_checks(c: Checker, MPI, comm) -> None:
     _counts_reused(c, MPI, comm)
+    _init_bound(c, MPI, comm)
     for way in ("blocking", "i", "init"):
         for salt, dtype in enumerate(("float64", "int32")):
             _forms(c, MPI, comm, way, dtype, salt)
