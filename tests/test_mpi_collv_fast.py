@@ -150,6 +150,33 @@ def _taken(c: Checker, MPI, comm) -> None:
                             "Alltoallw", MPI.Datatype, False, np.dtype(np.uint8)), True,
              "fast.alltoallw (one datatype; counts and displacements as a pair), done in C")
         c.eq(out, np.arange(n, dtype=np.int32) * 10 + r, "fast.alltoallw")
+        # blocks of different predefined datatypes (their extents known to the core without
+        # asking them: native/_mpi_plain_types.c pl_size_of) back to back in bytes: block j
+        # is INT16 for even j, DOUBLE for odd j, one element each way
+        kinds = [MPI.INT16_T if j % 2 == 0 else MPI.DOUBLE for j in range(n)]
+        sizes = [2 if j % 2 == 0 else 8 for j in range(n)]
+        at = [sum(sizes[:j]) for j in range(n)]
+        raw_s = np.zeros(sum(sizes), dtype=np.uint8)
+        for j in range(n):
+            raw_s[at[j]:at[j] + sizes[j]] = np.array([100 * r + j], dtype="<i2" if j % 2 == 0 else "<f8").view(np.uint8)
+        rk = MPI.INT16_T if r % 2 == 0 else MPI.DOUBLE
+        rsz = 2 if r % 2 == 0 else 8
+        raw_r = np.full(rsz * n + 3, 255, dtype=np.uint8)
+        c.eq(fast.alltoallw([raw_s, [1] * n, at, kinds], [raw_r[:rsz * n], [1] * n, [rsz * j for j in range(n)], rk],
+                            "Alltoallw", MPI.Datatype, False, np.dtype(np.uint8)), True,
+             "fast.alltoallw of INT16_T and DOUBLE blocks, done in C")
+        got_w = raw_r[:rsz * n].view("<i2" if r % 2 == 0 else "<f8")
+        c.eq(got_w, np.array([100 * j + r for j in range(n)], dtype=got_w.dtype), "fast.alltoallw, mixed datatypes")
+        c.eq(raw_r[rsz * n:], np.full(3, 255, dtype=np.uint8), "fast.alltoallw: nothing past the receive blocks")
+        # displacements that are not back to back, or too large an int: declined (None)
+        if n > 1:
+            gap = [0] + [4 * j + 4 for j in range(1, n)]
+            c.eq(fast.alltoallw([np.zeros(4 * n + 4, np.uint8), [1] * n, gap, MPI.INT], [out, [1] * n, byte_displs,
+                                MPI.INT], "Alltoallw", MPI.Datatype, False, np.dtype(np.uint8)), None,
+                 "fast.alltoallw with a gap between blocks declined")
+        c.eq(fast.alltoallw([send, [1] * n, [2 ** 70] * n, MPI.INT], [out, [1] * n, byte_displs, MPI.INT],
+                            "Alltoallw", MPI.Datatype, False, np.dtype(np.uint8)), None,
+             "fast.alltoallw with a displacement past 2**63 declined")
 
 
 def _mixed_ways(c: Checker, MPI, comm) -> None:

@@ -24,11 +24,16 @@ static int vw_names(void)
 }
 
 /* A datatype's block of `count` as bytes (count x its extent), -1 not one of ours (or a
- * datatype with gaps), -2 with an exception. */
+ * datatype with gaps), -2 with an exception. A predefined datatype the core knows
+ * (pl_size_of: no gaps, its extent its item size) answers without the four attribute
+ * look-ups (~10% of an 8-byte Alltoallw of DOUBLE blocks at n = 2, perf). */
 static Py_ssize_t vw_block(PyObject *t, PyObject *dtcls, Py_ssize_t count)
 {
     if ((PyObject *)Py_TYPE(t) != dtcls)
         return -1;
+    Py_ssize_t known = pl_size_of(t);
+    if (known > 0)
+        return count <= PY_SSIZE_T_MAX / 16 / known ? count * known : -1;
     PyObject *tt = PyObject_GetAttr(t, s_vr_t);
     if (tt == NULL)
         return -2;
@@ -118,10 +123,17 @@ static int vw_spec(PyObject *spec, int n, PyObject *dtcls, PyObject *uint8, int 
             Py_INCREF(t);
             Py_INCREF(d);
             Py_ssize_t b = vw_block(t, dtcls, cv);
-            PyObject *posobj = b < 0 ? NULL : PyLong_FromSsize_t(pos);
-            int at = posobj == NULL ? (b == -2 || PyErr_Occurred() ? -1 : 0)
-                                    : PyObject_RichCompareBool(d, posobj, Py_EQ);   /* (d == pos) */
-            Py_XDECREF(posobj);
+            int at;
+            if (b >= 0 && PyLong_CheckExact(d)) {      /* (d == pos, without a new int) */
+                int over = 0;
+                long long dv = PyLong_AsLongLongAndOverflow(d, &over);
+                at = dv == -1 && PyErr_Occurred() ? -1 : !over && dv == (long long)pos;
+            } else {
+                PyObject *posobj = b < 0 ? NULL : PyLong_FromSsize_t(pos);
+                at = posobj == NULL ? (b == -2 || PyErr_Occurred() ? -1 : 0)
+                                    : PyObject_RichCompareBool(d, posobj, Py_EQ);
+                Py_XDECREF(posobj);
+            }
             Py_DECREF(t);
             Py_DECREF(d);
             PyObject *bo = at == 1 ? PyLong_FromSsize_t(b) : NULL;

@@ -3,7 +3,8 @@
  * _shmcore.c before _fastcall.c): each is one numpy scalar of its dtype, no gaps.
  * ``pl_descr_of(datatype)``: the numpy dtype of a registered datatype's elements, read
  * from its ``_t`` slot, without an attribute look-up; NULL: not one of them (or none
- * registered yet): the caller asks the datatype itself. */
+ * registered yet): the caller asks the datatype itself. ``pl_size_of(datatype)``: its item
+ * size, the same way. */
 
 #define PLAIN_MAX 128
 static PyTypeObject *pl_dt_class;       /* collcomm.MPI.Datatype (strong), NULL until set */
@@ -22,4 +23,17 @@ static PyObject *pl_descr_of(PyObject *datatype)   /* borrowed, or NULL */
         if (pl_types[i] == t)
             return pl_descrs[i];
     return NULL;
+}
+
+/* The item size of a registered datatype's elements (its extent: a resized or derived
+ * datatype has a type map of its own, not a registered one); -1: not one of them. */
+static Py_ssize_t pl_size_of(PyObject *datatype)
+{
+    if (pl_dt_class == NULL || Py_TYPE(datatype) != pl_dt_class)
+        return -1;
+    PyObject *t = *(PyObject **)((char *)datatype + pl_t_at);
+    for (int i = 0; i < pl_count && t != NULL; i++)
+        if (pl_types[i] == t)
+            return pl_sizes[i];
+    return -1;
 }
