@@ -9,7 +9,8 @@
   str and bytes, which those memoize with BINPUT: pickle's) to
   what ``pickle.loads`` gives, with the exact type, and leaves anything else to
   ``pickle.loads``: other pickles, a wrong frame length, a truncated or padded pickle,
-  an opcode reaching below a MARK, an unhashable key;
+  an opcode reaching below a MARK, an unhashable key; and of 20,000 pickles with bytes
+  changed, inserted or cut, what it reads pickle.loads reads the same;
 - a section of the shared MPI job (tests/mpi_checks.py, 1-5 ranks and TCP): the scalars
   through every object call, and between a rank with a serializer of its own (the pickle
   module's functions wrapped: never the quick way) and ranks on the quick way.
@@ -173,6 +174,41 @@ def test_quick_loads_leaves_malformed_pickles_to_pickle():
     assert core.quick_loads(bad) is None
     with pytest.raises(TypeError):
         pickle.loads(bad)
+
+
+def test_quick_loads_of_mutated_pickles_agrees_with_pickle():
+    """Pickles of random structures with bytes changed, inserted, repeated or cut (a peer's
+    bytes are read here): what quick_loads reads, pickle.loads reads the same (shared parts
+    included); nothing read that pickle refuses (20,000 mutations here; 260,000 more, some
+    under AddressSanitizer, in session 45's development, without a finding)."""
+    core = _core()
+    rng = random.Random(11)
+    ops = b"\x80\x95\x94N\x88\x89KMJG\x8c\x8dCBXh\x85\x86\x87)(\x8e\x93]}aeus.q0t"
+    read = 0
+    for _ in range(20000):
+        v = _structure(rng) if rng.random() < 0.8 else rng.choice(SCALARS)
+        data = bytearray(pickle.dumps(v, rng.choice([2, 3, 4, 5])))
+        for _ in range(rng.randint(1, 4)):
+            at, k = rng.randrange(len(data)), rng.random()
+            if k < 0.3:
+                data[at] = rng.randrange(256)
+            elif k < 0.5:
+                data[at] = rng.choice(ops)
+            elif k < 0.65:
+                del data[at]
+            elif k < 0.8:
+                data.insert(at, rng.choice(ops))
+            elif k < 0.9:
+                data[at:at] = data[rng.randrange(len(data)):][:rng.randint(1, 6)]
+            else:
+                del data[at:at + rng.randint(1, 8)]
+            if not data:
+                break
+        got = core.quick_loads(bytes(data))
+        if got is not None:
+            read += 1
+            assert _key(pickle.loads(bytes(data))) == _key(got[0]), bytes(data)
+    assert read > 100          # (some mutations leave a pickle it reads: the check ran)
 
 
 def test_quick_loads_keeps_what_is_shared():
