@@ -239,25 +239,32 @@ static int thread_locks_init(void)
 /* lock_take(lock) -> whether it was taken, lock_give(lock): a threading.Lock or RLock
  * through the direct paths above (TypeError where a lock is not taken directly; for
  * tests/test_thread_locks.py: the direct way and the methods must see each other). */
+static int tl_either(PyObject *lock, const char *name, TLock **t, TRLock **r)
+{
+    *t = tlock_direct(lock);
+    *r = *t == NULL ? rlock_direct(lock) : NULL;
+    if (*t == NULL && *r == NULL) {
+        PyErr_Format(PyExc_TypeError, "%s: not a lock taken directly here", name);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *mod_lock_take(PyObject *m, PyObject *lock)
 {
-    TLock *t = tlock_direct(lock);
-    TRLock *r = t == NULL ? rlock_direct(lock) : NULL;
-    if (t == NULL && r == NULL) {
-        PyErr_SetString(PyExc_TypeError, "lock_take: not a lock taken directly here");
+    TLock *t;
+    TRLock *r;
+    if (tl_either(lock, "lock_take", &t, &r) < 0)
         return NULL;
-    }
     return PyBool_FromLong(t != NULL ? tlock_take(t) : rlock_take(r));
 }
 
 static PyObject *mod_lock_give(PyObject *m, PyObject *lock)
 {
-    TLock *t = tlock_direct(lock);
-    TRLock *r = t == NULL ? rlock_direct(lock) : NULL;
-    if (t == NULL && r == NULL) {
-        PyErr_SetString(PyExc_TypeError, "lock_give: not a lock taken directly here");
+    TLock *t;
+    TRLock *r;
+    if (tl_either(lock, "lock_give", &t, &r) < 0)
         return NULL;
-    }
     if (t != NULL) {
         if (!t->locked) {
             PyErr_SetString(PyExc_RuntimeError, "release unlocked lock");
