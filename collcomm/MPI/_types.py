@@ -304,7 +304,7 @@ def _plain_types() -> Any:
                and d._t.base.kind in "biufc" and d._t.core is d._t.base]   # (not BFLOAT16_T: uint16
     # elements the core reduces as bfloat16, which an array of them would not say)
     unique = list({id(t[0]): t for t in triples}.values())
-    return core.mpi_plain if core.mpi_plain_types(Datatype, unique, np.ndarray, np.asarray) else None
+    return core.mpi_plain if core.mpi_plain_types(Datatype, unique, np.frombuffer, np.asarray) else None
 
 
 #: mpi_plain(spec, per, writable) -> the array, or the spec itself (None: no core)

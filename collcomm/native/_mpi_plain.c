@@ -9,17 +9,17 @@
  * call took the general path: an ``Allreduce([x, MPI.DOUBLE], [y, MPI.DOUBLE])`` of
  * 8 bytes cost 12 µs on the project's VM against 0.4 for ``Allreduce(x, y)``).
  *
- * ``mpi_plain_types(datatype_class, triples, ndarray, asarray)``: the Datatype class
+ * ``mpi_plain_types(datatype_class, triples, frombuffer, asarray)``: the Datatype class
  * (its ``_t`` slot) and, for each predefined datatype whose element is one numpy scalar,
  * ``(its _Type, the numpy dtype of its elements, that dtype's item size)``, and numpy's
- * ndarray (its constructor) and asarray; kept once for good (a later call answers whether
- * it names the same class). ``mpi_plain(spec, per, writable)``: the array ``spec`` stands for as it is,
+ * frombuffer and asarray; kept once for good (a later call answers whether it names the
+ * same class). ``mpi_plain(spec, per, writable)``: the array ``spec`` stands for as it is,
  * else ``spec`` itself (any other form, buffer or datatype; nothing raised for them: the
  * Python code parses and judges them). Buffers that are no numpy array (a ``bytearray``,
  * an ``array.array``, ``MPI.buffer``, a ``memoryview``), alone or in such a spec of a
  * registered datatype (a count, a displacement), give the array over the message's
- * elements made by numpy.asarray / numpy.ndarray over the buffer (no copy): the OSU
- * benchmarks of mpi4py's demos send ``[buf, size, MPI.BYTE]`` of ``MPI.Alloc_mem`` memory. So do specs
+ * elements made by numpy.asarray / numpy.frombuffer (no copy): the OSU benchmarks of
+ * mpi4py's demos send ``[buf, size, MPI.BYTE]`` of ``MPI.Alloc_mem`` memory. So do specs
  * of part of a numpy array (a count, a displacement) or of its bytes read as another
  * datatype (``[x, MPI.INT64_T]`` of a float64 array). ``per``: the count is per rank (a block
  * spec of ``per`` blocks: ``Gather``'s receive buffer) and must cover the array ``per``
@@ -27,14 +27,14 @@
  */
 
 /* (the registered datatypes themselves: _mpi_plain_types.c) */
-static PyObject *pl_ndarray, *pl_asarray;   /* numpy.ndarray, numpy.asarray (strong) */
+static PyObject *pl_frombuffer, *pl_asarray;   /* numpy.frombuffer, numpy.asarray (strong) */
 
 static PyObject *mod_mpi_plain_types(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 4 || !PyType_Check(args[0]) || !PyList_Check(args[1]) || !PyCallable_Check(args[2]) ||
         !PyCallable_Check(args[3])) {
         PyErr_SetString(PyExc_TypeError, "mpi_plain_types(datatype_class, [(type, dtype, itemsize), ...], "
-                        "numpy.ndarray, numpy.asarray)");
+                        "numpy.frombuffer, numpy.asarray)");
         return NULL;
     }
     if (pl_dt_class != NULL)
@@ -63,7 +63,7 @@ static PyObject *mod_mpi_plain_types(PyObject *m, PyObject *const *args, Py_ssiz
         pl_descrs[i] = Py_NewRef(PyTuple_GET_ITEM(pair, 1));
         pl_sizes[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 2));
     }
-    pl_ndarray = Py_NewRef(args[2]);
+    pl_frombuffer = Py_NewRef(args[2]);
     pl_asarray = Py_NewRef(args[3]);
     pl_count = (int)k;
     pl_t_at = at;
@@ -118,7 +118,7 @@ static Py_ssize_t pl_count_of(PyObject *c)
 }
 
 /* ``[obj, ..., dt]`` (`obj` the spec's first item, held by the caller: its getbuffer may
- * run code that changes the list) of memory numpy can view: a numpy array, a
+ * run code that changes the list) of memory numpy.frombuffer can view: a numpy array, a
  * bytearray, an array.array, a memoryview, MPI.buffer...: the view over the message's
  * elements (the count, per rank `per` times, from the displacement on), checked to be
  * that memory; or NULL, with nothing raised when it does not apply (the Python code parses
@@ -176,12 +176,8 @@ static PyObject *pl_raw_view(PyObject *obj, PyObject *const *item, Py_ssize_t k,
         a = PySequence_GetSlice(obj, displ, displ + total);
     } else {
         PyObject *n = PyLong_FromSsize_t(total), *off = PyLong_FromSsize_t(displ * isz);
-        /* numpy.ndarray(count, dtype, buffer, offset): the view numpy.frombuffer makes (the
-         * same memory, flags and errors), ~60 ns less a view (numpy 2.4, timeit of the two
-         * interleaved: 194-239 against 259-297 ns); `Allreduce([ba, MPI.DOUBLE], [bb,
-         * MPI.DOUBLE])` of two bytearrays makes two */
-        PyObject *call[4] = {n, descr, obj, off};
-        a = n == NULL || off == NULL ? NULL : PyObject_Vectorcall(pl_ndarray, call, 4, NULL);
+        PyObject *call[4] = {obj, descr, n, off};
+        a = n == NULL || off == NULL ? NULL : PyObject_Vectorcall(pl_frombuffer, call, 4, NULL);
         Py_XDECREF(n);
         Py_XDECREF(off);
     }
@@ -189,7 +185,7 @@ static PyObject *pl_raw_view(PyObject *obj, PyObject *const *item, Py_ssize_t k,
         pl_clear();
         return NULL;
     }
-    /* that memory, not a copy (numpy.ndarray replaced by something else?) */
+    /* that memory, not a copy (numpy.frombuffer wrapped by something else?) */
     Py_buffer got;
     int ok = Py_TYPE(a) == nd_type && nd_direct(a, &got, flags);
     if (ok) {
@@ -290,7 +286,7 @@ static PyObject *mod_mpi_plain(PyObject *m, PyObject *const *args, Py_ssize_t na
     }
     if (same)
         return Py_NewRef(item[0]);
-    /* part of the array, or its bytes read as another dtype: a view (pl_raw_view) */
+    /* part of the array, or its bytes read as another dtype: a view made by frombuffer */
     PyObject *obj = Py_NewRef(item[0]);
     PyObject *a = pl_raw_view(obj, item, k, descr, isz, per, args[2] == Py_True);
     Py_DECREF(obj);
