@@ -95,3 +95,30 @@ def test_buffers_that_are_no_arrays() -> None:
     scalar = np.float64(3.0)                 # (numpy.asarray would copy it: not taken)
     assert PLAIN(scalar, 1, True) is scalar and PLAIN(scalar, 1, False) is scalar
     assert PLAIN(bytes(4), 1, True) == bytes(4)                          # (read only: refused)
+
+
+def test_views_keep_their_buffer_pinned() -> None:
+    """A view over a bytearray, an array.array or a memoryview keeps the memory exported
+    while it lives (numpy.frombuffer's memoryview; the numpy.ndarray constructor would
+    not: a pending Irecv's view would then write into memory freed by a resize)."""
+    for spec in ([bytearray(64), MPI.DOUBLE], [bytearray(64), 2, MPI.DOUBLE], [bytearray(64), (2, 1), MPI.DOUBLE],
+                 bytearray(64)):
+        ba = spec[0] if isinstance(spec, list) else spec
+        view = PLAIN(spec, 1, True)
+        assert isinstance(view, np.ndarray), spec
+        with pytest.raises(BufferError):
+            ba.extend(bytes(1 << 20))
+        del view
+        ba.extend(b"\0")                # (released with the view)
+    arr = array.array("d", [0.0] * 8)
+    view = PLAIN([arr, 4, MPI.DOUBLE], 1, True)
+    with pytest.raises(BufferError):
+        arr.extend([1.0] * 100000)
+    under = bytearray(64)
+    mv = memoryview(under)
+    view = PLAIN([mv, MPI.DOUBLE], 1, True)
+    mv.release()                        # (the view holds a memoryview of its own over `under`)
+    with pytest.raises(BufferError):
+        under.extend(bytes(1 << 20))
+    view[:] = 1.0                       # (still the bytearray's memory)
+    assert bytes(under) == np.ones(8).tobytes()

@@ -133,7 +133,6 @@ static int qk_save(QkWriter *w, PyObject *obj)
         if (k == 0) {                        /* EMPTY_TUPLE, not memoized */
             r = qk_byte(w, ')');
         } else if (k <= QK_BATCH) {
-            int memo_before = w->nmemo;
             r = k > 3 ? qk_byte(w, '(') : 0;                        /* MARK */
             for (Py_ssize_t i = 0; i < k && r == 0; i++)
                 r = qk_save(w, PyTuple_GET_ITEM(obj, i));
@@ -144,7 +143,6 @@ static int qk_save(QkWriter *w, PyObject *obj)
                 r = qk_byte(w, k > 3 ? 't' : (unsigned char)(0x84 + k));   /* TUPLE, TUPLE1-3 */
             if (r == 0)
                 r = qk_memoize(w, obj);
-            (void)memo_before;
         }
     } else if (PyList_CheckExact(obj) || PyDict_CheckExact(obj)) {
         int list = PyList_CheckExact(obj);
@@ -301,18 +299,24 @@ static PyObject *quick_loads(const char *data, Py_ssize_t len)
         }
         case 0x8c:                           /* SHORT_BINUNICODE */
         case 'C':                            /* SHORT_BINBYTES */
-            if (left < 1 || left - 1 < p[0])
+        {
+            Py_ssize_t len = left < 1 ? 0 : p[0];     /* (read once: the length checked is the one used) */
+            if (left < 1 || left - 1 < len)
                 goto out;
-            o = code == 'C' ? PyBytes_FromStringAndSize((const char *)p + 1, p[0])
-                            : PyUnicode_DecodeUTF8((const char *)p + 1, p[0], "surrogatepass");
-            p += 1 + p[0];
+            o = code == 'C' ? PyBytes_FromStringAndSize((const char *)p + 1, len)
+                            : PyUnicode_DecodeUTF8((const char *)p + 1, len, "surrogatepass");
+            p += 1 + len;
             break;
+        }
         case 'h':                            /* BINGET */
-            if (left < 1 || p[0] >= nmemo)
+        {
+            int at = left < 1 ? nmemo : p[0];
+            if (at >= nmemo)
                 goto out;
-            o = Py_NewRef(memo[p[0]]);
+            o = Py_NewRef(memo[at]);
             p += 1;
             break;
+        }
         default:
             goto out;
         }
