@@ -63,6 +63,7 @@ def rows(comm: Any) -> list[tuple[str, Callable[[], Any]]]:
         ("Irecv+Isend+Testall loop", lambda: _testall_loop(comm, MPI, one, o1, nxt, prv)),
         ("Irecv+Isend+Waitany x2", lambda: _waitany(comm, MPI, one, o1, nxt, prv)),
         ("Irecv+Isend+Waitsome", lambda: _waitsome(comm, MPI, one, o1, nxt, prv)),
+        ("Sendrecv", lambda: comm.Sendrecv(one, nxt, 4, o1, prv, 4)),
         ("Sendrecv_replace", lambda: comm.Sendrecv_replace(o1, nxt, 9, prv, 9)),
         ("Recv_init+Send_init Startall+Waitall", _persistent_pair(comm, MPI, one, o1, nxt, prv)),
         ("Gatherv", lambda: comm.Gatherv(one, [out, cnt, dis, MPI.DOUBLE], 0)),
