@@ -83,6 +83,9 @@ def rows(comm: Any) -> list[tuple[str, Callable[[], Any]]]:
         ("Gather_init Start+Wait", start_wait(comm.Gather_init(one, out, 0))),
         ("Alltoallv_init Start+Wait", start_wait(comm.Alltoallv_init([nn, cnt, dis, MPI.DOUBLE],
                                                                      [out, cnt, dis, MPI.DOUBLE]))),
+        ("Gatherv_init Start+Wait", start_wait(comm.Gatherv_init(one, [out, cnt, dis, MPI.DOUBLE], 0))),
+        ("Scatterv_init Start+Wait", start_wait(comm.Scatterv_init([nn, cnt, dis, MPI.DOUBLE], o1, 0))),
+        ("Allgatherv_init Start+Wait", start_wait(comm.Allgatherv_init(one, [out, cnt, dis, MPI.DOUBLE]))),
         ("Iallreduce+Wait", lambda: comm.Iallreduce(one, o1).Wait()),
         ("Iallreduce+Test loop", lambda: _test_until(comm.Iallreduce(one, o1))),
         ("Iallreduce+Irecv+Isend Waitall", lambda: MPI.Request.Waitall(

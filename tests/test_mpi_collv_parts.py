@@ -245,9 +245,48 @@ def _init_bound(c: Checker, MPI, comm) -> None:
     req.Free()
 
 
+def _init_prepared(c: Checker, MPI, comm) -> None:
+    """``Gatherv_init``, ``Scatterv_init`` and ``Allgatherv_init`` work their call out at
+    their first start where the group has the fast call (MPI/_coll_persistent.py _Prepared,
+    native/_fastcall_vroot.c vr_aop): uneven counts (zeros among them), the last rank the
+    root, the send's contents changed between starts; the call each start makes is the
+    worked-out one (``all_to_all_v_async``; equal blocks of Allgatherv ``all_gather_async``)."""
+    r, n = comm.rank, comm.size
+    root = n - 1
+    counts = [j % 3 for j in range(n)]
+    displs = [sum(counts[:j]) for j in range(n)]
+    mine = np.zeros(counts[r])
+    gathered, spread = np.full(sum(counts) + 2, -1.0), np.arange(sum(counts), dtype=np.float64)
+    got = np.zeros(counts[r])
+    block, every = np.zeros(1), np.zeros(n)
+    reqs = {"Gatherv_init": comm.Gatherv_init(mine, [gathered, counts, displs, MPI.DOUBLE], root),
+            "Scatterv_init": comm.Scatterv_init([spread, counts, displs, MPI.DOUBLE], got, root),
+            "Allgatherv_init": comm.Allgatherv_init(block, [every, [1] * n, None, MPI.DOUBLE])}
+    for it in range(3):
+        mine[:] = 100 * it + r
+        spread[:] = np.arange(sum(counts)) + 1000 * it
+        block[:] = 10 * it + r
+        for req in reqs.values():
+            req.Start()
+            req.Wait()
+        if r == root:
+            want = np.concatenate([np.full(counts[j], 100.0 * it + j) for j in range(n)] + [np.full(2, -1.0)])
+            c.eq(gathered, want, f"Gatherv_init start {it}")
+        c.eq(got, spread[displs[r]:displs[r] + counts[r]] if r == root else
+             np.arange(displs[r], displs[r] + counts[r], dtype=np.float64) + 1000 * it, f"Scatterv_init start {it}")
+        c.eq(every, np.arange(n, dtype=np.float64) + 10 * it, f"Allgatherv_init start {it}")
+    if comm._h.g.fast is not None or comm._h.g.link == "shm":
+        entries = {name: req._persist.start.entry for name, req in reqs.items()}
+        c.eq(entries, {"Gatherv_init": "all_to_all_v_async", "Scatterv_init": "all_to_all_v_async",
+                       "Allgatherv_init": "all_gather_async"}, "the persistent v calls' worked-out entries")
+    for req in reqs.values():
+        req.Free()
+
+
 def collv_parts_checks(c: Checker, MPI, comm) -> None:
     _counts_reused(c, MPI, comm)
     _init_bound(c, MPI, comm)
+    _init_prepared(c, MPI, comm)
     for way in ("blocking", "i", "init"):
         for salt, dtype in enumerate(("float64", "int32")):
             _forms(c, MPI, comm, way, dtype, salt)

@@ -84,15 +84,36 @@ class _Prepared:
     frame: ~1-1.5 µs a Start on the project's VM, BENCHMARKS.md session 38); a closed
     group's entry declines, and this runs."""
 
-    __slots__ = ("g", "entry", "args", "general", "quick")
+    __slots__ = ("g", "entry", "args", "general", "quick", "unprepared")
+
+    #: entries that work out their own call once (native/_fastcall_vroot.c vr_aop): the
+    #: index of their ``aop`` argument, given Ellipsis for ``(entry, args)`` of the call
+    #: they would make (their specs read and count lists built once, not at every start)
+    PREPARES = {"gatherv": 5, "scatterv": 5, "allgatherv": 4}
 
     def __init__(self, c: Any, entry: str, args: tuple, general: Callable[[], Any]) -> None:
         self.g, self.entry, self.args, self.general = c._h.g, entry, args, general
         self.quick: list[Any] = [None]
+        self.unprepared = entry in self.PREPARES
+
+    def _prepare(self, fast: Any) -> None:
+        """Once the group has its fast call: the call the entry would make at every start,
+        worked out now (None from the entry, or an error: it stays as it is, and the start
+        itself declines or raises)."""
+        self.unprepared = False
+        at = self.PREPARES[self.entry]
+        try:
+            made = getattr(fast, self.entry)(*self.args[:at], ..., *self.args[at + 1:])
+        except Exception:  # noqa: BLE001 - the start itself says what is wrong
+            return
+        if made is not None:
+            self.entry, self.args = made
 
     def __call__(self) -> Any:
         fast = self.g.fast
         if fast is not None:
+            if self.unprepared:
+                self._prepare(fast)
             start = (getattr(fast, self.entry),) + self.args
             op = workop_started(*start)
             if op is not None:

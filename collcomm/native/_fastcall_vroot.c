@@ -15,6 +15,8 @@
  * keeps them until its wait, and the program may reuse its own) made here. Returns what the
  * entry returns (True, the started call's Work, or None); None, having done nothing, for
  * anything else (the caller goes its regular way, which packs, converts and raises).
+ * ``aop`` Ellipsis (these two and allgatherv): the entry and arguments of the call, not
+ * made (vr_aop: a persistent request's start worked out once).
  */
 
 static PyObject *s_vr_t, *s_vr_mult, *s_vr_gaps, *s_vr_core, *s_vr_dtype, *s_vr_nbytes;
@@ -152,8 +154,31 @@ static int vr_keep(PyObject **counts, PyObject **displs)
     return *counts == NULL || *displs == NULL ? -1 : 0;
 }
 
+/* ``aop`` of gatherv, scatterv and allgatherv: True a call in two parts (1), Ellipsis
+ * (2) its arguments worked out for a persistent request's every start and returned, not
+ * called: ``(entry name, args)`` for ``fast.<entry>(*args)``, or None where they cannot be
+ * fixed at ``…_init`` (Allgatherv's tiled send copies the send's contents each call):
+ * MPI/_coll_persistent.py _Prepared, on its first start */
+static int vr_aop(PyObject *flag)
+{
+    return flag == Py_True ? 1 : flag == Py_Ellipsis ? 2 : 0;
+}
+
+static PyObject *vr_prepared(const char *entry, PyObject **a, Py_ssize_t k)
+{
+    PyObject *args = PyTuple_New(k);
+    if (args == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < k; i++)
+        PyTuple_SET_ITEM(args, i, Py_NewRef(a[i]));
+    PyObject *r = Py_BuildValue("(sN)", entry, args);
+    return r;
+}
+
 static PyObject *vr_call(Fast *s, PyObject **a, int aop)
 {
+    if (aop == 2)
+        return vr_prepared("all_to_all_v_async", a, 7);
     return aop ? Fast_all_to_all_v_async(s, a, 7) : Fast_all_to_all_v(s, a, 7);
 }
 
@@ -162,7 +187,7 @@ static PyObject *Fast_gatherv(Fast *s, PyObject *const *args, Py_ssize_t nargs)
     if (check_args(nargs, 6, "gatherv") < 0)
         return NULL;
     PyObject *send = args[0], *spec = args[1], *name = args[3], *dtcls = args[4];
-    int aop = args[5] == Py_True, n = s->size, root = (int)fast_root(s, args[2]);
+    int aop = vr_aop(args[5]), n = s->size, root = (int)fast_root(s, args[2]);
     PyObject *empty = NULL, *count, *q[3] = {NULL, NULL, NULL};
     Py_ssize_t k = root < 0 ? -1 : vr_array(send, s->rank == root ? NULL : &empty);
     if (k < 0)
@@ -205,7 +230,7 @@ static PyObject *Fast_scatterv(Fast *s, PyObject *const *args, Py_ssize_t nargs)
     if (check_args(nargs, 6, "scatterv") < 0)
         return NULL;
     PyObject *spec = args[0], *recv = args[1], *name = args[3], *dtcls = args[4];
-    int aop = args[5] == Py_True, n = s->size, root = (int)fast_root(s, args[2]);
+    int aop = vr_aop(args[5]), n = s->size, root = (int)fast_root(s, args[2]);
     PyObject *empty = NULL, *q[3] = {NULL, NULL, NULL}, *r = NULL, *rc = NULL;
     Py_ssize_t k = root < 0 ? -1 : vr_array(recv, s->rank == root ? NULL : &empty);
     if (k < 0)
@@ -274,7 +299,7 @@ static PyObject *Fast_allgatherv(Fast *s, PyObject *const *args, Py_ssize_t narg
     if (check_args(nargs, 6, "allgatherv") < 0)
         return NULL;
     PyObject *send = args[0], *name = args[2], *tile = args[5];
-    int aop = args[4] == Py_True, n = s->size;
+    int aop = vr_aop(args[4]), n = s->size;
     Py_buffer v;
     if (nd_type == NULL || Py_TYPE(send) != nd_type || nd_buffer(send, &v, PyBUF_C_CONTIGUOUS) < 0) {
         PyErr_Clear();
@@ -315,10 +340,11 @@ static PyObject *Fast_allgatherv(Fast *s, PyObject *const *args, Py_ssize_t narg
             goto out;
         }
         PyObject *a[3] = {send, recv, name};
-        r = aop ? Fast_all_gather_async(s, a, 3) : fast_all_gather(s, a, 3, PART_WHOLE);
+        r = aop == 2 ? vr_prepared("all_gather_async", a, 3)
+                     : aop ? Fast_all_gather_async(s, a, 3) : fast_all_gather(s, a, 3, PART_WHOLE);
         goto out;
     }
-    if (ndim != 1) {
+    if (ndim != 1 || aop == 2) {      /* (the tiled send: made anew at every start) */
         r = Py_NewRef(Py_None);
         goto out;
     }
