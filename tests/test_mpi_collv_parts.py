@@ -246,8 +246,8 @@ def _init_bound(c: Checker, MPI, comm) -> None:
 
 
 def _init_prepared(c: Checker, MPI, comm) -> None:
-    """``Gatherv_init``, ``Scatterv_init`` and ``Allgatherv_init`` work their call out at
-    their first start where the group has the fast call (MPI/_coll_persistent.py _Prepared,
+    """``Gatherv_init``, ``Scatterv_init``, ``Allgatherv_init`` and ``Alltoallv_init`` work
+    their call out at their first start where the group has the fast call (MPI/_coll_persistent.py _Prepared,
     native/_fastcall_vroot.c vr_aop): uneven counts (zeros among them), the last rank the
     root, the send's contents changed between starts; the call each start makes is the
     worked-out one (``all_to_all_v_async``; equal blocks of Allgatherv ``all_gather_async``)."""
@@ -259,13 +259,16 @@ def _init_prepared(c: Checker, MPI, comm) -> None:
     gathered, spread = np.full(sum(counts) + 2, -1.0), np.arange(sum(counts), dtype=np.float64)
     got = np.zeros(counts[r])
     block, every = np.zeros(1), np.zeros(n)
+    swap, swapped = np.zeros(n), np.zeros(n)
     reqs = {"Gatherv_init": comm.Gatherv_init(mine, [gathered, counts, displs, MPI.DOUBLE], root),
             "Scatterv_init": comm.Scatterv_init([spread, counts, displs, MPI.DOUBLE], got, root),
-            "Allgatherv_init": comm.Allgatherv_init(block, [every, [1] * n, None, MPI.DOUBLE])}
+            "Allgatherv_init": comm.Allgatherv_init(block, [every, [1] * n, None, MPI.DOUBLE]),
+            "Alltoallv_init": comm.Alltoallv_init([swap, [1] * n], [swapped, [1] * n])}
     for it in range(3):
         mine[:] = 100 * it + r
         spread[:] = np.arange(sum(counts)) + 1000 * it
         block[:] = 10 * it + r
+        swap[:] = np.arange(n) + 100 * r + 1000 * it
         for req in reqs.values():
             req.Start()
             req.Wait()
@@ -275,10 +278,12 @@ def _init_prepared(c: Checker, MPI, comm) -> None:
         c.eq(got, spread[displs[r]:displs[r] + counts[r]] if r == root else
              np.arange(displs[r], displs[r] + counts[r], dtype=np.float64) + 1000 * it, f"Scatterv_init start {it}")
         c.eq(every, np.arange(n, dtype=np.float64) + 10 * it, f"Allgatherv_init start {it}")
+        c.eq(swapped, r + 100.0 * np.arange(n) + 1000 * it, f"Alltoallv_init start {it}")
     if comm._h.g.fast is not None or comm._h.g.link == "shm":
         entries = {name: req._persist.start.entry for name, req in reqs.items()}
         c.eq(entries, {"Gatherv_init": "all_to_all_v_async", "Scatterv_init": "all_to_all_v_async",
-                       "Allgatherv_init": "all_gather_async"}, "the persistent v calls' worked-out entries")
+                       "Allgatherv_init": "all_gather_async", "Alltoallv_init": "all_to_all_v_async"},
+             "the persistent v calls' worked-out entries")
     for req in reqs.values():
         req.Free()
 

@@ -89,7 +89,7 @@ class _Prepared:
     #: entries that work out their own call once (native/_fastcall_vroot.c vr_aop): the
     #: index of their ``aop`` argument, given Ellipsis for ``(entry, args)`` of the call
     #: they would make (their specs read and count lists built once, not at every start)
-    PREPARES = {"gatherv": 5, "scatterv": 5, "allgatherv": 4}
+    PREPARES = {"gatherv": 5, "scatterv": 5, "allgatherv": 4, "alltoallv": 4}
 
     def __init__(self, c: Any, entry: str, args: tuple, general: Callable[[], Any]) -> None:
         self.g, self.entry, self.args, self.general = c._h.g, entry, args, general

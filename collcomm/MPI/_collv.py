@@ -328,7 +328,7 @@ class VectorCollectives:
         sendbuf, recvbuf = pinned(sendbuf), pinned(recvbuf)
         c = private_comm(self, "Alltoallv_init", sendbuf, recvbuf)
         general = lambda: c._ialltoallv(sendbuf, recvbuf, "Alltoallv_init")._op  # noqa: E731
-        return persistent(_start(c, *_fast.alltoallv_bound(sendbuf, recvbuf, "Alltoallv_init"), general), c)
+        return persistent(_start(c, "alltoallv", (sendbuf, recvbuf, "Alltoallv_init", Datatype, True), general), c)
 
     def Alltoallw_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Any:  # noqa: N802
         if sendbuf is None:            # (mpi4py: None is IN_PLACE)

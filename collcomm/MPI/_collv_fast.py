@@ -129,21 +129,6 @@ def alltoallv(fast: Any, sendbuf: Any, recvbuf: Any, call: str, aop: bool = Fals
         raise translate(exc) from exc
 
 
-def alltoallv_bound(sendbuf: Any, recvbuf: Any, call: str) -> tuple[str, tuple]:
-    """The fast call's entry and its arguments for every start of a persistent Alltoallv
-    of the specs ``sendbuf`` and ``recvbuf`` (the request's own copies, bound at its
-    ``…_init``: :func:`._msg.pinned`). Where both are vectors the fast call may take, with
-    counts in lists or tuples: ``all_to_all_v_async`` of their arrays and their counts and
-    displacements as tuples, worked out here once (a start then reads no spec and makes no
-    tuple: ~0.1 µs of an 8-byte ``Start``+``Wait``, BENCHMARKS.md session 45); else the
-    ``alltoallv`` entry, which reads the specs at each start (and declines what it cannot
-    take: the ``I…`` form then runs)."""
-    s, r = quick_vector(sendbuf), quick_vector(recvbuf)
-    if s is None or r is None or not (_seq(s[1]) and _seq(r[1])):
-        return "alltoallv", (sendbuf, recvbuf, call, Datatype, True)
-    return "all_to_all_v_async", (s[0], _kept(s[1]), _kept(s[2]), r[0], _kept(r[1]), _kept(r[2]), call)
-
-
 def alltoallw(fast: Any, g: Any, sendbuf: Any, recvbuf: Any, call: str, aop: bool = False) -> Any:
     """Alltoallw of contiguous blocks through the fast call, as the regular path puts it:
     an all_to_all of bytes (blocks of datatypes without gaps, byte displacements back to

@@ -15,8 +15,8 @@
  * keeps them until its wait, and the program may reuse its own) made here. Returns what the
  * entry returns (True, the started call's Work, or None); None, having done nothing, for
  * anything else (the caller goes its regular way, which packs, converts and raises).
- * ``aop`` Ellipsis (these two and allgatherv): the entry and arguments of the call, not
- * made (vr_aop: a persistent request's start worked out once).
+ * ``aop`` Ellipsis (these two, allgatherv and alltoallv): the entry and arguments of the
+ * call, not made (vr_aop: a persistent request's start worked out once).
  */
 
 static PyObject *s_vr_t, *s_vr_mult, *s_vr_gaps, *s_vr_core, *s_vr_dtype, *s_vr_nbytes;
@@ -154,7 +154,7 @@ static int vr_keep(PyObject **counts, PyObject **displs)
     return *counts == NULL || *displs == NULL ? -1 : 0;
 }
 
-/* ``aop`` of gatherv, scatterv and allgatherv: True a call in two parts (1), Ellipsis
+/* ``aop`` of gatherv, scatterv, allgatherv and alltoallv: True a call in two parts (1), Ellipsis
  * (2) its arguments worked out for a persistent request's every start and returned, not
  * called: ``(entry name, args)`` for ``fast.<entry>(*args)``, or None where they cannot be
  * fixed at ``…_init`` (Allgatherv's tiled send copies the send's contents each call):
@@ -377,7 +377,7 @@ static PyObject *Fast_alltoallv(Fast *s, PyObject *const *args, Py_ssize_t nargs
 {
     if (check_args(nargs, 5, "alltoallv") < 0)
         return NULL;
-    int aop = args[4] == Py_True;
+    int aop = vr_aop(args[4]);
     PyObject *sq[3] = {NULL, NULL, NULL}, *rq[3] = {NULL, NULL, NULL}, *r = NULL;
     int taken = vr_spec(args[0], args[3], sq);
     if (taken == 1)
