@@ -247,8 +247,8 @@ def _init_bound(c: Checker, MPI, comm) -> None:
 
 def _init_prepared(c: Checker, MPI, comm) -> None:
     """``Gatherv_init``, ``Scatterv_init``, ``Allgatherv_init`` and ``Alltoallv_init`` work
-    their call out at their first start where the group has the fast call (MPI/_coll_persistent.py _Prepared,
-    native/_fastcall_vroot.c vr_aop): uneven counts (zeros among them), the last rank the
+    their call out at their first start where the group has the fast call
+    (MPI/_coll_persistent.py _Prepared, native/_fastcall_vroot.c vr_aop): uneven counts (zeros among them), the last rank the
     root, the send's contents changed between starts; the call each start makes is the
     worked-out one (``all_to_all_v_async``; equal blocks of Allgatherv ``all_gather_async``)."""
     r, n = comm.rank, comm.size

@@ -5,8 +5,8 @@
   bytes, and tuples, lists and dicts of them (nested, shared, a list holding itself), over
   boundary values and random structures; it declines everything else (a subclass, a wider
   int, a longer str, a lone surrogate, a tuple inside itself, a pickle over 1 KiB);
-- ``quick_loads`` reads those pickles back (shared objects shared again) (and the same forms at protocols 2 and 3, but
-  str and bytes, which those memoize with BINPUT: pickle's) to
+- ``quick_loads`` reads those pickles back, shared objects shared again (and the same forms
+  at protocols 2 and 3, but str and bytes, which those memoize with BINPUT: pickle's), to
   what ``pickle.loads`` gives, with the exact type, and leaves anything else to
   ``pickle.loads``: other pickles, a wrong frame length, a truncated or padded pickle,
   an opcode reaching below a MARK, an unhashable key; and of 20,000 pickles with bytes
@@ -129,7 +129,7 @@ def test_quick_dumps_declines_the_rest():
         deep = [deep]
     point = namedtuple("point", "x y")
     for v in DECLINED + [MyInt(3), MyStr("s"), [MyInt(1)], OrderedDict(a=1), defaultdict(int), point(1, 2),
-                         loop, deep, ["x" * 200] * 1 + ["y" * 200, "z" * 200, "w" * 200, "v" * 200, "u" * 200]]:
+                         loop, deep, [c * 200 for c in "xyzwvu"]]:
         assert core.quick_dumps(v, 5) is None, repr(v)[:80]
     with pytest.raises(TypeError):
         core.quick_dumps(1, 3)          # (only the framed protocols)

@@ -154,9 +154,9 @@ static int vr_keep(PyObject **counts, PyObject **displs)
     return *counts == NULL || *displs == NULL ? -1 : 0;
 }
 
-/* ``aop`` of gatherv, scatterv, allgatherv and alltoallv: True a call in two parts (1), Ellipsis
- * (2) its arguments worked out for a persistent request's every start and returned, not
- * called: ``(entry name, args)`` for ``fast.<entry>(*args)``, or None where they cannot be
+/* ``aop`` of gatherv, scatterv, allgatherv and alltoallv: True a call in two parts (1),
+ * Ellipsis (2) its arguments worked out for a persistent request's every start and
+ * returned, not called: ``(entry name, args)`` for ``fast.<entry>(*args)``, or None where they cannot be
  * fixed at ``…_init`` (Allgatherv's tiled send copies the send's contents each call):
  * MPI/_coll_persistent.py _Prepared, on its first start */
 static int vr_aop(PyObject *flag)
@@ -171,8 +171,7 @@ static PyObject *vr_prepared(const char *entry, PyObject **a, Py_ssize_t k)
         return NULL;
     for (Py_ssize_t i = 0; i < k; i++)
         PyTuple_SET_ITEM(args, i, Py_NewRef(a[i]));
-    PyObject *r = Py_BuildValue("(sN)", entry, args);
-    return r;
+    return Py_BuildValue("(sN)", entry, args);
 }
 
 static PyObject *vr_call(Fast *s, PyObject **a, int aop)

@@ -14,26 +14,29 @@ static PyObject *pl_descrs[PLAIN_MAX];  /* ... and their elements' numpy dtypes 
 static Py_ssize_t pl_sizes[PLAIN_MAX];  /* ... and those dtypes' item sizes */
 static int pl_count;
 
-static PyObject *pl_descr_of(PyObject *datatype)   /* borrowed, or NULL */
-{
-    if (pl_dt_class == NULL || Py_TYPE(datatype) != pl_dt_class)
-        return NULL;
-    PyObject *t = *(PyObject **)((char *)datatype + pl_t_at);
-    for (int i = 0; i < pl_count && t != NULL; i++)
-        if (pl_types[i] == t)
-            return pl_descrs[i];
-    return NULL;
-}
-
-/* The item size of a registered datatype's elements (its extent: a resized or derived
- * datatype has a type map of its own, not a registered one); -1: not one of them. */
-static Py_ssize_t pl_size_of(PyObject *datatype)
+/* The index of a registered datatype among pl_types, read from its ``_t`` slot; -1: not
+ * one of them (or none registered yet) */
+static int pl_index_of(PyObject *datatype)
 {
     if (pl_dt_class == NULL || Py_TYPE(datatype) != pl_dt_class)
         return -1;
     PyObject *t = *(PyObject **)((char *)datatype + pl_t_at);
     for (int i = 0; i < pl_count && t != NULL; i++)
         if (pl_types[i] == t)
-            return pl_sizes[i];
+            return i;
     return -1;
+}
+
+static PyObject *pl_descr_of(PyObject *datatype)   /* borrowed, or NULL */
+{
+    int i = pl_index_of(datatype);
+    return i < 0 ? NULL : pl_descrs[i];
+}
+
+/* The item size of a registered datatype's elements (its extent: a resized or derived
+ * datatype has a type map of its own, not a registered one); -1: not one of them. */
+static Py_ssize_t pl_size_of(PyObject *datatype)
+{
+    int i = pl_index_of(datatype);
+    return i < 0 ? -1 : pl_sizes[i];
 }

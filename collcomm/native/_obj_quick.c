@@ -17,7 +17,6 @@
 
 enum { QK_FRAME = 0x95, QK_PROTO = 0x80, QK_STOP = '.', QK_MEMOIZE = 0x94 };
 
-
 static PyObject *obj_std_dumps;                    /* pickle.dumps */
 
 /* The pickle being written: the opcodes after PROTO and FRAME's header, the memo (what
