@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import array
 import sys
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -107,6 +108,30 @@ def specs(MPI: Any, buf: Any, code: str, count: int) -> list[Any]:
     return [buf, [buf, dt], [buf, code], [buf, count, dt], (buf, (count, 0), dt), [buf, count]]
 
 
+@contextmanager
+def python_waits(MPI: Any, on: bool = True) -> Iterator[bool]:
+    """Within: ``Request.Wait``, ``Test`` and ``Waitall`` the Python methods (``on``), else
+    as installed (the core's where it is built: native/_mpi_request_wait.c); gives whether
+    the core's are in place. The checks that put a recorder around the module's native
+    wait or test entry see the Python methods' calls only (the C methods call the core
+    directly), so the sections that hold such checks run each way."""
+    from collcomm.MPI import _request_waits as waits
+    req = MPI.Request
+    installed = (req.__dict__["Wait"], req.__dict__["Test"], req.__dict__["Waitall"])
+    if on:
+        req.Wait, req.Test, req.Waitall = waits.PY_WAIT, waits.PY_TEST, classmethod(waits.PY_WAITALL)
+    try:
+        yield core_waits(MPI)
+    finally:
+        req.Wait, req.Test, req.Waitall = installed
+
+
+def core_waits(MPI: Any) -> bool:
+    """Are ``Request.Wait``, ``Test`` and ``Waitall`` the core's now (see python_waits)?"""
+    from collcomm.MPI._request_waits import PY_WAIT
+    return MPI.Request.Wait is not PY_WAIT
+
+
 # ----------------------------------------------------------------------------- one job, every file
 #: The sections of the MPI suite: "file:function", each function(c, MPI, comm) -> None.
 SECTIONS = {
@@ -131,6 +156,7 @@ SECTIONS = {
     "obj_irecv": "tests.test_mpi_obj_irecv:obj_irecv_checks",
     "random_nb": "tests.test_mpi_random_nb:random_nb_checks",
     "wait_native": "tests.test_mpi_wait_native:wait_native_checks",
+    "request_waits": "tests.test_mpi_request_waits:request_waits_checks",
     "probe_native": "tests.test_mpi_probe_native:probe_native_checks",
     "persistent_p2p": "tests.test_mpi_persistent_p2p:persistent_p2p_checks",
     "wait_collective": "tests.test_mpi_wait_collective:wait_collective_checks",

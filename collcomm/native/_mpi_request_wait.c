@@ -1,0 +1,190 @@
+/* ``Request.Wait``, ``Request.Test`` and ``Request.Waitall`` in C (collcomm/MPI/_request.py;
+ * included by _shmcore.c after _mpi_wait.c, whose mw_one, mw_settle and mw_null they call).
+ *
+ * The Python methods' common way is one C call (mpi_wait_native / mpi_test_native) inside
+ * a Python frame: the frame, four global look-ups and the serializer's attribute were
+ * ~0.25 µs of a persistent collective's ``Start`` + ``Wait`` (~2 µs on the project's VM in
+ * its slow state; mpi4py's Wait is C). ``mpi_request_waits(request, py_wait, py_test,
+ * py_waitall, done, tag_bits, pickle, spare, orphans, reap, error)`` returns ``(Wait, Test,
+ * Waitall)``: two method descriptors of ``request`` (the class) and a function for
+ * ``classmethod``, which do on the common way what the Python ones do, and call them
+ * (``py_wait(self, ...)``, ``py_test(self, ...)``, ``py_waitall(cls, ...)``, the functions
+ * themselves) for everything else:
+ *
+ * - a status given (not None) or keywords: the Python method;
+ * - Wait: a null request True; else the op completed by mw_one (a native receive, a send
+ *   done, an object irecv with ``pickle.native``, a collective started in two parts), then
+ *   the orphans (``orphans``: freed receives to unpack) reaped if any, True, as the
+ *   Python method ends; where C declines (0), the Python method;
+ * - Test: a null request True; else mw_settle's test: complete (the request left null)
+ *   True, nothing yet False; anything else the Python method (one of collcomm's errors,
+ *   ``error``, cleared first: the Python way tests again and raises it translated);
+ * - Waitall (a list or tuple): every request completed by mw_one in order, True; at the
+ *   first it declines, the Python method from there (those completed are null: it passes
+ *   over them).
+ *
+ * The errors raised are the Python way's: an exception mw_one raises (not collcomm's, which
+ * it leaves to the Python code) goes on as the Python method lets it.
+ */
+
+static PyObject *rw_py_wait, *rw_py_test, *rw_py_waitall, *rw_done, *rw_tag_bits, *rw_pickle,
+    *rw_spare, *rw_orphans, *rw_reap, *rw_error, *rw_s_native;   /* strong, once set up */
+
+/* `fn(first, *args, **kw)` for a method's args (vectorcall form) */
+static PyObject *rw_python(PyObject *fn, PyObject *first, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames)
+{
+    PyObject *call[8];
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (nargs + nkw > 7) {
+        PyErr_SetString(PyExc_TypeError, "too many arguments");
+        return NULL;
+    }
+    call[0] = first;
+    for (Py_ssize_t i = 0; i < nargs + nkw; i++)
+        call[i + 1] = args[i];
+    return PyObject_Vectorcall(fn, call, nargs + 1, kwnames);
+}
+
+/* The common way applies: no keywords, no status (or None), the request makers registered
+ * (rq_ready) */
+static int rw_plain(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, Py_ssize_t most)
+{
+    return rq_ready && (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0) && nargs <= most &&
+           (nargs < most || args[most - 1] == Py_None);
+}
+
+/* The orphans reaped where the completion made some (as the Python methods end): 0, -1 */
+static int rw_reaped(void)
+{
+    if (PyList_GET_SIZE(rw_orphans) == 0)
+        return 0;
+    PyObject *r = PyObject_CallNoArgs(rw_reap);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+static PyObject *rw_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (!rw_plain(args, nargs, kwnames, 1))
+        return rw_python(rw_py_wait, self, args, nargs, kwnames);
+    PyObject *op = SLOT_AT(self, rq_req_slots.at[0]);
+    if (op == NULL || op == Py_None)
+        Py_RETURN_TRUE;
+    PyObject *native = PyObject_GetAttr(rw_pickle, rw_s_native);   /* (a program may set its own) */
+    if (native == NULL)
+        return NULL;
+    int rc = mw_one(self, rw_done, rw_tag_bits, native, rw_spare);
+    Py_DECREF(native);
+    if (rc < 0)
+        return NULL;
+    if (rc == 0)
+        return rw_python(rw_py_wait, self, args, nargs, kwnames);
+    if (rw_reaped() < 0)
+        return NULL;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *rw_test(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (!rw_plain(args, nargs, kwnames, 1))
+        return rw_python(rw_py_test, self, args, nargs, kwnames);
+    PyObject *op = SLOT_AT(self, rq_req_slots.at[0]), *held;
+    if (op == NULL || op == Py_None)
+        Py_RETURN_TRUE;
+    int rc = mw_settle(self, MW_TEST, rw_done, rw_tag_bits, NULL, NULL, &held);
+    if (rc == 1)
+        mw_null(self, held);
+    if (rc < 0 && PyErr_ExceptionMatches(rw_error)) {
+        PyErr_Clear();            /* (the Python way tests again and raises it, translated) */
+        rc = 0;
+    }
+    if (rc < 0)
+        return NULL;
+    if (rc == 0)
+        return rw_python(rw_py_test, self, args, nargs, kwnames);
+    if (rc == 2)
+        Py_RETURN_FALSE;
+    if (rw_reaped() < 0)
+        return NULL;
+    Py_RETURN_TRUE;
+}
+
+/* Waitall(cls, requests[, statuses]) (a classmethod of Request) */
+static PyObject *mod_rw_waitall(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (nargs < 1) {
+        PyErr_SetString(PyExc_TypeError, "Waitall(cls, requests, statuses=None)");
+        return NULL;
+    }
+    if (nargs < 2 || !rw_plain(args + 1, nargs - 1, kwnames, 2) ||
+        (!PyList_CheckExact(args[1]) && !PyTuple_CheckExact(args[1])))
+        return rw_python(rw_py_waitall, args[0], args + 1, nargs - 1, kwnames);
+    PyObject *native = PyObject_GetAttr(rw_pickle, rw_s_native);
+    if (native == NULL)
+        return NULL;
+    PyObject *reqs = Py_NewRef(args[1]);
+    int list = PyList_CheckExact(reqs), rc = 1;
+    for (Py_ssize_t i = 0; rc == 1; i++) {      /* (a list may change while a receive runs) */
+        if (i >= (list ? PyList_GET_SIZE(reqs) : PyTuple_GET_SIZE(reqs)))
+            break;
+        PyObject *r = Py_NewRef(list ? PyList_GET_ITEM(reqs, i) : PyTuple_GET_ITEM(reqs, i));
+        rc = mw_one(r, rw_done, rw_tag_bits, native, rw_spare);
+        Py_DECREF(r);
+    }
+    Py_DECREF(reqs);
+    Py_DECREF(native);
+    if (rc < 0)
+        return NULL;
+    if (rc == 0)                 /* (the Python way from the start: those done are null) */
+        return rw_python(rw_py_waitall, args[0], args + 1, nargs - 1, kwnames);
+    if (rw_reaped() < 0)
+        return NULL;
+    Py_RETURN_TRUE;
+}
+
+static PyMethodDef rw_wait_def = {
+    "Wait", (PyCFunction)(void (*)(void))rw_wait, METH_FASTCALL | METH_KEYWORDS,
+    "Wait(status=None) -> True: wait for the request to complete (in C: _mpi_request_wait.c)"};
+static PyMethodDef rw_test_def = {
+    "Test", (PyCFunction)(void (*)(void))rw_test, METH_FASTCALL | METH_KEYWORDS,
+    "Test(status=None) -> bool: whether the request is complete (in C: _mpi_request_wait.c)"};
+static PyMethodDef rw_waitall_def = {
+    "Waitall", (PyCFunction)(void (*)(void))mod_rw_waitall, METH_FASTCALL | METH_KEYWORDS,
+    "Waitall(requests, statuses=None) -> True: wait for every request (in C: _mpi_request_wait.c)"};
+
+static PyObject *mod_mpi_request_waits(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 11 || !PyType_Check(args[0]) || !PyCallable_Check(args[1]) || !PyCallable_Check(args[2]) ||
+        !PyCallable_Check(args[3]) || !PyType_Check(args[4]) || !PyLong_Check(args[5]) ||
+        !PyList_CheckExact(args[7]) || !PyList_CheckExact(args[8]) || !PyCallable_Check(args[9]) ||
+        !PyType_Check(args[10])) {
+        PyErr_SetString(PyExc_TypeError, "mpi_request_waits(request, py_wait, py_test, py_waitall, done, "
+                        "tag_bits, pickle, spare, orphans, reap, error)");
+        return NULL;
+    }
+    if (!rq_ready || (PyTypeObject *)args[0] != rq_req_slots.type)
+        Py_RETURN_NONE;           /* (the slots these read are Request's, registered first) */
+    if (rw_s_native == NULL && (rw_s_native = PyUnicode_InternFromString("native")) == NULL)
+        return NULL;
+    /* (the names mw_settle reads, which mpi_wait_native / mpi_test_native make at their
+     * first call: these methods may come first) */
+    if (s_mw_tag == NULL && (s_mw_tag = PyUnicode_InternFromString("tag")) == NULL)
+        return NULL;
+    if (s_mw_nbytes == NULL && (s_mw_nbytes = PyUnicode_InternFromString("nbytes")) == NULL)
+        return NULL;
+    if (rw_py_wait == NULL) {     /* (once: later calls make the same methods) */
+        PyObject **keep[11] = {NULL, &rw_py_wait, &rw_py_test, &rw_py_waitall, &rw_done, &rw_tag_bits,
+                               &rw_pickle, &rw_spare, &rw_orphans, &rw_reap, &rw_error};
+        for (int i = 1; i < 11; i++)
+            *keep[i] = Py_NewRef(args[i]);
+    }
+    PyObject *wait = PyDescr_NewMethod((PyTypeObject *)args[0], &rw_wait_def);
+    PyObject *test = wait == NULL ? NULL : PyDescr_NewMethod((PyTypeObject *)args[0], &rw_test_def);
+    PyObject *waitall = test == NULL ? NULL : PyCFunction_New(&rw_waitall_def, NULL);
+    PyObject *made = waitall == NULL ? NULL : PyTuple_Pack(3, wait, test, waitall);
+    Py_XDECREF(wait);
+    Py_XDECREF(test);
+    Py_XDECREF(waitall);
+    return made;
+}
