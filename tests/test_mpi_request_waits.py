@@ -1,9 +1,10 @@
-"""``Request.Wait``, ``Test`` and ``Waitall`` in C (native/_mpi_request_wait.c), a section of
+"""``Request.Wait``, ``wait``, ``Test`` and ``Waitall`` in C (native/_mpi_request_wait.c), a section of
 the shared MPI job (tests/mpi_checks.py) at 1-5 ranks and over TCP: what the C methods do
 themselves and what they hand to the Python methods, each checked against what the Python
 methods give (the section runs with both):
 
-- a null request (``Wait``/``Test`` True), ``Wait``/``Test``/``Waitall`` with a status (the
+- a null request (``Wait``/``Test`` True, ``wait`` None), an object ``irecv``'s and
+  ``isend``'s ``wait``, ``Wait``/``wait``/``Test``/``Waitall`` with a status (the
   status filled), ``status=None`` and ``requests=`` by keyword, a generator for
   ``Waitall``, a subclass of ``Request``, a ``Prequest`` of a collective (inactive after);
 - a receive of a truncated message: ``Wait`` and ``Test`` raise ``ERR_TRUNCATE`` as
@@ -65,6 +66,14 @@ def _plain(c: Checker, MPI: Any, comm: Any, way: str) -> None:
     c.true(MPI.Request.Waitall(requests=qs) and not any(qs) and x[0] == 5.0 + prv, f"{way}: Waitall(requests=...)")
     qs = [comm.Irecv(x, prv, 95), comm.Isend(np.full(2, 6.0 + r), nxt, 95)]
     c.true(MPI.Request.Waitall(q for q in qs) and not any(qs) and x[0] == 6.0 + prv, f"{way}: Waitall of a generator")
+    q = comm.irecv(source=prv, tag=97)
+    s = comm.isend({"from": r}, nxt, 97)
+    c.eq((q.wait(), s.wait(), bool(q), bool(s), MPI.Request().wait()), ({"from": prv}, None, False, False, None),
+         f"{way}: wait of an object irecv and isend, and of a null request")
+    q = comm.irecv(source=prv, tag=98)
+    comm.send([r], nxt, 98)
+    st = MPI.Status()
+    c.eq((q.wait(st), st.Get_source(), st.Get_tag()), ([prv], prv, 98), f"{way}: wait with a status")
     mine = type("MyRequest", (MPI.Request,), {"__slots__": ()})
     q = mine(comm.Irecv(x, prv, 96))
     comm.Send(np.full(2, 7.0 + r), nxt, 96)

@@ -1,21 +1,22 @@
-/* ``Request.Wait``, ``Request.Test`` and ``Request.Waitall`` in C (collcomm/MPI/_request.py;
+/* ``Request.Wait``, ``wait``, ``Test`` and ``Waitall`` in C (collcomm/MPI/_request.py;
  * included by _shmcore.c after _mpi_wait.c, whose mw_one, mw_settle and mw_null they call).
  *
  * The Python methods' common way is one C call (mpi_wait_native / mpi_test_native) inside
  * a Python frame: the frame, four global look-ups and the serializer's attribute were
  * ~0.25 µs of a persistent collective's ``Start`` + ``Wait`` (~2 µs on the project's VM in
- * its slow state; mpi4py's Wait is C). ``mpi_request_waits(request, py_wait, py_test,
- * py_waitall, done, tag_bits, pickle, spare, orphans, reap, error)`` returns ``(Wait, Test,
- * Waitall)``: two method descriptors of ``request`` (the class) and a function for
- * ``classmethod``, which do on the common way what the Python ones do, and call them
- * (``py_wait(self, ...)``, ``py_test(self, ...)``, ``py_waitall(cls, ...)``, the functions
- * themselves) for everything else:
+ * its slow state; mpi4py's Wait is C). ``mpi_request_waits(request, py_wait, py_wait_value,
+ * py_test, py_waitall, done, tag_bits, pickle, spare, orphans, reap, error)`` returns
+ * ``(Wait, wait, Test, Waitall)``: three method descriptors of ``request`` (the class) and
+ * a function for ``classmethod``, which do on the common way what the Python ones do, and
+ * call them (``py_wait(self, ...)``, ``py_waitall(cls, ...)``..., the functions themselves)
+ * for everything else:
  *
  * - a status given (not None) or keywords: the Python method;
  * - Wait: a null request True; else the op completed by mw_one (a native receive, a send
  *   done, an object irecv with ``pickle.native``, a collective started in two parts), then
  *   the orphans (``orphans``: freed receives to unpack) reaped if any, True, as the
  *   Python method ends; where C declines (0), the Python method;
+ * - wait: the same, giving the op's ``value`` (a null request: None);
  * - Test: a null request True; else mw_settle's test: complete (the request left null)
  *   True, nothing yet False; anything else the Python method (one of collcomm's errors,
  *   ``error``, cleared first: the Python way tests again and raises it translated);
@@ -27,8 +28,8 @@
  * it leaves to the Python code) goes on as the Python method lets it.
  */
 
-static PyObject *rw_py_wait, *rw_py_test, *rw_py_waitall, *rw_done, *rw_tag_bits, *rw_pickle,
-    *rw_spare, *rw_orphans, *rw_reap, *rw_error, *rw_s_native;   /* strong, once set up */
+static PyObject *rw_py_wait, *rw_py_wait_value, *rw_py_test, *rw_py_waitall, *rw_done, *rw_tag_bits,
+    *rw_pickle, *rw_spare, *rw_orphans, *rw_reap, *rw_error, *rw_s_native, *rw_s_value;   /* strong, once set up */
 
 /* `fn(first, *args, **kw)` for a method's args (vectorcall form) */
 static PyObject *rw_python(PyObject *fn, PyObject *first, PyObject *const *args, Py_ssize_t nargs,
@@ -83,6 +84,27 @@ static PyObject *rw_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     if (rw_reaped() < 0)
         return NULL;
     Py_RETURN_TRUE;
+}
+
+/* wait(status=None) -> the op's value (mpi4py's lower case: an object irecv's object) */
+static PyObject *rw_wait_value(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (!rw_plain(args, nargs, kwnames, 1))
+        return rw_python(rw_py_wait_value, self, args, nargs, kwnames);
+    PyObject *op = SLOT_AT(self, rq_req_slots.at[0]);
+    if (op == NULL || op == Py_None)
+        Py_RETURN_NONE;
+    PyObject *native = PyObject_GetAttr(rw_pickle, rw_s_native);
+    if (native == NULL)
+        return NULL;
+    Py_INCREF(op);                /* (its value is read once it is complete: the request null) */
+    int rc = mw_one(self, rw_done, rw_tag_bits, native, rw_spare);
+    Py_DECREF(native);
+    PyObject *value = rc == 1 && rw_reaped() == 0 ? PyObject_GetAttr(op, rw_s_value) : NULL;
+    Py_DECREF(op);
+    if (rc == 0)
+        return rw_python(rw_py_wait_value, self, args, nargs, kwnames);
+    return value;
 }
 
 static PyObject *rw_test(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
@@ -146,6 +168,9 @@ static PyObject *mod_rw_waitall(PyObject *m, PyObject *const *args, Py_ssize_t n
 static PyMethodDef rw_wait_def = {
     "Wait", (PyCFunction)(void (*)(void))rw_wait, METH_FASTCALL | METH_KEYWORDS,
     "Wait(status=None) -> True: wait for the request to complete (in C: _mpi_request_wait.c)"};
+static PyMethodDef rw_wait_value_def = {
+    "wait", (PyCFunction)(void (*)(void))rw_wait_value, METH_FASTCALL | METH_KEYWORDS,
+    "wait(status=None) -> the operation's value, once complete (in C: _mpi_request_wait.c)"};
 static PyMethodDef rw_test_def = {
     "Test", (PyCFunction)(void (*)(void))rw_test, METH_FASTCALL | METH_KEYWORDS,
     "Test(status=None) -> bool: whether the request is complete (in C: _mpi_request_wait.c)"};
@@ -155,36 +180,38 @@ static PyMethodDef rw_waitall_def = {
 
 static PyObject *mod_mpi_request_waits(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 11 || !PyType_Check(args[0]) || !PyCallable_Check(args[1]) || !PyCallable_Check(args[2]) ||
-        !PyCallable_Check(args[3]) || !PyType_Check(args[4]) || !PyLong_Check(args[5]) ||
-        !PyList_CheckExact(args[7]) || !PyList_CheckExact(args[8]) || !PyCallable_Check(args[9]) ||
-        !PyType_Check(args[10])) {
-        PyErr_SetString(PyExc_TypeError, "mpi_request_waits(request, py_wait, py_test, py_waitall, done, "
-                        "tag_bits, pickle, spare, orphans, reap, error)");
+    if (nargs != 12 || !PyType_Check(args[0]) || !PyCallable_Check(args[1]) || !PyCallable_Check(args[2]) ||
+        !PyCallable_Check(args[3]) || !PyCallable_Check(args[4]) || !PyType_Check(args[5]) ||
+        !PyLong_Check(args[6]) || !PyList_CheckExact(args[8]) || !PyList_CheckExact(args[9]) ||
+        !PyCallable_Check(args[10]) || !PyType_Check(args[11])) {
+        PyErr_SetString(PyExc_TypeError, "mpi_request_waits(request, py_wait, py_wait_value, py_test, "
+                        "py_waitall, done, tag_bits, pickle, spare, orphans, reap, error)");
         return NULL;
     }
     if (!rq_ready || (PyTypeObject *)args[0] != rq_req_slots.type)
         Py_RETURN_NONE;           /* (the slots these read are Request's, registered first) */
-    if (rw_s_native == NULL && (rw_s_native = PyUnicode_InternFromString("native")) == NULL)
-        return NULL;
-    /* (the names mw_settle reads, which mpi_wait_native / mpi_test_native make at their
-     * first call: these methods may come first) */
-    if (s_mw_tag == NULL && (s_mw_tag = PyUnicode_InternFromString("tag")) == NULL)
-        return NULL;
-    if (s_mw_nbytes == NULL && (s_mw_nbytes = PyUnicode_InternFromString("nbytes")) == NULL)
-        return NULL;
+    const char *names[4] = {"native", "value", "tag", "nbytes"};
+    /* (tag and nbytes: the names mw_settle reads, which mpi_wait_native / mpi_test_native
+     * make at their first call; these methods may come first) */
+    PyObject **made_names[4] = {&rw_s_native, &rw_s_value, &s_mw_tag, &s_mw_nbytes};
+    for (int i = 0; i < 4; i++)
+        if (*made_names[i] == NULL && (*made_names[i] = PyUnicode_InternFromString(names[i])) == NULL)
+            return NULL;
     if (rw_py_wait == NULL) {     /* (once: later calls make the same methods) */
-        PyObject **keep[11] = {NULL, &rw_py_wait, &rw_py_test, &rw_py_waitall, &rw_done, &rw_tag_bits,
-                               &rw_pickle, &rw_spare, &rw_orphans, &rw_reap, &rw_error};
-        for (int i = 1; i < 11; i++)
+        PyObject **keep[12] = {NULL, &rw_py_wait, &rw_py_wait_value, &rw_py_test, &rw_py_waitall, &rw_done,
+                               &rw_tag_bits, &rw_pickle, &rw_spare, &rw_orphans, &rw_reap, &rw_error};
+        for (int i = 1; i < 12; i++)
             *keep[i] = Py_NewRef(args[i]);
     }
-    PyObject *wait = PyDescr_NewMethod((PyTypeObject *)args[0], &rw_wait_def);
-    PyObject *test = wait == NULL ? NULL : PyDescr_NewMethod((PyTypeObject *)args[0], &rw_test_def);
-    PyObject *waitall = test == NULL ? NULL : PyCFunction_New(&rw_waitall_def, NULL);
-    PyObject *made = waitall == NULL ? NULL : PyTuple_Pack(3, wait, test, waitall);
-    Py_XDECREF(wait);
-    Py_XDECREF(test);
-    Py_XDECREF(waitall);
+    PyMethodDef *defs[3] = {&rw_wait_def, &rw_wait_value_def, &rw_test_def};
+    PyObject *made = PyTuple_New(4);
+    for (int i = 0; made != NULL && i < 4; i++) {
+        PyObject *f = i < 3 ? PyDescr_NewMethod((PyTypeObject *)args[0], defs[i])
+                            : PyCFunction_New(&rw_waitall_def, NULL);
+        if (f == NULL)
+            Py_CLEAR(made);
+        else
+            PyTuple_SET_ITEM(made, i, f);
+    }
     return made;
 }
