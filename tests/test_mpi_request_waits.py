@@ -6,7 +6,8 @@ methods give (the section runs with both):
 - a null request (``Wait``/``Test`` True, ``wait`` None), an object ``irecv``'s and
   ``isend``'s ``wait``, ``Wait``/``wait``/``Test``/``Waitall`` with a status (the
   status filled), ``status=None`` and ``requests=`` by keyword, a generator for
-  ``Waitall``, a subclass of ``Request``, a ``Prequest`` of a collective (inactive after);
+  ``Waitall``, subclasses of ``Request`` (one whose ``_op`` is a property: the Python
+  methods'), a ``Prequest`` of a collective (inactive after), a request never made;
 - a receive of a truncated message: ``Wait`` and ``Test`` raise ``ERR_TRUNCATE`` as
   ``MPI.Exception`` (the C ``Test`` clears collcomm's error: the Python way raises it
   translated);
@@ -74,6 +75,17 @@ def _plain(c: Checker, MPI: Any, comm: Any, way: str) -> None:
     comm.send([r], nxt, 98)
     st = MPI.Status()
     c.eq((q.wait(st), st.Get_source(), st.Get_tag()), ([prv], prv, 98), f"{way}: wait with a status")
+    elsewhere = type("Elsewhere", (MPI.Request,), {      # (a subclass keeping its op elsewhere)
+        "__slots__": ("_real",),
+        "_op": property(lambda self: self._real, lambda self, v: setattr(self, "_real", v))})
+    q = elsewhere(comm.Irecv(x, prv, 89))
+    early = q.Test()
+    comm.Barrier()                        # (nobody sends before every rank's first look)
+    comm.Send(np.full(2, 8.5 + r), nxt, 89)
+    done = q.Wait()
+    c.eq((early, done, bool(q), x[0]), (False, True, False, 8.5 + prv),
+         f"{way}: a subclass whose _op is a property: Test, then Wait waits")
+    c.raises(lambda: object.__new__(MPI.Request).Wait(), AttributeError, f"{way}: Wait of a request never made")
     mine = type("MyRequest", (MPI.Request,), {"__slots__": ()})
     q = mine(comm.Irecv(x, prv, 96))
     comm.Send(np.full(2, 7.0 + r), nxt, 96)

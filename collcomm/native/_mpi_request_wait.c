@@ -55,6 +55,16 @@ static int rw_plain(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, 
            (nargs < most || args[most - 1] == Py_None);
 }
 
+/* `self`'s op where C may read it: a Request or Prequest itself (a subclass may keep `_op`
+ * elsewhere, behind a property: the Python method's) whose slot is set (an unset one: the
+ * Python method raises AttributeError); NULL else. Borrowed. */
+static PyObject *rw_op(PyObject *self)
+{
+    if (Py_TYPE(self) != rq_req_slots.type && (mw_prequest == NULL || Py_TYPE(self) != mw_prequest))
+        return NULL;
+    return SLOT_AT(self, rq_req_slots.at[0]);
+}
+
 /* The orphans reaped where the completion made some (as the Python methods end): 0, -1 */
 static int rw_reaped(void)
 {
@@ -67,10 +77,10 @@ static int rw_reaped(void)
 
 static PyObject *rw_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (!rw_plain(args, nargs, kwnames, 1))
+    PyObject *op = rw_plain(args, nargs, kwnames, 1) ? rw_op(self) : NULL;
+    if (op == NULL)
         return rw_python(rw_py_wait, self, args, nargs, kwnames);
-    PyObject *op = SLOT_AT(self, rq_req_slots.at[0]);
-    if (op == NULL || op == Py_None)
+    if (op == Py_None)
         Py_RETURN_TRUE;
     PyObject *native = PyObject_GetAttr(rw_pickle, rw_s_native);   /* (a program may set its own) */
     if (native == NULL)
@@ -89,15 +99,17 @@ static PyObject *rw_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 /* wait(status=None) -> the op's value (mpi4py's lower case: an object irecv's object) */
 static PyObject *rw_wait_value(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (!rw_plain(args, nargs, kwnames, 1))
+    PyObject *op = rw_plain(args, nargs, kwnames, 1) ? rw_op(self) : NULL;
+    if (op == NULL)
         return rw_python(rw_py_wait_value, self, args, nargs, kwnames);
-    PyObject *op = SLOT_AT(self, rq_req_slots.at[0]);
-    if (op == NULL || op == Py_None)
+    if (op == Py_None)
         Py_RETURN_NONE;
-    PyObject *native = PyObject_GetAttr(rw_pickle, rw_s_native);
-    if (native == NULL)
-        return NULL;
     Py_INCREF(op);                /* (its value is read once it is complete: the request null) */
+    PyObject *native = PyObject_GetAttr(rw_pickle, rw_s_native);
+    if (native == NULL) {
+        Py_DECREF(op);
+        return NULL;
+    }
     int rc = mw_one(self, rw_done, rw_tag_bits, native, rw_spare);
     Py_DECREF(native);
     PyObject *value = rc == 1 && rw_reaped() == 0 ? PyObject_GetAttr(op, rw_s_value) : NULL;
@@ -109,10 +121,10 @@ static PyObject *rw_wait_value(PyObject *self, PyObject *const *args, Py_ssize_t
 
 static PyObject *rw_test(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (!rw_plain(args, nargs, kwnames, 1))
+    PyObject *op = rw_plain(args, nargs, kwnames, 1) ? rw_op(self) : NULL, *held;
+    if (op == NULL)
         return rw_python(rw_py_test, self, args, nargs, kwnames);
-    PyObject *op = SLOT_AT(self, rq_req_slots.at[0]), *held;
-    if (op == NULL || op == Py_None)
+    if (op == Py_None)
         Py_RETURN_TRUE;
     int rc = mw_settle(self, MW_TEST, rw_done, rw_tag_bits, NULL, NULL, &held);
     if (rc == 1)
@@ -167,16 +179,16 @@ static PyObject *mod_rw_waitall(PyObject *m, PyObject *const *args, Py_ssize_t n
 
 static PyMethodDef rw_wait_def = {
     "Wait", (PyCFunction)(void (*)(void))rw_wait, METH_FASTCALL | METH_KEYWORDS,
-    "Wait(status=None) -> True: wait for the request to complete (in C: _mpi_request_wait.c)"};
+    "Wait($self, /, status=None)\n--\n\nWait for the request to complete; True (in C: _mpi_request_wait.c)"};
 static PyMethodDef rw_wait_value_def = {
     "wait", (PyCFunction)(void (*)(void))rw_wait_value, METH_FASTCALL | METH_KEYWORDS,
-    "wait(status=None) -> the operation's value, once complete (in C: _mpi_request_wait.c)"};
+    "wait($self, /, status=None)\n--\n\nThe operation's value, once complete (in C: _mpi_request_wait.c)"};
 static PyMethodDef rw_test_def = {
     "Test", (PyCFunction)(void (*)(void))rw_test, METH_FASTCALL | METH_KEYWORDS,
-    "Test(status=None) -> bool: whether the request is complete (in C: _mpi_request_wait.c)"};
+    "Test($self, /, status=None)\n--\n\nWhether the request is complete (in C: _mpi_request_wait.c)"};
 static PyMethodDef rw_waitall_def = {
     "Waitall", (PyCFunction)(void (*)(void))mod_rw_waitall, METH_FASTCALL | METH_KEYWORDS,
-    "Waitall(requests, statuses=None) -> True: wait for every request (in C: _mpi_request_wait.c)"};
+    "Waitall(cls, /, requests, statuses=None)\n--\n\nWait for every request; True (in C: _mpi_request_wait.c)"};
 
 static PyObject *mod_mpi_request_waits(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
