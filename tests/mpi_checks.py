@@ -129,6 +129,17 @@ def python_waits(MPI: Any, on: bool = True) -> Iterator[bool]:
             setattr(req, name, method)
 
 
+def each_wait_way(c: "Checker", MPI: Any, comm: Any, parts: list[Callable[..., None]]) -> None:
+    """Every part, ``part(c, MPI, comm)``, with ``Request.Wait``, ``wait``, ``Test`` and
+    ``Waitall`` as installed (the core's where it is built), then with the Python methods
+    (python_waits)."""
+    for python in (False, True):
+        with python_waits(MPI, python):
+            for part in parts:
+                part(c, MPI, comm)
+        comm.Barrier()
+
+
 def core_waits(MPI: Any) -> bool:
     """Are ``Request.Wait``, ``Test`` and ``Waitall`` the core's now (see python_waits)?"""
     from collcomm.MPI._request_waits import PY_WAIT

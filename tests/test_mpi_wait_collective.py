@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.mpi_checks import SIZES, Checker, check, core_waits, job, python_waits
+from tests.mpi_checks import SIZES, Checker, check, core_waits, each_wait_way, job
 
 
 def _swap(name: str, fn: Any) -> None:
@@ -257,15 +257,8 @@ def _works_kept(c: Checker, MPI: Any, comm: Any) -> None:
 
 
 def wait_collective_checks(c: Checker, MPI: Any, comm: Any) -> None:
-    """Every part with Request.Wait, Test and Waitall as installed (the core's where it is
-    built), then with the Python methods (whose calls the recorders see)."""
-    for python in (False, True):
-        with python_waits(MPI, python):
-            _nonblocking(c, MPI, comm)
-            _works_kept(c, MPI, comm)
-            _persistent(c, MPI, comm)
-            _left_to_python(c, MPI, comm)
-        comm.Barrier()
+    """Every part with the C waits and with the Python ones (whose calls the recorders see)."""
+    each_wait_way(c, MPI, comm, [_nonblocking, _works_kept, _persistent, _left_to_python])
 
 
 @pytest.mark.timeout(160)

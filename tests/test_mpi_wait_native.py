@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.mpi_checks import SIZES, Checker, check, core_waits, job, python_waits
+from tests.mpi_checks import SIZES, Checker, check, core_waits, each_wait_way, job
 
 
 def _swap(name: str, fn: Any) -> None:
@@ -312,20 +312,12 @@ def _tests(c: Checker, MPI: Any, comm: Any) -> None:
 
 
 def wait_native_checks(c: Checker, MPI: Any, comm: Any) -> None:
-    """Every part twice: with Request.Wait, Test and Waitall as installed (the core's where
-    it is built), then with the Python methods (the reference, which the C ones call for
-    all else: tests/test_mpi_request_waits.py)."""
+    """Every part with the C waits (the core's where it is built) and with the Python ones
+    (the reference, which the C ones call for all else: tests/test_mpi_request_waits.py)."""
     from collcomm import native
     from collcomm.MPI import _request_waits as waits
     c.eq(waits.NATIVE_WAITS, native.core is not None, "Wait, Test and Waitall are the core's where it is built")
-    for python in (False, True):
-        with python_waits(MPI, python):
-            _mix(c, MPI, comm)
-            _one(c, MPI, comm)
-            _where_c_stops(c, MPI, comm)
-            _left_to_python(c, MPI, comm)
-            _tests(c, MPI, comm)
-        comm.Barrier()
+    each_wait_way(c, MPI, comm, [_mix, _one, _where_c_stops, _left_to_python, _tests])
 
 
 @pytest.mark.timeout(160)
