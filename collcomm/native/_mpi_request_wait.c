@@ -75,6 +75,19 @@ static int rw_reaped(void)
     return r == NULL ? -1 : 0;
 }
 
+/* Request `self` (its op set) completed by mw_one with the serializer's native loads (a
+ * program may set its own), then the orphans reaped: 1 done, 0 not C's (nothing done),
+ * -1 an exception. */
+static int rw_complete(PyObject *self)
+{
+    PyObject *native = PyObject_GetAttr(rw_pickle, rw_s_native);
+    if (native == NULL)
+        return -1;
+    int rc = mw_one(self, rw_done, rw_tag_bits, native, rw_spare);
+    Py_DECREF(native);
+    return rc == 1 && rw_reaped() < 0 ? -1 : rc;
+}
+
 static PyObject *rw_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     PyObject *op = rw_plain(args, nargs, kwnames, 1) ? rw_op(self) : NULL;
@@ -82,18 +95,10 @@ static PyObject *rw_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         return rw_python(rw_py_wait, self, args, nargs, kwnames);
     if (op == Py_None)
         Py_RETURN_TRUE;
-    PyObject *native = PyObject_GetAttr(rw_pickle, rw_s_native);   /* (a program may set its own) */
-    if (native == NULL)
-        return NULL;
-    int rc = mw_one(self, rw_done, rw_tag_bits, native, rw_spare);
-    Py_DECREF(native);
-    if (rc < 0)
-        return NULL;
+    int rc = rw_complete(self);
     if (rc == 0)
         return rw_python(rw_py_wait, self, args, nargs, kwnames);
-    if (rw_reaped() < 0)
-        return NULL;
-    Py_RETURN_TRUE;
+    return rc < 0 ? NULL : Py_NewRef(Py_True);
 }
 
 /* wait(status=None) -> the op's value (mpi4py's lower case: an object irecv's object) */
@@ -105,14 +110,8 @@ static PyObject *rw_wait_value(PyObject *self, PyObject *const *args, Py_ssize_t
     if (op == Py_None)
         Py_RETURN_NONE;
     Py_INCREF(op);                /* (its value is read once it is complete: the request null) */
-    PyObject *native = PyObject_GetAttr(rw_pickle, rw_s_native);
-    if (native == NULL) {
-        Py_DECREF(op);
-        return NULL;
-    }
-    int rc = mw_one(self, rw_done, rw_tag_bits, native, rw_spare);
-    Py_DECREF(native);
-    PyObject *value = rc == 1 && rw_reaped() == 0 ? PyObject_GetAttr(op, rw_s_value) : NULL;
+    int rc = rw_complete(self);
+    PyObject *value = rc == 1 ? PyObject_GetAttr(op, rw_s_value) : NULL;
     Py_DECREF(op);
     if (rc == 0)
         return rw_python(rw_py_wait_value, self, args, nargs, kwnames);
@@ -202,13 +201,6 @@ static PyObject *mod_mpi_request_waits(PyObject *m, PyObject *const *args, Py_ss
     }
     if (!rq_ready || (PyTypeObject *)args[0] != rq_req_slots.type)
         Py_RETURN_NONE;           /* (the slots these read are Request's, registered first) */
-    const char *names[4] = {"native", "value", "tag", "nbytes"};
-    /* (tag and nbytes: the names mw_settle reads, which mpi_wait_native / mpi_test_native
-     * make at their first call; these methods may come first) */
-    PyObject **made_names[4] = {&rw_s_native, &rw_s_value, &s_mw_tag, &s_mw_nbytes};
-    for (int i = 0; i < 4; i++)
-        if (*made_names[i] == NULL && (*made_names[i] = PyUnicode_InternFromString(names[i])) == NULL)
-            return NULL;
     if (rw_py_wait == NULL) {     /* (once: later calls make the same methods) */
         PyObject **keep[12] = {NULL, &rw_py_wait, &rw_py_wait_value, &rw_py_test, &rw_py_waitall, &rw_done,
                                &rw_tag_bits, &rw_pickle, &rw_spare, &rw_orphans, &rw_reap, &rw_error};
@@ -226,4 +218,14 @@ static PyObject *mod_mpi_request_waits(PyObject *m, PyObject *const *args, Py_ss
             PyTuple_SET_ITEM(made, i, f);
     }
     return made;
+}
+
+/* The names the waits read (mw_settle's, these methods'): made once, at the module's init,
+ * so every entry that may come first (mpi_wait_native, mpi_test_native, these) has them. */
+static int mpi_waits_init(void)
+{
+    return (s_mw_tag = PyUnicode_InternFromString("tag")) == NULL ||
+           (s_mw_nbytes = PyUnicode_InternFromString("nbytes")) == NULL ||
+           (rw_s_native = PyUnicode_InternFromString("native")) == NULL ||
+           (rw_s_value = PyUnicode_InternFromString("value")) == NULL ? -1 : 0;
 }

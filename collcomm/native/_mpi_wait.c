@@ -25,7 +25,7 @@
  * message is there is taken as Deferred.test takes it (own_test, _p2p_own.c).
  */
 
-static PyObject *s_mw_tag, *s_mw_nbytes;
+static PyObject *s_mw_tag, *s_mw_nbytes;   /* (made at the module's init: mpi_waits_init) */
 static PyTypeObject *mw_prequest;      /* Prequest (mpi_wait_types): completed as a Request */
 
 /* mpi_wait_types(prequest) -> whether C completes the persistent requests too: the class
@@ -175,12 +175,6 @@ static PyObject *mod_mpi_wait_native(PyObject *m, PyObject *const *args, Py_ssiz
         PyErr_SetString(PyExc_TypeError, "mpi_wait_native(requests, done, tag_bits[, native, spare])");
         return NULL;
     }
-    if (s_mw_nbytes == NULL) {           /* (both names, or neither: tried again) */
-        if (s_mw_tag == NULL && (s_mw_tag = PyUnicode_InternFromString("tag")) == NULL)
-            return NULL;
-        if ((s_mw_nbytes = PyUnicode_InternFromString("nbytes")) == NULL)
-            return NULL;
-    }
     PyObject *reqs = args[0], *native = nargs == 5 ? args[3] : NULL, *spare = nargs == 5 ? args[4] : NULL;
     int list = PyList_CheckExact(reqs);
     if (!list && !PyTuple_CheckExact(reqs)) {       /* one Request: True or False */
@@ -299,12 +293,6 @@ static PyObject *mod_mpi_test_native(PyObject *m, PyObject *const *args, Py_ssiz
     if ((nargs != 3 && nargs != 4) || !PyType_Check(args[1]) || !PyLong_Check(args[2])) {
         PyErr_SetString(PyExc_TypeError, "mpi_test_native(requests, done, tag_bits[, how])");
         return NULL;
-    }
-    if (s_mw_nbytes == NULL) {
-        if (s_mw_tag == NULL && (s_mw_tag = PyUnicode_InternFromString("tag")) == NULL)
-            return NULL;
-        if ((s_mw_nbytes = PyUnicode_InternFromString("nbytes")) == NULL)
-            return NULL;
     }
     PyObject *reqs = args[0], *held;
     if (!rq_ready)

@@ -128,7 +128,7 @@ static PyTypeObject CoreType = {
 #include "_mpi_pstart.c"        /* ... persistent sends' and receives' starts, Startall */
 #include "_mpi_wait_collective.c" /* ... a collective's request among them (mw_workop) */
 #include "_mpi_wait.c"          /* collcomm.MPI's Waitall of native receives and sends in C */
-#include "_mpi_request_wait.c"  /* ... Request.Wait, Test and Waitall themselves in C */
+#include "_mpi_request_wait.c"  /* ... Request.Wait, wait, Test and Waitall themselves in C */
 #include "_mpi_plain.c"         /* collcomm.MPI's buffer specs that stand for their array */
 
 /* ------------------------------------------------------------------ module functions */
@@ -277,8 +277,8 @@ static PyMethodDef module_methods[] = {
     {"mpi_workop_started", (PyCFunction)(void (*)(void))mod_mpi_workop_started, METH_FASTCALL,
      "mpi_workop_started(entry, *args) -> the WorkOp of entry(*args)'s Work, or None"},
     {"mpi_request_waits", (PyCFunction)(void (*)(void))mod_mpi_request_waits, METH_FASTCALL,
-     "mpi_request_waits(request, py_wait, py_test, py_waitall, done, tag_bits, pickle, spare, "
-     "orphans, reap, error) -> (Wait, Test, Waitall) in C, or None"},
+     "mpi_request_waits(request, py_wait, py_wait_value, py_test, py_waitall, done, tag_bits, "
+     "pickle, spare, orphans, reap, error) -> (Wait, wait, Test, Waitall) in C, or None"},
     {"mpi_prequest_start", (PyCFunction)(void (*)(void))mod_mpi_prequest_start, METH_FASTCALL,
      "mpi_prequest_start(prequest, persistent, start) -> Prequest.Start in C (a method "
      "descriptor of prequest), or None; see _mpi_prequest.c"},
@@ -303,7 +303,7 @@ PyMODINIT_FUNC PyInit__shmcore(void)
     if (s_check == NULL || s_timeout == NULL || thread_locks_init() < 0 ||
         PyModule_AddIntConstant(m, "RLOCK_DIRECT", rlock_type != NULL) < 0 ||
         PyModule_AddIntConstant(m, "SEM_DIRECT", sem_direct) < 0 || fast_module_init(m) < 0 ||
-        p2p_module_init(m) < 0 || gil_lock_module_init(m) < 0) {
+        p2p_module_init(m) < 0 || gil_lock_module_init(m) < 0 || mpi_waits_init() < 0) {
         Py_DECREF(m);
         return NULL;
     }
