@@ -171,6 +171,7 @@ SECTIONS = {
     "random_nb": "tests.test_mpi_random_nb:random_nb_checks",
     "wait_native": "tests.test_mpi_wait_native:wait_native_checks",
     "request_waits": "tests.test_mpi_request_waits:request_waits_checks",
+    "start_spares": "tests.test_mpi_start_spares:start_spares_checks",
     "probe_native": "tests.test_mpi_probe_native:probe_native_checks",
     "persistent_p2p": "tests.test_mpi_persistent_p2p:persistent_p2p_checks",
     "wait_collective": "tests.test_mpi_wait_collective:wait_collective_checks",

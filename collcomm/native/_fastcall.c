@@ -86,9 +86,12 @@ typedef struct Fast {
                                  * next call if nobody else holds it by then (part_work) */
     PyObject *scan_parts;       /* the small scan's gathered blocks, kept for the next (NULL: none) */
     PyObject *(*part_run)(struct Fast *, PyObject *const *, Py_ssize_t, int);  /* its entry */
-    PyObject *part_args;        /* ... the arguments it was given (a tuple) */
+    PyObject *part_args;        /* ... the arguments it was given (a tuple, from part_args_at) */
+    Py_ssize_t part_args_at;
+    PyObject *spare_item;       /* the queue's last item (None, finish_bound), made again
+                                 * (NULL: none) */
     PyObject *part_tag, *part_rec;   /* ... its tag and record */
-    long long part_since;       /* ... when it started (CLOCK_MONOTONIC ns) */
+    double part_since;          /* ... when it started (rec_now: CLOCK_MONOTONIC s) */
     int n_ops;
     FastOp ops[FAST_OPS];
     unsigned long long calls;   /* calls run here (tests check the path) */

@@ -33,6 +33,18 @@ static const char *const work_slot_names[W_N] = {"name", "_group", "_tag", "_sta
 static PyTypeObject *fc_work_type;
 static Py_ssize_t fc_work_group_at;
 
+/* The Fast whose second part the MPI waits finished last (borrowed; Fast_dealloc forgets
+ * it): where its pending Work is the one waited for, it is that Work's group's ``fast``
+ * (a group has one Fast; closing drains it first), read without the attribute look-up
+ * (~2% of a persistent collective's Start + Wait loop, session 47) */
+static Fast *fc_wait_hint;
+
+/* The tuple whose items from the second on are the arguments of the two-part entry being
+ * called (borrowed; set by a persistent collective's Start around the call, _mpi_prequest.c,
+ * which holds it meanwhile): part_start keeps that tuple for the second part instead of a
+ * copy of them (taken only where the arguments are its very items) */
+static PyObject *fc_args_tuple;
+
 static PyObject *s_append, *s_pending, *s_finish_part, *s_acquire, *s_release, *s_popleft,
     *s_watch_part, *s_sleeping, *s_worker, *s_locked;
 
@@ -185,6 +197,42 @@ static PyObject *part_work(Fast *s, PyObject *name)
     return w;
 }
 
+/* The queue's item (work, finish_bound) for `work`: the spare one made again (part_item_
+ * spare), else a new tuple; NULL with an exception */
+static PyObject *part_item(Fast *s, PyObject *work)
+{
+    PyObject *item = s->spare_item;
+    if (item == NULL)
+        return PyTuple_Pack(2, work, s->finish_bound);
+    s->spare_item = NULL;
+    PyObject *old = PyTuple_GET_ITEM(item, 0);
+    PyTuple_SET_ITEM(item, 0, Py_NewRef(work));
+    Py_DECREF(old);                /* (None) */
+    if (!PyObject_GC_IsTracked(item))
+        PyObject_GC_Track(item);   /* (the collector may untrack a tuple of None and a method) */
+    return item;
+}
+
+/* The queue's item `item` (a reference the caller gives up), popped: kept as the spare
+ * where it is (work, finish_bound) and nobody else holds it (its Work let go, None in
+ * its place), else released. Tuples are immutable to Python code; only this code sees
+ * the spare. */
+static void part_item_spare(Fast *s, PyObject *item)
+{
+#ifndef Py_GIL_DISABLED
+    if (s->spare_item == NULL && s->finish_bound != NULL && PyTuple_CheckExact(item) &&
+        Py_REFCNT(item) == 1 && PyTuple_GET_SIZE(item) == 2 &&
+        PyTuple_GET_ITEM(item, 1) == s->finish_bound) {
+        PyObject *old = PyTuple_GET_ITEM(item, 0);
+        PyTuple_SET_ITEM(item, 0, Py_NewRef(Py_None));
+        s->spare_item = item;
+        Py_DECREF(old);            /* (only now: a dealloc may run Python code) */
+        return;
+    }
+#endif
+    Py_DECREF(item);
+}
+
 /* An entry of the fast call (fast_all_reduce, ...) given the part to run */
 typedef PyObject *(*part_fn)(Fast *, PyObject *const *, Py_ssize_t, int);
 
@@ -238,9 +286,17 @@ static PyObject *part_start(Fast *s, part_fn run, PyObject *const *args, Py_ssiz
         return NULL;
     if (s->part_work != NULL || s->paused)
         Py_RETURN_NONE;
-    PyObject *kept = PyTuple_New(nargs);      /* (the second part's arguments) */
-    for (Py_ssize_t i = 0; kept != NULL && i < nargs; i++)
-        PyTuple_SET_ITEM(kept, i, Py_NewRef(args[i]));
+    PyObject *src = fc_args_tuple, *kept;     /* (the second part's arguments) */
+    Py_ssize_t kept_at = 0;
+    fc_args_tuple = NULL;
+    if (src != NULL && PyTuple_GET_SIZE(src) == nargs + 1 && args == &PyTuple_GET_ITEM(src, 1)) {
+        kept = Py_NewRef(src);                 /* (a persistent Start's own tuple) */
+        kept_at = 1;
+    } else {
+        kept = PyTuple_New(nargs);
+        for (Py_ssize_t i = 0; kept != NULL && i < nargs; i++)
+            PyTuple_SET_ITEM(kept, i, Py_NewRef(args[i]));
+    }
     PyObject *work = kept == NULL ? NULL : part_work(s, args[nargs - 1]);
     if (work == NULL) {
         Py_XDECREF(kept);
@@ -267,9 +323,10 @@ static PyObject *part_start(Fast *s, part_fn run, PyObject *const *args, Py_ssiz
     Py_SETREF(WORK_SLOT(s, work, W_TAG), Py_NewRef(s->part_tag));
     s->part_work = Py_NewRef(work);
     s->part_run = run;
-    s->part_since = now_ns();
+    s->part_since = rec_now();     /* (the recorder's clock: ~20 ns less than clock_gettime) */
     Py_XSETREF(s->part_args, kept);
-    PyObject *item = PyTuple_Pack(2, work, s->finish_bound);
+    s->part_args_at = kept_at;
+    PyObject *item = part_item(s, work);
     PyObject *ok = item == NULL ? NULL : cmethod_call(&s->items_append, s->async_items, item);
     Py_XDECREF(item);
     int bad = ok == NULL || set_pending(s, s->group, Py_True) < 0;
@@ -321,8 +378,9 @@ static PyObject *Fast_finish_part(Fast *s, PyObject *unused)
         return NULL;
     }
     PyObject *work = s->part_work, *args = s->part_args;
+    Py_ssize_t at = s->part_args_at;
     s->part_work = s->part_args = NULL;
-    PyObject *r = s->part_run(s, &PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args), PART_FINISH);
+    PyObject *r = s->part_run(s, &PyTuple_GET_ITEM(args, at), PyTuple_GET_SIZE(args) - at, PART_FINISH);
     Py_DECREF(work);
     Py_DECREF(args);
     if (r == NULL) {

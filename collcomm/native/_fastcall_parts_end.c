@@ -119,7 +119,8 @@ static int part_finish_here(Fast *s, PyObject *work, int test)
              *group_lock = Py_NewRef(s->group_lock), *group = Py_NewRef(s->group);
     Py_INCREF(work);
     PyObject *item = cmethod_call(&s->items_popleft, items, NULL);
-    Py_XDECREF(item);
+    if (item != NULL)
+        part_item_spare(s, item);
     PyObject *r = item == NULL ? NULL : Fast_finish_part(s, NULL);
     PyObject *type = NULL, *exc = NULL, *tb = NULL;
     if (r == NULL) {
@@ -198,5 +199,5 @@ static PyObject *Fast_test_part(Fast *s, PyObject *work)
  * safety net came up to ~4 ms later: reverted.) */
 static PyObject *Fast_part_age(Fast *s, PyObject *unused)
 {
-    return PyFloat_FromDouble(s->part_work == NULL ? -1.0 : (double)(now_ns() - s->part_since) / 1e9);
+    return PyFloat_FromDouble(s->part_work == NULL ? -1.0 : rec_now() - s->part_since);
 }

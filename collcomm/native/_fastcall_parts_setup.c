@@ -82,6 +82,7 @@ static int parts_traverse(Fast *s, visitproc visit, void *arg)
     Py_VISIT(s->part_work);
     Py_VISIT(s->spare_work);
     Py_VISIT(s->part_args);
+    Py_VISIT(s->spare_item);
     Py_VISIT(s->part_tag);
     Py_VISIT(s->part_rec);
     return 0;
@@ -101,6 +102,7 @@ static void parts_clear(Fast *s)
     Py_CLEAR(s->part_work);
     Py_CLEAR(s->spare_work);
     Py_CLEAR(s->part_args);
+    Py_CLEAR(s->spare_item);
     Py_CLEAR(s->part_tag);
     Py_CLEAR(s->part_rec);
 }

@@ -103,6 +103,8 @@ static PyObject *Fast_close(Fast *self, PyObject *unused)
 static void Fast_dealloc(Fast *self)
 {
     PyObject_GC_UnTrack(self);
+    if (fc_wait_hint == self)
+        fc_wait_hint = NULL;
     Fast_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }

@@ -38,8 +38,14 @@ static PyObject *pq_start(PyObject *self, PyObject *unused)
         return PyObject_CallOneArg(pq_python_start, self);
     PyObject *fn = Py_NewRef(PyList_GET_ITEM(quick, 0));
     Py_INCREF(persist);                 /* (the call may run Python code: keep what we read) */
-    PyObject *r = PyTuple_CheckExact(fn) ? rq_started("Start", &PyTuple_GET_ITEM(fn, 0), PyTuple_GET_SIZE(fn), 0)
-                                         : PyObject_CallNoArgs(fn);
+    PyObject *r;
+    if (PyTuple_CheckExact(fn)) {
+        fc_args_tuple = fn;             /* (part_start keeps it, not a copy: _fastcall_parts.c) */
+        r = rq_started("Start", &PyTuple_GET_ITEM(fn, 0), PyTuple_GET_SIZE(fn), 0);
+        fc_args_tuple = NULL;
+    } else {
+        r = PyObject_CallNoArgs(fn);
+    }
     Py_DECREF(fn);
     if (r == Py_None) {                 /* declined: the I… form, as the Python method */
         Py_DECREF(r);

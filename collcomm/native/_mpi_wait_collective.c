@@ -35,11 +35,14 @@ static int mw_workop(PyObject *op, int test)
         return -1;
     Py_INCREF(op);                /* (the second part lets the GIL go and may run Python code) */
     Py_INCREF(work);
-    PyObject *fast = PyObject_GetAttr(group, s_mw_fast);
+    Fast *hint = fc_wait_hint;    /* (group.fast, where the hint's pending call is this one) */
+    PyObject *fast = hint != NULL && hint->part_work == work && hint->group == group
+                         ? Py_NewRef((PyObject *)hint) : PyObject_GetAttr(group, s_mw_fast);
     int rc = fast == NULL ? -1 : 0;
     if (fast != NULL && Py_TYPE(fast) == &FastType &&
         ((Fast *)fast)->work_type == (PyObject *)fc_work_type) {
         Fast *s = (Fast *)fast;
+        fc_wait_hint = s;
         int finished = 1;
         if (WORK_SLOT(s, work, W_DONE) != Py_True) {
             finished = s->part_work != work ? 0 : part_finish_here(s, work, test);

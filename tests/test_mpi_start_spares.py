@@ -1,0 +1,139 @@
+"""What a persistent collective's ``Start`` + ``Wait`` makes again instead of anew (session 47):
+the request's op (a WorkOp nobody else holds, kept by the C waits, native/_mpi_request.c
+``rq_op_drop``), the queue's item and the second part's arguments (the prepared tuple
+itself, native/_fastcall_parts.c ``part_item`` / ``fc_args_tuple``), and the Fast a wait
+finished last (``fc_wait_hint``). A section of the shared MPI job (tests/mpi_checks.py) at
+1-5 ranks and over TCP, with the installed and with the Python waits:
+
+- an op the program still holds after ``Wait`` keeps its fields (only an op nobody holds
+  is made again) and the next ``Start`` gets another one; the same for an ``Iallreduce``'s;
+- cycles of every persistent collective the fast call starts in two parts, new data each
+  time, the results right;
+- two communicators' requests started together and waited for in either order, one
+  communicator freed and collected, the other's cycles going on; a blocking call between
+  ``Start`` and ``Wait`` (the queue's way finishes the part) and a ``Test`` loop.
+"""
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.mpi_checks import SIZES, Checker, check, each_wait_way, job
+
+
+def _held_op(c: Checker, MPI: Any, comm: Any) -> None:
+    from collcomm.MPI._request_ops import WorkOp
+    r, n = comm.rank, comm.size
+    x, y = np.zeros(2), np.zeros(2)
+    p = comm.Allreduce_init(x, y)
+    for k in range(3):
+        x[:] = r + k
+        p.Start()
+        op = p._op
+        p.Wait()
+        if type(op) is WorkOp:
+            c.true(op._done is True and op._work is not None and op._finish is None,
+                   f"an op held past Wait keeps its fields (cycle {k})")
+        p.Start()
+        c.true(p._op is not op, f"the next Start gets another op (cycle {k})")
+        p.Wait()
+        c.eq(y, np.full(2, n * k + n * (n - 1) / 2), f"Allreduce_init with its op held, cycle {k}")
+    p.Free()
+    q = comm.Iallreduce(np.full(1, 1.0 + r), y[:1])
+    op = q._op
+    q.Wait()
+    if type(op) is WorkOp:
+        c.true(op._done is True and op._work is not None, "an Iallreduce's op held past Wait")
+    c.eq(y[0], n + n * (n - 1) / 2, "... its result")
+
+
+def _every_two_part_call(c: Checker, MPI: Any, comm: Any) -> None:
+    r, n = comm.rank, comm.size
+    root = n - 1
+    send, got, out = np.zeros(2), np.zeros(2 * n), np.zeros(2)
+    b = np.zeros(2)
+    reqs = {
+        "Bcast_init": comm.Bcast_init(b, root=root),
+        "Gather_init": comm.Gather_init(send, got, root=root),
+        "Allgather_init": comm.Allgather_init(send, got),
+        "Reduce_init": comm.Reduce_init(send, out, MPI.SUM, root=root),
+        "Scatter_init": comm.Scatter_init(got, out, root=root),
+        "Barrier_init": comm.Barrier_init(),
+    }
+    for k in range(4):
+        for name, p in reqs.items():
+            send[:] = [r + k, 10 * r - k]
+            b[:] = k + 5 if r == root else -1
+            got[:] = np.arange(2 * n) + k if name == "Scatter_init" and r == root else -1
+            out[:] = -1
+            p.Start()
+            p.Wait()
+            everyone = np.array([[q + k, 10 * q - k] for q in range(n)], dtype=float).ravel()
+            if name == "Bcast_init":
+                c.eq(b, np.full(2, k + 5.0), f"{name} cycle {k}")
+            elif name == "Allgather_init" or (name == "Gather_init" and r == root):
+                c.eq(got, everyone, f"{name} cycle {k}")
+            elif name == "Reduce_init" and r == root:
+                c.eq(out, everyone.reshape(n, 2).sum(axis=0), f"{name} cycle {k}")
+            elif name == "Scatter_init":
+                c.eq(out, np.arange(2 * r, 2 * r + 2) + float(k), f"{name} cycle {k}")
+    for p in reqs.values():
+        p.Free()
+
+
+def _two_comms(c: Checker, MPI: Any, comm: Any) -> None:
+    r, n = comm.rank, comm.size
+    dup = comm.Dup()
+    a, s, b = np.zeros(3), np.zeros(3), np.zeros(2)
+    pa = comm.Allreduce_init(a, s)
+    pb = dup.Bcast_init(b, root=n - 1)
+
+    def total(k: int) -> np.ndarray:
+        return np.full(3, n * k + n * (n - 1) / 2)
+
+    for k in range(4):
+        a[:] = r + k
+        b[:] = k + 20 if r == n - 1 else -1
+        pa.Start()
+        pb.Start()
+        for p in ((pb, pa) if k % 2 else (pa, pb)):
+            p.Wait()
+        c.eq((s, b), (total(k), np.full(2, k + 20.0)), f"two communicators' requests, cycle {k}")
+    pb.Free()
+    dup.Free()
+    del pb, dup
+    gc.collect()
+    for k in range(3):
+        a[:] = r + k
+        pa.Start()
+        pa.Wait()
+        c.eq(s, total(k), f"after the other communicator was freed, cycle {k}")
+    a[:] = r + 7
+    pa.Start()
+    comm.Barrier()          # (finishes the started part the queue's way first)
+    pa.Wait()
+    c.eq(s, total(7), "a blocking call between Start and Wait")
+    a[:] = r + 8
+    pa.Start()
+    while not pa.Test():
+        pass
+    c.eq(s, total(8), "Start, then a Test loop")
+    pa.Free()
+
+
+def start_spares_checks(c: Checker, MPI: Any, comm: Any) -> None:
+    each_wait_way(c, MPI, comm, [_held_op, _every_two_part_call, _two_comms])
+
+
+@pytest.mark.timeout(160)
+@pytest.mark.parametrize("n", SIZES)
+def test_start_spares(n):
+    check(job(n), "start_spares")
+
+
+@pytest.mark.timeout(160)
+def test_start_spares_over_tcp():
+    check(job(3, "tcp"), "start_spares")
