@@ -1,14 +1,18 @@
 """What a persistent collective's ``Start`` + ``Wait`` makes again instead of anew (session 47):
 the request's op (a WorkOp nobody else holds, kept by the C waits, native/_mpi_request.c
 ``rq_op_drop``), the queue's item and the second part's arguments (the prepared tuple
-itself, native/_fastcall_parts.c ``part_item`` / ``fc_args_tuple``), and the Fast a wait
-finished last (``fc_wait_hint``). A section of the shared MPI job (tests/mpi_checks.py) at
+itself, native/_fastcall_parts.c ``part_item`` / ``fc_args_tuple``), the Fast a wait
+finished last (``fc_wait_hint``), and an all-to-all part's counts, parsed once
+(``a2a_part_tab``), their pair and the equal blocks' list (``a2a_kept``,
+native/_fastcall_a2a_parts.c). A section of the shared MPI job (tests/mpi_checks.py) at
 1-5 ranks and over TCP, with the installed and with the Python waits:
 
 - an op the program still holds after ``Wait`` keeps its fields (only an op nobody holds
   is made again) and the next ``Start`` gets another one; the same for an ``Iallreduce``'s;
 - cycles of every persistent collective the fast call starts in two parts, new data each
   time, the results right;
+- ``Alltoallv_init`` of uneven blocks and ``Alltoall_init`` cycles; ``Ialltoall`` of one and
+  two elements a block in turn; ``Ialltoallv`` given new count lists each call;
 - two communicators' requests started together and waited for in either order, one
   communicator freed and collected, the other's cycles going on; a blocking call between
   ``Start`` and ``Wait`` (the queue's way finishes the part) and a ``Test`` loop.
@@ -124,8 +128,45 @@ def _two_comms(c: Checker, MPI: Any, comm: Any) -> None:
     pa.Free()
 
 
+def _a2a_cycles(c: Checker, MPI: Any, comm: Any) -> None:
+    """The all-to-all parts: the counts parsed once handed to the core, the kept pair of
+    count lists, the equal blocks' list made again only while its count holds."""
+    r, n = comm.rank, comm.size
+    sc = [r + 2 * j + 1 for j in range(n)]        # (what r sends j: j expects as much from r)
+    rc = [j + 2 * r + 1 for j in range(n)]
+    send, got = np.zeros(sum(sc)), np.zeros(sum(rc))
+    p = comm.Alltoallv_init([send, sc, MPI.DOUBLE], [got, rc, MPI.DOUBLE])
+    eq_send, eq_got = np.zeros(2 * n), np.zeros(2 * n)
+    q = comm.Alltoall_init(eq_send, eq_got)
+
+    def expect(k: int) -> np.ndarray:
+        return np.concatenate([np.full(j + 2 * r + 1, 100.0 * j + r + k) for j in range(n)])
+
+    for k in range(4):
+        send[:] = np.concatenate([np.full(r + 2 * j + 1, 100.0 * r + j + k) for j in range(n)])
+        p.Start()
+        p.Wait()
+        c.eq(got, expect(k), f"Alltoallv_init cycle {k}")
+        eq_send[:] = np.repeat(10.0 * r + np.arange(n) + k, 2)
+        q.Start()
+        q.Wait()
+        c.eq(eq_got, np.repeat(10.0 * np.arange(n) + r + k, 2), f"Alltoall_init cycle {k}")
+        m = 1 + k % 2                              # (equal blocks of 1 or 2: the list remade)
+        a, b = np.full(m * n, 1.0 * r + k), np.zeros(m * n)
+        comm.Ialltoall(a, b).Wait()
+        c.eq(b, np.repeat(np.arange(n) + float(k), m), f"Ialltoall of {m} a block, cycle {k}")
+        got[:] = -1                                # (new count lists each call)
+        comm.Ialltoallv([send, list(sc), MPI.DOUBLE], [got, list(rc), MPI.DOUBLE]).Wait()
+        c.eq(got, expect(k), f"Ialltoallv with new count lists, cycle {k}")
+    fast = p._persist.comm._h.g.fast if n > 1 else None   # (the request's own group's)
+    if fast is not None:     # (the fast call finished the cycles itself, none handed back)
+        c.true(fast.calls >= 3, f"Alltoallv_init cycles run by the fast call ({fast.calls})")
+    p.Free()
+    q.Free()
+
+
 def start_spares_checks(c: Checker, MPI: Any, comm: Any) -> None:
-    each_wait_way(c, MPI, comm, [_held_op, _every_two_part_call, _two_comms])
+    each_wait_way(c, MPI, comm, [_held_op, _every_two_part_call, _two_comms, _a2a_cycles])
 
 
 @pytest.mark.timeout(160)

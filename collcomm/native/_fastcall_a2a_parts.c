@@ -17,12 +17,45 @@
  * rule (rank 0 does not vote in two parts), or the Python code's ending (ST_PYTHON).
  * Anything else is declined (None, before any traffic): the regular path queues the call. */
 
+/* The counts the part's entry parsed (4n: the send, then the receive counts, then room
+ * for a2a_run's displacements), read by Core_all_to_all_parsed instead of the Python lists
+ * again (NULL: none). Set by a2a_part just before the call and cleared after it; taken by
+ * the first Core call that looks (one of another group's, nested in a wait, clears it:
+ * ours then reads the lists, as Core_all_to_all does). */
+static Py_ssize_t *a2a_part_tab;
+
+/* Core_all_to_all on the counts a2a_part parsed, where it left them */
+static PyObject *Core_all_to_all_parsed(Core *c, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t *tab = a2a_part_tab;
+    a2a_part_tab = NULL;
+    if (tab == NULL || nargs != 8)
+        return Core_all_to_all(c, args, nargs);
+    PARSE_LONG(isz, args[5]);
+    PARSE_U64(sig, args[6]);
+    PARSE_LONG(cma_limit, args[7]);
+    return a2a_run(c, args[0], args[1], args[3], tab, 0, isz, sig, cma_limit, NULL);
+}
+
+/* s->a2a_kept[i] if it is the tuple (a, b), else a new one kept there: a new reference,
+ * NULL with an exception */
+static PyObject *a2a_kept_pair(Fast *s, int i, PyObject *a, PyObject *b)
+{
+    PyObject *t = s->a2a_kept[i];
+    if (t == NULL || PyTuple_GET_ITEM(t, 0) != a || PyTuple_GET_ITEM(t, 1) != b) {
+        if ((t = PyTuple_Pack(2, a, b)) == NULL)
+            return NULL;
+        Py_XSETREF(s->a2a_kept[i], t);
+    }
+    return Py_NewRef(t);
+}
+
 /* Start or finish (`part`) an all_to_all of `send` (n counts `sc`, summing to `ssum`) into
- * `recv` (counts `rc`), the views in `p` (released here), dtype `dt`; `pair` (the two
- * lists of counts, a tuple) is what Hooks.finish gets. */
+ * `recv` (counts `rc`), the views in `p` (released here), dtype `dt`; `tab` holds the
+ * counts as numbers (4n, see a2a_part_tab); (sc, rc), a tuple, is what Hooks.finish gets. */
 static PyObject *a2a_part(Fast *s, int part, PyObject *send, PyObject *sc, PyObject *recv,
-                          PyObject *rc, PyObject *pair, PyObject *name, Pair *p, int dt,
-                          Py_ssize_t ssum)
+                          PyObject *rc, PyObject *name, Pair *p, int dt, Py_ssize_t ssum,
+                          Py_ssize_t *tab)
 {
     Core *core = (Core *)s->core;
     Py_ssize_t isz = p->itemsize;
@@ -32,16 +65,27 @@ static PyObject *a2a_part(Fast *s, int part, PyObject *send, PyObject *sc, PyObj
         Py_RETURN_NONE;
     }
     uint64_t sig = s->plain_sig[FC_ALL_TO_ALL] | (s->dt_sig[dt] << 55);
-    PyObject *cargs[8] = {NULL, send, sc, recv, rc, PyLong_FromSsize_t(isz), NULL,
-                          PyLong_FromSsize_t(s->a2a_cma)};
+    PyObject *cma = s->a2a_kept[2];     /* (the limit as an int, made again while it holds) */
+    if (cma == NULL || PyLong_AsSsize_t(cma) != s->a2a_cma) {
+        if ((cma = PyLong_FromSsize_t(s->a2a_cma)) == NULL) {
+            fast_release(p);
+            return NULL;
+        }
+        Py_XSETREF(s->a2a_kept[2], cma);
+    }
+    PyObject *pair = a2a_kept_pair(s, 0, sc, rc);
+    PyObject *cargs[8] = {NULL, send, sc, recv, rc, PyLong_FromSsize_t(isz), NULL, cma};
     PyObject *r = NULL;
-    if (cargs[5] != NULL && cargs[7] != NULL)
-        r = fast_run_part(s, part, FC_ALL_TO_ALL, name, sig, Core_all_to_all, cargs, 8, 6, send,
-                          recv, pair, p);
-    else
+    if (cargs[5] != NULL && pair != NULL) {
+        a2a_part_tab = tab;
+        r = fast_run_part(s, part, FC_ALL_TO_ALL, name, sig, Core_all_to_all_parsed, cargs, 8, 6,
+                          send, recv, pair, p);
+        a2a_part_tab = NULL;
+    } else {
         fast_release(p);
+    }
     Py_XDECREF(cargs[5]);
-    Py_XDECREF(cargs[7]);
+    Py_XDECREF(pair);
     return r;
 }
 
@@ -54,31 +98,24 @@ static PyObject *fast_a2a_v_part(Fast *s, PyObject *const *args, Py_ssize_t narg
     if (!fast_open_part(s, part) || args[0] == args[3])
         Py_RETURN_NONE;
     int n = s->size;
-    Py_ssize_t stack[2 * 16], *tab = n <= 16 ? stack : PyMem_Malloc(sizeof(Py_ssize_t) * 2 * (size_t)n);
+    Py_ssize_t stack[4 * 16], *tab = n <= 16 ? stack : PyMem_Malloc(sizeof(Py_ssize_t) * 4 * (size_t)n);
     if (tab == NULL)
         return PyErr_NoMemory();
     Py_ssize_t ssum = 0, rsum = 0;
-    int ok = v_counts(args[1], args[2], n, tab, &ssum) == 0 && v_counts(args[4], args[5], n, tab + n, &rsum) == 0;
+    PyObject *r = Py_None;
+    if (v_counts(args[1], args[2], n, tab, &ssum) == 0 && v_counts(args[4], args[5], n, tab + n, &rsum) == 0) {
+        Pair p;
+        int dt = fast_pair(&p, args[0], args[3], 0);
+        Py_ssize_t most = ssum > rsum ? ssum : rsum;
+        if (dt < 0 || ssum * p.itemsize > p.len[0] || rsum * p.itemsize > p.len[1] ||
+            most * p.itemsize > s->limit[FC_ALL_TO_ALL])
+            fast_release(&p);
+        else
+            r = a2a_part(s, part, args[0], args[1], args[3], args[4], args[6], &p, dt, ssum, tab);
+    }
     if (tab != stack)
         PyMem_Free(tab);
-    if (!ok)
-        Py_RETURN_NONE;
-    Pair p;
-    int dt = fast_pair(&p, args[0], args[3], 0);
-    Py_ssize_t most = ssum > rsum ? ssum : rsum;
-    if (dt < 0 || ssum * p.itemsize > p.len[0] || rsum * p.itemsize > p.len[1] ||
-        most * p.itemsize > s->limit[FC_ALL_TO_ALL]) {
-        fast_release(&p);
-        Py_RETURN_NONE;
-    }
-    PyObject *pair = PyTuple_Pack(2, args[1], args[4]);
-    if (pair == NULL) {
-        fast_release(&p);
-        return NULL;
-    }
-    PyObject *r = a2a_part(s, part, args[0], args[1], args[3], args[4], pair, args[6], &p, dt, ssum);
-    Py_DECREF(pair);
-    return r;
+    return r == Py_None ? Py_NewRef(r) : r;
 }
 
 static PyObject *fast_a2a_part(Fast *s, PyObject *const *args, Py_ssize_t nargs, int part)
@@ -100,20 +137,39 @@ static PyObject *fast_a2a_part(Fast *s, PyObject *const *args, Py_ssize_t nargs,
         fast_release(&p);
         Py_RETURN_NONE;
     }
-    PyObject *k = PyLong_FromSsize_t(count), *counts = k == NULL ? NULL : PyList_New(n);
-    for (int i = 0; counts != NULL && i < n; i++)
-        PyList_SET_ITEM(counts, i, Py_NewRef(k));
-    PyObject *pair = counts == NULL ? NULL : PyTuple_Pack(2, counts, counts);
-    Py_XDECREF(k);
-    if (pair == NULL) {
-        Py_XDECREF(counts);
-        fast_release(&p);
-        return NULL;
+    /* the list of n counts (what Hooks.finish gets, twice): the last one made again while
+     * it still holds n of this count (nothing else holds it but a hook handed it) */
+    PyObject *counts = s->a2a_kept[1];
+    int same = counts != NULL && PyList_GET_SIZE(counts) == n;
+    for (int i = 0; same && i < n; i++)
+        same = PyLong_CheckExact(PyList_GET_ITEM(counts, i)) &&
+               PyLong_AsSsize_t(PyList_GET_ITEM(counts, i)) == count;
+    PyErr_Clear();
+    if (!same) {
+        PyObject *k = PyLong_FromSsize_t(count);
+        counts = k == NULL ? NULL : PyList_New(n);
+        for (int i = 0; counts != NULL && i < n; i++)
+            PyList_SET_ITEM(counts, i, Py_NewRef(k));
+        Py_XDECREF(k);
+        if (counts == NULL) {
+            fast_release(&p);
+            return NULL;
+        }
+        Py_XSETREF(s->a2a_kept[1], counts);
     }
-    PyObject *r = a2a_part(s, part, args[0], counts, args[1], counts, pair, args[2], &p, dt,
-                           count * n);
+    Py_ssize_t stack[4 * 16], *tab = n <= 16 ? stack : PyMem_Malloc(sizeof(Py_ssize_t) * 4 * (size_t)n);
+    if (tab == NULL) {
+        fast_release(&p);
+        return PyErr_NoMemory();
+    }
+    for (int i = 0; i < 2 * n; i++)
+        tab[i] = count;
+    Py_INCREF(counts);
+    PyObject *r = a2a_part(s, part, args[0], counts, args[1], counts, args[2], &p, dt,
+                           count * n, tab);
     Py_DECREF(counts);
-    Py_DECREF(pair);
+    if (tab != stack)
+        PyMem_Free(tab);
     return r;
 }
 

@@ -66,6 +66,8 @@ static int Fast_traverse(Fast *self, visitproc visit, void *arg)
     Py_VISIT(self->exec_tag);
     Py_VISIT(self->exec_rec);
     Py_VISIT(self->scan_parts);
+    for (int i = 0; i < 3; i++)
+        Py_VISIT(self->a2a_kept[i]);
     for (int i = 0; i < self->n_ops; i++)
         Py_VISIT(self->ops[i].op);
     return parts_traverse(self, visit, arg);
@@ -83,6 +85,8 @@ static int Fast_clear(Fast *self)
     Py_CLEAR(self->exec_tag);
     Py_CLEAR(self->exec_rec);
     Py_CLEAR(self->scan_parts);
+    for (int i = 0; i < 3; i++)
+        Py_CLEAR(self->a2a_kept[i]);
     self->exec_thread = 0;
     for (int i = 0; i < N_FC; i++)
         Py_CLEAR(self->algo_id[i]);
