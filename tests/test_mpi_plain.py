@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import array
+from typing import Iterator
 
 import numpy as np
 import pytest
@@ -12,6 +13,51 @@ from collcomm.MPI._types import PLAIN
 
 pytestmark = [pytest.mark.skipif(PLAIN is None, reason="the native core is not built"),
               pytest.mark.usefixtures("world_of_one_left_closed")]
+
+
+@pytest.fixture(params=["numpy's C table", "numpy's calls"], autouse=True)
+def view_way(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test with the views of parts and of other buffers made by numpy's C table
+    (native/_nd_view.c) and as before it (slices, numpy.frombuffer)."""
+    from collcomm import native
+    table = request.param == "numpy's C table"
+    if table and not native.core.nd_views(True):
+        pytest.skip("numpy's C table is not usable here")
+    if not table:
+        native.core.nd_views(False)
+    try:
+        yield
+    finally:
+        native.core.nd_views(True)
+
+
+def test_numpy_table_in_use() -> None:
+    """numpy 1.x and 2.x export the table at the indices _nd_view.c reads: the quick way
+    is on wherever the core is built against such a numpy."""
+    from collcomm import native
+    assert int(np.__version__.split(".")[0]) not in (1, 2) or native.core.nd_views(True)
+
+
+def test_both_ways_make_the_same_views() -> None:
+    from collcomm import native
+    x = np.arange(12.0)
+    ro = np.arange(4.0)
+    ro.flags.writeable = False
+    specs = [([x, 5, MPI.DOUBLE], True), ([x, (2, 3), MPI.DOUBLE], True), ([x, MPI.INT64_T], False),
+             ([x.reshape(3, 4), (2, 1), MPI.DOUBLE], True), ([ro, 2, MPI.DOUBLE], False),
+             ([bytearray(range(16)), MPI.DOUBLE], True), ([bytearray(range(16)), 1, 1, MPI.DOUBLE], False),
+             ([array.array("i", range(6)), (2, 3), MPI.INT], True), ([bytes(range(16)), MPI.INT], False),
+             ([memoryview(bytearray(range(8)))[2:6], MPI.BYTE], True)]
+    for spec, writable in specs:
+        made = []
+        for on in (True, False):
+            native.core.nd_views(on)
+            v = PLAIN(spec, 1, writable)
+            assert isinstance(v, np.ndarray), spec
+            made.append((v.dtype, v.shape, v.tobytes(), v.flags.writeable, v.flags.c_contiguous,
+                         np.shares_memory(v, np.asarray(spec[0])),
+                         isinstance(spec[0], np.ndarray) and v.base is spec[0]))
+        assert made[0] == made[1], spec
 
 
 def test_specs_that_are_their_array() -> None:

@@ -65,6 +65,7 @@ static PyObject *mod_mpi_plain_types(PyObject *m, PyObject *const *args, Py_ssiz
     }
     pl_frombuffer = Py_NewRef(args[2]);
     pl_asarray = Py_NewRef(args[3]);
+    nd_view_init();                  /* (the views' quick way: _nd_view.c; else frombuffer) */
     pl_count = (int)k;
     pl_t_at = at;
     pl_dt_class = (PyTypeObject *)Py_NewRef(args[0]);
@@ -115,6 +116,38 @@ static Py_ssize_t pl_count_of(PyObject *c)
         return -2;
     }
     return v;
+}
+
+/* The view pl_raw_view makes, by numpy's C table (_nd_view.c) where it can: `total`
+ * elements of `descr` (`isz` bytes each) from byte `at` of `obj`'s memory, based on `obj`
+ * itself where it is a numpy array (as its slice would be), else on a memoryview of it
+ * (which holds its buffer, as numpy.frombuffer's view does); NULL (nothing raised): not
+ * this way. */
+static PyObject *pl_nd_view(PyObject *obj, PyObject *descr, Py_ssize_t at, Py_ssize_t total,
+                            Py_ssize_t isz, int writable)
+{
+    if (nd_new_from_descr == NULL)
+        return NULL;
+    if (Py_TYPE(obj) == nd_type) {
+        Py_buffer v;                 /* (an exact array, C-contiguous: its own fields) */
+        if (!nd_direct(obj, &v, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)))
+            return NULL;
+        char *data = (char *)v.buf;
+        int ok = v.len >= at + total * isz, w = !v.readonly;
+        PyBuffer_Release(&v);
+        return ok ? nd_view(descr, total, data + at, w, obj) : NULL;
+    }
+    PyObject *mv = PyMemoryView_FromObject(obj);
+    if (mv == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    Py_buffer *v = PyMemoryView_GET_BUFFER(mv);
+    PyObject *a = NULL;
+    if (PyBuffer_IsContiguous(v, 'C') && v->len >= at + total * isz && (!writable || !v->readonly))
+        a = nd_view(descr, total, (char *)v->buf + at, !v->readonly, mv);
+    Py_DECREF(mv);
+    return a;
 }
 
 /* ``[obj, ..., dt]`` (`obj` the spec's first item, held by the caller: its getbuffer may
@@ -169,8 +202,10 @@ static PyObject *pl_raw_view(PyObject *obj, PyObject *const *item, Py_ssize_t k,
             return NULL;
         total = count * per;
     }
-    PyObject *a;
-    if (Py_TYPE(obj) == nd_type && ((NdFields *)obj)->nd == 1 && ((NdFields *)obj)->descr == descr) {
+    PyObject *a = pl_nd_view(obj, descr, displ * isz, total, isz, writable);
+    if (a != NULL || PyErr_Occurred()) {
+        /* (made over that memory: checked below as the others are) */
+    } else if (Py_TYPE(obj) == nd_type && ((NdFields *)obj)->nd == 1 && ((NdFields *)obj)->descr == descr) {
         /* part of a 1-D array of the datatype's own dtype: the slice (a view, as
          * frombuffer's; ~55 ns less a spec: `Sendrecv([buf, 8, MPI.BYTE], ...)`) */
         a = PySequence_GetSlice(obj, displ, displ + total);

@@ -58,6 +58,7 @@ static int add_type(PyObject *m, const char *name, PyTypeObject *t)
 /* ------------------------------------------------------------------ the parts, in order */
 #include "_dtypes.c"            /* dtype and op codes; float16/bfloat16 <-> float32 */
 #include "_ndarray.c"           /* a numpy array's buffer read from its fields */
+#include "_nd_view.c"           /* ... and a 1-D array over memory made by numpy's C table */
 #include "_kernels.c"           /* acc (op)= other, per dtype x op; KERNELS; kernel_for */
 #include "_arena_core.c"        /* Core; header words; the GIL */
 #include "_arena_sync.c"        /* the counter barrier: arrive, wait_all, enter, settle */
@@ -209,6 +210,8 @@ static PyObject *mod_swap_word(PyObject *m, PyObject *const *args, Py_ssize_t na
 }
 
 static PyMethodDef module_methods[] = {
+    {"nd_views", (PyCFunction)(void (*)(void))mod_nd_views, METH_FASTCALL,
+     "nd_views(on=None) -> bool: 1-D views made by numpy's C table (_nd_view.c); on False: as before"},
     {"swap_word", (PyCFunction)(void (*)(void))mod_swap_word, METH_FASTCALL,
      "swap_word(buffer, offset, expected, new) -> the word held (compare-and-swap)"},
     {"combine", (PyCFunction)(void (*)(void))mod_combine, METH_FASTCALL,
