@@ -110,23 +110,28 @@ def specs(MPI: Any, buf: Any, code: str, count: int) -> list[Any]:
 
 @contextmanager
 def python_waits(MPI: Any, on: bool = True) -> Iterator[bool]:
-    """Within: ``Request.Wait``, ``wait``, ``Test`` and ``Waitall`` the Python methods (``on``), else
-    as installed (the core's where it is built: native/_mpi_request_wait.c); gives whether
-    the core's are in place. The checks that put a recorder around the module's native
-    wait or test entry see the Python methods' calls only (the C methods call the core
-    directly), so the sections that hold such checks run each way."""
+    """Within: ``Request.Wait``, ``wait``, ``Test``, ``Waitall`` and ``Testall`` the Python methods
+    (``on``), else as installed (the core's where it is built: native/_mpi_request_wait.c);
+    gives whether the core's are in place. The checks that put a recorder around the
+    module's native wait or test entry see the Python methods' calls only (the C methods
+    call the core directly), so the sections that hold such checks run each way."""
     from collcomm.MPI import _request_waits as waits
     req = MPI.Request
-    names = ("Wait", "wait", "Test", "Waitall")
-    installed = [req.__dict__[name] for name in names]
-    python = (waits.PY_WAIT, waits.PY_WAIT_VALUE, waits.PY_TEST, classmethod(waits.PY_WAITALL))
+    names = ("Wait", "wait", "Test", "Waitall", "Testall")
+    installed = [req.__dict__.get(name) for name in names]    # (Testall: the mixin's if not C's)
+    python = (waits.PY_WAIT, waits.PY_WAIT_VALUE, waits.PY_TEST, classmethod(waits.PY_WAITALL),
+              classmethod(waits.PY_TESTALL))
     try:
         for name, method in zip(names, python if on else installed):
-            setattr(req, name, method)
+            if method is not None:
+                setattr(req, name, method)
         yield core_waits(MPI)
     finally:
         for name, method in zip(names, installed):
-            setattr(req, name, method)
+            if method is not None:
+                setattr(req, name, method)
+            elif name in req.__dict__:
+                delattr(req, name)
 
 
 def each_wait_way(c: "Checker", MPI: Any, comm: Any, parts: list[Callable[..., None]]) -> None:

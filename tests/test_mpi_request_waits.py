@@ -1,4 +1,4 @@
-"""``Request.Wait``, ``wait``, ``Test`` and ``Waitall`` in C (native/_mpi_request_wait.c), a section of
+"""``Request.Wait``, ``wait``, ``Test``, ``Waitall`` and ``Testall`` in C (native/_mpi_request_wait.c), a section of
 the shared MPI job (tests/mpi_checks.py) at 1-5 ranks and over TCP: what the C methods do
 themselves and what they hand to the Python methods, each checked against what the Python
 methods give (the section runs with both):
@@ -8,7 +8,10 @@ methods give (the section runs with both):
   status filled), ``status=None`` and ``requests=`` by keyword, a generator for
   ``Waitall``, subclasses of ``Request`` (one whose ``_op`` is a property: the Python
   methods'), a ``Prequest`` of a collective (inactive after), a request never made;
-- a receive of a truncated message: ``Wait`` and ``Test`` raise ``ERR_TRUNCATE`` as
+- ``Testall`` loops of a list and of a tuple (with statuses), of none, of a null request, by
+  keyword, False before a message and True after, of a collective's request;
+- a receive of a truncated message: ``Wait`` and ``Test`` raise ``ERR_TRUNCATE`` (``Testall``
+  ``ERR_IN_STATUS``, as MPI's calls on many requests do) as
   ``MPI.Exception`` (the C ``Test`` clears collcomm's error: the Python way raises it
   translated);
 - ``Waitall`` where C stops midway (a receive of a derived type with gaps, unpacked by
@@ -67,6 +70,7 @@ def _plain(c: Checker, MPI: Any, comm: Any, way: str) -> None:
     c.true(MPI.Request.Waitall(requests=qs) and not any(qs) and x[0] == 5.0 + prv, f"{way}: Waitall(requests=...)")
     qs = [comm.Irecv(x, prv, 95), comm.Isend(np.full(2, 6.0 + r), nxt, 95)]
     c.true(MPI.Request.Waitall(q for q in qs) and not any(qs) and x[0] == 6.0 + prv, f"{way}: Waitall of a generator")
+    _testall(c, MPI, comm, way, x)
     q = comm.irecv(source=prv, tag=97)
     s = comm.isend({"from": r}, nxt, 97)
     c.eq((q.wait(), s.wait(), bool(q), bool(s), MPI.Request().wait()), ({"from": prv}, None, False, False, None),
@@ -103,6 +107,35 @@ def _plain(c: Checker, MPI: Any, comm: Any, way: str) -> None:
     p.Free()
 
 
+def _testall(c: Checker, MPI: Any, comm: Any, way: str, x: np.ndarray) -> None:
+    r, n = comm.rank, comm.size
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    qs = [comm.Irecv(x, prv, 87), comm.Isend(np.full(2, 9.5 + r), nxt, 87)]
+    while not MPI.Request.Testall(qs):
+        pass
+    c.eq((any(qs), x[0]), (False, 9.5 + prv), f"{way}: a Testall loop, every request null")
+    qs = (comm.Irecv(x, prv, 86), comm.Isend(np.full(2, 9.75 + r), nxt, 86))
+    sts = [MPI.Status(), MPI.Status()]
+    while not MPI.Request.Testall(qs, sts):
+        pass
+    c.eq((sts[0].Get_source(), sts[0].Get_tag(), x[0], any(qs)), (prv, 86, 9.75 + prv, False),
+         f"{way}: Testall of a tuple with statuses")
+    c.true(MPI.Request.Testall([]) and MPI.Request.Testall([MPI.Request()]) and MPI.Request.Testall(requests=[]),
+           f"{way}: Testall of none, of a null request, by keyword")
+    q = comm.Irecv(x, prv, 85)
+    early = MPI.Request.Testall([q])
+    comm.Barrier()                        # (nobody sends before every rank's first look)
+    comm.Send(np.full(2, 1.25 + r), nxt, 85)
+    while not MPI.Request.Testall([q]):
+        pass
+    c.eq((early, bool(q), x[0]), (False, False, 1.25 + prv), f"{way}: Testall False before the message, True after")
+    y = np.zeros(1)
+    q = comm.Iallreduce(np.full(1, 1.0), y)
+    while not MPI.Request.Testall([q]):
+        pass
+    c.eq((bool(q), y[0]), (False, float(n)), f"{way}: Testall of a collective's request")
+
+
 def _errors(c: Checker, MPI: Any, comm: Any, way: str) -> None:
     r, n = comm.rank, comm.size
     nxt, prv = (r + 1) % n, (r - 1) % n
@@ -118,6 +151,15 @@ def _errors(c: Checker, MPI: Any, comm: Any, way: str) -> None:
         while not q.Test():
             pass
     c.raises(test_until, MPI.Exception, f"{way}: Test of a truncated message", MPI.ERR_TRUNCATE)
+    q = comm.Irecv(small, prv, 104)
+    comm.Send(np.ones(4), nxt, 104)
+
+    def testall_until() -> None:
+        while not MPI.Request.Testall([q]):
+            pass
+    c.raises(testall_until, MPI.Exception, f"{way}: Testall of a truncated message",  # (MPI: in a status)
+             MPI.ERR_IN_STATUS)
+    c.true(not q, f"{way}: ... the request null")
     every_other = MPI.DOUBLE.Create_vector(2, 1, 2).Commit()
     spread, x = np.zeros(3), np.zeros(1)
     qs = [comm.Irecv(x, prv, 102), comm.Irecv([spread, 1, every_other], prv, 103),

@@ -1,13 +1,14 @@
-/* ``Request.Wait``, ``wait``, ``Test`` and ``Waitall`` in C (collcomm/MPI/_request.py;
+/* ``Request.Wait``, ``wait``, ``Test``, ``Waitall`` and ``Testall`` in C (collcomm/MPI/_request.py;
  * included by _shmcore.c after _mpi_wait.c, whose mw_one, mw_settle and mw_null they call).
  *
  * The Python methods' common way is one C call (mpi_wait_native / mpi_test_native) inside
  * a Python frame: the frame, four global look-ups and the serializer's attribute were
  * ~0.25 µs of a persistent collective's ``Start`` + ``Wait`` (~2 µs on the project's VM in
  * its slow state; mpi4py's Wait is C). ``mpi_request_waits(request, py_wait, py_wait_value,
- * py_test, py_waitall, done, tag_bits, pickle, spare, orphans, reap, error)`` returns
- * ``(Wait, wait, Test, Waitall)``: three method descriptors of ``request`` (the class) and
- * a function for ``classmethod``, which do on the common way what the Python ones do, and
+ * py_test, py_waitall, py_testall, done, tag_bits, pickle, spare, orphans, reap, error)``
+ * returns ``(Wait, wait, Test, Waitall, Testall)``: three method descriptors of ``request``
+ * (the class) and two functions for ``classmethod``, which do on the common way what the
+ * Python ones do, and
  * call them (``py_wait(self, ...)``, ``py_waitall(cls, ...)``..., the functions themselves)
  * for everything else:
  *
@@ -22,14 +23,18 @@
  *   ``error``, cleared first: the Python way tests again and raises it translated);
  * - Waitall (a list or tuple): every request completed by mw_one in order, True; at the
  *   first it declines, the Python method from there (those completed are null: it passes
- *   over them).
+ *   over them);
+ * - Testall (a list or tuple; session 47): mpi_test_native's test of all, True (every one
+ *   complete, left null, orphans reaped) or False; where C leaves some request to the
+ *   Python code, or raised one of collcomm's errors, the Python method (which tests again).
  *
  * The errors raised are the Python way's: an exception mw_one raises (not collcomm's, which
  * it leaves to the Python code) goes on as the Python method lets it.
  */
 
-static PyObject *rw_py_wait, *rw_py_wait_value, *rw_py_test, *rw_py_waitall, *rw_done, *rw_tag_bits,
-    *rw_pickle, *rw_spare, *rw_orphans, *rw_reap, *rw_error, *rw_s_native, *rw_s_value;   /* strong, once set up */
+static PyObject *rw_py_wait, *rw_py_wait_value, *rw_py_test, *rw_py_waitall, *rw_py_testall, *rw_done,
+    *rw_tag_bits, *rw_pickle, *rw_spare, *rw_orphans, *rw_reap, *rw_error, *rw_s_native, *rw_s_value,
+    *rw_all;                       /* strong, once set up */
 
 /* `fn(first, *args, **kw)` for a method's args (vectorcall form) */
 static PyObject *rw_python(PyObject *fn, PyObject *first, PyObject *const *args, Py_ssize_t nargs,
@@ -179,6 +184,36 @@ static PyObject *mod_rw_waitall(PyObject *m, PyObject *const *args, Py_ssize_t n
     Py_RETURN_TRUE;
 }
 
+/* Testall(cls, requests[, statuses]) (a classmethod of Request): mpi_test_native's test of
+ * all of a list or tuple, as the Python method's first way: True (every request complete,
+ * left null; the orphans reaped) or False (nothing changed); where C leaves some request
+ * to the Python code (None), or raised one of collcomm's errors (cleared), the Python
+ * method, which tests them all again its way. */
+static PyObject *mod_rw_testall(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (nargs < 1) {
+        PyErr_SetString(PyExc_TypeError, "Testall(cls, requests, statuses=None)");
+        return NULL;
+    }
+    if (nargs < 2 || !rw_plain(args + 1, nargs - 1, kwnames, 2) ||
+        (!PyList_CheckExact(args[1]) && !PyTuple_CheckExact(args[1])))
+        return rw_python(rw_py_testall, args[0], args + 1, nargs - 1, kwnames);
+    PyObject *call[4] = {args[1], rw_done, rw_tag_bits, rw_all};
+    PyObject *done = mod_mpi_test_native(NULL, call, 4);
+    if (done == NULL && !PyErr_ExceptionMatches(rw_error))
+        return NULL;
+    if (done == NULL || done == Py_None) {
+        PyErr_Clear();             /* (the Python way tests again and raises it, translated) */
+        Py_XDECREF(done);
+        return rw_python(rw_py_testall, args[0], args + 1, nargs - 1, kwnames);
+    }
+    if (done == Py_True && rw_reaped() < 0) {
+        Py_DECREF(done);
+        return NULL;
+    }
+    return done;
+}
+
 static PyMethodDef rw_wait_def = {
     "Wait", (PyCFunction)(void (*)(void))rw_wait, METH_FASTCALL | METH_KEYWORDS,
     "Wait($self, /, status=None)\n--\n\nWait for the request to complete; True (in C: _mpi_request_wait.c)"};
@@ -191,30 +226,34 @@ static PyMethodDef rw_test_def = {
 static PyMethodDef rw_waitall_def = {
     "Waitall", (PyCFunction)(void (*)(void))mod_rw_waitall, METH_FASTCALL | METH_KEYWORDS,
     "Waitall(cls, /, requests, statuses=None)\n--\n\nWait for every request; True (in C: _mpi_request_wait.c)"};
+static PyMethodDef rw_testall_def = {
+    "Testall", (PyCFunction)(void (*)(void))mod_rw_testall, METH_FASTCALL | METH_KEYWORDS,
+    "Testall(cls, /, requests, statuses=None)\n--\n\nWhether every request is complete (in C: _mpi_request_wait.c)"};
 
 static PyObject *mod_mpi_request_waits(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 12 || !PyType_Check(args[0]) || !PyCallable_Check(args[1]) || !PyCallable_Check(args[2]) ||
-        !PyCallable_Check(args[3]) || !PyCallable_Check(args[4]) || !PyType_Check(args[5]) ||
-        !PyLong_Check(args[6]) || !PyList_CheckExact(args[8]) || !PyList_CheckExact(args[9]) ||
-        !PyCallable_Check(args[10]) || !PyType_Check(args[11])) {
+    if (nargs != 13 || !PyType_Check(args[0]) || !PyCallable_Check(args[1]) || !PyCallable_Check(args[2]) ||
+        !PyCallable_Check(args[3]) || !PyCallable_Check(args[4]) || !PyCallable_Check(args[5]) ||
+        !PyType_Check(args[6]) || !PyLong_Check(args[7]) || !PyList_CheckExact(args[9]) ||
+        !PyList_CheckExact(args[10]) || !PyCallable_Check(args[11]) || !PyType_Check(args[12])) {
         PyErr_SetString(PyExc_TypeError, "mpi_request_waits(request, py_wait, py_wait_value, py_test, "
-                        "py_waitall, done, tag_bits, pickle, spare, orphans, reap, error)");
+                        "py_waitall, py_testall, done, tag_bits, pickle, spare, orphans, reap, error)");
         return NULL;
     }
     if (!rq_ready || (PyTypeObject *)args[0] != rq_req_slots.type)
         Py_RETURN_NONE;           /* (the slots these read are Request's, registered first) */
     if (rw_py_wait == NULL) {     /* (once: later calls make the same methods) */
-        PyObject **keep[12] = {NULL, &rw_py_wait, &rw_py_wait_value, &rw_py_test, &rw_py_waitall, &rw_done,
-                               &rw_tag_bits, &rw_pickle, &rw_spare, &rw_orphans, &rw_reap, &rw_error};
-        for (int i = 1; i < 12; i++)
+        PyObject **keep[13] = {NULL, &rw_py_wait, &rw_py_wait_value, &rw_py_test, &rw_py_waitall,
+                               &rw_py_testall, &rw_done, &rw_tag_bits, &rw_pickle, &rw_spare,
+                               &rw_orphans, &rw_reap, &rw_error};
+        for (int i = 1; i < 13; i++)
             *keep[i] = Py_NewRef(args[i]);
     }
     PyMethodDef *defs[3] = {&rw_wait_def, &rw_wait_value_def, &rw_test_def};
-    PyObject *made = PyTuple_New(4);
-    for (int i = 0; made != NULL && i < 4; i++) {
+    PyObject *made = PyTuple_New(5);
+    for (int i = 0; made != NULL && i < 5; i++) {
         PyObject *f = i < 3 ? PyDescr_NewMethod((PyTypeObject *)args[0], defs[i])
-                            : PyCFunction_New(&rw_waitall_def, NULL);
+                            : PyCFunction_New(i == 3 ? &rw_waitall_def : &rw_testall_def, NULL);
         if (f == NULL)
             Py_CLEAR(made);
         else
@@ -230,5 +269,6 @@ static int mpi_waits_init(void)
     return (s_mw_tag = PyUnicode_InternFromString("tag")) == NULL ||
            (s_mw_nbytes = PyUnicode_InternFromString("nbytes")) == NULL ||
            (rw_s_native = PyUnicode_InternFromString("native")) == NULL ||
-           (rw_s_value = PyUnicode_InternFromString("value")) == NULL ? -1 : 0;
+           (rw_s_value = PyUnicode_InternFromString("value")) == NULL ||
+           (rw_all = PyLong_FromLong(0)) == NULL ? -1 : 0;
 }
