@@ -1,4 +1,4 @@
-"""``Request.Wait``, ``wait``, ``Test``, ``Waitall`` and ``Testall`` in C (native/_mpi_request_wait.c), a section of
+"""``Request.Wait``, ``wait``, ``Test``, ``Waitall``, ``Testall``, ``Waitany`` in C (native/_mpi_request_wait.c), a section of
 the shared MPI job (tests/mpi_checks.py) at 1-5 ranks and over TCP: what the C methods do
 themselves and what they hand to the Python methods, each checked against what the Python
 methods give (the section runs with both):
@@ -9,7 +9,9 @@ methods give (the section runs with both):
   ``Waitall``, subclasses of ``Request`` (one whose ``_op`` is a property: the Python
   methods'), a ``Prequest`` of a collective (inactive after), a request never made;
 - ``Testall`` loops of a list and of a tuple (with statuses), of none, of a null request, by
-  keyword, False before a message and True after, of a collective's request;
+  keyword, False before a message and True after, of a collective's request; ``Waitany``
+  twice on a receive and a send, of null requests (``UNDEFINED``), of a tuple with a
+  status, by keyword on a collective's request;
 - a receive of a truncated message: ``Wait`` and ``Test`` raise ``ERR_TRUNCATE`` (``Testall``
   ``ERR_IN_STATUS``, as MPI's calls on many requests do) as
   ``MPI.Exception`` (the C ``Test`` clears collcomm's error: the Python way raises it
@@ -134,6 +136,21 @@ def _testall(c: Checker, MPI: Any, comm: Any, way: str, x: np.ndarray) -> None:
     while not MPI.Request.Testall([q]):
         pass
     c.eq((bool(q), y[0]), (False, float(n)), f"{way}: Testall of a collective's request")
+    qs = [comm.Irecv(x, prv, 84), comm.Isend(np.full(2, 2.5 + r), nxt, 84)]
+    got = sorted([MPI.Request.Waitany(qs), MPI.Request.Waitany(qs)])
+    c.eq((got, any(qs), x[0], MPI.Request.Waitany(qs)), ([0, 1], False, 2.5 + prv, MPI.UNDEFINED),
+         f"{way}: Waitany twice, then of null requests")
+    for tag, st in ((83, None), (82, MPI.Status())):
+        q = comm.Irecv(x, prv, tag)
+        comm.Barrier()                    # (the message may come after Waitany's first look)
+        comm.Send(np.full(2, 3.5 + r), nxt, tag)
+        c.eq((MPI.Request.Waitany((MPI.Request(), q), st), x[0], bool(q)), (1, 3.5 + prv, False),
+             f"{way}: Waitany of a tuple, status {st}")
+        if st is not None:
+            c.eq((st.Get_source(), st.Get_tag()), (prv, 82), f"{way}: ... the status")
+    q = comm.Iallreduce(np.full(1, 2.0), y)
+    c.eq((MPI.Request.Waitany(requests=[q]), y[0], bool(q)), (0, 2.0 * n, False),
+         f"{way}: Waitany(requests=...) of a collective's request")
 
 
 def _errors(c: Checker, MPI: Any, comm: Any, way: str) -> None:

@@ -1,14 +1,14 @@
-/* ``Request.Wait``, ``wait``, ``Test``, ``Waitall`` and ``Testall`` in C (collcomm/MPI/_request.py;
+/* ``Request.Wait``, ``wait``, ``Test``, ``Waitall``, ``Testall``, ``Waitany`` in C (MPI/_request.py;
  * included by _shmcore.c after _mpi_wait.c, whose mw_one, mw_settle and mw_null they call).
  *
  * The Python methods' common way is one C call (mpi_wait_native / mpi_test_native) inside
  * a Python frame: the frame, four global look-ups and the serializer's attribute were
  * ~0.25 µs of a persistent collective's ``Start`` + ``Wait`` (~2 µs on the project's VM in
  * its slow state; mpi4py's Wait is C). ``mpi_request_waits(request, py_wait, py_wait_value,
- * py_test, py_waitall, py_testall, done, tag_bits, pickle, spare, orphans, reap, error)``
- * returns ``(Wait, wait, Test, Waitall, Testall)``: three method descriptors of ``request``
- * (the class) and two functions for ``classmethod``, which do on the common way what the
- * Python ones do, and
+ * py_test, py_waitall, py_testall, py_waitany, done, tag_bits, pickle, spare, orphans,
+ * reap, error)`` returns ``(Wait, wait, Test, Waitall, Testall, Waitany)``: three method
+ * descriptors of ``request`` (the class) and three functions for ``classmethod``, which do
+ * on the common way what the Python ones do, and
  * call them (``py_wait(self, ...)``, ``py_waitall(cls, ...)``..., the functions themselves)
  * for everything else:
  *
@@ -26,13 +26,16 @@
  *   over them);
  * - Testall (a list or tuple; session 47): mpi_test_native's test of all, True (every one
  *   complete, left null, orphans reaped) or False; where C leaves some request to the
- *   Python code, or raised one of collcomm's errors, the Python method (which tests again).
+ *   Python code, or raised one of collcomm's errors, the Python method (which tests again);
+ * - Waitany (a list or tuple; session 47): the index of the first request mw_test_any
+ *   completes at once (left null, orphans reaped); else, nothing completed, the Python
+ *   method (which looks again, then polls).
  *
  * The errors raised are the Python way's: an exception mw_one raises (not collcomm's, which
  * it leaves to the Python code) goes on as the Python method lets it.
  */
 
-static PyObject *rw_py_wait, *rw_py_wait_value, *rw_py_test, *rw_py_waitall, *rw_py_testall, *rw_done,
+static PyObject *rw_py_wait, *rw_py_wait_value, *rw_py_test, *rw_py_waitall, *rw_py_testall, *rw_py_waitany, *rw_done,
     *rw_tag_bits, *rw_pickle, *rw_spare, *rw_orphans, *rw_reap, *rw_error, *rw_s_native, *rw_s_value,
     *rw_all;                       /* strong, once set up */
 
@@ -214,6 +217,37 @@ static PyObject *mod_rw_testall(PyObject *m, PyObject *const *args, Py_ssize_t n
     return done;
 }
 
+/* Waitany(cls, requests[, status]) (a classmethod of Request): the Python method's first
+ * look, in C (mw_test_any of a list or tuple, no status): the index of the first request C
+ * completes now (left null; the orphans reaped); anything else (nothing yet, a request C
+ * leaves, one of collcomm's errors, cleared) the Python method, which looks again and
+ * waits its way. Nothing is completed before it is handed over. */
+static PyObject *mod_rw_waitany(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (nargs < 1) {
+        PyErr_SetString(PyExc_TypeError, "Waitany(cls, requests, status=None)");
+        return NULL;
+    }
+    if (nargs < 2 || !rw_plain(args + 1, nargs - 1, kwnames, 2) ||
+        (!PyList_CheckExact(args[1]) && !PyTuple_CheckExact(args[1])))
+        return rw_python(rw_py_waitany, args[0], args + 1, nargs - 1, kwnames);
+    PyObject *got = mw_test_any(args[1], PyList_CheckExact(args[1]), rw_done, rw_tag_bits, 0);
+    if (got == NULL && !PyErr_ExceptionMatches(rw_error))
+        return NULL;
+    if (got == NULL || !PyTuple_Check(got)) {
+        PyErr_Clear();             /* (the Python way looks again and raises it, translated) */
+        Py_XDECREF(got);
+        return rw_python(rw_py_waitany, args[0], args + 1, nargs - 1, kwnames);
+    }
+    PyObject *index = Py_NewRef(PyTuple_GET_ITEM(got, 0));
+    Py_DECREF(got);
+    if (rw_reaped() < 0) {
+        Py_DECREF(index);
+        return NULL;
+    }
+    return index;
+}
+
 static PyMethodDef rw_wait_def = {
     "Wait", (PyCFunction)(void (*)(void))rw_wait, METH_FASTCALL | METH_KEYWORDS,
     "Wait($self, /, status=None)\n--\n\nWait for the request to complete; True (in C: _mpi_request_wait.c)"};
@@ -226,34 +260,40 @@ static PyMethodDef rw_test_def = {
 static PyMethodDef rw_waitall_def = {
     "Waitall", (PyCFunction)(void (*)(void))mod_rw_waitall, METH_FASTCALL | METH_KEYWORDS,
     "Waitall(cls, /, requests, statuses=None)\n--\n\nWait for every request; True (in C: _mpi_request_wait.c)"};
+static PyMethodDef rw_waitany_def = {
+    "Waitany", (PyCFunction)(void (*)(void))mod_rw_waitany, METH_FASTCALL | METH_KEYWORDS,
+    "Waitany(cls, /, requests, status=None)\n--\n\nWait for any request; its index (in C: _mpi_request_wait.c)"};
 static PyMethodDef rw_testall_def = {
     "Testall", (PyCFunction)(void (*)(void))mod_rw_testall, METH_FASTCALL | METH_KEYWORDS,
     "Testall(cls, /, requests, statuses=None)\n--\n\nWhether every request is complete (in C: _mpi_request_wait.c)"};
 
 static PyObject *mod_mpi_request_waits(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 13 || !PyType_Check(args[0]) || !PyCallable_Check(args[1]) || !PyCallable_Check(args[2]) ||
+    if (nargs != 14 || !PyType_Check(args[0]) || !PyCallable_Check(args[1]) || !PyCallable_Check(args[2]) ||
         !PyCallable_Check(args[3]) || !PyCallable_Check(args[4]) || !PyCallable_Check(args[5]) ||
-        !PyType_Check(args[6]) || !PyLong_Check(args[7]) || !PyList_CheckExact(args[9]) ||
-        !PyList_CheckExact(args[10]) || !PyCallable_Check(args[11]) || !PyType_Check(args[12])) {
+        !PyCallable_Check(args[6]) || !PyType_Check(args[7]) || !PyLong_Check(args[8]) ||
+        !PyList_CheckExact(args[10]) || !PyList_CheckExact(args[11]) || !PyCallable_Check(args[12]) ||
+        !PyType_Check(args[13])) {
         PyErr_SetString(PyExc_TypeError, "mpi_request_waits(request, py_wait, py_wait_value, py_test, "
-                        "py_waitall, py_testall, done, tag_bits, pickle, spare, orphans, reap, error)");
+                        "py_waitall, py_testall, py_waitany, done, tag_bits, pickle, spare, orphans, "
+                        "reap, error)");
         return NULL;
     }
     if (!rq_ready || (PyTypeObject *)args[0] != rq_req_slots.type)
         Py_RETURN_NONE;           /* (the slots these read are Request's, registered first) */
     if (rw_py_wait == NULL) {     /* (once: later calls make the same methods) */
-        PyObject **keep[13] = {NULL, &rw_py_wait, &rw_py_wait_value, &rw_py_test, &rw_py_waitall,
-                               &rw_py_testall, &rw_done, &rw_tag_bits, &rw_pickle, &rw_spare,
-                               &rw_orphans, &rw_reap, &rw_error};
-        for (int i = 1; i < 13; i++)
+        PyObject **keep[14] = {NULL, &rw_py_wait, &rw_py_wait_value, &rw_py_test, &rw_py_waitall,
+                               &rw_py_testall, &rw_py_waitany, &rw_done, &rw_tag_bits, &rw_pickle,
+                               &rw_spare, &rw_orphans, &rw_reap, &rw_error};
+        for (int i = 1; i < 14; i++)
             *keep[i] = Py_NewRef(args[i]);
     }
     PyMethodDef *defs[3] = {&rw_wait_def, &rw_wait_value_def, &rw_test_def};
-    PyObject *made = PyTuple_New(5);
-    for (int i = 0; made != NULL && i < 5; i++) {
+    PyMethodDef *classmethods[3] = {&rw_waitall_def, &rw_testall_def, &rw_waitany_def};
+    PyObject *made = PyTuple_New(6);
+    for (int i = 0; made != NULL && i < 6; i++) {
         PyObject *f = i < 3 ? PyDescr_NewMethod((PyTypeObject *)args[0], defs[i])
-                            : PyCFunction_New(i == 3 ? &rw_waitall_def : &rw_testall_def, NULL);
+                            : PyCFunction_New(classmethods[i - 3], NULL);
         if (f == NULL)
             Py_CLEAR(made);
         else
