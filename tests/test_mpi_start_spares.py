@@ -20,6 +20,7 @@ native/_fastcall_a2a_parts.c). A section of the shared MPI job (tests/mpi_checks
 from __future__ import annotations
 
 import gc
+import sys
 from typing import Any
 
 import numpy as np
@@ -158,6 +159,12 @@ def _a2a_cycles(c: Checker, MPI: Any, comm: Any) -> None:
         got[:] = -1                                # (new count lists each call)
         comm.Ialltoallv([send, list(sc), MPI.DOUBLE], [got, list(rc), MPI.DOUBLE]).Wait()
         c.eq(got, expect(k), f"Ialltoallv with new count lists, cycle {k}")
+    k = 16384                                      # (128 KiB a block: too large to go eager)
+    big, big_got, even = np.zeros(k * n), np.zeros(k * n), [k] * n
+    before = sys.getrefcount(None)
+    for _ in range(100):
+        comm.Ialltoallv([big, even, MPI.DOUBLE], [big_got, even, MPI.DOUBLE]).Wait()
+    c.true(sys.getrefcount(None) - before < 50, "an Ialltoallv the two parts decline leaks no reference")
     fast = p._persist.comm._h.g.fast if n > 1 else None   # (the request's own group's)
     if fast is not None:     # (the fast call finished the cycles itself, none handed back)
         c.true(fast.calls >= 3, f"Alltoallv_init cycles run by the fast call ({fast.calls})")

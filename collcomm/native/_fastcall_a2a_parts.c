@@ -19,16 +19,21 @@
 
 /* The counts the part's entry parsed (4n: the send, then the receive counts, then room
  * for a2a_run's displacements), read by Core_all_to_all_parsed instead of the Python lists
- * again (NULL: none). Set by a2a_part just before the call and cleared after it; taken by
- * the first Core call that looks (one of another group's, nested in a wait, clears it:
- * ours then reads the lists, as Core_all_to_all does). */
+ * again (NULL: none), and the argument array of the Core call they are for (the caller's
+ * own, alive through the call). Set by a2a_part just before the call and cleared after
+ * it; taken only by the call given that very array: another call that comes between
+ * (another thread's while this one waits without the GIL in fast_settle, or one nested in
+ * a wait) sets its own or finds them not its, and reads the lists as Core_all_to_all
+ * does. */
 static Py_ssize_t *a2a_part_tab;
+static PyObject *const *a2a_part_args;
 
-/* Core_all_to_all on the counts a2a_part parsed, where it left them */
+/* Core_all_to_all on the counts a2a_part parsed for this call, where it left them */
 static PyObject *Core_all_to_all_parsed(Core *c, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_ssize_t *tab = a2a_part_tab;
-    a2a_part_tab = NULL;
+    Py_ssize_t *tab = a2a_part_args == args ? a2a_part_tab : NULL;
+    if (tab != NULL)
+        a2a_part_tab = NULL, a2a_part_args = NULL;
     if (tab == NULL || nargs != 8)
         return Core_all_to_all(c, args, nargs);
     PARSE_LONG(isz, args[5]);
@@ -74,17 +79,20 @@ static PyObject *a2a_part(Fast *s, int part, PyObject *send, PyObject *sc, PyObj
         Py_XSETREF(s->a2a_kept[2], cma);
     }
     PyObject *pair = a2a_kept_pair(s, 0, sc, rc);
-    PyObject *cargs[8] = {NULL, send, sc, recv, rc, PyLong_FromSsize_t(isz), NULL, cma};
-    PyObject *r = NULL;
+    PyObject *cargs[8] = {NULL, send, sc, recv, rc, PyLong_FromSsize_t(isz), NULL, Py_NewRef(cma)};
+    PyObject *r = NULL;           /* (the limit held: a close while the call waits clears the kept one) */
     if (cargs[5] != NULL && pair != NULL) {
         a2a_part_tab = tab;
+        a2a_part_args = cargs;
         r = fast_run_part(s, part, FC_ALL_TO_ALL, name, sig, Core_all_to_all_parsed, cargs, 8, 6,
                           send, recv, pair, p);
         a2a_part_tab = NULL;
+        a2a_part_args = NULL;
     } else {
         fast_release(p);
     }
     Py_XDECREF(cargs[5]);
+    Py_DECREF(cargs[7]);
     Py_XDECREF(pair);
     return r;
 }
@@ -102,20 +110,23 @@ static PyObject *fast_a2a_v_part(Fast *s, PyObject *const *args, Py_ssize_t narg
     if (tab == NULL)
         return PyErr_NoMemory();
     Py_ssize_t ssum = 0, rsum = 0;
-    PyObject *r = Py_None;
+    PyObject *r = NULL;
+    int tried = 0;                 /* (a2a_part's answer, a new reference; else declined: None) */
     if (v_counts(args[1], args[2], n, tab, &ssum) == 0 && v_counts(args[4], args[5], n, tab + n, &rsum) == 0) {
         Pair p;
         int dt = fast_pair(&p, args[0], args[3], 0);
         Py_ssize_t most = ssum > rsum ? ssum : rsum;
         if (dt < 0 || ssum * p.itemsize > p.len[0] || rsum * p.itemsize > p.len[1] ||
-            most * p.itemsize > s->limit[FC_ALL_TO_ALL])
+            most * p.itemsize > s->limit[FC_ALL_TO_ALL]) {
             fast_release(&p);
-        else
+        } else {
             r = a2a_part(s, part, args[0], args[1], args[3], args[4], args[6], &p, dt, ssum, tab);
+            tried = 1;
+        }
     }
     if (tab != stack)
         PyMem_Free(tab);
-    return r == Py_None ? Py_NewRef(r) : r;
+    return tried ? r : Py_NewRef(Py_None);
 }
 
 static PyObject *fast_a2a_part(Fast *s, PyObject *const *args, Py_ssize_t nargs, int part)
