@@ -110,17 +110,18 @@ def specs(MPI: Any, buf: Any, code: str, count: int) -> list[Any]:
 
 @contextmanager
 def python_waits(MPI: Any, on: bool = True) -> Iterator[bool]:
-    """Within: ``Request.Wait``, ``wait``, ``Test``, ``Waitall``, ``Testall``, ``Waitany`` the Python methods
+    """Within: ``Request.Wait``, ``wait``, ``Test`` and the class methods ``Waitall``, ``Testall``,
+    ``Waitany``, ``Waitsome`` the Python methods
     (``on``), else as installed (the core's where it is built: native/_mpi_request_wait.c);
     gives whether the core's are in place. The checks that put a recorder around the
     module's native wait or test entry see the Python methods' calls only (the C methods
     call the core directly), so the sections that hold such checks run each way."""
     from collcomm.MPI import _request_waits as waits
     req = MPI.Request
-    names = ("Wait", "wait", "Test", "Waitall", "Testall", "Waitany")
+    names = ("Wait", "wait", "Test", "Waitall", "Testall", "Waitany", "Waitsome")
     installed = [req.__dict__.get(name) for name in names]    # (Testall: the mixin's if not C's)
     python = (waits.PY_WAIT, waits.PY_WAIT_VALUE, waits.PY_TEST, classmethod(waits.PY_WAITALL),
-              classmethod(waits.PY_TESTALL), classmethod(waits.PY_WAITANY))
+              classmethod(waits.PY_TESTALL), classmethod(waits.PY_WAITANY), classmethod(waits.PY_WAITSOME))
     try:
         for name, method in zip(names, python if on else installed):
             if method is not None:

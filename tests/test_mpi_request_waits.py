@@ -1,4 +1,5 @@
-"""``Request.Wait``, ``wait``, ``Test``, ``Waitall``, ``Testall``, ``Waitany`` in C (native/_mpi_request_wait.c), a section of
+"""``Request.Wait``, ``wait``, ``Test``, ``Waitall``, ``Testall``, ``Waitany``, ``Waitsome`` in C (native/_mpi_request_wait.c,
+_mpi_request_many.c), a section of
 the shared MPI job (tests/mpi_checks.py) at 1-5 ranks and over TCP: what the C methods do
 themselves and what they hand to the Python methods, each checked against what the Python
 methods give (the section runs with both):
@@ -11,7 +12,8 @@ methods give (the section runs with both):
 - ``Testall`` loops of a list and of a tuple (with statuses), of none, of a null request, by
   keyword, False before a message and True after, of a collective's request; ``Waitany``
   twice on a receive and a send, of null requests (``UNDEFINED``), of a tuple with a
-  status, by keyword on a collective's request;
+  status, by keyword on a collective's request; ``Waitsome`` until both, of null requests,
+  with statuses, by keyword, of a send C completes beside an object irecv it leaves;
 - a receive of a truncated message: ``Wait`` and ``Test`` raise ``ERR_TRUNCATE`` (``Testall``
   ``ERR_IN_STATUS``, as MPI's calls on many requests do) as
   ``MPI.Exception`` (the C ``Test`` clears collcomm's error: the Python way raises it
@@ -151,6 +153,33 @@ def _testall(c: Checker, MPI: Any, comm: Any, way: str, x: np.ndarray) -> None:
     q = comm.Iallreduce(np.full(1, 2.0), y)
     c.eq((MPI.Request.Waitany(requests=[q]), y[0], bool(q)), (0, 2.0 * n, False),
          f"{way}: Waitany(requests=...) of a collective's request")
+    _waitsome(c, MPI, comm, way, x)
+
+
+def _waitsome(c: Checker, MPI: Any, comm: Any, way: str, x: np.ndarray) -> None:
+    r, n = comm.rank, comm.size
+    nxt, prv = (r + 1) % n, (r - 1) % n
+
+    def every(qs: Any, statuses: Any = None) -> list[int]:
+        got: list[int] = []
+        while len(got) < len(qs):
+            got += MPI.Request.Waitsome(qs, statuses) or []
+        return sorted(got)
+    qs = [comm.Irecv(x, prv, 79), comm.Isend(np.full(2, 4.5 + r), nxt, 79)]
+    c.eq((every(qs), any(qs), x[0], MPI.Request.Waitsome(qs)), ([0, 1], False, 4.5 + prv, None),
+         f"{way}: Waitsome until both, then of null requests")
+    qs = (comm.Irecv(x, prv, 78), comm.Isend(np.full(2, 5.5 + r), nxt, 78))
+    sts = [MPI.Status(), MPI.Status()]
+    c.eq((every(qs, sts), x[0]), ([0, 1], 5.5 + prv), f"{way}: Waitsome of a tuple with statuses")
+    got = MPI.Request.Waitsome(requests=[comm.Isend(np.ones(1), nxt, 77)])
+    comm.Recv(np.zeros(1), prv, 77)
+    c.eq(got, [0], f"{way}: Waitsome(requests=...)")
+    # a send C completes beside an object irecv it leaves to Python (its test is Python's):
+    # C's completions handed on, none lost
+    qs = [comm.Isend(np.full(1, 6.5 + r), nxt, 76), comm.irecv(source=prv, tag=75)]
+    comm.send(("obj", r), nxt, 75)
+    comm.Recv(x[:1], prv, 76)
+    c.eq((every(qs), any(qs), x[0]), ([0, 1], False, 6.5 + prv), f"{way}: Waitsome of a send and an object irecv")
 
 
 def _errors(c: Checker, MPI: Any, comm: Any, way: str) -> None:

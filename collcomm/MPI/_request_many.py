@@ -129,9 +129,7 @@ class ManyRequests:
                     reap_orphans()
                 return [i for i, _ in got[0]]
             if got is not None and got[0]:   # (and the others tested the Python way too)
-                _settled_some(requests, done, quick, got)
-                _complete_each(requests, done, statuses, "Waitsome", quick)
-                return done
+                return waitsome_rest(requests, got, statuses)
         if all(r._op is None for r in requests):
             return None
 
@@ -257,6 +255,18 @@ def _completed_quick(op: Any, status: Status | None) -> None:
     if ORPHANS:
         reap_orphans()
     _fill(status, op)
+
+
+def waitsome_rest(requests: Sequence["Request"], got: Any, statuses: list[Status] | None = None) -> list[int]:
+    """Waitsome's answer from C's first look ``got`` (``mpi_test_native(requests, …, 2)``:
+    the requests it completed are null now) with the others tested the Python way: also
+    what the C ``Waitsome`` hands over where C completed some but not every active request
+    is C's (native/_mpi_request_many.c)."""
+    done: list[int] = []
+    quick: dict[int, Any] = {}
+    _settled_some(requests, done, quick, got)
+    _complete_each(requests, done, statuses, "Waitsome", quick)
+    return done
 
 
 def _settled_some(requests: Sequence["Request"], done: list[int], quick: dict[int, Any],

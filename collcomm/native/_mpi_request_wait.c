@@ -1,14 +1,15 @@
-/* ``Request.Wait``, ``wait``, ``Test``, ``Waitall``, ``Testall``, ``Waitany`` in C (MPI/_request.py;
- * included by _shmcore.c after _mpi_wait.c, whose mw_one, mw_settle and mw_null they call).
+/* ``Request.Wait``, ``wait``, ``Test`` and ``Waitall`` in C (collcomm/MPI/_request.py; included
+ * by _shmcore.c after _mpi_wait.c, whose mw_one, mw_settle and mw_null they call), and the
+ * setup of those and of ``Testall``, ``Waitany``, ``Waitsome`` (_mpi_request_many.c).
  *
  * The Python methods' common way is one C call (mpi_wait_native / mpi_test_native) inside
  * a Python frame: the frame, four global look-ups and the serializer's attribute were
  * ~0.25 µs of a persistent collective's ``Start`` + ``Wait`` (~2 µs on the project's VM in
- * its slow state; mpi4py's Wait is C). ``mpi_request_waits(request, py_wait, py_wait_value,
- * py_test, py_waitall, py_testall, py_waitany, done, tag_bits, pickle, spare, orphans,
- * reap, error)`` returns ``(Wait, wait, Test, Waitall, Testall, Waitany)``: three method
- * descriptors of ``request`` (the class) and three functions for ``classmethod``, which do
- * on the common way what the Python ones do, and
+ * its slow state; mpi4py's Wait is C). ``mpi_request_waits(request, (py_wait, py_wait_value,
+ * py_test, py_waitall, py_testall, py_waitany, py_waitsome), done, tag_bits, pickle, spare,
+ * orphans, reap, error, waitsome_rest)`` returns ``(Wait, wait, Test, Waitall, Testall,
+ * Waitany, Waitsome)``: three method descriptors of ``request`` (the class) and four
+ * functions for ``classmethod``, which do on the common way what the Python ones do, and
  * call them (``py_wait(self, ...)``, ``py_waitall(cls, ...)``..., the functions themselves)
  * for everything else:
  *
@@ -24,20 +25,15 @@
  * - Waitall (a list or tuple): every request completed by mw_one in order, True; at the
  *   first it declines, the Python method from there (those completed are null: it passes
  *   over them);
- * - Testall (a list or tuple; session 47): mpi_test_native's test of all, True (every one
- *   complete, left null, orphans reaped) or False; where C leaves some request to the
- *   Python code, or raised one of collcomm's errors, the Python method (which tests again);
- * - Waitany (a list or tuple; session 47): the index of the first request mw_test_any
- *   completes at once (left null, orphans reaped); else, nothing completed, the Python
- *   method (which looks again, then polls).
+ * - Testall, Waitany, Waitsome: their first look (_mpi_request_many.c).
  *
  * The errors raised are the Python way's: an exception mw_one raises (not collcomm's, which
  * it leaves to the Python code) goes on as the Python method lets it.
  */
 
-static PyObject *rw_py_wait, *rw_py_wait_value, *rw_py_test, *rw_py_waitall, *rw_py_testall, *rw_py_waitany, *rw_done,
-    *rw_tag_bits, *rw_pickle, *rw_spare, *rw_orphans, *rw_reap, *rw_error, *rw_s_native, *rw_s_value,
-    *rw_all;                       /* strong, once set up */
+static PyObject *rw_py_wait, *rw_py_wait_value, *rw_py_test, *rw_py_waitall, *rw_py_testall,
+    *rw_py_waitany, *rw_py_waitsome, *rw_waitsome_rest, *rw_done, *rw_tag_bits, *rw_pickle, *rw_spare,
+    *rw_orphans, *rw_reap, *rw_error, *rw_s_native, *rw_s_value, *rw_all;   /* strong, once set up */
 
 /* `fn(first, *args, **kw)` for a method's args (vectorcall form) */
 static PyObject *rw_python(PyObject *fn, PyObject *first, PyObject *const *args, Py_ssize_t nargs,
@@ -187,67 +183,6 @@ static PyObject *mod_rw_waitall(PyObject *m, PyObject *const *args, Py_ssize_t n
     Py_RETURN_TRUE;
 }
 
-/* Testall(cls, requests[, statuses]) (a classmethod of Request): mpi_test_native's test of
- * all of a list or tuple, as the Python method's first way: True (every request complete,
- * left null; the orphans reaped) or False (nothing changed); where C leaves some request
- * to the Python code (None), or raised one of collcomm's errors (cleared), the Python
- * method, which tests them all again its way. */
-static PyObject *mod_rw_testall(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
-{
-    if (nargs < 1) {
-        PyErr_SetString(PyExc_TypeError, "Testall(cls, requests, statuses=None)");
-        return NULL;
-    }
-    if (nargs < 2 || !rw_plain(args + 1, nargs - 1, kwnames, 2) ||
-        (!PyList_CheckExact(args[1]) && !PyTuple_CheckExact(args[1])))
-        return rw_python(rw_py_testall, args[0], args + 1, nargs - 1, kwnames);
-    PyObject *call[4] = {args[1], rw_done, rw_tag_bits, rw_all};
-    PyObject *done = mod_mpi_test_native(NULL, call, 4);
-    if (done == NULL && !PyErr_ExceptionMatches(rw_error))
-        return NULL;
-    if (done == NULL || done == Py_None) {
-        PyErr_Clear();             /* (the Python way tests again and raises it, translated) */
-        Py_XDECREF(done);
-        return rw_python(rw_py_testall, args[0], args + 1, nargs - 1, kwnames);
-    }
-    if (done == Py_True && rw_reaped() < 0) {
-        Py_DECREF(done);
-        return NULL;
-    }
-    return done;
-}
-
-/* Waitany(cls, requests[, status]) (a classmethod of Request): the Python method's first
- * look, in C (mw_test_any of a list or tuple, no status): the index of the first request C
- * completes now (left null; the orphans reaped); anything else (nothing yet, a request C
- * leaves, one of collcomm's errors, cleared) the Python method, which looks again and
- * waits its way. Nothing is completed before it is handed over. */
-static PyObject *mod_rw_waitany(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
-{
-    if (nargs < 1) {
-        PyErr_SetString(PyExc_TypeError, "Waitany(cls, requests, status=None)");
-        return NULL;
-    }
-    if (nargs < 2 || !rw_plain(args + 1, nargs - 1, kwnames, 2) ||
-        (!PyList_CheckExact(args[1]) && !PyTuple_CheckExact(args[1])))
-        return rw_python(rw_py_waitany, args[0], args + 1, nargs - 1, kwnames);
-    PyObject *got = mw_test_any(args[1], PyList_CheckExact(args[1]), rw_done, rw_tag_bits, 0);
-    if (got == NULL && !PyErr_ExceptionMatches(rw_error))
-        return NULL;
-    if (got == NULL || !PyTuple_Check(got)) {
-        PyErr_Clear();             /* (the Python way looks again and raises it, translated) */
-        Py_XDECREF(got);
-        return rw_python(rw_py_waitany, args[0], args + 1, nargs - 1, kwnames);
-    }
-    PyObject *index = Py_NewRef(PyTuple_GET_ITEM(got, 0));
-    Py_DECREF(got);
-    if (rw_reaped() < 0) {
-        Py_DECREF(index);
-        return NULL;
-    }
-    return index;
-}
-
 static PyMethodDef rw_wait_def = {
     "Wait", (PyCFunction)(void (*)(void))rw_wait, METH_FASTCALL | METH_KEYWORDS,
     "Wait($self, /, status=None)\n--\n\nWait for the request to complete; True (in C: _mpi_request_wait.c)"};
@@ -260,38 +195,38 @@ static PyMethodDef rw_test_def = {
 static PyMethodDef rw_waitall_def = {
     "Waitall", (PyCFunction)(void (*)(void))mod_rw_waitall, METH_FASTCALL | METH_KEYWORDS,
     "Waitall(cls, /, requests, statuses=None)\n--\n\nWait for every request; True (in C: _mpi_request_wait.c)"};
-static PyMethodDef rw_waitany_def = {
-    "Waitany", (PyCFunction)(void (*)(void))mod_rw_waitany, METH_FASTCALL | METH_KEYWORDS,
-    "Waitany(cls, /, requests, status=None)\n--\n\nWait for any request; its index (in C: _mpi_request_wait.c)"};
-static PyMethodDef rw_testall_def = {
-    "Testall", (PyCFunction)(void (*)(void))mod_rw_testall, METH_FASTCALL | METH_KEYWORDS,
-    "Testall(cls, /, requests, statuses=None)\n--\n\nWhether every request is complete (in C: _mpi_request_wait.c)"};
+#include "_mpi_request_many.c"   /* Testall, Waitany, Waitsome (their defs, used below) */
 
 static PyObject *mod_mpi_request_waits(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 14 || !PyType_Check(args[0]) || !PyCallable_Check(args[1]) || !PyCallable_Check(args[2]) ||
-        !PyCallable_Check(args[3]) || !PyCallable_Check(args[4]) || !PyCallable_Check(args[5]) ||
-        !PyCallable_Check(args[6]) || !PyType_Check(args[7]) || !PyLong_Check(args[8]) ||
-        !PyList_CheckExact(args[10]) || !PyList_CheckExact(args[11]) || !PyCallable_Check(args[12]) ||
-        !PyType_Check(args[13])) {
-        PyErr_SetString(PyExc_TypeError, "mpi_request_waits(request, py_wait, py_wait_value, py_test, "
-                        "py_waitall, py_testall, py_waitany, done, tag_bits, pickle, spare, orphans, "
-                        "reap, error)");
+    int ok = nargs == 10 && PyType_Check(args[0]) && PyTuple_CheckExact(args[1]) &&
+             PyTuple_GET_SIZE(args[1]) == 7 && PyType_Check(args[2]) && PyLong_Check(args[3]) &&
+             PyList_CheckExact(args[5]) && PyList_CheckExact(args[6]) && PyCallable_Check(args[7]) &&
+             PyType_Check(args[8]) && PyCallable_Check(args[9]);
+    for (int i = 0; ok && i < 7; i++)
+        ok = PyCallable_Check(PyTuple_GET_ITEM(args[1], i));
+    if (!ok) {
+        PyErr_SetString(PyExc_TypeError, "mpi_request_waits(request, (py_wait, py_wait_value, py_test, "
+                        "py_waitall, py_testall, py_waitany, py_waitsome), done, tag_bits, pickle, spare, "
+                        "orphans, reap, error, waitsome_rest)");
         return NULL;
     }
     if (!rq_ready || (PyTypeObject *)args[0] != rq_req_slots.type)
         Py_RETURN_NONE;           /* (the slots these read are Request's, registered first) */
     if (rw_py_wait == NULL) {     /* (once: later calls make the same methods) */
-        PyObject **keep[14] = {NULL, &rw_py_wait, &rw_py_wait_value, &rw_py_test, &rw_py_waitall,
-                               &rw_py_testall, &rw_py_waitany, &rw_done, &rw_tag_bits, &rw_pickle,
-                               &rw_spare, &rw_orphans, &rw_reap, &rw_error};
-        for (int i = 1; i < 14; i++)
-            *keep[i] = Py_NewRef(args[i]);
+        PyObject **python[7] = {&rw_py_wait, &rw_py_wait_value, &rw_py_test, &rw_py_waitall,
+                                &rw_py_testall, &rw_py_waitany, &rw_py_waitsome};
+        for (int i = 0; i < 7; i++)
+            *python[i] = Py_NewRef(PyTuple_GET_ITEM(args[1], i));
+        PyObject **keep[8] = {&rw_done, &rw_tag_bits, &rw_pickle, &rw_spare, &rw_orphans, &rw_reap,
+                              &rw_error, &rw_waitsome_rest};
+        for (int i = 0; i < 8; i++)
+            *keep[i] = Py_NewRef(args[i + 2]);
     }
     PyMethodDef *defs[3] = {&rw_wait_def, &rw_wait_value_def, &rw_test_def};
-    PyMethodDef *classmethods[3] = {&rw_waitall_def, &rw_testall_def, &rw_waitany_def};
-    PyObject *made = PyTuple_New(6);
-    for (int i = 0; made != NULL && i < 6; i++) {
+    PyMethodDef *classmethods[4] = {&rw_waitall_def, &rw_testall_def, &rw_waitany_def, &rw_waitsome_def};
+    PyObject *made = PyTuple_New(7);
+    for (int i = 0; made != NULL && i < 7; i++) {
         PyObject *f = i < 3 ? PyDescr_NewMethod((PyTypeObject *)args[0], defs[i])
                             : PyCFunction_New(classmethods[i - 3], NULL);
         if (f == NULL)
