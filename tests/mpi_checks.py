@@ -223,16 +223,18 @@ def run_sections(names: list[str], use_torch: bool) -> dict[str, list[str]]:
 _JOBS: dict[Any, list[dict[str, list[str]]]] = {}
 
 
-def job(n: int, transport: str | None = None) -> list[dict[str, list[str]]]:
+def job(n: int, transport: str | None = None, only: str | None = None) -> list[dict[str, list[str]]]:
     """Every section on ``n`` ranks, once per test session (the files share the job);
-    torch tensors join the buffer kinds at TORCH_SIZES over shared memory."""
+    torch tensors join the buffer kinds at TORCH_SIZES over shared memory. ``only``: a job
+    of that one section (a size no other file shares: the whole suite again there cost
+    ~19 s of the CI's time for one section's checks)."""
     use_torch = transport is None and n in TORCH_SIZES
-    key = (n, transport, use_torch)
+    key = (n, transport, use_torch, only)
     if key not in _JOBS:
         from tests.harness import run_ranks
 
-        _JOBS[key] = run_ranks(run_sections, n, list(SECTIONS), use_torch, transport=transport,
-                               timeout=150, env={"COLLCOMM_TIMEOUT": "30"})
+        _JOBS[key] = run_ranks(run_sections, n, [only] if only else list(SECTIONS), use_torch,
+                               transport=transport, timeout=150, env={"COLLCOMM_TIMEOUT": "30"})
     return _JOBS[key]
 
 

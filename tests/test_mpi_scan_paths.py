@@ -138,4 +138,4 @@ def test_scan_paths(n):
 
 @pytest.mark.timeout(160)
 def test_scan_paths_over_tcp():
-    check(job(4, "tcp"), "scan_paths")   # 4: recursive doubling would differ from rank 3 on
+    check(job(4, "tcp", only="scan_paths"), "scan_paths")   # 4: recursive doubling would differ from rank 3 on

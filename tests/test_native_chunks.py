@@ -76,7 +76,8 @@ def test_peers_read_in_chunks(tmp_path) -> None:
     if cc is None:
         pytest.skip("no C compiler")
     so = tmp_path / f"_shmcore{sysconfig.get_config_var('EXT_SUFFIX')}"
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-DPEERS=2", "-ffp-contract=off", "-fno-fast-math",
+    # (-O0: the same code, built in half the time: ~7 s of the CI's suite at -O1)
+    subprocess.run([cc, "-shared", "-fPIC", "-O0", "-DPEERS=2", "-ffp-contract=off", "-fno-fast-math",
                     f"-I{sysconfig.get_paths()['include']}", os.path.join(ROOT, "collcomm/native/_shmcore.c"),
                     "-o", str(so)], check=True, timeout=90)
     (tmp_path / "sitecustomize.py").write_text(
