@@ -1,6 +1,6 @@
 /* ``Request.Testall``, ``Waitany`` and ``Waitsome`` in C (collcomm/MPI/_request_many.py's class
  * methods; included by _mpi_request_wait.c, whose setup installs them and whose rw_python,
- * rw_plain and rw_reaped they use; mw_test_any and mpi_test_native of _mpi_wait.c).
+ * rw_plain and rw_reaped they use; mpi_test_native of _mpi_wait.c, which they call).
  *
  * Each makes the Python method's first look (the C test of a list or tuple of requests,
  * no statuses) without its frame (~0.2 µs), and hands everything else to the Python
@@ -9,29 +9,49 @@
  * and every wait that must poll. Session 47.
  */
 
-/* Testall(cls, requests[, statuses]) (a classmethod of Request): mpi_test_native's test of
- * all of a list or tuple, as the Python method's first way: True (every request complete,
- * left null; the orphans reaped) or False (nothing changed); where C leaves some request
- * to the Python code (None), or raised one of collcomm's errors (cleared), the Python
+/* A TypeError for a class method called without its class's argument: NULL */
+static PyObject *rm_usage(const char *usage)
+{
+    PyErr_SetString(PyExc_TypeError, usage);
+    return NULL;
+}
+
+/* The first look of a class method on (cls, requests[, None]) with requests a list or
+ * tuple: mpi_test_native's answer for `how` (0 Testall, 1 Waitany's "any", 2 Waitsome's
+ * "some"), a new reference; NULL with an exception to raise, or without one where the
+ * Python method is to run instead (another form of call, C's None: some request is the
+ * Python code's, or one of collcomm's errors, cleared: the Python way tests again and
+ * raises it, translated). */
+static PyObject *rm_first_look(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject *how)
+{
+    if (nargs < 2 || !rw_plain(args + 1, nargs - 1, kwnames, 2) ||
+        (!PyList_CheckExact(args[1]) && !PyTuple_CheckExact(args[1])))
+        return NULL;
+    PyObject *call[4] = {args[1], rw_done, rw_tag_bits, how};
+    PyObject *got = mod_mpi_test_native(NULL, call, 4);
+    if (got == NULL && !PyErr_ExceptionMatches(rw_error))
+        return NULL;
+    if (got == NULL || got == Py_None) {
+        PyErr_Clear();
+        Py_XDECREF(got);
+        return NULL;
+    }
+    return got;
+}
+
+/* Python method `py` on the class method's arguments */
+#define RM_PYTHON(py) rw_python((py), args[0], args + 1, nargs - 1, kwnames)
+
+/* Testall(cls, requests[, statuses]) (a classmethod of Request): True (every request
+ * complete, left null; the orphans reaped) or False (nothing changed); else the Python
  * method, which tests them all again its way. */
 static PyObject *mod_rw_testall(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (nargs < 1) {
-        PyErr_SetString(PyExc_TypeError, "Testall(cls, requests, statuses=None)");
-        return NULL;
-    }
-    if (nargs < 2 || !rw_plain(args + 1, nargs - 1, kwnames, 2) ||
-        (!PyList_CheckExact(args[1]) && !PyTuple_CheckExact(args[1])))
-        return rw_python(rw_py_testall, args[0], args + 1, nargs - 1, kwnames);
-    PyObject *call[4] = {args[1], rw_done, rw_tag_bits, rw_all};
-    PyObject *done = mod_mpi_test_native(NULL, call, 4);
-    if (done == NULL && !PyErr_ExceptionMatches(rw_error))
-        return NULL;
-    if (done == NULL || done == Py_None) {
-        PyErr_Clear();             /* (the Python way tests again and raises it, translated) */
-        Py_XDECREF(done);
-        return rw_python(rw_py_testall, args[0], args + 1, nargs - 1, kwnames);
-    }
+    if (nargs < 1)
+        return rm_usage("Testall(cls, requests, statuses=None)");
+    PyObject *done = rm_first_look(args, nargs, kwnames, rw_all);
+    if (done == NULL)
+        return PyErr_Occurred() ? NULL : RM_PYTHON(rw_py_testall);
     if (done == Py_True && rw_reaped() < 0) {
         Py_DECREF(done);
         return NULL;
@@ -39,27 +59,18 @@ static PyObject *mod_rw_testall(PyObject *m, PyObject *const *args, Py_ssize_t n
     return done;
 }
 
-/* Waitany(cls, requests[, status]) (a classmethod of Request): the Python method's first
- * look, in C (mw_test_any of a list or tuple, no status): the index of the first request C
- * completes now (left null; the orphans reaped); anything else (nothing yet, a request C
- * leaves, one of collcomm's errors, cleared) the Python method, which looks again and
- * waits its way. Nothing is completed before it is handed over. */
+/* Waitany(cls, requests[, status]) (a classmethod of Request): the index of the first
+ * request C completes at once (left null; the orphans reaped); anything else (nothing
+ * yet: False) the Python method, which looks again and waits its way. Nothing is
+ * completed before it is handed over. */
 static PyObject *mod_rw_waitany(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (nargs < 1) {
-        PyErr_SetString(PyExc_TypeError, "Waitany(cls, requests, status=None)");
-        return NULL;
-    }
-    if (nargs < 2 || !rw_plain(args + 1, nargs - 1, kwnames, 2) ||
-        (!PyList_CheckExact(args[1]) && !PyTuple_CheckExact(args[1])))
-        return rw_python(rw_py_waitany, args[0], args + 1, nargs - 1, kwnames);
-    PyObject *got = mw_test_any(args[1], PyList_CheckExact(args[1]), rw_done, rw_tag_bits, 0);
-    if (got == NULL && !PyErr_ExceptionMatches(rw_error))
-        return NULL;
+    if (nargs < 1)
+        return rm_usage("Waitany(cls, requests, status=None)");
+    PyObject *got = rm_first_look(args, nargs, kwnames, rw_any);
     if (got == NULL || !PyTuple_Check(got)) {
-        PyErr_Clear();             /* (the Python way looks again and raises it, translated) */
         Py_XDECREF(got);
-        return rw_python(rw_py_waitany, args[0], args + 1, nargs - 1, kwnames);
+        return PyErr_Occurred() ? NULL : RM_PYTHON(rw_py_waitany);
     }
     PyObject *index = Py_NewRef(PyTuple_GET_ITEM(got, 0));
     Py_DECREF(got);
@@ -70,35 +81,26 @@ static PyObject *mod_rw_waitany(PyObject *m, PyObject *const *args, Py_ssize_t n
     return index;
 }
 
-/* Waitsome(cls, requests[, statuses]) (a classmethod of Request): the Python method's first
- * look, in C (mw_test_any's "some" of a list or tuple, no statuses): the indices of the
+/* Waitsome(cls, requests[, statuses]) (a classmethod of Request): the indices of the
  * requests C completed now (left null; the orphans reaped) where every active one was
  * C's; where C completed some but left others to the Python code, ``waitsome_rest
  * (requests, got)`` goes on from C's answer (as the Python method does: those C completed
  * are null now and would not be seen again); where C completed none, the Python method. */
 static PyObject *mod_rw_waitsome(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (nargs < 1) {
-        PyErr_SetString(PyExc_TypeError, "Waitsome(cls, requests, statuses=None)");
-        return NULL;
-    }
-    if (nargs < 2 || !rw_plain(args + 1, nargs - 1, kwnames, 2) ||
-        (!PyList_CheckExact(args[1]) && !PyTuple_CheckExact(args[1])))
-        return rw_python(rw_py_waitsome, args[0], args + 1, nargs - 1, kwnames);
-    PyObject *got = mw_test_any(args[1], PyList_CheckExact(args[1]), rw_done, rw_tag_bits, 1);
-    if (got == NULL && !PyErr_ExceptionMatches(rw_error))
-        return NULL;
-    PyObject *pairs = got != NULL ? PyTuple_GET_ITEM(got, 0) : NULL;
-    if (pairs == NULL || PyList_GET_SIZE(pairs) == 0) {     /* (none completed: nothing lost) */
-        PyErr_Clear();
+    if (nargs < 1)
+        return rm_usage("Waitsome(cls, requests, statuses=None)");
+    PyObject *got = rm_first_look(args, nargs, kwnames, rw_some);
+    if (got == NULL || PyList_GET_SIZE(PyTuple_GET_ITEM(got, 0)) == 0) {   /* (none completed) */
         Py_XDECREF(got);
-        return rw_python(rw_py_waitsome, args[0], args + 1, nargs - 1, kwnames);
+        return PyErr_Occurred() ? NULL : RM_PYTHON(rw_py_waitsome);
     }
     if (PyTuple_GET_ITEM(got, 1) != Py_True) {              /* (some left to the Python code) */
         PyObject *rest = PyObject_CallFunctionObjArgs(rw_waitsome_rest, args[1], got, NULL);
         Py_DECREF(got);
         return rest;
     }
+    PyObject *pairs = PyTuple_GET_ITEM(got, 0);
     Py_ssize_t count = PyList_GET_SIZE(pairs);
     PyObject *out = PyList_New(count);
     for (Py_ssize_t k = 0; out != NULL && k < count; k++)

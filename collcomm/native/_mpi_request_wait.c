@@ -33,7 +33,8 @@
 
 static PyObject *rw_py_wait, *rw_py_wait_value, *rw_py_test, *rw_py_waitall, *rw_py_testall,
     *rw_py_waitany, *rw_py_waitsome, *rw_waitsome_rest, *rw_done, *rw_tag_bits, *rw_pickle, *rw_spare,
-    *rw_orphans, *rw_reap, *rw_error, *rw_s_native, *rw_s_value, *rw_all;   /* strong, once set up */
+    *rw_orphans, *rw_reap, *rw_error, *rw_s_native, *rw_s_value, *rw_all, *rw_any,
+    *rw_some;                      /* strong, once set up */
 
 /* `fn(first, *args, **kw)` for a method's args (vectorcall form) */
 static PyObject *rw_python(PyObject *fn, PyObject *first, PyObject *const *args, Py_ssize_t nargs,
@@ -245,5 +246,6 @@ static int mpi_waits_init(void)
            (s_mw_nbytes = PyUnicode_InternFromString("nbytes")) == NULL ||
            (rw_s_native = PyUnicode_InternFromString("native")) == NULL ||
            (rw_s_value = PyUnicode_InternFromString("value")) == NULL ||
-           (rw_all = PyLong_FromLong(0)) == NULL ? -1 : 0;
+           (rw_all = PyLong_FromLong(0)) == NULL || (rw_any = PyLong_FromLong(1)) == NULL ||
+           (rw_some = PyLong_FromLong(2)) == NULL ? -1 : 0;
 }
