@@ -41,7 +41,7 @@ from ._pickle import Pickle, pickle  # noqa: F401
 from ._ops import PREDEFINED as _OPS, Op
 from ._msg import BOTTOM, BUFFER_AUTOMATIC, IN_PLACE, BottomType, BufferAutomaticType, InPlaceType
 from ._prequest import Prequest
-from . import _request_waits  # noqa: F401 - (Request.Wait, wait, Test and Waitall in C where built)
+from . import _request_waits  # noqa: F401 - (Request.Wait, wait, Test, Waitall... in C where built)
 from ._request import REQUEST_NULL, Request, Status
 from ._group import GROUP_EMPTY, GROUP_NULL, Group
 from ._misc import (

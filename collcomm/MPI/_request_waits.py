@@ -1,7 +1,7 @@
-"""``Request.Wait``, ``wait``, ``Test``, ``Waitall``, ``Testall``, ``Waitany`` and ``Waitsome`` made the core's
-where it is built (native/_mpi_request_wait.c): the common way (no status, a native
-receive, a send done, an object irecv, a collective started in two parts) without a Python
-frame, ~0.25 µs of every ``Wait`` on the project's VM (BENCHMARKS.md, session 46;
+"""``Request.Wait``, ``wait``, ``Test``, ``Waitall``, ``Testall``, ``Waitany`` and
+``Waitsome`` made the core's where it is built (native/_mpi_request_wait.c,
+_mpi_request_many.c): the common way (no status, a native receive, a send done, an object
+irecv, a collective started in two parts) without a Python frame, ~0.25 µs of every ``Wait`` on the project's VM (BENCHMARKS.md, session 46;
 ``Testall``, ``Waitany`` and ``Waitsome`` since session 47); the Python methods
 (:data:`PY_WAIT`, :data:`PY_WAIT_VALUE`, :data:`PY_TEST`, :data:`PY_WAITALL`,
 :data:`PY_TESTALL`, :data:`PY_WAITANY`, :data:`PY_WAITSOME`, which the C ones call for
@@ -36,10 +36,8 @@ def _install() -> bool:
     if made is None:
         return False
     Request.Wait, Request.wait, Request.Test = made[0], made[1], made[2]    # type: ignore[method-assign]
-    Request.Waitall = classmethod(made[3])                         # type: ignore[method-assign,assignment]
-    Request.Testall = classmethod(made[4])                         # type: ignore[method-assign,assignment]
-    Request.Waitany = classmethod(made[5])                         # type: ignore[method-assign,assignment]
-    Request.Waitsome = classmethod(made[6])                        # type: ignore[method-assign,assignment]
+    for name, method in zip(("Waitall", "Testall", "Waitany", "Waitsome"), made[3:]):
+        setattr(Request, name, classmethod(method))
     return True
 
 

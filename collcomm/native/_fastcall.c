@@ -85,8 +85,8 @@ typedef struct Fast {
     PyObject *spare_work;       /* the Work of the last call finished here, made again for the
                                  * next call if nobody else holds it by then (part_work) */
     PyObject *scan_parts;       /* the small scan's gathered blocks, kept for the next (NULL: none) */
-    PyObject *a2a_kept[3];      /* all_to_all's parts: the last (counts, counts) pair, equal
-                                 * blocks' pair and cma limit as an int, made again (NULL: none) */
+    PyObject *a2a_kept[3];      /* all_to_all's parts, made again (NULL: none): the last pair
+                                 * of count lists, equal blocks' list, cma limit as an int */
     PyObject *(*part_run)(struct Fast *, PyObject *const *, Py_ssize_t, int);  /* its entry */
     PyObject *part_args;        /* ... the arguments it was given (a tuple, from part_args_at) */
     Py_ssize_t part_args_at;

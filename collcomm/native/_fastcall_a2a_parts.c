@@ -42,15 +42,15 @@ static PyObject *Core_all_to_all_parsed(Core *c, PyObject *const *args, Py_ssize
     return a2a_run(c, args[0], args[1], args[3], tab, 0, isz, sig, cma_limit, NULL);
 }
 
-/* s->a2a_kept[i] if it is the tuple (a, b), else a new one kept there: a new reference,
+/* s->a2a_kept[0] if it is the tuple (a, b), else a new one kept there: a new reference,
  * NULL with an exception */
-static PyObject *a2a_kept_pair(Fast *s, int i, PyObject *a, PyObject *b)
+static PyObject *a2a_kept_pair(Fast *s, PyObject *a, PyObject *b)
 {
-    PyObject *t = s->a2a_kept[i];
+    PyObject *t = s->a2a_kept[0];
     if (t == NULL || PyTuple_GET_ITEM(t, 0) != a || PyTuple_GET_ITEM(t, 1) != b) {
         if ((t = PyTuple_Pack(2, a, b)) == NULL)
             return NULL;
-        Py_XSETREF(s->a2a_kept[i], t);
+        Py_XSETREF(s->a2a_kept[0], t);
     }
     return Py_NewRef(t);
 }
@@ -78,7 +78,7 @@ static PyObject *a2a_part(Fast *s, int part, PyObject *send, PyObject *sc, PyObj
         }
         Py_XSETREF(s->a2a_kept[2], cma);
     }
-    PyObject *pair = a2a_kept_pair(s, 0, sc, rc);
+    PyObject *pair = a2a_kept_pair(s, sc, rc);
     PyObject *cargs[8] = {NULL, send, sc, recv, rc, PyLong_FromSsize_t(isz), NULL, Py_NewRef(cma)};
     PyObject *r = NULL;           /* (the limit held: a close while the call waits clears the kept one) */
     if (cargs[5] != NULL && pair != NULL) {

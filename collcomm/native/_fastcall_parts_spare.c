@@ -6,6 +6,18 @@
  * _mpi_request.c rq_op_drop, ~0.5 µs of a persistent Start + Wait, session 47).
  */
 
+/* Does nobody refer to `o` weakly? A list at tp_weaklistoffset, none while it is NULL. From
+ * Python 3.12 a class with __weakref__ in its __slots__ keeps it before the object (a
+ * managed weakref: tp_weaklistoffset -4 pointers), where CPython's own _PyObject_GET_
+ * WEAKREFS_LISTPTR reads it at that same offset. (Until session 43 a Work was never made
+ * again there: every call in two parts allocated a Work and a lock on 3.12/3.13, ~0.2 us
+ * of a persistent Bcast's Start + Wait.) Also the C waits' spare op's test (_mpi_request.c). */
+static inline int no_weakrefs(PyObject *o)
+{
+    Py_ssize_t at = Py_TYPE(o)->tp_weaklistoffset;
+    return at == 0 || *(PyObject **)((char *)o + at) == NULL;
+}
+
 /* Can the spare Work `w` be made again? Only this Fast holds it and its lock (so nobody
  * waits on it, holds its lock or can see it change), nobody refers to it weakly, and it
  * ended as part_done leaves a call that nobody waited on (no event, no callbacks). */
@@ -14,15 +26,7 @@ static int spare_free(Fast *s, PyObject *w)
 #ifdef Py_GIL_DISABLED
     return 0;        /* (no GIL: a reference count of 1 proves nothing without it) */
 #endif
-    PyTypeObject *t = Py_TYPE(w);
-    /* weak references: a list at tp_weaklistoffset, none while it is NULL. From Python
-     * 3.12 a class with __weakref__ in its __slots__ keeps it before the object (a managed
-     * weakref: tp_weaklistoffset -4 pointers), where CPython's own _PyObject_GET_WEAKREFS_
-     * LISTPTR reads it at that same offset. (Until session 43 such a Work was never made
-     * again: every call in two parts allocated a Work and a lock on 3.12/3.13, ~0.2 us of
-     * a persistent Bcast's Start + Wait there.) */
-    if (Py_REFCNT(w) != 1 || t != (PyTypeObject *)s->work_type ||
-        (t->tp_weaklistoffset != 0 && *(PyObject **)((char *)w + t->tp_weaklistoffset) != NULL))
+    if (Py_REFCNT(w) != 1 || Py_TYPE(w) != (PyTypeObject *)s->work_type || !no_weakrefs(w))
         return 0;
     PyObject *lock = WORK_SLOT(s, w, W_LOCK);
     return lock != NULL && Py_REFCNT(lock) == 1 && WORK_SLOT(s, w, W_DONE) == Py_True &&

@@ -84,15 +84,14 @@ static PyObject *rq_workop(PyObject *work, PyObject *finish)
     return op;
 }
 
-/* The caller's reference to WorkOp `op` dropped: kept as the spare (its slots emptied)
- * where it is the last one, of WorkOp itself, nobody refers to it weakly and no spare is
- * kept; else released. */
+/* The caller's reference to op `op` dropped: kept as the spare (its slots emptied) where it
+ * is the last one, of WorkOp itself, nobody refers to it weakly and no spare is kept; else
+ * released. */
 static void rq_op_drop(PyObject *op)
 {
 #ifndef Py_GIL_DISABLED          /* (without the GIL a reference count of 1 proves nothing) */
-    PyTypeObject *t = Py_TYPE(op);
-    if (rq_spare_op == NULL && rq_ready && t == rq_op_slots.type && Py_REFCNT(op) == 1 &&
-        (t->tp_weaklistoffset == 0 || *(PyObject **)((char *)op + t->tp_weaklistoffset) == NULL)) {
+    if (rq_spare_op == NULL && Py_TYPE(op) == rq_op_slots.type && Py_REFCNT(op) == 1 &&
+        no_weakrefs(op)) {       /* (rq_op_slots.type is set once the slots are known) */
         PyObject *old[4];
         for (int i = 0; i < 4; i++) {
             old[i] = SLOT_AT(op, rq_op_slots.at[i]);

@@ -154,10 +154,7 @@ static void mw_null(PyObject *r, PyObject *op)
         *slot = Py_NewRef(Py_None);
         Py_DECREF(op);                   /* (the request's reference) */
     }
-    if (Py_TYPE(op) == rq_op_slots.type)
-        rq_op_drop(op);                  /* (a collective's: kept for the next Start) */
-    else
-        Py_DECREF(op);
+    rq_op_drop(op);                      /* (a collective's WorkOp: kept for the next Start) */
 }
 
 /* Complete request `r` the quick way: 1 done, 0 not this way (nothing done), -1 error. */

@@ -38,7 +38,7 @@ static int nd_view_init(void)
 {
     if (nd_new_from_descr != NULL)
         return 1;
-    const char *env = getenv("COLLCOMM_ND_VIEW");      /* (0: off, for the tests' other way) */
+    const char *env = getenv("COLLCOMM_ND_VIEW");      /* (0: off: the views as before) */
     if (nd_type == NULL || (env != NULL && strcmp(env, "0") == 0))
         return 0;
     const char *where[2] = {"numpy._core._multiarray_umath", "numpy.core._multiarray_umath"};

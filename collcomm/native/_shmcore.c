@@ -129,7 +129,7 @@ static PyTypeObject CoreType = {
 #include "_mpi_pstart.c"        /* ... persistent sends' and receives' starts, Startall */
 #include "_mpi_wait_collective.c" /* ... a collective's request among them (mw_workop) */
 #include "_mpi_wait.c"          /* collcomm.MPI's Waitall of native receives and sends in C */
-#include "_mpi_request_wait.c"  /* ... Request.Wait, wait, Test and Waitall themselves in C */
+#include "_mpi_request_wait.c"  /* ... Request.Wait, wait, Test and the class methods in C */
 #include "_mpi_plain.c"         /* collcomm.MPI's buffer specs that stand for their array */
 
 /* ------------------------------------------------------------------ module functions */
@@ -280,8 +280,8 @@ static PyMethodDef module_methods[] = {
     {"mpi_workop_started", (PyCFunction)(void (*)(void))mod_mpi_workop_started, METH_FASTCALL,
      "mpi_workop_started(entry, *args) -> the WorkOp of entry(*args)'s Work, or None"},
     {"mpi_request_waits", (PyCFunction)(void (*)(void))mod_mpi_request_waits, METH_FASTCALL,
-     "mpi_request_waits(request, py_wait, py_wait_value, py_test, py_waitall, done, tag_bits, "
-     "pickle, spare, orphans, reap, error) -> (Wait, wait, Test, Waitall) in C, or None"},
+     "mpi_request_waits(request, python_methods, done, tag_bits, pickle, spare, orphans, reap, "
+     "error, waitsome_rest) -> (Wait, wait, Test, Waitall, Testall, Waitany, Waitsome) in C, or None"},
     {"mpi_prequest_start", (PyCFunction)(void (*)(void))mod_mpi_prequest_start, METH_FASTCALL,
      "mpi_prequest_start(prequest, persistent, start) -> Prequest.Start in C (a method "
      "descriptor of prequest), or None; see _mpi_prequest.c"},
