@@ -1,6 +1,6 @@
 """collcomm.MPI's persistent point to point (``Send_init``/``Recv_init``, ``Start``,
-``Startall``) started in one C call where it can (``_quick_send_start``: written into the
-peer's ring at once; ``_quick_recv_start``: Irecv's native start) and completed by the
+``Startall``) started in one C call where it can (native/_mpi_pstart.c: written into the
+peer's ring at once; Irecv's native start, its op made without a Request) and completed by the
 native waits and tests (Prequests registered with native/_mpi_wait.c), a section of the
 shared MPI job (tests/mpi_checks.py) at 1-5 ranks and over TCP (there, and at one rank,
 the general way: the same checks, the results must not differ).
@@ -12,7 +12,9 @@ the general way: the same checks, the results must not differ).
 - where the quick ways run (shared memory, the core built): the ops they make;
 - a receive from ``PROC_NULL``, a send above the inline limit (lent: the general start);
   errors at ``Start`` (a bad rank, a bad tag), a cancelled receive started again,
-  ``Startall`` beside a ``Bcast_init``; ``Free`` of inactive requests.
+  ``Startall`` beside a ``Bcast_init``; ``Free`` of inactive requests;
+- a ``Start`` after the communicator's ``Free``, or after its group closed under it: an
+  error (the C start checks the handle's group and the entry's pause).
 """
 from __future__ import annotations
 
@@ -35,6 +37,12 @@ def _rounds(c: Checker, MPI: Any, comm: Any) -> None:
     from collcomm.core import p2p
     in_c = native.core is not None and n > 1 and g.link == "shm" and p2p.native(g) is not None
     started: list[str] = []              # (where the quick ways run: what each Start took)
+    if in_c:
+        quick_fns = [q._persist.quick[0] for q in reqs]
+        c.eq([(f.func, f.args[:3]) for f in quick_fns],
+             [(native.core.mpi_quick_recv, (comm._h, g, p2p.native(g))),
+              (native.core.mpi_quick_send, (comm._h, g, p2p.native(g)))],
+             "the C starts, given the handle, its group and the group's P2P")
     for q in reqs:
         quick = q._persist.quick if in_c else None
         if quick is not None and quick[0] is not None:
@@ -119,9 +127,34 @@ def _general_starts(c: Checker, MPI: Any, comm: Any) -> None:
     comm.Barrier()
 
 
+def _ended_communicator(c: Checker, MPI: Any, comm: Any) -> None:
+    """A Start after the communicator's Free, or after its group was closed under it (the
+    C start checks the handle's group and its entry's pause, not ``_closed``): an error,
+    nothing sent."""
+    from collcomm.core import p2p
+    r, n = comm.rank, comm.size
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    for how in ("Free", "close"):
+        d = comm.Dup()
+        x, y = np.zeros(2), np.full(2, 1.0 + r)
+        reqs = [d.Recv_init(x, prv, 44), d.Send_init(y, nxt, 44)]
+        MPI.Prequest.Startall(reqs)
+        MPI.Request.Waitall(reqs)
+        c.eq(x.tolist(), [1.0 + prv] * 2, f"{how}: a round before")
+        g = d._h.g
+        entry = p2p.native(g)
+        comm.Barrier()
+        d.Free() if how == "Free" else g.close()
+        c.true(entry is None or entry.paused == 1, f"{how}: the group's native entry paused")
+        for q, what in zip(reqs, ("Recv_init", "Send_init")):
+            c.raises(q.Start, MPI.Exception, f"{what}'s Start after {how}", MPI.ERR_COMM)
+        comm.Barrier()
+
+
 def persistent_p2p_checks(c: Checker, MPI: Any, comm: Any) -> None:
     _rounds(c, MPI, comm)
     _general_starts(c, MPI, comm)
+    _ended_communicator(c, MPI, comm)
 
 
 @pytest.mark.timeout(160)

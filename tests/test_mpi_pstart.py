@@ -3,9 +3,11 @@
 (``_quick_send_start`` / ``_quick_recv_start`` in collcomm/MPI/_p2p.py, the Python
 ``Startall`` loop). In one process, on stand-ins for the communicator's handle, its group
 and the group's native entry, so every condition is set directly: the group still the one
-``…_init`` checked against, closed, orphaned receives waiting, no entry; and ``Startall``
-over Prequests, other requests and a Start that raises. The real exchanges are
-tests/test_mpi_persistent_p2p.py (a section of the MPI job at 1-5 ranks and TCP).
+``…_init`` checked against, closed, orphaned receives waiting, no entry (a stand-in entry
+is never called by C itself: C calls only a real P2P, the Python function anything else);
+and ``Startall`` over Prequests, other requests and a Start that raises. The real exchanges,
+where C calls the group's P2P itself, are tests/test_mpi_persistent_p2p.py (a section of
+the MPI job at 1-5 ranks and TCP, with a group closed under its requests).
 """
 from __future__ import annotations
 
@@ -62,6 +64,9 @@ def test_quick_starts_are_the_core_s_where_it_has_them() -> None:
 
 
 def test_a_send_start_in_c_as_the_python_function() -> None:
+    """Where the entry given is not a live P2P of the handle's group (here a stand-in), or
+    receives are orphaned, or the handle's group is not the one of ``…_init``, the C start
+    is the Python function's answer, with what that asked of the group's entry."""
     from collcomm.MPI import _p2p
     from collcomm.MPI._request_ops import ORPHANS
 
@@ -70,23 +75,25 @@ def test_a_send_start_in_c_as_the_python_function() -> None:
     for answer, want in ((True, _p2p._SENT), (False, None)):
         e = _Entry(answer)
         g = _Group(e)
-        assert send(_Handle(g), g, buf, 1, 7) is want
+        assert send(_Handle(g), g, e, buf, 1, 7) is want
         assert e.calls == [("send", buf, 1, 7, 0)]
         e.calls.clear()          # another group than the one checked at init: the Python way
-        assert send(_Handle(g), _Group(e), buf, 1, 7) is _p2p._quick_send_start(_Handle(g), buf, 1, 7)
+        assert send(_Handle(g), _Group(e), e, buf, 1, 7) is _p2p._quick_send_start(_Handle(g), buf, 1, 7)
         assert [c[:4] for c in e.calls] == [("send", buf, 1, 7)] * 2
     e = _Entry(True)
     g = _Group(e, closed=True)        # closed: nothing sent, None
-    assert send(_Handle(g), g, buf, 1, 7) is None and e.calls == []
+    assert send(_Handle(g), g, e, buf, 1, 7) is None and e.calls == []
     g = _Group(None)                  # no native entry for the group: None
-    assert send(_Handle(g), g, buf, 1, 7) is None
+    assert send(_Handle(g), g, e, buf, 1, 7) is None
     g = _Group(e)
     ORPHANS.append(object())          # receives to unpack first: the general start
     try:
-        assert send(_Handle(g), g, buf, 1, 7) is None and e.calls == []
+        assert send(_Handle(g), g, e, buf, 1, 7) is None and e.calls == []
     finally:
         ORPHANS.pop()
-    assert send(_Handle(None), g, buf, 1, 7) is None and e.calls == []   # (freed: h.g None)
+    assert send(_Handle(None), g, e, buf, 1, 7) is None and e.calls == []   # (freed: h.g None)
+    with pytest.raises(TypeError, match="mpi_quick_send"):
+        send(_Handle(g), g, buf, 1, 7)                                    # (the entry left out)
 
 
 def test_the_first_start_before_the_group_has_its_entry(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -105,8 +112,8 @@ def test_the_first_start_before_the_group_has_its_entry(monkeypatch: pytest.Monk
     monkeypatch.setattr(_p2p.p2p, "native", native)
     g = _Group(_ABSENT)
     buf = np.ones(1)
-    assert native_send(_Handle(g), g, buf, 1, 3) is _p2p._SENT and made == [g]
-    assert native_send(_Handle(g), g, buf, 1, 3) is _p2p._SENT and made == [g]   # (made once)
+    assert native_send(_Handle(g), g, e, buf, 1, 3) is _p2p._SENT and made == [g]
+    assert native_send(_Handle(g), g, e, buf, 1, 3) is _p2p._SENT and made == [g]   # (made once)
     assert [c[:4] for c in e.calls] == [("send", buf, 1, 3)] * 2
 
 
@@ -122,18 +129,20 @@ def test_a_receive_start_in_c_as_the_python_function() -> None:
     op = _Op()
     e = _Entry(op)
     g = _Group(e)
-    assert recv(_Handle(g), g, buf, 1, 5, 3) is op._op
+    g.size, g.rank = 4, 0
+    assert recv(_Handle(g), g, e, buf, 1, 5, 3) is op._op
     assert e.calls == [("mpi_irecv", g, buf, 1, 5, 3, np.ndarray, _p2p._DEFERRED, _p2p._NativeRecv, _p2p.Request)]
     e = _Entry(None)                  # declined: None, the general start
     g = _Group(e)
-    assert recv(_Handle(g), g, buf, 1, 5, 3) is None and len(e.calls) == 1
+    g.size, g.rank = 4, 0
+    assert recv(_Handle(g), g, e, buf, 1, 5, 3) is None and len(e.calls) == 1
     g = _Group(_Entry(op), closed=True)
-    assert recv(_Handle(g), g, buf, 1, 5, 3) is None
+    assert recv(_Handle(g), g, e, buf, 1, 5, 3) is None
     e = _Entry(op)
     g = _Group(e)                     # another group: the Python function (its own checks)
     g.size, g.rank = 4, 0
-    assert recv(_Handle(g), _Group(e), buf, 1, 5, 3) is op._op
-    assert recv(_Handle(g), _Group(e), buf, 0, 5, 3) is None          # (its own rank)
+    assert recv(_Handle(g), _Group(e), e, buf, 1, 5, 3) is op._op
+    assert recv(_Handle(g), _Group(e), e, buf, 0, 5, 3) is None          # (its own rank)
 
 
 def test_startall_starts_each_in_order_and_stops_at_an_error() -> None:

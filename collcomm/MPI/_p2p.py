@@ -311,8 +311,8 @@ class PointToPoint(Probes):
         arr = buf if type(buf) is _NDARRAY else as_array(buf, "Send_init", "buf") if bound_at_init(buf) else None
         if p._persist is not None and arr is not None:     # (Start's quick way)
             g = self._h.g
-            p._persist.quick = [partial(_QUICK_SEND, self._h, g, arr, dest, tag)
-                                if _QUICK_SEND is not None and g is not None and type(tag) is int and 0 <= tag <= TAG_BITS
+            f = _entry(g) if _QUICK_SEND is not None and type(tag) is int and 0 <= tag <= TAG_BITS else None
+            p._persist.quick = [partial(_QUICK_SEND, self._h, g, f, arr, dest, tag) if f is not None
                                 else partial(_quick_send_start, self._h, arr, dest, tag)]
         return p
 
@@ -330,8 +330,9 @@ class PointToPoint(Probes):
                 and type(tag) is int and (0 <= tag <= TAG_BITS or tag == ANY_TAG)):   # (Start's quick way)
             g = self._h.g
             mask = EXACT if tag >= 0 else WILD
-            p._persist.quick = [partial(_QUICK_RECV, self._h, g, arr, source, max(tag, 0), mask)
-                                if _QUICK_RECV is not None and g is not None and source < g.size and source != g.rank
+            f = (_entry(g) if _QUICK_RECV is not None and g is not None and source < g.size and source != g.rank
+                 else None)
+            p._persist.quick = [partial(_QUICK_RECV, self._h, g, f, arr, source, max(tag, 0), mask) if f is not None
                                 else partial(_quick_recv_start, self._h, arr, source, max(tag, 0), mask)]
         return p
 
@@ -359,10 +360,19 @@ def _quick_recv_start(h: Any, buf: Any, source: int, tag: int, mask: int) -> Any
     return None if r is None else r._op
 
 
+def _entry(g: Any) -> Any:
+    """The native point-to-point entry a persistent request's C start calls (made here, at
+    ``…_init``, as the first start would make it), or None: the Python start. The C start
+    checks at each ``Start`` that the communicator still has group ``g`` and that the entry
+    is not paused (a closed group pauses its entry: ProcessGroup.close)."""
+    return None if g is None or g._closed else p2p.native(g)
+
+
 def _quick_in_c() -> tuple[Any, Any]:
     """The native core's persistent send and receive starts (native/_mpi_pstart.c: the two
-    functions above in one C call where the communicator is live and its native entry made,
-    else these functions), or (None, None) without the core."""
+    functions above in one C call where the communicator still has the group of ``…_init``
+    and its native entry is not paused, else these functions), or (None, None) without the
+    core."""
     from .. import native
 
     core = native.core

@@ -339,6 +339,9 @@ class ProcessGroup:
             return
         self.drain()
         self._closed = True
+        entry = self.__dict__.get("_p2p_native")
+        if entry is not None:
+            entry.paused = 1      # (its C starts check this, not _closed: MPI/_p2p.py _entry)
         if self.fast is not None:
             self.fast.close()
             self.fast = None

@@ -12,11 +12,13 @@
  * request)``: the Python functions (each start that is not the common case goes to them,
  * which do what they always did), the list of orphaned receives (non-empty: the Python
  * way), the op of a send done at once and the classes ``mpi_irecv`` is given; once.
- * ``mpi_quick_send(h, g0, buf, dest, tag)`` / ``mpi_quick_recv(h, g0, buf, source, tag,
- * mask)``: the start, where the communicator's group ``h.g`` is still ``g0`` (the one its
- * ``…_init`` checked the peer and tag against), not closed, nothing orphaned, and its
- * native point-to-point entry made (``g._p2p_native``; made by the Python way's first
- * start): the op (a send done, the receive's op) or None (nothing done: the general start);
+ * ``mpi_quick_send(h, g0, f, buf, dest, tag)`` / ``mpi_quick_recv(h, g0, f, buf, source,
+ * tag, mask)``: the start, where the communicator's group (``h.g``, its slot) is still
+ * ``g0`` (the one its ``…_init`` checked the peer and tag against), nothing orphaned, and
+ * ``f``, the group's native point-to-point entry (made at ``…_init``: MPI/_p2p.py _entry),
+ * is not paused (closing the group pauses it): ``P2P.send`` / ``mpi_irecv``'s work called
+ * straight (the receive's op made without a Request), the op (a send done, the receive's
+ * op) or None (nothing done: the general start);
  * else the Python function's answer. ``mpi_prequest_startall(cls, requests)``: each
  * request's ``Start`` in order (the C one for a Prequest, pq_start), stopping at the first
  * error as the Python loop does.
@@ -24,8 +26,7 @@
 
 static PyObject *qs_py_send, *qs_py_recv, *qs_orphans, *qs_sent, *qs_ndarray, *qs_deferred,
     *qs_native_recv, *qs_request;   /* strong references, once set up */
-static PyObject *qs_s_g, *qs_s_closed, *qs_s_native, *qs_s_send, *qs_s_irecv, *qs_s_op, *qs_s_start,
-    *qs_zero;
+static PyObject *qs_s_g, *qs_s_start, *qs_zero;
 
 static PyObject *mod_mpi_quick_setup(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -36,10 +37,9 @@ static PyObject *mod_mpi_quick_setup(PyObject *m, PyObject *const *args, Py_ssiz
     }
     if (qs_py_send != NULL)
         Py_RETURN_FALSE;             /* (once: later calls change nothing) */
-    const char *names[7] = {"g", "_closed", "_p2p_native", "send", "mpi_irecv", "_op", "Start"};
-    PyObject **slots[7] = {&qs_s_g, &qs_s_closed, &qs_s_native, &qs_s_send, &qs_s_irecv, &qs_s_op,
-                           &qs_s_start};
-    for (int i = 0; i < 7; i++)
+    const char *names[2] = {"g", "Start"};
+    PyObject **slots[2] = {&qs_s_g, &qs_s_start};
+    for (int i = 0; i < 2; i++)
         if (*slots[i] == NULL && (*slots[i] = PyUnicode_InternFromString(names[i])) == NULL)
             return NULL;
     if (qs_zero == NULL && (qs_zero = PyLong_FromLong(0)) == NULL)
@@ -51,45 +51,34 @@ static PyObject *mod_mpi_quick_setup(PyObject *m, PyObject *const *args, Py_ssiz
     Py_RETURN_TRUE;
 }
 
-/* The native entry of handle h's group where the quick start applies (a new reference;
- * None: no entry, the start is None), or NULL without an exception: the Python way (NULL
- * with one: an error other than a missing attribute, MemoryError..., which goes on). */
-static PyObject *qs_entry(PyObject *h, PyObject *g0)
+static SlotsOf qs_rec;                  /* the communicator's handle (MPI/_comm.py _CommRec): g */
+
+/* May a start call entry `f` itself? It is a P2P not paused (a closed group pauses it),
+ * handle h's group is still `g0` (the one its ``…_init`` checked the peer and tag against,
+ * read from h's slot) and nothing is orphaned. 0: the Python function's way. */
+static int qs_live(PyObject *h, PyObject *g0, PyObject *f)
 {
-    PyObject *g = PyObject_GetAttr(h, qs_s_g);
-    if (g == NULL) {
-        if (PyErr_ExceptionMatches(PyExc_AttributeError))
-            PyErr_Clear();
-        return NULL;
-    }
-    int live = g == g0 && PyList_GET_SIZE(qs_orphans) == 0;
-    PyObject *closed = live ? PyObject_GetAttr(g, qs_s_closed) : NULL;
-    PyObject *f = closed == Py_False ? PyObject_GetAttr(g, qs_s_native) : NULL;
-    Py_XDECREF(closed);
-    Py_DECREF(g);
-    if (f == NULL && (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_AttributeError)))
-        PyErr_Clear();             /* (no entry made yet: the Python way makes it) */
-    return f;
+    if (Py_TYPE(f) != &P2PType || ((P2P *)f)->paused || PyList_GET_SIZE(qs_orphans) != 0)
+        return 0;
+    if (Py_TYPE(h) != qs_rec.type && !slots_of(&qs_rec, Py_TYPE(h), &qs_s_g, 1))
+        return 0;
+    return qs_rec.ok && SLOT_AT(h, qs_rec.at[0]) == g0;
 }
 
 static PyObject *mod_mpi_quick_send(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5 || qs_py_send == NULL) {
-        PyErr_SetString(PyExc_TypeError, "mpi_quick_send(h, g0, buf, dest, tag) (after mpi_quick_setup)");
+    if (nargs != 6 || qs_py_send == NULL) {
+        PyErr_SetString(PyExc_TypeError, "mpi_quick_send(h, g0, f, buf, dest, tag) (after mpi_quick_setup)");
         return NULL;
     }
-    PyObject *f = qs_entry(args[0], args[1]);
-    if (f == NULL && PyErr_Occurred())
-        return NULL;
-    if (f == NULL) {
-        PyObject *py_args[4] = {args[0], args[2], args[3], args[4]};
+    if (!qs_live(args[0], args[1], args[2])) {
+        PyObject *py_args[4] = {args[0], args[3], args[4], args[5]};
         return PyObject_Vectorcall(qs_py_send, py_args, 4, NULL);
     }
-    if (f == Py_None)
-        return f;
-    PyObject *call[5] = {f, args[2], args[3], args[4], qs_zero};
-    PyObject *r = PyObject_VectorcallMethod(qs_s_send, call, 5, NULL);   /* (no slot before call[0]) */
-    Py_DECREF(f);
+    Py_INCREF(args[2]);                 /* (the send may let the GIL go) */
+    PyObject *call[4] = {args[3], args[4], args[5], qs_zero};
+    PyObject *r = P2P_send((P2P *)args[2], call, 4);
+    Py_DECREF(args[2]);
     if (r == NULL)
         return NULL;
     int sent = r == Py_True;
@@ -99,27 +88,20 @@ static PyObject *mod_mpi_quick_send(PyObject *m, PyObject *const *args, Py_ssize
 
 static PyObject *mod_mpi_quick_recv(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6 || qs_py_recv == NULL) {
-        PyErr_SetString(PyExc_TypeError, "mpi_quick_recv(h, g0, buf, source, tag, mask) (after mpi_quick_setup)");
+    if (nargs != 7 || qs_py_recv == NULL) {
+        PyErr_SetString(PyExc_TypeError,
+                        "mpi_quick_recv(h, g0, f, buf, source, tag, mask) (after mpi_quick_setup)");
         return NULL;
     }
-    PyObject *f = qs_entry(args[0], args[1]);
-    if (f == NULL && PyErr_Occurred())
-        return NULL;
-    if (f == NULL) {
-        PyObject *py_args[5] = {args[0], args[2], args[3], args[4], args[5]};
+    if (!qs_live(args[0], args[1], args[2])) {
+        PyObject *py_args[5] = {args[0], args[3], args[4], args[5], args[6]};
         return PyObject_Vectorcall(qs_py_recv, py_args, 5, NULL);
     }
-    if (f == Py_None)
-        return f;
-    PyObject *call[10] = {f, args[1], args[2], args[3], args[4], args[5], qs_ndarray, qs_deferred,
-                          qs_native_recv, qs_request};
-    PyObject *r = PyObject_VectorcallMethod(qs_s_irecv, call, 10, NULL);
-    Py_DECREF(f);
-    if (r == NULL || r == Py_None)
-        return r;
-    PyObject *op = PyObject_GetAttr(r, qs_s_op);
-    Py_DECREF(r);
+    PyObject *call[9] = {args[1], args[3], args[4], args[5], args[6], qs_ndarray, qs_deferred,
+                         qs_native_recv, qs_request};
+    Py_INCREF(args[2]);
+    PyObject *op = mpi_irecv_made((P2P *)args[2], call, 0);    /* the op, or None */
+    Py_DECREF(args[2]);
     return op;
 }
 

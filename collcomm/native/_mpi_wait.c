@@ -55,6 +55,20 @@ static void mw_set(PyObject *op, Py_ssize_t off, PyObject *v)
 
 enum { MW_WAIT, MW_TEST };
 
+/* tag & tag_bits (a new reference; NULL with an exception): the tag itself where the
+ * mask leaves it as it is, the common case */
+static PyObject *mw_masked(PyObject *tag, PyObject *tag_bits)
+{
+    int o1 = 1, o2 = 1;
+    long long t = PyLong_CheckExact(tag) ? PyLong_AsLongLongAndOverflow(tag, &o1) : -1;
+    long long b = PyLong_CheckExact(tag_bits) ? PyLong_AsLongLongAndOverflow(tag_bits, &o2) : -1;
+    if (!o1 && !o2 && t >= 0 && (t & b) == t)
+        return Py_NewRef(tag);
+    if (PyErr_Occurred())
+        return NULL;
+    return PyNumber_And(tag, tag_bits);
+}
+
 /* Request `r`'s op settled the quick way (``mode`` MW_WAIT: waited for; MW_TEST: only if
  * its message is there, as Deferred.test tries it, own_test), the request itself left as
  * it is: 1 its op complete (or no op: *held NULL), 2 (MW_TEST) not yet, 0 not this way
@@ -122,9 +136,16 @@ static int mw_settle(PyObject *r, int mode, PyObject *done, PyObject *tag_bits, 
             rc = PyErr_Occurred() ? -1 : 0;
             goto out;
         }
-        PyObject *tag = PyObject_GetAttr(st, s_mw_tag);
-        PyObject *nbytes = tag == NULL ? NULL : PyObject_GetAttr(st, s_mw_nbytes);
-        PyObject *masked = nbytes == NULL ? NULL : PyNumber_And(tag, tag_bits);
+        PyObject *tag, *nbytes;
+        if (Py_TYPE(st) == status_slots.type && status_slots.ok && SLOT_AT(st, status_slots.at[2]) &&
+            SLOT_AT(st, status_slots.at[1])) {   /* (p2p_status's: its slots read) */
+            tag = Py_NewRef(SLOT_AT(st, status_slots.at[2]));
+            nbytes = Py_NewRef(SLOT_AT(st, status_slots.at[1]));
+        } else {
+            tag = PyObject_GetAttr(st, s_mw_tag);
+            nbytes = tag == NULL ? NULL : PyObject_GetAttr(st, s_mw_nbytes);
+        }
+        PyObject *masked = tag == NULL || nbytes == NULL ? NULL : mw_masked(tag, tag_bits);
         Py_DECREF(st);
         Py_XDECREF(tag);
         if (masked == NULL) {

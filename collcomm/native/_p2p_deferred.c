@@ -123,11 +123,13 @@ static int d_size_right(Deferred *d, PyObject *n)
     return got == want;
 }
 
+/* Where Status keeps source, nbytes and tag (read by _mpi_wait.c too, where its ``ok``) */
+static SlotsOf status_slots;
+
 /* Status(src, n, tag) (transport/base.py, a slotted dataclass) made without its __init__
  * frame; NULL with an exception. */
 static PyObject *p2p_status(PyObject *src, PyObject *n, PyObject *tag)
 {
-    static SlotsOf status_slots;
     PyObject *names[3] = {s_d_source, s_d_nbytes, s_p2p_tag};
     PyTypeObject *t = (PyTypeObject *)d_status;
     if (t == NULL) {

@@ -38,9 +38,10 @@ static int mpi_numeric(const char *f)
 
 /* A receive of `arr` from local rank `local` made a deferred receive of class `dcls` in
  * the engine's line (no record), and an op of class `ocls` and a Request of class `rcls`
- * made for it, without their __init__ (their slots empty: the caller fills them): 1 with
- * new references in *d, *op, *req; 0 not now (the engine busy: nothing done); -1 with an
- * exception (out of memory: a receive made stays in line, as the regular one). */
+ * (none where `rcls` is NULL) made for it, without their __init__ (their slots empty: the
+ * caller fills them): 1 with new references in *d, *op, *req; 0 not now (the engine busy:
+ * nothing done); -1 with an exception (out of memory: a receive made stays in line, as the
+ * regular one). */
 static int mpi_recv_objects(P2P *s, PyObject *g, PyObject *arr, PyObject *local, PyObject *tag,
                             PyObject *mask, PyObject *dcls, PyObject *ocls, PyObject *rcls,
                             PyObject **d, PyObject **op, PyObject **req)
@@ -55,8 +56,8 @@ static int mpi_recv_objects(P2P *s, PyObject *g, PyObject *arr, PyObject *local,
     Py_DECREF(held);
     Py_XDECREF(zero);
     *op = *d == NULL ? NULL : ((PyTypeObject *)ocls)->tp_alloc((PyTypeObject *)ocls, 0);
-    *req = *op == NULL ? NULL : ((PyTypeObject *)rcls)->tp_alloc((PyTypeObject *)rcls, 0);
-    if (*req == NULL) {
+    *req = *op == NULL || rcls == NULL ? NULL : ((PyTypeObject *)rcls)->tp_alloc((PyTypeObject *)rcls, 0);
+    if (*op == NULL || (rcls != NULL && *req == NULL)) {
         Py_XDECREF(*d);
         Py_XDECREF(*op);
         return -1;
@@ -64,13 +65,10 @@ static int mpi_recv_objects(P2P *s, PyObject *g, PyObject *arr, PyObject *local,
     return 1;
 }
 
-static PyObject *P2P_mpi_irecv(P2P *s, PyObject *const *args, Py_ssize_t nargs)
+/* mpi_irecv's work (its nine arguments in `args`); `with_request` 0: the op itself is
+ * returned, no Request made (a persistent Recv_init's start, _mpi_pstart.c). */
+static PyObject *mpi_irecv_made(P2P *s, PyObject *const *args, int with_request)
 {
-    if (nargs != 9) {
-        PyErr_SetString(PyExc_TypeError,
-                        "mpi_irecv(g, arr, local, tag, mask, ndarray, deferred, op, request)");
-        return NULL;
-    }
     PyObject *g = args[0], *arr = args[1], *local = args[2], *tag = args[3], *mask = args[4],
              *ndarray = args[5], *dcls = args[6], *ocls = args[7], *rcls = args[8];
     if (s->paused || s->engine == NULL || Py_TYPE(arr) != (PyTypeObject *)ndarray ||
@@ -89,24 +87,37 @@ static PyObject *P2P_mpi_irecv(P2P *s, PyObject *const *args, Py_ssize_t nargs)
     Pipe *p = fit ? p2p_pipe(s, local) : NULL;
     if (p == NULL || !p->has_in || p2p_tag(s, tag) == 0)
         Py_RETURN_NONE;
-    PyObject *d, *op, *req;
-    int made = mpi_recv_objects(s, g, arr, local, tag, mask, dcls, ocls, rcls, &d, &op, &req);
+    PyObject *d, *op, *req = NULL;
+    int made = mpi_recv_objects(s, g, arr, local, tag, mask, dcls, ocls, with_request ? rcls : NULL,
+                                &d, &op, &req);
     if (made <= 0)
         return made < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *zero = PyLong_FromLong(0);
     if (zero == NULL) {      /* (out of memory; the receive made stays in line, as the regular one) */
         Py_DECREF(d);
         Py_DECREF(op);
-        Py_DECREF(req);
+        Py_XDECREF(req);
         return NULL;
     }
     PyObject *values[7] = {g, d, Py_False, local, tag, zero, Py_False};
     for (int i = 0; i < 7; i++)      /* (fresh objects: nothing to drop) */
         SLOT_AT(op, m_op_slots.at[i]) = Py_NewRef(values[i]);
-    SLOT_AT(req, m_req_slots.at[0]) = op;
     Py_DECREF(d);
     Py_DECREF(zero);
+    if (req == NULL)
+        return op;
+    SLOT_AT(req, m_req_slots.at[0]) = op;
     return req;
+}
+
+static PyObject *P2P_mpi_irecv(P2P *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError,
+                        "mpi_irecv(g, arr, local, tag, mask, ndarray, deferred, op, request)");
+        return NULL;
+    }
+    return mpi_irecv_made(s, args, 1);
 }
 
 /* mpi_isend(buf, dst, tag, ndarray, request, op) -> Request | None: ``buf`` an exact
