@@ -55,15 +55,15 @@ static void mw_set(PyObject *op, Py_ssize_t off, PyObject *v)
 
 enum { MW_WAIT, MW_TEST };
 
-/* tag & tag_bits (a new reference; NULL with an exception): the tag itself where the
- * mask leaves it as it is, the common case */
+/* tag & tag_bits (a new reference; NULL with an exception): in C where both are ints of
+ * 64 bits, not negative (the message's tag with its context bits above, the common case) */
 static PyObject *mw_masked(PyObject *tag, PyObject *tag_bits)
 {
     int o1 = 1, o2 = 1;
     long long t = PyLong_CheckExact(tag) ? PyLong_AsLongLongAndOverflow(tag, &o1) : -1;
     long long b = PyLong_CheckExact(tag_bits) ? PyLong_AsLongLongAndOverflow(tag_bits, &o2) : -1;
-    if (!o1 && !o2 && t >= 0 && (t & b) == t)
-        return Py_NewRef(tag);
+    if (!o1 && !o2 && t >= 0 && b >= 0)
+        return PyLong_FromLongLong(t & b);
     if (PyErr_Occurred())
         return NULL;
     return PyNumber_And(tag, tag_bits);
