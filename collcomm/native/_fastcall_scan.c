@@ -85,11 +85,11 @@ static PyObject *Fast_scan(Fast *s, PyObject *const *args, Py_ssize_t nargs)
     int upto = exclusive ? s->rank : s->rank + 1;
     if (upto > 0) {
         Py_buffer pv, rv;
-        if (PyObject_GetBuffer(parts, &pv, PyBUF_C_CONTIGUOUS) < 0) {
+        if (nd_buffer(parts, &pv, PyBUF_C_CONTIGUOUS) < 0) {
             Py_DECREF(parts);
             return NULL;
         }
-        if (PyObject_GetBuffer(args[1], &rv, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        if (nd_buffer(args[1], &rv, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
             PyBuffer_Release(&pv);
             Py_DECREF(parts);
             return NULL;
