@@ -90,7 +90,7 @@ def _blocking(exclusive: bool, call: str) -> Callable[..., None]:
                 raise translate(exc) from exc
         self._scan(sendbuf, recvbuf, op, exclusive, False, call)
 
-    method.__name__ = method.__qualname__ = call
+    method.__name__, method.__qualname__ = call, f"ScanCollectives.{call}"
     return method
 
 
