@@ -180,7 +180,7 @@ static PyObject *pl_raw_view(PyObject *obj, PyObject *const *item, Py_ssize_t k,
         return NULL;
     Py_buffer v;
     int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, &v, flags) < 0) {
+    if (nd_buffer(obj, &v, flags) < 0) {      /* (an array's own fields: no getbuffer) */
         pl_clear();
         return NULL;
     }
